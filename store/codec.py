@@ -1,0 +1,356 @@
+"""Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them.
+
+Layout (big-endian), from the format reference §1.2:
+TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+BORNHOST(8|20) STORETIMESTAMP STOREHOST(8|20) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN BODY
+TOPICLEN(1|2) TOPIC PROPERTIESLEN PROPERTIES
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import struct
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .errors import CodecError, InvalidMessage
+from .flavor import Flavor
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+MAGIC_BLANK = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK = 8
+
+# sysFlag bits (MessageSysFlag)
+COMPRESSED_FLAG = 0x1
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT = 0x0
+TRANSACTION_PREPARED = 0x4
+TRANSACTION_COMMIT = 0x8
+TRANSACTION_ROLLBACK = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+NAME_VALUE_SEP = "\x01"
+PROPERTY_SEP = "\x02"
+
+QUEUE_OFFSET_POS = 20
+PHYSICAL_OFFSET_POS = 28
+MAX_PROPERTIES_LEN = 32767
+MAX_TOPIC_LEN = 127
+MAX_RETRY_TOPIC_LEN = 255
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+_TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+_HEAD = struct.Struct(">iiiiiqqiq")  # up to and including BORNTIMESTAMP (48 bytes)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPAREDTXOFFSET, BODYLEN
+
+
+def validate_topic(topic: str) -> None:
+    """Refuse topic names Apache RocketMQ refuses (TopicValidator rules)."""
+    if not topic:
+        raise InvalidMessage("topic name is empty")
+    if not _TOPIC_PATTERN.fullmatch(topic):
+        raise InvalidMessage(f"topic {topic!r} has characters other than letters, digits, %|_-")
+    limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
+    if len(topic) > limit:
+        raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
+    """calMsgLength: the TOTALSIZE of a record with these parts."""
+    bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    sh = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+    tl = 2 if topic_len > MAX_TOPIC_LEN else 1
+    return 68 + bh + sh + 4 + body_len + tl + topic_len + 2 + props_len
+
+
+@lru_cache(maxsize=256)
+def encode_host(host: str, port: int) -> tuple[bytes, bool]:
+    """Address bytes plus an int32 port; True when the address is IPv6."""
+    addr = ipaddress.ip_address(host)
+    return addr.packed + _I32.pack(port), addr.version == 6
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    return str(ipaddress.ip_address(raw[:-4])), _I32.unpack(raw[-4:])[0]
+
+
+def parse_host(text: str) -> tuple[str, int]:
+    """'1.2.3.4:10911' or '[::1]:10911' -> (host, port)."""
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    parts = []
+    for k, v in props.items():
+        if NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
+            raise InvalidMessage(f"property {k!r} contains a \\x01 or \\x02 separator byte")
+        parts.append(f"{k}\x01{v}\x02")
+    return "".join(parts).encode("utf-8")
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02."""
+    props: dict[str, str] = {}
+    text = bytes(raw).decode("utf-8")
+    for item in text.split(PROPERTY_SEP):
+        key, sep, value = item.partition(NAME_VALUE_SEP)
+        if sep and key and value:
+            props[key] = value
+    return props
+
+
+def join_keys(keys: list[str] | tuple[str, ...]) -> str:
+    for k in keys:
+        if not k or " " in k:
+            raise InvalidMessage(f"message key {k!r} is empty or contains a space")
+    return " ".join(keys)
+
+
+def msg_id(store_host: bytes, commitlog_offset: int) -> str:
+    """offsetMsgId: store host bytes, int32 port, int64 commitlog offset, upper-case hex."""
+    return (store_host + _I64.pack(commitlog_offset)).hex().upper()
+
+
+def parse_msg_id(text: str) -> tuple[str, int, int]:
+    """offsetMsgId -> (store host, port, commitlog offset); CodecError when malformed."""
+    if len(text) not in (32, 56):
+        raise CodecError(f"message id {text!r} is not 32 or 56 hex digits")
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise CodecError(f"message id {text!r} is not hexadecimal") from None
+    host, port = decode_host(raw[:-8])
+    return host, port, _I64.unpack(raw[-8:])[0]
+
+
+@dataclass
+class Message:
+    """A message as a producer hands it to the store."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @classmethod
+    def create(
+        cls,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        keys: list[str] | tuple[str, ...] = (),
+        tags: str | None = None,
+        properties: dict[str, str] | None = None,
+        **fields,
+    ) -> "Message":
+        props = dict(properties or {})
+        if keys:
+            props[PROPERTY_KEYS] = join_keys(list(keys))
+        if tags:
+            props[PROPERTY_TAGS] = tags
+        return cls(topic=topic, body=body, queue_id=queue_id, properties=props, **fields)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(" ") if k]
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(PROPERTY_TAGS, "")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A record decoded from the CommitLog."""
+
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commitlog_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes | memoryview
+    topic: str
+    properties: dict[str, str]
+    store_host_raw: bytes = b""
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(" ") if k]
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(PROPERTY_TAGS, "")
+
+    @property
+    def msg_id(self) -> str:
+        return msg_id(self.store_host_raw, self.commitlog_offset)
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & TRANSACTION_MASK
+
+    def index_keys(self) -> list[str]:
+        """What the IndexFile indexes for this message: UNIQ_KEY and every KEYS token."""
+        keys = self.keys
+        uniq = self.properties.get(PROPERTY_UNIQ_KEY)
+        return [uniq, *keys] if uniq else keys
+
+
+class Encoder:
+    """Builds records for one store: fixed store host, flavor and size limit."""
+
+    def __init__(self, flavor: Flavor, store_host: tuple[str, int], max_message_size: int):
+        self.flavor = flavor
+        self.store_host_raw, self.store_v6 = encode_host(*store_host)
+        self.max_message_size = max_message_size
+
+    def encode(self, msg: Message) -> tuple[bytearray, int]:
+        """The record with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP still zero, and the
+        position of STORETIMESTAMP (it moves with the born host's width)."""
+        validate_topic(msg.topic)
+        body = msg.body
+        if len(body) > self.max_message_size:
+            raise InvalidMessage(
+                f"message body is {len(body)} bytes, the limit is {self.max_message_size}"
+            )
+        if not 0 <= msg.queue_id < (1 << 31):
+            raise InvalidMessage(f"queue id {msg.queue_id} is out of range")
+        props = encode_properties(msg.properties)
+        if len(props) > MAX_PROPERTIES_LEN:
+            raise InvalidMessage(
+                f"properties are {len(props)} bytes, the limit is {MAX_PROPERTIES_LEN}"
+            )
+        topic = msg.topic.encode("ascii")
+        born_raw, born_v6 = encode_host(*msg.born_host)
+        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        if born_v6:
+            sys_flag |= BORNHOST_V6_FLAG
+        if self.store_v6:
+            sys_flag |= STOREHOST_V6_FLAG
+        v2 = len(topic) > MAX_TOPIC_LEN
+        total = record_length(sys_flag, len(body), len(topic), len(props))
+        born_ts = msg.born_timestamp or int(time.time() * 1000)
+        rec = bytearray(total)
+        _HEAD.pack_into(
+            rec, 0, total, MAGIC_V2 if v2 else MAGIC_V1, self.flavor.body_crc(body),
+            msg.queue_id, msg.flag, 0, 0, sys_flag, born_ts,
+        )
+        pos = 48
+        rec[pos : pos + len(born_raw)] = born_raw
+        store_ts_pos = pos + len(born_raw)
+        pos = store_ts_pos + 8
+        rec[pos : pos + len(self.store_host_raw)] = self.store_host_raw
+        pos += len(self.store_host_raw)
+        _TAIL.pack_into(rec, pos, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+        pos += 16
+        rec[pos : pos + len(body)] = body
+        pos += len(body)
+        if v2:
+            _I16.pack_into(rec, pos, len(topic))
+            pos += 2
+        else:
+            rec[pos] = len(topic)
+            pos += 1
+        rec[pos : pos + len(topic)] = topic
+        pos += len(topic)
+        _I16.pack_into(rec, pos, len(props))
+        rec[pos + 2 :] = props
+        return rec, store_ts_pos
+
+
+def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, phys: int, store_ts: int) -> None:
+    """Patch the three fields RocketMQ fills inside the put lock."""
+    _I64.pack_into(rec, QUEUE_OFFSET_POS, queue_offset)
+    _I64.pack_into(rec, PHYSICAL_OFFSET_POS, phys)
+    _I64.pack_into(rec, store_ts_pos, store_ts)
+
+
+def peek_header(buf, pos: int) -> tuple[int, int]:
+    """(TOTALSIZE, MAGIC) at pos, or CodecError when fewer than 8 bytes remain."""
+    if len(buf) - pos < 8:
+        raise CodecError(f"only {len(buf) - pos} bytes left at {pos}")
+    return struct.unpack_from(">ii", buf, pos)
+
+
+def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = False) -> StoredMessage:
+    """Decode the record at pos. With a flavor, verify the body checksum.
+
+    Raises CodecError for anything that is not a whole, well-formed v1/v2 record,
+    including a BLANK filler (callers check the magic first with peek_header).
+    """
+    view = memoryview(buf)
+    try:
+        avail = len(view) - pos
+        total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts = _HEAD.unpack_from(view, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            raise CodecError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
+        if total < 91 or total > avail:
+            raise CodecError(f"record size {total} at {pos} does not fit in {avail} bytes")
+        bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        sh = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+        p = pos + 48
+        born_host = decode_host(bytes(view[p : p + bh]))
+        p += bh
+        (store_ts,) = _I64.unpack_from(view, p)
+        p += 8
+        store_raw = bytes(view[p : p + sh])
+        store_host = decode_host(store_raw)
+        p += sh
+        reconsume, prep, body_len = _TAIL.unpack_from(view, p)
+        p += 16
+        end = pos + total
+        if body_len < 0 or p + body_len > end:
+            raise CodecError(f"body length {body_len} at {pos} overruns the record")
+        body = view[p : p + body_len]
+        p += body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _I16.unpack_from(view, p)
+            p += 2
+        else:
+            topic_len = view[p]
+            p += 1
+        if topic_len <= 0 or p + topic_len > end:
+            raise CodecError(f"topic length {topic_len} at {pos} overruns the record")
+        topic = bytes(view[p : p + topic_len]).decode("ascii")
+        p += topic_len
+        (props_len,) = _I16.unpack_from(view, p)
+        p += 2
+        if props_len < 0 or p + props_len != end:
+            raise CodecError(f"properties length {props_len} at {pos} does not end the record")
+        props = decode_properties(view[p : p + props_len])
+        if flavor is not None and flavor.body_crc(body) != crc:
+            raise CodecError(f"body checksum mismatch at {pos}")
+    except CodecError:
+        raise
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise CodecError(f"malformed record at {pos}: {exc}") from None
+    return StoredMessage(
+        total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts, born_host, store_ts,
+        store_host, reconsume, prep, bytes(body) if copy_body else body, topic, props, store_raw,
+    )

@@ -1,0 +1,119 @@
+"""The CommitLog: every message of every topic, appended in one sequence of mapped files.
+
+Appends happen under `put_lock`; a record that would leave fewer than 8 bytes at the end of a
+file goes to the next file and the rest of this one is marked by a BLANK record (format §1.5).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterator
+
+from . import codec
+from .codec import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, StoredMessage
+from .errors import CodecError, InvalidMessage, NotFound
+from .flavor import Flavor
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
+
+_BLANK = struct.Struct(">ii")
+
+
+class CommitLog:
+    def __init__(self, root: str, file_size: int, flavor: Flavor, *, transient: bool = False,
+                 read_only: bool = False):
+        self.file_size = file_size
+        self.flavor = flavor
+        self.queue = MappedFileQueue(os.path.join(root, "commitlog"), file_size,
+                                     transient=transient, read_only=read_only)
+        self.put_lock = threading.Lock()
+
+    def load(self) -> None:
+        self.queue.load()
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    # --- writing (caller holds put_lock) ---------------------------------------------------
+    def check_fits(self, size: int) -> None:
+        if size + END_FILE_MIN_BLANK > self.file_size:
+            raise InvalidMessage(
+                f"record of {size} bytes does not fit in a CommitLog file of {self.file_size} bytes"
+            )
+
+    def file_for(self, size: int) -> MappedFile:
+        """The file that takes the next `size` bytes, writing a BLANK and rolling if needed."""
+        mf = self.queue.last_file_for_append()
+        if size + END_FILE_MIN_BLANK > mf.remaining():
+            blank = mf.remaining()
+            mf.append(_BLANK.pack(blank, MAGIC_BLANK))
+            mf.wrote_position = self.file_size
+            mf = self.queue.last_file_for_append()
+        return mf
+
+    def append(self, rec: bytearray, store_ts_pos: int, queue_offset: int, store_ts: int) -> int:
+        """Stamp and append one encoded record; return its physical offset."""
+        mf = self.file_for(len(rec))
+        phys = mf.file_from_offset + mf.wrote_position
+        codec.stamp(rec, store_ts_pos, queue_offset, phys, store_ts)
+        mf.append(rec)
+        mf.store_timestamp = store_ts
+        return phys
+
+    # --- reading ---------------------------------------------------------------------------
+    def read(self, offset: int, check_crc: bool = False) -> StoredMessage:
+        """The record at a physical offset; NotFound when there is none."""
+        mf = self.queue.find(offset)
+        if mf is None or offset < 0:
+            raise NotFound(f"no CommitLog data at offset {offset}")
+        pos = offset - mf.file_from_offset
+        limit = mf.read_position
+        if pos >= limit:
+            raise NotFound(f"no CommitLog data at offset {offset}")
+        view = memoryview(mf.buffer())[:limit]
+        try:
+            return codec.decode(view, pos, self.flavor if check_crc else None)
+        except CodecError as exc:
+            raise NotFound(f"no message at CommitLog offset {offset}: {exc}") from None
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """Store time of the record at an offset, without decoding the rest of it."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        mm = mf.buffer()
+        sys_flag = struct.unpack_from(">i", mm, pos + 36)[0]
+        bh = 20 if sys_flag & codec.BORNHOST_V6_FLAG else 8
+        return struct.unpack_from(">q", mm, pos + 48 + bh)[0]
+
+    def iterate(self, start: int | None = None, end: int | None = None) -> Iterator[StoredMessage]:
+        """Every message from `start` (a record boundary) up to `end`, crossing BLANKs.
+        A malformed record before the end raises CodecError naming its offset."""
+        offset = self.min_offset if start is None else start
+        end = self.max_offset if end is None else min(end, self.max_offset)
+        while offset < end:
+            mf = self.queue.find(offset)
+            if mf is None:
+                return
+            view = memoryview(mf.buffer())[: mf.read_position]
+            pos = offset - mf.file_from_offset
+            while pos < len(view) and mf.file_from_offset + pos < end:
+                size, magic = codec.peek_header(view, pos)
+                if magic == MAGIC_BLANK:
+                    break
+                if magic not in (MAGIC_V1, MAGIC_V2):
+                    raise CodecError(f"bad magic at CommitLog offset {mf.file_from_offset + pos}")
+                yield codec.decode(view, pos)
+                pos += size
+            offset = mf.file_from_offset + self.file_size
+
+    def close(self) -> None:
+        self.queue.close()

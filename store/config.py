@@ -1,0 +1,50 @@
+"""Store settings. File sizes and flavor are fixed at creation (recorded in mqfs.json);
+flush policy, retention and limits can change between opens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GiB = 1 << 30
+
+
+@dataclass
+class StoreConfig:
+    # format, fixed when the store is created
+    flavor: str = "xxhash"
+    commitlog_file_size: int = GiB
+    consume_queue_units: int = 300_000
+    index_slots: int = 5_000_000
+    index_entries: int = 20_000_000
+    # limits
+    max_message_size: int = 4 * 1024 * 1024
+    store_host: str = "127.0.0.1:10911"
+    # flushing
+    flush_mode: str = "async"  # "async" | "sync"
+    transient_pool: bool = False
+    flush_interval_ms: int = 500
+    flush_least_pages: int = 4
+    flush_thorough_interval_ms: int = 10_000
+    commit_interval_ms: int = 200
+    flush_cq_interval_ms: int = 1000
+    sync_flush_timeout_ms: int = 5000
+    checkpoint_interval_ms: int = 1000
+    # retention
+    file_reserved_hours: float = 72.0
+    delete_when: str = "04"
+    disk_max_used_ratio: float = 0.75
+    clean_interval_ms: int = 10_000
+    # access
+    read_only: bool = False
+    check_crc_on_recover: bool = True
+
+    def validate(self) -> None:
+        if self.flush_mode not in ("async", "sync"):
+            raise ValueError(f"flush mode must be async or sync, not {self.flush_mode!r}")
+        for name in ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.commitlog_file_size < 4096:
+            raise ValueError("commitlog_file_size must be at least 4096 bytes")
+        if self.index_entries < 2:
+            raise ValueError("index_entries must be at least 2 (entry 0 is never used)")

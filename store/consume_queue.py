@@ -1,0 +1,198 @@
+"""One ConsumeQueue: 20-byte units (commitlog offset, record size, tagsCode) per topic/queue.
+
+Entry i (the queue offset) lives at logical byte i*20. Files hold `units` entries and are named
+by logical byte offset (format §3). Lookups and time search use numpy views of the mapped
+units instead of Python loops.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+
+import numpy as np
+
+from .mapped_file_queue import MappedFileQueue
+
+UNIT_SIZE = 20
+UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_UNIT = struct.Struct(">qiq")
+PRE_BLANK = (0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, root: str, topic: str, queue_id: int, units: int, *, read_only: bool = False):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = units * UNIT_SIZE
+        directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only)
+        self.min_logic_offset = 0
+        self.max_physic_offset = 0  # end (offset + size) of the last entry's record
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # --- offsets ---------------------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        """One past the last entry."""
+        return self.queue.max_offset // UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self.min_logic_offset, self.queue.min_offset) // UNIT_SIZE
+
+    def units(self, file_index: int) -> np.ndarray:
+        """The written units of one file as a structured numpy view."""
+        mf = self.queue.files[file_index]
+        return np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
+
+    # --- writing ---------------------------------------------------------------------------
+    def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Append the unit for queue_offset. Idempotent: an entry already built is skipped."""
+        if commitlog_offset + size <= self.max_physic_offset:
+            return True
+        expect = queue_offset * UNIT_SIZE
+        current = self.queue.max_wrote_offset
+        if expect < current:
+            return True  # built already
+        if not self.queue.files and expect > 0:
+            self.min_logic_offset = expect
+        mf = self.queue.last_file_for_append(expect)
+        current = mf.file_from_offset + mf.wrote_position
+        while current < expect:  # a queue that starts above 0: pre-blank units, as RocketMQ
+            mf.append(_UNIT.pack(*PRE_BLANK))
+            mf = self.queue.last_file_for_append()
+            current = mf.file_from_offset + mf.wrote_position
+        mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
+        self.max_physic_offset = commitlog_offset + size
+        return True
+
+    # --- reading ---------------------------------------------------------------------------
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(commitlog offset, size, tagsCode) of an entry, or None outside [min, max)."""
+        if queue_offset < self.min_offset or queue_offset >= self.max_offset:
+            return None
+        logical = queue_offset * UNIT_SIZE
+        mf = self.queue.find(logical)
+        if mf is None:
+            return None
+        return _UNIT.unpack_from(mf.buffer(), logical - mf.file_from_offset)
+
+    def entries(self, queue_offset: int, n: int) -> np.ndarray:
+        """Up to n consecutive units from queue_offset (may cross files)."""
+        out = []
+        offset = max(queue_offset, self.min_offset)
+        stop = min(queue_offset + n, self.max_offset)
+        while offset < stop:
+            logical = offset * UNIT_SIZE
+            mf = self.queue.find(logical)
+            if mf is None:
+                break
+            first = (logical - mf.file_from_offset) // UNIT_SIZE
+            avail = mf.read_position // UNIT_SIZE - first
+            take = min(avail, stop - offset)
+            if take <= 0:
+                break
+            arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=take, offset=first * UNIT_SIZE)
+            out.append(arr)
+            offset += take
+        if not out:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        return self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
+
+    def offset_by_time(self, ts: int, store_time: Callable[[int], int], upper: bool = False) -> int:
+        """First entry stored at or after ts (lower) or last entry at or before ts (upper),
+        clamped into [min, max]; binary search over store times read from the CommitLog."""
+        lo, hi = self.min_offset, self.max_offset
+        if lo >= hi:
+            return lo
+        if upper:
+            # last index with time <= ts
+            a, b = lo, hi
+            while a < b:
+                mid = (a + b) // 2
+                if store_time(self.entry(mid)[0]) <= ts:
+                    a = mid + 1
+                else:
+                    b = mid
+            return max(lo, a - 1)
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            if store_time(self.entry(mid)[0]) < ts:
+                a = mid + 1
+            else:
+                b = mid
+        return a
+
+    # --- recovery and cleanup --------------------------------------------------------------
+    def recover(self) -> None:
+        """Find the valid end: the first unit that is not (offset >= 0 and size > 0)."""
+        files = self.queue.files
+        if not files:
+            return
+        end = files[0].file_from_offset
+        for i, mf in enumerate(files):
+            arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)
+            bad = np.flatnonzero((arr["offset"] < 0) | (arr["size"] <= 0))
+            valid = int(bad[0]) if bad.size else len(arr)
+            end = mf.file_from_offset + valid * UNIT_SIZE
+            if valid < len(arr):
+                break
+        self.queue.truncate_dirty(end)
+        self._refresh_max_physic()
+
+    def _refresh_max_physic(self) -> None:
+        last = self.last_entry()
+        self.max_physic_offset = (last[0] + last[1]) if last and last[1] != PRE_BLANK[1] else 0
+
+    def truncate_from_physical(self, phys: int) -> None:
+        """Drop every entry whose record starts at or after phys (CommitLog truncated there)."""
+        files = self.queue.files
+        end = self.queue.min_offset
+        for mf in files:
+            arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
+            keep = np.flatnonzero((arr["offset"] >= phys) & (arr["size"] != PRE_BLANK[1]))
+            if keep.size:
+                end = mf.file_from_offset + int(keep[0]) * UNIT_SIZE
+                break
+            end = mf.file_from_offset + mf.read_position
+        if end < self.queue.max_offset:
+            self.queue.truncate_dirty(end)
+        self._refresh_max_physic()
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """Move the minimum past entries whose records were deleted from the CommitLog."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.entry(mid)[0] < min_commitlog_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.min_logic_offset = lo * UNIT_SIZE
+
+    def delete_expired(self, min_commitlog_offset: int) -> int:
+        """Delete head files whose last unit points below the CommitLog minimum."""
+        deleted = 0
+        while len(self.queue.files) > 1:
+            mf = self.queue.files[0]
+            last = _UNIT.unpack_from(mf.buffer(), self.file_size - UNIT_SIZE)
+            if last[0] >= min_commitlog_offset:
+                break
+            self.queue.delete_first()
+            deleted += 1
+        self.correct_min_offset(min_commitlog_offset)
+        return deleted
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()

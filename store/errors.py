@@ -1,0 +1,33 @@
+"""Exceptions the store raises; each carries one readable line for the user."""
+
+
+class StoreError(Exception):
+    """Base class of every error the store reports."""
+
+
+class CodecError(StoreError):
+    """Bytes that are not a whole, well-formed CommitLog record."""
+
+
+class InvalidMessage(StoreError, ValueError):
+    """A message the store refuses to write (too large, bad topic, bad properties)."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the store's lock file."""
+
+
+class StoreFormatError(StoreError):
+    """Files on disk that do not form a store we can open (wrong sizes, bad manifest)."""
+
+
+class CorruptionError(StoreError):
+    """Damage inside data that had been flushed; the store refuses to open for writing."""
+
+
+class NotFound(StoreError, LookupError):
+    """No such topic, queue, offset or message."""
+
+
+class FlushTimeout(StoreError):
+    """A sync flush did not reach the disk within the configured timeout."""

@@ -1,0 +1,79 @@
+"""The two functions that differ between store flavors: body checksum and string hash.
+
+`rocketmq` reproduces Apache RocketMQ bit for bit (CRC-32 masked to 31 bits, Java
+`String.hashCode()` over UTF-16 code units); `xxhash` swaps in xxh32/xxh64, which are
+faster in Python and spread keys better. Everything else in the format is identical.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import xxhash
+
+_INT_MIN = -(1 << 31)
+
+
+def java_string_hash(text: str) -> int:
+    """Java `String.hashCode()`: h = 31*h + c over UTF-16 code units, as a signed int32."""
+    h = 0
+    if text.isascii():
+        for c in text.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        units = text.encode("utf-16-be")
+        for i in range(0, len(units), 2):
+            h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _rocketmq_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def _rocketmq_key_hash(key: str) -> int:
+    h = java_string_hash(key)
+    return 0 if h == _INT_MIN else abs(h)
+
+
+def _rocketmq_tags_code(tags: str) -> int:
+    return java_string_hash(tags) if tags else 0
+
+
+def _xx_crc(body: bytes | memoryview) -> int:
+    return xxhash.xxh32_intdigest(body) & 0x7FFFFFFF
+
+
+def _xx_key_hash(key: str) -> int:
+    return xxhash.xxh32_intdigest(key.encode("utf-8")) & 0x7FFFFFFF
+
+
+def _xx_tags_code(tags: str) -> int:
+    if not tags:
+        return 0
+    v = xxhash.xxh64_intdigest(tags.encode("utf-8"))
+    return v - (1 << 64) if v & (1 << 63) else v
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A named pair of checksum and hash functions."""
+
+    name: str
+    body_crc: Callable[[bytes | memoryview], int]
+    key_hash: Callable[[str], int]
+    tags_code: Callable[[str], int]
+
+
+ROCKETMQ = Flavor("rocketmq", _rocketmq_crc, _rocketmq_key_hash, _rocketmq_tags_code)
+XXHASH = Flavor("xxhash", _xx_crc, _xx_key_hash, _xx_tags_code)
+FLAVORS = {f.name: f for f in (ROCKETMQ, XXHASH)}
+
+
+def flavor_named(name: str) -> Flavor:
+    try:
+        return FLAVORS[name]
+    except KeyError:
+        raise ValueError(f"unknown flavor {name!r} (choose {', '.join(FLAVORS)})") from None

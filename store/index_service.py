@@ -1,0 +1,134 @@
+"""The set of IndexFiles under <store>/index: builds entries for messages, answers key queries.
+
+Files are named by creation wall-clock time (yyyyMMddHHmmssSSS, local time) and queried newest
+first. A full file rolls to a new one seeded with its end values.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime
+
+from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
+from .flavor import Flavor
+from .index_file import IndexFile
+from .mapped_file import fsync_dir
+
+
+def _file_name(now: float) -> str:
+    dt = datetime.fromtimestamp(now)
+    return dt.strftime("%Y%m%d%H%M%S") + f"{dt.microsecond // 1000:03d}"
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+class IndexService:
+    def __init__(self, root: str, slots: int, entries: int, flavor: Flavor, *,
+                 read_only: bool = False):
+        self.directory = os.path.join(root, "index")
+        self.slots = slots
+        self.entries = entries
+        self.flavor = flavor
+        self.read_only = read_only
+        self.files: list[IndexFile] = []
+        self.lock = threading.RLock()
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """Open every file; after a crash, drop files that may hold unflushed entries
+        (endTimestamp newer than the checkpoint); recovery re-dispatches them."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if not (name.isdigit() and len(name) == 17):
+                continue
+            f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
+            if not last_exit_ok and f.end_timestamp > index_msg_timestamp and not self.read_only:
+                f.destroy()
+                continue
+            self.files.append(f)
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self.files[-1].end_phy_offset if self.files else 0
+
+    def _last_writable(self) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full():
+            return last
+        os.makedirs(self.directory, exist_ok=True)
+        now = time.time()
+        name = _file_name(now)
+        while os.path.exists(os.path.join(self.directory, name)) or (
+            self.files and name <= os.path.basename(self.files[-1].path)
+        ):
+            now += 0.001
+            name = _file_name(now)
+        f = IndexFile(os.path.join(self.directory, name), self.slots, self.entries,
+                      end_phy_offset=last.end_phy_offset if last else 0,
+                      end_timestamp=last.end_timestamp if last else 0)
+        fsync_dir(self.directory)
+        if last is not None:
+            last.flush()
+        self.files.append(f)
+        return f
+
+    def build(self, topic: str, keys: list[str], phy_offset: int, store_ts: int,
+              sys_flag: int) -> None:
+        """Index a message's keys (UNIQ_KEY and KEYS tokens); skip ROLLBACK records and
+        records below the newest file's end (idempotent re-dispatch)."""
+        if not keys or (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+            return
+        with self.lock:
+            last = self.files[-1] if self.files else None
+            if last is not None and (phy_offset < last.end_phy_offset or
+                                     (phy_offset == last.end_phy_offset and last.index_count > 1)):
+                return
+            for key in keys:
+                h = self.flavor.key_hash(build_key(topic, key))
+                f = self._last_writable()
+                if not f.put_key(h, phy_offset, store_ts):
+                    f = self._last_writable()
+                    f.put_key(h, phy_offset, store_ts)
+
+    def query(self, topic: str, key: str, begin: int, end: int, max_n: int) -> list[int]:
+        """CommitLog offsets that may hold topic#key (hash hits; callers check the keys)."""
+        h = self.flavor.key_hash(build_key(topic, key))
+        found: list[int] = []
+        with self.lock:
+            files = list(self.files)
+        for f in reversed(files):
+            if f.is_time_matched(begin - 999, end):
+                found.extend(f.select(h, begin, end, max_n - len(found)))
+            if f.begin_timestamp + 999 < begin or len(found) >= max_n:
+                break
+        return found
+
+    def truncate_from_physical(self, phys: int) -> None:
+        """Drop files whose entries reach at or past phys; re-dispatch rebuilds them."""
+        with self.lock:
+            while self.files and self.files[-1].end_phy_offset >= phys and self.files[-1].index_count > 1:
+                self.files.pop().destroy()
+
+    def delete_expired(self, min_commitlog_offset: int) -> int:
+        deleted = 0
+        with self.lock:
+            while len(self.files) > 1 and self.files[0].end_phy_offset < min_commitlog_offset:
+                self.files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        with self.lock:
+            for f in self.files:
+                f.flush()
+
+    def close(self) -> None:
+        with self.lock:
+            for f in self.files:
+                f.close()
+            self.files = []

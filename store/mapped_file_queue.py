@@ -1,0 +1,177 @@
+"""A directory of equal-sized MappedFiles forming one logical byte space.
+
+Files are named by the 20-digit offset of their first byte. The queue finds the file for
+an offset, rolls to a new file when the last is full, tracks the flushed/committed offsets,
+truncates a dirty tail after recovery and deletes expired head files.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from .mapped_file import MappedFile, fsync_dir, load_files, offset_to_name
+
+
+class MappedFileQueue:
+    def __init__(self, directory: str, file_size: int, *, transient: bool = False,
+                 read_only: bool = False):
+        self.directory = directory
+        self.file_size = file_size
+        self.transient = transient
+        self.read_only = read_only
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.committed_where = 0
+        self.store_timestamp = 0
+        self._lock = threading.RLock()
+
+    def load(self) -> None:
+        """Map every file; each counts as full until recovery sets the real end."""
+        for start, path in load_files(self.directory, self.file_size):
+            mf = MappedFile(path, self.file_size, start, read_only=self.read_only)
+            mf.set_positions(self.file_size)
+            self.files.append(mf)
+
+    # --- lookup ----------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].file_from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        files = self.files
+        return files[-1].end_offset if files else 0
+
+    @property
+    def max_wrote_offset(self) -> int:
+        files = self.files
+        return files[-1].file_from_offset + files[-1].wrote_position if files else 0
+
+    def last_file(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding this absolute offset, or None."""
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        idx = (offset - first) // self.file_size
+        if 0 <= idx < len(files):
+            mf = files[idx]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        for mf in files:  # a gap (deleted middle file) makes the arithmetic wrong; scan
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return None
+
+    def last_file_for_append(self, start_offset: int = 0) -> MappedFile:
+        """The file to append to, creating the next one if the last is full or none exists."""
+        with self._lock:
+            last = self.last_file()
+            if last is not None and not last.is_full():
+                return last
+            if last is None:
+                create_at = start_offset - start_offset % self.file_size
+            else:
+                create_at = last.file_from_offset + self.file_size
+            return self._create(create_at)
+
+    def _create(self, offset: int) -> MappedFile:
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, offset_to_name(offset))
+        mf = MappedFile(path, self.file_size, offset, transient=self.transient)
+        fsync_dir(self.directory)  # a rolled file must survive a power cut (ALICE hazard 2)
+        self.files.append(mf)
+        if len(self.files) == 1:
+            self.flushed_where = self.committed_where = offset
+        return mf
+
+    # --- commit / flush --------------------------------------------------------------------
+    def commit(self) -> bool:
+        """Copy transient buffers into their files; True when something was committed."""
+        with self._lock:
+            did = False
+            for mf in self.files:
+                if mf.write_buffer is not None and mf.wrote_position > mf.committed_position:
+                    did |= mf.commit() > 0
+                    self.committed_where = mf.end_offset
+                elif mf.write_buffer is not None and mf.is_full():
+                    mf.commit()
+            return did
+
+    def flush(self) -> int:
+        """Force every file up to its read position; return the new flushed offset."""
+        files = list(self.files)
+        where = self.flushed_where
+        for mf in files:
+            if mf.file_from_offset + mf.read_position <= where and mf.flushed_position >= mf.read_position:
+                continue
+            mf.flush()
+            where = max(where, mf.file_from_offset + mf.flushed_position)
+            if mf.store_timestamp:
+                self.store_timestamp = mf.store_timestamp
+        self.flushed_where = where
+        return where
+
+    def unflushed_bytes(self) -> int:
+        return self.max_offset - self.flushed_where
+
+    # --- truncation and deletion -----------------------------------------------------------
+    def truncate_dirty(self, offset: int) -> None:
+        """Make `offset` the end: positions in its file set, every later file deleted.
+        Bytes after the cut are left as they are (later appends overwrite them)."""
+        with self._lock:
+            keep: list[MappedFile] = []
+            for mf in self.files:
+                if mf.file_from_offset + self.file_size <= offset:
+                    keep.append(mf)
+                elif mf.file_from_offset <= offset:
+                    mf.set_positions(offset - mf.file_from_offset)
+                    keep.append(mf)
+                else:
+                    mf.destroy()
+            removed = len(keep) != len(self.files)
+            self.files = keep
+            self.flushed_where = self.committed_where = offset
+            if removed:
+                fsync_dir(self.directory)
+
+    def delete_first(self) -> MappedFile | None:
+        """Remove and delete the oldest file (never the last one)."""
+        with self._lock:
+            if len(self.files) <= 1:
+                return None
+            mf = self.files.pop(0)
+        mf.destroy()
+        fsync_dir(self.directory)
+        return mf
+
+    def delete_expired_by_time(self, max_age_s: float, *, force: bool = False,
+                               batch_max: int = 10) -> int:
+        """Delete head files whose mtime is older than max_age_s (or all but the last when
+        force), stopping at the first file kept; return how many were deleted."""
+        deleted = 0
+        now = time.time()
+        while deleted < batch_max and len(self.files) > 1:
+            head = self.files[0]
+            try:
+                mtime = os.path.getmtime(head.path)
+            except FileNotFoundError:
+                mtime = 0
+            if not force and now < mtime + max_age_s:
+                break
+            self.delete_first()
+            deleted += 1
+        return deleted
+
+    def close(self) -> None:
+        with self._lock:
+            for mf in self.files:
+                mf.close()
+            self.files = []
