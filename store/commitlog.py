@@ -52,10 +52,11 @@ class CommitLog:
         """The file that takes the next `size` bytes, writing a BLANK and rolling if needed."""
         mf = self.queue.last_file_for_append()
         if size + END_FILE_MIN_BLANK > mf.remaining():
+            nxt = self.queue.ensure_next_file()  # may raise ENOSPC: nothing written yet
             blank = mf.remaining()
             mf.append(_BLANK.pack(blank, MAGIC_BLANK))
             mf.wrote_position = self.file_size
-            mf = self.queue.last_file_for_append()
+            mf = nxt
         return mf
 
     def append(self, rec: bytearray, store_ts_pos: int, queue_offset: int, store_ts: int) -> int:

@@ -36,10 +36,12 @@ class IndexService:
         self.read_only = read_only
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
+        self.flushed_end_timestamp = 0  # endTimestamp of the newest file flushed at roll-over
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them."""
+        self.flushed_end_timestamp = index_msg_timestamp
         if not os.path.isdir(self.directory):
             return
         for name in sorted(os.listdir(self.directory)):
@@ -56,9 +58,10 @@ class IndexService:
     def end_phy_offset(self) -> int:
         return self.files[-1].end_phy_offset if self.files else 0
 
-    def _last_writable(self) -> IndexFile:
+    def _last_writable(self, need: int = 1) -> IndexFile:
+        """The newest file if it has room for `need` entries, else a new one."""
         last = self.files[-1] if self.files else None
-        if last is not None and not last.is_full():
+        if last is not None and self.entries - last.index_count >= need:
             return last
         os.makedirs(self.directory, exist_ok=True)
         now = time.time()
@@ -74,8 +77,17 @@ class IndexService:
         fsync_dir(self.directory)
         if last is not None:
             last.flush()
+            self.flushed_end_timestamp = last.end_timestamp
         self.files.append(f)
         return f
+
+    def ensure_room(self, n: int) -> None:
+        """Roll now if the newest file cannot take n more entries, so a full disk shows up
+        before the CommitLog is written rather than half way through indexing."""
+        if n <= 0:
+            return
+        with self.lock:
+            self._last_writable(min(n, self.entries - 1))
 
     def build(self, topic: str, keys: list[str], phy_offset: int, store_ts: int,
               sys_flag: int) -> None:

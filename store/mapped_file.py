@@ -3,11 +3,13 @@
 As in RocketMQ's DefaultMappedFile: bytes are appended at `wrote_position`; with a transient
 write buffer they land in memory first and `commit()` copies them into the file; `flush()` forces
 what is in the file to disk. Readers only see bytes below `read_position`.
-Files are created sparse (ftruncate), which keeps small syncs cheap on ext4 (reference C5f).
+Files are created with posix_fallocate: as cheap to sync as sparse files on ext4 (reference
+C5f), and a full disk shows up as ENOSPC at file creation instead of SIGBUS on a store.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -29,6 +31,20 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _allocate(fd: int, path: str, size: int) -> None:
+    """Reserve the blocks up front: a store into a mapping of a sparse file on a full disk
+    kills the process with SIGBUS, while fallocate fails cleanly with ENOSPC here."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            os.ftruncate(fd, size)
+            return
+        os.close(fd)
+        os.unlink(path)
+        raise
+
+
 class MappedFile:
     """A store file of exactly `file_size` bytes, mapped shared and read-write."""
 
@@ -48,11 +64,14 @@ class MappedFile:
                     f"{path} is {size} bytes but this store's files are {file_size} bytes"
                 )
             if not exists:
-                os.ftruncate(self.fd, file_size)
+                _allocate(self.fd, path, file_size)  # closes fd on failure
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(self.fd, file_size, access=access)
         except BaseException:
-            os.close(self.fd)
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
             raise
         self.created = not exists
         self.write_buffer: bytearray | None = bytearray(file_size) if transient else None

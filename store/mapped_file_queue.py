@@ -82,6 +82,13 @@ class MappedFileQueue:
                 create_at = last.file_from_offset + self.file_size
             return self._create(create_at)
 
+    def ensure_next_file(self) -> MappedFile:
+        """Create the file after the last one now (so ENOSPC comes before anything is written)."""
+        with self._lock:
+            last = self.last_file()
+            start = 0 if last is None else last.file_from_offset + self.file_size
+            return self._create(start)
+
     def _create(self, offset: int) -> MappedFile:
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, offset_to_name(offset))
@@ -134,12 +141,14 @@ class MappedFileQueue:
                 elif mf.file_from_offset <= offset:
                     mf.set_positions(offset - mf.file_from_offset)
                     keep.append(mf)
+                elif self.read_only:
+                    mf.close()
                 else:
                     mf.destroy()
             removed = len(keep) != len(self.files)
             self.files = keep
             self.flushed_where = self.committed_where = offset
-            if removed:
+            if removed and not self.read_only:
                 fsync_dir(self.directory)
 
     def delete_first(self) -> MappedFile | None:

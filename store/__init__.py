@@ -1,0 +1,16 @@
+"""mqfs storage engine: a RocketMQ-format message store (CommitLog, ConsumeQueue, IndexFile).
+
+Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
+"""
+
+from .codec import Message, StoredMessage
+from .config import StoreConfig
+from .errors import (CodecError, CorruptionError, FlushTimeout, InvalidMessage, NotFound,
+                     StoreError, StoreFormatError, StoreLocked)
+from .message_store import MessageStore, PutResult
+
+__all__ = [
+    "CodecError", "CorruptionError", "FlushTimeout", "InvalidMessage", "Message",
+    "MessageStore", "NotFound", "PutResult", "StoreConfig", "StoreError", "StoreFormatError",
+    "StoreLocked", "StoredMessage",
+]

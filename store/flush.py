@@ -1,0 +1,159 @@
+"""Background services that move bytes toward the disk, as RocketMQ's flush services do.
+
+- CommitService (transient pool only): copies write buffers into the files; puts wait for it,
+  so a message is readable (committed) when put returns.
+- CommitLogFlushService: async mode flushes every interval when enough pages are dirty (or a
+  thorough interval passed); sync mode is a group commit: every waiting put is covered by one
+  msync, and a put that is not covered within the timeout gets FlushTimeout.
+- LogicsFlushService: ConsumeQueues and the checkpoint every second, plus retention.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .errors import FlushTimeout
+
+log = logging.getLogger(__name__)
+
+
+class _Service(threading.Thread):
+    """A daemon loop that runs `step` every interval or when woken, until stopped."""
+
+    def __init__(self, name: str, interval_s: float, step: Callable[[], None]):
+        super().__init__(name=name, daemon=True)
+        self.interval_s = interval_s
+        self.step = step
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.woken = False
+        self.error: BaseException | None = None
+
+    def wakeup(self) -> None:
+        with self.cond:
+            self.woken = True
+            self.cond.notify_all()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                if not self.woken and not self.stopped:
+                    self.cond.wait(self.interval_s)
+                self.woken = False
+                if self.stopped:
+                    return
+            try:
+                self.step()
+                self.error = None
+            except Exception as exc:  # keep serving; waiters see the error
+                self.error = exc
+                log.exception("%s failed", self.name)
+                with self.cond:
+                    self.cond.notify_all()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+        if self.is_alive():
+            self.join(timeout=30)
+
+
+class WaitableProgress:
+    """An offset that only grows, with waiters for 'at least X'."""
+
+    def __init__(self, value: int = 0):
+        self.value = value
+        self.cond = threading.Condition()
+
+    def advance(self, value: int) -> None:
+        with self.cond:
+            if value > self.value:
+                self.value = value
+            self.cond.notify_all()
+
+    def wait_for(self, target: int, timeout_s: float, service: _Service) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while self.value < target:
+                if service.error is not None:
+                    raise FlushTimeout(f"{service.name} failed: {service.error}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FlushTimeout(
+                        f"{service.name} did not reach offset {target} within {timeout_s:.1f} s"
+                    )
+                service.wakeup()
+                self.cond.wait(min(left, 0.05))
+
+
+class FlushServices:
+    """Owns the service threads of one open store."""
+
+    def __init__(self, store):
+        self.store = store
+        cfg = store.config
+        queue = store.commitlog.queue
+        self.committed = WaitableProgress(queue.committed_where)
+        self.flushed = WaitableProgress(queue.flushed_where)
+        self._last_thorough = time.monotonic()
+        self.commit_service = (
+            _Service("mqfs-commit", cfg.commit_interval_ms / 1000, self._commit)
+            if cfg.transient_pool else None
+        )
+        interval = 0.01 if cfg.flush_mode == "sync" else cfg.flush_interval_ms / 1000
+        self.flush_service = _Service("mqfs-flush", interval, self._flush_commitlog)
+        self.logics_service = _Service("mqfs-logics", cfg.flush_cq_interval_ms / 1000,
+                                       self._flush_logics)
+        self.services = [s for s in (self.commit_service, self.flush_service,
+                                     self.logics_service) if s is not None]
+
+    def start(self) -> None:
+        for s in self.services:
+            s.start()
+
+    def stop(self) -> None:
+        for s in self.services:
+            s.stop()
+
+    # --- steps -----------------------------------------------------------------------------
+    def _commit(self) -> None:
+        queue = self.store.commitlog.queue
+        if queue.commit():
+            self.flush_service.wakeup()
+        self.committed.advance(queue.max_offset)
+
+    def _flush_commitlog(self) -> None:
+        cfg = self.store.config
+        queue = self.store.commitlog.queue
+        if cfg.flush_mode == "async":
+            now = time.monotonic()
+            thorough = now - self._last_thorough >= cfg.flush_thorough_interval_ms / 1000
+            last = queue.last_file()
+            dirty = last.dirty_pages() if last is not None else 0
+            if not thorough and dirty < cfg.flush_least_pages and queue.unflushed_bytes() < (
+                    cfg.flush_least_pages * 4096):
+                return
+            if thorough:
+                self._last_thorough = now
+        self.flushed.advance(queue.flush())
+
+    def _flush_logics(self) -> None:
+        self.store.checkpoint_now(flush_commitlog=False)
+        self.store.clean_expired_files()
+
+    # --- waiting ---------------------------------------------------------------------------
+    def wait_committed(self, offset: int) -> None:
+        if self.commit_service is None:
+            return
+        self.commit_service.wakeup()
+        self.committed.wait_for(offset, self.store.config.sync_flush_timeout_ms / 1000,
+                                self.commit_service)
+
+    def wait_flushed(self, offset: int) -> None:
+        self.flush_service.wakeup()
+        self.flushed.wait_for(offset, self.store.config.sync_flush_timeout_ms / 1000,
+                              self.flush_service)

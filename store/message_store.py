@@ -1,0 +1,404 @@
+"""MessageStore: the one public face of the storage engine.
+
+Open = lock, load, recover (abnormal when `abort` exists), create `abort`, start the flush
+services. Close = stop services, flush everything, write the checkpoint, delete `abort`, unlock.
+Puts append to the CommitLog and dispatch to the ConsumeQueue and IndexFile under one lock,
+so a message is readable by queue offset and findable by key as soon as `put` returns.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import codec
+from .checkpoint import Checkpoint
+from .codec import (TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT, Encoder, Message,
+                    StoredMessage, parse_host)
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .consume_queue import UNIT_DTYPE, ConsumeQueue
+from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, StoreError
+from .flavor import flavor_named
+from .flush import FlushServices
+from .index_service import IndexService
+from .lock import StoreLock
+from .manifest import is_store, read_manifest, write_manifest
+from .mapped_file import fsync_dir
+from .metadata import ConsumerOffsets, TopicTable
+from .recovery import RecoveryReport, recover
+from .retention import clean_expired
+
+MAX_TIME = (1 << 63) - 1
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    commitlog_offset: int
+    queue_offset: int
+    msg_id: str
+    store_timestamp: int
+    size: int
+
+
+class MessageStore:
+    def __init__(self, root: str, config: StoreConfig | None = None, *,
+                 progress: Progress | None = None, repair: bool = False):
+        self.root = os.path.abspath(root)
+        self._requested = config or StoreConfig()
+        self._progress = progress
+        self._repair = repair
+        self.is_open = False
+        self.recovery: RecoveryReport | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "MessageStore":
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def open(self) -> "MessageStore":
+        os.makedirs(self.root, exist_ok=True)
+        fresh = not is_store(self.root)
+        self.config = cfg = read_manifest(self.root, self._requested)
+        cfg.validate()
+        self.flavor = flavor_named(cfg.flavor)
+        self._lock_file = StoreLock(self.root)
+        self._lock_file.acquire()
+        try:
+            if fresh:
+                write_manifest(self.root, cfg)
+            self._load_and_recover()
+        except BaseException:
+            self._release_files()
+            self._lock_file.release()
+            raise
+        self.flush_services = FlushServices(self)
+        self.flush_services.start()
+        self._write_abort()
+        self.is_open = True
+        return self
+
+    def _load_and_recover(self) -> None:
+        cfg = self.config
+        self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
+        self.put_lock = threading.Lock()
+        self.flush_lock = threading.Lock()
+        self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
+                                   transient=cfg.transient_pool)
+        self.commitlog.put_lock = self.put_lock
+        self.commitlog.load()
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._load_consume_queues()
+        self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
+        last_exit_ok = not os.path.exists(self.abort_path)
+        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
+        self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+        self.topic_table = TopicTable(self.root)
+        self.offsets = ConsumerOffsets(self.root)
+        self._last_store_ts = 0
+        self._dispatched_ts = 0
+        self.recovery = recover(self, last_exit_ok, self._repair, self._progress)
+        changed = False
+        for topic, qid in self.consume_queues:
+            changed |= self.topic_table.ensure(topic, qid, persist=False)
+        if changed:
+            self.topic_table.persist()
+
+    def _load_consume_queues(self) -> None:
+        base = os.path.join(self.root, "consumequeue")
+        if not os.path.isdir(base):
+            return
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qname in sorted(os.listdir(tdir)):
+                if qname.isdigit() and os.path.isdir(os.path.join(tdir, qname)):
+                    cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units)
+                    cq.load()
+                    self.consume_queues[(topic, int(qname))] = cq
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.root, "abort")
+
+    def _write_abort(self) -> None:
+        with open(self.abort_path, "w") as f:
+            f.write(str(os.getpid()))
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(self.root)
+
+    def close(self) -> None:
+        if not self.is_open:
+            return
+        self.is_open = False
+        self.flush_services.stop()
+        self.flush()
+        self.index.flush()
+        os.unlink(self.abort_path)
+        fsync_dir(self.root)
+        self._release_files()
+        self._lock_file.release()
+
+    def _release_files(self) -> None:
+        for part in ("commitlog", "index"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                obj.close()
+        for cq in getattr(self, "consume_queues", {}).values():
+            cq.close()
+
+    # --- writing ---------------------------------------------------------------------------
+    def _writable(self) -> None:
+        if not self.is_open:
+            raise StoreError("the store is closed")
+        if self.config.read_only:
+            raise StoreError("the store is open read-only")
+
+    def put(self, message: Message) -> PutResult:
+        return self.put_batch([message])[0]
+
+    def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
+        """Append messages in order; when it returns they are readable and findable (and on
+        disk in sync mode). Nothing is written if any message is invalid."""
+        self._writable()
+        encoded = []
+        for msg in messages:
+            rec, ts_pos = self.encoder.encode(msg)
+            self.commitlog.check_fits(len(rec))
+            encoded.append((msg, rec, ts_pos))
+        results = []
+        with self.put_lock:
+            for msg, rec, ts_pos in encoded:
+                results.append(self._append(msg, rec, ts_pos))
+        if results:
+            end = results[-1].commitlog_offset + results[-1].size
+            self.flush_services.wait_committed(end)
+            if self.config.flush_mode == "sync" and any(
+                    m.properties.get("WAIT") != "false" for m, _, _ in encoded):
+                self.flush_services.wait_flushed(end)
+        return results
+
+    def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
+        topic, qid = msg.topic, msg.queue_id
+        cq = self.consume_queues.get((topic, qid))
+        if cq is None:
+            cq = self._create_queue(topic, qid)
+        ttype = msg.sys_flag & TRANSACTION_MASK
+        in_queue = ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT)
+        queue_offset = cq.max_offset if in_queue else 0
+        keys = msg.keys
+        uniq = msg.properties.get(codec.PROPERTY_UNIQ_KEY)
+        if uniq:
+            keys = [uniq, *keys]
+        if in_queue:
+            cq.queue.last_file_for_append(queue_offset * 20)  # roll now: ENOSPC before writing
+        self.index.ensure_room(len(keys))
+        now = int(time.time() * 1000)
+        store_ts = now if now > self._last_store_ts else self._last_store_ts
+        self._last_store_ts = store_ts
+        phys = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
+        if in_queue:
+            cq.put(phys, len(rec), self.flavor.tags_code(msg.tags), queue_offset)
+        self.index.build(topic, keys, phys, store_ts, msg.sys_flag)
+        self._dispatched_ts = store_ts
+        return PutResult(phys, queue_offset, codec.msg_id(self.encoder.store_host_raw, phys),
+                         store_ts, len(rec))
+
+    def dispatch(self, msg: StoredMessage) -> None:
+        """Build ConsumeQueue and IndexFile entries for a record (recovery, rebuild)."""
+        ttype = msg.transaction_type
+        if ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT):
+            cq = self.consume_queues.get((msg.topic, msg.queue_id))
+            if cq is None:
+                cq = self._create_queue(msg.topic, msg.queue_id, persist=False)
+            cq.put(msg.commitlog_offset, msg.total_size, self.flavor.tags_code(msg.tags),
+                   msg.queue_offset)
+        self.index.build(msg.topic, msg.index_keys(), msg.commitlog_offset, msg.store_timestamp,
+                         msg.sys_flag)
+        if msg.store_timestamp > self._last_store_ts:
+            self._last_store_ts = msg.store_timestamp
+        self._dispatched_ts = msg.store_timestamp
+
+    def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
+        codec.validate_topic(topic)
+        cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
+        self.consume_queues[(topic, qid)] = cq
+        self.topic_table.ensure(topic, qid, persist=persist)
+        return cq
+
+    def create_topic(self, topic: str, queues: int = 1) -> None:
+        self._writable()
+        if not 1 <= queues <= 1024:
+            raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
+        self.topic_table.ensure(topic, queues - 1)
+
+    def add_queue(self, topic: str, queue_id: int) -> None:
+        self._writable()
+        if not 0 <= queue_id < 1024:
+            raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
+        self.topic_table.ensure(topic, queue_id)
+
+    # --- flushing --------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Make everything put so far durable: CommitLog, ConsumeQueues, checkpoint."""
+        self.checkpoint_now(flush_commitlog=True)
+
+    def checkpoint_now(self, flush_commitlog: bool) -> None:
+        with self.flush_lock:
+            with self.put_lock:
+                dispatched = self.commitlog.queue.max_wrote_offset
+                logics_ts = self._dispatched_ts
+            queue = self.commitlog.queue
+            if flush_commitlog:
+                queue.commit()
+                queue.flush()
+                if hasattr(self, "flush_services"):
+                    self.flush_services.flushed.advance(queue.flushed_where)
+                    self.flush_services.committed.advance(queue.max_offset)
+            for cq in list(self.consume_queues.values()):
+                cq.flush()
+            cp = self.checkpoint
+            cp.commitlog_flushed_offset = queue.flushed_where
+            cp.confirm_phy_offset = queue.flushed_where
+            cp.physic_msg_timestamp = queue.store_timestamp or cp.physic_msg_timestamp
+            if queue.flushed_where >= dispatched:
+                cp.cq_flushed_offset = dispatched
+                cp.logics_msg_timestamp = logics_ts or cp.logics_msg_timestamp
+            else:
+                cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
+            cp.index_msg_timestamp = self.index.flushed_end_timestamp
+            cp.flush()
+
+    def flush_logics(self) -> None:
+        """After recovery rebuilt entries: make them durable before anything else happens."""
+        for cq in self.consume_queues.values():
+            cq.flush()
+        self.index.flush()
+
+    def clean_expired_files(self) -> None:
+        clean_expired(self)
+
+    # --- reading ---------------------------------------------------------------------------
+    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:
+                return _EMPTY_QUEUE
+            raise NotFound(f"no queue {topic}/{queue_id}")
+        return cq
+
+    def _read(self, phys: int) -> StoredMessage:
+        msg = self.commitlog.read(phys)
+        if self.flavor.body_crc(msg.body) != msg.body_crc:
+            raise CorruptionError(f"body checksum mismatch at CommitLog offset {phys}")
+        return msg
+
+    def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
+        cq = self._cq(topic, queue_id)
+        entry = cq.entry(offset)
+        if entry is None:
+            raise NotFound(f"no message at {topic}/{queue_id}/{offset} "
+                           f"(offsets {cq.min_offset}..{cq.max_offset - 1})")
+        msg = self._read(entry[0])
+        if msg.topic != topic or msg.queue_id != queue_id or msg.queue_offset != offset:
+            raise CorruptionError(f"ConsumeQueue {topic}/{queue_id} entry {offset} points at "
+                                  f"{msg.topic}/{msg.queue_id}/{msg.queue_offset}")
+        return msg
+
+    def get_range(self, topic: str, queue_id: int, offset: int, n: int,
+                  tags: Iterable[str] | None = None) -> list[StoredMessage]:
+        if offset < 0 or n < 0:
+            raise NotFound(f"offset {offset} and count {n} must not be negative")
+        units = self._cq(topic, queue_id).entries(offset, n)
+        if tags is not None:
+            codes = [self.flavor.tags_code(t) for t in tags]
+            units = units[[int(u) in codes for u in units["tags"]]] if len(units) else units
+        return [self._read(int(u)) for u in units["offset"]]
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self._cq(topic, queue_id).min_offset
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._cq(topic, queue_id).max_offset
+
+    def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
+        return self._cq(topic, queue_id).offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
+
+    def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
+                  max_n: int = 64) -> list[StoredMessage]:
+        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed."""
+        if not key or max_n <= 0:
+            return []
+        topics = [topic] if topic is not None else sorted(self.topic_table.queues)
+        hits: dict[int, StoredMessage] = {}
+        for t in topics:
+            for phys in self.index.query(t, key, begin, end, max_n * 2):
+                if phys in hits:
+                    continue
+                try:
+                    msg = self._read(phys)
+                except (NotFound, CorruptionError):
+                    continue
+                if msg.topic == t and key in msg.index_keys() and begin <= msg.store_timestamp <= end:
+                    hits[phys] = msg
+        found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
+        return found[:max_n]
+
+    def get_by_msgid(self, msg_id: str) -> StoredMessage:
+        try:
+            _, _, offset = codec.parse_msg_id(msg_id)
+        except CodecError as exc:
+            raise NotFound(str(exc)) from None
+        return self._read(offset)
+
+    def topics(self) -> dict[str, int]:
+        return dict(self.topic_table.queues)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        n = self.topic_table.queues.get(topic)
+        if n is None:
+            raise NotFound(f"no topic {topic!r}")
+        return list(range(n))
+
+    # --- consumer offsets ------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._writable()
+        if topic not in self.topic_table.queues or queue_id >= self.topic_table.queues[topic]:
+            raise NotFound(f"no queue {topic}/{queue_id}")
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.offsets.get(group, topic, queue_id)
+
+    def groups(self) -> dict[str, dict[str, dict[int, int]]]:
+        return self.offsets.groups()
+
+
+class _EmptyQueue:
+    """A queue declared in topics.json that has no messages yet."""
+
+    min_offset = 0
+    max_offset = 0
+
+    def entry(self, offset: int):
+        return None
+
+    def entries(self, offset: int, n: int) -> np.ndarray:
+        return np.empty(0, dtype=UNIT_DTYPE)
+
+    def offset_by_time(self, ts, store_time, upper=False) -> int:
+        return 0
+
+
+_EMPTY_QUEUE = _EmptyQueue()
