@@ -29,15 +29,7 @@ def read_manifest(root: str, config: StoreConfig | None = None) -> StoreConfig:
     config = config or StoreConfig()
     data = read_json(manifest_path(root))
     if data is None:
-        commitlog = os.path.join(root, "commitlog")
-        sizes = {os.path.getsize(os.path.join(commitlog, n))
-                 for n in (os.listdir(commitlog) if os.path.isdir(commitlog) else [])
-                 if len(n) == 20 and n.isdigit()} - {0}
-        if not sizes:
-            return config
-        if len(sizes) > 1:
-            raise StoreFormatError(f"CommitLog files of different sizes {sorted(sizes)} in {commitlog}")
-        return replace(config, flavor="rocketmq", commitlog_file_size=sizes.pop())
+        return _infer_broker_config(root, config)
     if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
         raise StoreFormatError(f"{manifest_path(root)} has an unknown format (want {FORMAT_VERSION})")
     try:
@@ -45,6 +37,38 @@ def read_manifest(root: str, config: StoreConfig | None = None) -> StoreConfig:
         return replace(config, flavor=str(data["flavor"]), **fields)
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreFormatError(f"{manifest_path(root)} is missing or has a bad field: {exc}") from None
+
+
+def _file_sizes(directory: str, name_len: int) -> set[int]:
+    sizes: set[int] = set()
+    for dirpath, _, names in os.walk(directory):
+        sizes.update(os.path.getsize(os.path.join(dirpath, n)) for n in names
+                     if len(n) == name_len and n.isdigit())
+    return sizes - {0}
+
+
+def _one_size(directory: str, name_len: int) -> int | None:
+    sizes = _file_sizes(directory, name_len)
+    if len(sizes) > 1:
+        raise StoreFormatError(f"files of different sizes {sorted(sizes)} under {directory}")
+    return sizes.pop() if sizes else None
+
+
+def _infer_broker_config(root: str, config: StoreConfig) -> StoreConfig:
+    """Sizes of a store a RocketMQ broker wrote, read off its files (the broker keeps them in
+    its own config). IndexFiles are assumed to keep RocketMQ's 4 entries per slot."""
+    commitlog = _one_size(os.path.join(root, "commitlog"), 20)
+    if commitlog is None:
+        return config
+    found = {"flavor": "rocketmq", "commitlog_file_size": commitlog}
+    cq = _one_size(os.path.join(root, "consumequeue"), 20)
+    if cq is not None:
+        found["consume_queue_units"] = cq // 20
+    index = _one_size(os.path.join(root, "index"), 17)
+    if index is not None and (index - 40) % 84 == 0:
+        found["index_slots"] = (index - 40) // 84
+        found["index_entries"] = 4 * found["index_slots"]
+    return replace(config, **found)
 
 
 def write_manifest(root: str, config: StoreConfig) -> None:

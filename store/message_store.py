@@ -360,7 +360,10 @@ class MessageStore:
             _, _, offset = codec.parse_msg_id(msg_id)
         except CodecError as exc:
             raise NotFound(str(exc)) from None
-        return self._read(offset)
+        msg = self._read(offset)
+        if msg.msg_id != msg_id.upper():
+            raise NotFound(f"no message with id {msg_id} (offset {offset} holds {msg.msg_id})")
+        return msg
 
     def topics(self) -> dict[str, int]:
         return dict(self.topic_table.queues)

@@ -1,0 +1,29 @@
+"""Small-file store configs and message factories shared by the store tests."""
+
+import os
+import random
+
+from store import Message, StoreConfig
+
+
+def small_config(**overrides) -> StoreConfig:
+    """Files small enough that a few hundred messages roll CommitLog, CQ and index files."""
+    values = dict(commitlog_file_size=64 * 1024, consume_queue_units=100, index_slots=64,
+                  index_entries=200)
+    values.update(overrides)
+    return StoreConfig(**values)
+
+
+def random_messages(rng: random.Random, n: int, topics=("TopicA", "TopicB"), queues=3,
+                    max_body=3000) -> list[Message]:
+    out = []
+    for i in range(n):
+        body = rng.randbytes(rng.randint(0, max_body))
+        out.append(Message.create(rng.choice(topics), body, queue_id=rng.randrange(queues),
+                                  keys=[f"key-{i}", f"shared-{i % 7}"], tags=f"tag{i % 3}"))
+    return out
+
+
+def files_in(root: str, sub: str) -> list[str]:
+    path = os.path.join(root, sub)
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []

@@ -1,0 +1,172 @@
+"""Record codec: the real-broker test vector, RocketMQ's length facts, and property tests."""
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import codec
+from store.codec import Encoder, Message
+from store.errors import CodecError, InvalidMessage
+from store.flavor import ROCKETMQ, XXHASH, java_string_hash
+
+# ali-ons test/fixtures/message.bin, bytes 0..131 (format reference §12)
+VECTOR = bytes.fromhex(
+    "00000084DAA320A755BDF8FC0000000000000000000000000000011400000065"
+    "00E59F3E000000000000014FEFA25A930A3E3C520000D3390000014FEFA25AD5"
+    "0ADA91A6000029CC000000000000000000000000000000167B22726F6F6D223A"
+    "2231222C226D7367223A2231227D0954"
+    "6F7069635465737400" "0A5441475301546167410" "2"
+)
+
+
+def test_real_broker_vector_decodes_to_reference_values():
+    assert len(VECTOR) == 132
+    m = codec.decode(VECTOR, 0, ROCKETMQ)
+    assert m.total_size == 132 and m.magic == codec.MAGIC_V1
+    assert m.body_crc == 1438513404 == zlib.crc32(b'{"room":"1","msg":"1"}') & 0x7FFFFFFF
+    assert (m.queue_id, m.flag, m.queue_offset) == (0, 0, 276)
+    assert m.commitlog_offset == 433806745406 and m.sys_flag == 0
+    assert m.born_timestamp == 0x14FEFA25A93 and m.store_timestamp == 0x14FEFA25AD5
+    assert m.born_host == ("10.62.60.82", 54073)
+    assert m.store_host == ("10.218.145.166", 10700)
+    assert bytes(m.body) == b'{"room":"1","msg":"1"}'
+    assert m.topic == "TopicTest" and m.properties == {"TAGS": "TagA"}
+    assert m.msg_id == "0ADA91A6000029CC0000006500E59F3E"
+
+
+def test_real_broker_vector_reencodes_byte_for_byte():
+    m = codec.decode(VECTOR, 0, ROCKETMQ)
+    enc = Encoder(ROCKETMQ, m.store_host, 4 << 20)
+    msg = Message(topic=m.topic, body=bytes(m.body), queue_id=m.queue_id,
+                  properties=m.properties, born_timestamp=m.born_timestamp, born_host=m.born_host)
+    rec, ts_pos = enc.encode(msg)
+    codec.stamp(rec, ts_pos, m.queue_offset, m.commitlog_offset, m.store_timestamp)
+    assert bytes(rec) == VECTOR
+
+
+def test_java_hashes_match_reference_numbers():
+    assert java_string_hash("TagA") == 2598919
+    assert java_string_hash("TAG1") == 2567159
+    assert java_string_hash("polygenelubricants") == -(1 << 31)
+    assert ROCKETMQ.tags_code("polygenelubricants") == -(1 << 31)
+    assert ROCKETMQ.key_hash("polygenelubricants") == 0
+    assert ROCKETMQ.key_hash("TopicTest#KEY1") == 1656969516
+    assert ROCKETMQ.key_hash("FooBar#60") == 78144144
+
+
+def test_ten_foobar_messages_occupy_1580_bytes():
+    enc = Encoder(ROCKETMQ, ("127.0.0.1", 10911), 4 << 20)
+    sizes = [len(enc.encode(Message.create("FooBar", b"x" * 32, keys=[f"{1700000000000 + i}"],
+                                           tags="TAG1"))[0]) for i in range(10)]
+    assert sizes == [158] * 10 and sum(sizes) == 1580
+
+
+def test_v2_magic_for_long_retry_topics_and_ipv6_hosts():
+    enc = Encoder(XXHASH, ("::1", 10911), 4 << 20)
+    topic = "%RETRY%" + "g" * 200
+    rec, _ = enc.encode(Message(topic=topic, body=b"b", born_host=("fe80::1", 7)))
+    m = codec.decode(bytes(rec), 0, XXHASH)
+    assert m.magic == codec.MAGIC_V2 and m.topic == topic
+    assert m.sys_flag & (codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG) == 0x30
+    assert m.born_host == ("fe80::1", 7) and m.store_host == ("::1", 10911)
+    assert len(m.msg_id) == 56
+
+
+@pytest.mark.parametrize("topic", ["", "a b", "x/y", "..", "t" * 128, "naïve"])
+def test_topics_rocketmq_refuses_are_refused(topic):
+    with pytest.raises(InvalidMessage):
+        Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20).encode(Message(topic=topic, body=b""))
+
+
+def test_oversized_body_and_properties_are_refused():
+    enc = Encoder(XXHASH, ("127.0.0.1", 1), 1024)
+    with pytest.raises(InvalidMessage, match="limit is 1024"):
+        enc.encode(Message(topic="t", body=b"x" * 1025))
+    with pytest.raises(InvalidMessage, match="32767"):
+        enc.encode(Message(topic="t", body=b"", properties={"p": "v" * 40000}))
+    with pytest.raises(InvalidMessage, match="separator"):
+        enc.encode(Message(topic="t", body=b"", properties={"p": "a\x01b"}))
+
+
+def test_properties_decoding_drops_empty_keys_and_values():
+    raw = "A\x011\x02\x01x\x02B\x01\x02C\x013".encode()
+    assert codec.decode_properties(raw) == {"A": "1", "C": "3"}
+    assert codec.decode_properties(b"") == {}
+
+
+def test_compression_flag_is_carried_through():
+    enc = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20)
+    rec, _ = enc.encode(Message(topic="t", body=zlib.compress(b"hello"), sys_flag=0x1 | (3 << 8)))
+    assert codec.decode(bytes(rec), 0, XXHASH).sys_flag == 0x1 | (3 << 8)
+
+
+def test_msg_id_round_trip_and_malformed_ids():
+    raw_host, _ = codec.encode_host("10.0.0.1", 10911)
+    mid = codec.msg_id(raw_host, 123456)
+    assert codec.parse_msg_id(mid) == ("10.0.0.1", 10911, 123456)
+    for bad in ["", "XYZ", "0" * 31, "G" * 32]:
+        with pytest.raises(CodecError):
+            codec.parse_msg_id(bad)
+
+
+_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+                min_size=1, max_size=20)
+_hosts = st.sampled_from([("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 80), ("2001:db8::7", 9)])
+
+
+@st.composite
+def messages(draw):
+    topic = draw(st.one_of(st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True),
+                           st.from_regex(r"%RETRY%[a-z]{121,248}", fullmatch=True)))
+    return Message(
+        topic=topic,
+        body=draw(st.binary(max_size=2000)),
+        queue_id=draw(st.integers(0, 2**31 - 1)),
+        properties=draw(st.dictionaries(_text, _text, max_size=5)),
+        flag=draw(st.integers(-2**31, 2**31 - 1)),
+        sys_flag=draw(st.sampled_from([0, 1, 4, 8, 0x301])),  # plain, compressed, tx types
+        born_timestamp=draw(st.integers(1, 2**62)),
+        born_host=draw(_hosts),
+        reconsume_times=draw(st.integers(0, 2**31 - 1)),
+        prepared_transaction_offset=draw(st.integers(0, 2**62)),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(msg=messages(), flavor=st.sampled_from([ROCKETMQ, XXHASH]), store_host=_hosts,
+       qoff=st.integers(0, 2**62), phys=st.integers(0, 2**62), ts=st.integers(0, 2**62))
+def test_encode_decode_round_trip(msg, flavor, store_host, qoff, phys, ts):
+    rec, ts_pos = Encoder(flavor, store_host, 4 << 20).encode(msg)
+    codec.stamp(rec, ts_pos, qoff, phys, ts)
+    m = codec.decode(bytes(rec), 0, flavor)
+    assert m.total_size == len(rec)
+    assert (m.topic, bytes(m.body), m.queue_id, m.properties, m.flag) == (
+        msg.topic, msg.body, msg.queue_id, msg.properties, msg.flag)
+    assert (m.queue_offset, m.commitlog_offset, m.store_timestamp) == (qoff, phys, ts)
+    assert (m.born_timestamp, m.born_host, m.store_host) == (msg.born_timestamp, msg.born_host, store_host)
+    assert (m.reconsume_times, m.prepared_transaction_offset) == (msg.reconsume_times, msg.prepared_transaction_offset)
+    assert m.sys_flag & ~0x30 == msg.sys_flag
+    assert m.magic == (codec.MAGIC_V2 if len(msg.topic) > 127 else codec.MAGIC_V1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=400), pos=st.integers(0, 50), flavor=st.sampled_from([None, ROCKETMQ, XXHASH]))
+def test_decoding_arbitrary_bytes_raises_only_codec_error(data, pos, flavor):
+    try:
+        codec.decode(data, pos, flavor)
+    except CodecError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(msg=messages(), flip=st.integers(0, 10**6))
+def test_decoding_damaged_records_raises_only_codec_error(msg, flip):
+    rec, _ = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20).encode(msg)
+    i = flip % len(rec)
+    rec[i] ^= 0xFF
+    try:
+        codec.decode(bytes(rec), 0, XXHASH)
+    except CodecError:
+        pass

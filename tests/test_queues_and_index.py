@@ -1,0 +1,171 @@
+"""ConsumeQueue, IndexFile and dispatch: consistency after random puts, RocketMQ's index facts,
+time search, reopen, consumer offsets and bad input."""
+
+import os
+import random
+import time
+
+import pytest
+
+from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
+from store import codec
+from store.flavor import ROCKETMQ, XXHASH
+from store.index_file import IndexFile
+from tests.store_helpers import random_messages, small_config
+
+
+def _check_consistency(s: MessageStore, msgs: list[Message]) -> None:
+    for (topic, qid), cq in s.consume_queues.items():
+        for i in range(cq.min_offset, cq.max_offset):
+            m = s.get(topic, qid, i)
+            assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, i)
+    for i, m in enumerate(msgs):
+        hits = s.query_key(f"key-{i}")
+        assert [bytes(h.body) for h in hits] == [m.body], i
+
+
+@pytest.mark.parametrize("flavor", ["xxhash", "rocketmq"])
+def test_every_entry_points_at_its_record_and_every_key_is_found(tmp_path, flavor):
+    rng = random.Random(11)
+    msgs = random_messages(rng, 600, topics=("A", "B", "C"), queues=4, max_body=500)
+    with MessageStore(str(tmp_path), small_config(flavor=flavor)) as s:
+        for m in msgs:
+            s.put(m)
+        assert sum(cq.max_offset for cq in s.consume_queues.values()) == 600
+        _check_consistency(s, msgs)
+        answers = {i: [x.commitlog_offset for x in s.query_key(f"shared-{i}", max_n=1000)]
+                   for i in range(7)}
+    assert len(os.listdir(tmp_path / "index")) > 3
+    with MessageStore(str(tmp_path)) as s:  # reopen after a clean close: same answers
+        _check_consistency(s, msgs)
+        assert {i: [x.commitlog_offset for x in s.query_key(f"shared-{i}", max_n=1000)]
+                for i in range(7)} == answers
+        assert len(answers[0]) == len([i for i in range(600) if i % 7 == 0])
+
+
+def test_index_file_holds_entries_minus_one(tmp_path):
+    f = IndexFile(str(tmp_path / "20250101000000000"), 100, 400)
+    accepted = sum(f.put_key(ROCKETMQ.key_hash(f"t#{i}"), i * 100, 1_700_000_000_000 + i)
+                   for i in range(400))
+    assert accepted == 399 and f.index_count == 400 and not f.put_key(1, 1, 1)
+    assert f.select(ROCKETMQ.key_hash("t#60"), 0, 2**62, 64) == [6000]
+
+
+def test_colliding_keys_are_told_apart(tmp_path):
+    with MessageStore(str(tmp_path), small_config(index_slots=1, index_entries=500)) as s:
+        for i in range(100):
+            s.put(Message.create("t", f"body{i}".encode(), keys=[f"k{i}"]))
+        assert [bytes(m.body) for m in s.query_key("k42")] == [b"body42"]
+        assert s.index.files[-1].hash_slot_count == 1  # everything in one bucket
+
+
+def test_time_range_excludes_older_hits(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        old = s.put(Message.create("t", b"old", keys=["k"]))
+        time.sleep(1.1)  # index times have one-second resolution; the gap must exceed it
+        new = s.put(Message.create("t", b"new", keys=["k"]))
+        assert [bytes(m.body) for m in s.query_key("k")] == [b"new", b"old"]
+        assert [bytes(m.body) for m in s.query_key("k", begin=new.store_timestamp)] == [b"new"]
+        assert [bytes(m.body) for m in s.query_key("k", end=old.store_timestamp)] == [b"old"]
+        assert s.query_key("k", topic="other") == []
+
+
+def test_uniq_key_is_indexed_and_msgid_lookup(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        r = s.put(Message.create("t", b"x", properties={"UNIQ_KEY": "U123"}))
+        assert [m.commitlog_offset for m in s.query_key("U123")] == [r.commitlog_offset]
+        assert bytes(s.get_by_msgid(r.msg_id).body) == b"x"
+        for bad in ["nope", "0" * 32, "Z" * 32]:
+            with pytest.raises(NotFound):
+                s.get_by_msgid(bad)
+
+
+def test_transactions_prepared_and_rollback_never_reach_the_queue(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.put(Message.create("t", b"prep", keys=["p"], sys_flag=codec.TRANSACTION_PREPARED))
+        s.put(Message.create("t", b"roll", keys=["r"], sys_flag=codec.TRANSACTION_ROLLBACK))
+        c = s.put(Message.create("t", b"commit", keys=["c"], sys_flag=codec.TRANSACTION_COMMIT))
+        assert s.max_offset("t", 0) == 1 and c.queue_offset == 0
+        assert bytes(s.get("t", 0, 0).body) == b"commit"
+        assert [bytes(m.body) for m in s.query_key("p")] == [b"prep"]
+        assert s.query_key("r") == []
+
+
+def test_offset_by_time_both_boundaries(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        stamps = [s.put(Message(topic="t", body=b"%d" % i)).store_timestamp for i in range(50)]
+        mid = stamps[20]
+        lower = s.offset_by_time("t", 0, mid)
+        upper = s.offset_by_time("t", 0, mid, upper=True)
+        assert stamps[lower] == mid and (lower == 0 or stamps[lower - 1] < mid)
+        assert stamps[upper] == mid and (upper == 49 or stamps[upper + 1] > mid)
+        assert s.offset_by_time("t", 0, stamps[0] - 20_000) == 0
+        assert s.offset_by_time("t", 0, stamps[-1] + 1) == 50
+
+
+def test_get_range_and_tag_filter(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        for i in range(300):
+            s.put(Message.create("t", b"%d" % i, tags=f"tag{i % 3}"))
+        got = s.get_range("t", 0, 95, 10)
+        assert [bytes(m.body) for m in got] == [b"%d" % i for i in range(95, 105)]
+        tagged = s.get_range("t", 0, 0, 30, tags=["tag1"])
+        assert [bytes(m.body) for m in tagged] == [b"%d" % i for i in range(1, 30, 3)]
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.get("nope", 0, 0), lambda s: s.get("t", 9, 0), lambda s: s.get("t", 0, 5),
+    lambda s: s.get("t", 0, -1), lambda s: s.get("t", -1, 0), lambda s: s.get_range("t", 0, -3, 2),
+    lambda s: s.max_offset("nope", 0), lambda s: s.commit_offset("g", "nope", 0, 1),
+])
+def test_bad_lookups_are_clear_errors_and_change_nothing(tmp_path, call):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.put(Message(topic="t", body=b"x"))
+        s.flush()
+        snapshot = {p: os.path.getmtime(os.path.join(dp, p))
+                    for dp, _, ps in os.walk(tmp_path) for p in ps}
+        with pytest.raises(NotFound):
+            call(s)
+        assert {p: os.path.getmtime(os.path.join(dp, p))
+                for dp, _, ps in os.walk(tmp_path) for p in ps} == snapshot
+
+
+def test_consumer_offsets_persist_and_read_rocketmq_json(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.create_topic("t", 2)
+        s.commit_offset("g1", "t", 1, 42)
+        assert s.committed_offset("g1", "t", 1) == 42 and s.committed_offset("g1", "t", 0) is None
+    with MessageStore(str(tmp_path)) as s:
+        assert s.groups() == {"g1": {"t": {1: 42}}} and s.topics() == {"t": 2}
+    # fastjson writes integer map keys unquoted
+    (tmp_path / "config" / "consumerOffset.json").write_text(
+        '{"offsetTable":{"t@g2":{0:12,1:15}},"dataVersion":{"counter":3}}')
+    with MessageStore(str(tmp_path)) as s:
+        assert s.committed_offset("g2", "t", 1) == 15
+
+
+def test_corrupt_config_json_falls_back_to_bak_or_is_a_clear_error(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.create_topic("t")
+        s.create_topic("u")
+    path = tmp_path / "config" / "topics.json"
+    path.write_text("{not json")
+    with MessageStore(str(tmp_path)) as s:
+        assert "t" in s.topics()  # read from topics.json.bak
+    (tmp_path / "config" / "topics.json.bak").write_text("garbage")
+    path.write_text("{not json")
+    with pytest.raises(StoreFormatError, match="topics.json"):
+        MessageStore(str(tmp_path)).open()
+    assert path.read_text() == "{not json"
+
+
+def test_get_detects_a_flipped_bit_in_a_body(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        r = s.put(Message(topic="t", body=b"hello world"))
+        mf = s.commitlog.queue.find(r.commitlog_offset)
+        mm = mf.buffer()
+        pos = r.commitlog_offset + r.size - 1 - 2 - 1 - 5
+        mm[pos] ^= 0x01
+        with pytest.raises(CorruptionError, match="checksum"):
+            s.get("t", 0, 0)
+        mm[pos] ^= 0x01
