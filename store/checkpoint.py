@@ -18,6 +18,7 @@ import struct
 import xxhash
 from dataclasses import dataclass
 
+from .crash_points import crash_point
 from .mapped_file import fsync_dir
 
 SIZE = 4096
@@ -68,8 +69,10 @@ class Checkpoint:
         created = not os.path.exists(self.path)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
+            crash_point("checkpoint.before")
             os.pwrite(fd, buf, 0)
             os.fdatasync(fd)
+            crash_point("checkpoint.after")
         finally:
             os.close(fd)
         if created:

@@ -17,6 +17,7 @@ from .errors import CodecError, InvalidMessage, NotFound
 from .flavor import Flavor
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
+from .crash_points import crash_point
 
 _BLANK = struct.Struct(">ii")
 
@@ -53,6 +54,7 @@ class CommitLog:
         mf = self.queue.last_file_for_append()
         if size + END_FILE_MIN_BLANK > mf.remaining():
             nxt = self.queue.ensure_next_file()  # may raise ENOSPC: nothing written yet
+            crash_point("commitlog.roll")
             blank = mf.remaining()
             mf.append(_BLANK.pack(blank, MAGIC_BLANK))
             mf.wrote_position = self.file_size
@@ -64,7 +66,9 @@ class CommitLog:
         mf = self.file_for(len(rec))
         phys = mf.file_from_offset + mf.wrote_position
         codec.stamp(rec, store_ts_pos, queue_offset, phys, store_ts)
+        crash_point("commitlog.before_write")
         mf.append(rec)
+        crash_point("commitlog.after_write")
         mf.store_timestamp = store_ts
         return phys
 

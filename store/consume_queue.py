@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .crash_points import crash_point
 from .mapped_file_queue import MappedFileQueue
 
 UNIT_SIZE = 20
@@ -66,6 +67,7 @@ class ConsumeQueue:
             mf.append(_UNIT.pack(*PRE_BLANK))
             mf = self.queue.last_file_for_append()
             current = mf.file_from_offset + mf.wrote_position
+        crash_point("cq.write")
         mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
         self.max_physic_offset = commitlog_offset + size
         return True

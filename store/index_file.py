@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 
+from .crash_points import crash_point
 from .mapped_file import MappedFile
 
 HEADER_SIZE = 40
@@ -69,6 +70,7 @@ class IndexFile:
         else:
             time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
         pos = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
+        crash_point("index.write")
         _ENTRY.pack_into(mm, pos, key_hash, phy_offset, time_diff, slot_value)
         _I32.pack_into(mm, slot_pos, self.index_count)
         if self.index_count <= 1:

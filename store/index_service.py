@@ -12,6 +12,7 @@ import time
 from datetime import datetime
 
 from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
+from .crash_points import crash_point
 from .flavor import Flavor
 from .index_file import IndexFile
 from .mapped_file import fsync_dir
@@ -75,6 +76,7 @@ class IndexService:
                       end_phy_offset=last.end_phy_offset if last else 0,
                       end_timestamp=last.end_timestamp if last else 0)
         fsync_dir(self.directory)
+        crash_point("index.roll")
         if last is not None:
             last.flush()
             self.flushed_end_timestamp = last.end_timestamp

@@ -14,6 +14,7 @@ import mmap
 import os
 import threading
 
+from .crash_points import crash_point
 from .errors import StoreFormatError
 
 OS_PAGE = 4096
@@ -136,7 +137,9 @@ class MappedFile:
             if target > self.flushed_position:
                 # msync(MS_SYNC) syncs the file range whichever path dirtied it
                 start = self.flushed_position - self.flushed_position % OS_PAGE
+                crash_point("flush.before")
                 self.mm.flush(start, target - start)
+                crash_point("flush.after")
                 self.flushed_position = target
             return self.flushed_position
 

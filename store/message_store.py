@@ -23,6 +23,7 @@ from .codec import (TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT, Encod
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import UNIT_DTYPE, ConsumeQueue
+from .crash_points import crash_point
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, StoreError
 from .flavor import flavor_named
 from .flush import FlushServices
@@ -132,6 +133,7 @@ class MessageStore:
         return os.path.join(self.root, "abort")
 
     def _write_abort(self) -> None:
+        crash_point("abort.create")
         with open(self.abort_path, "w") as f:
             f.write(str(os.getpid()))
             f.flush()
@@ -145,6 +147,7 @@ class MessageStore:
         self.flush_services.stop()
         self.flush()
         self.index.flush()
+        crash_point("abort.delete")
         os.unlink(self.abort_path)
         fsync_dir(self.root)
         self._release_files()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from . import codec
 from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from .crash_points import crash_point
 from .errors import CodecError, CorruptionError
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
                 reason = f"record at {phys} says it is at {msg.commitlog_offset}"
                 break
             if phys >= dispatch_from:
+                crash_point("recovery.dispatch")
                 store.dispatch(msg)
                 dispatched += 1
             pos += size
@@ -142,6 +144,7 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
         log.info("recovery: CommitLog ends at %d (%s)", end, reason)
 
     report.truncated_bytes = max(0, max_before - end) if not last_exit_ok else 0
+    crash_point("recovery.truncate")
     for cq in store.consume_queues.values():
         cq.truncate_from_physical(end)
     store.index.truncate_from_physical(end)
