@@ -91,12 +91,14 @@ def parse_host(text: str) -> tuple[str, int]:
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
-    parts = []
-    for k, v in props.items():
-        if NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
-            raise InvalidMessage(f"property {k!r} contains a \\x01 or \\x02 separator byte")
-        parts.append(f"{k}\x01{v}\x02")
-    return "".join(parts).encode("utf-8")
+    if not props:
+        return b""
+    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
+    n = len(props)
+    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
+        bad = [k for k, v in props.items() if set(k + v) & {NAME_VALUE_SEP, PROPERTY_SEP}]
+        raise InvalidMessage(f"property {bad[0]!r} contains a \\x01 or \\x02 separator byte")
+    return text.encode("utf-8")
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
@@ -176,28 +178,60 @@ class Message:
         return self.properties.get(PROPERTY_TAGS, "")
 
 
-@dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A record decoded from the CommitLog."""
+    """A record decoded from the CommitLog. Hosts and properties are decoded on first use:
+    most reads (cat of a message, a ConsumeQueue check) never look at them."""
 
-    total_size: int
-    magic: int
-    body_crc: int
-    queue_id: int
-    flag: int
-    queue_offset: int
-    commitlog_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: tuple[str, int]
-    store_timestamp: int
-    store_host: tuple[str, int]
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body: bytes | memoryview
-    topic: str
-    properties: dict[str, str]
-    store_host_raw: bytes = b""
+    __slots__ = ("total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
+                 "commitlog_offset", "sys_flag", "born_timestamp", "store_timestamp",
+                 "reconsume_times", "prepared_transaction_offset", "body", "topic",
+                 "born_host_raw", "store_host_raw", "_props_raw", "_props")
+
+    def __init__(self, total_size: int, magic: int, body_crc: int, queue_id: int, flag: int,
+                 queue_offset: int, commitlog_offset: int, sys_flag: int, born_timestamp: int,
+                 born_host_raw: bytes, store_timestamp: int, store_host_raw: bytes,
+                 reconsume_times: int, prepared_transaction_offset: int,
+                 body: bytes | memoryview, topic: str, props_raw: bytes):
+        self.total_size = total_size
+        self.magic = magic
+        self.body_crc = body_crc
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host_raw = born_host_raw
+        self.store_timestamp = store_timestamp
+        self.store_host_raw = store_host_raw
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body = body
+        self.topic = topic
+        self._props_raw = props_raw
+        self._props: dict[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return (f"StoredMessage({self.topic}/{self.queue_id}/{self.queue_offset} "
+                f"@{self.commitlog_offset}, {len(self.body)} bytes)")
+
+    @property
+    def born_host(self) -> tuple[str, int]:
+        return decode_host(self.born_host_raw)
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return decode_host(self.store_host_raw)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._props is None:
+            try:
+                self._props = decode_properties(self._props_raw)
+            except UnicodeDecodeError:
+                raise CodecError(f"properties of the record at {self.commitlog_offset} are not "
+                                 "UTF-8") from None
+        return self._props
 
     @property
     def keys(self) -> list[str]:
@@ -223,65 +257,76 @@ class StoredMessage:
 
 
 class Encoder:
-    """Builds records for one store: fixed store host, flavor and size limit."""
+    """Builds records for one store: fixed store host, flavor and size limit.
+
+    The hot path of every put: the fixed part of the header is packed in one struct call
+    and topic validation is cached per topic name.
+    """
 
     def __init__(self, flavor: Flavor, store_host: tuple[str, int], max_message_size: int):
         self.flavor = flavor
         self.store_host_raw, self.store_v6 = encode_host(*store_host)
         self.max_message_size = max_message_size
+        self._topics: dict[str, bytes] = {}
+        self._layouts: dict[tuple[int, int], struct.Struct] = {}
+
+    def _topic_part(self, topic: str) -> bytes:
+        """TOPICLEN + TOPIC bytes, validated once per topic name."""
+        part = self._topics.get(topic)
+        if part is None:
+            validate_topic(topic)
+            raw = topic.encode("ascii")
+            part = (_I16.pack(len(raw)) if len(raw) > MAX_TOPIC_LEN else bytes([len(raw)])) + raw
+            if len(self._topics) < 100_000:
+                self._topics[topic] = part
+        return part
+
+    def _layout(self, born_len: int) -> struct.Struct:
+        """Header struct from TOTALSIZE to BODYLEN for a born-host width."""
+        key = (born_len, len(self.store_host_raw))
+        st = self._layouts.get(key)
+        if st is None:
+            st = self._layouts[key] = struct.Struct(
+                f">iiiiiqqiq{born_len}sq{len(self.store_host_raw)}siqi")
+        return st
 
     def encode(self, msg: Message) -> tuple[bytearray, int]:
         """The record with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP still zero, and the
         position of STORETIMESTAMP (it moves with the born host's width)."""
-        validate_topic(msg.topic)
+        topic_part = self._topic_part(msg.topic)
         body = msg.body
-        if len(body) > self.max_message_size:
+        body_len = len(body)
+        if body_len > self.max_message_size:
             raise InvalidMessage(
-                f"message body is {len(body)} bytes, the limit is {self.max_message_size}"
+                f"message body is {body_len} bytes, the limit is {self.max_message_size}"
             )
-        if not 0 <= msg.queue_id < (1 << 31):
-            raise InvalidMessage(f"queue id {msg.queue_id} is out of range")
+        queue_id = msg.queue_id
+        if not 0 <= queue_id < (1 << 31):
+            raise InvalidMessage(f"queue id {queue_id} is out of range")
         props = encode_properties(msg.properties)
-        if len(props) > MAX_PROPERTIES_LEN:
+        props_len = len(props)
+        if props_len > MAX_PROPERTIES_LEN:
             raise InvalidMessage(
-                f"properties are {len(props)} bytes, the limit is {MAX_PROPERTIES_LEN}"
+                f"properties are {props_len} bytes, the limit is {MAX_PROPERTIES_LEN}"
             )
-        topic = msg.topic.encode("ascii")
         born_raw, born_v6 = encode_host(*msg.born_host)
         sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
         if born_v6:
             sys_flag |= BORNHOST_V6_FLAG
         if self.store_v6:
             sys_flag |= STOREHOST_V6_FLAG
-        v2 = len(topic) > MAX_TOPIC_LEN
-        total = record_length(sys_flag, len(body), len(topic), len(props))
-        born_ts = msg.born_timestamp or int(time.time() * 1000)
-        rec = bytearray(total)
-        _HEAD.pack_into(
-            rec, 0, total, MAGIC_V2 if v2 else MAGIC_V1, self.flavor.body_crc(body),
-            msg.queue_id, msg.flag, 0, 0, sys_flag, born_ts,
-        )
-        pos = 48
-        rec[pos : pos + len(born_raw)] = born_raw
-        store_ts_pos = pos + len(born_raw)
-        pos = store_ts_pos + 8
-        rec[pos : pos + len(self.store_host_raw)] = self.store_host_raw
-        pos += len(self.store_host_raw)
-        _TAIL.pack_into(rec, pos, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-        pos += 16
-        rec[pos : pos + len(body)] = body
-        pos += len(body)
-        if v2:
-            _I16.pack_into(rec, pos, len(topic))
-            pos += 2
-        else:
-            rec[pos] = len(topic)
-            pos += 1
-        rec[pos : pos + len(topic)] = topic
-        pos += len(topic)
-        _I16.pack_into(rec, pos, len(props))
-        rec[pos + 2 :] = props
-        return rec, store_ts_pos
+        layout = self._layout(len(born_raw))
+        total = layout.size + body_len + len(topic_part) + 2 + props_len
+        magic = MAGIC_V2 if len(topic_part) > MAX_TOPIC_LEN + 1 else MAGIC_V1
+        rec = bytearray(layout.pack(
+            total, magic, self.flavor.body_crc(body), queue_id, msg.flag, 0, 0, sys_flag,
+            msg.born_timestamp or int(time.time() * 1000), born_raw, 0, self.store_host_raw,
+            msg.reconsume_times, msg.prepared_transaction_offset, body_len))
+        rec += body
+        rec += topic_part
+        rec += _I16.pack(props_len)
+        rec += props
+        return rec, 48 + len(born_raw)
 
 
 def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, phys: int, store_ts: int) -> None:
@@ -298,6 +343,9 @@ def peek_header(buf, pos: int) -> tuple[int, int]:
     return struct.unpack_from(">ii", buf, pos)
 
 
+_FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")  # both hosts IPv4: the common case
+
+
 def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = False) -> StoredMessage:
     """Decode the record at pos. With a flavor, verify the body checksum.
 
@@ -307,23 +355,27 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = Fa
     view = memoryview(buf)
     try:
         avail = len(view) - pos
-        total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts = _HEAD.unpack_from(view, pos)
-        if magic not in (MAGIC_V1, MAGIC_V2):
+        (total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts) = _HEAD.unpack_from(view, pos)
+        if magic != MAGIC_V1 and magic != MAGIC_V2:
             raise CodecError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
         if total < 91 or total > avail:
             raise CodecError(f"record size {total} at {pos} does not fit in {avail} bytes")
-        bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-        sh = 20 if sys_flag & STOREHOST_V6_FLAG else 8
-        p = pos + 48
-        born_host = decode_host(bytes(view[p : p + bh]))
-        p += bh
-        (store_ts,) = _I64.unpack_from(view, p)
-        p += 8
-        store_raw = bytes(view[p : p + sh])
-        store_host = decode_host(store_raw)
-        p += sh
-        reconsume, prep, body_len = _TAIL.unpack_from(view, p)
-        p += 16
+        if not sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+            (_, _, _, _, _, _, _, _, _, born_raw, store_ts, store_raw, reconsume, prep,
+             body_len) = _FIXED_V4.unpack_from(view, pos)
+            p = pos + 88
+        else:
+            bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+            sh = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+            p = pos + 48
+            born_raw = bytes(view[p : p + bh])
+            p += bh
+            (store_ts,) = _I64.unpack_from(view, p)
+            p += 8
+            store_raw = bytes(view[p : p + sh])
+            p += sh
+            reconsume, prep, body_len = _TAIL.unpack_from(view, p)
+            p += 16
         end = pos + total
         if body_len < 0 or p + body_len > end:
             raise CodecError(f"body length {body_len} at {pos} overruns the record")
@@ -337,20 +389,22 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = Fa
             p += 1
         if topic_len <= 0 or p + topic_len > end:
             raise CodecError(f"topic length {topic_len} at {pos} overruns the record")
-        topic = bytes(view[p : p + topic_len]).decode("ascii")
+        topic = str(view[p : p + topic_len], "ascii")
         p += topic_len
         (props_len,) = _I16.unpack_from(view, p)
         p += 2
         if props_len < 0 or p + props_len != end:
             raise CodecError(f"properties length {props_len} at {pos} does not end the record")
-        props = decode_properties(view[p : p + props_len])
-        if flavor is not None and flavor.body_crc(body) != crc:
-            raise CodecError(f"body checksum mismatch at {pos}")
+        props_raw = bytes(view[p : p + props_len])
+        if flavor is not None:
+            if flavor.body_crc(body) != crc:
+                raise CodecError(f"body checksum mismatch at {pos}")
+            decode_properties(props_raw)  # checked reads validate the properties too
     except CodecError:
         raise
     except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
         raise CodecError(f"malformed record at {pos}: {exc}") from None
     return StoredMessage(
-        total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts, born_host, store_ts,
-        store_host, reconsume, prep, bytes(body) if copy_body else body, topic, props, store_raw,
+        total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts, born_raw, store_ts,
+        store_raw, reconsume, prep, bytes(body) if copy_body else body, topic, props_raw,
     )

@@ -63,7 +63,10 @@ class CommitLog:
 
     def append(self, rec: bytearray, store_ts_pos: int, queue_offset: int, store_ts: int) -> int:
         """Stamp and append one encoded record; return its physical offset."""
-        mf = self.file_for(len(rec))
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is None or len(rec) + END_FILE_MIN_BLANK > mf.file_size - mf.wrote_position:
+            mf = self.file_for(len(rec))
         phys = mf.file_from_offset + mf.wrote_position
         codec.stamp(rec, store_ts_pos, queue_offset, phys, store_ts)
         crash_point("commitlog.before_write")

@@ -31,6 +31,7 @@ class ConsumeQueue:
         self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only)
         self.min_logic_offset = 0
         self.max_physic_offset = 0  # end (offset + size) of the last entry's record
+        self.next_offset = 0  # queue offset the next message gets (max_offset, kept cheap)
 
     def load(self) -> None:
         self.queue.load()
@@ -51,6 +52,13 @@ class ConsumeQueue:
         return np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
 
     # --- writing ---------------------------------------------------------------------------
+    def ensure_room(self) -> None:
+        """Roll to a new file now if the last is full, so ENOSPC comes before the CommitLog
+        is written rather than between the CommitLog and its ConsumeQueue entry."""
+        files = self.queue.files
+        if not files or files[-1].wrote_position >= self.file_size:
+            self.queue.last_file_for_append(self.queue.max_wrote_offset)
+
     def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """Append the unit for queue_offset. Idempotent: an entry already built is skipped."""
         if commitlog_offset + size <= self.max_physic_offset:
@@ -59,7 +67,16 @@ class ConsumeQueue:
         current = self.queue.max_wrote_offset
         if expect < current:
             return True  # built already
-        if not self.queue.files and expect > 0:
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is not None and mf.file_from_offset + mf.wrote_position == expect \
+                and mf.wrote_position < mf.file_size:
+            crash_point("cq.write")
+            mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
+            self.max_physic_offset = commitlog_offset + size
+            self.next_offset = queue_offset + 1
+            return True
+        if not files and expect > 0:
             self.min_logic_offset = expect
         mf = self.queue.last_file_for_append(expect)
         current = mf.file_from_offset + mf.wrote_position
@@ -70,6 +87,7 @@ class ConsumeQueue:
         crash_point("cq.write")
         mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
         self.max_physic_offset = commitlog_offset + size
+        self.next_offset = queue_offset + 1
         return True
 
     # --- reading ---------------------------------------------------------------------------
@@ -151,6 +169,7 @@ class ConsumeQueue:
         self._refresh_max_physic()
 
     def _refresh_max_physic(self) -> None:
+        self.next_offset = self.max_offset
         last = self.last_entry()
         self.max_physic_offset = (last[0] + last[1]) if last and last[1] != PRE_BLANK[1] else 0
 

@@ -2,7 +2,8 @@
 
 40-byte header, `slots` int32 bucket heads, then `entries` 20-byte entries (keyHash, phyOffset,
 timeDiff in seconds, prevIndex). Entries are 1-based: entry 0 is never written, so a file holds
-entries-1 keys (format §4).
+entries-1 keys (format §4). The header lives in memory while the file is written and goes
+to disk on flush and close (a crashed store rebuilds its newest index file anyway).
 """
 
 from __future__ import annotations
@@ -81,7 +82,6 @@ class IndexFile:
         self.index_count += 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
         return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -117,6 +117,8 @@ class IndexFile:
         self.mf.flush()
 
     def close(self) -> None:
+        if not self.mf.read_only:
+            self._write_header()
         self.mf.close()
 
     def destroy(self) -> None:

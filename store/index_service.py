@@ -88,6 +88,9 @@ class IndexService:
         before the CommitLog is written rather than half way through indexing."""
         if n <= 0:
             return
+        last = self.files[-1] if self.files else None
+        if last is not None and self.entries - last.index_count >= n:
+            return
         with self.lock:
             self._last_writable(min(n, self.entries - 1))
 

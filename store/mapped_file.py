@@ -135,10 +135,10 @@ class MappedFile:
         with self._flush_lock:
             target = self.read_position
             if target > self.flushed_position:
-                # msync(MS_SYNC) syncs the file range whichever path dirtied it
-                start = self.flushed_position - self.flushed_position % OS_PAGE
+                # fdatasync writes back pages dirtied through the mapping as well, and unlike
+                # mmap.flush (msync) it releases the GIL, so puts go on while the disk works
                 crash_point("flush.before")
-                self.mm.flush(start, target - start)
+                os.fdatasync(self.fd)
                 crash_point("flush.after")
                 self.flushed_position = target
             return self.flushed_position

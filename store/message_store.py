@@ -43,9 +43,13 @@ Progress = Callable[[int, int], None]
 class PutResult:
     commitlog_offset: int
     queue_offset: int
-    msg_id: str
     store_timestamp: int
     size: int
+    store_host_raw: bytes
+
+    @property
+    def msg_id(self) -> str:
+        return codec.msg_id(self.store_host_raw, self.commitlog_offset)
 
 
 class MessageStore:
@@ -197,15 +201,14 @@ class MessageStore:
         cq = self.consume_queues.get((topic, qid))
         if cq is None:
             cq = self._create_queue(topic, qid)
-        ttype = msg.sys_flag & TRANSACTION_MASK
-        in_queue = ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT)
-        queue_offset = cq.max_offset if in_queue else 0
+        in_queue = (msg.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
+        queue_offset = cq.next_offset if in_queue else 0
         keys = msg.keys
         uniq = msg.properties.get(codec.PROPERTY_UNIQ_KEY)
         if uniq:
             keys = [uniq, *keys]
         if in_queue:
-            cq.queue.last_file_for_append(queue_offset * 20)  # roll now: ENOSPC before writing
+            cq.ensure_room()
         self.index.ensure_room(len(keys))
         now = int(time.time() * 1000)
         store_ts = now if now > self._last_store_ts else self._last_store_ts
@@ -215,8 +218,7 @@ class MessageStore:
             cq.put(phys, len(rec), self.flavor.tags_code(msg.tags), queue_offset)
         self.index.build(topic, keys, phys, store_ts, msg.sys_flag)
         self._dispatched_ts = store_ts
-        return PutResult(phys, queue_offset, codec.msg_id(self.encoder.store_host_raw, phys),
-                         store_ts, len(rec))
+        return PutResult(phys, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
 
     def dispatch(self, msg: StoredMessage) -> None:
         """Build ConsumeQueue and IndexFile entries for a record (recovery, rebuild)."""

@@ -1,0 +1,7 @@
+"""`python -m fusefs` is the `mqfs` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

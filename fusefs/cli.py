@@ -1,0 +1,181 @@
+"""The `mqfs` command: mount, umount, init, info, verify, repair, pipeline.
+
+`mqfs STORE MOUNTPOINT -o opts` (no subcommand) means mount, which is how mount.fuse3
+calls a `fuse.mqfs` helper from fstab or `mount -t fuse.mqfs`. Errors are one line on
+stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "pipeline")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mqfs", description="RocketMQ-format message store as a filesystem")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("mount", help="mount a store (returns once the mount is ready)")
+    m.add_argument("store")
+    m.add_argument("mountpoint")
+    m.add_argument("-o", dest="options", action="append", default=[],
+                   help="flush=async|sync, transient, ro, allow_other, allow_root "
+                        "(fstab-only options are ignored)")
+    m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
+    m.add_argument("--systemd", action="store_true",
+                   help="foreground, send READY=1 to $NOTIFY_SOCKET (Type=notify)")
+    m.add_argument("--log", default=None,
+                   help="FILE, syslog, stderr or none (default: stderr with -f, else syslog)")
+
+    u = sub.add_parser("umount", help="flush, unmount and wait for the daemon to exit")
+    u.add_argument("mountpoint")
+    u.add_argument("--timeout", type=float, default=300.0)
+
+    i = sub.add_parser("init", help="create an empty store")
+    i.add_argument("store")
+    i.add_argument("--flavor", choices=("xxhash", "rocketmq"), default="xxhash")
+    i.add_argument("--commitlog-file-size", type=int)
+    i.add_argument("--consume-queue-units", type=int)
+    i.add_argument("--index-slots", type=int)
+    i.add_argument("--index-entries", type=int)
+
+    for name, text in (("info", "summary of a store that is not mounted"),
+                       ("verify", "check CommitLog, ConsumeQueue and IndexFile against each other"),
+                       ("repair", "truncate damage and rebuild ConsumeQueue and IndexFile")):
+        sub.add_parser(name, help=text).add_argument("store")
+    sub.add_parser("pipeline", help="PySpark pipeline jobs (mqfs pipeline --help)", add_help=False)
+    return p
+
+
+def cmd_mount(a: argparse.Namespace) -> int:
+    from .mount import run_daemon, run_foreground
+    from .options import parse_options
+
+    opts = parse_options(a.options)
+    store, mnt = os.path.abspath(a.store), os.path.abspath(a.mountpoint)
+    if a.foreground or a.systemd:
+        return run_foreground(store, mnt, opts, use_systemd=a.systemd, log_target=a.log)
+    return run_daemon(store, mnt, opts, log_target=a.log)
+
+
+def cmd_umount(a: argparse.Namespace) -> int:
+    from .umount import umount
+
+    umount(a.mountpoint, a.timeout)
+    return 0
+
+
+def cmd_init(a: argparse.Namespace) -> int:
+    from store import MessageStore, StoreConfig
+    from store.manifest import is_store
+
+    if is_store(a.store):
+        raise ValueError(f"{a.store} already holds a store")
+    cfg = StoreConfig(flavor=a.flavor)
+    for name in ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries"):
+        if getattr(a, name) is not None:
+            setattr(cfg, name, getattr(a, name))
+    cfg.validate()
+    with MessageStore(a.store, cfg):
+        pass
+    print(f"created {os.path.abspath(a.store)} ({cfg.flavor} flavor)")
+    return 0
+
+
+def _count_files(path: str) -> tuple[int, int]:
+    n = size = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            n += 1
+            size += os.path.getsize(os.path.join(dirpath, f))
+    return n, size
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from store import MessageStore
+    from store.manifest import is_store
+
+    if not is_store(a.store):
+        raise ValueError(f"{a.store} holds no store")
+    root = os.path.abspath(a.store)
+    unclean = os.path.exists(os.path.join(root, "abort"))
+    with MessageStore(root) as s:
+        cfg = s.config
+        print(f"store       {root}")
+        print(f"flavor      {cfg.flavor}")
+        print(f"file sizes  commitlog {cfg.commitlog_file_size}, consume queue "
+              f"{cfg.consume_queue_units} units, index {cfg.index_slots} slots / "
+              f"{cfg.index_entries} entries")
+        if unclean:
+            print("last close  not clean (abort file was present; recovered now)")
+        for part in ("commitlog", "consumequeue", "index"):
+            n, size = _count_files(os.path.join(root, part))
+            print(f"{part:<12}{n} files, {size} bytes")
+        topics = s.topics()
+        print(f"topics      {len(topics)}")
+        for topic in sorted(topics):
+            for q in range(topics[topic]):
+                lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
+                print(f"  {topic}/{q}: offsets {lo}..{hi - 1} ({hi - lo} messages)")
+        for group, per_topic in sorted(s.groups().items()):
+            for topic, queues in sorted(per_topic.items()):
+                done = ", ".join(f"{q}={o}" for q, o in sorted(queues.items()))
+                print(f"  group {group} on {topic}: {done}")
+    return 0
+
+
+def _progress(label: str):
+    last = [-1]
+
+    def report(done: int, total: int) -> None:
+        pct = 100 * done // total if total else 100
+        if pct != last[0] and (pct % 10 == 0 or done >= total):
+            last[0] = pct
+            print(f"mqfs: {label} {pct}%", file=sys.stderr, flush=True)
+    return report
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from store.verify import verify_store
+
+    report = verify_store(a.store, progress=_progress("verifying"))
+    for line in report.lines:
+        print(line)
+    return 0 if report.ok else 1
+
+
+def cmd_repair(a: argparse.Namespace) -> int:
+    from store.verify import repair_store
+
+    for line in repair_store(a.store):
+        print(line)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "pipeline":
+        from pipeline.cli import main as pipeline_main
+        return pipeline_main(argv[1:])
+    if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
+    args = build_parser().parse_args(argv)
+    handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
+               "verify": cmd_verify, "repair": cmd_repair}[args.command]
+    from store.errors import StoreError
+
+    try:
+        return handler(args)
+    except (StoreError, OSError, ValueError) as exc:
+        print(f"mqfs: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mqfs: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Mount lifecycle: open the store (lock, recovery with progress, abort file), mount, serve
+on trio until unmounted or signalled, then close the store cleanly.
+
+Without -f the process forks *before* opening the store (the store starts threads, and
+forking a threaded process is unsafe); the parent waits on a pipe and exits 0 only once
+the child reports the mount ready, or prints the child's one-line error and exits 1.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import logging.handlers
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+
+from .options import MountOptions
+
+log = logging.getLogger("mqfs")
+
+
+def systemd_notify(message: str) -> None:
+    """sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET, if set."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return
+    if path.startswith("@"):
+        path = "\0" + path[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(path)
+        sock.sendall(message.encode())
+
+
+class RecoveryProgress:
+    """Recovery progress on stderr, at most a few lines a second."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if total <= 0 or (now - self.last < 0.5 and done < total):
+            return
+        self.last = now
+        end = "\n" if done >= total or not sys.stderr.isatty() else "\r"
+        print(f"mqfs: recovering {done}/{total} ({100 * done // total}%)", end=end,
+              file=sys.stderr, flush=True)
+        self.shown = True
+
+
+def setup_logging(target: str | None, foreground: bool) -> None:
+    """target: a file path, 'syslog', 'stderr' or 'none'; default stderr in the foreground,
+    syslog (when /dev/log exists) for a daemon."""
+    if target is None:
+        target = "stderr" if foreground else ("syslog" if os.path.exists("/dev/log") else "none")
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    if target == "none":
+        handler: logging.Handler = logging.NullHandler()
+    elif target == "stderr":
+        handler = logging.StreamHandler(sys.stderr)
+    elif target == "syslog":
+        handler = logging.handlers.SysLogHandler("/dev/log")
+        handler.setFormatter(logging.Formatter("mqfs[%(process)d]: %(levelname)s %(message)s"))
+    else:
+        handler = logging.FileHandler(target)
+    if target not in ("syslog",):
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s mqfs[%(process)d] %(levelname)s %(name)s: %(message)s"))
+    root.handlers[:] = [handler]
+
+
+def serve(store_root: str, mountpoint: str, opts: MountOptions,
+          ready: Callable[[], None]) -> int:
+    """Open, mount, serve, close. `ready` is called once the kernel has the mount."""
+    import pyfuse3
+    import trio
+
+    from store import MessageStore, StoreConfig
+
+    from .model import Model
+    from .ops import Operations
+
+    if not os.path.isdir(mountpoint):
+        raise OSError(f"mount point {mountpoint} is not a directory")
+    cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
+                      read_only=opts.read_only)
+    store = MessageStore(store_root, cfg, progress=RecoveryProgress())
+    store.open()
+    if store.recovery is not None:
+        log.info("opened %s: %s", store_root, store.recovery)
+    clean = False
+    try:
+        ops = Operations(Model(store), on_ready=ready)
+        pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
+        try:
+            trio.run(_main_loop)
+            clean = True
+        finally:
+            pyfuse3.close(unmount=clean)  # after a crash keep the (dead) mount: see README
+    finally:
+        store.close()
+        log.info("store closed%s", "" if clean else " after an error")
+    return 0
+
+
+async def _main_loop() -> None:
+    import pyfuse3
+    import trio
+
+    async def on_signal() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+            async for signum in sigs:
+                log.info("signal %d: unmounting", signum)
+                pyfuse3.terminate()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(on_signal)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+def run_foreground(store_root: str, mountpoint: str, opts: MountOptions, *,
+                   use_systemd: bool, log_target: str | None) -> int:
+    setup_logging(log_target, foreground=True)
+    faulthandler.register(signal.SIGUSR1)
+
+    def ready() -> None:
+        log.info("mounted %s on %s", store_root, mountpoint)
+        if use_systemd:
+            systemd_notify(f"READY=1\nSTATUS=serving {store_root} on {mountpoint}\nMAINPID={os.getpid()}")
+
+    try:
+        return serve(store_root, mountpoint, opts, ready)
+    finally:
+        if use_systemd:
+            systemd_notify("STOPPING=1")
+
+
+def run_daemon(store_root: str, mountpoint: str, opts: MountOptions, *,
+               log_target: str | None) -> int:
+    """Fork; the parent returns 0 only once the child has the mount ready."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        with os.fdopen(r, "rb") as pipe:
+            report = pipe.read().decode(errors="replace").strip()
+        if report == "ok":
+            return 0
+        os.waitpid(pid, 0)
+        raise OSError(report or "the mount daemon exited before the mount was ready")
+    # child: no return from here
+    os.close(r)
+    code = 1
+    try:
+        os.setsid()
+        os.chdir("/")
+        setup_logging(log_target, foreground=False)
+        faulthandler.register(signal.SIGUSR1)
+
+        def ready() -> None:
+            os.write(w, b"ok\n")
+            os.close(w)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.close(devnull)
+            log.info("mounted %s on %s", store_root, mountpoint)
+
+        code = serve(store_root, mountpoint, opts, ready)
+    except BaseException as exc:  # noqa: BLE001 - report anything to the waiting parent
+        log.exception("mount failed")
+        try:
+            os.write(w, f"{exc}\n".encode())
+        except OSError:
+            pass  # the parent already has its answer; the log has the details
+    finally:
+        os._exit(code)

@@ -1,0 +1,63 @@
+"""`-o` mount options, including the fstab-only ones mount(8) and mount.fuse3 pass along,
+so `mqfs STORE MNT -o opts` works as a mount helper."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Options that only mean something to mount(8), systemd or the kernel's generic flags.
+IGNORED = {
+    "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev",
+    "nofail", "rw", "exec", "noexec", "suid", "nosuid", "dev", "nodev", "atime", "noatime",
+    "relatime", "norelatime", "strictatime", "diratime", "nodiratime", "async", "sync_io",
+    "lazytime", "nolazytime", "silent", "loud", "default_permissions",
+}
+IGNORED_PREFIXES = ("x-", "comment=", "setuid=", "drop_privileges")
+
+
+@dataclass
+class MountOptions:
+    flush_mode: str = "async"
+    transient: bool = False
+    read_only: bool = False
+    allow_other: bool = False
+    allow_root: bool = False
+
+    def fuse_options(self, store_root: str) -> set[str]:
+        fsname = store_root.replace("\\", "\\\\").replace(",", "\\,")
+        opts = {f"fsname={fsname}", "subtype=mqfs", "default_permissions"}
+        if self.read_only:
+            opts.add("ro")
+        if self.allow_other:
+            opts.add("allow_other")
+        if self.allow_root:
+            opts.add("allow_root")
+        return opts
+
+
+def parse_options(groups: list[str]) -> MountOptions:
+    """Options from one or more comma-separated `-o` values; ValueError for unknown ones."""
+    opts = MountOptions()
+    for group in groups:
+        for item in filter(None, (s.strip() for s in group.split(","))):
+            name, _, value = item.partition("=")
+            if item in IGNORED or item.startswith(IGNORED_PREFIXES):
+                continue
+            if name == "flush":
+                if value not in ("async", "sync"):
+                    raise ValueError(f"flush must be async or sync, not {value!r}")
+                opts.flush_mode = value
+            elif item == "transient":
+                opts.transient = True
+            elif item == "ro":
+                opts.read_only = True
+            elif item == "allow_other":
+                opts.allow_other = True
+            elif item == "allow_root":
+                opts.allow_root = True
+            else:
+                raise ValueError(f"unknown mount option {item!r} "
+                                 "(known: flush=async|sync, transient, ro, allow_other, allow_root)")
+    if opts.allow_other and opts.allow_root:
+        raise ValueError("allow_other and allow_root exclude each other")
+    return opts

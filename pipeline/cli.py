@@ -1,0 +1,103 @@
+"""`mqfs pipeline <job>`: export, stats, audit, rebuild on local Spark or a cluster.
+
+    mqfs pipeline export STORE OUT [--topic T] [--queue Q] [--start TIME] [--end TIME]
+    mqfs pipeline stats STORE OUT_DIR [--top N] [--bucket SECONDS]
+    mqfs pipeline audit STORE            (exit 1 when any entry disagrees with the CommitLog)
+    mqfs pipeline rebuild STORE OUT [--copy]
+
+Local Spark by default (--master local[*]). On a cluster, submit this file; executors need
+Spark 4, pyarrow and mqfs installed (or --py-files), and the store on storage they all read:
+    spark-submit --master spark://host:7077 "$(python -c 'import pipeline.cli as c; print(c.__file__)')" audit /shared/store
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pipeline.spark import progress, session
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mqfs pipeline", description="Spark jobs over an mqfs store.")
+    p.add_argument("--master", help="Spark master (default local[*], or spark-submit's)")
+    sub = p.add_subparsers(dest="job", required=True)
+
+    def filters(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--topic", help="comma-separated topics")
+        sp.add_argument("--queue", help="comma-separated queue ids")
+        sp.add_argument("--start", help="store time from (epoch ms or ISO-8601, UTC)")
+        sp.add_argument("--end", help="store time before (epoch ms or ISO-8601, UTC)")
+
+    sp = sub.add_parser("export", help="messages to Parquet, partitioned by topic")
+    sp.add_argument("store")
+    sp.add_argument("out")
+    filters(sp)
+    sp = sub.add_parser("stats", help="per topic/queue statistics, rate chart (PNG)")
+    sp.add_argument("store")
+    sp.add_argument("out", help="directory for stats.json and rate.png")
+    sp.add_argument("--top", type=int, default=10, help="top keys per topic")
+    sp.add_argument("--bucket", type=int, help="rate bucket in seconds (default: span/120)")
+    filters(sp)
+    sp = sub.add_parser("audit", help="check ConsumeQueues and IndexFiles against the CommitLog")
+    sp.add_argument("store")
+    sp = sub.add_parser("rebuild", help="regenerate ConsumeQueues and IndexFiles into a new store")
+    sp.add_argument("store")
+    sp.add_argument("out")
+    sp.add_argument("--copy", action="store_true", help="copy CommitLog files instead of hard links")
+    return p
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    names = {"topic": "topic", "queue": "queue", "start": "startTime", "end": "endTime"}
+    return {opt: str(getattr(args, a)) for a, opt in names.items() if getattr(args, a, None)}
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        spark = session(args.master, app=f"mqfs {args.job}")
+    except Exception as exc:  # no Java, bad master URL, ...
+        _say(f"mqfs pipeline: cannot start Spark: {exc}")
+        return 2
+    try:
+        with progress(spark, args.job):
+            if args.job == "export":
+                from pipeline.jobs import export
+                r = export.run(spark, args.store, args.out, _options(args))
+                print(f"exported {r['rows']} messages of {len(r['topics'])} topics to {r['out']}")
+            elif args.job == "stats":
+                from pipeline.jobs import stats
+                r = stats.run(spark, args.store, args.out, _options(args), args.top, args.bucket)
+                for t in r["topics"]:
+                    print(f"{t['topic']}: {t['messages']} messages in {t['queues']} queues, "
+                          f"{t['bytes']} bytes, {t['rate_per_s']:.1f} msg/s")
+                print(f"details in {r['json']}, chart in {r['chart']}")
+            elif args.job == "audit":
+                from pipeline.jobs import audit
+                r = audit.run(spark, args.store)
+                for line in r["shown"]:
+                    print(line)
+                print(f"audit: {r['cq_units']} ConsumeQueue units, {r['index_entries']} index entries "
+                      f"checked, {r['problems']} problems")
+                return 1 if r["problems"] else 0
+            elif args.job == "rebuild":
+                from pipeline.jobs import rebuild
+                r = rebuild.run(spark, args.store, args.out, args.copy)
+                print(f"rebuilt {r['queues']} queues ({r['cq_units']} units) and "
+                      f"{r['index_keys']} index entries into {r['out']}")
+        return 0
+    except (OSError, ValueError) as exc:
+        _say(f"mqfs pipeline {args.job}: {exc}")
+        return 1
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""Per topic and queue: messages, bytes, time span, rate; message rate over time per topic
+(JSON and a PNG chart) and each topic's most frequent keys."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+
+def _bucket_seconds(span_ms: int, buckets: int = 120) -> int:
+    return max(1, -(-span_ms // 1000 // buckets))
+
+
+def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top: int = 10,
+        bucket: int | None = None) -> dict:
+    os.makedirs(out, exist_ok=True)
+    meta = (spark.read.format("mqfs").options(**options).load(store)
+            .select("topic", "queue_id", "size", F.length("body").alias("body_bytes"),
+                    F.unix_millis("store_timestamp").alias("ts"), "store_timestamp", "keys")
+            .persist())
+    try:
+        queues = [r.asDict() for r in meta.groupBy("topic", "queue_id").agg(
+            F.count("*").alias("messages"), F.sum("size").alias("bytes"),
+            F.sum("body_bytes").alias("body_bytes"), F.min("ts").alias("first_ms"),
+            F.max("ts").alias("last_ms")).orderBy("topic", "queue_id").collect()]
+        topics: dict[str, dict] = {}
+        for q in queues:
+            q["rate_per_s"] = _rate(q["messages"], q["first_ms"], q["last_ms"])
+            t = topics.setdefault(q["topic"], {"topic": q["topic"], "queues": 0, "messages": 0,
+                                               "bytes": 0, "body_bytes": 0,
+                                               "first_ms": q["first_ms"], "last_ms": q["last_ms"]})
+            t["queues"] += 1
+            for k in ("messages", "bytes", "body_bytes"):
+                t[k] += q[k]
+            t["first_ms"], t["last_ms"] = min(t["first_ms"], q["first_ms"]), max(t["last_ms"], q["last_ms"])
+        for t in topics.values():
+            t["rate_per_s"] = _rate(t["messages"], t["first_ms"], t["last_ms"])
+        span = (max((t["last_ms"] for t in topics.values()), default=0)
+                - min((t["first_ms"] for t in topics.values()), default=0))
+        step = bucket or _bucket_seconds(span)
+        series: dict[str, list[tuple[int, int]]] = {}
+        for r in (meta.groupBy("topic", F.floor(F.col("ts") / (step * 1000)).alias("b"))
+                  .count().orderBy("topic", "b").collect()):
+            series.setdefault(r.topic, []).append((int(r.b) * step * 1000, int(r["count"])))
+        ranked = (meta.select("topic", F.explode("keys").alias("key")).groupBy("topic", "key").count()
+                  .withColumn("rank", F.row_number().over(
+                      Window.partitionBy("topic").orderBy(F.desc("count"), "key")))
+                  .filter(F.col("rank") <= top).orderBy("topic", "rank").collect())
+    finally:
+        meta.unpersist()
+    top_keys: dict[str, list[tuple[str, int]]] = {}
+    for r in ranked:
+        top_keys.setdefault(r.topic, []).append((r.key, int(r["count"])))
+    result = {"topics": list(topics.values()), "queues": queues, "bucket_seconds": step,
+              "rate_over_time": series, "top_keys": top_keys,
+              "chart": os.path.join(out, "rate.png"), "json": os.path.join(out, "stats.json")}
+    with open(result["json"], "w") as f:
+        json.dump(result, f, indent=1)
+    _chart(series, step, result["chart"])
+    return result
+
+
+def _rate(n: int, first_ms: int, last_ms: int) -> float:
+    return n / max((last_ms - first_ms) / 1000, 0.001)
+
+
+def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    from datetime import datetime, timezone
+
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
+    for topic, points in sorted(series.items()):
+        xs = [datetime.fromtimestamp(ms / 1000, timezone.utc) for ms, _ in points]
+        ax.plot(xs, [c / step for _, c in points], label=topic, marker="." if len(points) < 50 else None)
+    ax.set_ylabel("messages / s")
+    ax.set_xlabel(f"store time (UTC), {step} s buckets")
+    ax.set_title("message rate per topic")
+    if series:
+        ax.legend(loc="upper left", fontsize="small")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

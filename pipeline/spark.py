@@ -1,0 +1,100 @@
+"""SparkSession set-up shared by the jobs, tests and bench: the right Python for workers,
+loopback networking, no UI, quiet logs, the `mqfs` format available, and task progress on
+stderr. Under spark-submit the session already exists and its settings win."""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+"""
+
+
+def _quiet_conf_dir() -> str:
+    directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "log4j2.properties")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write(_LOG4J)
+    return directory
+
+
+def session(master: str | None = None, app: str = "mqfs",
+            conf: dict[str, str] | None = None) -> SparkSession:
+    """A SparkSession that can read and write format "mqfs". Without a master: local[*], or
+    whatever spark-submit was given (it starts Python with PYSPARK_GATEWAY_PORT set)."""
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if master is None and not submitted:
+        master = "local[*]"
+    if master and master.startswith("local"):
+        # workers must run this interpreter (it has mqfs installed), on loopback
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_CONF_DIR", _quiet_conf_dir())
+    builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
+    builder = (builder.appName(app)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    if not any(m.name == "pyspark_mqfs" for m in pkgutil.iter_modules()):
+        # Spark finds `pyspark_mqfs` only on a plain sys.path entry (a regular or compat-mode
+        # editable install); under setuptools' default editable finder, register by hand.
+        from .source import MqfsDataSource
+        spark.dataSource.register(MqfsDataSource)
+    return spark
+
+
+@contextmanager
+def progress(spark: SparkSession, label: str, interval: float = 1.0) -> Iterator[None]:
+    """Print '<label>: stage S, done/total tasks' on stderr while the block runs."""
+    tracker = spark.sparkContext.statusTracker()
+    stop = threading.Event()
+    tty = sys.stderr.isatty()
+
+    def report() -> None:
+        last = ""
+        while not stop.wait(interval):
+            parts = []
+            for sid in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(sid)
+                if info:
+                    parts.append(f"stage {sid} {info.numCompletedTasks}/{info.numTasks} tasks")
+            line = f"{label}: {', '.join(parts)}" if parts else ""
+            if line and line != last:
+                print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+                last = line
+        if tty and last:
+            print(file=sys.stderr)
+
+    thread = threading.Thread(target=report, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        print(f"{label}: done in {time.monotonic() - started:.1f} s", file=sys.stderr)

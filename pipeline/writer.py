@@ -1,0 +1,168 @@
+"""Appends through `df.write.format("mqfs").mode("append").save(STORE)`.
+
+Rows need `topic` and `body` (binary or string); `queue_id` (or `queue`), `keys` (array or
+space-separated string), `tags` and `properties` (map) are optional. With option
+`mount=/path/to/mountpoint` rows go through the mount's `/topics/<t>/<q>/append.jsonl` files
+(the store is held by the mount daemon); otherwise each task opens the store with
+MessageStore, waiting up to `lockTimeout` seconds (default 300) for the store lock, so tasks
+write one at a time.
+
+No duplicates on retry: every row gets a deterministic UNIQ_KEY `mqfs-<job>-<partition>-<row>`
+(the job id is drawn once on the driver; a row that already carries UNIQ_KEY keeps it and is
+deduplicated by it). UNIQ_KEY is indexed, so a task first looks its rows up and skips those a
+failed earlier attempt already wrote. Attempts write in row order while holding the lock, so
+what an earlier attempt left is a prefix: lookups stop at the first row not found. This needs
+a deterministic row order inside each input partition, as any Spark retry does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from store import Message, MessageStore, StoreLocked
+from store.codec import PROPERTY_UNIQ_KEY
+
+CHUNK = 1000
+
+
+@dataclass
+class WriteSummary(WriterCommitMessage):
+    partition: int
+    written: int
+    skipped: int
+
+
+def to_message(row, dedup_key: str) -> Message:
+    d = row.asDict() if hasattr(row, "asDict") else dict(row)
+    body = d.get("body")
+    if body is None:
+        raise ValueError("a row to write has no body")
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    keys = d.get("keys") or []
+    if isinstance(keys, str):
+        keys = keys.split()
+    props = dict(d.get("properties") or {})
+    props.setdefault(PROPERTY_UNIQ_KEY, dedup_key)
+    queue = d.get("queue_id", d.get("queue"))
+    return Message.create(str(d["topic"]), bytes(body), queue_id=int(queue or 0), keys=list(keys),
+                          tags=d.get("tags") or None, properties=props)
+
+
+def _chunks(items: Iterable[Message], n: int) -> Iterator[list[Message]]:
+    chunk: list[Message] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class StoreSink:
+    """Direct appends with MessageStore, holding the store lock for the whole task."""
+
+    def __init__(self, root: str, lock_timeout: float):
+        deadline = time.monotonic() + lock_timeout
+        while True:
+            try:
+                self.store = MessageStore(root).open()
+                return
+            except StoreLocked:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def exists(self, msg: Message) -> bool:
+        key = msg.properties[PROPERTY_UNIQ_KEY]
+        return bool(self.store.query_key(key, topic=msg.topic, max_n=1))
+
+    def append(self, messages: list[Message]) -> None:
+        self.store.put_batch(messages)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class MountSink:
+    """Appends through a mounted store's JSON-lines append files."""
+
+    def __init__(self, mount: str):
+        self.mount = mount
+
+    def exists(self, msg: Message) -> bool:
+        hits = os.path.join(self.mount, "keys", msg.properties[PROPERTY_UNIQ_KEY])
+        return os.path.isdir(hits) and bool(os.listdir(hits))
+
+    def append(self, messages: list[Message]) -> None:
+        i = 0
+        while i < len(messages):  # one open/close per run of rows for the same queue
+            t, q = messages[i].topic, messages[i].queue_id
+            j = i
+            lines = []
+            while j < len(messages) and (messages[j].topic, messages[j].queue_id) == (t, q):
+                lines.append(_json_line(messages[j]))
+                j += 1
+            with open(os.path.join(self.mount, "topics", t, str(q), "append.jsonl"), "a") as f:
+                f.write("".join(lines))
+            i = j
+
+    def close(self) -> None:
+        pass
+
+
+def _json_line(msg: Message) -> str:
+    props = {k: v for k, v in msg.properties.items() if k not in ("KEYS", "TAGS")}
+    line: dict = {"keys": msg.keys, "tags": msg.tags, "properties": props}
+    try:
+        line["body"] = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        line["body_b64"] = base64.b64encode(msg.body).decode("ascii")
+    return json.dumps(line, ensure_ascii=False) + "\n"
+
+
+class MqfsWriter(DataSourceWriter):
+    def __init__(self, root: str, schema: StructType, options):
+        if "topic" not in schema.fieldNames() or "body" not in schema.fieldNames():
+            raise ValueError("rows written to mqfs need at least the columns topic and body")
+        self.root = root
+        self.mount = options.get("mount")
+        self.lock_timeout = float(options.get("lockTimeout") or 300)
+        self.job = uuid.uuid4().hex[:16]  # drawn on the driver: the same for every attempt
+
+    def write(self, iterator: Iterator) -> WriteSummary:
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx else 0
+        messages = (to_message(row, f"mqfs-{self.job}-{part}-{i}") for i, row in enumerate(iterator))
+        sink = MountSink(self.mount) if self.mount else StoreSink(self.root, self.lock_timeout)
+        written = skipped = 0
+        checking = True
+        try:
+            for chunk in _chunks(messages, CHUNK):
+                while checking and chunk and sink.exists(chunk[0]):
+                    chunk.pop(0)
+                    skipped += 1
+                if chunk:
+                    checking = False
+                    sink.append(chunk)
+                    written += len(chunk)
+        finally:
+            sink.close()
+        return WriteSummary(part, written, skipped)
+
+    def commit(self, messages: list[WriteSummary | None]) -> None:
+        """Rows are already in the store when a task succeeds; nothing is staged."""
+
+    def abort(self, messages: list[WriteSummary | None]) -> None:
+        """Appends of tasks that succeeded stay in the store: a store cannot take them back."""

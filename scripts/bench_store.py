@@ -1,0 +1,245 @@
+"""Store benchmarks, each next to a baseline measured in the same run.
+
+    scripts/bench store [--quick] [--dir DIR]
+
+1 KiB messages with one key each. Baselines: plain file.write of the same pre-encoded bytes,
+SQLite (stdlib, WAL) doing the same job, a sequential read of the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from store import Message, MessageStore, StoreConfig
+from store.codec import Encoder
+from store.commitlog import CommitLog
+from store.flavor import XXHASH
+
+TOPIC = "BenchTopic"
+QUEUES = 4
+
+
+def messages(n: int, body: bytes) -> list[Message]:
+    return [Message.create(TOPIC, body, queue_id=i % QUEUES, keys=[f"key-{i}"]) for i in range(n)]
+
+
+def row(label: str, value: float, unit: str, base_label: str, base: float) -> None:
+    ratio = value / base if base else float("nan")
+    print(f"  {label:<44} {value:>13,.0f} {unit:<8} {base_label:<30} {base:>13,.0f}  x{ratio:.2f}")
+
+
+def row_latency(label: str, ours: list[float], base_label: str, theirs: list[float]) -> None:
+    def pct(xs: list[float], p: float) -> float:
+        return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] * 1e6
+    for p in (0.5, 0.99):
+        a, b = pct(ours, p), pct(theirs, p)
+        print(f"  {label + f' p{int(p * 100)}':<44} {a:>13,.1f} us       {base_label + f' p{int(p * 100)}':<30}"
+              f" {b:>13,.1f}  x{b / a if a else float('nan'):.2f} faster")
+
+
+def sqlite_db(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.execute("CREATE TABLE IF NOT EXISTS msg (topic TEXT, queue INTEGER, qoff INTEGER, "
+               "key TEXT, body BLOB, PRIMARY KEY (topic, queue, qoff))")
+    return db
+
+
+def bench_appends(work: str, msgs: list[Message]) -> float:
+    """CommitLog-only appends vs file.write of the same bytes vs SQLite inserts."""
+    n = len(msgs)
+    mb = sum(len(m.body) for m in msgs) / 1e6
+    enc = Encoder(XXHASH, ("127.0.0.1", 10911), 4 << 20)
+    cl = CommitLog(os.path.join(work, "cl"), 1 << 30, XXHASH)
+    cl.load()
+    t = time.perf_counter()
+    for i, m in enumerate(msgs):
+        rec, pos = enc.encode(m)
+        cl.append(rec, pos, i, 0)
+    ours = time.perf_counter() - t
+    cl.close()
+    pre = [bytes(enc.encode(m)[0]) for m in msgs]
+    t = time.perf_counter()
+    with open(os.path.join(work, "plain"), "wb") as f:
+        for rec in pre:
+            f.write(rec)
+    plain = time.perf_counter() - t
+    db = sqlite_db(os.path.join(work, "append.db"))
+    db.execute("DROP INDEX IF EXISTS k")
+    t = time.perf_counter()
+    for i in range(0, n, 1000):
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)",
+                       [(m.topic, m.queue_id, i + j, m.keys[0], m.body)
+                        for j, m in enumerate(msgs[i:i + 1000])])
+        db.execute("COMMIT")
+    lite = time.perf_counter() - t
+    db.close()
+    print(f"CommitLog appends, {n:,} x 1 KiB messages with one key")
+    row("mqfs CommitLog append (encode + append)", n / ours, "msg/s", "plain file.write", n / plain)
+    row("mqfs CommitLog append", mb / ours, "MB/s", "plain file.write", mb / plain)
+    row("mqfs CommitLog append", n / ours, "msg/s", "SQLite WAL insert (1k/txn)", n / lite)
+    return n / ours
+
+
+def bench_puts(work: str, msgs: list[Message], cl_rate: float) -> str:
+    """Full puts (CommitLog + ConsumeQueue + IndexFile) vs SQLite with both indexes."""
+    n = len(msgs)
+    root = os.path.join(work, "store")
+    with MessageStore(root, StoreConfig()) as s:
+        t = time.perf_counter()
+        for m in msgs:
+            s.put(m)
+        ours = time.perf_counter() - t
+    db = sqlite_db(os.path.join(work, "put.db"))
+    db.execute("CREATE INDEX IF NOT EXISTS k ON msg(key)")
+    t = time.perf_counter()
+    counters = [0] * QUEUES
+    for i in range(0, n, 1000):
+        rows = []
+        for m in msgs[i:i + 1000]:
+            rows.append((m.topic, m.queue_id, counters[m.queue_id], m.keys[0], m.body))
+            counters[m.queue_id] += 1
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)", rows)
+        db.execute("COMMIT")
+    lite = time.perf_counter() - t
+    db.close()
+    print(f"Puts with ConsumeQueue and IndexFile dispatch, {n:,} x 1 KiB, one key")
+    row("mqfs MessageStore.put (one at a time)", n / ours, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite)
+    row("mqfs MessageStore.put", n / ours, "msg/s", "mqfs CommitLog-only append", cl_rate)
+    return root
+
+
+def bench_reads(root: str, work: str, n: int, lookups: int) -> None:
+    rng = random.Random(1)
+    per_queue = n // QUEUES
+    picks = [(rng.randrange(QUEUES), rng.randrange(per_queue)) for _ in range(lookups)]
+    keys = [f"key-{rng.randrange(n)}" for _ in range(lookups)]
+    with MessageStore(root) as s:
+        t = time.perf_counter()
+        for q, off in picks:
+            s.get(TOPIC, q, off)
+        ours_get = time.perf_counter() - t
+        lat = []
+        for k in keys:
+            t = time.perf_counter()
+            hits = s.query_key(k)
+            lat.append(time.perf_counter() - t)
+            assert len(hits) == 1, k
+    db = sqlite_db(os.path.join(work, "put.db"))
+    t = time.perf_counter()
+    for q, off in picks:
+        db.execute("SELECT body FROM msg WHERE topic=? AND queue=? AND qoff=?", (TOPIC, q, off)).fetchone()
+    lite_get = time.perf_counter() - t
+    lite_lat = []
+    for k in keys:
+        t = time.perf_counter()
+        db.execute("SELECT body FROM msg WHERE key=?", (k,)).fetchall()
+        lite_lat.append(time.perf_counter() - t)
+    db.close()
+    print(f"Reads on a store of {n:,} messages ({lookups:,} random lookups)")
+    row("mqfs get(topic, queue, offset)", lookups / ours_get, "get/s", "SQLite primary-key SELECT", lookups / lite_get)
+    row_latency(f"mqfs query_key on {n:,} keys", lat, "SQLite indexed SELECT", lite_lat)
+
+
+def bench_sync_puts(work: str, body: bytes, seconds: float) -> None:
+    print(f"Sync-flush puts (group commit), {seconds:.0f} s per run, 1 KiB")
+    for threads in (1, 4, 16):
+        root = os.path.join(work, f"sync{threads}")
+        with MessageStore(root, StoreConfig(flush_mode="sync", commitlog_file_size=256 << 20)) as s:
+            ours = _threaded(threads, seconds, lambda i, j: s.put(
+                Message.create(TOPIC, body, queue_id=i % QUEUES, keys=[f"k{i}-{j}"])))
+        path = os.path.join(work, f"sync{threads}.db")
+        sqlite_db(path, "FULL").close()
+        conns = [sqlite_db(path, "FULL") for _ in range(threads)]
+        for c in conns:
+            c.execute("PRAGMA busy_timeout=10000")
+        lite = _threaded(threads, seconds, lambda i, j: conns[i].execute(
+            "INSERT INTO msg VALUES (?,?,?,?,?)", (TOPIC, i, j, f"k{i}-{j}", body)))
+        for c in conns:
+            c.close()
+        row(f"mqfs sync put, {threads} threads", ours, "msg/s", "SQLite WAL synchronous=FULL", lite)
+
+
+def _threaded(threads: int, seconds: float, op) -> float:
+    counts = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def work(i: int) -> None:
+        j = 0
+        while time.monotonic() < stop:
+            op(i, j)
+            j += 1
+        counts[i] = j
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    t = time.perf_counter()
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    return sum(counts) / (time.perf_counter() - t)
+
+
+def bench_recovery(root: str) -> None:
+    """Abnormal recovery that has to validate and re-dispatch the whole CommitLog."""
+    commitlog = os.path.join(root, "commitlog")
+    size = sum(os.path.getsize(os.path.join(commitlog, f)) for f in os.listdir(commitlog))
+    with MessageStore(root) as s:
+        used = s.commitlog.max_offset - s.commitlog.min_offset
+    shutil.rmtree(os.path.join(root, "consumequeue"))
+    shutil.rmtree(os.path.join(root, "index"))
+    os.unlink(os.path.join(root, "checkpoint"))
+    with open(os.path.join(root, "abort"), "w") as f:
+        f.write("0")
+    os.system("sync")
+    t = time.perf_counter()
+    with MessageStore(root) as s:
+        ours = time.perf_counter() - t
+        assert s.recovery.abnormal
+    t = time.perf_counter()
+    for name in sorted(os.listdir(commitlog)):
+        with open(os.path.join(commitlog, name), "rb", buffering=0) as f:
+            while f.read(1 << 20):
+                pass
+    seq = time.perf_counter() - t
+    print(f"Abnormal recovery: no checkpoint, no ConsumeQueue, no index; {used / 1e6:,.0f} MB of "
+          f"records in {size / 1e6:,.0f} MB of CommitLog files (page cache warm)")
+    row("mqfs recovery (validate + re-dispatch)", used / 1e6 / ours, "MB/s", "sequential read of the files", size / 1e6 / seq)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
+    ap.add_argument("--dir", help="work directory (default: a temporary one under the cwd)")
+    args = ap.parse_args()
+    n = 50_000 if args.quick else 1_000_000
+    work = tempfile.mkdtemp(prefix="mqfs-bench-", dir=args.dir or os.getcwd())
+    try:
+        body = random.Random(0).randbytes(1024)
+        msgs = messages(n, body)
+        print(f"mqfs store benchmark ({'quick' if args.quick else 'full'}), Python {sys.version.split()[0]}, "
+              f"{os.cpu_count()} CPUs; columns: ours, baseline, ratio ours/baseline\n")
+        rate = bench_appends(work, msgs[: min(n, 200_000)])
+        root = bench_puts(work, msgs, rate)
+        bench_reads(root, work, n, 2_000 if args.quick else 20_000)
+        bench_sync_puts(work, body, 2 if args.quick else 5)
+        bench_recovery(root)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
