@@ -2,9 +2,10 @@
 
 - CommitService (transient pool only): copies write buffers into the files; puts wait for it,
   so a message is readable (committed) when put returns.
-- CommitLogFlushService: async mode flushes every interval when enough pages are dirty (or a
-  thorough interval passed); sync mode is a group commit: every waiting put is covered by one
-  msync, and a put that is not covered within the timeout gets FlushTimeout.
+- CommitLogFlushService: flushes every interval when enough pages are dirty (or a thorough
+  interval passed).
+- GroupCommit (sync mode): waiting puts share one disk sync, led by one of them; a put that is
+  not covered within the timeout gets FlushTimeout.
 - LogicsFlushService: ConsumeQueues and the checkpoint every second, plus retention.
 """
 
@@ -90,6 +91,40 @@ class WaitableProgress:
                 self.cond.wait(min(left, 0.05))
 
 
+class GroupCommit:
+    """Sync flush without a hand-off: the first waiting put becomes the leader and syncs the
+    file (fdatasync releases the GIL, so others keep appending); every put whose bytes that
+    sync covered returns together. Waiters give up with FlushTimeout at their deadline."""
+
+    def __init__(self, progress: WaitableProgress, flush: Callable[[], int]):
+        self.progress = progress
+        self.flush = flush
+        self.leader = False
+
+    def wait(self, target: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        cond = self.progress.cond
+        with cond:
+            while self.progress.value < target:
+                if not self.leader:
+                    self.leader = True
+                    cond.release()
+                    try:
+                        reached = self.flush()
+                    finally:
+                        cond.acquire()
+                        self.leader = False
+                    if reached > self.progress.value:
+                        self.progress.value = reached
+                    cond.notify_all()
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FlushTimeout(f"sync flush did not reach offset {target} within "
+                                       f"{timeout_s:.1f} s")
+                cond.wait(left)
+
+
 class FlushServices:
     """Owns the service threads of one open store."""
 
@@ -104,10 +139,11 @@ class FlushServices:
             _Service("mqfs-commit", cfg.commit_interval_ms / 1000, self._commit)
             if cfg.transient_pool else None
         )
-        interval = 0.01 if cfg.flush_mode == "sync" else cfg.flush_interval_ms / 1000
-        self.flush_service = _Service("mqfs-flush", interval, self._flush_commitlog)
+        self.flush_service = _Service("mqfs-flush", cfg.flush_interval_ms / 1000,
+                                      self._flush_commitlog)
         self.logics_service = _Service("mqfs-logics", cfg.flush_cq_interval_ms / 1000,
                                        self._flush_logics)
+        self.group_commit = GroupCommit(self.flushed, self._commit_and_flush)
         self.services = [s for s in (self.commit_service, self.flush_service,
                                      self.logics_service) if s is not None]
 
@@ -125,6 +161,13 @@ class FlushServices:
         if queue.commit():
             self.flush_service.wakeup()
         self.committed.advance(queue.max_offset)
+
+    def _commit_and_flush(self) -> int:
+        queue = self.store.commitlog.queue
+        queue.commit()
+        reached = queue.flush()
+        self.committed.advance(queue.max_offset)
+        return reached
 
     def _flush_commitlog(self) -> None:
         cfg = self.store.config
@@ -154,6 +197,4 @@ class FlushServices:
                                 self.commit_service)
 
     def wait_flushed(self, offset: int) -> None:
-        self.flush_service.wakeup()
-        self.flushed.wait_for(offset, self.store.config.sync_flush_timeout_ms / 1000,
-                              self.flush_service)
+        self.group_commit.wait(offset, self.store.config.sync_flush_timeout_ms / 1000)

@@ -26,6 +26,7 @@ class MappedFileQueue:
         self.committed_where = 0
         self.store_timestamp = 0
         self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
 
     def load(self) -> None:
         """Map every file; each counts as full until recovery sets the real end."""
@@ -114,6 +115,10 @@ class MappedFileQueue:
 
     def flush(self) -> int:
         """Force every file up to its read position; return the new flushed offset."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> int:
         files = list(self.files)
         where = self.flushed_where
         for mf in files:
@@ -131,8 +136,8 @@ class MappedFileQueue:
 
     # --- truncation and deletion -----------------------------------------------------------
     def truncate_dirty(self, offset: int) -> None:
-        """Make `offset` the end: positions in its file set, every later file deleted.
-        Bytes after the cut are left as they are (later appends overwrite them)."""
+        """Make `offset` the end: positions in its file set, the rest of that file zeroed
+        (so what was cut cannot reappear after a later crash), every later file deleted."""
         with self._lock:
             keep: list[MappedFile] = []
             for mf in self.files:
@@ -140,6 +145,8 @@ class MappedFileQueue:
                     keep.append(mf)
                 elif mf.file_from_offset <= offset:
                     mf.set_positions(offset - mf.file_from_offset)
+                    if not self.read_only:
+                        mf.zero_from(offset - mf.file_from_offset)
                     keep.append(mf)
                 elif self.read_only:
                     mf.close()

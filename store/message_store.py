@@ -78,21 +78,23 @@ class MessageStore:
         self.flavor = flavor_named(cfg.flavor)
         self._lock_file = StoreLock(self.root)
         self._lock_file.acquire()
+        last_exit_ok = not os.path.exists(self.abort_path)
         try:
             if fresh:
                 write_manifest(self.root, cfg)
-            self._load_and_recover()
+            self._load_and_recover(last_exit_ok)
         except BaseException:
             self._release_files()
+            if last_exit_ok and os.path.exists(self.abort_path):
+                os.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             raise
         self.flush_services = FlushServices(self)
         self.flush_services.start()
-        self._write_abort()
         self.is_open = True
         return self
 
-    def _load_and_recover(self) -> None:
+    def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
         self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
         self.put_lock = threading.Lock()
@@ -104,13 +106,15 @@ class MessageStore:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._load_consume_queues()
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
-        last_exit_ok = not os.path.exists(self.abort_path)
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
         self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.topic_table = TopicTable(self.root)
         self.offsets = ConsumerOffsets(self.root)
         self._last_store_ts = 0
         self._dispatched_ts = 0
+        # `abort` goes down before recovery changes anything: a crash during recovery must
+        # make the next open recover abnormally too (it rebuilds from the checkpoint)
+        self._write_abort()
         self.recovery = recover(self, last_exit_ok, self._repair, self._progress)
         changed = False
         for topic, qid in self.consume_queues:
@@ -190,10 +194,11 @@ class MessageStore:
                 results.append(self._append(msg, rec, ts_pos))
         if results:
             end = results[-1].commitlog_offset + results[-1].size
-            self.flush_services.wait_committed(end)
             if self.config.flush_mode == "sync" and any(
                     m.properties.get("WAIT") != "false" for m, _, _ in encoded):
-                self.flush_services.wait_flushed(end)
+                self.flush_services.wait_flushed(end)  # commits too
+            else:
+                self.flush_services.wait_committed(end)
         return results
 
     def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
