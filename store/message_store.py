@@ -1,7 +1,7 @@
 """MessageStore: the one public face of the storage engine.
 
-Open = lock, load, recover (abnormal when `abort` exists), create `abort`, start the flush
-services. Close = stop services, flush everything, write the checkpoint, delete `abort`, unlock.
+Open = lock, load, create `abort`, recover (abnormal when `abort` existed before), start the
+flush services. Close = stop services, flush everything, write the checkpoint, delete `abort`, unlock.
 Puts append to the CommitLog and dispatch to the ConsumeQueue and IndexFile under one lock,
 so a message is readable by queue offset and findable by key as soon as `put` returns.
 """
@@ -116,6 +116,8 @@ class MessageStore:
         # make the next open recover abnormally too (it rebuilds from the checkpoint)
         self._write_abort()
         self.recovery = recover(self, last_exit_ok, self._repair, self._progress)
+        for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
+            cq.correct_min_offset(self.commitlog.min_offset)
         changed = False
         for topic, qid in self.consume_queues:
             changed |= self.topic_table.ensure(topic, qid, persist=False)

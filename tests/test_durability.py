@@ -1,0 +1,150 @@
+"""Flush policies, checkpoint, abort file and retention (crash tiers live in test_crash_*)."""
+
+import os
+import struct
+import threading
+import time
+
+import pytest
+
+from store import FlushTimeout, Message, MessageStore
+from store.checkpoint import Checkpoint
+from store.retention import clean_expired
+from tests.store_helpers import small_config
+
+
+def test_sync_put_returns_only_when_its_bytes_are_flushed(tmp_path):
+    with MessageStore(str(tmp_path), small_config(flush_mode="sync")) as s:
+        results = [s.put(Message(topic="t", body=b"x" * 100)) for _ in range(20)]
+        queue = s.commitlog.queue
+        assert queue.flushed_where >= results[-1].commitlog_offset + results[-1].size
+
+
+def test_sync_group_commit_covers_concurrent_puts(tmp_path):
+    with MessageStore(str(tmp_path), small_config(flush_mode="sync",
+                                                  commitlog_file_size=4 << 20)) as s:
+        syncs = []
+        orig = s.commitlog.queue.flush
+
+        def counted() -> int:
+            syncs.append(1)
+            return orig()
+        s.commitlog.queue.flush = counted
+        s.flush_services.group_commit.flush = s.flush_services._commit_and_flush
+
+        def producer(i: int) -> None:
+            for j in range(50):
+                s.put(Message(topic="t", body=b"%d-%d" % (i, j), queue_id=i % 2))
+        threads = [threading.Thread(target=producer, args=(i,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert s.max_offset("t", 0) + s.max_offset("t", 1) == 400
+        assert len(syncs) < 400  # fewer disk syncs than puts: commits were shared
+
+
+def test_sync_flush_timeout_is_reported_not_hung(tmp_path):
+    with MessageStore(str(tmp_path), small_config(flush_mode="sync",
+                                                  sync_flush_timeout_ms=200)) as s:
+        gate = threading.Event()
+        orig = s.flush_services.group_commit.flush
+
+        def stuck() -> int:
+            gate.wait(5)
+            return orig()
+        s.flush_services.group_commit.flush = stuck
+        errors = []
+
+        def put() -> None:
+            try:
+                s.put(Message(topic="t", body=b"late"))
+            except FlushTimeout as exc:
+                errors.append(exc)
+        leader = threading.Thread(target=put)
+        leader.start()
+        while not s.flush_services.group_commit.leader:
+            time.sleep(0.001)
+        t = time.monotonic()
+        put()  # a second put waits behind the stuck sync and must give up at its deadline
+        assert time.monotonic() - t < 2 and len(errors) == 1
+        gate.set()
+        leader.join()
+
+
+def test_async_flush_service_flushes_in_the_background(tmp_path):
+    with MessageStore(str(tmp_path), small_config(flush_interval_ms=20, flush_least_pages=0)) as s:
+        r = s.put(Message(topic="t", body=b"y" * 5000))
+        deadline = time.monotonic() + 5
+        while s.commitlog.queue.flushed_where < r.commitlog_offset + r.size:
+            assert time.monotonic() < deadline, "async flush never ran"
+            time.sleep(0.01)
+
+
+def test_transient_pool_readers_see_committed_bytes_and_puts_wait_for_commit(tmp_path):
+    with MessageStore(str(tmp_path), small_config(transient_pool=True)) as s:
+        r = s.put(Message(topic="t", body=b"buffered"))
+        mf = s.commitlog.queue.last_file()
+        assert mf.write_buffer is not None
+        assert mf.committed_position >= r.commitlog_offset % s.config.commitlog_file_size + r.size
+        assert bytes(s.get("t", 0, 0).body) == b"buffered"
+        with open(mf.path, "rb") as f:  # the bytes are in the file, not only in the buffer
+            f.seek(r.commitlog_offset - mf.file_from_offset)
+            assert b"buffered" in f.read(r.size)
+    with MessageStore(str(tmp_path), small_config(transient_pool=True)) as s:
+        assert bytes(s.get("t", 0, 0).body) == b"buffered"
+
+
+def test_flush_barrier_writes_checkpoint_with_flushed_offsets(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        r = s.put(Message(topic="t", body=b"z" * 300))
+        s.flush()
+        end = r.commitlog_offset + r.size
+        cp = Checkpoint.load(str(tmp_path / "checkpoint"))
+        assert cp.commitlog_flushed_offset == end == cp.cq_flushed_offset
+        assert cp.physic_msg_timestamp == r.store_timestamp
+        assert os.path.getsize(tmp_path / "checkpoint") == 4096
+        raw = (tmp_path / "checkpoint").read_bytes()
+        assert struct.unpack(">q", raw[32:40])[0] == end  # confirmPhyOffset, as RocketMQ reads it
+
+
+def test_torn_checkpoint_extension_reads_as_zero(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.put(Message(topic="t", body=b"a"))
+    path = tmp_path / "checkpoint"
+    raw = bytearray(path.read_bytes())
+    raw[44] ^= 0xFF
+    path.write_bytes(raw)
+    cp = Checkpoint.load(str(path))
+    assert cp.commitlog_flushed_offset == 0 and cp.cq_flushed_offset == 0
+
+
+def test_abort_file_holds_the_pid_while_open_and_is_removed_on_close(tmp_path):
+    s = MessageStore(str(tmp_path), small_config()).open()
+    assert (tmp_path / "abort").read_text() == str(os.getpid())
+    s.close()
+    assert not (tmp_path / "abort").exists()
+    (tmp_path / "abort").write_text("12345")  # as a crash leaves it
+    with MessageStore(str(tmp_path)) as s:
+        assert s.recovery.abnormal
+
+
+def test_retention_deletes_old_files_never_the_newest_and_fixes_minimums(tmp_path):
+    cfg = small_config(file_reserved_hours=0.0)
+    with MessageStore(str(tmp_path), cfg) as s:
+        s.flush_services.stop()
+        for i in range(300):
+            s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
+        files_before = len(s.commitlog.queue.files)
+        assert files_before > 3
+        deleted = clean_expired(s, now_hour_ok=True)
+        deleted += sum(clean_expired(s, now_hour_ok=True) for _ in range(files_before))
+        assert deleted == files_before - 1 and len(s.commitlog.queue.files) == 1
+        low = s.min_offset("t", 0)
+        assert low > 0 and low <= s.max_offset("t", 0) - 1
+        assert s.get("t", 0, s.max_offset("t", 0) - 1)
+        with pytest.raises(Exception):
+            s.get("t", 0, 0)
+        assert s.query_key("k0") == [] and len(s.query_key("k299")) == 1
+    with MessageStore(str(tmp_path)) as s:
+        assert s.min_offset("t", 0) == low
