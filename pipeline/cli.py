@@ -60,6 +60,8 @@ def _say(text: str) -> None:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    from pyspark.sql import SparkSession
+    shared = SparkSession.getActiveSession() is not None  # e.g. tests: leave it running
     try:
         spark = session(args.master, app=f"mqfs {args.job}")
     except Exception as exc:  # no Java, bad master URL, ...
@@ -96,7 +98,8 @@ def main(argv: list[str]) -> int:
         _say(f"mqfs pipeline {args.job}: {exc}")
         return 1
     finally:
-        spark.stop()
+        if not shared:
+            spark.stop()
 
 
 if __name__ == "__main__":

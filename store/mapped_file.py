@@ -176,9 +176,10 @@ class MappedFile:
         os.ftruncate(self.fd, size)
 
 
-def load_files(directory: str, file_size: int) -> list[tuple[int, str]]:
+def load_files(directory: str, file_size: int, read_only: bool = False) -> list[tuple[int, str]]:
     """(start offset, path) of the store files in a directory, in order; RocketMQ's load rules:
-    a zero-length last file is removed, any other file of the wrong size is an error."""
+    a zero-length last file is removed (skipped when read_only), any other file of the wrong
+    size is an error."""
     if not os.path.isdir(directory):
         return []
     names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
@@ -187,7 +188,8 @@ def load_files(directory: str, file_size: int) -> list[tuple[int, str]]:
         path = os.path.join(directory, name)
         size = os.path.getsize(path)
         if size == 0 and i == len(names) - 1:
-            os.unlink(path)
+            if not read_only:
+                os.unlink(path)
             continue
         if size != file_size:
             raise StoreFormatError(

@@ -11,7 +11,21 @@ import os
 import threading
 import time
 
-from .mapped_file import MappedFile, fsync_dir, load_files, offset_to_name
+from .mapped_file import OS_PAGE, MappedFile, fsync_dir, load_files, offset_to_name
+
+
+def _zero_from(mf: MappedFile, pos: int) -> None:
+    """Zero every non-zero byte of a file from pos to its end and force it to disk. Recovery
+    cuts the valid end here; bytes left behind (a torn tail, garbage, records cut off) could
+    otherwise line up with a later end and be taken for valid data after another crash."""
+    mm = mf.buffer()
+    step = 1 << 20
+    while pos < mf.file_size:
+        end = min(pos + step - pos % step, mf.file_size)
+        if mm[pos:end].count(0) != end - pos:
+            mm[pos:end] = bytes(end - pos)
+            mm.flush(pos - pos % OS_PAGE, end - pos + pos % OS_PAGE)
+        pos = end
 
 
 class MappedFileQueue:
@@ -30,7 +44,7 @@ class MappedFileQueue:
 
     def load(self) -> None:
         """Map every file; each counts as full until recovery sets the real end."""
-        for start, path in load_files(self.directory, self.file_size):
+        for start, path in load_files(self.directory, self.file_size, self.read_only):
             mf = MappedFile(path, self.file_size, start, read_only=self.read_only)
             mf.set_positions(self.file_size)
             self.files.append(mf)
@@ -146,7 +160,7 @@ class MappedFileQueue:
                 elif mf.file_from_offset <= offset:
                     mf.set_positions(offset - mf.file_from_offset)
                     if not self.read_only:
-                        mf.zero_from(offset - mf.file_from_offset)
+                        _zero_from(mf, offset - mf.file_from_offset)
                     keep.append(mf)
                 elif self.read_only:
                     mf.close()

@@ -105,13 +105,13 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             seen.add(key)
             directory = os.path.join(base, topic, qname)
             arrays = []
-            for start, path in load_files(directory, units * UNIT_SIZE):
+            for start, path in load_files(directory, units * UNIT_SIZE, read_only=True):
                 mf = MappedFile(path, units * UNIT_SIZE, start, read_only=True)
                 arrays.append(np.array(np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)))
                 mf.close()
             if not arrays:
                 continue
-            first = load_files(directory, units * UNIT_SIZE)[0][0] // UNIT_SIZE
+            first = load_files(directory, units * UNIT_SIZE, read_only=True)[0][0] // UNIT_SIZE
             arr = np.concatenate(arrays)
             valid = (arr["offset"] >= 0) & (arr["size"] > 0)
             n = int(np.argmin(valid)) if not valid.all() else len(arr)

@@ -11,8 +11,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 
-def _bucket_seconds(span_ms: int, buckets: int = 120) -> int:
-    return max(1, -(-span_ms // 1000 // buckets))
+def _bucket_ms(span_ms: int, buckets: int = 120) -> int:
+    """About `buckets` points over the span, whole milliseconds (short runs get short buckets)."""
+    return max(1, -(-span_ms // buckets))
 
 
 def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top: int = 10,
@@ -41,11 +42,11 @@ def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top:
             t["rate_per_s"] = _rate(t["messages"], t["first_ms"], t["last_ms"])
         span = (max((t["last_ms"] for t in topics.values()), default=0)
                 - min((t["first_ms"] for t in topics.values()), default=0))
-        step = bucket or _bucket_seconds(span)
+        step = bucket * 1000 if bucket else _bucket_ms(span)
         series: dict[str, list[tuple[int, int]]] = {}
-        for r in (meta.groupBy("topic", F.floor(F.col("ts") / (step * 1000)).alias("b"))
+        for r in (meta.groupBy("topic", F.floor(F.col("ts") / step).alias("b"))
                   .count().orderBy("topic", "b").collect()):
-            series.setdefault(r.topic, []).append((int(r.b) * step * 1000, int(r["count"])))
+            series.setdefault(r.topic, []).append((int(r.b) * step, int(r["count"])))
         ranked = (meta.select("topic", F.explode("keys").alias("key")).groupBy("topic", "key").count()
                   .withColumn("rank", F.row_number().over(
                       Window.partitionBy("topic").orderBy(F.desc("count"), "key")))
@@ -55,7 +56,7 @@ def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top:
     top_keys: dict[str, list[tuple[str, int]]] = {}
     for r in ranked:
         top_keys.setdefault(r.topic, []).append((r.key, int(r["count"])))
-    result = {"topics": list(topics.values()), "queues": queues, "bucket_seconds": step,
+    result = {"topics": list(topics.values()), "queues": queues, "bucket_ms": step,
               "rate_over_time": series, "top_keys": top_keys,
               "chart": os.path.join(out, "rate.png"), "json": os.path.join(out, "stats.json")}
     with open(result["json"], "w") as f:
@@ -77,9 +78,9 @@ def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> No
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
     for topic, points in sorted(series.items()):
         xs = [datetime.fromtimestamp(ms / 1000, timezone.utc) for ms, _ in points]
-        ax.plot(xs, [c / step for _, c in points], label=topic, marker="." if len(points) < 50 else None)
+        ax.plot(xs, [c * 1000 / step for _, c in points], label=topic, marker="." if len(points) < 50 else None)
     ax.set_ylabel("messages / s")
-    ax.set_xlabel(f"store time (UTC), {step} s buckets")
+    ax.set_xlabel(f"store time (UTC), {step} ms buckets")
     ax.set_title("message rate per topic")
     if series:
         ax.legend(loc="upper left", fontsize="small")

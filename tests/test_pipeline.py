@@ -1,0 +1,216 @@
+"""The mqfs Spark data source, streaming reader, writer and jobs against real stores."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from spark_fixtures import small_store_config, spark  # noqa: E402,F401
+
+from pipeline import cli  # noqa: E402
+from pipeline.files import commitlog_files  # noqa: E402
+from pipeline.jobs import audit, rebuild  # noqa: E402
+from pipeline.writer import MqfsWriter  # noqa: E402
+from store import Message, MessageStore  # noqa: E402
+
+pytestmark = pytest.mark.spark
+TOPICS = ("Orders", "Payments", "Audit_Log")
+
+
+def make_messages(rng: random.Random, n: int, start: int = 0) -> list[Message]:
+    out = []
+    for i in range(start, start + n):
+        size = rng.choice([0, 5, 12, 13, 300, 1500, rng.randint(0, 4000)])
+        keys = [f"k{i}", f"g{i % 11}"][: rng.randint(0, 2)]
+        props = {"seq": str(i), "src": rng.choice(["a", "b"])} if i % 3 else {}
+        born = ("::1", 4000 + i % 3) if i % 17 == 0 else ("10.0.0.%d" % (i % 5), 5000)
+        out.append(Message.create(rng.choice(TOPICS), rng.randbytes(size), queue_id=rng.randrange(3),
+                                  keys=keys, tags=f"t{i % 4}" if i % 5 else None,
+                                  properties=props, flag=i % 7, born_host=born,
+                                  born_timestamp=1_700_000_000_000 + i))
+    return out
+
+
+def build_store(root: str, n: int, seed: int = 1, **cfg) -> None:
+    with MessageStore(root, small_store_config(**cfg)) as s:
+        msgs = make_messages(random.Random(seed), n)
+        for i in range(0, n, 250):
+            s.put_batch(msgs[i:i + 250])
+
+
+def host(h: tuple[str, int]) -> str:
+    return f"[{h[0]}]:{h[1]}" if ":" in h[0] else f"{h[0]}:{h[1]}"
+
+
+def expected_rows(root: str) -> dict[int, dict]:
+    """Every message as the store's own API returns it, keyed by CommitLog offset."""
+    rows = {}
+    with MessageStore(root) as s:
+        for topic, nq in s.topics().items():
+            for q in range(nq):
+                for m in s.get_range(topic, q, s.min_offset(topic, q), 1 << 30):
+                    rows[m.commitlog_offset] = {
+                        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+                        "commitlog_offset": m.commitlog_offset, "size": m.total_size,
+                        "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+                        "born_host": host(m.born_host), "store_host": host(m.store_host),
+                        "msg_id": m.msg_id, "keys": m.keys, "tags": m.tags or None,
+                        "properties": dict(m.properties), "flag": m.flag, "sys_flag": m.sys_flag,
+                        "body": bytes(m.body)}
+    return rows
+
+
+def read_rows(df) -> dict[int, dict]:
+    rows = {}
+    for r in df.collect():
+        d = r.asDict()
+        d["store_timestamp"] = round(d["store_timestamp"].timestamp() * 1000)
+        d["born_timestamp"] = round(d["born_timestamp"].timestamp() * 1000)
+        d["properties"] = dict(d["properties"])
+        d["body"] = bytes(d["body"])
+        rows[d["commitlog_offset"]] = d
+    return rows
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("pipeline") / "store")
+    build_store(root, 3000)
+    return root
+
+
+def test_round_trip_every_field(spark, store):
+    df = spark.read.format("mqfs").load(store)
+    files = commitlog_files(store)
+    assert len(files) > 1
+    assert df.rdd.getNumPartitions() == len(files)
+    got, want = read_rows(df), expected_rows(store)
+    assert len(want) == 3000
+    assert got.keys() == want.keys()
+    for off in want:
+        assert got[off] == want[off], off
+
+
+def test_filters_match_filtering_afterwards(spark, store):
+    from pyspark.sql import functions as F
+    all_rows = spark.read.format("mqfs").load(store)
+    times = sorted(r[0] for r in all_rows.select(F.unix_millis("store_timestamp")).collect())
+    start, end = times[len(times) // 4], times[3 * len(times) // 4]
+    filtered = (spark.read.format("mqfs").option("topic", "Orders,Audit_Log").option("queue", "0,2")
+                .option("startTime", str(start)).option("endTime", str(end)).load(store))
+    after = all_rows.filter(F.col("topic").isin("Orders", "Audit_Log") & F.col("queue_id").isin(0, 2)
+                            & (F.unix_millis("store_timestamp") >= start)
+                            & (F.unix_millis("store_timestamp") < end))
+    a, b = read_rows(filtered), read_rows(after)
+    assert 0 < len(a) < 3000
+    assert a == b
+
+
+def test_rocketmq_flavor_store_reads_the_same(spark, tmp_path):
+    root = str(tmp_path / "broker")
+    build_store(root, 800, seed=7, flavor="rocketmq")
+    os.unlink(os.path.join(root, "mqfs.json"))  # as a RocketMQ broker leaves its store
+    assert read_rows(spark.read.format("mqfs").load(root)) == expected_rows(root)
+
+
+def test_streaming_available_now_delivers_appended_messages_once(spark, tmp_path):
+    root, out, ckpt = str(tmp_path / "s"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    build_store(root, 500, seed=3)
+
+    def run() -> None:
+        q = (spark.readStream.format("mqfs").option("topic", "Orders,Payments").load(root)
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+
+    run()
+    first = spark.read.parquet(out).count()
+    with MessageStore(root) as s:
+        s.put_batch(make_messages(random.Random(4), 400, start=500))
+    run()
+    got = spark.read.parquet(out).select("msg_id", "topic").collect()
+    want = {m for m, r in ((k, v) for k, v in expected_rows(root).items()) if r["topic"] != "Audit_Log"}
+    assert 0 < first < len(got)
+    assert len(got) == len({r.msg_id for r in got}) == len(want)
+
+
+def test_writer_appends_once_in_order(spark, tmp_path):
+    root = str(tmp_path / "w")
+    build_store(root, 10)
+    rows = [("Writes", i % 2, f"body-{i}".encode(), [f"w{i}"], "T" if i % 2 else None, {"n": str(i)})
+            for i in range(300)]
+    df = spark.createDataFrame(rows, "topic string, queue_id int, body binary, keys array<string>, "
+                                     "tags string, properties map<string,string>").coalesce(1)
+    df.write.format("mqfs").mode("append").save(root)
+    with MessageStore(root) as s:
+        for q in (0, 1):
+            got = s.get_range("Writes", q, 0, 1000)
+            assert [bytes(m.body) for m in got] == [r[2] for r in rows if r[1] == q]
+            assert all(m.keys == [f"w{m.properties['n']}"] for m in got)
+
+
+def test_writer_task_retry_skips_what_an_earlier_attempt_wrote(tmp_path):
+    from pyspark.sql import Row
+    from pyspark.sql.types import StructType
+    root = str(tmp_path / "retry")
+    build_store(root, 5)
+    schema = StructType.fromDDL("topic string, body string")
+    writer = MqfsWriter(root, schema, {})
+    rows = [Row(topic="Retry", body=f"r{i}") for i in range(50)]
+    first = writer.write(iter(rows[:20]))  # an attempt that died after 20 rows
+    second = writer.write(iter(rows))  # the retry of the same task
+    assert (first.written, second.written, second.skipped) == (20, 30, 20)
+    with MessageStore(root) as s:
+        assert [bytes(m.body).decode() for m in s.get_range("Retry", 0, 0, 100)] == [r.body for r in rows]
+
+
+def answers(root: str) -> dict:
+    """Everything the store API answers about its messages."""
+    out = {}
+    with MessageStore(root) as s:
+        for topic, nq in sorted(s.topics().items()):
+            for q in range(nq):
+                lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
+                msgs = s.get_range(topic, q, lo, 1 << 30)
+                out[(topic, q)] = (lo, hi, [m.commitlog_offset for m in msgs])
+                for m in msgs[::37]:
+                    out[("time", topic, q, m.store_timestamp)] = s.offset_by_time(topic, q, m.store_timestamp)
+                    out[("id", m.msg_id)] = s.get_by_msgid(m.msg_id).commitlog_offset
+                    for k in m.keys:
+                        out[("key", topic, k)] = sorted(x.commitlog_offset for x in s.query_key(k, topic))
+    return out
+
+
+def test_rebuild_restores_every_answer(spark, store, tmp_path):
+    before = answers(store)
+    damaged = str(tmp_path / "damaged")
+    shutil.copytree(store, damaged)
+    shutil.rmtree(os.path.join(damaged, "consumequeue"))
+    shutil.rmtree(os.path.join(damaged, "index"))
+    out = str(tmp_path / "rebuilt")
+    r = rebuild.run(spark, damaged, out)
+    assert r["cq_units"] == 3000
+    assert answers(out) == before
+    assert audit.run(spark, out)["problems"] == 0
+
+
+def test_audit_catches_a_corrupted_consume_queue_entry(spark, store, tmp_path):
+    assert audit.run(spark, store)["problems"] == 0
+    bad = str(tmp_path / "bad")
+    shutil.copytree(store, bad)
+    cq = os.path.join(bad, "consumequeue", "Orders", "1")
+    first = sorted(os.listdir(cq))[0]
+    with open(os.path.join(cq, first), "r+b") as f:
+        f.seek(20 * 5 + 8)  # size field of unit 5
+        f.write((999).to_bytes(4, "big"))
+    r = audit.run(spark, bad)
+    assert r["problems"] >= 1
+    assert any("Orders/1" in p and "999" in p for p in r["shown"])
+    assert cli.main(["audit", bad]) == 1
+    assert cli.main(["audit", store]) == 0
