@@ -47,6 +47,7 @@ KEY_HITS_MAX = 10_000  # entries listed under one /keys/<key>
 QUEUE_FIXED = 4  # ".", "..", append, append.jsonl precede the offsets in a queue listing
 READDIR_BATCH = 128
 ATTR_CACHE_SIZE = 65_536
+BODY_CACHE_BYTES = 64 << 20  # bodies kept from lookup for the open that usually follows
 
 DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPIC}
 
@@ -160,6 +161,8 @@ class Model:
         self.nodes = NodeTable()
         self.started_ns = time.time_ns()
         self._attrs: OrderedDict[int, Attr] = OrderedDict()
+        self._bodies: OrderedDict[int, bytes] = OrderedDict()
+        self._body_bytes = 0
         self._attrs_lock = threading.Lock()
 
     # --- named nodes ---------------------------------------------------------------------
@@ -303,6 +306,11 @@ class Model:
             self._attrs[ino] = attr
             if len(self._attrs) > ATTR_CACHE_SIZE:
                 self._attrs.popitem(last=False)
+            if ino not in self._bodies:
+                self._bodies[ino] = bytes(msg.body)  # a copy: never pin the store's mmap
+                self._body_bytes += len(msg.body)
+            while self._body_bytes > BODY_CACHE_BYTES:
+                self._body_bytes -= len(self._bodies.popitem(last=False)[1])
         return attr
 
     def _link_attr(self, qidx: int, msg: StoredMessage) -> Attr:
@@ -315,6 +323,14 @@ class Model:
         return b"" if value is None else b"%d\n" % value
 
     # --- files -----------------------------------------------------------------------------
+    def body(self, ino: int) -> bytes:
+        """A message body for open: from the lookup that just happened, else the store."""
+        with self._attrs_lock:
+            body = self._bodies.pop(ino, None)
+            if body is not None:
+                self._body_bytes -= len(body)
+        return body if body is not None else bytes(self.message(ino).body)
+
     def message(self, ino: int) -> StoredMessage:
         """The message a message inode names (for open and xattrs)."""
         if not ino & MSG_BIT or ino & LINK_BIT:
@@ -507,7 +523,7 @@ class QueueListing(Listing):
         store, topic, queue = model.store, node.topic, node.queue
         offset = max(start - QUEUE_FIXED, store.min_offset(topic, queue))
         qbits = MSG_BIT | model._qidx(topic, queue) << OFFSET_BITS
-        cache = model._attrs
+        mode = stat.S_IFREG | 0o444
         while offset < store.max_offset(topic, queue):
             batch = store.get_range(topic, queue, offset, READDIR_BATCH)
             if not batch:
@@ -516,7 +532,6 @@ class QueueListing(Listing):
                 off = msg.queue_offset
                 if off > OFFSET_MASK:
                     return
-                ino = qbits | off
-                attr = cache.get(ino) or model._remember(ino, msg)
+                attr = Attr(qbits | off, mode, len(msg.body), msg.store_timestamp * 1_000_000)
                 yield b"%d" % off, attr, off + QUEUE_FIXED + 1
             offset = batch[-1].queue_offset + 1

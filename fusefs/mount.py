@@ -38,9 +38,9 @@ def systemd_notify(message: str) -> None:
 class RecoveryProgress:
     """Recovery progress on stderr, at most a few lines a second."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str) -> None:
+        self.label = label
         self.last = 0.0
-        self.shown = False
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
@@ -48,9 +48,8 @@ class RecoveryProgress:
             return
         self.last = now
         end = "\n" if done >= total or not sys.stderr.isatty() else "\r"
-        print(f"mqfs: recovering {done}/{total} ({100 * done // total}%)", end=end,
+        print(f"mqfs: {self.label} {done}/{total} ({100 * done // total}%)", end=end,
               file=sys.stderr, flush=True)
-        self.shown = True
 
 
 def setup_logging(target: str | None, foreground: bool) -> None:
@@ -90,7 +89,9 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
         raise OSError(f"mount point {mountpoint} is not a directory")
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only)
-    store = MessageStore(store_root, cfg, progress=RecoveryProgress())
+    crashed = os.path.exists(os.path.join(store_root, "abort"))
+    label = "recovering after an unclean shutdown:" if crashed else "checking the store tail:"
+    store = MessageStore(store_root, cfg, progress=RecoveryProgress(label))
     store.open()
     if store.recovery is not None:
         log.info("opened %s: %s", store_root, store.recovery)

@@ -223,7 +223,7 @@ class Operations(pyfuse3.Operations):
         if kind == MESSAGE:
             if writing:
                 raise FsError(errno.EACCES, "messages are read-only")
-            body = bytes(self.model.message(inode).body)
+            body = self.model.body(inode)
             return pyfuse3.FileInfo(fh=self.files.add(MessageHandle(body)), keep_cache=True)
         if kind in (APPEND, JSONL):
             writer = None
@@ -261,10 +261,15 @@ class Operations(pyfuse3.Operations):
         raise FsError(errno.EBADF)
 
     async def _put(self, writer, messages: list) -> None:
+        """In sync-flush mode a put waits for the disk, so it runs in a worker thread; an
+        async put only copies into the mapped CommitLog and is cheaper than a thread hop."""
         if not messages:
             return
         try:
-            await in_thread(self.store.put_batch, messages)
+            if self.store.config.flush_mode == "sync":
+                await in_thread(self.store.put_batch, messages)
+            else:
+                self.store.put_batch(messages)
         except Exception as exc:
             writer.fail(errno_for(exc) or errno.EIO)
             raise

@@ -246,3 +246,38 @@ def test_offset_writer():
     with pytest.raises(FsError) as info:
         OffsetWriter().write(0, b"abc")
     assert info.value.errno == errno.EINVAL
+
+
+def test_errno_mapping_of_store_and_os_errors():
+    from fusefs.errors import errno_for
+    from store.errors import CorruptionError, InvalidMessage, NotFound
+
+    assert errno_for(NotFound("x")) == errno.ENOENT
+    assert errno_for(InvalidMessage("bad topic")) == errno.EINVAL
+    assert errno_for(CorruptionError("crc")) == errno.EIO
+    assert errno_for(OSError(errno.ENOSPC, "full")) == errno.ENOSPC
+    assert errno_for(FsError(errno.EFBIG)) == errno.EFBIG
+    assert errno_for(KeyError("bug")) is None
+
+
+def test_guard_turns_a_bug_into_eio_and_logs_it(caplog):
+    import pyfuse3
+    import trio
+
+    from fusefs.ops import guarded
+
+    @guarded
+    async def handler():
+        raise KeyError("a bug")
+
+    @guarded
+    async def refusing():
+        raise FsError(errno.EPERM)
+
+    with pytest.raises(pyfuse3.FUSEError) as info:
+        trio.run(handler)
+    assert info.value.errno == errno.EIO
+    assert "handler failed unexpectedly" in caplog.text and "KeyError" in caplog.text
+    with pytest.raises(pyfuse3.FUSEError) as info:
+        trio.run(refusing)
+    assert info.value.errno == errno.EPERM

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Filesystem benchmark (`scripts/bench fs`): the same workloads, run with real tools, on
+
+  mqfs    - a store mounted with `mqfs mount`
+  native  - the same bytes as plain files on the native filesystem
+  trivial - an in-memory pyfuse3 filesystem (defined below) serving the same names and
+            sizes: the ceiling of Python FUSE on this machine
+
+and printed side by side as ratios. A timing report, not a test: it never fails on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+BLKSIZE = 128 * 1024
+LARGE = 4 << 20
+
+
+def sizes(quick: bool) -> dict[str, int]:
+    if quick:
+        return dict(small=2_000, large=8, big=100_000, shell=300, jsonl=20_000)
+    return dict(small=20_000, large=64, big=1_000_000, shell=2_000, jsonl=200_000)
+
+
+# --- the trivial in-memory filesystem ----------------------------------------------------------
+
+def serve_trivial(mountpoint: str, small: int, large: int, big: int) -> None:
+    """Same names and sizes as the mqfs tree, no store behind it (run in its own process)."""
+    import pyfuse3
+    import trio
+
+    dirs = {b"small": (small, 1024), b"large": (large, LARGE), b"big": (big, 16), b"w": (0, 0)}
+    names = list(dirs)
+    data = memoryview(b"x" * LARGE)
+    now = time.time_ns()
+
+    def attr(ino: int, mode: int, size: int) -> pyfuse3.EntryAttributes:
+        e = pyfuse3.EntryAttributes()
+        e.st_ino, e.st_mode, e.st_size, e.st_nlink = ino, mode, size, 1
+        e.st_uid, e.st_gid, e.st_blksize = os.getuid(), os.getgid(), BLKSIZE
+        e.st_blocks = (size + 511) // 512
+        e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = now
+        e.entry_timeout = e.attr_timeout = 3600
+        return e
+
+    def dir_attr(ino: int) -> pyfuse3.EntryAttributes:
+        return attr(ino, stat.S_IFDIR | 0o755, 0)
+
+    def file_attr(d: int, i: int) -> pyfuse3.EntryAttributes:
+        return attr((d + 1) << 40 | (i + 1), stat.S_IFREG | 0o444, dirs[names[d]][1])
+
+    class Trivial(pyfuse3.Operations):
+        enable_writeback_cache = False
+
+        async def lookup(self, parent, name, ctx=None):
+            if parent == pyfuse3.ROOT_INODE:
+                if name in dirs:
+                    return dir_attr(2 + names.index(name))
+            elif 2 <= parent < 2 + len(names):
+                d = parent - 2
+                if names[d] == b"w" and name in (b"append", b"append.jsonl"):
+                    return attr(100 + len(name), stat.S_IFREG | 0o644, 0)
+                if name.isdigit() and int(name) < dirs[names[d]][0]:
+                    return file_attr(d, int(name))
+            raise pyfuse3.FUSEError(errno.ENOENT)
+
+        async def getattr(self, inode, ctx=None):
+            if inode == pyfuse3.ROOT_INODE or 2 <= inode < 2 + len(names):
+                return dir_attr(inode)
+            if inode in (106, 112):
+                return attr(inode, stat.S_IFREG | 0o644, 0)
+            return file_attr((inode >> 40) - 1, (inode & ((1 << 40) - 1)) - 1)
+
+        async def opendir(self, inode, ctx):
+            return inode
+
+        async def readdir(self, fh, start_id, token):
+            if fh == pyfuse3.ROOT_INODE:
+                for i in range(start_id, len(names)):
+                    if not pyfuse3.readdir_reply(token, names[i], dir_attr(2 + i), i + 1):
+                        return
+                return
+            d = fh - 2
+            for i in range(start_id, dirs[names[d]][0]):
+                if not pyfuse3.readdir_reply(token, b"%d" % i, file_attr(d, i), i + 1):
+                    return
+
+        async def open(self, inode, flags, ctx):
+            if inode in (106, 112):
+                return pyfuse3.FileInfo(fh=inode, direct_io=True, nonseekable=True)
+            return pyfuse3.FileInfo(fh=inode, keep_cache=True)
+
+        async def read(self, fh, off, size):
+            total = dirs[names[(fh >> 40) - 1]][1]
+            return data[off:min(off + size, total)]
+
+        async def write(self, fh, off, buf):
+            return len(buf)
+
+        async def flush(self, fh):
+            pass
+
+        async def release(self, fh):
+            pass
+
+        async def getxattr(self, inode, name, ctx):
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+
+    pyfuse3.init(Trivial(), mountpoint, {"fsname=trivial", "default_permissions"})
+    try:
+        trio.run(pyfuse3.main)
+    finally:
+        pyfuse3.close()
+
+
+# --- setting up the three trees ------------------------------------------------------------------
+
+def build_store(path: str, n: dict[str, int]) -> None:
+    from store import Message, MessageStore
+
+    body1k, big_body = os.urandom(1024), os.urandom(LARGE)
+    with MessageStore(path) as s:
+        for topic in ("small", "large", "big", "w"):
+            s.create_topic(topic, 1)
+        s.put_batch([Message.create("small", body1k) for _ in range(n["small"])])
+        for _ in range(n["large"]):
+            s.put(Message.create("large", big_body))
+        done = 0
+        while done < n["big"]:
+            k = min(20_000, n["big"] - done)
+            s.put_batch([Message.create("big", b"0123456789abcdef") for _ in range(k)])
+            done += k
+            print(f"\rbench: {done}/{n['big']} messages for the ls test", end="", file=sys.stderr,
+                  flush=True)
+        print(file=sys.stderr)
+
+
+def build_native(path: str, n: dict[str, int]) -> None:
+    body1k, big_body = os.urandom(1024), os.urandom(LARGE)
+    for name, count, body in (("small", n["small"], body1k), ("large", n["large"], big_body),
+                              ("big", n["big"], b"0123456789abcdef")):
+        os.makedirs(f"{path}/{name}")
+        for i in range(count):
+            with open(f"{path}/{name}/{i}", "wb") as f:
+                f.write(body)
+    os.makedirs(f"{path}/w")
+
+
+def wait_mounted(mnt: str, proc: subprocess.Popen | None) -> None:
+    deadline = time.monotonic() + 60
+    while not os.path.ismount(mnt):
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"bench: filesystem for {mnt} exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: {mnt} did not mount")
+        time.sleep(0.01)
+
+
+# --- workloads -------------------------------------------------------------------------------------
+
+def timed(script: str, cwd: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(["bash", "-c", script], cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str) -> dict:
+    """base maps a directory role (small, large, big, w) to its path on one filesystem."""
+    res = {}
+    res["cat"] = n["small"] / timed(f"seq 0 {n['small'] - 1} | xargs cat > /dev/null", base["small"])
+    res["read"] = n["large"] * LARGE / 1e6 / timed("seq 0 %d | xargs cat > /dev/null"
+                                                   % (n["large"] - 1), base["large"])
+    start = time.perf_counter()
+    listed = subprocess.run(["ls", "-f", base["big"]], check=True, capture_output=True).stdout
+    entries = listed.count(b"\n")
+    res["ls"] = entries / (time.perf_counter() - start)
+    if entries < n["big"]:
+        raise SystemExit(f"bench: ls listed {entries} of {n['big']} entries")
+    shell_target = base["append"]
+    res["shell"] = n["shell"] / timed(
+        f'for i in $(seq {n["shell"]}); do echo "message $i" > {shell_target}; done', base["w"])
+    res["jsonl"] = n["jsonl"] / timed(f"cat {jsonl_file} > {base['jsonl']}", base["w"])
+    return res
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller counts")
+    p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--serve-trivial", nargs=4, metavar=("MNT", "SMALL", "LARGE", "BIG"),
+                   help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.serve_trivial:
+        mnt, *counts = a.serve_trivial
+        serve_trivial(mnt, *map(int, counts))
+        return 0
+
+    n = sizes(a.quick)
+    work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-")
+    mq_store, mq_mnt, native, triv = (f"{work}/{x}" for x in ("store", "mnt", "native", "trivial"))
+    for d in (mq_mnt, triv):
+        os.makedirs(d, exist_ok=True)
+    jsonl_file = f"{work}/lines.jsonl"
+    with open(jsonl_file, "w") as f:
+        for i in range(n["jsonl"]):
+            f.write('{"body": "message %d", "keys": ["k%d"], "tags": "bench"}\n' % (i, i % 1000))
+
+    t0 = time.perf_counter()
+    build_store(mq_store, n)
+    build_native(native, n)
+    print(f"bench: set up in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+
+    mqfs = [sys.executable, "-m", "fusefs"]
+    trivial_proc = None
+    results = {}
+    os.sync()  # setup's dirty pages must not be written back during the first timed runs
+    try:
+        trivial_proc = subprocess.Popen([sys.executable, __file__, "--serve-trivial", triv,
+                                         str(n["small"]), str(n["large"]), str(n["big"])])
+        wait_mounted(triv, trivial_proc)
+        results["trivial"] = run_workloads(
+            {"small": f"{triv}/small", "large": f"{triv}/large", "big": f"{triv}/big",
+             "w": f"{triv}/w", "append": f"{triv}/w/append", "jsonl": f"{triv}/w/append.jsonl"},
+            n, jsonl_file)
+        subprocess.run([*mqfs, "mount", mq_store, mq_mnt], check=True)
+        q = lambda t: f"{mq_mnt}/topics/{t}/0"  # noqa: E731
+        results["mqfs"] = run_workloads(
+            {"small": q("small"), "large": q("large"), "big": q("big"), "w": q("w"),
+             "append": f"{q('w')}/append", "jsonl": f"{q('w')}/append.jsonl"}, n, jsonl_file)
+        results["native"] = run_workloads(
+            {"small": f"{native}/small", "large": f"{native}/large", "big": f"{native}/big",
+             "w": f"{native}/w", "append": '"$i"', "jsonl": f"{native}/w/lines"}, n, jsonl_file)
+    finally:
+        if os.path.ismount(mq_mnt):
+            subprocess.run([*mqfs, "umount", mq_mnt])
+        if trivial_proc is not None:
+            subprocess.run(["fusermount3", "-u", triv])
+            trivial_proc.wait(timeout=60)
+        if not a.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+    rows = [("cat", f"cat of {n['small']} 1 KiB messages", "msgs/s"),
+            ("read", f"sequential read of {n['large']} x 4 MiB messages", "MB/s"),
+            ("ls", f"ls of a queue with {n['big']} messages", "entries/s"),
+            ("shell", f"{n['shell']} shell appends (echo > append)", "msgs/s"),
+            ("jsonl", f"{n['jsonl']} JSON-lines appends through one handle", "msgs/s")]
+    print(f"\n{'workload':<48}{'unit':>10}{'mqfs':>12}{'native':>12}{'trivial':>12}"
+          f"{'mqfs/native':>13}{'mqfs/trivial':>14}")
+    for key, label, unit in rows:
+        m, nat, tr = (results[fs][key] for fs in ("mqfs", "native", "trivial"))
+        print(f"{label:<48}{unit:>10}{m:>12,.0f}{nat:>12,.0f}{tr:>12,.0f}"
+              f"{m / nat:>13.2f}{m / tr:>14.2f}")
+    print("\nnative = plain files on the filesystem under the work directory (shell appends "
+          "create one file per message; JSON lines go to one file); trivial = in-memory "
+          "pyfuse3 filesystem with the same names and sizes that discards writes.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
