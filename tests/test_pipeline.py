@@ -214,3 +214,26 @@ def test_audit_catches_a_corrupted_consume_queue_entry(spark, store, tmp_path):
     assert any("Orders/1" in p and "999" in p for p in r["shown"])
     assert cli.main(["audit", bad]) == 1
     assert cli.main(["audit", store]) == 0
+
+
+def test_export_and_stats_jobs_write_what_they_report(spark, store, tmp_path):
+    expected = expected_rows(store)
+    out = str(tmp_path / "export")
+    assert cli.main(["export", store, out]) == 0
+    parts = sorted(d for d in os.listdir(out) if d.startswith("topic="))
+    assert parts == sorted(f"topic={t}" for t in {r["topic"] for r in expected.values()})
+    exported = spark.read.parquet(out)
+    assert exported.count() == len(expected)
+    assert sorted(r.commitlog_offset for r in exported.select("commitlog_offset").collect()) == sorted(expected)
+
+    stats_dir = str(tmp_path / "stats")
+    assert cli.main(["stats", store, stats_dir]) == 0
+    import json
+    with open(os.path.join(stats_dir, "stats.json")) as f:
+        stats = json.load(f)
+    per_topic = {t["topic"]: t["messages"] for t in stats["topics"]}
+    for topic in per_topic:
+        assert per_topic[topic] == sum(1 for r in expected.values() if r["topic"] == topic)
+    assert sum(q["messages"] for q in stats["queues"]) == len(expected)
+    with open(os.path.join(stats_dir, "rate.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
