@@ -136,8 +136,23 @@ def parse_msg_id(text: str) -> tuple[str, int, int]:
     return host, port, _I64.unpack(raw[-8:])[0]
 
 
+class _WellKnownProperties:
+    """KEYS and TAGS read from a `properties` mapping, for producer and stored messages."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(" ") if k]
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get(PROPERTY_TAGS, "")
+
+
 @dataclass
-class Message:
+class Message(_WellKnownProperties):
     """A message as a producer hands it to the store."""
 
     topic: str
@@ -169,16 +184,8 @@ class Message:
             props[PROPERTY_TAGS] = tags
         return cls(topic=topic, body=body, queue_id=queue_id, properties=props, **fields)
 
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(" ") if k]
 
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
-
-
-class StoredMessage:
+class StoredMessage(_WellKnownProperties):
     """A record decoded from the CommitLog. Hosts and properties are decoded on first use:
     most reads (cat of a message, a ConsumeQueue check) never look at them."""
 
@@ -232,14 +239,6 @@ class StoredMessage:
                 raise CodecError(f"properties of the record at {self.commitlog_offset} are not "
                                  "UTF-8") from None
         return self._props
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(" ") if k]
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
 
     @property
     def msg_id(self) -> str:
