@@ -31,6 +31,7 @@ class ConsumeQueue:
         self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only)
         self.min_logic_offset = 0
         self.max_physic_offset = 0  # end (offset + size) of the last entry's record
+        self.hole = False  # a put came for an offset past the end (set during recovery)
         self.next_offset = 0  # queue offset the next message gets (max_offset, kept cheap)
 
     def load(self) -> None:
@@ -67,6 +68,9 @@ class ConsumeQueue:
         current = self.queue.max_wrote_offset
         if expect < current:
             return True  # built already
+        if expect > current and self.queue.files:
+            self.hole = True  # entries before this one are missing: recovery dispatches again
+            return False
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is not None and mf.file_from_offset + mf.wrote_position == expect \
@@ -167,6 +171,22 @@ class ConsumeQueue:
                 break
         self.queue.truncate_dirty(end)
         self._refresh_max_physic()
+
+    def drop_invalid_tail(self, matches: Callable[[int, tuple[int, int, int]], bool]) -> bool:
+        """Drop entries from the end while `matches(queue_offset, unit)` says they do not
+        describe their CommitLog record. A torn or garbage unit can pass the offset >= 0 and
+        size > 0 test of `recover` (format gap 1); this catches it. True when any was dropped."""
+        end = i = self.max_offset
+        while i > self.min_offset:
+            unit = self.entry(i - 1)
+            if unit[1] == PRE_BLANK[1] or matches(i - 1, unit):
+                break
+            i -= 1
+        if i == end:
+            return False
+        self.queue.truncate_dirty(i * UNIT_SIZE)
+        self._refresh_max_physic()
+        return True
 
     def _refresh_max_physic(self) -> None:
         self.next_offset = self.max_offset

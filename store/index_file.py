@@ -49,6 +49,13 @@ class IndexFile:
             if self.index_count <= 0:
                 self.index_count = 1
 
+    def header_ok(self) -> bool:
+        """False for a header no writer could have left (torn or overwritten): counts out of
+        range or time / offset ranges running backwards. Queries must not trust such a file."""
+        return (1 <= self.index_count <= self.entries and 0 <= self.hash_slot_count <= self.slots
+                and 0 <= self.begin_timestamp <= self.end_timestamp
+                and 0 <= self.begin_phy_offset <= self.end_phy_offset)
+
     def _write_header(self) -> None:
         _HEADER.pack_into(self.mf.buffer(), 0, self.begin_timestamp, self.end_timestamp,
                           self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count,

@@ -38,6 +38,7 @@ class IndexService:
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
         self.flushed_end_timestamp = 0  # endTimestamp of the newest file flushed at roll-over
+        self.lost_files = False  # load dropped a damaged file: recovery must index again
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
@@ -49,9 +50,15 @@ class IndexService:
             path = os.path.join(self.directory, name)
             if not (name.isdigit() and len(name) == 17):
                 continue
+            if os.path.getsize(path) == 0 and not self.read_only:
+                os.unlink(path)  # created but never allocated before a crash: held nothing
+                continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
-            if not last_exit_ok and f.end_timestamp > index_msg_timestamp and not self.read_only:
+            damaged = not f.header_ok()
+            if (damaged or not last_exit_ok and f.end_timestamp > index_msg_timestamp) \
+                    and not self.read_only:
                 f.destroy()
+                self.lost_files |= damaged
                 continue
             self.files.append(f)
 
@@ -125,11 +132,15 @@ class IndexService:
                 break
         return found
 
-    def truncate_from_physical(self, phys: int) -> None:
-        """Drop files whose entries reach at or past phys; re-dispatch rebuilds them."""
+    def truncate_from_physical(self, phys: int) -> bool:
+        """Drop files whose entries reach at or past phys (re-dispatch rebuilds them);
+        True when any file went."""
         with self.lock:
+            cut = False
             while self.files and self.files[-1].end_phy_offset >= phys and self.files[-1].index_count > 1:
                 self.files.pop().destroy()
+                cut = True
+            return cut
 
     def delete_expired(self, min_commitlog_offset: int) -> int:
         deleted = 0

@@ -8,6 +8,7 @@ so a message is readable by queue offset and findable by key as soon as `put` re
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -32,9 +33,10 @@ from .lock import StoreLock
 from .manifest import is_store, read_manifest, write_manifest
 from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
-from .recovery import RecoveryReport, recover
+from .recovery import RecoveryReport, grew_after_checkpoint, recover
 from .retention import clean_expired
 
+log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
 Progress = Callable[[int, int], None]
 
@@ -106,6 +108,10 @@ class MessageStore:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._load_consume_queues()
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
+        if last_exit_ok and grew_after_checkpoint(self):
+            log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
+                        "recovering as after a crash")
+            last_exit_ok = False
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
         self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
         self.topic_table = TopicTable(self.root)
@@ -337,6 +343,17 @@ class MessageStore:
             codes = [self.flavor.tags_code(t) for t in tags]
             units = units[[int(u) in codes for u in units["tags"]]] if len(units) else units
         return [self._read(int(u)) for u in units["offset"]]
+
+    def list_entries(self, topic: str, queue_id: int, offset: int, n: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(queue offsets, body lengths, store timestamps) of up to n messages from offset,
+        read from ConsumeQueue units and record headers only: a listing of a million
+        messages must not decode a million records."""
+        units = self._cq(topic, queue_id).entries(max(offset, 0), n)
+        first = max(offset, self._cq(topic, queue_id).min_offset)
+        queue_offsets = np.arange(first, first + len(units), dtype=np.int64)
+        lengths, stamps = self.commitlog.body_sizes_and_times(units["offset"].astype(np.int64))
+        return queue_offsets, lengths, stamps
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return self._cq(topic, queue_id).min_offset

@@ -9,19 +9,27 @@ there on is validated (checksum included) and dispatched again. Dispatch is idem
 crash during recovery is recovered by running it again.
 
 A record that fails validation below the offset the checkpoint says was flushed is corruption
-in acknowledged data: it is reported and the store refuses to open until `repair` is asked for.
+in acknowledged data when a valid record follows it there (or a file is missing): it is reported
+and the store refuses to open until `repair` is asked for. With nothing valid after it, it is a
+torn tail (RocketMQ's testRecover): it is cut and the report says so.
+
+Checks the crash tests showed to be needed: ConsumeQueue tails are validated against the
+CommitLog (a torn unit passes RocketMQ's offset/size test); a record whose properties end in
+zero bytes is a torn write (only the body has a checksum); bytes after every cut are zeroed so
+they cannot reappear; IndexFiles with an impossible header, or cut at the end, are rebuilt.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import codec
 from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .crash_points import crash_point
-from .errors import CodecError, CorruptionError
+from .errors import CodecError, CorruptionError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,12 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
             if msg.commitlog_offset != phys:
                 reason = f"record at {phys} says it is at {msg.commitlog_offset}"
                 break
+            if buf[pos + size - 1] == 0 and msg._props_raw:
+                # Only the body has a checksum. A power cut that kept the page holding a
+                # record's head but not the (zero) page holding its tail leaves properties that
+                # end in NUL; an encoder never writes that (they end in a value or 0x02).
+                reason = f"record at {phys} ends in zero bytes inside its properties (torn write)"
+                break
             if phys >= dispatch_from:
                 crash_point("recovery.dispatch")
                 store.dispatch(msg)
@@ -104,6 +118,60 @@ def _start_file(store, offset: int) -> int:
     return mf.file_from_offset
 
 
+def _unit_matches(store, cq, queue_offset: int, unit: tuple[int, int, int]) -> bool:
+    """Does ConsumeQueue unit `queue_offset` describe the CommitLog record it points at?"""
+    phys, size, tags = unit
+    try:
+        msg = store.commitlog.read(phys)
+        return ((msg.total_size, msg.topic, msg.queue_id, msg.queue_offset) ==
+                (size, cq.topic, cq.queue_id, queue_offset) and
+                store.flavor.tags_code(msg.tags) == tags)
+    except StoreError:
+        return False
+
+
+def _flushed_data_lost(store, end: int, flushed: int) -> str | None:
+    """Why cutting the CommitLog at `end` would lose flushed messages, or None when nothing
+    valid lies in [end, flushed): a whole record that checks out there (or a missing file)
+    means damage in the middle, not a torn tail."""
+    files = store.commitlog.queue.files
+    files_end = files[-1].file_from_offset + files[-1].file_size
+    if flushed > files_end:
+        return f"CommitLog files end at {files_end}, a file holding flushed data is missing"
+    magics = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
+    for mf in files:
+        lo = max(end + 1, mf.file_from_offset) - mf.file_from_offset
+        hi = min(flushed, mf.file_from_offset + mf.file_size) - mf.file_from_offset
+        if lo >= hi:
+            continue
+        buf = mf.buffer()
+        for magic in magics:
+            pos = buf.find(magic, lo + 4, hi + 4)
+            while pos >= 0:
+                start = pos - 4
+                try:
+                    msg = codec.decode(buf, start, store.flavor)
+                    if msg.commitlog_offset == mf.file_from_offset + start:
+                        return f"a valid record follows at {msg.commitlog_offset}"
+                except CodecError:
+                    pass
+                pos = buf.find(magic, pos + 1, hi + 4)
+    return None
+
+
+def grew_after_checkpoint(store) -> bool:
+    """A clean close leaves the checkpoint's flushed offset at the very end of the CommitLog,
+    followed by zeros (never written, or zeroed by recovery). Anything else there means the log
+    was written after the last checkpoint: the exit was not clean, whatever the missing
+    `abort` file says."""
+    flushed = store.checkpoint.commitlog_flushed_offset
+    mf = store.commitlog.queue.find(flushed) if flushed > 0 else None
+    if mf is None or mf.file_size - (flushed - mf.file_from_offset) < 8:
+        return False
+    pos = flushed - mf.file_from_offset
+    return mf.buffer()[pos : pos + 8] != bytes(8)
+
+
 def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) -> RecoveryReport:
     commitlog = store.commitlog
     queue = commitlog.queue
@@ -117,29 +185,55 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
             cq.max_physic_offset = 0
         return RecoveryReport(not last_exit_ok, 0, 0, 0)
 
-    max_cq_end = max((cq.max_physic_offset for cq in cqs), default=0)
     if last_exit_ok:
-        dispatch_from = max(max_cq_end, queue.min_offset)
-        scan_from = _start_file(store, min(dispatch_from, queue.files[-1].file_from_offset))
+        dispatch_from = max(max((cq.max_physic_offset for cq in cqs), default=0), queue.min_offset)
     else:
-        cq_from = store.checkpoint.cq_flushed_offset
+        cq_from = cp.cq_flushed_offset
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
         dispatch_from = max(min(cq_from, index_from), queue.min_offset)
         for cq in cqs:
             cq.truncate_from_physical(dispatch_from)
+    for cq in cqs:  # a queue whose torn tail was dropped gets those entries dispatched again
+        if cq.drop_invalid_tail(lambda i, unit, cq=cq: _unit_matches(store, cq, i, unit)):
+            dispatch_from = max(min(dispatch_from, cq.max_physic_offset), queue.min_offset)
+    if store.index.lost_files:
+        index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
+        dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
+    if last_exit_ok:
+        # from the file holding the checkpoint's flushed offset at the latest, so a hole in
+        # data written after it cannot hide behind the files that follow
+        last_start = queue.files[-1].file_from_offset
+        scan_from = _start_file(store, min(dispatch_from, last_start,
+                                           cp.commitlog_flushed_offset or last_start))
+    else:
         scan_from = _start_file(store, dispatch_from)
 
     max_before = queue.files[-1].file_from_offset + queue.file_size
     end, dispatched, reason = scan_end(store, scan_from, dispatch_from,
                                        store.config.check_crc_on_recover, progress)
-    flushed = store.checkpoint.commitlog_flushed_offset
+    holed = [cq for cq in store.consume_queues.values() if cq.hole]
+    if holed:  # a queue lost entries below dispatch_from: dispatch again from its end
+        refill_from = max(min(cq.max_physic_offset for cq in holed), queue.min_offset)
+        for cq in holed:
+            cq.hole = False
+        dispatched += scan_end(store, _start_file(store, refill_from), refill_from,
+                               store.config.check_crc_on_recover, None)[1]
+    flushed = cp.commitlog_flushed_offset
     report = RecoveryReport(not last_exit_ok, end, 0, dispatched)
-    if reason is not None and end < flushed:
-        report.corruption = (f"corrupt record at CommitLog offset {end} inside flushed data "
-                             f"(flushed up to {flushed}): {reason}")
-        if not repair:
-            raise CorruptionError(report.corruption + "; run `mqfs repair` to cut the log there")
-        log.warning("repair: %s; cutting the CommitLog there", report.corruption)
+    if end < flushed:
+        lost = _flushed_data_lost(store, end, flushed)
+        if lost is not None:
+            report.corruption = (f"corrupt record at CommitLog offset {end} inside flushed data "
+                                 f"(flushed up to {flushed}): {reason or 'no record'}; {lost}")
+            if not repair:
+                raise CorruptionError(report.corruption + "; run `mqfs repair` to cut the log there")
+            log.warning("repair: %s; cutting the CommitLog there", report.corruption)
+        else:
+            # the damage is in the last flushed record(s) and nothing valid follows: a torn
+            # tail as RocketMQ's testRecover makes it; cut it and say so
+            report.corruption = (f"cut a damaged tail at CommitLog offset {end} inside flushed "
+                                 f"data (flushed up to {flushed}): {reason or 'no record'}")
+            log.warning("recovery: %s", report.corruption)
     elif reason is not None:
         log.info("recovery: CommitLog ends at %d (%s)", end, reason)
 
@@ -147,8 +241,12 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
     crash_point("recovery.truncate")
     for cq in store.consume_queues.values():
         cq.truncate_from_physical(end)
-    store.index.truncate_from_physical(end)
+    index_cut = store.index.truncate_from_physical(end)
     queue.truncate_dirty(end)
+    if index_cut:  # whole IndexFiles reaching past the end went: index their records again
+        index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
+        report.dispatched += scan_end(store, _start_file(store, index_from), index_from,
+                                      store.config.check_crc_on_recover, None)[1]
     if not last_exit_ok or reason is not None:
         store.flush_logics()
     return report

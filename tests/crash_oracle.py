@@ -16,7 +16,8 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from store import CorruptionError, Message, MessageStore, StoreError, StoredMessage
+from store import (CorruptionError, Message, MessageStore, StoreError, StoredMessage,
+                   StoreFormatError)
 from store.config import StoreConfig
 from store.verify import verify_store
 from tests.store_helpers import small_config
@@ -32,8 +33,8 @@ LIVENESS_PRODUCER = 999
 def crash_config(**overrides) -> StoreConfig:
     """Small files and fast services, so rolls, flushes and checkpoints happen within a short
     run; retention off (it is not under test here and must not delete anything)."""
-    values = dict(flush_interval_ms=20, flush_least_pages=1, flush_thorough_interval_ms=200,
-                  commit_interval_ms=5, flush_cq_interval_ms=50, delete_when="",
+    values = dict(commitlog_file_size=16 * 1024, flush_interval_ms=20, flush_least_pages=1,
+                  flush_thorough_interval_ms=200, commit_interval_ms=5, flush_cq_interval_ms=50, delete_when="",
                   disk_max_used_ratio=1.0, sync_flush_timeout_ms=10_000)
     values.update(overrides)
     return small_config(**values)
@@ -230,10 +231,12 @@ def full_check(root: str, exp: Expectation, config: StoreConfig | None = None) -
     store = MessageStore(root, config)
     try:
         store.open()
-    except CorruptionError as exc:
+    except (CorruptionError, StoreFormatError) as exc:
         return [f"refused to open after a crash: {exc}"]
     try:
         problems = check_recovered(store, exp)
+        if problems and store.recovery.corruption:
+            problems.append(f"recovery reported: {store.recovery.corruption}")
         if not os.path.exists(store.abort_path):
             problems.append("abort file missing while the store is open")
         first = snapshot(store)

@@ -68,8 +68,8 @@ def _overwrite(path: str, pos: int, data: bytes) -> None:
 
 # --- T0: corrupt tails of a cleanly closed store -----------------------------------------------
 
-T0_KINDS = ("commitlog-append", "commitlog-overwrite", "zero16", "cq-append", "cq-overwrite",
-            "index-append")
+T0_KINDS = ("commitlog-append", "commitlog-overwrite", "zero16", "torn-properties", "cq-append",
+            "cq-overwrite", "index-append")
 
 
 def t0_case(workdir: str, seed: int, kind: str, abort: bool) -> CaseResult:
@@ -95,6 +95,10 @@ def t0_case(workdir: str, seed: int, kind: str, abort: bool) -> CaseResult:
     elif kind == "zero16":  # RocketMQ testRecover: 16 zero bytes from the topic length byte
         topic_len_pos = last_end - 2 - len(_props(last)) - len(last.topic) - 1
         _overwrite(cl_last, topic_len_pos - file_from, bytes(16))
+        _drop_last(exp, n)
+    elif kind == "torn-properties":  # what T3 found: the page holding the tail never landed
+        cut = rng.randint(1, len(_props(last)))
+        _overwrite(cl_last, last_end - cut - file_from, bytes(cut))
         _drop_last(exp, n)
     elif kind in ("cq-append", "cq-overwrite"):
         cq_last = _store_files(root, os.path.join("consumequeue", *map(str, cq_key)))[-1]
@@ -306,8 +310,7 @@ def _bit_flip(root: str, rng: random.Random, exp: Expectation) -> list[str]:
         tail = 2 + len(_props(rec)) + len(rec.topic) + 1  # topic length, topic, properties
         body_pos = phys % size + rec.total_size - tail - len(msg.body)
     with open(path, "r+b") as f:
-        for _ in range(rng.randint(1, 8)):
-            bit = rng.randrange(len(msg.body) * 8)
+        for bit in rng.sample(range(len(msg.body) * 8), rng.randint(1, 8)):
             f.seek(body_pos + bit // 8)
             b = f.read(1)[0]
             f.seek(-1, 1)
@@ -358,24 +361,27 @@ def _cq_dir_delete(root: str, rng: random.Random, exp: Expectation) -> list[str]
     return full_check(root, exp)
 
 
-def _cq_torn(root: str, rng: random.Random, exp: Expectation) -> list[str]:
-    path = rng.choice(_cq_files(root))
-    size = os.path.getsize(path)
-    pos = rng.randrange(0, size, 512)
-    _overwrite(path, pos, rng.randbytes(min(512, size - pos)) if rng.random() < .5 else bytes(512))
-    return full_check(root, exp)
+def _torn(sub: str):
+    """Overwrite one 512-byte sector of a random file under `sub` with garbage or zeros: a
+    torn write or media damage in derived data. verify_store must report it, or recovery must
+    make the store whole again."""
+    def mutate(root: str, rng: random.Random, exp: Expectation) -> list[str]:
+        path = rng.choice(_store_files(root, sub))
+        size = os.path.getsize(path)
+        pos = rng.randrange(0, size, 512)
+        n = min(512, size - pos)
+        _overwrite(path, pos, rng.randbytes(n) if rng.random() < .5 else bytes(n))
+        try:
+            if not verify_store(root).ok:
+                return []
+        except Exception as exc:  # verify must report damage, not die of it
+            return [f"verify_store crashed on the damage: {exc!r}"]
+        return full_check(root, exp)
+    return mutate
 
 
 def _index_file_delete(root: str, rng: random.Random, exp: Expectation) -> list[str]:
     os.unlink(rng.choice(_store_files(root, "index")))
-    return full_check(root, exp)
-
-
-def _index_torn(root: str, rng: random.Random, exp: Expectation) -> list[str]:
-    path = rng.choice(_store_files(root, "index"))
-    size = os.path.getsize(path)
-    pos = rng.randrange(0, size, 512)
-    _overwrite(path, pos, rng.randbytes(min(512, size - pos)) if rng.random() < .5 else bytes(512))
     return full_check(root, exp)
 
 
@@ -393,8 +399,8 @@ _T4_MUTATIONS = {
     "abort-create": _abort_create,
     "cq-file-delete": _cq_file_delete,
     "cq-dir-delete": _cq_dir_delete,
-    "cq-torn": _cq_torn,
+    "cq-torn": _torn("consumequeue"),
     "index-file-delete": _index_file_delete,
-    "index-torn": _index_torn,
+    "index-torn": _torn("index"),
     "commitlog-newest-delete": _commitlog_newest_delete,
 }
