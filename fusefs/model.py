@@ -525,13 +525,11 @@ class QueueListing(Listing):
         qbits = MSG_BIT | model._qidx(topic, queue) << OFFSET_BITS
         mode = stat.S_IFREG | 0o444
         while offset < store.max_offset(topic, queue):
-            batch = store.get_range(topic, queue, offset, READDIR_BATCH)
-            if not batch:
+            offsets, lengths, stamps = store.list_entries(topic, queue, offset, READDIR_BATCH)
+            if not len(offsets):
                 return
-            for msg in batch:
-                off = msg.queue_offset
+            for off, size, ts in zip(offsets.tolist(), lengths.tolist(), stamps.tolist()):
                 if off > OFFSET_MASK:
                     return
-                attr = Attr(qbits | off, mode, len(msg.body), msg.store_timestamp * 1_000_000)
-                yield b"%d" % off, attr, off + QUEUE_FIXED + 1
-            offset = batch[-1].queue_offset + 1
+                yield b"%d" % off, Attr(qbits | off, mode, size, ts * 1_000_000), off + QUEUE_FIXED + 1
+            offset = offsets[-1] + 1
