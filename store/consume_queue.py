@@ -172,6 +172,12 @@ class ConsumeQueue:
         self.queue.truncate_dirty(end)
         self._refresh_max_physic()
 
+    def destroy_files(self) -> None:
+        """Forget every entry and delete the files; dispatch builds the queue again."""
+        self.queue.destroy_all()
+        self.min_logic_offset = self.max_physic_offset = self.next_offset = 0
+        self.hole = False
+
     def drop_invalid_tail(self, matches: Callable[[int, tuple[int, int, int]], bool]) -> bool:
         """Drop entries from the end while `matches(queue_offset, unit)` says they do not
         describe their CommitLog record. A torn or garbage unit can pass the offset >= 0 and

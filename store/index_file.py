@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from .crash_points import crash_point
 from .mapped_file import MappedFile
 
@@ -51,10 +53,18 @@ class IndexFile:
 
     def header_ok(self) -> bool:
         """False for a header no writer could have left (torn or overwritten): counts out of
-        range or time / offset ranges running backwards. Queries must not trust such a file."""
-        return (1 <= self.index_count <= self.entries and 0 <= self.hash_slot_count <= self.slots
+        range, time / offset ranges running backwards, or entries past its count. Queries
+        must not trust such a file."""
+        if not (1 <= self.index_count <= self.entries and 0 <= self.hash_slot_count <= self.slots
                 and 0 <= self.begin_timestamp <= self.end_timestamp
-                and 0 <= self.begin_phy_offset <= self.end_phy_offset)
+                and 0 <= self.begin_phy_offset <= self.end_phy_offset):
+            return False
+        # the header is written on flush and close only: bytes past its count mean it is
+        # stale (a crash after more keys were added), was zeroed, or garbage landed there
+        start = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
+        tail = np.frombuffer(self.mf.buffer(), dtype=np.uint8, offset=start,
+                             count=(self.entries - self.index_count) * ENTRY_SIZE)
+        return not tail.any()
 
     def _write_header(self) -> None:
         _HEADER.pack_into(self.mf.buffer(), 0, self.begin_timestamp, self.end_timestamp,

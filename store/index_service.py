@@ -46,6 +46,7 @@ class IndexService:
         self.flushed_end_timestamp = index_msg_timestamp
         if not os.path.isdir(self.directory):
             return
+        dropping = False
         for name in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, name)
             if not (name.isdigit() and len(name) == 17):
@@ -54,11 +55,13 @@ class IndexService:
                 os.unlink(path)  # created but never allocated before a crash: held nothing
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
-            damaged = not f.header_ok()
+            damaged = dropping or not f.header_ok()
             if (damaged or not last_exit_ok and f.end_timestamp > index_msg_timestamp) \
                     and not self.read_only:
+                # keep a prefix of whole files: everything after a dropped one is re-indexed
                 f.destroy()
                 self.lost_files |= damaged
+                dropping = True
                 continue
             self.files.append(f)
 
@@ -136,11 +139,23 @@ class IndexService:
         """Drop files whose entries reach at or past phys (re-dispatch rebuilds them);
         True when any file went."""
         with self.lock:
-            cut = False
-            while self.files and self.files[-1].end_phy_offset >= phys and self.files[-1].index_count > 1:
-                self.files.pop().destroy()
-                cut = True
-            return cut
+            # the first file holding an entry at or past phys, and every file after it
+            cut = [i for i, f in enumerate(self.files)
+                   if f.index_count > 1 and f.end_phy_offset >= phys]
+            if not cut:
+                return False
+            i = cut[0]
+            for f in self.files[i:]:
+                f.destroy()
+            del self.files[i:]
+            return True
+
+    def destroy_all(self) -> None:
+        """Delete every IndexFile (a rebuild starts from nothing)."""
+        with self.lock:
+            for f in self.files:
+                f.destroy()
+            self.files = []
 
     def delete_expired(self, min_commitlog_offset: int) -> int:
         deleted = 0

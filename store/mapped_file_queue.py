@@ -133,15 +133,22 @@ class MappedFileQueue:
             return self._flush()
 
     def _flush(self) -> int:
+        """The flushed offset is the end of the durable prefix: it never passes a file whose
+        own bytes are not all synced. A roll (or, with the transient pool, a commit) can land
+        while an older file is being synced, so its tail (records, the BLANK) is not on disk
+        even though the newer file's bytes, synced next, are."""
         files = list(self.files)
         where = self.flushed_where
+        prefix = True  # every file so far is synced to its very end
         for mf in files:
-            if mf.file_from_offset + mf.read_position <= where and mf.flushed_position >= mf.read_position:
-                continue
-            mf.flush()
-            where = max(where, mf.file_from_offset + mf.flushed_position)
-            if mf.store_timestamp:
-                self.store_timestamp = mf.store_timestamp
+            if not (mf.file_from_offset + mf.read_position <= where
+                    and mf.flushed_position >= mf.read_position):
+                mf.flush()
+                if mf.store_timestamp:
+                    self.store_timestamp = mf.store_timestamp
+            if prefix:
+                where = max(where, mf.file_from_offset + mf.flushed_position)
+                prefix = mf.flushed_position >= mf.file_size
         self.flushed_where = where
         return where
 
@@ -171,6 +178,16 @@ class MappedFileQueue:
             self.flushed_where = self.committed_where = offset
             if removed and not self.read_only:
                 fsync_dir(self.directory)
+
+    def destroy_all(self) -> None:
+        """Delete every file (a rebuild starts from nothing)."""
+        with self._lock:
+            for mf in self.files:
+                mf.destroy()
+            self.files = []
+            self.flushed_where = self.committed_where = 0
+        if os.path.isdir(self.directory):
+            fsync_dir(self.directory)
 
     def delete_first(self) -> MappedFile | None:
         """Remove and delete the oldest file (never the last one)."""

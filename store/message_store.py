@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import codec
+from . import codec, dispatch_state
 from .checkpoint import Checkpoint
 from .codec import (TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT, Encoder, Message,
                     StoredMessage, parse_host)
@@ -163,6 +163,7 @@ class MessageStore:
         self.flush_services.stop()
         self.flush()
         self.index.flush()
+        dispatch_state.save(self)
         crash_point("abort.delete")
         os.unlink(self.abort_path)
         fsync_dir(self.root)

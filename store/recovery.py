@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from . import codec
 from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from . import dispatch_state
 from .crash_points import crash_point
 from .errors import CodecError, CorruptionError, StoreError
 
@@ -172,6 +173,23 @@ def grew_after_checkpoint(store) -> bool:
     return mf.buffer()[pos : pos + 8] != bytes(8)
 
 
+def _rebuild_what_went_missing(store) -> bool:
+    """After a clean close, files deleted since are found by the state the close left: the
+    queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
+    whole CommitLog. True when something must be dispatched again."""
+    short, index_lost = dispatch_state.lost_since_close(store)
+    for topic, qid in short:
+        log.warning("recovery: ConsumeQueue %s/%d lost entries since the last close; rebuilding",
+                    topic, qid)
+        cq = store.consume_queues.get((topic, qid))
+        if cq is not None:
+            cq.destroy_files()
+    if index_lost:
+        log.warning("recovery: IndexFiles went missing since the last close; rebuilding them")
+        store.index.destroy_all()
+    return bool(short) or index_lost
+
+
 def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) -> RecoveryReport:
     commitlog = store.commitlog
     queue = commitlog.queue
@@ -180,6 +198,10 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
     for cq in cqs:
         cq.recover()
     if not queue.files:
+        if cp.commitlog_flushed_offset > 0 and not repair:
+            raise CorruptionError(
+                f"the CommitLog files are gone but the checkpoint says {cp.commitlog_flushed_offset}"
+                " bytes were flushed; run `mqfs repair` to start over with an empty log")
         for cq in cqs:
             cq.queue.truncate_dirty(0)
             cq.max_physic_offset = 0
@@ -187,6 +209,8 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
 
     if last_exit_ok:
         dispatch_from = max(max((cq.max_physic_offset for cq in cqs), default=0), queue.min_offset)
+        if _rebuild_what_went_missing(store):
+            dispatch_from = queue.min_offset
     else:
         cq_from = cp.cq_flushed_offset
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset

@@ -138,6 +138,22 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     return checked
 
 
+_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+
+
+def _reachable(f: IndexFile, raw: np.ndarray) -> np.ndarray:
+    """Which entries a query can reach: walk every bucket's chain from its slot."""
+    heads = np.frombuffer(f.mf.buffer(), dtype=">i4", count=f.slots, offset=HEADER_SIZE)
+    seen = np.zeros(f.index_count, dtype=bool)
+    prev = raw["prev"]
+    for head in heads[(heads > 0) & (heads < f.index_count)].tolist():
+        cur = head
+        while 0 < cur < f.index_count and not seen[cur]:
+            seen[cur] = True
+            cur = int(prev[cur])
+    return seen
+
+
 def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int, _RecordInfo],
                  report: VerifyReport) -> int:
     directory = os.path.join(root, "index")
@@ -146,11 +162,25 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         if not (name.isdigit() and len(name) == 17):
             continue
-        f = IndexFile(os.path.join(directory, name), slots, entries, read_only=True)
-        base = HEADER_SIZE + slots * 4
-        raw = np.frombuffer(f.mf.buffer(), dtype=np.dtype([("hash", ">i4"), ("phy", ">i8"),
-                                                           ("diff", ">i4"), ("prev", ">i4")]),
-                            count=f.index_count, offset=base)
+        path = os.path.join(directory, name)
+        if os.path.getsize(path) != HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE:
+            report.problem(f"IndexFile {name} is {os.path.getsize(path)} bytes, not the "
+                           "configured size")
+            continue
+        f = IndexFile(path, slots, entries, read_only=True)
+        if not f.header_ok():
+            report.problem(f"IndexFile {name} has a damaged header")
+            f.close()
+            continue
+        every = np.frombuffer(f.mf.buffer(), dtype=np.uint8, offset=HEADER_SIZE + slots * 4,
+                              count=entries * ENTRY_SIZE).reshape(entries, ENTRY_SIZE)
+        written = np.flatnonzero(every.any(axis=1))
+        if written.size and written[-1] >= f.index_count:
+            report.problem(f"IndexFile {name} holds entries up to {written[-1]} but its header "
+                           f"counts {f.index_count - 1} (a stale or damaged header)")
+        raw = np.array(np.frombuffer(f.mf.buffer(), dtype=_ENTRY_DTYPE, count=f.index_count,
+                                     offset=HEADER_SIZE + slots * 4))
+        reachable = _reachable(f, raw)
         for idx in range(1, f.index_count):
             h, phy = int(raw[idx]["hash"]), int(raw[idx]["phy"])
             if phy < min_phys:
@@ -162,6 +192,9 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
             elif h not in {flavor.key_hash(build_key(r.topic, k)) for k in r.keys}:
                 report.problem(f"IndexFile {name} entry {idx} hash does not match any key of the "
                                f"record at {phy}")
+            elif not reachable[idx]:
+                report.problem(f"IndexFile {name} entry {idx} cannot be reached from its hash "
+                               "slot (a damaged slot or chain)")
         f.close()
     return checked
 
