@@ -40,7 +40,8 @@ class StoreLock:
             os.close(fd)
             who = f"pid {pid}" if pid else "another process"
             raise StoreLocked(f"store {self.key} is in use: its lock is held by {who}") from None
-        os.pwrite(fd, b"lock", 0)
+        if os.pread(fd, 4, 0) != b"lock":  # RocketMQ's marker; no write when it is there
+            os.pwrite(fd, b"lock", 0)
         self.fd = fd
         _HELD_HERE.add(self.key)
 

@@ -33,7 +33,7 @@ from .lock import StoreLock
 from .manifest import is_store, read_manifest, write_manifest
 from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
-from .recovery import RecoveryReport, grew_after_checkpoint, recover
+from .recovery import RecoveryReport, grew_after_checkpoint, open_read_only, recover
 from .retention import clean_expired
 
 log = logging.getLogger(__name__)
@@ -73,51 +73,79 @@ class MessageStore:
         self.close()
 
     def open(self) -> "MessageStore":
-        os.makedirs(self.root, exist_ok=True)
+        read_only = self._requested.read_only
+        if not read_only:
+            os.makedirs(self.root, exist_ok=True)
         fresh = not is_store(self.root)
+        if read_only and fresh:
+            raise StoreError(f"{self.root} holds no store; a read-only open cannot create one")
         self.config = cfg = read_manifest(self.root, self._requested)
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor)
         self._lock_file = StoreLock(self.root)
         self._lock_file.acquire()
         last_exit_ok = not os.path.exists(self.abort_path)
+        if read_only and not last_exit_ok:
+            self._lock_file.release()
+            raise StoreError(f"{self.root} was not closed cleanly (abort file present); open it "
+                             "read-write once so it can recover")
         try:
             if fresh:
                 write_manifest(self.root, cfg)
-            self._load_and_recover(last_exit_ok)
+            if read_only:
+                self._load_read_only()
+            else:
+                self._load_and_recover(last_exit_ok)
         except BaseException:
             self._release_files()
             if last_exit_ok and os.path.exists(self.abort_path):
                 os.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             raise
-        self.flush_services = FlushServices(self)
-        self.flush_services.start()
+        if not read_only:
+            self.flush_services = FlushServices(self)
+            self.flush_services.start()
         self.is_open = True
         return self
 
-    def _load_and_recover(self, last_exit_ok: bool) -> None:
+    def _load_read_only(self) -> None:
+        """Map every file read-only and find the ends in memory; nothing on disk changes."""
+        cfg = self.config
+        self._common_state()
+        self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor, read_only=True)
+        self.commitlog.load()
+        self._load_consume_queues(read_only=True)
+        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
+                                  read_only=True)
+        self.index.load(True, 0)
+        self.recovery = open_read_only(self)
+
+    def _common_state(self) -> None:
         cfg = self.config
         self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
         self.put_lock = threading.Lock()
         self.flush_lock = threading.Lock()
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
+        self.topic_table = TopicTable(self.root)
+        self.offsets = ConsumerOffsets(self.root)
+        self._last_store_ts = 0
+        self._dispatched_ts = 0
+
+    def _load_and_recover(self, last_exit_ok: bool) -> None:
+        cfg = self.config
+        self._common_state()
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
                                    transient=cfg.transient_pool)
         self.commitlog.put_lock = self.put_lock
         self.commitlog.load()
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._load_consume_queues()
-        self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
         if last_exit_ok and grew_after_checkpoint(self):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
             last_exit_ok = False
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
         self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
-        self.topic_table = TopicTable(self.root)
-        self.offsets = ConsumerOffsets(self.root)
-        self._last_store_ts = 0
-        self._dispatched_ts = 0
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint)
         self._write_abort()
@@ -130,7 +158,7 @@ class MessageStore:
         if changed:
             self.topic_table.persist()
 
-    def _load_consume_queues(self) -> None:
+    def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
         if not os.path.isdir(base):
             return
@@ -140,7 +168,8 @@ class MessageStore:
                 continue
             for qname in sorted(os.listdir(tdir)):
                 if qname.isdigit() and os.path.isdir(os.path.join(tdir, qname)):
-                    cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units)
+                    cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units,
+                                      read_only=read_only)
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
 
@@ -160,6 +189,10 @@ class MessageStore:
         if not self.is_open:
             return
         self.is_open = False
+        if self.config.read_only:
+            self._release_files()
+            self._lock_file.release()
+            return
         self.flush_services.stop()
         self.flush()
         self.index.flush()
@@ -271,7 +304,8 @@ class MessageStore:
     # --- flushing --------------------------------------------------------------------------
     def flush(self) -> None:
         """Make everything put so far durable: CommitLog, ConsumeQueues, checkpoint."""
-        self.checkpoint_now(flush_commitlog=True)
+        if not self.config.read_only:
+            self.checkpoint_now(flush_commitlog=True)
 
     def checkpoint_now(self, flush_commitlog: bool) -> None:
         with self.flush_lock:

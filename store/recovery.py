@@ -173,6 +173,20 @@ def grew_after_checkpoint(store) -> bool:
     return mf.buffer()[pos : pos + 8] != bytes(8)
 
 
+def open_read_only(store) -> RecoveryReport:
+    """A read-only open of a cleanly closed store: find the ends in memory, write nothing.
+    (A crashed store needs one read-write open to recover first.)"""
+    for cq in store.consume_queues.values():
+        cq.recover()
+    queue = store.commitlog.queue
+    if not queue.files:
+        return RecoveryReport(False, 0, 0, 0)
+    start = _start_file(store, queue.files[-1].file_from_offset)
+    end, _, _ = scan_end(store, start, 1 << 63, store.config.check_crc_on_recover, None)
+    queue.truncate_dirty(end)  # read-only queues only move positions in memory
+    return RecoveryReport(False, end, 0, 0)
+
+
 def _rebuild_what_went_missing(store) -> bool:
     """After a clean close, files deleted since are found by the state the close left: the
     queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
