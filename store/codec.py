@@ -65,14 +65,6 @@ def validate_topic(topic: str) -> None:
         raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
 
 
-def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
-    """calMsgLength: the TOTALSIZE of a record with these parts."""
-    bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    sh = 20 if sys_flag & STOREHOST_V6_FLAG else 8
-    tl = 2 if topic_len > MAX_TOPIC_LEN else 1
-    return 68 + bh + sh + 4 + body_len + tl + topic_len + 2 + props_len
-
-
 @lru_cache(maxsize=256)
 def encode_host(host: str, port: int) -> tuple[bytes, bool]:
     """Address bytes plus an int32 port; True when the address is IPv6."""

@@ -113,10 +113,6 @@ class MappedFile:
         self.wrote_position = end
         return pos
 
-    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
-        """Overwrite bytes in place (IndexFile slots and headers)."""
-        self.mm[pos : pos + len(data)] = data
-
     def commit(self) -> int:
         """Copy [committed, wrote) of the transient buffer into the file; return bytes copied."""
         if self.write_buffer is None:
@@ -170,10 +166,6 @@ class MappedFile:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-
-    def truncate_file(self, size: int) -> None:
-        """Shrink or grow the file on disk (used only by repair tools on damaged files)."""
-        os.ftruncate(self.fd, size)
 
 
 def load_files(directory: str, file_size: int, read_only: bool = False) -> list[tuple[int, str]]:

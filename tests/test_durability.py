@@ -148,3 +148,41 @@ def test_retention_deletes_old_files_never_the_newest_and_fixes_minimums(tmp_pat
         assert s.query_key("k0") == [] and len(s.query_key("k299")) == 1
     with MessageStore(str(tmp_path)) as s:
         assert s.min_offset("t", 0) == low
+
+
+@pytest.mark.parametrize("transient", [False, True], ids=["mmap", "transient"])
+def test_flushed_offset_never_skips_an_older_files_unflushed_tail(tmp_path, monkeypatch, transient):
+    """A roll lands while a flush is syncing the old file (T3 lost acked messages this way):
+    the bytes appended to / committed into the old file after its flush sampled its position
+    are not on disk, so the flushed offset must stop there even if the new file was synced."""
+    from store.mapped_file_queue import MappedFileQueue
+    q = MappedFileQueue(str(tmp_path), 4096, transient=transient)
+    old = q.last_file_for_append()
+    old.append(b"a" * 100)
+    q.commit()
+    assert q.flush() == 100
+    old.append(b"b" * 200)
+    q.commit()  # in the file, not on disk yet
+    if transient:
+        old.append(bytes(old.remaining()))  # the BLANK, still in the write buffer
+    new = q.ensure_next_file()  # mmap: the roll is under way, its BLANK comes next
+    real = os.fdatasync
+    synced = []
+
+    def sync_while_others_run(fd: int) -> None:
+        real(fd)
+        if fd == old.fd and not synced:  # meanwhile the put (or the commit service) goes on
+            synced.append(fd)
+            if not transient:
+                old.append(bytes(old.remaining()))
+            new.append(b"c" * 50)
+            q.commit()
+    monkeypatch.setattr(os, "fdatasync", sync_while_others_run)
+    reached = q.flush()
+    assert synced
+    durable = old.file_from_offset + old.flushed_position
+    assert old.flushed_position == 300 and reached <= durable
+    assert q.flushed_where == reached
+    monkeypatch.setattr(os, "fdatasync", real)
+    assert q.flush() == new.file_from_offset + 50  # the next flush covers both files
+    q.close()
