@@ -55,6 +55,21 @@ def sqlite_db(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     return db
 
 
+def sqlite_bulk_insert(db: sqlite3.Connection, msgs: list[Message]) -> float:
+    """Seconds to insert the messages with their queue offsets, 1000 per transaction."""
+    counters = [0] * QUEUES
+    rows = []
+    for m in msgs:
+        rows.append((m.topic, m.queue_id, counters[m.queue_id], m.keys[0], m.body))
+        counters[m.queue_id] += 1
+    t = time.perf_counter()
+    for i in range(0, len(rows), 1000):
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)", rows[i:i + 1000])
+        db.execute("COMMIT")
+    return time.perf_counter() - t
+
+
 def bench_appends(work: str, msgs: list[Message]) -> float:
     """CommitLog-only appends vs file.write of the same bytes vs SQLite inserts."""
     n = len(msgs)
@@ -75,15 +90,7 @@ def bench_appends(work: str, msgs: list[Message]) -> float:
             f.write(rec)
     plain = time.perf_counter() - t
     db = sqlite_db(os.path.join(work, "append.db"))
-    db.execute("DROP INDEX IF EXISTS k")
-    t = time.perf_counter()
-    for i in range(0, n, 1000):
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)",
-                       [(m.topic, m.queue_id, i + j, m.keys[0], m.body)
-                        for j, m in enumerate(msgs[i:i + 1000])])
-        db.execute("COMMIT")
-    lite = time.perf_counter() - t
+    lite = sqlite_bulk_insert(db, msgs)
     db.close()
     print(f"CommitLog appends, {n:,} x 1 KiB messages with one key")
     row("mqfs CommitLog append (encode + append)", n / ours, "msg/s", "plain file.write", n / plain)
@@ -103,17 +110,7 @@ def bench_puts(work: str, msgs: list[Message], cl_rate: float) -> str:
         ours = time.perf_counter() - t
     db = sqlite_db(os.path.join(work, "put.db"))
     db.execute("CREATE INDEX IF NOT EXISTS k ON msg(key)")
-    t = time.perf_counter()
-    counters = [0] * QUEUES
-    for i in range(0, n, 1000):
-        rows = []
-        for m in msgs[i:i + 1000]:
-            rows.append((m.topic, m.queue_id, counters[m.queue_id], m.keys[0], m.body))
-            counters[m.queue_id] += 1
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)", rows)
-        db.execute("COMMIT")
-    lite = time.perf_counter() - t
+    lite = sqlite_bulk_insert(db, msgs)
     db.close()
     print(f"Puts with ConsumeQueue and IndexFile dispatch, {n:,} x 1 KiB, one key")
     row("mqfs MessageStore.put (one at a time)", n / ours, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite)
