@@ -76,9 +76,13 @@ def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> No
 
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
+    starts = [ms for points in series.values() for ms, _ in points]
+    # every bucket of the span, empty ones at zero: a line must not bridge a quiet gap
+    grid = range(min(starts), max(starts) + step, step) if starts else range(0)
+    xs = [datetime.fromtimestamp(ms / 1000, timezone.utc) for ms in grid]
     for topic, points in sorted(series.items()):
-        xs = [datetime.fromtimestamp(ms / 1000, timezone.utc) for ms, _ in points]
-        ax.plot(xs, [c * 1000 / step for _, c in points], label=topic, marker="." if len(points) < 50 else None)
+        counts = dict(points)
+        ax.step(xs, [counts.get(ms, 0) * 1000 / step for ms in grid], where="post", label=topic)
     ax.set_ylabel("messages / s")
     ax.set_xlabel(f"store time (UTC), {step} ms buckets")
     ax.set_title("message rate per topic")
