@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from .errors import CodecError, InvalidMessage
 from .flavor import Flavor
 
@@ -399,3 +401,79 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = Fa
         total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts, born_raw, store_ts,
         store_raw, reconsume, prep, bytes(body) if copy_body else body, topic, props_raw,
     )
+
+
+_DISPATCH_NAMES = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
+
+
+def _starts_with(joined: np.ndarray, pos: np.ndarray, prefix: bytes) -> np.ndarray:
+    """Which positions of `joined` start with `prefix` (each has room for it): one gather of
+    the prefix as a single value per position, through a one-byte-stride view."""
+    if not len(pos):
+        return np.zeros(0, dtype=bool)
+    dt = np.dtype(f"V{len(prefix)}")
+    view = np.ndarray((len(joined) - dt.itemsize + 1,), dtype=dt, buffer=joined, strides=(1,))
+    return view[pos] == np.void(prefix)
+
+
+def dispatch_properties(joined: np.ndarray, starts: np.ndarray
+                        ) -> tuple[list[str], list[list[str]]]:
+    """TAGS and index keys (UNIQ_KEY, then KEYS tokens) of many records at once. `joined`
+    holds their valid UTF-8 properties, each record's followed by 0x02, and `starts` where
+    each begins. Items are found with numpy instead of a dict per record; the result is what
+    `properties` gives (empty names and values dropped, the last item of a name wins)."""
+    n = len(starts)
+    ends = np.flatnonzero(joined == 0x02)  # every item ends at one, the last record's too
+    items = np.append(0, ends[:-1] + 1)
+    raw = joined.tobytes()
+    text = raw.decode("ascii") if not (joined >= 0x80).any() else None
+    found = []
+    for name in _DISPATCH_NAMES:
+        prefix = name.encode() + b"\x01"
+        rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
+        rows = rows[_starts_with(joined, items[rows], prefix)]
+        owner = np.searchsorted(starts, items[rows], "right") - 1
+        last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
+        last[:-1] = owner[1:] != owner[:-1]
+        rows, owner = rows[last], owner[last]
+        spans = zip((items[rows] + len(prefix)).tolist(), ends[rows].tolist())
+        values = ([text[a:b] for a, b in spans] if text is not None else
+                  [raw[a:b].decode("utf-8") for a, b in spans])
+        column = np.full(n, None, dtype=object)
+        column[owner] = values
+        found.append(column.tolist())
+    tags_found, keys_found, uniq_found = found
+    tags = [t or "" for t in tags_found]
+    keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
+            for v in keys_found]
+    if any(uniq_found):
+        keys = [[uniq, *ks] if uniq else ks for uniq, ks in zip(uniq_found, keys)]
+    return tags, keys
+
+
+@dataclass
+class RecordRun:
+    """Consecutive validated records, in CommitLog order, as columns: what dispatch needs to
+    build their ConsumeQueue units and IndexFile entries without a StoredMessage each."""
+
+    phys: np.ndarray  # int64 CommitLog offsets
+    size: np.ndarray  # int64 TOTALSIZE
+    queue_id: np.ndarray  # int64
+    queue_offset: np.ndarray  # int64
+    sys_flag: np.ndarray  # int64
+    store_ts: np.ndarray  # int64
+    topics: list[str]
+    tags: list[str]
+    keys: list[list[str]]  # index keys: UNIQ_KEY, then KEYS tokens
+
+    @classmethod
+    def of(cls, msg: StoredMessage) -> "RecordRun":
+        """A run of one decoded record."""
+        def col(v: int) -> np.ndarray:
+            return np.array([v], dtype=np.int64)
+        return cls(col(msg.commitlog_offset), col(msg.total_size), col(msg.queue_id),
+                   col(msg.queue_offset), col(msg.sys_flag), col(msg.store_timestamp),
+                   [msg.topic], [msg.tags], [msg.index_keys()])
+
+    def __len__(self) -> int:
+        return len(self.phys)

@@ -94,6 +94,41 @@ class ConsumeQueue:
         self.next_offset = queue_offset + 1
         return True
 
+    def put_run(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
+                queue_offsets: np.ndarray) -> None:
+        """put() for units in CommitLog order. Once the queue has files and the units left
+        continue it at consecutive offsets, they go in with one copy per file instead of a
+        pack and a write each; until then (a first unit, a gap, entries built already) one
+        by one as put() decides."""
+        keep = offsets + sizes > self.max_physic_offset  # put()'s first test; offsets grow
+        offsets, sizes, tags_codes, queue_offsets = (
+            offsets[keep], sizes[keep], tags_codes[keep], queue_offsets[keep])
+        n = len(offsets)
+        gaps = np.flatnonzero(np.diff(queue_offsets) != 1)
+        consecutive_from = int(gaps[-1]) + 1 if gaps.size else 0
+        for i in range(n):
+            if i >= consecutive_from and self.queue.files and \
+                    int(queue_offsets[i]) * UNIT_SIZE == self.queue.max_wrote_offset:
+                self._append_units(offsets[i:], sizes[i:], tags_codes[i:], queue_offsets[i:])
+                return
+            self.put(int(offsets[i]), int(sizes[i]), int(tags_codes[i]), int(queue_offsets[i]))
+
+    def _append_units(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
+                      queue_offsets: np.ndarray) -> None:
+        """Append units that continue the queue exactly, rolling files as put() does."""
+        units = np.empty(len(offsets), dtype=UNIT_DTYPE)
+        units["offset"], units["size"], units["tags"] = offsets, sizes, tags_codes
+        raw = memoryview(units).cast("B")
+        done = 0
+        while done < len(raw):
+            mf = self.queue.last_file_for_append()
+            take = min(len(raw) - done, mf.file_size - mf.wrote_position)
+            crash_point("cq.write")
+            mf.append(raw[done : done + take])
+            done += take
+        self.max_physic_offset = int(offsets[-1] + sizes[-1])
+        self.next_offset = int(queue_offsets[-1]) + 1
+
     # --- reading ---------------------------------------------------------------------------
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
         """(commitlog offset, size, tagsCode) of an entry, or None outside [min, max)."""

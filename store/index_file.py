@@ -20,6 +20,7 @@ SLOT_SIZE = 4
 ENTRY_SIZE = 20
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
+_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 _I32 = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
 
@@ -100,6 +101,43 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
         return True
+
+    def put_keys(self, key_hashes: np.ndarray, phy_offsets: np.ndarray,
+                 store_ts: np.ndarray) -> int:
+        """put_key for as many entries as fit, with numpy: the same entries, slot chains and
+        header as one call each would leave. Returns how many went in."""
+        n = min(len(key_hashes), self.entries - self.index_count)
+        if n <= 0:
+            return 0
+        key_hashes, phy_offsets, store_ts = key_hashes[:n], phy_offsets[:n], store_ts[:n]
+        mm = self.mf.buffer()
+        heads = np.frombuffer(mm, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
+        first = self.index_count
+        numbers = np.arange(first, first + n, dtype=np.int64)  # index_count at each put
+        slots = key_hashes % self.slots
+        prev = heads[slots].astype(np.int64)
+        prev[(prev <= 0) | (prev > numbers)] = 0
+        order = np.argsort(slots, kind="stable")
+        same = np.flatnonzero(slots[order][1:] == slots[order][:-1])
+        prev[order[same + 1]] = numbers[order[same]]  # chained to the batch's previous entry
+        begin = np.full(n, self.begin_timestamp, dtype=np.int64)
+        if first <= 1:  # the first entry sets the begin time the later ones count from
+            begin[1:] = store_ts[0]
+        diff = np.where(begin <= 0, 0, np.clip((store_ts - begin) // 1000, 0, _INT_MAX))
+        entries = np.frombuffer(mm, dtype=_ENTRY_DTYPE, count=n,
+                                offset=HEADER_SIZE + self.slots * SLOT_SIZE + first * ENTRY_SIZE)
+        entries["hash"], entries["phy"], entries["diff"], entries["prev"] = (
+            key_hashes, phy_offsets, diff, prev)
+        newest = np.flatnonzero(np.append(slots[order][1:] != slots[order][:-1], True))
+        heads[slots[order[newest]]] = numbers[order[newest]]
+        if first <= 1:
+            self.begin_phy_offset = int(phy_offsets[0])
+            self.begin_timestamp = int(store_ts[0])
+        self.hash_slot_count += int(np.count_nonzero(prev == 0))
+        self.index_count += n
+        self.end_phy_offset = int(phy_offsets[-1])
+        self.end_timestamp = int(store_ts[-1])
+        return n
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp

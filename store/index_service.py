@@ -11,6 +11,8 @@ import threading
 import time
 from datetime import datetime
 
+import numpy as np
+
 from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
 from .crash_points import crash_point
 from .flavor import Flavor
@@ -121,6 +123,28 @@ class IndexService:
                 if not f.put_key(h, phy_offset, store_ts):
                     f = self._last_writable()
                     f.put_key(h, phy_offset, store_ts)
+
+    def build_run(self, topics: list[str], keys: list[list[str]], phy_offsets: np.ndarray,
+                  store_ts: np.ndarray, sys_flags: np.ndarray) -> None:
+        """build() for records in CommitLog order, the entries put in bulk. Offsets grow, so
+        only the records below the newest file's end at the start are skipped."""
+        rollback = ((sys_flags & TRANSACTION_MASK) == TRANSACTION_ROLLBACK).tolist()
+        key_hash = self.flavor.key_hash
+        with self.lock:
+            last = self.files[-1] if self.files else None
+            lo = 0
+            if last is not None:
+                lo = int(np.searchsorted(phy_offsets, last.end_phy_offset,
+                                         "right" if last.index_count > 1 else "left"))
+            take = [i for i in range(lo, len(keys)) if keys[i] and not rollback[i]]
+            rows = [i for i in take for _ in keys[i]]
+            names = map(build_key, [topics[i] for i in rows], [k for i in take for k in keys[i]])
+            h = np.fromiter(map(key_hash, names), dtype=np.int64, count=len(rows))
+            phys, stamps = phy_offsets[rows], store_ts[rows]
+            done = 0
+            while done < len(h):
+                crash_point("index.write")
+                done += self._last_writable().put_keys(h[done:], phys[done:], stamps[done:])
 
     def query(self, topic: str, key: str, begin: int, end: int, max_n: int) -> list[int]:
         """CommitLog offsets that may hold topic#key (hash hits; callers check the keys)."""

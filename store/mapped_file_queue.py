@@ -7,9 +7,12 @@ truncates a dirty tail after recovery and deletes expired head files.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
+
+import numpy as np
 
 from .mapped_file import OS_PAGE, MappedFile, fsync_dir, load_files, offset_to_name
 
@@ -17,15 +20,26 @@ from .mapped_file import OS_PAGE, MappedFile, fsync_dir, load_files, offset_to_n
 def _zero_from(mf: MappedFile, pos: int) -> None:
     """Zero every non-zero byte of a file from pos to its end and force it to disk. Recovery
     cuts the valid end here; bytes left behind (a torn tail, garbage, records cut off) could
-    otherwise line up with a later end and be taken for valid data after another crash."""
+    otherwise line up with a later end and be taken for valid data after another crash.
+    Only data regions are read (SEEK_DATA skips holes and never-written extents), with numpy,
+    so a mostly empty 1 GiB file costs little."""
     mm = mf.buffer()
+    whole = np.frombuffer(mm, dtype=np.uint8)
     step = 1 << 20
     while pos < mf.file_size:
-        end = min(pos + step - pos % step, mf.file_size)
-        if mm[pos:end].count(0) != end - pos:
-            mm[pos:end] = bytes(end - pos)
-            mm.flush(pos - pos % OS_PAGE, end - pos + pos % OS_PAGE)
-        pos = end
+        try:
+            pos = os.lseek(mf.fd, pos, os.SEEK_DATA)
+            stop = min(os.lseek(mf.fd, pos, os.SEEK_HOLE), mf.file_size)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return  # nothing but holes up to the end
+            stop = mf.file_size
+        while pos < stop:
+            end = min(pos + step - pos % step, stop)
+            if whole[pos:end].any():
+                mm[pos:end] = bytes(end - pos)
+                mm.flush(pos - pos % OS_PAGE, end - pos + pos % OS_PAGE)
+            pos = end
 
 
 class MappedFileQueue:

@@ -20,7 +20,7 @@ import numpy as np
 from . import codec, dispatch_state
 from .checkpoint import Checkpoint
 from .codec import (TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT, Encoder, Message,
-                    StoredMessage, parse_host)
+                    RecordRun, StoredMessage, parse_host)
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import UNIT_DTYPE, ConsumeQueue
@@ -267,20 +267,30 @@ class MessageStore:
         self._dispatched_ts = store_ts
         return PutResult(phys, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
 
-    def dispatch(self, msg: StoredMessage) -> None:
-        """Build ConsumeQueue and IndexFile entries for a record (recovery, rebuild)."""
-        ttype = msg.transaction_type
-        if ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT):
-            cq = self.consume_queues.get((msg.topic, msg.queue_id))
+    def dispatch(self, run: RecordRun) -> None:
+        """Build ConsumeQueue and IndexFile entries for records in CommitLog order (recovery,
+        rebuild): each queue's units and the index entries are written in bulk."""
+        ttype = run.sys_flag & TRANSACTION_MASK
+        in_queue = np.flatnonzero((ttype == TRANSACTION_NOT) | (ttype == TRANSACTION_COMMIT))
+        topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
+        names = list(topic_ids)
+        group = np.array([topic_ids[t] for t in run.topics], dtype=np.int64)[in_queue] << 32 \
+            | (run.queue_id[in_queue] & 0xFFFFFFFF)
+        codes: dict[str, int] = {}
+        tags = np.array([codes[t] if t in codes else codes.setdefault(t, self.flavor.tags_code(t))
+                         for t in run.tags], dtype=np.int64)
+        for g in np.unique(group).tolist():
+            rows = in_queue[group == g]
+            topic, qid = names[g >> 32], int(run.queue_id[rows[0]])
+            crash_point("recovery.dispatch")
+            cq = self.consume_queues.get((topic, qid))
             if cq is None:
-                cq = self._create_queue(msg.topic, msg.queue_id, persist=False)
-            cq.put(msg.commitlog_offset, msg.total_size, self.flavor.tags_code(msg.tags),
-                   msg.queue_offset)
-        self.index.build(msg.topic, msg.index_keys(), msg.commitlog_offset, msg.store_timestamp,
-                         msg.sys_flag)
-        if msg.store_timestamp > self._last_store_ts:
-            self._last_store_ts = msg.store_timestamp
-        self._dispatched_ts = msg.store_timestamp
+                cq = self._create_queue(topic, qid, persist=False)
+            cq.put_run(run.phys[rows], run.size[rows], tags[rows], run.queue_offset[rows])
+        crash_point("recovery.dispatch")
+        self.index.build_run(run.topics, run.keys, run.phys, run.store_ts, run.sys_flag)
+        self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
+        self._dispatched_ts = int(run.store_ts[-1])
 
     def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
         codec.validate_topic(topic)

@@ -26,8 +26,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import codec
-from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RecordRun
 from . import dispatch_state
 from .crash_points import crash_point
 from .errors import CodecError, CorruptionError, StoreError
@@ -46,10 +48,167 @@ class RecoveryReport:
     corruption: str | None = None
 
 
+_RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
+_HDR = struct.Struct(">ii")
+_MIN_RECORD = 91
+def _walk(buf, pos: int, limit: int, max_records: int) -> tuple[list[int], int]:
+    """Starts of up to max_records records from pos, following TOTALSIZE, while the header
+    has a record's magic and a size that fits; and where the walk stopped."""
+    starts: list[int] = []
+    append = starts.append
+    unpack = _HDR.unpack_from
+    v1, v2, smallest = MAGIC_V1, MAGIC_V2, _MIN_RECORD
+    for _ in range(max_records):
+        if limit - pos < 8:
+            break
+        size, magic = unpack(buf, pos)
+        if (magic != v1 and magic != v2) or not smallest <= size <= limit - pos:
+            break
+        append(pos)
+        pos += size
+    return starts, pos
+
+
+def _at(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
+    """The value of `dtype` at each byte position, through a view with a stride of one byte
+    (a gather copies one item per position). Positions are clamped into the buffer: one
+    computed from a bad record's fields may point anywhere, and that record fails anyway."""
+    dt = np.dtype(dtype)
+    view = np.ndarray((len(u8) - dt.itemsize + 1,), dtype=dt, buffer=u8, strides=(1,))
+    return view[np.clip(pos, 0, len(view) - 1)]
+
+
+def _field(u8: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
+    """The big-endian integer at each position, as int64."""
+    return _at(u8, pos, dtype).astype(np.int64)
+
+
+def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, base: int,
+               flavor, dispatch_from: int) -> tuple[int, RecordRun | None]:
+    """How many of the walked records at `starts` (the last ends at `stop`) pass, in numpy,
+    every check `decode` and `_step` make; and the run of those at or after dispatch_from.
+    A record failing here goes to `_step`, which gives the reason (it never accepts less)."""
+    s = np.array(starts, dtype=np.int64)
+    end = np.append(s[1:], stop)
+    magic = _field(u8, s + 4, ">i4")
+    sys_flag = _field(u8, s + 36, ">i4")
+    phys = _field(u8, s + 28, ">i8")
+    born = np.where(sys_flag & codec.BORNHOST_V6_FLAG, 20, 8)
+    stored = np.where(sys_flag & codec.STOREHOST_V6_FLAG, 20, 8)
+    store_ts = _field(u8, s + 48 + born, ">i8")
+    head = 48 + born + 8 + stored + 16  # up to and including BODYLEN
+    body_len = _field(u8, s + head - 4, ">i4")
+    body = s + head
+    t = body + body_len  # TOPICLEN: one byte (v1) or two (v2)
+    wide = magic == MAGIC_V2
+    topic_len = np.where(wide, _field(u8, t, ">i2"), _field(u8, t, "u1"))
+    topic = t + np.where(wide, 2, 1)
+    props = topic + topic_len + 2
+    props_len = _field(u8, props - 2, ">i2")
+    ok = ((body <= end) & (body_len >= 0) & (topic <= end) & (topic_len > 0)
+          & (props <= end) & (props_len >= 0) & (props + props_len == end)
+          & (phys == base + s)
+          # only the body has a checksum: properties ending in NUL are a torn write
+          & ~((u8[end - 1] == 0) & (props_len > 0)))
+    n = len(s) if ok.all() else int(np.argmin(ok))
+    if flavor is not None and n:
+        crc = flavor.body_crc
+        sums = np.array([crc(buf[a:b]) for a, b in zip(body[:n].tolist(), t[:n].tolist())],
+                        dtype=np.int64)
+        good = sums == _field(u8, s[:n] + 8, ">i4")
+        n = n if good.all() else int(np.argmin(good))
+    n = _ascii_prefix(u8, topic[:n], topic_len[:n])
+    # the properties of the run, each record's followed by 0x02: items never span records,
+    # and the whole is valid UTF-8 exactly when every record's part is
+    lens = props_len[:n] + 1
+    joined_at = np.cumsum(lens) - lens
+    idx = np.repeat(props[:n] - joined_at, lens) + np.arange(int(lens.sum()))
+    joined = u8[np.minimum(idx, len(u8) - 1)]  # a record's separator slot may be the file end
+    joined[joined_at + lens - 1] = 2
+    if (joined >= 0x80).any() and not _utf8(joined.tobytes()):
+        # decode() rejects these only with a flavor; either way `_step` reads the record as
+        # before (and dispatching it fails as it did)
+        n = next(i for i in range(n)
+                 if not _utf8(joined[joined_at[i]:joined_at[i] + lens[i]].tobytes()))
+    lo = int(np.searchsorted(phys[:n], dispatch_from))
+    if lo >= n:
+        return n, None
+    names, which = _topics(u8, topic[lo:n], topic_len[lo:n])
+    first = int(joined_at[lo])
+    tags, keys = codec.dispatch_properties(joined[first:int(joined_at[n - 1] + lens[n - 1])],
+                                           joined_at[lo:n] - first)
+    run = s[lo:n]
+    return n, RecordRun(phys[lo:n], end[lo:n] - run, _field(u8, run + 12, ">i4"),
+                        _field(u8, run + 20, ">i8"), sys_flag[lo:n],
+                        store_ts[lo:n], [names[i] for i in which.tolist()], tags, keys)
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _topics(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Distinct topic names of a run (ASCII, checked before) and each record's index into them."""
+    which = np.zeros(len(pos), dtype=np.int64)
+    names: list[str] = []
+    for width in np.unique(length).tolist():
+        rows = np.flatnonzero(length == width)
+        uniq, inverse = np.unique(_at(u8, pos[rows], f"V{width}"), return_inverse=True)
+        which[rows] = inverse.ravel() + len(names)
+        names += [u.tobytes().decode("ascii") for u in uniq]
+    return names, which
+
+
+def _ascii_prefix(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> int:
+    """How many leading topics are ASCII (decode() reads topics as ASCII)."""
+    bad = np.zeros(len(pos), dtype=bool)
+    for width in np.unique(length).tolist():
+        rows = np.flatnonzero(length == width)
+        raw = _at(u8, pos[rows], f"V{width}").view(np.uint8).reshape(len(rows), width)
+        bad[rows] = (raw >= 0x80).any(axis=1)
+    return int(np.argmax(bad)) if bad.any() else len(pos)
+
+
+def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
+          ) -> tuple[codec.StoredMessage | None, str | None]:
+    """Check the one record at pos with decode(): (the record, None), or (None, why the
+    CommitLog ends here; None for zeros)."""
+    if size_limit - pos < 8:
+        return None, "no room for a record header"
+    size, magic = codec.peek_header(buf, pos)
+    if magic == MAGIC_BLANK:
+        return None, (None if size == size_limit - pos else
+                      f"BLANK record of {size} bytes at {base + pos}")
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return None, (None if size == 0 and magic == 0 else
+                      f"bad magic 0x{magic & 0xFFFFFFFF:08X} at {base + pos}")
+    try:
+        msg = codec.decode(buf[: min(pos + size, size_limit)] if size > 0 else buf, pos, flavor)
+    except CodecError as exc:
+        return None, str(exc)
+    phys = base + pos
+    if msg.commitlog_offset != phys:
+        return None, f"record at {phys} says it is at {msg.commitlog_offset}"
+    if buf[pos + size - 1] == 0 and msg._props_raw:
+        # Only the body has a checksum. A power cut that kept the page holding a
+        # record's head but not the (zero) page holding its tail leaves properties that
+        # end in NUL; an encoder never writes that (they end in a value or 0x02).
+        return None, f"record at {phys} ends in zero bytes inside its properties (torn write)"
+    return msg, None
+
+
 def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
              progress: Progress | None) -> tuple[int, int, str | None]:
     """Walk records from `start` (a file start); dispatch those at or after dispatch_from.
-    Returns (valid end offset, records dispatched, reason the scan stopped early or None)."""
+    Returns (valid end offset, records dispatched, reason the scan stopped early or None).
+
+    Records are checked a run at a time with numpy (the fixed fields gathered in bulk, one
+    checksum call each); the first record a run check rejects, and the place the walk stopped,
+    are checked by `_step` with decode(), which decides and says why."""
     commitlog = store.commitlog
     flavor = store.flavor if check_crc else None
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
@@ -58,44 +217,30 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
     dispatched = 0
     end = start
     for mf in files:
-        buf = memoryview(mf.buffer())
-        pos = max(start - mf.file_from_offset, 0)
+        mm = mf.buffer()
+        buf = memoryview(mm)
+        u8 = np.frombuffer(mm, dtype=np.uint8)
+        base = mf.file_from_offset
+        pos = max(start - base, 0)
         size_limit = mf.file_size
-        reason = None
         while True:
-            if size_limit - pos < 8:
-                reason = "no room for a record header"
+            starts, stop = _walk(buf, pos, size_limit, _RUN)
+            if starts:
+                n, run = _check_run(u8, buf, starts, stop, base, flavor, dispatch_from)
+                if run is not None:
+                    store.dispatch(run)
+                    dispatched += len(run)
+                pos = starts[n] if n < len(starts) else stop
+                if n == len(starts) == _RUN:
+                    continue
+            msg, reason = _step(buf, pos, size_limit, base, flavor)
+            if msg is None:
                 break
-            size, magic = codec.peek_header(buf, pos)
-            if magic == MAGIC_BLANK:
-                if size != size_limit - pos:
-                    reason = f"BLANK record of {size} bytes at {mf.file_from_offset + pos}"
-                break
-            if magic not in (MAGIC_V1, MAGIC_V2):
-                reason = None if size == 0 and magic == 0 else (
-                    f"bad magic 0x{magic & 0xFFFFFFFF:08X} at {mf.file_from_offset + pos}")
-                break
-            try:
-                msg = codec.decode(buf[: min(pos + size, size_limit)] if size > 0 else buf, pos, flavor)
-            except CodecError as exc:
-                reason = str(exc)
-                break
-            phys = mf.file_from_offset + pos
-            if msg.commitlog_offset != phys:
-                reason = f"record at {phys} says it is at {msg.commitlog_offset}"
-                break
-            if buf[pos + size - 1] == 0 and msg._props_raw:
-                # Only the body has a checksum. A power cut that kept the page holding a
-                # record's head but not the (zero) page holding its tail leaves properties that
-                # end in NUL; an encoder never writes that (they end in a value or 0x02).
-                reason = f"record at {phys} ends in zero bytes inside its properties (torn write)"
-                break
-            if phys >= dispatch_from:
-                crash_point("recovery.dispatch")
-                store.dispatch(msg)
+            if base + pos >= dispatch_from:
+                store.dispatch(RecordRun.of(msg))
                 dispatched += 1
-            pos += size
-        end = mf.file_from_offset + pos
+            pos += msg.total_size
+        end = base + pos
         done += mf.file_size
         if progress:
             progress(done, total)
@@ -103,7 +248,7 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
             codec.peek_header(buf, pos)[1] == MAGIC_BLANK
         if not blank_ok:
             return end, dispatched, reason
-        end = mf.file_from_offset + mf.file_size  # a BLANK: the next file starts the next record
+        end = base + mf.file_size  # a BLANK: the next file starts the next record
         if mf is files[-1]:
             # the last file is full and ends in a BLANK: the next record goes to a new file
             return end, dispatched, None
