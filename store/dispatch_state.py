@@ -1,5 +1,5 @@
-"""What a clean close leaves for the next open to check: every queue's entry count and the
-names of the IndexFiles. Normal recovery trusts the ConsumeQueue and IndexFile files, and
+"""What a clean close leaves for the next open to check: every queue's entry count and every
+IndexFile's entry count. Normal recovery trusts the ConsumeQueue and IndexFile files, and
 nothing in RocketMQ's format records how many entries a queue had, so a file deleted while the
 store was closed would otherwise go unnoticed. Only read after a clean close."""
 
@@ -20,7 +20,7 @@ def save(store) -> None:
     queues: dict[str, dict[str, int]] = {}
     for (topic, qid), cq in store.consume_queues.items():
         queues.setdefault(topic, {})[str(qid)] = cq.max_offset
-    index = [os.path.basename(f.path) for f in store.index.files]
+    index = {os.path.basename(f.path): f.index_count for f in store.index.files}
     write_json(_path(store.root), {"queues": queues, "indexFiles": index})
 
 
@@ -38,6 +38,7 @@ def lost_since_close(store) -> tuple[list[tuple[str, int]], bool]:
             cq = store.consume_queues.get((topic, int(qid)))
             if (cq.max_offset if cq is not None else 0) < int(count):
                 short.append((topic, int(qid)))
-    present = {os.path.basename(f.path) for f in store.index.files}
-    index_lost = any(name not in present for name in state.get("indexFiles", []))
+    present = {os.path.basename(f.path): f.index_count for f in store.index.files}
+    recorded = state.get("indexFiles", {})
+    index_lost = any(present.get(name, 0) < int(count) for name, count in recorded.items())
     return short, index_lost

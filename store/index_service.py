@@ -42,9 +42,11 @@ class IndexService:
         self.flushed_end_timestamp = 0  # endTimestamp of the newest file flushed at roll-over
         self.lost_files = False  # load dropped a damaged file: recovery must index again
 
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
-        (endTimestamp newer than the checkpoint); recovery re-dispatches them."""
+        (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
+        mqfs checkpoint, written after the index at every clean close) applies the same rule
+        after a clean exit too: a crash whose abort file went missing looks clean."""
         self.flushed_end_timestamp = index_msg_timestamp
         if not os.path.isdir(self.directory):
             return
@@ -57,12 +59,16 @@ class IndexService:
                 os.unlink(path)  # created but never allocated before a crash: held nothing
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
-            damaged = dropping or not f.header_ok()
-            if (damaged or not last_exit_ok and f.end_timestamp > index_msg_timestamp) \
-                    and not self.read_only:
+            prev = self.files[-1] if self.files else None
+            # a file starts where the one before it ended (it is seeded with those values)
+            out_of_chain = prev is not None and (f.begin_phy_offset < prev.end_phy_offset
+                                                 or f.begin_timestamp < prev.end_timestamp)
+            damaged = dropping or out_of_chain or not f.header_ok()
+            unflushed = f.end_timestamp > index_msg_timestamp and (strict or not last_exit_ok)
+            if (damaged or unflushed) and not self.read_only:
                 # keep a prefix of whole files: everything after a dropped one is re-indexed
                 f.destroy()
-                self.lost_files |= damaged
+                self.lost_files |= damaged or last_exit_ok
                 dropping = True
                 continue
             self.files.append(f)
@@ -193,6 +199,8 @@ class IndexService:
         with self.lock:
             for f in self.files:
                 f.flush()
+            if self.files:
+                self.flushed_end_timestamp = max(f.end_timestamp for f in self.files)
 
     def close(self) -> None:
         with self.lock:

@@ -145,7 +145,8 @@ class MessageStore:
                         "recovering as after a crash")
             last_exit_ok = False
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
-        self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+        self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp,
+                        strict=self.checkpoint.commitlog_flushed_offset > 0)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint)
         self._write_abort()
@@ -194,8 +195,8 @@ class MessageStore:
             self._lock_file.release()
             return
         self.flush_services.stop()
+        self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
-        self.index.flush()
         dispatch_state.save(self)
         crash_point("abort.delete")
         os.unlink(self.abort_path)
