@@ -206,14 +206,15 @@ def bench_recovery(root: str) -> None:
         ours = time.perf_counter() - t
         assert s.recovery.abnormal
     t = time.perf_counter()
+    left = used  # the same bytes recovery reads: records, not the empty tail of the last file
     for name in sorted(os.listdir(commitlog)):
         with open(os.path.join(commitlog, name), "rb", buffering=0) as f:
-            while f.read(1 << 20):
-                pass
+            while left > 0 and (chunk := f.read(min(1 << 20, left))):
+                left -= len(chunk)
     seq = time.perf_counter() - t
     print(f"Abnormal recovery: no checkpoint, no ConsumeQueue, no index; {used / 1e6:,.0f} MB of "
           f"records in {size / 1e6:,.0f} MB of CommitLog files (page cache warm)")
-    row("mqfs recovery (validate + re-dispatch)", used / 1e6 / ours, "MB/s", "sequential read of the files", size / 1e6 / seq)
+    row("mqfs recovery (validate + re-dispatch)", used / 1e6 / ours, "MB/s", "sequential read of those bytes", used / 1e6 / seq)
 
 
 def main() -> int:
