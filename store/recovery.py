@@ -43,7 +43,6 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 class RecoveryReport:
     abnormal: bool
     end_offset: int
-    truncated_bytes: int
     dispatched: int
     corruption: str | None = None
 
@@ -325,11 +324,11 @@ def open_read_only(store) -> RecoveryReport:
         cq.recover()
     queue = store.commitlog.queue
     if not queue.files:
-        return RecoveryReport(False, 0, 0, 0)
+        return RecoveryReport(False, 0, 0)
     start = _start_file(store, queue.files[-1].file_from_offset)
     end, _, _ = scan_end(store, start, 1 << 63, store.config.check_crc_on_recover, None)
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    return RecoveryReport(False, end, 0, 0)
+    return RecoveryReport(False, end, 0)
 
 
 def _rebuild_what_went_missing(store) -> bool:
@@ -364,7 +363,7 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
         for cq in cqs:
             cq.queue.truncate_dirty(0)
             cq.max_physic_offset = 0
-        return RecoveryReport(not last_exit_ok, 0, 0, 0)
+        return RecoveryReport(not last_exit_ok, 0, 0)
 
     if last_exit_ok:
         dispatch_from = max(max((cq.max_physic_offset for cq in cqs), default=0), queue.min_offset)
@@ -391,7 +390,6 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
     else:
         scan_from = _start_file(store, dispatch_from)
 
-    max_before = queue.files[-1].file_from_offset + queue.file_size
     end, dispatched, reason = scan_end(store, scan_from, dispatch_from,
                                        store.config.check_crc_on_recover, progress)
     holed = [cq for cq in store.consume_queues.values() if cq.hole]
@@ -402,7 +400,7 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
         dispatched += scan_end(store, _start_file(store, refill_from), refill_from,
                                store.config.check_crc_on_recover, None)[1]
     flushed = cp.commitlog_flushed_offset
-    report = RecoveryReport(not last_exit_ok, end, 0, dispatched)
+    report = RecoveryReport(not last_exit_ok, end, dispatched)
     if end < flushed:
         lost = _flushed_data_lost(store, end, flushed)
         if lost is not None:
@@ -420,7 +418,6 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
     elif reason is not None:
         log.info("recovery: CommitLog ends at %d (%s)", end, reason)
 
-    report.truncated_bytes = max(0, max_before - end) if not last_exit_ok else 0
     crash_point("recovery.truncate")
     for cq in store.consume_queues.values():
         cq.truncate_from_physical(end)
