@@ -130,6 +130,12 @@ def parse_msg_id(text: str) -> tuple[str, int, int]:
     return host, port, _I64.unpack(raw[-8:])[0]
 
 
+def keys_to_index(uniq: str | None, keys: list[str]) -> list[str]:
+    """What the IndexFile indexes for a message, in RocketMQ's order: UNIQ_KEY, then every
+    KEYS token."""
+    return [uniq, *keys] if uniq else list(keys)
+
+
 class _WellKnownProperties:
     """KEYS and TAGS read from a `properties` mapping, for producer and stored messages."""
 
@@ -143,6 +149,9 @@ class _WellKnownProperties:
     @property
     def tags(self) -> str:
         return self.properties.get(PROPERTY_TAGS, "")
+
+    def index_keys(self) -> list[str]:
+        return keys_to_index(self.properties.get(PROPERTY_UNIQ_KEY), self.keys)
 
 
 @dataclass
@@ -241,12 +250,6 @@ class StoredMessage(_WellKnownProperties):
     @property
     def transaction_type(self) -> int:
         return self.sys_flag & TRANSACTION_MASK
-
-    def index_keys(self) -> list[str]:
-        """What the IndexFile indexes for this message: UNIQ_KEY and every KEYS token."""
-        keys = self.keys
-        uniq = self.properties.get(PROPERTY_UNIQ_KEY)
-        return [uniq, *keys] if uniq else keys
 
 
 class Encoder:
@@ -447,7 +450,7 @@ def dispatch_properties(joined: np.ndarray, starts: np.ndarray
     keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
             for v in keys_found]
     if any(uniq_found):
-        keys = [[uniq, *ks] if uniq else ks for uniq, ks in zip(uniq_found, keys)]
+        keys = [keys_to_index(uniq, ks) for uniq, ks in zip(uniq_found, keys)]
     return tags, keys
 
 

@@ -251,10 +251,7 @@ class MessageStore:
             cq = self._create_queue(topic, qid)
         in_queue = (msg.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
         queue_offset = cq.next_offset if in_queue else 0
-        keys = msg.keys
-        uniq = msg.properties.get(codec.PROPERTY_UNIQ_KEY)
-        if uniq:
-            keys = [uniq, *keys]
+        keys = msg.index_keys()
         if in_queue:
             cq.ensure_room()
         self.index.ensure_room(len(keys))
@@ -327,9 +324,8 @@ class MessageStore:
             if flush_commitlog:
                 queue.commit()
                 queue.flush()
-                if hasattr(self, "flush_services"):
-                    self.flush_services.flushed.advance(queue.flushed_where)
-                    self.flush_services.committed.advance(queue.max_offset)
+                self.flush_services.flushed.advance(queue.flushed_where)
+                self.flush_services.committed.advance(queue.max_offset)
             for cq in list(self.consume_queues.values()):
                 cq.flush()
             cp = self.checkpoint

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from store.checkpoint import Checkpoint
-from store.codec import PROPERTY_UNIQ_KEY
+from store.codec import PROPERTY_UNIQ_KEY, keys_to_index
 from store.consume_queue import ConsumeQueue
 from store.flavor import flavor_named
 from store.index_service import IndexService
@@ -82,7 +82,7 @@ def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
         service = IndexService(out, slots, entries, flavor_named(flavor))
         n = last_ts = 0
         for phys, topic, ts, sys_flag, ks, uniq in rows:
-            index_keys = ([uniq] if uniq else []) + list(ks)
+            index_keys = keys_to_index(uniq, list(ks))
             service.build(topic, index_keys, phys, ts, sys_flag)
             n += len(index_keys)
             last_ts = max(last_ts, ts)
