@@ -38,6 +38,13 @@ STOREHOST_V6_FLAG = 0x20
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_CRC32 = "__CRC32#"  # RocketMQ 5's whole-record checksum trailer (enabledAppendPropCRC)
+RECORD_CRC_LEN = 20  # "__CRC32#" 0x01, ten digits, 0x02: the last bytes of PROPERTIES
+_CRC_HEAD = b"__CRC32#\x01"
+_CRC_PLACEHOLDER = _CRC_HEAD + b"0" * 10 + b"\x02"
+# Repair writes a filler record over bytes it could not read: a rolled-back transaction (no
+# queue entry, not indexed, skipped by every reader) on a reserved topic
+FILLER_TOPIC = "%DAMAGED"
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 
@@ -65,6 +72,8 @@ def validate_topic(topic: str) -> None:
     limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
     if len(topic) > limit:
         raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
+    if topic.startswith("%") and FILLER_TOPIC.startswith(topic):
+        raise InvalidMessage(f"topic name {topic!r} is reserved for damaged ranges")
 
 
 @lru_cache(maxsize=256)
@@ -103,7 +112,33 @@ def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
         key, sep, value = item.partition(NAME_VALUE_SEP)
         if sep and key and value:
             props[key] = value
+    props.pop(PROPERTY_CRC32, None)  # the record's checksum, not a property of the message
     return props
+
+
+def crc_digits(value: int) -> bytes:
+    """The ten ASCII digits RocketMQ writes for a checksum: least significant first,
+    zero-padded on the right (123 -> b"3210000000")."""
+    return str(value)[::-1].ljust(10, "0").encode("ascii")
+
+
+def record_crc_of(view, pos: int, total: int) -> int | None:
+    """The checksum a record's `__CRC32#` trailer holds, or None when it has none."""
+    end = pos + total
+    if total < 91 + RECORD_CRC_LEN or bytes(view[end - RECORD_CRC_LEN : end - 11]) != _CRC_HEAD \
+            or view[end - 1] != 2:
+        return None
+    digits = bytes(view[end - 11 : end - 1])
+    if not digits.isdigit():
+        return None
+    return int(digits[::-1])
+
+
+def seal(rec: bytearray, flavor: Flavor) -> None:
+    """Write the whole-record checksum into the trailer the encoder reserved: the flavor's
+    checksum of every byte before it, taken after the store stamped its fields."""
+    n = len(rec) - RECORD_CRC_LEN
+    rec[n + 9 : n + 19] = crc_digits(flavor.body_crc(memoryview(rec)[:n]))
 
 
 def join_keys(keys: list[str] | tuple[str, ...]) -> str:
@@ -299,7 +334,11 @@ class Encoder:
         queue_id = msg.queue_id
         if not 0 <= queue_id < (1 << 31):
             raise InvalidMessage(f"queue id {queue_id} is out of range")
+        if PROPERTY_CRC32 in msg.properties:
+            raise InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
         props = encode_properties(msg.properties)
+        if self.flavor.record_crc:
+            props += _CRC_PLACEHOLDER
         props_len = len(props)
         if props_len > MAX_PROPERTIES_LEN:
             raise InvalidMessage(
@@ -393,8 +432,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = Fa
             raise CodecError(f"properties length {props_len} at {pos} does not end the record")
         props_raw = bytes(view[p : p + props_len])
         if flavor is not None:
-            if flavor.body_crc(body) != crc:
-                raise CodecError(f"body checksum mismatch at {pos}")
+            check_record(view, pos, total, body, crc, flavor)
             decode_properties(props_raw)  # checked reads validate the properties too
     except CodecError:
         raise
@@ -404,6 +442,94 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = Fa
         total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts, born_raw, store_ts,
         store_raw, reconsume, prep, bytes(body) if copy_body else body, topic, props_raw,
     )
+
+
+def check_record(view, pos: int, total: int, body, body_crc: int, flavor: Flavor) -> None:
+    """The checksums of a well-formed record: its whole-record trailer when it has one (or
+    must have one), otherwise its body checksum. CodecError on a mismatch."""
+    stored = record_crc_of(view, pos, total)
+    if stored is not None:
+        if flavor.body_crc(view[pos : pos + total - RECORD_CRC_LEN]) != stored:
+            raise CodecError(f"whole-record checksum mismatch at {pos}")
+        return
+    if flavor.record_crc:
+        raise CodecError(f"record at {pos} has no whole-record checksum ({PROPERTY_CRC32})")
+    if flavor.body_crc(body) != body_crc:
+        raise CodecError(f"body checksum mismatch at {pos}")
+
+
+def is_filler(topic: str, sys_flag: int) -> bool:
+    """A record repair wrote over damaged bytes: readers skip it."""
+    return ((sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK and topic.startswith("%")
+            and FILLER_TOPIC.startswith(topic))
+
+
+def filler_record(size: int, phys: int, store_ts: int, store_host: bytes, flavor: Flavor
+                  ) -> bytearray:
+    """A record of exactly `size` bytes at `phys` to stand where damaged bytes were: a
+    rolled-back transaction on the reserved topic, body of zeros. The topic is cut short for
+    a small range (the smallest record repair meets is a one-letter topic with no body)."""
+    props = _CRC_PLACEHOLDER if flavor.record_crc else b""
+    fixed = 80 + len(store_host) + 1 + 2 + len(props)  # v1, IPv4 born host
+    topic = FILLER_TOPIC[: max(1, min(len(FILLER_TOPIC), size - fixed))].encode("ascii")
+    body_len = size - fixed - len(topic)
+    if body_len < 0:
+        raise InvalidMessage(f"a damaged range of {size} bytes is too small for a filler record")
+    body = bytes(body_len)
+    v6 = len(store_host) == 20
+    layout = struct.Struct(f">iiiiiqqiq8sq{len(store_host)}siqi")
+    rec = bytearray(layout.pack(
+        size, MAGIC_V1, flavor.body_crc(body), 0, 0, 0, phys,
+        TRANSACTION_ROLLBACK | (STOREHOST_V6_FLAG if v6 else 0), store_ts,
+        bytes(4) + _I32.pack(0), store_ts, store_host, 0, 0, body_len))
+    rec += body
+    rec += bytes([len(topic)]) + topic
+    rec += _I16.pack(len(props)) + props
+    if flavor.record_crc:
+        seal(rec, flavor)
+    return rec
+
+
+def gather(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
+    """The value of `dtype` at each byte position of a byte array, through a view with a
+    stride of one byte (a gather copies one item per position). Positions are clamped into
+    the buffer: one computed from a bad record's fields may point anywhere, and that record
+    fails its checks anyway."""
+    dt = np.dtype(dtype)
+    view = np.ndarray((len(u8) - dt.itemsize + 1,), dtype=dt, buffer=u8, strides=(1,))
+    return view[np.clip(pos, 0, len(view) - 1)]
+
+
+def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, queue_id: int,
+                 queue_offset: np.ndarray) -> np.ndarray:
+    """Which ConsumeQueue units describe the record at their position of one file (`u8`):
+    magic, TOTALSIZE, QUEUEID, QUEUEOFFSET and topic agree, and the record fits in the file;
+    or the unit stands for a message lost to damage and points at a filler record."""
+    pos = pos.astype(np.int64)
+    size = size.astype(np.int64)
+    fits = (pos >= 0) & (size >= 91) & (pos + size <= len(u8))
+    total = gather(u8, pos, ">i4").astype(np.int64)
+    magic = gather(u8, pos + 4, ">i4")
+    sys_flag = gather(u8, pos + 36, ">i4").astype(np.int64)
+    bh = np.where(sys_flag & BORNHOST_V6_FLAG, 20, 8)
+    sh = np.where(sys_flag & STOREHOST_V6_FLAG, 20, 8)
+    body_len = gather(u8, pos + 68 + bh + sh, ">i4").astype(np.int64)
+    topic_at = pos + 72 + bh + sh + np.maximum(body_len, 0)
+    raw = topic.encode("ascii")
+    wide = len(raw) > MAX_TOPIC_LEN
+    prefix = (_I16.pack(len(raw)) if wide else bytes([len(raw)])) + raw
+    same = ((magic == (MAGIC_V2 if wide else MAGIC_V1))
+            & (gather(u8, pos + 12, ">i4") == queue_id)
+            & (gather(u8, pos + 20, ">i8") == queue_offset)
+            & (gather(u8, topic_at, f"V{len(prefix)}") == np.void(prefix)))
+    filler = ((sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK) & (magic == MAGIC_V1)
+    if filler.any():
+        seen = np.zeros(len(pos), dtype=bool)
+        for n in range(1, len(FILLER_TOPIC) + 1):
+            want = bytes([n]) + FILLER_TOPIC[:n].encode("ascii")
+            seen |= gather(u8, topic_at, f"V{len(want)}") == np.void(want)
+        filler &= seen
+    return fits & (total == size) & (same | filler)
 
 
 _DISPATCH_NAMES = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from . import codec
 from .codec import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, StoredMessage
-from .errors import CodecError, InvalidMessage, NotFound
+from .errors import CodecError, CorruptionError, InvalidMessage, NotFound
 from .flavor import Flavor
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
@@ -76,6 +76,8 @@ class CommitLog:
             mf = self.file_for(len(rec))
         phys = mf.file_from_offset + mf.wrote_position
         codec.stamp(rec, store_ts_pos, queue_offset, phys, store_ts)
+        if self.flavor.record_crc:
+            codec.seal(rec, self.flavor)
         crash_point("commitlog.before_write")
         mf.append(rec)
         crash_point("commitlog.after_write")
@@ -84,7 +86,8 @@ class CommitLog:
 
     # --- reading ---------------------------------------------------------------------------
     def read(self, offset: int, check_crc: bool = False) -> StoredMessage:
-        """The record at a physical offset; NotFound when there is none."""
+        """The record at a physical offset: NotFound when the offset is outside the log,
+        CorruptionError when the bytes there are not a whole (checked) record."""
         mf = self.queue.find(offset)
         if mf is None or offset < 0:
             raise NotFound(f"no CommitLog data at offset {offset}")
@@ -96,7 +99,8 @@ class CommitLog:
         try:
             return codec.decode(view, pos, self.flavor if check_crc else None)
         except CodecError as exc:
-            raise NotFound(f"no message at CommitLog offset {offset}: {exc}") from None
+            raise CorruptionError(f"damaged record at CommitLog offset {offset} "
+                                  f"(file {os.path.basename(mf.path)}): {exc}") from None
 
     def body_sizes_and_times(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """BODYLEN and STORETIMESTAMP of the records at these offsets, gathered with numpy
@@ -119,6 +123,26 @@ class CommitLog:
             stamps[sel] = _gather(raw, pos + 48 + bh, 8).view(">i8").ravel()
             lengths[sel] = _gather(raw, pos + 68 + bh + sh, 4).view(">i4").ravel()
         return lengths, stamps
+
+    def units_match(self, offsets: np.ndarray, sizes: np.ndarray, topic: str, queue_id: int,
+                    queue_offsets: np.ndarray) -> np.ndarray:
+        """codec.unit_matches for units anywhere in the log: which describe their record.
+        A unit pointing outside every file does not."""
+        ok = np.zeros(len(offsets), dtype=bool)
+        if not len(offsets) or not self.queue.files:
+            return ok
+        offsets = offsets.astype(np.int64)
+        base = self.queue.min_offset
+        starts = offsets - (offsets - base) % self.file_size
+        for start in np.unique(starts).tolist():
+            mf = self.queue.find(start)
+            if mf is None or mf.file_from_offset != start:
+                continue
+            sel = np.flatnonzero(starts == start)
+            raw = np.frombuffer(mf.buffer(), dtype=np.uint8)
+            ok[sel] = codec.unit_matches(raw, offsets[sel] - start, sizes[sel], topic, queue_id,
+                                         queue_offsets[sel])
+        return ok
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at an offset, without decoding the rest of it."""

@@ -16,6 +16,7 @@ class StoreConfig:
     consume_queue_units: int = 300_000
     index_slots: int = 5_000_000
     index_entries: int = 20_000_000
+    record_crc: bool = True  # every record carries a whole-record checksum (`__CRC32#`)
     # limits
     max_message_size: int = 4 * 1024 * 1024
     store_host: str = "127.0.0.1:10911"
@@ -28,12 +29,9 @@ class StoreConfig:
     commit_interval_ms: int = 200
     flush_cq_interval_ms: int = 1000
     sync_flush_timeout_ms: int = 5000
-    checkpoint_interval_ms: int = 1000
-    # retention
-    file_reserved_hours: float = 72.0
-    delete_when: str = "04"
-    disk_max_used_ratio: float = 0.75
-    clean_interval_ms: int = 10_000
+    # retention: off unless set (0); see store/retention.py
+    retention_hours: float = 0.0  # delete CommitLog files whose newest write is older
+    retention_bytes: int = 0  # delete the oldest CommitLog files while they pass this size
     # access
     read_only: bool = False
     check_crc_on_recover: bool = True
@@ -46,5 +44,7 @@ class StoreConfig:
                 raise ValueError(f"{name} must be positive")
         if self.commitlog_file_size < 4096:
             raise ValueError("commitlog_file_size must be at least 4096 bytes")
+        if self.retention_hours < 0 or self.retention_bytes < 0:
+            raise ValueError("retention_hours and retention_bytes must not be negative")
         if self.index_entries < 2:
             raise ValueError("index_entries must be at least 2 (entry 0 is never used)")

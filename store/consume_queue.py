@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import quarantine
 from .crash_points import crash_point
 from .mapped_file_queue import MappedFileQueue
 
@@ -192,42 +193,39 @@ class ConsumeQueue:
 
     # --- recovery and cleanup --------------------------------------------------------------
     def recover(self) -> None:
-        """Find the valid end: the first unit that is not (offset >= 0 and size > 0)."""
+        """Find the end: after the last unit that is not all zeros. A damaged unit before it
+        is found by recovery's check against the CommitLog, never cut here on its own."""
         files = self.queue.files
         if not files:
             return
         end = files[0].file_from_offset
-        for i, mf in enumerate(files):
-            arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)
-            bad = np.flatnonzero((arr["offset"] < 0) | (arr["size"] <= 0))
-            valid = int(bad[0]) if bad.size else len(arr)
-            end = mf.file_from_offset + valid * UNIT_SIZE
-            if valid < len(arr):
+        for mf in reversed(files):
+            units = np.frombuffer(mf.buffer(), dtype=np.uint8).reshape(-1, UNIT_SIZE)
+            written = np.flatnonzero(units.any(axis=1))
+            if written.size:
+                end = mf.file_from_offset + (int(written[-1]) + 1) * UNIT_SIZE
                 break
         self.queue.truncate_dirty(end)
         self._refresh_max_physic()
 
-    def destroy_files(self) -> None:
-        """Forget every entry and delete the files; dispatch builds the queue again."""
-        self.queue.destroy_all()
+    def cut_tail(self, queue_offset: int) -> None:
+        """Drop the units from queue_offset on (a torn tail; dispatch builds them again)."""
+        self.queue.truncate_dirty(queue_offset * UNIT_SIZE)
+        self._refresh_max_physic()
+
+    def move_to_quarantine(self, root: str) -> list[str]:
+        """Take every file out of service into quarantine/ and forget every entry (the
+        queue is rebuilt from the CommitLog); the paths they went to."""
+        moved = []
+        for mf in self.queue.files:
+            mf.close()
+            name = f"consumequeue-{self.topic}-{self.queue_id}-{os.path.basename(mf.path)}"
+            moved.append(quarantine.move_file(root, mf.path, name))
+        self.queue.files = []
+        self.queue.flushed_where = self.queue.committed_where = 0
         self.min_logic_offset = self.max_physic_offset = self.next_offset = 0
         self.hole = False
-
-    def drop_invalid_tail(self, matches: Callable[[int, tuple[int, int, int]], bool]) -> bool:
-        """Drop entries from the end while `matches(queue_offset, unit)` says they do not
-        describe their CommitLog record. A torn or garbage unit can pass the offset >= 0 and
-        size > 0 test of `recover` (format gap 1); this catches it. True when any was dropped."""
-        end = i = self.max_offset
-        while i > self.min_offset:
-            unit = self.entry(i - 1)
-            if unit[1] == PRE_BLANK[1] or matches(i - 1, unit):
-                break
-            i -= 1
-        if i == end:
-            return False
-        self.queue.truncate_dirty(i * UNIT_SIZE)
-        self._refresh_max_physic()
-        return True
+        return moved
 
     def _refresh_max_physic(self) -> None:
         self.next_offset = self.max_offset

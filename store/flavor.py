@@ -8,7 +8,7 @@ faster in Python and spread keys better. Everything else in the format is identi
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import xxhash
@@ -65,6 +65,12 @@ class Flavor:
     body_crc: Callable[[bytes | memoryview], int]
     key_hash: Callable[[str], int]
     tags_code: Callable[[str], int]
+    # every record carries a whole-record checksum (RocketMQ 5's `__CRC32#` trailer, computed
+    # with body_crc): new mqfs stores; a store a broker wrote without enabledAppendPropCRC not
+    record_crc: bool = False
+
+    def with_record_crc(self, on: bool) -> "Flavor":
+        return self if on == self.record_crc else replace(self, record_crc=on)
 
 
 ROCKETMQ = Flavor("rocketmq", _rocketmq_crc, _rocketmq_key_hash, _rocketmq_tags_code)
@@ -72,8 +78,8 @@ XXHASH = Flavor("xxhash", _xx_crc, _xx_key_hash, _xx_tags_code)
 FLAVORS = {f.name: f for f in (ROCKETMQ, XXHASH)}
 
 
-def flavor_named(name: str) -> Flavor:
+def flavor_named(name: str, record_crc: bool = False) -> Flavor:
     try:
-        return FLAVORS[name]
+        return FLAVORS[name].with_record_crc(record_crc)
     except KeyError:
         raise ValueError(f"unknown flavor {name!r} (choose {', '.join(FLAVORS)})") from None

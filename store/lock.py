@@ -28,25 +28,39 @@ class StoreLock:
         self.path = os.path.join(root, "lock")
         self.key = os.path.realpath(root)
         self.fd = -1
+        self.held = False
 
-    def acquire(self) -> None:
+    def acquire(self, shared: bool = False) -> None:
+        """Exclusive for a writer. `shared` (read-only opens, verify, info) creates and writes
+        nothing: with no lock file nobody holds the store; with one, a read lock keeps a
+        writer out for as long as it is held."""
         if self.key in _HELD_HERE:
             raise StoreLocked(f"store {self.key} is already open in this process (pid {os.getpid()})")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            fd = os.open(self.path, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            if not shared:
+                raise
+            self.held = True
+            _HELD_HERE.add(self.key)
+            return
+        try:
+            fcntl.lockf(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB, 1, 0)
         except OSError:
             pid = _holder_pid(fd)
             os.close(fd)
             who = f"pid {pid}" if pid else "another process"
             raise StoreLocked(f"store {self.key} is in use: its lock is held by {who}") from None
-        if os.pread(fd, 4, 0) != b"lock":  # RocketMQ's marker; no write when it is there
+        if not shared and os.pread(fd, 4, 0) != b"lock":  # RocketMQ's marker
             os.pwrite(fd, b"lock", 0)
         self.fd = fd
+        self.held = True
         _HELD_HERE.add(self.key)
 
     def release(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)  # closing drops the POSIX lock
             self.fd = -1
+        if self.held:
+            self.held = False
             _HELD_HERE.discard(self.key)

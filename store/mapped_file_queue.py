@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 
 import numpy as np
 
@@ -212,24 +211,6 @@ class MappedFileQueue:
         mf.destroy()
         fsync_dir(self.directory)
         return mf
-
-    def delete_expired_by_time(self, max_age_s: float, *, force: bool = False,
-                               batch_max: int = 10) -> int:
-        """Delete head files whose mtime is older than max_age_s (or all but the last when
-        force), stopping at the first file kept; return how many were deleted."""
-        deleted = 0
-        now = time.time()
-        while deleted < batch_max and len(self.files) > 1:
-            head = self.files[0]
-            try:
-                mtime = os.path.getmtime(head.path)
-            except FileNotFoundError:
-                mtime = 0
-            if not force and now < mtime + max_age_s:
-                break
-            self.delete_first()
-            deleted += 1
-        return deleted
 
     def close(self) -> None:
         with self._lock:

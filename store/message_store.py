@@ -25,16 +25,17 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import UNIT_DTYPE, ConsumeQueue
 from .crash_points import crash_point
-from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, StoreError
+from .errors import (CodecError, CorruptionError, InvalidMessage, NotFound, StoreError,
+                     StoreFormatError)
 from .flavor import flavor_named
 from .flush import FlushServices
 from .index_service import IndexService
 from .lock import StoreLock
-from .manifest import is_store, read_manifest, write_manifest
+from .manifest import inspect, is_store, write_manifest
 from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
 from .recovery import RecoveryReport, grew_after_checkpoint, open_read_only, recover
-from .retention import clean_expired
+from .retention import clean_expired, record_min_offset
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -56,11 +57,11 @@ class PutResult:
 
 class MessageStore:
     def __init__(self, root: str, config: StoreConfig | None = None, *,
-                 progress: Progress | None = None, repair: bool = False):
+                 progress: Progress | None = None, create: bool = True):
         self.root = os.path.abspath(root)
         self._requested = config or StoreConfig()
         self._progress = progress
-        self._repair = repair
+        self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
 
@@ -74,26 +75,26 @@ class MessageStore:
 
     def open(self) -> "MessageStore":
         read_only = self._requested.read_only
-        if not read_only:
-            os.makedirs(self.root, exist_ok=True)
         fresh = not is_store(self.root)
-        if read_only and fresh:
-            raise StoreError(f"{self.root} holds no store; a read-only open cannot create one")
-        self.config = cfg = read_manifest(self.root, self._requested)
+        if fresh and (read_only or not self._create):
+            raise StoreError(f"{self.root} holds no store; create one with `mqfs init {self.root}`")
+        if fresh:
+            os.makedirs(self.root, exist_ok=True)
+        found = inspect(self.root, self._requested)
+        if found.problem and not read_only:
+            raise StoreFormatError(found.problem)
+        self.config = cfg = found.config
         cfg.validate()
-        self.flavor = flavor_named(cfg.flavor)
+        self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
-        self._lock_file.acquire()
+        self._lock_file.acquire(shared=read_only)
         last_exit_ok = not os.path.exists(self.abort_path)
-        if read_only and not last_exit_ok:
-            self._lock_file.release()
-            raise StoreError(f"{self.root} was not closed cleanly (abort file present); open it "
-                             "read-write once so it can recover")
         try:
             if fresh:
                 write_manifest(self.root, cfg)
+                record_min_offset(self.root, 0)
             if read_only:
-                self._load_read_only()
+                self._load_read_only(last_exit_ok)
             else:
                 self._load_and_recover(last_exit_ok)
         except BaseException:
@@ -108,7 +109,7 @@ class MessageStore:
         self.is_open = True
         return self
 
-    def _load_read_only(self) -> None:
+    def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
         cfg = self.config
         self._common_state()
@@ -118,7 +119,7 @@ class MessageStore:
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
                                   read_only=True)
         self.index.load(True, 0)
-        self.recovery = open_read_only(self)
+        self.recovery = open_read_only(self, crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
         cfg = self.config
@@ -150,7 +151,7 @@ class MessageStore:
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint)
         self._write_abort()
-        self.recovery = recover(self, last_exit_ok, self._repair, self._progress)
+        self.recovery = recover(self, last_exit_ok, self._progress)
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         changed = False
@@ -359,9 +360,12 @@ class MessageStore:
         return cq
 
     def _read(self, phys: int) -> StoredMessage:
-        msg = self.commitlog.read(phys)
-        if self.flavor.body_crc(msg.body) != msg.body_crc:
-            raise CorruptionError(f"body checksum mismatch at CommitLog offset {phys}")
+        """The checked record at phys: CorruptionError for damaged bytes and for a message
+        lost to damage (a filler record repair left in its place)."""
+        msg = self.commitlog.read(phys, check_crc=True)
+        if codec.is_filler(msg.topic, msg.sys_flag):
+            raise CorruptionError(f"the message at CommitLog offset {phys} was lost to damage; "
+                                  "`mqfs repair` kept its bytes in quarantine/")
         return msg
 
     def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:

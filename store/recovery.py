@@ -1,5 +1,10 @@
-"""Recovery on open: find the valid end of the CommitLog, cut the torn tail, and make the
+"""Recovery on open: find the valid end of the CommitLog, cut a torn tail, and make the
 ConsumeQueues and IndexFiles match it by re-dispatching records (format §5.4).
+
+Open never destroys: the only CommitLog bytes it cuts are a torn tail it can prove was never
+flushed (after the checkpoint's flushed offset), copied into quarantine/ first. Damage inside
+flushed data, a missing file or a file-name/offset mismatch makes the open refuse with one
+line, decided before anything in the CommitLog changes; `mqfs repair` salvages.
 
 Normal (no `abort` file): everything was flushed and dispatched at close; scan the last files
 for the end and dispatch whatever no ConsumeQueue holds yet.
@@ -8,31 +13,32 @@ checkpoint says was flushed; the index keeps only files flushed at roll-over; ev
 there on is validated (checksum included) and dispatched again. Dispatch is idempotent, so a
 crash during recovery is recovered by running it again.
 
-A record that fails validation below the offset the checkpoint says was flushed is corruption
-in acknowledged data when a valid record follows it there (or a file is missing): it is reported
-and the store refuses to open until `repair` is asked for. With nothing valid after it, it is a
-torn tail (RocketMQ's testRecover): it is cut and the report says so.
-
-Checks the crash tests showed to be needed: ConsumeQueue tails are validated against the
-CommitLog (a torn unit passes RocketMQ's offset/size test); a record whose properties end in
-zero bytes is a torn write (only the body has a checksum); bytes after every cut are zeroed so
-they cannot reappear; IndexFiles with an impossible header, or cut at the end, are rebuilt.
+Checks the crash tests showed to be needed: every ConsumeQueue unit is checked against its
+record (a torn unit passes RocketMQ's offset/size test; a damaged one would hide messages and
+let their queue offsets be given out again); records carry a whole-record checksum; a record
+without one whose properties end in zero bytes is a torn write; bytes after every cut are
+zeroed so they cannot reappear; IndexFiles with an impossible header, or cut at the end, are
+rebuilt.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import codec
 from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RecordRun
-from . import dispatch_state
+from . import dispatch_state, quarantine
+from .consume_queue import PRE_BLANK, ConsumeQueue
+from .mapped_file import offset_to_name
+from .retention import recorded_min_offset
 from .crash_points import crash_point
-from .errors import CodecError, CorruptionError, StoreError
+from .errors import CodecError, CorruptionError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +50,9 @@ class RecoveryReport:
     abnormal: bool
     end_offset: int
     dispatched: int
-    corruption: str | None = None
+    corruption: str | None = None  # damage a read-only open found and serves around
+    notes: list[str] = field(default_factory=list)  # what recovery did (or would do)
+    quarantined: list[str] = field(default_factory=list)  # files it put in quarantine/
 
 
 _RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
@@ -68,18 +76,9 @@ def _walk(buf, pos: int, limit: int, max_records: int) -> tuple[list[int], int]:
     return starts, pos
 
 
-def _at(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
-    """The value of `dtype` at each byte position, through a view with a stride of one byte
-    (a gather copies one item per position). Positions are clamped into the buffer: one
-    computed from a bad record's fields may point anywhere, and that record fails anyway."""
-    dt = np.dtype(dtype)
-    view = np.ndarray((len(u8) - dt.itemsize + 1,), dtype=dt, buffer=u8, strides=(1,))
-    return view[np.clip(pos, 0, len(view) - 1)]
-
-
 def _field(u8: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
     """The big-endian integer at each position, as int64."""
-    return _at(u8, pos, dtype).astype(np.int64)
+    return codec.gather(u8, pos, dtype).astype(np.int64)
 
 
 def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, base: int,
@@ -111,10 +110,7 @@ def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, ba
           & ~((u8[end - 1] == 0) & (props_len > 0)))
     n = len(s) if ok.all() else int(np.argmin(ok))
     if flavor is not None and n:
-        crc = flavor.body_crc
-        sums = np.array([crc(buf[a:b]) for a, b in zip(body[:n].tolist(), t[:n].tolist())],
-                        dtype=np.int64)
-        good = sums == _field(u8, s[:n] + 8, ">i4")
+        good = _checksums_hold(u8, buf, s[:n], end[:n], body[:n], t[:n], flavor)
         n = n if good.all() else int(np.argmin(good))
     n = _ascii_prefix(u8, topic[:n], topic_len[:n])
     # the properties of the run, each record's followed by 0x02: items never span records,
@@ -142,6 +138,33 @@ def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, ba
                         store_ts[lo:n], [names[i] for i in which.tolist()], tags, keys)
 
 
+_TRAILER_HEAD = np.void(b"__CRC32#\x01")
+_DIGIT_WEIGHTS = 10 ** np.arange(10, dtype=np.int64)  # least significant digit first
+
+
+def _checksums_hold(u8: np.ndarray, buf: memoryview, s: np.ndarray, end: np.ndarray,
+                    body: np.ndarray, body_end: np.ndarray, flavor) -> np.ndarray:
+    """codec.check_record for a run: the whole-record checksum of records with a `__CRC32#`
+    trailer, the body checksum of the others (refused when the store wants trailers)."""
+    trailer = end - codec.RECORD_CRC_LEN
+    digits = codec.gather(u8, end - 11, "V10").view(np.uint8).reshape(-1, 10).astype(np.int64)
+    has = ((end - s >= 91 + codec.RECORD_CRC_LEN)
+           & (codec.gather(u8, trailer, "V9") == _TRAILER_HEAD) & (u8[end - 1] == 2)
+           & ((digits >= 48) & (digits <= 57)).all(axis=1))
+    crc = flavor.body_crc
+    good = np.zeros(len(s), dtype=bool)
+    rows = np.flatnonzero(has)
+    if rows.size:
+        stored = (digits[rows] - 48) @ _DIGIT_WEIGHTS
+        sums = [crc(buf[a:b]) for a, b in zip(s[rows].tolist(), trailer[rows].tolist())]
+        good[rows] = np.array(sums, dtype=np.int64) == stored
+    rows = np.flatnonzero(~has)
+    if rows.size and not flavor.record_crc:
+        sums = [crc(buf[a:b]) for a, b in zip(body[rows].tolist(), body_end[rows].tolist())]
+        good[rows] = np.array(sums, dtype=np.int64) == _field(u8, s[rows] + 8, ">i4")
+    return good
+
+
 def _utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
@@ -156,7 +179,7 @@ def _topics(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[s
     names: list[str] = []
     for width in np.unique(length).tolist():
         rows = np.flatnonzero(length == width)
-        uniq, inverse = np.unique(_at(u8, pos[rows], f"V{width}"), return_inverse=True)
+        uniq, inverse = np.unique(codec.gather(u8, pos[rows], f"V{width}"), return_inverse=True)
         which[rows] = inverse.ravel() + len(names)
         names += [u.tobytes().decode("ascii") for u in uniq]
     return names, which
@@ -167,7 +190,7 @@ def _ascii_prefix(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> int:
     bad = np.zeros(len(pos), dtype=bool)
     for width in np.unique(length).tolist():
         rows = np.flatnonzero(length == width)
-        raw = _at(u8, pos[rows], f"V{width}").view(np.uint8).reshape(len(rows), width)
+        raw = codec.gather(u8, pos[rows], f"V{width}").view(np.uint8).reshape(len(rows), width)
         bad[rows] = (raw >= 0x80).any(axis=1)
     return int(np.argmax(bad)) if bad.any() else len(pos)
 
@@ -263,45 +286,149 @@ def _start_file(store, offset: int) -> int:
     return mf.file_from_offset
 
 
-def _unit_matches(store, cq, queue_offset: int, unit: tuple[int, int, int]) -> bool:
-    """Does ConsumeQueue unit `queue_offset` describe the CommitLog record it points at?"""
-    phys, size, tags = unit
-    try:
-        msg = store.commitlog.read(phys)
-        return ((msg.total_size, msg.topic, msg.queue_id, msg.queue_offset) ==
-                (size, cq.topic, cq.queue_id, queue_offset) and
-                store.flavor.tags_code(msg.tags) == tags)
-    except StoreError:
-        return False
-
-
-def _flushed_data_lost(store, end: int, flushed: int) -> str | None:
-    """Why cutting the CommitLog at `end` would lose flushed messages, or None when nothing
-    valid lies in [end, flushed): a whole record that checks out there (or a missing file)
-    means damage in the middle, not a torn tail."""
-    files = store.commitlog.queue.files
-    files_end = files[-1].file_from_offset + files[-1].file_size
-    if flushed > files_end:
-        return f"CommitLog files end at {files_end}, a file holding flushed data is missing"
+def _valid_record_in(store, lo: int, hi: int) -> int | None:
+    """Offset of a whole record that checks out (position field included) starting in
+    (lo, hi), or None: what tells damage in the middle of the log from a torn tail."""
     magics = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
-    for mf in files:
-        lo = max(end + 1, mf.file_from_offset) - mf.file_from_offset
-        hi = min(flushed, mf.file_from_offset + mf.file_size) - mf.file_from_offset
-        if lo >= hi:
+    for mf in store.commitlog.queue.files:
+        a = max(lo + 1, mf.file_from_offset) - mf.file_from_offset
+        b = min(hi, mf.file_from_offset + mf.file_size) - mf.file_from_offset
+        if a >= b:
             continue
         buf = mf.buffer()
         for magic in magics:
-            pos = buf.find(magic, lo + 4, hi + 4)
+            pos = buf.find(magic, a + 4, b + 4)
             while pos >= 0:
                 start = pos - 4
                 try:
                     msg = codec.decode(buf, start, store.flavor)
                     if msg.commitlog_offset == mf.file_from_offset + start:
-                        return f"a valid record follows at {msg.commitlog_offset}"
+                        return msg.commitlog_offset
                 except CodecError:
                     pass
-                pos = buf.find(magic, pos + 1, hi + 4)
+                pos = buf.find(magic, pos + 1, b + 4)
     return None
+
+
+def _file_name_at(store, offset: int) -> str:
+    mf = store.commitlog.queue.find(offset)
+    return os.path.basename(mf.path) if mf is not None else f"(no file holds offset {offset})"
+
+
+def check_files(store) -> None:
+    """Refuse to open when a CommitLog file is missing: a gap between files, or the oldest
+    file gone while retention never deleted it (config/retention.json says where the log
+    starts)."""
+    files = store.commitlog.queue.files
+    size = store.config.commitlog_file_size
+    fix = f"nothing was changed: restore the file, or run `mqfs repair {store.root}` to accept the loss"
+    for before, after in zip(files, files[1:]):
+        if after.file_from_offset != before.file_from_offset + size:
+            raise CorruptionError(
+                f"CommitLog file {offset_to_name(before.file_from_offset + size)} is missing "
+                f"(offsets {before.file_from_offset + size}..{after.file_from_offset} lie "
+                f"between {os.path.basename(before.path)} and {os.path.basename(after.path)}); {fix}")
+    for mf in files:
+        if mf.file_from_offset % size:
+            raise CorruptionError(f"CommitLog file {os.path.basename(mf.path)} is not named by a "
+                                  f"multiple of the file size {size}; nothing was changed")
+    recorded = recorded_min_offset(store.root)
+    if files and recorded is not None and files[0].file_from_offset > recorded:
+        raise CorruptionError(
+            f"CommitLog file {offset_to_name(recorded)} is missing: the log starts at "
+            f"{files[0].file_from_offset}, but retention only deleted up to {recorded}; {fix}")
+    flushed = store.checkpoint.commitlog_flushed_offset
+    ends = files[-1].file_from_offset + size if files else 0
+    if flushed > ends and (files or recorded is not None):
+        raise CorruptionError(
+            f"the CommitLog files end at {ends}, but the checkpoint says {flushed} bytes were "
+            f"flushed: the newest CommitLog file(s) are missing; {fix}")
+
+
+def _damaged_queues(store) -> list[tuple[ConsumeQueue, int, bool]]:
+    """Check every ConsumeQueue unit against the record it points at (numpy, per file):
+    (queue, first bad queue offset, True when a good unit follows it) for each queue with
+    a bad unit. Changes nothing on disk."""
+    commitlog = store.commitlog
+    lowest = commitlog.queue.min_offset
+    found = []
+    for cq in list(store.consume_queues.values()):
+        first = cq.min_offset
+        units = cq.entries(first, cq.max_offset - first)
+        if not len(units):
+            continue
+        real = units["size"] != PRE_BLANK[1]
+        below = units["offset"] < lowest  # a head retention deleted the records of
+        expired = int(np.argmin(below)) if not below.all() else len(units)
+        real[:expired] = False
+        ok = ~real
+        ok[real] = commitlog.units_match(
+            units["offset"][real], units["size"][real], cq.topic, cq.queue_id,
+            np.arange(first, first + len(units), dtype=np.int64)[real])
+        if not ok.all():
+            bad = int(np.argmin(ok))
+            found.append((cq, first + bad, bool(ok[bad:].any())))
+    return found
+
+
+def _mend_queues(store, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_from: int,
+                 report: RecoveryReport) -> int:
+    """A bad tail is cut and dispatched again; a bad unit with good ones after it means the
+    queue file was damaged: its files go to quarantine/ and the queue is rebuilt from the
+    CommitLog (queue offsets come from the records, so none is lost or reused). Returns the
+    new dispatch_from."""
+    lowest = store.commitlog.queue.min_offset
+    for cq, bad, good_after in damaged:
+        if not good_after:
+            if bad < cq.max_offset:  # (a crash's ConsumeQueue tail may be cut already)
+                cq.cut_tail(bad)
+            dispatch_from = max(min(dispatch_from, cq.max_physic_offset), lowest)
+            continue
+        report.quarantined += cq.move_to_quarantine(store.root)
+        note = (f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its "
+                f"record; rebuilt the queue from the CommitLog (old files in quarantine/)")
+        log.warning("recovery: %s", note)
+        report.notes.append(note)
+        dispatch_from = lowest
+    return dispatch_from
+
+
+def _refusal(store, end: int, flushed: int, reason: str | None) -> str | None:
+    """Why the CommitLog may not be cut at `end`: it may cut only a torn tail, bytes after
+    the offset the checkpoint says were flushed (or, with no such offset, after which no
+    valid record follows)."""
+    name = _file_name_at(store, end)
+    what = reason or "no record"
+    tail = f"run `mqfs verify {store.root}` to see the damage and `mqfs repair {store.root}` to salvage"
+    if end < flushed:
+        return (f"damaged record at CommitLog offset {end} (file {name}) inside flushed data "
+                f"(flushed up to {flushed}): {what}; nothing was changed: {tail}")
+    if flushed == 0:
+        files = store.commitlog.queue.files
+        found = _valid_record_in(store, end, files[-1].file_from_offset + files[-1].file_size)
+        if found is not None:
+            return (f"damaged record at CommitLog offset {end} (file {name}): {what}, and a "
+                    f"valid record follows at {found}; nothing was changed: {tail}")
+    return None
+
+
+def _quarantine_tail(store, end: int) -> list[str]:
+    """Copy every non-zero byte the cut at `end` takes away into quarantine/."""
+    saved = []
+    step = 1 << 20
+    for mf in store.commitlog.queue.files:
+        lo = max(end - mf.file_from_offset, 0)
+        if lo >= mf.file_size:
+            continue
+        u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
+        hi = mf.file_size
+        while hi > lo and not u8[max(lo, hi - step):hi].any():
+            hi = max(lo, hi - step)
+        if hi > lo:
+            last = lo + int(np.flatnonzero(u8[max(lo, hi - step):hi])[-1]) + max(lo, hi - step) - lo + 1
+            name = f"commitlog-{offset_to_name(mf.file_from_offset + lo)}-torn-tail"
+            saved.append(quarantine.save_bytes(store.root, name, mf.buffer()[lo:last]))
+    return saved
 
 
 def grew_after_checkpoint(store) -> bool:
@@ -317,18 +444,37 @@ def grew_after_checkpoint(store) -> bool:
     return mf.buffer()[pos : pos + 8] != bytes(8)
 
 
-def open_read_only(store) -> RecoveryReport:
-    """A read-only open of a cleanly closed store: find the ends in memory, write nothing.
-    (A crashed store needs one read-write open to recover first.)"""
+def open_read_only(store, crashed: bool) -> RecoveryReport:
+    """A read-only open: find the ends in memory, write nothing. Damage inside flushed data
+    does not stop it (reads of damaged records fail, every intact one is served); after a
+    crash, what a read-write open would do is reported, and records no ConsumeQueue holds
+    yet are not shown."""
+    report = RecoveryReport(crashed, 0, 0)
     for cq in store.consume_queues.values():
         cq.recover()
     queue = store.commitlog.queue
     if not queue.files:
-        return RecoveryReport(False, 0, 0)
-    start = _start_file(store, queue.files[-1].file_from_offset)
-    end, _, _ = scan_end(store, start, 1 << 63, store.config.check_crc_on_recover, None)
+        return report
+    flushed = store.checkpoint.commitlog_flushed_offset
+    last_start = queue.files[-1].file_from_offset
+    start = _start_file(store, min(last_start, flushed or last_start))
+    end, _, reason = scan_end(store, start, 1 << 63, store.config.check_crc_on_recover, None)
+    if end < flushed:
+        report.corruption = _refusal(store, end, flushed, reason)
+        end = min(flushed, queue.max_offset)
+    elif reason is not None and crashed:
+        report.notes.append(f"a read-write open would cut a torn tail at CommitLog offset {end} "
+                            f"({reason}), keeping a copy in quarantine/")
+    if crashed:
+        lowest = min((cq.max_physic_offset for cq in store.consume_queues.values()), default=end)
+        if lowest < end:
+            report.notes.append(f"a read-write open would index records from CommitLog offset "
+                                f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    return RecoveryReport(False, end, 0)
+    for cq in store.consume_queues.values():
+        cq.truncate_from_physical(end)
+    report.end_offset = end
+    return report
 
 
 def _rebuild_what_went_missing(store) -> bool:
@@ -341,82 +487,87 @@ def _rebuild_what_went_missing(store) -> bool:
                     topic, qid)
         cq = store.consume_queues.get((topic, qid))
         if cq is not None:
-            cq.destroy_files()
+            cq.move_to_quarantine(store.root)
     if index_lost:
         log.warning("recovery: IndexFiles went missing since the last close; rebuilding them")
         store.index.destroy_all()
     return bool(short) or index_lost
 
 
-def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) -> RecoveryReport:
+def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryReport:
+    """Recover a read-write open. Everything that would refuse is decided before anything
+    in the CommitLog changes; the only bytes it may cut are a torn tail (see `_refusal`),
+    copied into quarantine/ first."""
     commitlog = store.commitlog
     queue = commitlog.queue
     cp = store.checkpoint
+    check_files(store)
     cqs = list(store.consume_queues.values())
     for cq in cqs:
         cq.recover()
+    report = RecoveryReport(not last_exit_ok, 0, 0)
     if not queue.files:
-        if cp.commitlog_flushed_offset > 0 and not repair:
+        if cp.commitlog_flushed_offset > 0:
             raise CorruptionError(
                 f"the CommitLog files are gone but the checkpoint says {cp.commitlog_flushed_offset}"
-                " bytes were flushed; run `mqfs repair` to start over with an empty log")
+                f" bytes were flushed; nothing was changed: restore them, or run "
+                f"`mqfs repair {store.root}` to start over with an empty log")
         for cq in cqs:
             cq.queue.truncate_dirty(0)
             cq.max_physic_offset = 0
-        return RecoveryReport(not last_exit_ok, 0, 0)
+        return report
 
+    check = store.config.check_crc_on_recover
+    flushed = cp.commitlog_flushed_offset
+    # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there
+    damaged = _damaged_queues(store)
+    last_start = queue.files[-1].file_from_offset
+    if any(good_after for _, _, good_after in damaged):
+        probe_from = queue.min_offset  # a queue is rebuilt from the whole log
+    elif last_exit_ok:
+        probe_from = _start_file(store, min(last_start, flushed or last_start))
+    else:
+        probe_from = _start_file(store, max(min(cp.cq_flushed_offset, last_start), queue.min_offset))
+    end, _, reason = scan_end(store, probe_from, 1 << 63, check, None)
+    if reason is not None or end < flushed:
+        refusal = _refusal(store, end, flushed, reason)
+        if refusal is not None:
+            raise CorruptionError(refusal)
+
+    # 2. act: ConsumeQueues and IndexFiles to match the log, the torn tail cut
     if last_exit_ok:
         dispatch_from = max(max((cq.max_physic_offset for cq in cqs), default=0), queue.min_offset)
         if _rebuild_what_went_missing(store):
             dispatch_from = queue.min_offset
     else:
-        cq_from = cp.cq_flushed_offset
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
-        dispatch_from = max(min(cq_from, index_from), queue.min_offset)
+        dispatch_from = max(min(cp.cq_flushed_offset, index_from), queue.min_offset)
         for cq in cqs:
             cq.truncate_from_physical(dispatch_from)
-    for cq in cqs:  # a queue whose torn tail was dropped gets those entries dispatched again
-        if cq.drop_invalid_tail(lambda i, unit, cq=cq: _unit_matches(store, cq, i, unit)):
-            dispatch_from = max(min(dispatch_from, cq.max_physic_offset), queue.min_offset)
+    dispatch_from = _mend_queues(store, damaged, dispatch_from, report)
     if store.index.lost_files:
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
         dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
-    if last_exit_ok:
-        # from the file holding the checkpoint's flushed offset at the latest, so a hole in
-        # data written after it cannot hide behind the files that follow
-        last_start = queue.files[-1].file_from_offset
-        scan_from = _start_file(store, min(dispatch_from, last_start,
-                                           cp.commitlog_flushed_offset or last_start))
-    else:
-        scan_from = _start_file(store, dispatch_from)
-
-    end, dispatched, reason = scan_end(store, scan_from, dispatch_from,
-                                       store.config.check_crc_on_recover, progress)
+    scan_from = _start_file(store, min(dispatch_from, probe_from))
+    end2, dispatched, reason2 = scan_end(store, scan_from, dispatch_from, check, progress)
+    if end2 < end:  # damage in a file older than the ones checked above
+        raise CorruptionError(_refusal(store, end2, end, reason2))
     holed = [cq for cq in store.consume_queues.values() if cq.hole]
     if holed:  # a queue lost entries below dispatch_from: dispatch again from its end
         refill_from = max(min(cq.max_physic_offset for cq in holed), queue.min_offset)
         for cq in holed:
             cq.hole = False
-        dispatched += scan_end(store, _start_file(store, refill_from), refill_from,
-                               store.config.check_crc_on_recover, None)[1]
-    flushed = cp.commitlog_flushed_offset
-    report = RecoveryReport(not last_exit_ok, end, dispatched)
-    if end < flushed:
-        lost = _flushed_data_lost(store, end, flushed)
-        if lost is not None:
-            report.corruption = (f"corrupt record at CommitLog offset {end} inside flushed data "
-                                 f"(flushed up to {flushed}): {reason or 'no record'}; {lost}")
-            if not repair:
-                raise CorruptionError(report.corruption + "; run `mqfs repair` to cut the log there")
-            log.warning("repair: %s; cutting the CommitLog there", report.corruption)
+        dispatched += scan_end(store, _start_file(store, refill_from), refill_from, check, None)[1]
+    report.end_offset, report.dispatched = end, dispatched
+    if reason is not None:
+        report.quarantined += _quarantine_tail(store, end)
+        if report.quarantined:
+            note = (f"cut a torn tail at CommitLog offset {end} ({reason}); the bytes are in "
+                    f"{', '.join(report.quarantined)}")
+            log.warning("recovery: %s", note)
+            report.notes.append(note)
         else:
-            # the damage is in the last flushed record(s) and nothing valid follows: a torn
-            # tail as RocketMQ's testRecover makes it; cut it and say so
-            report.corruption = (f"cut a damaged tail at CommitLog offset {end} inside flushed "
-                                 f"data (flushed up to {flushed}): {reason or 'no record'}")
-            log.warning("recovery: %s", report.corruption)
-    elif reason is not None:
-        log.info("recovery: CommitLog ends at %d (%s)", end, reason)
+            log.info("recovery: CommitLog ends at %d (%s)", end, reason)
 
     crash_point("recovery.truncate")
     for cq in store.consume_queues.values():
@@ -426,7 +577,7 @@ def recover(store, last_exit_ok: bool, repair: bool, progress: Progress | None) 
     if index_cut:  # whole IndexFiles reaching past the end went: index their records again
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
         report.dispatched += scan_end(store, _start_file(store, index_from), index_from,
-                                      store.config.check_crc_on_recover, None)[1]
-    if not last_exit_ok or reason is not None:
+                                      check, None)[1]
+    if not last_exit_ok or reason is not None or report.notes:
         store.flush_logics()
     return report

@@ -1,36 +1,89 @@
-"""Retention: delete expired CommitLog files by age at the configured hours, or at once when
-the disk is fuller than the configured ratio; then drop ConsumeQueue and IndexFile files that
-only point below the new CommitLog minimum (format §2.8). Never the newest file."""
+"""Retention: opt-in deletion of the oldest CommitLog files, then of the ConsumeQueue and
+IndexFile files that only point below the new CommitLog minimum (format §2.8).
+
+Nothing is deleted unless the store was opened with `retention_hours` (a file whose newest
+write is older) or `retention_bytes` (the store's own CommitLog bytes above it; other programs'
+files on the same disk never count). Never the newest file. Every deletion is logged, and the
+new CommitLog minimum is recorded in config/retention.json *before* the file goes, so an open
+can tell a file retention deleted from one that went missing.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
-import shutil
 import time
 
+from .errors import StoreFormatError
+from .json_file import read_json, write_json
 
-def _hour_matches(delete_when: str) -> bool:
-    hour = time.localtime().tm_hour
-    return any(h.strip().isdigit() and int(h) == hour for h in delete_when.split(";"))
-
-
-def disk_used_ratio(path: str) -> float:
-    usage = shutil.disk_usage(path)
-    return usage.used / usage.total if usage.total else 0.0
+log = logging.getLogger(__name__)
+NAME = "retention.json"
 
 
-def clean_expired(store, now_hour_ok: bool | None = None) -> int:
+def _path(root: str) -> str:
+    return os.path.join(root, "config", NAME)
+
+
+def recorded_min_offset(root: str) -> int | None:
+    """The CommitLog minimum retention left (0 for a store mqfs created), or None for a store
+    that never recorded one (written by a broker or an older mqfs)."""
+    path = _path(root)
+    try:
+        data = read_json(path)
+    except (StoreFormatError, RecursionError, ValueError) as exc:
+        raise StoreFormatError(f"{path} is damaged ({exc}); restore it from {path}.bak or "
+                               "delete it (the oldest CommitLog file is then trusted)") from None
+    if data is None:
+        return None
+    value = data.get("commitlogMinOffset") if isinstance(data, dict) else None
+    if type(value) is not int or value < 0:
+        raise StoreFormatError(f"{path} has no valid commitlogMinOffset; restore it from "
+                               f"{path}.bak or delete it (the oldest CommitLog file is then trusted)")
+    return value
+
+
+def record_min_offset(root: str, offset: int) -> None:
+    write_json(_path(root), {"commitlogMinOffset": offset})
+
+
+def _expired(store, now: float) -> bool:
+    """Is the oldest CommitLog file due for deletion?"""
+    cfg = store.config
+    files = store.commitlog.queue.files
+    if len(files) <= 1:
+        return False
+    if cfg.retention_bytes and len(files) * cfg.commitlog_file_size > cfg.retention_bytes:
+        return True
+    if cfg.retention_hours:
+        try:
+            mtime = os.path.getmtime(files[0].path)
+        except FileNotFoundError:
+            return True
+        return now >= mtime + cfg.retention_hours * 3600
+    return False
+
+
+def clean_expired(store, now: float | None = None, batch_max: int = 10) -> int:
     """One retention pass; returns the number of CommitLog files deleted."""
     cfg = store.config
-    if cfg.read_only:
+    if cfg.read_only or not (cfg.retention_hours or cfg.retention_bytes):
         return 0
+    now = time.time() if now is None else now
     queue = store.commitlog.queue
-    space_full = disk_used_ratio(os.path.join(store.root)) > cfg.disk_max_used_ratio
-    time_ok = _hour_matches(cfg.delete_when) if now_hour_ok is None else now_hour_ok
-    if not (time_ok or space_full):
-        return 0
-    with store.put_lock:
-        deleted = queue.delete_expired_by_time(cfg.file_reserved_hours * 3600, force=space_full)
+    deleted = 0
+    while deleted < batch_max:
+        with store.put_lock:
+            if not _expired(store, now):
+                break
+            head = queue.files[0]
+            record_min_offset(store.root, head.file_from_offset + head.file_size)
+            queue.delete_first()
+        deleted += 1
+        log.warning("retention: deleted CommitLog file %s (offsets %d..%d; retention_hours=%s, "
+                    "retention_bytes=%s)", os.path.basename(head.path), head.file_from_offset,
+                    head.file_from_offset + head.file_size, cfg.retention_hours,
+                    cfg.retention_bytes)
     if deleted:
         min_offset = queue.min_offset
         for cq in list(store.consume_queues.values()):

@@ -32,10 +32,10 @@ LIVENESS_PRODUCER = 999
 
 def crash_config(**overrides) -> StoreConfig:
     """Small files and fast services, so rolls, flushes and checkpoints happen within a short
-    run; retention off (it is not under test here and must not delete anything)."""
+    run; retention is off by default (it is not under test here)."""
     values = dict(commitlog_file_size=16 * 1024, flush_interval_ms=20, flush_least_pages=1,
-                  flush_thorough_interval_ms=200, commit_interval_ms=5, flush_cq_interval_ms=50, delete_when="",
-                  disk_max_used_ratio=1.0, sync_flush_timeout_ms=10_000)
+                  flush_thorough_interval_ms=200, commit_interval_ms=5, flush_cq_interval_ms=50,
+                  sync_flush_timeout_ms=10_000)
     values.update(overrides)
     return small_config(**values)
 

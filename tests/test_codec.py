@@ -3,7 +3,7 @@
 import zlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from store import codec
@@ -134,12 +134,19 @@ def messages(draw):
     )
 
 
+_FLAVORS = [ROCKETMQ, XXHASH, ROCKETMQ.with_record_crc(True), XXHASH.with_record_crc(True)]
+
+
 @settings(max_examples=300, deadline=None)
-@given(msg=messages(), flavor=st.sampled_from([ROCKETMQ, XXHASH]), store_host=_hosts,
+@given(msg=messages(), flavor=st.sampled_from(_FLAVORS), store_host=_hosts,
        qoff=st.integers(0, 2**62), phys=st.integers(0, 2**62), ts=st.integers(0, 2**62))
 def test_encode_decode_round_trip(msg, flavor, store_host, qoff, phys, ts):
+    assume(codec.PROPERTY_CRC32 not in msg.properties)
+    assume(not (msg.topic.startswith("%") and codec.FILLER_TOPIC.startswith(msg.topic)))
     rec, ts_pos = Encoder(flavor, store_host, 4 << 20).encode(msg)
     codec.stamp(rec, ts_pos, qoff, phys, ts)
+    if flavor.record_crc:
+        codec.seal(rec, flavor)
     m = codec.decode(bytes(rec), 0, flavor)
     assert m.total_size == len(rec)
     assert (m.topic, bytes(m.body), m.queue_id, m.properties, m.flag) == (
@@ -170,3 +177,44 @@ def test_decoding_damaged_records_raises_only_codec_error(msg, flip):
         codec.decode(bytes(rec), 0, XXHASH)
     except CodecError:
         pass
+
+
+@pytest.mark.parametrize("flavor", [ROCKETMQ.with_record_crc(True), XXHASH.with_record_crc(True)])
+def test_every_single_bit_flip_in_a_sealed_record_is_detected(flavor):
+    """The whole-record checksum covers every header field and the properties, not only
+    the body: no flipped bit anywhere in the record decodes as a message."""
+    msg = Message.create("Orders", b"a body of some length", keys=["k1", "k2"], tags="t0",
+                         properties={"a": "b"}, born_timestamp=1_700_000_000_000)
+    rec, ts_pos = Encoder(flavor, ("10.0.0.1", 10911), 4 << 20).encode(msg)
+    codec.stamp(rec, ts_pos, 7, 4096, 1_700_000_000_123)
+    codec.seal(rec, flavor)
+    assert codec.decode(bytes(rec), 0, flavor).properties["KEYS"] == "k1 k2"
+    missed = []
+    for bit in range(len(rec) * 8):
+        bad = bytearray(rec)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        try:
+            codec.decode(bytes(bad), 0, flavor)
+        except CodecError:
+            continue
+        missed.append(bit)
+    assert missed == []
+
+
+def test_trailer_digits_are_rocketmqs_least_significant_first():
+    assert codec.crc_digits(123) == b"3210000000"
+    raw = bytearray(b"x" * 100) + b"__CRC32#\x01" + codec.crc_digits(2147483647) + b"\x02"
+    assert codec.record_crc_of(raw, 0, len(raw)) == 2147483647
+
+
+@pytest.mark.parametrize("flavor", [ROCKETMQ, XXHASH.with_record_crc(True)])
+@pytest.mark.parametrize("size", [92, 112, 113, 500])
+def test_filler_records_have_the_exact_size_and_are_skipped(flavor, size):
+    if flavor.record_crc and size < 112:
+        with pytest.raises(InvalidMessage):
+            codec.filler_record(size, 4096, 1, bytes(8), flavor)
+        return
+    rec = codec.filler_record(size, 4096, 1, codec.encode_host("127.0.0.1", 1)[0], flavor)
+    m = codec.decode(bytes(rec), 0, flavor)
+    assert (m.total_size, m.commitlog_offset) == (size, 4096)
+    assert codec.is_filler(m.topic, m.sys_flag)

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from store import FlushTimeout, Message, MessageStore
+from store import FlushTimeout, Message, MessageStore, NotFound
 from store.checkpoint import Checkpoint
 from store.retention import clean_expired
-from tests.store_helpers import small_config
+from tests.store_helpers import files_in, small_config
 
 
 def test_sync_put_returns_only_when_its_bytes_are_flushed(tmp_path):
@@ -129,24 +129,47 @@ def test_abort_file_holds_the_pid_while_open_and_is_removed_on_close(tmp_path):
         assert s.recovery.abnormal
 
 
+def test_retention_is_off_unless_configured(tmp_path):
+    """Nothing is deleted by default: not for age, not when the disk is full of other files."""
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.flush_services.stop()
+        for i in range(300):
+            s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
+        files = list(files_in(str(tmp_path), "commitlog"))
+        for name in files:  # a year old
+            os.utime(tmp_path / "commitlog" / name, (0, 0))
+        assert clean_expired(s, now=1e12) == 0
+        assert files_in(str(tmp_path), "commitlog") == files and s.min_offset("t", 0) == 0
+
+
+def test_retention_by_age_deletes_only_files_older_than_configured(tmp_path):
+    with MessageStore(str(tmp_path), small_config(retention_hours=1.0)) as s:
+        s.flush_services.stop()
+        for i in range(300):
+            s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
+        names = files_in(str(tmp_path), "commitlog")
+        os.utime(tmp_path / "commitlog" / names[0], (0, 0))
+        assert clean_expired(s) == 1
+        assert files_in(str(tmp_path), "commitlog") == names[1:]
+
+
 def test_retention_deletes_old_files_never_the_newest_and_fixes_minimums(tmp_path):
-    cfg = small_config(file_reserved_hours=0.0)
+    cfg = small_config(retention_bytes=1)
     with MessageStore(str(tmp_path), cfg) as s:
         s.flush_services.stop()
         for i in range(300):
             s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
         files_before = len(s.commitlog.queue.files)
         assert files_before > 3
-        deleted = clean_expired(s, now_hour_ok=True)
-        deleted += sum(clean_expired(s, now_hour_ok=True) for _ in range(files_before))
+        deleted = sum(clean_expired(s) for _ in range(files_before))
         assert deleted == files_before - 1 and len(s.commitlog.queue.files) == 1
         low = s.min_offset("t", 0)
         assert low > 0 and low <= s.max_offset("t", 0) - 1
         assert s.get("t", 0, s.max_offset("t", 0) - 1)
-        with pytest.raises(Exception):
+        with pytest.raises(NotFound):
             s.get("t", 0, 0)
         assert s.query_key("k0") == [] and len(s.query_key("k299")) == 1
-    with MessageStore(str(tmp_path)) as s:
+    with MessageStore(str(tmp_path)) as s:  # the deleted head is not taken for a missing file
         assert s.min_offset("t", 0) == low
 
 

@@ -34,14 +34,16 @@ def test_read_only_open_reads_everything_and_writes_nothing(tmp_path):
     assert _snapshot(tmp_path) == before
 
 
-def test_read_only_open_refuses_a_crashed_or_missing_store(tmp_path):
+def test_read_only_open_of_a_crashed_store_reads_and_changes_nothing(tmp_path):
     with pytest.raises(StoreError, match="holds no store"):
         MessageStore(str(tmp_path / "none"), small_config(read_only=True)).open()
     assert not (tmp_path / "none").exists()
     with MessageStore(str(tmp_path), small_config()) as s:
         s.put(Message(topic="t", body=b"x"))
     (tmp_path / "abort").write_text("1")
-    with pytest.raises(StoreError, match="not closed cleanly"):
-        MessageStore(str(tmp_path), small_config(read_only=True)).open()
+    before = _snapshot(tmp_path)
+    with MessageStore(str(tmp_path), small_config(read_only=True)) as s:
+        assert s.recovery.abnormal and bytes(s.get("t", 0, 0).body) == b"x"
+    assert _snapshot(tmp_path) == before
     with MessageStore(str(tmp_path)) as s:  # a read-write open recovers it
         assert bytes(s.get("t", 0, 0).body) == b"x"
