@@ -42,10 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--index-slots", type=int)
     i.add_argument("--index-entries", type=int)
 
-    for name, text in (("info", "summary of a store that is not mounted"),
-                       ("verify", "check CommitLog, ConsumeQueue and IndexFile against each other"),
-                       ("repair", "truncate damage and rebuild ConsumeQueue and IndexFile")):
+    for name, text in (("info", "summary of a store that is not mounted (changes nothing)"),
+                       ("verify", "check every record, ConsumeQueue and IndexFile entry "
+                                  "(changes nothing)")):
         sub.add_parser(name, help=text).add_argument("store")
+    r = sub.add_parser("repair", help="salvage a damaged store: keep every intact record, "
+                                      "quarantine damaged bytes, rebuild ConsumeQueues and "
+                                      "IndexFiles (shows the plan, then asks)")
+    r.add_argument("store")
+    r.add_argument("--yes", action="store_true", help="apply the plan without asking")
     sub.add_parser("pipeline", help="PySpark pipeline jobs (mqfs pipeline --help)", add_help=False)
     return p
 
@@ -79,7 +84,7 @@ def cmd_init(a: argparse.Namespace) -> int:
         if getattr(a, name) is not None:
             setattr(cfg, name, getattr(a, name))
     cfg.validate()
-    with MessageStore(a.store, cfg):
+    with MessageStore(a.store, cfg, create=True):
         pass
     print(f"created {os.path.abspath(a.store)} ({cfg.flavor} flavor)")
     return 0
@@ -94,32 +99,42 @@ def _count_files(path: str) -> tuple[int, int]:
     return n, size
 
 
-def cmd_info(a: argparse.Namespace) -> int:
-    from store import MessageStore
-    from store.manifest import is_store
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
-    if not is_store(a.store):
-        raise ValueError(f"{a.store} holds no store")
+
+def cmd_info(a: argparse.Namespace) -> int:
+    """A read-only open: changes no byte and creates no file, on clean and crashed stores."""
+    from store import MessageStore, StoreConfig
+
     root = os.path.abspath(a.store)
-    unclean = os.path.exists(os.path.join(root, "abort"))
-    with MessageStore(root) as s:
-        cfg = s.config
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        cfg, rec = s.config, s.recovery
         print(f"store       {root}")
-        print(f"flavor      {cfg.flavor}")
+        print(f"flavor      {cfg.flavor}, whole-record checksums "
+              f"{'on' if cfg.record_crc else 'off (records written without them)'}")
         print(f"file sizes  commitlog {cfg.commitlog_file_size}, consume queue "
               f"{cfg.consume_queue_units} units, index {cfg.index_slots} slots / "
               f"{cfg.index_entries} entries")
-        if unclean:
-            print("last close  not clean (abort file was present; recovered now)")
-        for part in ("commitlog", "consumequeue", "index"):
+        if rec is not None and rec.abnormal:
+            print("last close  not clean (abort file present): the next read-write open "
+                  "recovers")
+        for note in (rec.notes if rec is not None else []):
+            print(f"recovery    {note}")
+        if rec is not None and rec.corruption:
+            print(f"damage      {rec.corruption}")
+        for part in ("commitlog", "consumequeue", "index", "quarantine"):
             n, size = _count_files(os.path.join(root, part))
-            print(f"{part:<12}{n} files, {size} bytes")
+            if n or part != "quarantine":
+                print(f"{part:<12}{_plural(n, 'file')}, {size} bytes")
         topics = s.topics()
         print(f"topics      {len(topics)}")
         for topic in sorted(topics):
             for q in range(topics[topic]):
                 lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
-                print(f"  {topic}/{q}: offsets {lo}..{hi - 1} ({hi - lo} messages)")
+                span = f"offsets {lo}..{hi - 1}" if hi > lo else "no messages"
+                print(f"  {topic}/{q}: {span}" + (f" ({_plural(hi - lo, 'message')})"
+                                                  if hi > lo else ""))
         for group, per_topic in sorted(s.groups().items()):
             for topic, queues in sorted(per_topic.items()):
                 done = ", ".join(f"{q}={o}" for q, o in sorted(queues.items()))
@@ -148,11 +163,32 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_repair(a: argparse.Namespace) -> int:
-    from store.verify import repair_store
+    """Show the plan; apply it only when confirmed (--yes, or y at a terminal prompt)."""
+    from store.repair import apply_repair, plan_repair
+    from store.verify import verify_store
 
-    for line in repair_store(a.store):
+    before = verify_store(a.store)
+    plan = plan_repair(a.store)
+    if before.ok and not plan.needed:
+        print("nothing to repair: verify finds no problem")
+        return 0
+    for line in before.lines:
         print(line)
-    return 0
+    print("repair would:")
+    for line in plan.lines():
+        print(f"  {line}")
+    if not a.yes:
+        if not sys.stdin.isatty():
+            print("mqfs: nothing changed; run again with --yes to apply", file=sys.stderr)
+            return 1
+        if input("apply? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing changed")
+            return 1
+    for line in apply_repair(plan):
+        print(line)
+    after = verify_store(a.store)
+    print(after.lines[-1] if after.ok else "\n".join(after.lines))
+    return 0 if after.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:

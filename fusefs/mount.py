@@ -91,7 +91,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
                       read_only=opts.read_only)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
     label = "recovering after an unclean shutdown:" if crashed else "checking the store tail:"
-    store = MessageStore(store_root, cfg, progress=RecoveryProgress(label))
+    store = MessageStore(store_root, cfg, progress=RecoveryProgress(label), create=False)
     store.open()
     if store.recovery is not None:
         log.info("opened %s: %s", store_root, store.recovery)

@@ -34,6 +34,9 @@ class ConsumeQueue:
         self.max_physic_offset = 0  # end (offset + size) of the last entry's record
         self.hole = False  # a put came for an offset past the end (set during recovery)
         self.next_offset = 0  # queue offset the next message gets (max_offset, kept cheap)
+        # the filler record repair left before a CommitLog offset, (offset, size) or None:
+        # queue offsets of messages lost to damage point there, so none is given out again
+        self.filler_before: Callable[[int], tuple[int, int] | None] | None = None
 
     def load(self) -> None:
         self.queue.load()
@@ -70,8 +73,14 @@ class ConsumeQueue:
         if expect < current:
             return True  # built already
         if expect > current and self.queue.files:
-            self.hole = True  # entries before this one are missing: recovery dispatches again
-            return False
+            filler = self.filler_before(commitlog_offset) if self.filler_before else None
+            if filler is None:
+                self.hole = True  # entries before this one are missing: recovery dispatches again
+                return False
+            while current < expect:  # messages repair lost: their offsets read as damaged
+                mf = self.queue.last_file_for_append()
+                mf.append(_UNIT.pack(filler[0], filler[1], 0))
+                current += UNIT_SIZE
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is not None and mf.file_from_offset + mf.wrote_position == expect \
@@ -208,6 +217,14 @@ class ConsumeQueue:
         self.queue.truncate_dirty(end)
         self._refresh_max_physic()
 
+    def keep_taken(self, end: int, filler: tuple[int, int]) -> None:
+        """Extend the queue to `end` with units for messages lost to damage (pointing at a
+        filler record): their offsets were given out, so they stay taken."""
+        while self.max_offset < end:
+            self.queue.last_file_for_append(self.queue.max_wrote_offset).append(
+                _UNIT.pack(filler[0], filler[1], 0))
+        self.next_offset = self.max_offset
+
     def cut_tail(self, queue_offset: int) -> None:
         """Drop the units from queue_offset on (a torn tail; dispatch builds them again)."""
         self.queue.truncate_dirty(queue_offset * UNIT_SIZE)
@@ -233,16 +250,16 @@ class ConsumeQueue:
         self.max_physic_offset = (last[0] + last[1]) if last and last[1] != PRE_BLANK[1] else 0
 
     def truncate_from_physical(self, phys: int) -> None:
-        """Drop every entry whose record starts at or after phys (CommitLog truncated there)."""
+        """Drop the entries after the last one whose record starts below phys (the CommitLog
+        was cut there). A damaged unit in the middle pointing past phys does not hide the
+        good units after it."""
         files = self.queue.files
         end = self.queue.min_offset
         for mf in files:
             arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
-            keep = np.flatnonzero((arr["offset"] >= phys) & (arr["size"] != PRE_BLANK[1]))
-            if keep.size:
-                end = mf.file_from_offset + int(keep[0]) * UNIT_SIZE
-                break
-            end = mf.file_from_offset + mf.read_position
+            below = np.flatnonzero((arr["offset"] < phys) | (arr["size"] == PRE_BLANK[1]))
+            if below.size:
+                end = mf.file_from_offset + (int(below[-1]) + 1) * UNIT_SIZE
         if end < self.queue.max_offset:
             self.queue.truncate_dirty(end)
         self._refresh_max_physic()
@@ -276,3 +293,44 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.queue.close()
+
+
+class RebuiltQueue:
+    """A queue rebuilt in memory from the CommitLog: what a read-only open serves when a
+    queue's files are damaged (a read-write open rebuilds the files themselves). Offsets no
+    record carries read as missing."""
+
+    def __init__(self, topic: str, queue_id: int, first: int, units: np.ndarray):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.min_offset = first
+        self.max_offset = first + len(units)
+        self._units = units
+
+    @classmethod
+    def of(cls, topic: str, queue_id: int, found: list[tuple[int, int, int, int]]
+           ) -> "RebuiltQueue":
+        """From (queue offset, commitlog offset, size, tagsCode) of the queue's records."""
+        if not found:
+            return cls(topic, queue_id, 0, np.empty(0, dtype=UNIT_DTYPE))
+        first = min(f[0] for f in found)
+        units = np.zeros(max(f[0] for f in found) - first + 1, dtype=UNIT_DTYPE)
+        units["offset"] = -1
+        for qoff, phys, size, tags in found:
+            units[qoff - first] = (phys, size, tags)
+        return cls(topic, queue_id, first, units)
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        if not self.min_offset <= queue_offset < self.max_offset:
+            return None
+        u = self._units[queue_offset - self.min_offset]
+        return int(u["offset"]), int(u["size"]), int(u["tags"])
+
+    def entries(self, queue_offset: int, n: int) -> np.ndarray:
+        lo = max(queue_offset, self.min_offset) - self.min_offset
+        return self._units[lo:max(lo, min(queue_offset + n, self.max_offset) - self.min_offset)]
+
+    offset_by_time = ConsumeQueue.offset_by_time
+
+    def close(self) -> None:
+        pass

@@ -8,6 +8,7 @@ so a message is readable by queue offset and findable by key as soon as `put` re
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -132,6 +133,7 @@ class MessageStore:
         self.offsets = ConsumerOffsets(self.root)
         self._last_store_ts = 0
         self._dispatched_ts = 0
+        self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
 
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
@@ -172,6 +174,7 @@ class MessageStore:
                 if qname.isdigit() and os.path.isdir(os.path.join(tdir, qname)):
                     cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units,
                                       read_only=read_only)
+                    cq.filler_before = self._filler_before
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
 
@@ -273,6 +276,9 @@ class MessageStore:
         in_queue = np.flatnonzero((ttype == TRANSACTION_NOT) | (ttype == TRANSACTION_COMMIT))
         topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
         names = list(topic_ids)
+        if any(codec.is_filler(t, codec.TRANSACTION_ROLLBACK) for t in names):
+            self._fillers += [(int(run.phys[i]), int(run.size[i])) for i, t in enumerate(run.topics)
+                              if codec.is_filler(t, int(run.sys_flag[i]))]
         group = np.array([topic_ids[t] for t in run.topics], dtype=np.int64)[in_queue] << 32 \
             | (run.queue_id[in_queue] & 0xFFFFFFFF)
         codes: dict[str, int] = {}
@@ -291,9 +297,29 @@ class MessageStore:
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 
+    def keep_queue_ends(self, ends: dict[tuple[str, int], int]) -> None:
+        """After a repair: a queue whose newest messages were lost keeps their offsets taken,
+        pointing at the last filler record, so they are never given out again."""
+        with self.put_lock:
+            for key, end in ends.items():
+                cq = self.consume_queues.get(key)
+                if cq is None:
+                    if not end or not self._fillers:
+                        continue
+                    cq = self._create_queue(*key)
+                if cq.max_offset < end and self._fillers:
+                    cq.keep_taken(end, self._fillers[-1])
+        self.flush_logics()
+
+    def _filler_before(self, phys: int) -> tuple[int, int] | None:
+        """The last filler record dispatched before a CommitLog offset."""
+        i = bisect.bisect_left(self._fillers, (phys, -1))
+        return self._fillers[i - 1] if i else None
+
     def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
         codec.validate_topic(topic)
         cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
+        cq.filler_before = self._filler_before
         self.consume_queues[(topic, qid)] = cq
         self.topic_table.ensure(topic, qid, persist=persist)
         return cq

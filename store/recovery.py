@@ -33,8 +33,8 @@ import numpy as np
 
 from . import codec
 from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RecordRun
-from . import dispatch_state, quarantine
-from .consume_queue import PRE_BLANK, ConsumeQueue
+from . import dispatch_state, quarantine, salvage
+from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
 from .mapped_file import offset_to_name
 from .retention import recorded_min_offset
 from .crash_points import crash_point
@@ -473,8 +473,29 @@ def open_read_only(store, crashed: bool) -> RecoveryReport:
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
     for cq in store.consume_queues.values():
         cq.truncate_from_physical(end)
+    damaged = {(cq.topic, cq.queue_id) for cq, _, _ in _damaged_queues(store)}
+    if damaged:
+        for key, rebuilt in _queues_from_log(store, damaged).items():
+            store.consume_queues[key].close()
+            store.consume_queues[key] = rebuilt
+            report.notes.append(f"ConsumeQueue {key[0]}/{key[1]} is damaged: served from the "
+                                "CommitLog; a read-write open rebuilds it")
     report.end_offset = end
     return report
+
+
+def _queues_from_log(store, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
+    """Queues rebuilt in memory from every record of the log that checks out."""
+    found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
+    tags_code = store.flavor.tags_code
+    for item in salvage.walk(store.commitlog.queue.files, store.flavor, store.commitlog.file_size):
+        if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
+            continue
+        if (item.sys_flag & codec.TRANSACTION_MASK) in (codec.TRANSACTION_NOT,
+                                                        codec.TRANSACTION_COMMIT):
+            found[(item.topic, item.queue_id)].append(
+                (item.queue_offset, item.commitlog_offset, item.total_size, tags_code(item.tags)))
+    return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}
 
 
 def _rebuild_what_went_missing(store) -> bool:

@@ -3,23 +3,26 @@ included), every ConsumeQueue entry and every IndexFile entry against the Commit
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec
-from .codec import MAGIC_BLANK, TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT
+from . import codec, salvage
+from .codec import TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT
 from .commitlog import CommitLog
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
-from .errors import CodecError
+from .errors import StoreFormatError
 from .flavor import flavor_named
 from .index_file import ENTRY_SIZE, HEADER_SIZE, IndexFile
 from .index_service import build_key
 from .lock import StoreLock
-from .manifest import is_store, read_manifest
+from .manifest import inspect, is_store
 from .mapped_file import MappedFile, load_files
+from .retention import recorded_min_offset
+from .salvage import Damage
 
 Progress = Callable[[int, int], None]
 MAX_LISTED = 20
@@ -51,44 +54,36 @@ class _RecordInfo:
     in_queue: bool
 
 
-def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport,
-                    progress: Progress | None) -> dict[int, _RecordInfo]:
+def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progress | None
+                    ) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
+    """Every record that checks out, every damaged range (one problem each, however many
+    messages it hides), and where the filler records repair left stand."""
     records: dict[int, _RecordInfo] = {}
-    files = cl.queue.files
-    total = sum(mf.file_size for mf in files)
-    for i, mf in enumerate(files):
-        buf = memoryview(mf.buffer())
-        pos = 0
-        while pos <= mf.file_size - 8:
-            size, magic = codec.peek_header(buf, pos)
-            phys = mf.file_from_offset + pos
-            if magic == MAGIC_BLANK:
-                if size != mf.file_size - pos:
-                    report.problem(f"BLANK at {phys} has size {size}, expected {mf.file_size - pos}")
-                break
-            if size == 0 and magic == 0:
-                if i != len(files) - 1:
-                    report.problem(f"CommitLog file {mf.file_from_offset} ends at {phys} without a BLANK")
-                break
-            try:
-                m = codec.decode(buf, pos, flavor)
-            except CodecError as exc:
-                report.problem(f"CommitLog record at {phys}: {exc}")
-                break
-            if m.commitlog_offset != phys:
-                report.problem(f"CommitLog record at {phys} says it is at {m.commitlog_offset}")
-            ttype = m.sys_flag & TRANSACTION_MASK
-            records[phys] = _RecordInfo(m.topic, m.queue_id, m.queue_offset, m.total_size,
-                                        flavor.tags_code(m.tags), m.index_keys(),
-                                        ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT))
-            pos += size
-        if progress:
-            progress(sum(f.file_size for f in files[: i + 1]), total)
-    return records
+    damages: list[Damage] = []
+    fillers: set[int] = set()
+    for item in salvage.walk(cl.queue.files, flavor, cl.file_size, progress):
+        if isinstance(item, Damage):
+            damages.append(item)
+            report.problem(str(item))
+            continue
+        m = item
+        if codec.is_filler(m.topic, m.sys_flag):
+            fillers.add(m.commitlog_offset)
+            continue
+        ttype = m.sys_flag & TRANSACTION_MASK
+        records[m.commitlog_offset] = _RecordInfo(
+            m.topic, m.queue_id, m.queue_offset, m.total_size, flavor.tags_code(m.tags),
+            m.index_keys(), ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT))
+    return records, damages, fillers
+
+
+def _in_damage(damages: list[Damage], phys: int) -> Damage | None:
+    i = bisect.bisect_right([d.start for d in damages], phys) - 1
+    return damages[i] if i >= 0 and damages[i].start <= phys < damages[i].end else None
 
 
 def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
-                  report: VerifyReport) -> int:
+                  damages: list[Damage], fillers: set[int], report: VerifyReport) -> int:
     expected: dict[tuple[str, int], list[int]] = {}
     for phys, r in records.items():
         if r.in_queue:
@@ -116,23 +111,32 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             valid = (arr["offset"] >= 0) & (arr["size"] > 0)
             n = int(np.argmin(valid)) if not valid.all() else len(arr)
             arr = arr[:n]
-            want = [p for p in expected.get(key, [])]
+            want = set(expected.get(key, []))
             live = [(first + i, u) for i, u in enumerate(arr)
                     if int(u["size"]) != PRE_BLANK[1] and int(u["offset"]) >= min_phys]
+            lost = 0
             for qoff, u in live:
                 checked += 1
                 phys, size, tags = int(u["offset"]), int(u["size"]), int(u["tags"])
                 r = records.get(phys)
-                if r is None:
-                    report.problem(f"ConsumeQueue {topic}/{qname} entry {qoff} points at {phys}, "
-                                   "where no record starts")
+                if phys in fillers:
+                    lost += 1  # a message repair could not save: reads as damaged
+                elif r is None:
+                    if _in_damage(damages, phys) is None:
+                        report.problem(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
+                                       f"{phys}, where no record starts")
                 elif (r.topic, r.queue_id, r.queue_offset, r.size, r.tags_code) != (
                         topic, int(qname), qoff, size, tags):
                     report.problem(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
                                    f"record at {phys} ({r.topic}/{r.queue_id}/{r.queue_offset})")
-            if len(live) != len(want):
-                report.problem(f"ConsumeQueue {topic}/{qname} has {len(live)} entries for "
-                               f"{len(want)} records in the CommitLog")
+                else:
+                    want.discard(phys)
+            if want:
+                report.problem(f"ConsumeQueue {topic}/{qname} has no entry for {len(want)} of its "
+                               f"records in the CommitLog (the first at {min(want)})")
+            if lost:
+                report.lines.append(f"note: ConsumeQueue {topic}/{qname} has {lost} entries for "
+                                    "messages lost to damage an earlier repair replaced")
     for key in expected.keys() - seen:
         report.problem(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
     return checked
@@ -155,7 +159,7 @@ def _reachable(f: IndexFile, raw: np.ndarray) -> np.ndarray:
 
 
 def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int, _RecordInfo],
-                 report: VerifyReport) -> int:
+                 damages: list[Damage], report: VerifyReport) -> int:
     directory = os.path.join(root, "index")
     checked = 0
     min_phys = min(records) if records else 0
@@ -188,7 +192,9 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
             checked += 1
             r = records.get(phy)
             if r is None:
-                report.problem(f"IndexFile {name} entry {idx} points at {phy}, where no record starts")
+                if _in_damage(damages, phy) is None:
+                    report.problem(f"IndexFile {name} entry {idx} points at {phy}, where no "
+                                   "record starts")
             elif h not in {flavor.key_hash(build_key(r.topic, k)) for k in r.keys}:
                 report.problem(f"IndexFile {name} entry {idx} hash does not match any key of the "
                                f"record at {phy}")
@@ -200,47 +206,60 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
 
 
 def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
-    """Check everything; the store must not be open in another process."""
+    """Check everything, changing nothing and creating no file; the store must not be open
+    for writing elsewhere (a shared lock keeps a writer out while it runs)."""
     report = VerifyReport()
     if not is_store(root):
         report.problem(f"{root} holds no store (no mqfs.json and no commitlog/)")
         return report
-    cfg = read_manifest(root)
-    flavor = flavor_named(cfg.flavor)
+    try:
+        found = inspect(root)
+    except StoreFormatError as exc:
+        report.problem(str(exc))
+        return report
+    if found.problem:
+        report.problem(found.problem)
+    cfg = found.config
+    flavor = flavor_named(cfg.flavor, cfg.record_crc)
     lock = StoreLock(root)
-    lock.acquire()
+    lock.acquire(shared=True)
+    records: dict[int, _RecordInfo] = {}
+    cq_checked = ix_checked = 0
     try:
         if os.path.exists(os.path.join(root, "abort")):
             report.lines.append("note: the store was not closed cleanly (abort file present); "
-                                "opening it runs recovery")
+                                "opening it for writing runs recovery")
         cl = CommitLog(root, cfg.commitlog_file_size, flavor, read_only=True)
-        cl.load()
-        records = _scan_commitlog(cl, flavor, report, progress)
-        cl.close()
-        cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, report)
-        ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records, report)
+        try:
+            cl.load()
+            _check_names(root, cl, flavor, report)
+            records, damages, fillers = _scan_commitlog(cl, flavor, report, progress)
+        finally:
+            cl.close()
+        cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
+                                   fillers, report)
+        ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
+                                  damages, report)
+    except StoreFormatError as exc:
+        report.problem(str(exc))
     finally:
         lock.release()
     if report.problems > MAX_LISTED:
         report.lines.append(f"... and {report.problems - MAX_LISTED} more problems")
     report.lines.insert(0, f"{len(records)} CommitLog records, {cq_checked} ConsumeQueue entries, "
                            f"{ix_checked} IndexFile entries checked ({flavor.name} flavor)")
-    report.lines.append("OK" if report.ok else f"{report.problems} problems")
+    report.lines.append("OK" if report.ok else
+                        f"{report.problems} problems: `mqfs repair {root}` shows what it would do")
     return report
 
 
-def repair_store(root: str, progress: Progress | None = None) -> list[str]:
-    """Open with repair allowed: a corrupt record inside flushed data cuts the CommitLog there
-    (everything after it is lost, and said so) instead of refusing to open."""
-    from .message_store import MessageStore
-
-    store = MessageStore(root, progress=progress, repair=True)
-    store.open()
-    rec = store.recovery
-    store.close()
-    lines = [f"CommitLog now ends at offset {rec.end_offset}"]
-    if rec.corruption:
-        lines.insert(0, "repaired: " + rec.corruption)
-    else:
-        lines.insert(0, "nothing to repair")
-    return lines
+def _check_names(root: str, cl: CommitLog, flavor, report: VerifyReport) -> None:
+    """Files named for other offsets, and an oldest file gone that retention never deleted."""
+    for path, start in salvage.misnamed(cl.queue.files, flavor).items():
+        report.problem(f"CommitLog file {os.path.basename(path)} holds the records of offset "
+                       f"{start} (files swapped or misnamed)")
+    recorded = recorded_min_offset(root)
+    files = cl.queue.files
+    if files and recorded is not None and files[0].file_from_offset > recorded:
+        report.problem(f"CommitLog bytes {recorded}..{files[0].file_from_offset} are missing: "
+                       "the oldest file(s) went, but retention never deleted them")

@@ -1,0 +1,153 @@
+"""A walk over the whole CommitLog that does not stop at damage: every record that checks out
+(structure, checksums, position field), and every range of bytes between them that does not.
+
+`verify` reports each damaged range once (not once per message behind it); `repair` keeps every
+record the walk found and replaces only the damaged ranges. After damage the walk finds the
+next record by its magic code, and takes it only if it decodes, its checksums hold and its
+PHYSICALOFFSET names the very position it was found at: random bytes cannot pass that.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from . import codec
+from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, StoredMessage
+from .errors import CodecError
+from .flavor import Flavor
+from .mapped_file import MappedFile, offset_to_name
+
+Progress = Callable[[int, int], None]
+_MAGICS = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
+
+
+@dataclass
+class Damage:
+    """CommitLog bytes [start, end) that hold no record that checks out."""
+
+    start: int
+    end: int
+    reason: str
+    file: str  # the file name, or "(missing)" for a file that is not there
+    to_file_end: bool = False  # no record follows in the file: a BLANK may stand there
+    store_ts: int = 0  # store time of the record before it (a filler keeps time in order)
+
+    def __str__(self) -> str:
+        return (f"damaged CommitLog bytes {self.start}..{self.end} ({self.end - self.start} "
+                f"bytes, file {self.file}): {self.reason}")
+
+
+def _decode_at(buf, pos: int, base: int, flavor: Flavor) -> StoredMessage | None:
+    try:
+        msg = codec.decode(buf, pos, flavor)
+    except CodecError:
+        return None
+    return msg if msg.commitlog_offset == base + pos else None
+
+
+def _next_record(buf, lo: int, hi: int, base: int, flavor: Flavor) -> int | None:
+    """Position of the first record that checks out starting in [lo, hi)."""
+    best = None
+    for magic in _MAGICS:
+        pos = buf.find(magic, lo + 4, hi + 4)
+        while pos >= 0 and (best is None or pos - 4 < best):
+            if _decode_at(buf, pos - 4, base, flavor) is not None:
+                best = pos - 4
+                break
+            pos = buf.find(magic, pos + 1, hi + 4)
+    return best
+
+
+def _data_end(buf, lo: int, size: int) -> int:
+    """One past the last non-zero byte at or after lo (lo when there is none)."""
+    step = 1 << 20
+    hi = size
+    while hi > lo:
+        a = max(lo, hi - step)
+        chunk = bytes(buf[a:hi]).rstrip(b"\0")
+        if chunk:
+            return a + len(chunk)
+        hi = a
+    return lo
+
+
+def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0
+              ) -> Iterator[StoredMessage | Damage]:
+    """Every record and damaged range of one file, in order. A file that is not the newest
+    must end in a BLANK; the newest ends where only zeros follow."""
+    buf = mf.buffer()
+    view = memoryview(buf)
+    base, size = mf.file_from_offset, mf.file_size
+    name = os.path.basename(mf.path)
+    pos = 0
+    while pos <= size - 8:
+        total, magic = codec.peek_header(view, pos)
+        if magic == MAGIC_BLANK and total == size - pos:
+            return
+        if total == 0 and magic == 0 and _data_end(buf, pos, size) == pos:
+            if not last:
+                yield Damage(base + pos, base + size, "the file ends without a BLANK record",
+                             name, to_file_end=True)
+            return
+        msg = _decode_at(view, pos, base, flavor)
+        if msg is not None:
+            yield msg
+            store_ts = msg.store_timestamp
+            pos += msg.total_size
+            continue
+        why = _why(view, pos, base, flavor)
+        nxt = _next_record(buf, pos + 1, size, base, flavor)
+        if nxt is None:
+            end = size if not last else max(_data_end(buf, pos, size), pos + 1)
+            yield Damage(base + pos, base + end, why, name, True, store_ts)
+            return
+        yield Damage(base + pos, base + nxt, why, name, False, store_ts)
+        pos = nxt
+    if pos < size and _data_end(buf, pos, size) > pos:
+        yield Damage(base + pos, base + size, "bytes after the last record", name, True,
+                     store_ts)
+
+
+def _why(view, pos: int, base: int, flavor: Flavor) -> str:
+    try:
+        msg = codec.decode(view, pos, flavor)
+    except CodecError as exc:
+        return str(exc).replace(f" at {pos}", "").replace(f" {pos}", "")
+    return f"the record says it is at {msg.commitlog_offset}"
+
+
+def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
+         progress: Progress | None = None) -> Iterator[StoredMessage | Damage]:
+    """Every record and damaged range of the CommitLog; a missing file is one damaged range."""
+    total = len(files) * file_size
+    store_ts = 0
+    for i, mf in enumerate(files):
+        if i:
+            for start in range(files[i - 1].file_from_offset + file_size, mf.file_from_offset,
+                               file_size):
+                yield Damage(start, start + file_size, "the file is missing",
+                             f"{offset_to_name(start)} (missing)", True, store_ts)
+        for item in walk_file(mf, flavor, i == len(files) - 1, store_ts):
+            if not isinstance(item, Damage):
+                store_ts = item.store_timestamp
+            yield item
+        if progress:
+            progress((i + 1) * file_size, total)
+
+
+def misnamed(files: list[MappedFile], flavor: Flavor) -> dict[str, int]:
+    """Files whose first record says it belongs at another file's start: path -> the start
+    offset its records name (a botched restore that swapped or renamed files)."""
+    out = {}
+    for mf in files:
+        try:
+            msg = codec.decode(mf.buffer(), 0, flavor)
+        except CodecError:
+            continue
+        if msg.commitlog_offset != mf.file_from_offset and \
+                msg.commitlog_offset % mf.file_size == 0:
+            out[mf.path] = msg.commitlog_offset
+    return out
