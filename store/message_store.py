@@ -291,10 +291,9 @@ class MessageStore:
         self._dispatched_ts = int(run.store_ts[-1])
 
     def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
-        codec.validate_topic(topic)
+        self.topic_table.ensure(topic, qid, persist=persist)  # refuses bad names and ids first
         cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
         self.consume_queues[(topic, qid)] = cq
-        self.topic_table.ensure(topic, qid, persist=persist)
         return cq
 
     def create_topic(self, topic: str, queues: int = 1) -> None:
