@@ -115,6 +115,7 @@ class MessageStore:
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor, read_only=True)
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
+        self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
                                   read_only=True)
         self.index.load(True, 0)

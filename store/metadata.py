@@ -12,11 +12,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .codec import validate_topic
-from .errors import InvalidMessage
+from .errors import InvalidMessage, StoreFormatError
 from .json_file import read_json, write_json
 
 MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
@@ -112,6 +112,7 @@ class TopicTable:
     """Topics and their queue counts."""
 
     def __init__(self, root: str):
+        self.root = root
         self.path = os.path.join(root, "config", "topics.json")
         self.lock = threading.Lock()
         self.queues: dict[str, int]
@@ -130,6 +131,21 @@ class TopicTable:
         if persist:
             self.persist()
         return True
+
+    def add_found(self, found: Iterable[tuple[str, int]]) -> bool:
+        """Add queues found as consumequeue/<topic>/<id> directories, in memory only: a store
+        copied from a broker without its config/ (or one whose broker keeps metadata in
+        RocksDB) has no topics.json, so its topics are known from the directories alone.
+        True when any was missing."""
+        changed = False
+        for topic, qid in found:
+            try:
+                changed |= self.ensure(topic, qid, persist=False)
+            except InvalidMessage as exc:
+                raise StoreFormatError(
+                    f"{os.path.join(self.root, 'consumequeue', topic, str(qid))} is not a queue "
+                    f"this store can serve ({exc}); move it out of consumequeue/") from None
+        return changed
 
     def persist(self) -> None:
         with self.lock:
