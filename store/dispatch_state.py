@@ -10,9 +10,8 @@ import os
 from typing import Any
 
 from .codec import validate_topic
-from .errors import InvalidMessage
 from .json_file import read_json, write_json
-from .metadata import json_int, json_object, queue_id_key
+from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "dispatchState.json"
 _FIX = "delete it: the next clean close writes it again"
@@ -36,10 +35,7 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int]]:
     json_object(data, "a top level")
     queues: dict[tuple[str, int], int] = {}
     for topic, counts in json_object(data.get("queues"), '"queues"').items():
-        try:
-            validate_topic(topic)
-        except InvalidMessage as exc:
-            raise ValueError(f"has an invalid name ({exc})") from None
+        checked_name(validate_topic, topic)
         for q, n in json_object(counts, f"queues of {topic!r}").items():
             queues[(topic, queue_id_key(q, f"{topic!r} queue"))] = json_int(
                 n, f"{topic!r} queue {q} count", 0, (1 << 63) - 1)

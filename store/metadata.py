@@ -65,7 +65,8 @@ def queue_id_key(key: str, what: str) -> int:
     return json_int(int(key), what, 0, MAX_QUEUES - 1)
 
 
-def _checked_name(check: Callable[[str], None], name: str) -> None:
+def checked_name(check: Callable[[str], None], name: str) -> None:
+    """check(name) for a name read from a file: ValueError (the file's damage) on refusal."""
     try:
         check(name)
     except InvalidMessage as exc:
@@ -78,7 +79,7 @@ def _topics_shape(data: Any) -> tuple[dict[str, int], int]:
     table = json_object(data.get("topicConfigTable", {}), '"topicConfigTable"')
     queues: dict[str, int] = {}
     for name, cfg in table.items():
-        _checked_name(validate_topic, name)
+        checked_name(validate_topic, name)
         json_object(cfg, f"topic {name!r}")
         counts = [json_int(cfg[field], f'{name!r} "{field}"', 0, MAX_QUEUES)
                   for field in ("writeQueueNums", "readQueueNums") if field in cfg]
@@ -99,8 +100,8 @@ def _offsets_shape(data: Any) -> dict[str, dict[int, int]]:
         topic, at, group = tg.partition("@")
         if not at:
             raise ValueError(f"has the key {tg!r}, not topic@group")
-        _checked_name(validate_topic, topic)
-        _checked_name(validate_group, group)
+        checked_name(validate_topic, topic)
+        checked_name(validate_group, group)
         json_object(queues, f"{tg!r}")
         out[tg] = {queue_id_key(q, f"{tg!r} queue"): json_int(o, f"{tg!r} queue {q} offset",
                                                                0, _MAX_OFFSET)
