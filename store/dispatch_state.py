@@ -1,15 +1,21 @@
 """What a clean close leaves for the next open to check: every queue's entry count and every
 IndexFile's entry count. Normal recovery trusts the ConsumeQueue and IndexFile files, and
 nothing in RocketMQ's format records how many entries a queue had, so a file deleted while the
-store was closed would otherwise go unnoticed. Only read after a clean close."""
+store was closed would otherwise go unnoticed. Only read after a clean close; a file of the
+wrong shape is refused rather than skipped, since skipping it silently turns the check off."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from .codec import validate_topic
 from .json_file import read_json, write_json
+from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "dispatchState.json"
+_FIX = "delete it: the next clean close writes it again"
+_INT32_MAX = 0x7FFFFFFF
 
 
 def _path(root: str) -> str:
@@ -24,21 +30,31 @@ def save(store) -> None:
     write_json(_path(store.root), {"queues": queues, "indexFiles": index})
 
 
+def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int]]:
+    """Entry count per queue and per IndexFile name, as save() writes them."""
+    json_object(data, "a top level")
+    queues: dict[tuple[str, int], int] = {}
+    for topic, counts in json_object(data.get("queues"), '"queues"').items():
+        checked_name(validate_topic, topic)
+        for q, n in json_object(counts, f"queues of {topic!r}").items():
+            queues[(topic, queue_id_key(q, f"{topic!r} queue"))] = json_int(
+                n, f"{topic!r} queue {q} count", 0, (1 << 63) - 1)
+    index: dict[str, int] = {}
+    for name, n in json_object(data.get("indexFiles"), '"indexFiles"').items():
+        if not (len(name) == 17 and name.isascii() and name.isdigit()):
+            raise ValueError(f"has the IndexFile name {name!r}, not 17 digits")
+        index[name] = json_int(n, f"IndexFile {name} count", 1, _INT32_MAX)
+    return queues, index
+
+
 def lost_since_close(store) -> tuple[list[tuple[str, int]], bool]:
     """Queues with fewer entries than at the last clean close, and whether IndexFiles went."""
-    try:
-        state = read_json(_path(store.root))
-    except Exception:  # a damaged state file only costs the check
-        return [], False
-    if not isinstance(state, dict):
-        return [], False
+    queues, recorded = read_json(_path(store.root), ({}, {}), check=_shape, fix=_FIX)
     short = []
-    for topic, queues in state.get("queues", {}).items():
-        for qid, count in queues.items():
-            cq = store.consume_queues.get((topic, int(qid)))
-            if (cq.max_offset if cq is not None else 0) < int(count):
-                short.append((topic, int(qid)))
+    for (topic, qid), count in queues.items():
+        cq = store.consume_queues.get((topic, qid))
+        if (cq.max_offset if cq is not None else 0) < count:
+            short.append((topic, qid))
     present = {os.path.basename(f.path): f.index_count for f in store.index.files}
-    recorded = state.get("indexFiles", {})
-    index_lost = any(present.get(name, 0) < int(count) for name, count in recorded.items())
+    index_lost = any(present.get(name, 0) < count for name, count in recorded.items())
     return short, index_lost

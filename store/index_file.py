@@ -31,13 +31,15 @@ def index_file_size(slots: int, entries: int) -> int:
 
 class IndexFile:
     def __init__(self, path: str, slots: int, entries: int, *, read_only: bool = False,
-                 end_phy_offset: int = 0, end_timestamp: int = 0):
+                 end_phy_offset: int = 0, end_timestamp: int = 0, blank: bool = False):
+        """Open or create the file; `blank` says an existing file is an unused reservation
+        (all zeros) to start as a new one."""
         self.path = path
         self.slots = slots
         self.entries = entries
         self.mf = MappedFile(path, index_file_size(slots, entries), read_only=read_only)
         mm = self.mf.buffer()
-        if self.mf.created:
+        if self.mf.created or blank:
             # a new file starts from the previous file's end values (RocketMQ quirk, §4.2)
             self.begin_timestamp = end_timestamp
             self.end_timestamp = end_timestamp
@@ -73,7 +75,21 @@ class IndexFile:
                           self.index_count)
 
     def is_full(self) -> bool:
+        """RocketMQ's isWriteFull: entries run 1..entries-1, so indexCount ends at `entries`."""
         return self.index_count >= self.entries
+
+    def trailing_entries(self, phy_offset: int) -> int:
+        """How many of the newest entries point at phy_offset: the keys of that record this
+        file already holds."""
+        mm = self.mf.buffer()
+        base = HEADER_SIZE + self.slots * SLOT_SIZE
+        n = 0
+        for i in range(self.index_count - 1, 0, -1):
+            _, phy, _, _ = _ENTRY.unpack_from(mm, base + i * ENTRY_SIZE)
+            if phy != phy_offset:
+                break
+            n += 1
+        return n
 
     def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add one entry; False when the file is full (the caller rolls to a new file)."""

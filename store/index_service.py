@@ -1,7 +1,10 @@
 """The set of IndexFiles under <store>/index: builds entries for messages, answers key queries.
 
 Files are named by creation wall-clock time (yyyyMMddHHmmssSSS, local time) and queried newest
-first. A full file rolls to a new one seeded with its end values.
+first. A full file rolls to a new one seeded with its end values. As in RocketMQ a file fills to
+indexCount == entries, so one message's keys may straddle two files; the blocks of the next file
+are reserved (<store>/index.reserve, outside index/ where a broker would load it) before the
+CommitLog is written, so a full disk fails the put instead of leaving keys unindexed.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import numpy as np
 from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
 from .crash_points import crash_point
 from .flavor import Flavor
-from .index_file import IndexFile
-from .mapped_file import fsync_dir
+from .index_file import IndexFile, index_file_size
+from .mapped_file import MappedFile, fsync_dir
+
+RESERVE = "index.reserve"
 
 
 def _file_name(now: float) -> str:
@@ -33,6 +38,7 @@ class IndexService:
     def __init__(self, root: str, slots: int, entries: int, flavor: Flavor, *,
                  read_only: bool = False):
         self.directory = os.path.join(root, "index")
+        self.reserve_path = os.path.join(root, RESERVE)
         self.slots = slots
         self.entries = entries
         self.flavor = flavor
@@ -48,6 +54,8 @@ class IndexService:
         mqfs checkpoint, written after the index at every clean close) applies the same rule
         after a clean exit too: a crash whose abort file went missing looks clean."""
         self.flushed_end_timestamp = index_msg_timestamp
+        if not self.read_only and os.path.exists(self.reserve_path):
+            os.unlink(self.reserve_path)  # left by a crash; holds nothing
         if not os.path.isdir(self.directory):
             return
         dropping = False
@@ -77,10 +85,10 @@ class IndexService:
     def end_phy_offset(self) -> int:
         return self.files[-1].end_phy_offset if self.files else 0
 
-    def _last_writable(self, need: int = 1) -> IndexFile:
-        """The newest file if it has room for `need` entries, else a new one."""
+    def _last_writable(self) -> IndexFile:
+        """The newest file if it has room for an entry, else a new one."""
         last = self.files[-1] if self.files else None
-        if last is not None and self.entries - last.index_count >= need:
+        if last is not None and last.index_count < self.entries:
             return last
         os.makedirs(self.directory, exist_ok=True)
         now = time.time()
@@ -90,7 +98,11 @@ class IndexService:
         ):
             now += 0.001
             name = _file_name(now)
-        f = IndexFile(os.path.join(self.directory, name), self.slots, self.entries,
+        path = os.path.join(self.directory, name)
+        reserved = os.path.exists(self.reserve_path)
+        if reserved:
+            os.rename(self.reserve_path, path)
+        f = IndexFile(path, self.slots, self.entries, blank=reserved,
                       end_phy_offset=last.end_phy_offset if last else 0,
                       end_timestamp=last.end_timestamp if last else 0)
         fsync_dir(self.directory)
@@ -102,15 +114,29 @@ class IndexService:
         return f
 
     def ensure_room(self, n: int) -> None:
-        """Roll now if the newest file cannot take n more entries, so a full disk shows up
-        before the CommitLog is written rather than half way through indexing."""
+        """Make room for n more entries before the CommitLog is written, so a full disk shows
+        up there rather than half way through indexing: roll a full file now, and reserve
+        the next file's blocks when the newest takes only some of the n."""
         if n <= 0:
             return
         last = self.files[-1] if self.files else None
         if last is not None and self.entries - last.index_count >= n:
             return
         with self.lock:
-            self._last_writable(min(n, self.entries - 1))
+            room = self.entries - self._last_writable().index_count
+            if room < n and not os.path.exists(self.reserve_path):
+                MappedFile(self.reserve_path, index_file_size(self.slots, self.entries)).close()
+
+    def _keys_done(self, phy_offset: int) -> int:
+        """How many keys of the record at phy_offset (the newest one indexed) are in: they are
+        the newest entries, possibly split over the last two files by a roll."""
+        done = 0
+        for f in reversed(self.files):
+            n = f.trailing_entries(phy_offset)
+            done += n
+            if n < f.index_count - 1:
+                break
+        return done
 
     def build(self, topic: str, keys: list[str], phy_offset: int, store_ts: int,
               sys_flag: int) -> None:
@@ -120,9 +146,10 @@ class IndexService:
             return
         with self.lock:
             last = self.files[-1] if self.files else None
-            if last is not None and (phy_offset < last.end_phy_offset or
-                                     (phy_offset == last.end_phy_offset and last.index_count > 1)):
-                return
+            if last is not None and phy_offset <= last.end_phy_offset:
+                if phy_offset < last.end_phy_offset:
+                    return
+                keys = keys[self._keys_done(phy_offset):]  # re-dispatch of the newest record
             for key in keys:
                 h = self.flavor.key_hash(build_key(topic, key))
                 f = self._last_writable()
@@ -133,18 +160,24 @@ class IndexService:
     def build_run(self, topics: list[str], keys: list[list[str]], phy_offsets: np.ndarray,
                   store_ts: np.ndarray, sys_flags: np.ndarray) -> None:
         """build() for records in CommitLog order, the entries put in bulk. Offsets grow, so
-        only the records below the newest file's end at the start are skipped."""
+        only the records below the newest file's end at the start are skipped, and the keys
+        of the record at that end that are in already."""
         rollback = ((sys_flags & TRANSACTION_MASK) == TRANSACTION_ROLLBACK).tolist()
         key_hash = self.flavor.key_hash
         with self.lock:
             last = self.files[-1] if self.files else None
-            lo = 0
+            lo = done = 0
             if last is not None:
-                lo = int(np.searchsorted(phy_offsets, last.end_phy_offset,
-                                         "right" if last.index_count > 1 else "left"))
-            take = [i for i in range(lo, len(keys)) if keys[i] and not rollback[i]]
-            rows = [i for i in take for _ in keys[i]]
-            names = map(build_key, [topics[i] for i in rows], [k for i in take for k in keys[i]])
+                lo = int(np.searchsorted(phy_offsets, last.end_phy_offset, "left"))
+                if lo < len(keys) and int(phy_offsets[lo]) == last.end_phy_offset:
+                    done = self._keys_done(last.end_phy_offset)
+            todo = keys
+            if done:
+                todo = list(keys)
+                todo[lo] = keys[lo][done:]
+            take = [i for i in range(lo, len(keys)) if todo[i] and not rollback[i]]
+            rows = [i for i in take for _ in todo[i]]
+            names = map(build_key, [topics[i] for i in rows], [k for i in take for k in todo[i]])
             h = np.fromiter(map(key_hash, names), dtype=np.int64, count=len(rows))
             phys, stamps = phy_offsets[rows], store_ts[rows]
             done = 0
@@ -207,3 +240,5 @@ class IndexService:
             for f in self.files:
                 f.close()
             self.files = []
+            if not self.read_only and os.path.exists(self.reserve_path):
+                os.unlink(self.reserve_path)

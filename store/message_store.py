@@ -117,6 +117,7 @@ class MessageStore:
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor, read_only=True)
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
+        self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
                                   read_only=True)
         self.index.load(True, 0)
@@ -317,11 +318,10 @@ class MessageStore:
         return self._fillers[i - 1] if i else None
 
     def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
-        codec.validate_topic(topic)
+        self.topic_table.ensure(topic, qid, persist=persist)  # refuses bad names and ids first
         cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
         cq.filler_before = self._filler_before
         self.consume_queues[(topic, qid)] = cq
-        self.topic_table.ensure(topic, qid, persist=persist)
         return cq
 
     def create_topic(self, topic: str, queues: int = 1) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 
 import pytest
 
-from store import Message, MessageStore
+from store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import (MQFS, SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse,
                               sh, wait_for_mount, wait_gone)
 
@@ -290,6 +291,27 @@ def test_mount_fuse3_helper(store, mnt):
         assert info.value.errno == errno.EROFS
     finally:
         mqfs("umount", mnt)
+
+
+def test_read_only_mount_of_a_broker_store_shows_its_topics(tmp_path, mnt):
+    """A broker's store copied without config/ has no topics.json (nor mqfs.json): `-o ro`
+    lists the topics and queues found under consumequeue/, as a read-write mount does."""
+    root = tmp_path / "broker-store"
+    cfg = StoreConfig(flavor="rocketmq", commitlog_file_size=8 << 20, consume_queue_units=1000,
+                      index_slots=1000, index_entries=4000)
+    with MessageStore(str(root), cfg) as s:
+        for i in range(6):
+            s.put(Message.create("TopicTest", b"hello %d\n" % i, queue_id=i % 2, keys=[f"k{i}"]))
+    shutil.rmtree(root / "config")
+    os.unlink(root / "mqfs.json")
+    log = tmp_path / "mqfs.log"
+    with mounted(str(root), mnt, "-o", "ro", log=str(log)):
+        assert out("ls topics", mnt).split() == ["TopicTest"]
+        assert out("ls topics/TopicTest", mnt).split() == ["0", "1"]
+        assert out("cat topics/TopicTest/1/2", mnt) == "hello 5\n"
+        assert out("cat keys/k2/*", mnt) == "hello 2\n"
+    assert not (root / "config").exists()  # the read-only mount wrote no topics.json
+    assert "Traceback" not in log.read_text()
 
 
 def test_mount_errors_are_one_line(store, mnt, tmp_path):

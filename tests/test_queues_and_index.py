@@ -5,12 +5,14 @@ import os
 import random
 import time
 
+import numpy as np
 import pytest
 
 from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
 from store import codec
 from store.flavor import ROCKETMQ, XXHASH
 from store.index_file import IndexFile
+from store.index_service import IndexService
 from tests.store_helpers import random_messages, small_config
 
 
@@ -49,6 +51,47 @@ def test_index_file_holds_entries_minus_one(tmp_path):
                    for i in range(400))
     assert accepted == 399 and f.index_count == 400 and not f.put_key(1, 1, 1)
     assert f.select(ROCKETMQ.key_hash("t#60"), 0, 2**62, 64) == [6000]
+
+
+def test_a_full_index_file_rolls_at_rocketmqs_index_count(tmp_path):
+    """RocketMQ's isWriteFull is indexCount >= indexNum: a file takes entries 1..indexNum-1,
+    even when that splits one message's keys over two files (IndexFileTest fills 399 of 400).
+    Two keys a message and an odd capacity make the split happen at every roll."""
+    cfg = small_config(index_slots=10, index_entries=40)
+    with MessageStore(str(tmp_path), cfg) as s:
+        for i in range(60):
+            s.put(Message.create("t", b"%d" % i, keys=[f"a{i}", f"b{i}"]))
+        assert [f.index_count for f in s.index.files] == [40, 40, 40, 4]
+    with MessageStore(str(tmp_path), cfg) as s:
+        assert [f.index_count for f in s.index.files] == [40, 40, 40, 4]
+        for i in range(60):
+            for key in (f"a{i}", f"b{i}"):
+                assert [bytes(m.body) for m in s.query_key(key)] == [b"%d" % i], key
+    assert not (tmp_path / "index.reserve").exists()
+
+
+def test_keys_split_by_a_roll_are_dispatched_again_exactly_once(tmp_path):
+    """Recovery re-dispatches the newest indexed record: the keys already in are skipped and
+    the ones a crash lost (the file after the roll) are added, whichever file holds them."""
+    svc = IndexService(str(tmp_path), 10, 4, XXHASH)
+    svc.build("t", ["a"], 100, 1_700_000_000_000, 0)
+    svc.build("t", ["b"], 200, 1_700_000_000_001, 0)
+    svc.ensure_room(3)  # the file has room for one of three keys: the next one is reserved
+    assert (tmp_path / "index.reserve").exists() and len(svc.files) == 1
+    svc.build("t", ["c", "d", "e"], 300, 1_700_000_000_002, 0)
+    assert [f.index_count for f in svc.files] == [4, 3] and not (tmp_path / "index.reserve").exists()
+    svc.build("t", ["c", "d", "e"], 300, 1_700_000_000_002, 0)  # idempotent
+    assert [f.index_count for f in svc.files] == [4, 3]
+    svc.files.pop().destroy()  # a crash lost the file after the roll
+    run = dict(topics=["t", "t"], keys=[["c", "d", "e"], ["f"]],
+               phy_offsets=np.array([300, 400]), store_ts=np.array([1_700_000_000_002] * 2),
+               sys_flags=np.zeros(2, dtype=np.int64))
+    svc.build_run(**run)
+    svc.build_run(**run)
+    assert [f.index_count for f in svc.files] == [4, 4]
+    for key, phy in (("a", 100), ("c", 300), ("d", 300), ("e", 300), ("f", 400)):
+        assert svc.query("t", key, 0, 2**62, 64) == [phy], key
+    svc.close()
 
 
 def test_colliding_keys_are_told_apart(tmp_path):

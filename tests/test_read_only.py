@@ -1,10 +1,11 @@
 """A read-only open reads a cleanly closed store and changes nothing on disk."""
 
 import os
+import shutil
 
 import pytest
 
-from store import Message, MessageStore, StoreError
+from store import Message, MessageStore, StoreConfig, StoreError
 from tests.store_helpers import small_config
 
 
@@ -47,3 +48,32 @@ def test_read_only_open_of_a_crashed_store_reads_and_changes_nothing(tmp_path):
     assert _snapshot(tmp_path) == before
     with MessageStore(str(tmp_path)) as s:  # a read-write open recovers it
         assert bytes(s.get("t", 0, 0).body) == b"x"
+
+
+def test_read_only_open_of_a_store_without_topics_json_derives_its_topics(tmp_path):
+    """A broker's store as copied without config/: no topics.json, no mqfs.json. The queues
+    are known from consumequeue/<topic>/<id> alone, read-only as read-write."""
+    cfg = small_config(flavor="rocketmq", index_slots=50, index_entries=200)  # broker's 4:1
+    with MessageStore(str(tmp_path), cfg) as s:
+        for i in range(30):
+            s.put(Message.create("Orders", b"o%d" % i, queue_id=i % 3, keys=[f"k{i}"]))
+        s.put(Message.create("%RETRY%billing", b"r", queue_id=0))
+    shutil.rmtree(tmp_path / "config")
+    os.unlink(tmp_path / "mqfs.json")
+    before = _snapshot(tmp_path)
+    with MessageStore(str(tmp_path), StoreConfig(read_only=True)) as s:
+        assert s.config.flavor == "rocketmq"
+        assert s.topics() == {"Orders": 3, "%RETRY%billing": 1}
+        assert s.max_offset("Orders", 2) == 10 and bytes(s.get("Orders", 2, 9).body) == b"o29"
+        assert [bytes(m.body) for m in s.query_key("k4")] == [b"o4"]
+    assert _snapshot(tmp_path) == before  # nothing written, topics.json included
+
+
+def test_read_only_open_refuses_a_queue_directory_it_cannot_serve(tmp_path):
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.put(Message(topic="t", body=b"x"))
+    shutil.rmtree(tmp_path / "config")
+    bad = tmp_path / "consumequeue" / "t" / "99999999"
+    bad.mkdir()
+    with pytest.raises(StoreError, match=f"^{bad} is not a queue"):
+        MessageStore(str(tmp_path), small_config(read_only=True)).open()
