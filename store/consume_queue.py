@@ -12,6 +12,7 @@ import struct
 from collections.abc import Callable
 
 import numpy as np
+import xxhash
 
 from . import quarantine
 from .crash_points import crash_point
@@ -171,6 +172,18 @@ class ConsumeQueue:
         if not out:
             return np.empty(0, dtype=UNIT_DTYPE)
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def digest(self, end: int) -> str:
+        """xxh64 of the units from min to `end`: what a clean close records to compare."""
+        h = xxhash.xxh64()
+        offset = self.min_offset
+        while offset < end:
+            units = self.entries(offset, min(1 << 16, end - offset))
+            if not len(units):
+                break
+            h.update(units.tobytes())
+            offset += len(units)
+        return h.hexdigest()
 
     def last_entry(self) -> tuple[int, int, int] | None:
         return self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None

@@ -1,5 +1,5 @@
-"""What a clean close leaves for the next open to check: every queue's entry count and every
-IndexFile's entry count. Normal recovery trusts the ConsumeQueue and IndexFile files, and
+"""What a clean close leaves for the next open to check: every queue's entry count and a digest
+of its units, and every IndexFile's entry count. Normal recovery trusts the ConsumeQueue and IndexFile files, and
 nothing in RocketMQ's format records how many entries a queue had, so a file deleted while the
 store was closed would otherwise go unnoticed. Only read after a clean close; a file of the
 wrong shape is refused rather than skipped, since skipping it silently turns the check off."""
@@ -24,14 +24,18 @@ def _path(root: str) -> str:
 
 def save(store) -> None:
     queues: dict[str, dict[str, int]] = {}
+    digests: dict[str, dict[str, str]] = {}
     for (topic, qid), cq in store.consume_queues.items():
         queues.setdefault(topic, {})[str(qid)] = cq.max_offset
+        digests.setdefault(topic, {})[str(qid)] = cq.digest(cq.max_offset)
     index = {os.path.basename(f.path): f.index_count for f in store.index.files}
-    write_json(_path(store.root), {"queues": queues, "indexFiles": index})
+    write_json(_path(store.root), {"queues": queues, "indexFiles": index, "digests": digests})
 
 
-def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int]]:
-    """Entry count per queue and per IndexFile name, as save() writes them."""
+def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
+                              dict[tuple[str, int], str]]:
+    """Entry count per queue and per IndexFile name, and each queue's digest (absent in
+    files an older mqfs wrote), as save() writes them."""
     json_object(data, "a top level")
     queues: dict[tuple[str, int], int] = {}
     for topic, counts in json_object(data.get("queues"), '"queues"').items():
@@ -44,12 +48,38 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int]]:
         if not (len(name) == 17 and name.isascii() and name.isdigit()):
             raise ValueError(f"has the IndexFile name {name!r}, not 17 digits")
         index[name] = json_int(n, f"IndexFile {name} count", 1, _INT32_MAX)
-    return queues, index
+    digests: dict[tuple[str, int], str] = {}
+    for topic, per_queue in json_object(data.get("digests", {}), '"digests"').items():
+        for q, digest in json_object(per_queue, f"digests of {topic!r}").items():
+            if not (isinstance(digest, str) and len(digest) == 16):
+                raise ValueError(f"has the digest {digest!r} for {topic!r} queue {q}")
+            digests[(topic, queue_id_key(q, f"{topic!r} queue"))] = digest
+    return queues, index, digests
+
+
+def read(root: str) -> tuple[dict[tuple[str, int], int], dict[str, int],
+                             dict[tuple[str, int], str]]:
+    """Queue counts, IndexFile counts and queue digests the last clean close left."""
+    return read_json(_path(root), ({}, {}, {}), check=_shape, fix=_FIX)
+
+
+def altered_since_close(store) -> list[tuple[str, int]]:
+    """Queues whose units up to the count of the last clean close are not the ones it left
+    (a flipped bit passes every cheap check: a tags code, say). Units are only appended, so
+    this holds after a later crash too."""
+    counts, _, digests = read(store.root)
+    altered = []
+    for key, digest in digests.items():
+        cq = store.consume_queues.get(key)
+        if cq is not None and cq.min_offset == 0 and cq.max_offset >= counts.get(key, 0) and \
+                cq.digest(counts.get(key, 0)) != digest:
+            altered.append(key)
+    return altered
 
 
 def lost_since_close(store) -> tuple[list[tuple[str, int]], bool]:
     """Queues with fewer entries than at the last clean close, and whether IndexFiles went."""
-    queues, recorded = read_json(_path(store.root), ({}, {}), check=_shape, fix=_FIX)
+    queues, recorded, _ = read(store.root)
     short = []
     for (topic, qid), count in queues.items():
         cq = store.consume_queues.get((topic, qid))

@@ -152,9 +152,14 @@ class MessageStore:
         self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                         strict=self.checkpoint.commitlog_flushed_offset > 0)
         # `abort` goes down before recovery changes anything: a crash during recovery must
-        # make the next open recover abnormally too (it rebuilds from the checkpoint)
-        self._write_abort()
+        # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
+        # crash left is kept as found until recovery succeeds (a refused open changes nothing)
+        crashed_before = os.path.exists(self.abort_path)
+        if not crashed_before:
+            self._write_abort()
         self.recovery = recover(self, last_exit_ok, self._progress)
+        if crashed_before:
+            self._write_abort()
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         changed = False

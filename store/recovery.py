@@ -541,7 +541,10 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
     check = store.config.check_crc_on_recover
     flushed = cp.commitlog_flushed_offset
     # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there
-    damaged = _damaged_queues(store)
+    altered = set(dispatch_state.altered_since_close(store))
+    damaged = [d for d in _damaged_queues(store) if (d[0].topic, d[0].queue_id) not in altered]
+    damaged += [(store.consume_queues[key], store.consume_queues[key].min_offset, True)
+                for key in sorted(altered)]
     last_start = queue.files[-1].file_from_offset
     if any(good_after for _, _, good_after in damaged):
         probe_from = queue.min_offset  # a queue is rebuilt from the whole log

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec, salvage
+from . import codec, dispatch_state, salvage
 from .codec import TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT
 from .commitlog import CommitLog
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
@@ -20,6 +20,7 @@ from .index_file import ENTRY_SIZE, HEADER_SIZE, IndexFile
 from .index_service import build_key
 from .lock import StoreLock
 from .manifest import inspect, is_store
+from .metadata import ConsumerOffsets, TopicTable
 from .mapped_file import MappedFile, load_files
 from .retention import recorded_min_offset
 from .salvage import Damage
@@ -219,6 +220,7 @@ def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
         return report
     if found.problem:
         report.problem(found.problem)
+    _check_config(root, report)
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     lock = StoreLock(root)
@@ -251,6 +253,17 @@ def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
     report.lines.append("OK" if report.ok else
                         f"{report.problems} problems: `mqfs repair {root}` shows what it would do")
     return report
+
+
+def _check_config(root: str, report: VerifyReport) -> None:
+    """The config files an open reads: each damaged one is a problem naming the file."""
+    checks = (lambda: TopicTable(root), lambda: ConsumerOffsets(root),
+              lambda: dispatch_state.read(root), lambda: recorded_min_offset(root))
+    for check in checks:
+        try:
+            check()
+        except StoreFormatError as exc:
+            report.problem(str(exc))
 
 
 def _check_names(root: str, cl: CommitLog, flavor, report: VerifyReport) -> None:

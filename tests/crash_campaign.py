@@ -1,6 +1,6 @@
 """Run one crash tier for a given time and count the crash states checked and failed.
 
-  python -m tests.crash_campaign --tier t0|t2|t3|t4 --seconds N [--seed S]
+  python -m tests.crash_campaign --tier t0|t2|t3|t4|t5 --seconds N [--seed S]
 
 Cases come from the same functions the pytest tiers use, seeded S, S+1, ...; every failure is
 printed with the label that replays it (seed, crash site). Exit status 1 on any failure."""
@@ -17,6 +17,7 @@ import time
 
 from tests.crash_tiers import (RECOVERY_SITES, T0_KINDS, T4_KINDS, WRITER_SITES, CaseResult,
                                t0_case, t2_case, t4_case)
+from tests.crash_corruption import T5_KINDS, t5_case
 
 ONCE_PER_RUN = ("abort.create", "abort.delete", "recovery.truncate")
 
@@ -59,8 +60,10 @@ def run(tier: str, seconds: float, seed: int) -> int:
                     result = _t2(workdir, seed)
                 elif tier == "t3":
                     result = t3_case(image, workdir, seed)
-                else:
+                elif tier == "t4":
                     result = t4_case(workdir, seed, rng.choice(T4_KINDS))
+                else:
+                    result = t5_case(workdir, seed, rng.choice(T5_KINDS))
             except Exception as exc:  # a case that blows up is a failed case, not the end
                 result = CaseResult(f"{tier.upper()} seed={seed}", [f"raised {exc!r}"])
             checked += 1
@@ -76,7 +79,7 @@ def run(tier: str, seconds: float, seed: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tier", choices=("t0", "t2", "t3", "t4"), required=True)
+    ap.add_argument("--tier", choices=("t0", "t2", "t3", "t4", "t5"), required=True)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args(argv)

@@ -13,7 +13,6 @@ the promises of "open never destroys":
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -24,7 +23,7 @@ from store import CorruptionError, Message, MessageStore, NotFound, StoreError
 from store.repair import apply_repair, plan_repair
 from store.verify import verify_store
 from tests.crash_oracle import crash_config, expected_message
-from tests.crash_tiers import CaseResult, Expectation, _store_files, write_in_process
+from tests.crash_tiers import CaseResult, _store_files, file_hashes, write_in_process
 
 FIELDS = ("totalsize", "magic", "bodycrc", "queueid", "flag", "queueoffset", "physoffset",
           "sysflag", "borntimestamp", "bornhost", "storetimestamp", "storehost", "reconsume",
@@ -37,18 +36,6 @@ T5_KINDS = ("manifest-delete", "manifest-null", "manifest-flavor", "files-swap",
             "zero-page", "missing-middle", "missing-oldest", "config-json",
             *(f"flip-{f}" for f in FIELDS))
 FILE_SIZE = 8192
-
-
-def _hashes(root: str) -> dict[str, str]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            if n == "lock":
-                continue
-            path = os.path.join(dirpath, n)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def _flip(path: str, pos: int, bit: int) -> None:
@@ -212,9 +199,9 @@ def t5_case(workdir: str, seed: int, kind: str) -> CaseResult:
 
 
 def _check(c: _Case, problems: list[str]) -> None:
-    before = _hashes(c.root)
+    before = file_hashes(c.root)
     report = verify_store(c.root)
-    if _hashes(c.root) != before:
+    if file_hashes(c.root) != before:
         problems.append("verify changed files")
     if report.ok and c.kind not in ("manifest-delete",):
         problems.append("verify found nothing wrong")
@@ -226,14 +213,14 @@ def _check(c: _Case, problems: list[str]) -> None:
     except StoreError as exc:
         if c.kind not in ("files-swap", "missing-middle", "missing-oldest", "config-json"):
             problems.append(f"read-only open refused: {exc}")
-    if _hashes(c.root) != before:
+    if file_hashes(c.root) != before:
         problems.append("a read-only open changed files")
     # a read-write open refuses changing nothing, or serves everything intact
     try:
         with MessageStore(c.root, crash_config(), create=False) as s:
             _serves(s, c, problems, "read-write open")
     except StoreError as exc:
-        after = _hashes(c.root)
+        after = file_hashes(c.root)
         if after != before:
             changed = sorted(k for k in before.keys() | after.keys()
                              if before.get(k) != after.get(k))

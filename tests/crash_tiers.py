@@ -4,6 +4,7 @@ Every case returns a CaseResult whose label carries the seed and crash site to r
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from store import CorruptionError, MessageStore, StoreFormatError
 from store.crash_points import SITES
 from store.index_file import ENTRY_SIZE, HEADER_SIZE
+from store.repair import apply_repair, plan_repair
 from store.verify import verify_store
 from tests.crash_oracle import Expectation, crash_config, expected_message, full_check, read_acks
 
@@ -72,8 +74,14 @@ T0_KINDS = ("commitlog-append", "commitlog-overwrite", "zero16", "torn-propertie
             "cq-overwrite", "index-append")
 
 
+T0_FLUSHED_KINDS = ("commitlog-overwrite", "zero16", "torn-properties")
+
+
 def t0_case(workdir: str, seed: int, kind: str, abort: bool) -> CaseResult:
-    """Damage the tail of one file; recovery must give back exactly the intact prefix."""
+    """Damage the tail of one file. Bytes after the flushed end (commitlog-append) and
+    derived files are recovered on open; damage inside the flushed CommitLog makes the open
+    refuse without changing a byte, and `repair` then gives back exactly the intact prefix,
+    the damaged message lost (EIO) with its offsets kept."""
     rng = random.Random(seed)
     root = os.path.join(workdir, f"t0-{seed}-{kind}-{int(abort)}")
     label = f"T0 seed={seed} kind={kind} abort={abort}"
@@ -113,9 +121,28 @@ def t0_case(workdir: str, seed: int, kind: str, abort: bool) -> CaseResult:
     if abort:
         with open(os.path.join(root, "abort"), "w") as f:
             f.write("12345")
-    result = CaseResult(label, full_check(root, exp))
+    problems = []
+    if kind in T0_FLUSHED_KINDS:
+        before = file_hashes(root)
+        problems += _expect_refused(root, "damage inside flushed CommitLog data")
+        if file_hashes(root) != before:
+            problems.append("the refused open changed files")
+        apply_repair(plan_repair(root))
+    result = CaseResult(label, problems + full_check(root, exp))
     shutil.rmtree(root, ignore_errors=True)
     return result
+
+
+def file_hashes(root: str) -> dict[str, str]:
+    """sha256 of every file under root but the lock file: what "changes nothing" compares."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            if n != "lock":
+                path = os.path.join(dirpath, n)
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
 
 
 def queue_count(exp: Expectation, key: tuple[str, int]) -> int:

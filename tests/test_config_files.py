@@ -101,13 +101,20 @@ def test_damaged_config_refuses_the_open_naming_the_file(tmp_path, name, text):
 
 @pytest.mark.parametrize("name,text", CASES[::3], ids=IDS[::3])
 def test_cli_reports_damaged_config_in_one_line(tmp_path, name, text):
+    """`info` (a read-only open) refuses in one line; `verify` names the file as a problem
+    (info never reads the close-time state, so that one only verify reports)."""
     _store(tmp_path)
     path = _damage(tmp_path, name, text)
-    proc = subprocess.run([sys.executable, "-m", "fusefs", "info", str(tmp_path)],
+    if name != "dispatchState.json":
+        proc = subprocess.run([sys.executable, "-m", "fusefs", "info", str(tmp_path)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and path in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "fusefs", "verify", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.count("\n") == 1 and path in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert any(line.startswith(f"PROBLEM {path} ") for line in proc.stdout.splitlines())
 
 
 def test_deeply_nested_manifest_is_a_format_error(tmp_path):

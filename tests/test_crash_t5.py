@@ -1,0 +1,17 @@
+"""T5: damage to a cleanly closed store (manifest, swapped and missing files, a flipped bit in
+every record field, ConsumeQueue flips, zeroed pages, damaged config): the open refuses
+changing nothing or serves every intact message, read-only opens serve it, and repair then
+verify passes with every intact message at its acknowledged offsets."""
+
+import pytest
+
+from tests.crash_corruption import T5_KINDS, t5_case
+
+pytestmark = pytest.mark.crash
+
+
+@pytest.mark.parametrize("kind", T5_KINDS)
+@pytest.mark.parametrize("seed", range(2), ids=lambda s: f"seed{s}")
+def test_damaged_store_is_refused_or_served_and_repaired(tmp_path, seed, kind):
+    result = t5_case(str(tmp_path), seed, kind)
+    assert result.ok, str(result)
