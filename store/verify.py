@@ -12,6 +12,7 @@ import numpy as np
 
 from . import codec, dispatch_state, salvage
 from .codec import TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT
+from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from .errors import StoreFormatError
@@ -33,10 +34,22 @@ MAX_LISTED = 20
 class VerifyReport:
     lines: list[str] = field(default_factory=list)
     problems: int = 0
+    crashed: bool = False  # the abort file is there: recovery has yet to run
+    pending: int = 0  # ConsumeQueue/IndexFile mismatches recovery will rebuild (crashed)
 
     @property
     def ok(self) -> bool:
         return self.problems == 0
+
+    def derived(self, text: str) -> None:
+        """A problem in ConsumeQueue or IndexFile files; after a crash only a note, since
+        the next read-write open rebuilds them."""
+        if self.crashed:
+            self.pending += 1
+            if self.pending <= MAX_LISTED:
+                self.lines.append(f"note: {text} (the next read-write open rebuilds it)")
+        else:
+            self.problem(text)
 
     def problem(self, text: str) -> None:
         self.problems += 1
@@ -55,8 +68,8 @@ class _RecordInfo:
     in_queue: bool
 
 
-def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progress | None
-                    ) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
+def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progress | None,
+                    torn_from: int | None) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
     """Every record that checks out, every damaged range (one problem each, however many
     messages it hides), and where the filler records repair left stand."""
     records: dict[int, _RecordInfo] = {}
@@ -65,7 +78,11 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
     for item in salvage.walk(cl.queue.files, flavor, cl.file_size, progress):
         if isinstance(item, Damage):
             damages.append(item)
-            report.problem(str(item))
+            if torn_from is not None and item.start >= torn_from and item.to_file_end:
+                report.lines.append(f"note: {item}: a torn tail past the flushed offset; the "
+                                    "next read-write open cuts it, keeping a copy in quarantine/")
+            else:
+                report.problem(str(item))
             continue
         m = item
         if codec.is_filler(m.topic, m.sys_flag):
@@ -124,22 +141,22 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                     lost += 1  # a message repair could not save: reads as damaged
                 elif r is None:
                     if _in_damage(damages, phys) is None:
-                        report.problem(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
+                        report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
                                        f"{phys}, where no record starts")
                 elif (r.topic, r.queue_id, r.queue_offset, r.size, r.tags_code) != (
                         topic, int(qname), qoff, size, tags):
-                    report.problem(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
+                    report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
                                    f"record at {phys} ({r.topic}/{r.queue_id}/{r.queue_offset})")
                 else:
                     want.discard(phys)
             if want:
-                report.problem(f"ConsumeQueue {topic}/{qname} has no entry for {len(want)} of its "
+                report.derived(f"ConsumeQueue {topic}/{qname} has no entry for {len(want)} of its "
                                f"records in the CommitLog (the first at {min(want)})")
             if lost:
                 report.lines.append(f"note: ConsumeQueue {topic}/{qname} has {lost} entries for "
                                     "messages lost to damage an earlier repair replaced")
     for key in expected.keys() - seen:
-        report.problem(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
+        report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
     return checked
 
 
@@ -169,19 +186,19 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
             continue
         path = os.path.join(directory, name)
         if os.path.getsize(path) != HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE:
-            report.problem(f"IndexFile {name} is {os.path.getsize(path)} bytes, not the "
+            report.derived(f"IndexFile {name} is {os.path.getsize(path)} bytes, not the "
                            "configured size")
             continue
         f = IndexFile(path, slots, entries, read_only=True)
         if not f.header_ok():
-            report.problem(f"IndexFile {name} has a damaged header")
+            report.derived(f"IndexFile {name} has a damaged header")
             f.close()
             continue
         every = np.frombuffer(f.mf.buffer(), dtype=np.uint8, offset=HEADER_SIZE + slots * 4,
                               count=entries * ENTRY_SIZE).reshape(entries, ENTRY_SIZE)
         written = np.flatnonzero(every.any(axis=1))
         if written.size and written[-1] >= f.index_count:
-            report.problem(f"IndexFile {name} holds entries up to {written[-1]} but its header "
+            report.derived(f"IndexFile {name} holds entries up to {written[-1]} but its header "
                            f"counts {f.index_count - 1} (a stale or damaged header)")
         raw = np.array(np.frombuffer(f.mf.buffer(), dtype=_ENTRY_DTYPE, count=f.index_count,
                                      offset=HEADER_SIZE + slots * 4))
@@ -194,13 +211,13 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
             r = records.get(phy)
             if r is None:
                 if _in_damage(damages, phy) is None:
-                    report.problem(f"IndexFile {name} entry {idx} points at {phy}, where no "
+                    report.derived(f"IndexFile {name} entry {idx} points at {phy}, where no "
                                    "record starts")
             elif h not in {flavor.key_hash(build_key(r.topic, k)) for k in r.keys}:
-                report.problem(f"IndexFile {name} entry {idx} hash does not match any key of the "
+                report.derived(f"IndexFile {name} entry {idx} hash does not match any key of the "
                                f"record at {phy}")
             elif not reachable[idx]:
-                report.problem(f"IndexFile {name} entry {idx} cannot be reached from its hash "
+                report.derived(f"IndexFile {name} entry {idx} cannot be reached from its hash "
                                "slot (a damaged slot or chain)")
         f.close()
     return checked
@@ -228,14 +245,17 @@ def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
     records: dict[int, _RecordInfo] = {}
     cq_checked = ix_checked = 0
     try:
+        torn_from = None
         if os.path.exists(os.path.join(root, "abort")):
+            report.crashed = True
+            torn_from = Checkpoint.load(os.path.join(root, "checkpoint")).commitlog_flushed_offset
             report.lines.append("note: the store was not closed cleanly (abort file present); "
                                 "opening it for writing runs recovery")
         cl = CommitLog(root, cfg.commitlog_file_size, flavor, read_only=True)
         try:
             cl.load()
             _check_names(root, cl, flavor, report)
-            records, damages, fillers = _scan_commitlog(cl, flavor, report, progress)
+            records, damages, fillers = _scan_commitlog(cl, flavor, report, progress, torn_from)
         finally:
             cl.close()
         cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
@@ -248,6 +268,9 @@ def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
         lock.release()
     if report.problems > MAX_LISTED:
         report.lines.append(f"... and {report.problems - MAX_LISTED} more problems")
+    if report.pending > MAX_LISTED:
+        report.lines.append(f"note: ... and {report.pending - MAX_LISTED} more the next "
+                            "read-write open rebuilds")
     report.lines.insert(0, f"{len(records)} CommitLog records, {cq_checked} ConsumeQueue entries, "
                            f"{ix_checked} IndexFile entries checked ({flavor.name} flavor)")
     report.lines.append("OK" if report.ok else

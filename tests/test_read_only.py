@@ -77,3 +77,41 @@ def test_read_only_open_refuses_a_queue_directory_it_cannot_serve(tmp_path):
     bad.mkdir()
     with pytest.raises(StoreError, match=f"^{bad} is not a queue"):
         MessageStore(str(tmp_path), small_config(read_only=True)).open()
+
+
+def _hash_all(root) -> dict[str, str]:
+    import hashlib
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            path = os.path.join(dirpath, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
+@pytest.mark.parametrize("command", ["info", "verify"])
+def test_info_and_verify_change_no_byte_and_create_no_file(tmp_path, command, crashed):
+    import subprocess
+    import sys
+    root = tmp_path / "s"
+    with MessageStore(str(root), small_config()) as s:
+        for i in range(150):
+            s.put(Message.create("t", b"m%d" % i, queue_id=i % 3, keys=[f"k{i}"]))
+    if crashed:  # a crash: the abort file left, a tail the checkpoint never saw
+        s = MessageStore(str(root), small_config()).open()
+        s.put(Message.create("t", b"after", keys=["late"]))
+        s.flush_services.stop()
+        os.unlink(root / "lock")  # a killed owner leaves its lock file unheld
+        (root / "abort").write_text("99999")
+    before = _hash_all(root)
+    proc = subprocess.run([sys.executable, "-m", "fusefs", command, str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _hash_all(root) == before
+    if crashed:
+        assert "not closed cleanly" in proc.stdout or "not clean" in proc.stdout
+    if crashed:
+        s._release_files()
+        s._lock_file.release()
