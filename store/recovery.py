@@ -471,9 +471,10 @@ def open_read_only(store, crashed: bool) -> RecoveryReport:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    for cq in store.consume_queues.values():
-        cq.truncate_from_physical(end)
     damaged = {(cq.topic, cq.queue_id) for cq, _, _ in _damaged_queues(store)}
+    for key, cq in store.consume_queues.items():
+        if key not in damaged:
+            cq.truncate_from_physical(end)
     if damaged:
         for key, rebuilt in _queues_from_log(store, damaged).items():
             store.consume_queues[key].close()
@@ -540,18 +541,21 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
 
     check = store.config.check_crc_on_recover
     flushed = cp.commitlog_flushed_offset
-    # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there
+    # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there.
+    # The check covers every record a damaged queue will be dispatched again from.
     altered = set(dispatch_state.altered_since_close(store))
     damaged = [d for d in _damaged_queues(store) if (d[0].topic, d[0].queue_id) not in altered]
     damaged += [(store.consume_queues[key], store.consume_queues[key].min_offset, True)
                 for key in sorted(altered)]
     last_start = queue.files[-1].file_from_offset
-    if any(good_after for _, _, good_after in damaged):
-        probe_from = queue.min_offset  # a queue is rebuilt from the whole log
-    elif last_exit_ok:
-        probe_from = _start_file(store, min(last_start, flushed or last_start))
+    if last_exit_ok:
+        probe_from = min(last_start, flushed or last_start)
     else:
-        probe_from = _start_file(store, max(min(cp.cq_flushed_offset, last_start), queue.min_offset))
+        probe_from = max(min(cp.cq_flushed_offset, last_start), queue.min_offset)
+    for cq, bad, good_after in damaged:
+        before = cq.entry(bad - 1) if not good_after and bad > cq.min_offset else None
+        probe_from = min(probe_from, before[0] + before[1] if before else queue.min_offset)
+    probe_from = _start_file(store, max(probe_from, queue.min_offset))
     end, _, reason = scan_end(store, probe_from, 1 << 63, check, None)
     if reason is not None or end < flushed:
         refusal = _refusal(store, end, flushed, reason)

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import codec, quarantine, salvage
+from . import codec, dispatch_state, quarantine, salvage
 from .codec import MAGIC_BLANK
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import UNIT_DTYPE, UNIT_SIZE
-from .errors import StoreError
+from .errors import StoreError, StoreFormatError
 from .flavor import flavor_named
 from .lock import StoreLock
 from .manifest import inspect, is_store, write_manifest
@@ -137,6 +137,11 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
                                                             codec.TRANSACTION_COMMIT):
                 queue_ends[key] = max(queue_ends.get(key, 0), item.queue_offset + 1)
     plan.lost_estimate, old_ends = _old_queues(plan.root, plan.config, plan.damages)
+    try:  # the counts of the last clean close: offsets given out, even if a queue lost units
+        for key, count in dispatch_state.read(plan.root)[0].items():
+            old_ends[key] = max(old_ends.get(key, 0), count)
+    except StoreFormatError:
+        pass  # a damaged state file only costs this check
     for key, end in old_ends.items():
         if key in queue_ends or end:
             queue_ends[key] = max(queue_ends.get(key, 0), end)

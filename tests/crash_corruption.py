@@ -131,8 +131,11 @@ def _mutate(c: _Case) -> None:
     elif kind == "config-json":
         name = rng.choice(("topics.json", "consumerOffset.json", "dispatchState.json"))
         path = os.path.join(root, "config", name)
+        shapes = ["[1]", "null", "{" * 5000, ""]
+        if name == "topics.json":
+            shapes.append('{"topicConfigTable": 5}')
         with open(path, "w") as f:
-            f.write(rng.choice(("[1]", "null", '{"topicConfigTable": 5}', "{" * 5000, "")))
+            f.write(rng.choice(shapes))
         if os.path.exists(path + ".bak"):
             os.unlink(path + ".bak")
     elif kind.startswith("flip-"):
