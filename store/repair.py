@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import codec, dispatch_state, quarantine, salvage
+from .checkpoint import Checkpoint
 from .codec import MAGIC_BLANK
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -127,7 +128,8 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
     if files and recorded is not None and files[0].file_from_offset > recorded:
         plan.accept_head_from = files[0].file_from_offset
     queue_ends: dict[tuple[str, int], int] = {}
-    for item in salvage.walk(files, flavor, cl.file_size, progress):
+    flushed = Checkpoint.load(os.path.join(plan.root, "checkpoint")).commitlog_flushed_offset
+    for item in salvage.walk(files, flavor, cl.file_size, progress, flushed):
         if isinstance(item, Damage):
             plan.damages.append(item)
         elif not codec.is_filler(item.topic, item.sys_flag):

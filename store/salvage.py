@@ -74,10 +74,11 @@ def _data_end(buf, lo: int, size: int) -> int:
     return lo
 
 
-def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0
+def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0, flushed: int = 0
               ) -> Iterator[StoredMessage | Damage]:
     """Every record and damaged range of one file, in order. A file that is not the newest
-    must end in a BLANK; the newest ends where only zeros follow."""
+    must end in a BLANK; the newest ends where only zeros follow, but not before `flushed`
+    (the checkpoint's flushed offset: zeros there are lost data)."""
     buf = mf.buffer()
     view = memoryview(buf)
     base, size = mf.file_from_offset, mf.file_size
@@ -90,7 +91,10 @@ def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0
         if total == 0 and magic == 0 and _data_end(buf, pos, size) == pos:
             if not last:
                 yield Damage(base + pos, base + size, "the file ends without a BLANK record",
-                             name, to_file_end=True)
+                             name, True, store_ts)
+            elif base + pos < flushed:
+                yield Damage(base + pos, min(flushed, base + size), "zeros where flushed "
+                             "records were", name, True, store_ts)
             return
         msg = _decode_at(view, pos, base, flavor)
         if msg is not None:
@@ -120,22 +124,30 @@ def _why(view, pos: int, base: int, flavor: Flavor) -> str:
 
 
 def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
-         progress: Progress | None = None) -> Iterator[StoredMessage | Damage]:
-    """Every record and damaged range of the CommitLog; a missing file is one damaged range."""
+         progress: Progress | None = None, flushed: int = 0) -> Iterator[StoredMessage | Damage]:
+    """Every record and damaged range of the CommitLog, up to `flushed` at least (the
+    checkpoint's flushed offset); each missing file is one damaged range."""
     total = len(files) * file_size
     store_ts = 0
+    ends = files[-1].file_from_offset + file_size if files else 0
+    beyond = range(ends, flushed + file_size - 1 - (flushed - 1) % file_size, file_size) \
+        if files and flushed > ends else range(0)
     for i, mf in enumerate(files):
         if i:
             for start in range(files[i - 1].file_from_offset + file_size, mf.file_from_offset,
                                file_size):
                 yield Damage(start, start + file_size, "the file is missing",
                              f"{offset_to_name(start)} (missing)", True, store_ts)
-        for item in walk_file(mf, flavor, i == len(files) - 1, store_ts):
+        last = i == len(files) - 1 and not beyond
+        for item in walk_file(mf, flavor, last, store_ts, flushed):
             if not isinstance(item, Damage):
                 store_ts = item.store_timestamp
             yield item
         if progress:
             progress((i + 1) * file_size, total)
+    for start in beyond:  # the newest files went, the checkpoint says they held flushed data
+        yield Damage(start, start + file_size, "the file is missing (it held flushed data)",
+                     f"{offset_to_name(start)} (missing)", True, store_ts)
 
 
 def misnamed(files: list[MappedFile], flavor: Flavor) -> dict[str, int]:

@@ -75,7 +75,9 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
     records: dict[int, _RecordInfo] = {}
     damages: list[Damage] = []
     fillers: set[int] = set()
-    for item in salvage.walk(cl.queue.files, flavor, cl.file_size, progress):
+    flushed = Checkpoint.load(os.path.join(cl.queue.directory, os.pardir, "checkpoint")
+                              ).commitlog_flushed_offset
+    for item in salvage.walk(cl.queue.files, flavor, cl.file_size, progress, flushed):
         if isinstance(item, Damage):
             damages.append(item)
             if torn_from is not None and item.start >= torn_from and item.to_file_end:
