@@ -1,5 +1,7 @@
-"""Offline checks of a store that is not open elsewhere: every CommitLog record (checksum
-included), every ConsumeQueue entry and every IndexFile entry against the CommitLog."""
+"""Offline checks of a store that is not open for writing elsewhere: every CommitLog record
+(whole-record checksum included, walking past damage so each damaged range is one problem),
+every ConsumeQueue and IndexFile entry against the records, the config files, file names and
+the oldest file. Changes no byte and creates no file (a shared lock, read-only mappings)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ Every case returns a CaseResult whose label carries the seed and crash site to r
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import shutil
@@ -20,6 +19,7 @@ from store.index_file import ENTRY_SIZE, HEADER_SIZE
 from store.repair import apply_repair, plan_repair
 from store.verify import verify_store
 from tests.crash_oracle import Expectation, crash_config, expected_message, full_check, read_acks
+from tests.store_helpers import file_hashes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER_SITES = tuple(s for s in SITES if not s.startswith("recovery."))
@@ -123,26 +123,14 @@ def t0_case(workdir: str, seed: int, kind: str, abort: bool) -> CaseResult:
             f.write("12345")
     problems = []
     if kind in T0_FLUSHED_KINDS:
-        before = file_hashes(root)
+        before = file_hashes(root, skip=("lock",))
         problems += _expect_refused(root, "damage inside flushed CommitLog data")
-        if file_hashes(root) != before:
+        if file_hashes(root, skip=("lock",)) != before:
             problems.append("the refused open changed files")
         apply_repair(plan_repair(root))
     result = CaseResult(label, problems + full_check(root, exp))
     shutil.rmtree(root, ignore_errors=True)
     return result
-
-
-def file_hashes(root: str) -> dict[str, str]:
-    """sha256 of every file under root but the lock file: what "changes nothing" compares."""
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            if n != "lock":
-                path = os.path.join(dirpath, n)
-                with open(path, "rb") as f:
-                    out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
 
 
 def queue_count(exp: Expectation, key: tuple[str, int]) -> int:

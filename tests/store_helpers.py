@@ -1,5 +1,6 @@
-"""Small-file store configs and message factories shared by the store tests."""
+"""Small-file store configs, message factories and file hashes shared by the store tests."""
 
+import hashlib
 import os
 import random
 
@@ -27,3 +28,16 @@ def random_messages(rng: random.Random, n: int, topics=("TopicA", "TopicB"), que
 def files_in(root: str, sub: str) -> list[str]:
     path = os.path.join(root, sub)
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def file_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file under root (but names in `skip`): what "changes nothing" compares."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            if n in skip:
+                continue
+            path = os.path.join(dirpath, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out

@@ -2,7 +2,6 @@
 mqfs.json): each is refused with one line naming the file, through the API and the CLI, and
 nothing on disk changes. Good shapes (ours, RocketMQ's fastjson output, a .bak) still open."""
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import sys
 import pytest
 
 from store import InvalidMessage, Message, MessageStore, StoreFormatError
-from tests.store_helpers import small_config
+from tests.store_helpers import file_hashes, small_config
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -58,16 +57,6 @@ CASES = [(name, text) for name, shapes in DAMAGED.items() for text in shapes]
 IDS = [f"{name}-{i}" for name, shapes in DAMAGED.items() for i in range(len(shapes))]
 
 
-def _hashes(root) -> dict[str, str]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            path = os.path.join(dirpath, n)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
 def _store(root) -> None:
     """A closed store holding one message, a committed offset and all three config files."""
     with MessageStore(str(root), small_config()) as s:
@@ -88,12 +77,12 @@ def _damage(root, name: str, text: str) -> str:
 def test_damaged_config_refuses_the_open_naming_the_file(tmp_path, name, text):
     _store(tmp_path)
     path = _damage(tmp_path, name, text)
-    before = _hashes(tmp_path)
+    before = file_hashes(tmp_path)
     with pytest.raises(StoreFormatError) as err:
         MessageStore(str(tmp_path)).open()
     line = str(err.value)
     assert line.startswith(path + " ") and "\n" not in line and "delete it" in line
-    assert _hashes(tmp_path) == before  # no byte changed, the damaged file included
+    assert file_hashes(tmp_path) == before  # no byte changed, the damaged file included
     if name != "dispatchState.json":  # read-only opens never read the close-time state
         with pytest.raises(StoreFormatError, match=f"^{path} "):
             MessageStore(str(tmp_path), small_config(read_only=True)).open()

@@ -327,8 +327,14 @@ def test_mount_errors_are_one_line(store, mnt, tmp_path):
     assert bad.returncode != 0 and "unknown mount option" in bad.stderr
 
 
-def test_mounting_an_empty_dir_creates_a_store(tmp_path, mnt):
+def test_mounting_a_path_with_no_store_refuses_until_init(tmp_path, mnt):
+    """A mistyped store path must not become a new empty store."""
     root = str(tmp_path / "new-store")
+    os.makedirs(mnt, exist_ok=True)
+    proc = mqfs("mount", root, mnt, check=False)
+    assert proc.returncode != 0 and "mqfs init" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not os.path.exists(root)
+    mqfs("init", root, *SMALL)
     with mounted(root, mnt):
         os.mkdir(f"{mnt}/topics/t")
         sh(f"echo hi > {mnt}/topics/t/0/append")

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from store import Message, MessageStore, StoreConfig, StoreError
-from tests.store_helpers import small_config
+from tests.store_helpers import file_hashes, small_config
 
 
 def _snapshot(root) -> dict[str, tuple[int, int]]:
@@ -79,17 +79,6 @@ def test_read_only_open_refuses_a_queue_directory_it_cannot_serve(tmp_path):
         MessageStore(str(tmp_path), small_config(read_only=True)).open()
 
 
-def _hash_all(root) -> dict[str, str]:
-    import hashlib
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for n in names:
-            path = os.path.join(dirpath, n)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
 @pytest.mark.parametrize("crashed", [False, True], ids=["clean", "crashed"])
 @pytest.mark.parametrize("command", ["info", "verify"])
 def test_info_and_verify_change_no_byte_and_create_no_file(tmp_path, command, crashed):
@@ -105,11 +94,11 @@ def test_info_and_verify_change_no_byte_and_create_no_file(tmp_path, command, cr
         s.flush_services.stop()
         os.unlink(root / "lock")  # a killed owner leaves its lock file unheld
         (root / "abort").write_text("99999")
-    before = _hash_all(root)
+    before = file_hashes(root)
     proc = subprocess.run([sys.executable, "-m", "fusefs", command, str(root)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert _hash_all(root) == before
+    assert file_hashes(root) == before
     if crashed:
         assert "not closed cleanly" in proc.stdout or "not clean" in proc.stdout
     if crashed:
