@@ -269,7 +269,7 @@ class StoredMessage(_WellKnownProperties):
         return decode_host(self.store_host_raw)
 
     @property
-    def properties(self) -> dict[str, str]:
+    def properties(self) -> dict[str, str]:  # type: ignore[override]  # read-only, decoded late
         if self._props is None:
             try:
                 self._props = decode_properties(self._props_raw)
@@ -381,7 +381,8 @@ def peek_header(buf, pos: int) -> tuple[int, int]:
 _FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")  # both hosts IPv4: the common case
 
 
-def decode(buf, pos: int = 0, flavor: Flavor | None = None, copy_body: bool = False) -> StoredMessage:
+def decode(buf, pos: int = 0, flavor: Flavor | None = None,
+           copy_body: bool = False) -> StoredMessage:
     """Decode the record at pos. With a flavor, verify the body checksum.
 
     Raises CodecError for anything that is not a whole, well-formed v1/v2 record,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import xxhash
@@ -25,7 +26,8 @@ PRE_BLANK = (0, 0x7FFFFFFF, 0)
 
 
 class ConsumeQueue:
-    def __init__(self, root: str, topic: str, queue_id: int, units: int, *, read_only: bool = False):
+    def __init__(self, root: str, topic: str, queue_id: int, units: int, *,
+                 read_only: bool = False):
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = units * UNIT_SIZE
@@ -79,8 +81,7 @@ class ConsumeQueue:
                 self.hole = True  # entries before this one are missing: recovery dispatches again
                 return False
             while current < expect:  # messages repair lost: their offsets read as damaged
-                mf = self.queue.last_file_for_append()
-                mf.append(_UNIT.pack(filler[0], filler[1], 0))
+                self.queue.last_file_for_append().append(_UNIT.pack(filler[0], filler[1], 0))
                 current += UNIT_SIZE
         files = self.queue.files
         mf = files[-1] if files else None
@@ -129,7 +130,7 @@ class ConsumeQueue:
         """Append units that continue the queue exactly, rolling files as put() does."""
         units = np.empty(len(offsets), dtype=UNIT_DTYPE)
         units["offset"], units["size"], units["tags"] = offsets, sizes, tags_codes
-        raw = memoryview(units).cast("B")
+        raw = units.view(np.uint8).data
         done = 0
         while done < len(raw):
             mf = self.queue.last_file_for_append()
@@ -185,6 +186,11 @@ class ConsumeQueue:
             offset += len(units)
         return h.hexdigest()
 
+    def _record_at(self, queue_offset: int) -> int:
+        """CommitLog offset of an entry in [min, max) (-1 outside)."""
+        entry = self.entry(queue_offset)
+        return entry[0] if entry is not None else -1
+
     def last_entry(self) -> tuple[int, int, int] | None:
         return self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
 
@@ -199,7 +205,7 @@ class ConsumeQueue:
             a, b = lo, hi
             while a < b:
                 mid = (a + b) // 2
-                if store_time(self.entry(mid)[0]) <= ts:
+                if store_time(self._record_at(mid)) <= ts:
                     a = mid + 1
                 else:
                     b = mid
@@ -207,7 +213,7 @@ class ConsumeQueue:
         a, b = lo, hi
         while a < b:
             mid = (a + b) // 2
-            if store_time(self.entry(mid)[0]) < ts:
+            if store_time(self._record_at(mid)) < ts:
                 a = mid + 1
             else:
                 b = mid
@@ -282,7 +288,7 @@ class ConsumeQueue:
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.entry(mid)[0] < min_commitlog_offset:
+            if self._record_at(mid) < min_commitlog_offset:
                 lo = mid + 1
             else:
                 hi = mid
@@ -306,6 +312,26 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.queue.close()
+
+
+class QueueView(Protocol):
+    """What readers use of a queue: a ConsumeQueue, or one rebuilt in memory."""
+
+    topic: str
+    queue_id: int
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None: ...
+
+    def entries(self, queue_offset: int, n: int) -> np.ndarray: ...
+
+    def offset_by_time(self, ts: int, store_time: Callable[[int], int],
+                       upper: bool = False) -> int: ...
 
 
 class RebuiltQueue:
@@ -344,6 +370,7 @@ class RebuiltQueue:
         return self._units[lo:max(lo, min(queue_offset + n, self.max_offset) - self.min_offset)]
 
     offset_by_time = ConsumeQueue.offset_by_time
+    _record_at = ConsumeQueue._record_at
 
     def close(self) -> None:
         pass

@@ -1,5 +1,6 @@
 """What a clean close leaves for the next open to check: every queue's entry count and a digest
-of its units, and every IndexFile's entry count. Normal recovery trusts the ConsumeQueue and IndexFile files, and
+of its units, and every IndexFile's entry count. Normal recovery trusts the ConsumeQueue and
+IndexFile files, and
 nothing in RocketMQ's format records how many entries a queue had, so a file deleted while the
 store was closed would otherwise go unnoticed. Only read after a clean close; a file of the
 wrong shape is refused rather than skipped, since skipping it silently turns the check off."""

@@ -50,7 +50,8 @@ class IndexFile:
             self._write_header()
         else:
             (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
-             self.end_phy_offset, self.hash_slot_count, self.index_count) = _HEADER.unpack_from(mm, 0)
+             self.end_phy_offset, self.hash_slot_count, self.index_count
+             ) = _HEADER.unpack_from(mm, 0)
             if self.index_count <= 0:
                 self.index_count = 1
 

@@ -35,7 +35,8 @@ class StoreLock:
         nothing: with no lock file nobody holds the store; with one, a read lock keeps a
         writer out for as long as it is held."""
         if self.key in _HELD_HERE:
-            raise StoreLocked(f"store {self.key} is already open in this process (pid {os.getpid()})")
+            raise StoreLocked(f"store {self.key} is already open in this process "
+                              f"(pid {os.getpid()})")
         try:
             fd = os.open(self.path, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:

@@ -1,7 +1,8 @@
 """MessageStore: the one public face of the storage engine.
 
 Open = lock, load, create `abort`, recover (abnormal when `abort` existed before), start the
-flush services. Close = stop services, flush everything, write the checkpoint, delete `abort`, unlock.
+flush services. Close = stop services, flush everything, write the checkpoint, delete `abort`,
+unlock.
 Puts append to the CommitLog and dispatch to the ConsumeQueue and IndexFile under one lock,
 so a message is readable by queue offset and findable by key as soon as `put` returns.
 """
@@ -24,7 +25,7 @@ from .codec import (TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT, Encod
                     RecordRun, StoredMessage, parse_host)
 from .commitlog import CommitLog
 from .config import StoreConfig
-from .consume_queue import UNIT_DTYPE, ConsumeQueue
+from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
 from .errors import (CodecError, CorruptionError, InvalidMessage, NotFound, StoreError,
                      StoreFormatError)
@@ -382,11 +383,11 @@ class MessageStore:
         clean_expired(self)
 
     # --- reading ---------------------------------------------------------------------------
-    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def _cq(self, topic: str, queue_id: int) -> QueueView:
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:
-                return _EMPTY_QUEUE
+                return RebuiltQueue.of(topic, queue_id, [])  # declared, no message yet
             raise NotFound(f"no queue {topic}/{queue_id}")
         return cq
 
@@ -439,7 +440,8 @@ class MessageStore:
         return self._cq(topic, queue_id).max_offset
 
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
-        return self._cq(topic, queue_id).offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
+        cq = self._cq(topic, queue_id)
+        return cq.offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
 
     def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
                   max_n: int = 64) -> list[StoredMessage]:
@@ -456,7 +458,8 @@ class MessageStore:
                     msg = self._read(phys)
                 except (NotFound, CorruptionError):
                     continue
-                if msg.topic == t and key in msg.index_keys() and begin <= msg.store_timestamp <= end:
+                if msg.topic == t and key in msg.index_keys() and \
+                        begin <= msg.store_timestamp <= end:
                     hits[phys] = msg
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
         return found[:max_n]
@@ -492,22 +495,3 @@ class MessageStore:
 
     def groups(self) -> dict[str, dict[str, dict[int, int]]]:
         return self.offsets.groups()
-
-
-class _EmptyQueue:
-    """A queue declared in topics.json that has no messages yet."""
-
-    min_offset = 0
-    max_offset = 0
-
-    def entry(self, offset: int):
-        return None
-
-    def entries(self, offset: int, n: int) -> np.ndarray:
-        return np.empty(0, dtype=UNIT_DTYPE)
-
-    def offset_by_time(self, ts, store_time, upper=False) -> int:
-        return 0
-
-
-_EMPTY_QUEUE = _EmptyQueue()

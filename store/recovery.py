@@ -321,13 +321,15 @@ def check_files(store) -> None:
     starts)."""
     files = store.commitlog.queue.files
     size = store.config.commitlog_file_size
-    fix = f"nothing was changed: restore the file, or run `mqfs repair {store.root}` to accept the loss"
+    fix = (f"nothing was changed: restore the file, or run `mqfs repair {store.root}` to "
+           "accept the loss")
     for before, after in zip(files, files[1:]):
         if after.file_from_offset != before.file_from_offset + size:
             raise CorruptionError(
                 f"CommitLog file {offset_to_name(before.file_from_offset + size)} is missing "
                 f"(offsets {before.file_from_offset + size}..{after.file_from_offset} lie "
-                f"between {os.path.basename(before.path)} and {os.path.basename(after.path)}); {fix}")
+                f"between {os.path.basename(before.path)} and "
+                f"{os.path.basename(after.path)}); {fix}")
     for mf in files:
         if mf.file_from_offset % size:
             raise CorruptionError(f"CommitLog file {os.path.basename(mf.path)} is not named by a "
@@ -399,7 +401,8 @@ def _refusal(store, end: int, flushed: int, reason: str | None) -> str | None:
     valid record follows)."""
     name = _file_name_at(store, end)
     what = reason or "no record"
-    tail = f"run `mqfs verify {store.root}` to see the damage and `mqfs repair {store.root}` to salvage"
+    tail = (f"run `mqfs verify {store.root}` to see the damage and `mqfs repair {store.root}` "
+            "to salvage")
     if end < flushed:
         return (f"damaged record at CommitLog offset {end} (file {name}) inside flushed data "
                 f"(flushed up to {flushed}): {what}; nothing was changed: {tail}")
@@ -415,17 +418,12 @@ def _refusal(store, end: int, flushed: int, reason: str | None) -> str | None:
 def _quarantine_tail(store, end: int) -> list[str]:
     """Copy every non-zero byte the cut at `end` takes away into quarantine/."""
     saved = []
-    step = 1 << 20
     for mf in store.commitlog.queue.files:
         lo = max(end - mf.file_from_offset, 0)
         if lo >= mf.file_size:
             continue
-        u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
-        hi = mf.file_size
-        while hi > lo and not u8[max(lo, hi - step):hi].any():
-            hi = max(lo, hi - step)
-        if hi > lo:
-            last = lo + int(np.flatnonzero(u8[max(lo, hi - step):hi])[-1]) + max(lo, hi - step) - lo + 1
+        last = salvage.data_end(mf.buffer(), lo, mf.file_size)
+        if last > lo:
             name = f"commitlog-{offset_to_name(mf.file_from_offset + lo)}-torn-tail"
             saved.append(quarantine.save_bytes(store.root, name, mf.buffer()[lo:last]))
     return saved
@@ -531,9 +529,9 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
     if not queue.files:
         if cp.commitlog_flushed_offset > 0:
             raise CorruptionError(
-                f"the CommitLog files are gone but the checkpoint says {cp.commitlog_flushed_offset}"
-                f" bytes were flushed; nothing was changed: restore them, or run "
-                f"`mqfs repair {store.root}` to start over with an empty log")
+                f"the CommitLog files are gone but the checkpoint says "
+                f"{cp.commitlog_flushed_offset} bytes were flushed; nothing was changed: "
+                "restore them from a copy")
         for cq in cqs:
             cq.queue.truncate_dirty(0)
             cq.max_physic_offset = 0

@@ -107,7 +107,7 @@ def _with_renames(plan: RepairPlan, progress: Progress | None) -> RepairPlan:
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     cl = CommitLog(plan.root, cfg.commitlog_file_size, flavor, read_only=True)
     placed = []
-    for start, path in load_files(os.path.join(plan.root, "commitlog"), cfg.commitlog_file_size,
+    for _, path in load_files(os.path.join(plan.root, "commitlog"), cfg.commitlog_file_size,
                                   read_only=True):
         target = plan.renames.get(path, path)
         mf = MappedFile(path, cfg.commitlog_file_size, int(os.path.basename(target)),

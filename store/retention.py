@@ -39,7 +39,8 @@ def recorded_min_offset(root: str) -> int | None:
     value = data.get("commitlogMinOffset") if isinstance(data, dict) else None
     if type(value) is not int or value < 0:
         raise StoreFormatError(f"{path} has no valid commitlogMinOffset; restore it from "
-                               f"{path}.bak or delete it (the oldest CommitLog file is then trusted)")
+                               f"{path}.bak or delete it (the oldest CommitLog file is then "
+                               "trusted)")
     return value
 
 

@@ -61,7 +61,7 @@ def _next_record(buf, lo: int, hi: int, base: int, flavor: Flavor) -> int | None
     return best
 
 
-def _data_end(buf, lo: int, size: int) -> int:
+def data_end(buf, lo: int, size: int) -> int:
     """One past the last non-zero byte at or after lo (lo when there is none)."""
     step = 1 << 20
     hi = size
@@ -88,7 +88,7 @@ def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0, flu
         total, magic = codec.peek_header(view, pos)
         if magic == MAGIC_BLANK and total == size - pos:
             return
-        if total == 0 and magic == 0 and _data_end(buf, pos, size) == pos:
+        if total == 0 and magic == 0 and data_end(buf, pos, size) == pos:
             if not last:
                 yield Damage(base + pos, base + size, "the file ends without a BLANK record",
                              name, True, store_ts)
@@ -105,12 +105,12 @@ def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0, flu
         why = _why(view, pos, base, flavor)
         nxt = _next_record(buf, pos + 1, size, base, flavor)
         if nxt is None:
-            end = size if not last else max(_data_end(buf, pos, size), pos + 1)
+            end = size if not last else max(data_end(buf, pos, size), pos + 1)
             yield Damage(base + pos, base + end, why, name, True, store_ts)
             return
         yield Damage(base + pos, base + nxt, why, name, False, store_ts)
         pos = nxt
-    if pos < size and _data_end(buf, pos, size) > pos:
+    if pos < size and data_end(buf, pos, size) > pos:
         yield Damage(base + pos, base + size, "bytes after the last record", name, True,
                      store_ts)
 

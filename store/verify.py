@@ -140,17 +140,18 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             for qoff, u in live:
                 checked += 1
                 phys, size, tags = int(u["offset"]), int(u["size"]), int(u["tags"])
-                r = records.get(phys)
+                rec = records.get(phys)
                 if phys in fillers:
                     lost += 1  # a message repair could not save: reads as damaged
-                elif r is None:
+                elif rec is None:
                     if _in_damage(damages, phys) is None:
                         report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
                                        f"{phys}, where no record starts")
-                elif (r.topic, r.queue_id, r.queue_offset, r.size, r.tags_code) != (
+                elif (rec.topic, rec.queue_id, rec.queue_offset, rec.size, rec.tags_code) != (
                         topic, int(qname), qoff, size, tags):
                     report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
-                                   f"record at {phys} ({r.topic}/{r.queue_id}/{r.queue_offset})")
+                                   f"record at {phys} ({rec.topic}/{rec.queue_id}/"
+                                   f"{rec.queue_offset})")
                 else:
                     want.discard(phys)
             if want:
