@@ -1,6 +1,6 @@
 """Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them.
 
-Layout (big-endian), from the format reference §1.2:
+Layout (big-endian; docs/format.md, "CommitLog record"):
 TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
 BORNHOST(8|20) STORETIMESTAMP STOREHOST(8|20) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN BODY
 TOPICLEN(1|2) TOPIC PROPERTIESLEN PROPERTIES

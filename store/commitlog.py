@@ -1,7 +1,7 @@
 """The CommitLog: every message of every topic, appended in one sequence of mapped files.
 
 Appends happen under `put_lock`; a record that would leave fewer than 8 bytes at the end of a
-file goes to the next file and the rest of this one is marked by a BLANK record (format §1.5).
+file goes to the next file and the rest of this one is marked by a BLANK record (docs/format.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One ConsumeQueue: 20-byte units (commitlog offset, record size, tagsCode) per topic/queue.
 
 Entry i (the queue offset) lives at logical byte i*20. Files hold `units` entries and are named
-by logical byte offset (format §3). Lookups and time search use numpy views of the mapped
+by logical byte offset (docs/format.md). Lookups and time search use numpy views of the mapped
 units instead of Python loops.
 """
 

@@ -2,7 +2,7 @@
 
 40-byte header, `slots` int32 bucket heads, then `entries` 20-byte entries (keyHash, phyOffset,
 timeDiff in seconds, prevIndex). Entries are 1-based: entry 0 is never written, so a file holds
-entries-1 keys (format §4). The header lives in memory while the file is written and goes
+entries-1 keys (docs/format.md). The header lives in memory while the file is written and goes
 to disk on flush and close (a crashed store rebuilds its newest index file anyway).
 """
 
@@ -40,7 +40,7 @@ class IndexFile:
         self.mf = MappedFile(path, index_file_size(slots, entries), read_only=read_only)
         mm = self.mf.buffer()
         if self.mf.created or blank:
-            # a new file starts from the previous file's end values (RocketMQ quirk, §4.2)
+            # a new file starts from the previous file's end values (a RocketMQ quirk)
             self.begin_timestamp = end_timestamp
             self.end_timestamp = end_timestamp
             self.begin_phy_offset = end_phy_offset

@@ -1,5 +1,5 @@
 """Recovery on open: find the valid end of the CommitLog, cut a torn tail, and make the
-ConsumeQueues and IndexFiles match it by re-dispatching records (format §5.4).
+ConsumeQueues and IndexFiles match it by re-dispatching records.
 
 Open never destroys: the only CommitLog bytes it cuts are a torn tail it can prove was never
 flushed (after the checkpoint's flushed offset), copied into quarantine/ first. Damage inside

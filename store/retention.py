@@ -1,5 +1,5 @@
 """Retention: opt-in deletion of the oldest CommitLog files, then of the ConsumeQueue and
-IndexFile files that only point below the new CommitLog minimum (format §2.8).
+IndexFile files that only point below the new CommitLog minimum.
 
 Nothing is deleted unless the store was opened with `retention_hours` (a file whose newest
 write is older) or `retention_bytes` (the store's own CommitLog bytes above it; other programs'
