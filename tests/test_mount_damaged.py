@@ -1,0 +1,58 @@
+"""A damaged store through a real mount: a read-write mount refuses in one line and changes
+nothing; `-o ro` serves every intact message and EIO for the damaged one; after
+`mqfs repair --yes` a read-write mount serves the rest at their offsets."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from store import Message, MessageStore
+from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse, sh
+from tests.store_helpers import file_hashes
+
+pytestmark = [pytest.mark.mount, needs_fuse]
+
+
+def test_damaged_store_refuses_rw_serves_ro_and_repairs(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    os.makedirs(mnt)
+    mqfs("init", root, *SMALL)
+    with MessageStore(root) as s:
+        results = [s.put(Message.create("T", b"message %d\n" % i, keys=[f"k{i}"], tags="t0"))
+                   for i in range(30)]
+    damaged = results[12]
+    size = int(SMALL[1])
+    start = damaged.commitlog_offset - damaged.commitlog_offset % size
+    path = os.path.join(root, "commitlog", f"{start:020d}")
+    with open(path, "r+b") as f:  # one flipped bit in the TAGS property of message 12
+        pos = damaged.commitlog_offset % size + damaged.size - 30
+        f.seek(pos)
+        byte = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([byte ^ 0x04]))
+    before = file_hashes(root, skip=("lock",))
+
+    refused = mqfs("mount", root, mnt, check=False)
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1
+    assert "CommitLog offset" in refused.stderr and "mqfs repair" in refused.stderr
+    assert not os.path.ismount(mnt) and file_hashes(root, skip=("lock",)) == before
+
+    with mounted(root, mnt, "-o", "ro"):
+        assert sh(f"cat {mnt}/topics/T/0/11").stdout == b"message 11\n"
+        assert sh(f"cat {mnt}/topics/T/0/29").stdout == b"message 29\n"
+        bad = sh(f"cat {mnt}/topics/T/0/12", check=False)
+        assert bad.returncode != 0 and b"Input/output error" in bad.stderr
+    assert file_hashes(root, skip=("lock",)) == before
+
+    assert mqfs("repair", root, check=False).returncode == 1  # no terminal, no --yes: nothing
+    assert file_hashes(root, skip=("lock",)) == before
+    mqfs("repair", root, "--yes")
+    assert mqfs("verify", root).returncode == 0
+    with mounted(root, mnt):
+        assert sh(f"cat {mnt}/topics/T/0/13").stdout == b"message 13\n"
+        assert sh(f"cat {mnt}/topics/T/0/12", check=False).returncode != 0
+        sh(f"echo new > {mnt}/topics/T/0/append")
+        assert sh(f"cat {mnt}/topics/T/0/30").stdout == b"new\n"
+    assert any(n.endswith("-damaged") for n in os.listdir(os.path.join(root, "quarantine")))
