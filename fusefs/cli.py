@@ -14,25 +14,36 @@ import sys
 COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "pipeline")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (`mqfs: ...`), like every other error of the command."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mqfs", description="RocketMQ-format message store as a filesystem")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = OneLineParser(prog="mqfs", description="RocketMQ-format message store as a filesystem")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     m = sub.add_parser("mount", help="mount a store (returns once the mount is ready)")
     m.add_argument("store")
     m.add_argument("mountpoint")
     m.add_argument("-o", dest="options", action="append", default=[],
-                   help="flush=async|sync, transient, ro, allow_other, allow_root "
+                   help="flush=async|sync, transient, ro, allow_other, allow_root, uid=N, gid=N, "
+                        "umask=OCTAL, keys_max=N, buffer_max=BYTES "
                         "(fstab-only options are ignored)")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("--systemd", action="store_true",
                    help="foreground, send READY=1 to $NOTIFY_SOCKET (Type=notify)")
     m.add_argument("--log", default=None,
-                   help="FILE, syslog, stderr or none (default: stderr with -f, else syslog)")
+                   help="FILE, syslog, stderr or none (default: stderr with -f, else "
+                        "STORE/logs/mqfs.log, rotated at 4 MiB, 3 kept; with -o ro "
+                        "$XDG_STATE_HOME/mqfs/, never inside the store)")
 
     u = sub.add_parser("umount", help="flush, unmount and wait for the daemon to exit")
     u.add_argument("mountpoint")
-    u.add_argument("--timeout", type=float, default=300.0)
+    u.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds to wait for the daemon; then detach lazily and fail")
 
     i = sub.add_parser("init", help="create an empty store")
     i.add_argument("store")
@@ -191,26 +202,47 @@ def cmd_repair(a: argparse.Namespace) -> int:
     return 0 if after.ok else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "pipeline":
-        from pipeline.cli import main as pipeline_main
+        from pipeline.cli import main as pipeline_main  # lazily: fusefs never needs Spark
         return pipeline_main(argv[1:])
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair}[args.command]
+    return handler(args)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"{exc.filename}: {exc.strerror}"
+    return text or type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every failure ends as one `mqfs: ...` line on stderr and a non-zero exit."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     from store.errors import StoreError
 
     try:
-        return handler(args)
+        code = _dispatch(argv)
+        sys.stdout.flush()  # a closed pipe (`mqfs info | head -1`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # the reader went away: not an error worth a line, and exit quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (StoreError, OSError, ValueError) as exc:
-        print(f"mqfs: {exc}", file=sys.stderr)
+        print(f"mqfs: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mqfs: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        print(f"mqfs: internal error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

@@ -6,34 +6,40 @@ adapter in `ops.py` turns `Attr` into pyfuse3 objects and `FsError` into `FUSEEr
 Inodes: a few fixed ones, a small table for named directories and files (topics, queues,
 keys, groups), and computed numbers for messages and key links:
 ``MSG_BIT | qidx << 40 | offset`` where qidx indexes the (small) table of queues seen so far.
-Nothing grows with the number of messages.
+Nothing grows with the number of messages. Files staged in `tmp/` get ``STAGED_BIT | n``
+from a counter (never reused) and live only until published, removed or unmounted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import stat
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from store import MessageStore, StoredMessage
+from store import Message, MessageStore, PutResult, StoredMessage
 from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 from store.errors import InvalidMessage, NotFound
 from store.metadata import validate_group
+from store.staging import Staging
 
 from .errors import FsError
+from .keynames import check_key, name_key
+from .spool import Budget, Spool
 
-ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO = 1, 2, 3, 4
+ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO, STATUS_INO = 1, 2, 3, 4, 5
 (ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, APPEND, JSONL, KEYDIR, GROUP, GROUP_TOPIC,
- GROUP_QUEUE, MESSAGE, LINK) = range(14)
+ GROUP_QUEUE, MESSAGE, LINK, TMP, STAGED, FOLLOW, STATUS) = range(18)
 
 MSG_BIT = 1 << 63
 LINK_BIT = 1 << 62
+STAGED_BIT = 1 << 61
 OFFSET_BITS = 40
 QIDX_BITS = 22
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
@@ -41,15 +47,22 @@ QIDX_MASK = (1 << QIDX_BITS) - 1
 
 APPEND_NAME = b"append"
 JSONL_NAME = b"append.jsonl"
+FOLLOW_NAME = b"follow"
+TMP_NAME = b"tmp"
+STATUS_NAME = b"status.json"
 NAME_MAX = 255
 LONG = 3600.0  # seconds the kernel may cache what never changes (messages, fixed dirs)
-KEY_HITS_MAX = 10_000  # entries listed under one /keys/<key>
-QUEUE_FIXED = 4  # ".", "..", append, append.jsonl precede the offsets in a queue listing
+KEY_HITS_MAX = 10_000  # default cap on entries listed under one /keys/<key> (-o keys_max=)
+QUEUE_FIXED = 5  # ".", "..", append, append.jsonl, tmp precede the offsets; `follow` is
+# never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
 READDIR_BATCH = 128
 ATTR_CACHE_SIZE = 65_536
 BODY_CACHE_BYTES = 64 << 20  # bodies kept from lookup for the open that usually follows
+STAGED_MAX = 10_000  # files in all tmp/ directories together
+RECENT_MAX = 50  # errors and capped key listings remembered for status.json
 
-DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPIC}
+DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPIC, TMP}
+WRITABLE_DIRS = {TOPICS, TOPIC, QUEUE, TMP}  # mkdir, rename into, create
 
 
 @dataclass(slots=True)
@@ -63,6 +76,20 @@ class Node:
     queue: int = -1
     key: str = ""
     group: str = ""
+
+
+@dataclass(slots=True)
+class Staged:
+    """A file in a queue's tmp/: a body being composed, plus keys/tags set as xattrs."""
+
+    ino: int
+    name: bytes
+    parent: int  # the tmp/ directory's inode
+    spool: Spool
+    mtime_ns: int
+    meta: dict[bytes, bytes] = field(default_factory=dict)
+    busy: bool = False  # being published
+    gone: bool = False  # published or removed
 
 
 @dataclass(slots=True)
@@ -123,7 +150,7 @@ class NodeTable:
         self._qidx: dict[tuple[str, int], int] = {}
         self._next = 16
         for ino, kind in ((ROOT_INO, ROOT), (TOPICS_INO, TOPICS), (KEYS_INO, KEYS),
-                          (GROUPS_INO, GROUPS)):
+                          (GROUPS_INO, GROUPS), (STATUS_INO, STATUS)):
             self._by_ino[ino] = Node(ino, kind, ROOT_INO)
 
     def get(self, ino: int) -> Node:
@@ -156,14 +183,44 @@ class Model:
     """The tree over one open MessageStore. Thread-safe: the adapter may call it from
     worker threads (mkdir, puts) while the trio thread serves reads."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, *, umask: int = 0o022,
+                 keys_max: int = KEY_HITS_MAX, budget: Budget | None = None) -> None:
         self.store = store
         self.nodes = NodeTable()
         self.started_ns = time.time_ns()
+        self.umask = umask
+        self.keys_max = keys_max
+        self.budget = budget or Budget()
+        # staging holds spilled bodies; a read-only store gets none (writes are EROFS)
+        self.staging = None if store.config.read_only else Staging(store.root)
         self._attrs: OrderedDict[int, Attr] = OrderedDict()
         self._bodies: OrderedDict[int, bytes] = OrderedDict()
         self._body_bytes = 0
         self._attrs_lock = threading.Lock()
+        self.staged: dict[int, Staged] = {}
+        self.tmp_dirs: dict[int, dict[bytes, int]] = {}  # tmp/ inode -> name -> staged inode
+        self._next_staged = 1
+        self.commit_ns: dict[tuple[str, str, int], int] = {}
+        self.errors: deque[dict] = deque(maxlen=RECENT_MAX)
+        self.keys_cut: deque[dict] = deque(maxlen=RECENT_MAX)
+        self._limits: dict[str, int] = {}
+        self._newest: dict[tuple[str, int], int] = {}
+
+    def spool(self) -> Spool:
+        return Spool(self.staging, self.budget)
+
+    def body_limit(self, topic: str, queue: int) -> int:
+        """The largest body a plain message to topic may have (max size or file size)."""
+        limit = self._limits.get(topic)
+        if limit is None:
+            limit = self._limits[topic] = self.store.max_body_size(
+                Message.create(topic, b"", queue_id=queue))
+        return limit
+
+    def note_error(self, op: str, where: str, err: int, why: str) -> None:
+        """Remember a refusal for status.json (the log has them all)."""
+        self.errors.append({"time_ms": time.time_ns() // 1_000_000, "op": op, "path": where,
+                            "errno": errno.errorcode.get(err, str(err)), "reason": why})
 
     # --- named nodes ---------------------------------------------------------------------
     def topic_node(self, topic: str) -> Node:
@@ -193,7 +250,8 @@ class Model:
             raise FsError(errno.ENAMETOOLONG)
         kind = node.kind
         if kind == ROOT:
-            ino = {b"topics": TOPICS_INO, b"keys": KEYS_INO, b"groups": GROUPS_INO}.get(name)
+            ino = {b"topics": TOPICS_INO, b"keys": KEYS_INO, b"groups": GROUPS_INO,
+                   STATUS_NAME: STATUS_INO}.get(name)
             if ino is None:
                 raise FsError(errno.ENOENT)
             return self.getattr(ino)
@@ -212,12 +270,21 @@ class Model:
                 return self.node_attr(self._child_file(node, APPEND, "a"))
             if name == JSONL_NAME:
                 return self.node_attr(self._child_file(node, JSONL, "j"))
+            if name == FOLLOW_NAME:
+                return self.node_attr(self._child_file(node, FOLLOW, "f"))
+            if name == TMP_NAME:
+                return self.node_attr(self._child_file(node, TMP, "tmp"))
             offset = canonical_int(name)
             if offset is None:
                 raise FsError(errno.ENOENT)
             return self.message_attr(node, offset)
+        if kind == TMP:
+            ino = self.tmp_dirs.get(node.ino, {}).get(name)
+            if ino is None:
+                raise FsError(errno.ENOENT)
+            return self.staged_attr(self.staged[ino])
         if kind == KEYS:
-            key = text_name(name)
+            key = name_key(name)
             if not self.store.query_key(key, max_n=1):
                 raise FsError(errno.ENOENT)
             return self.node_attr(self.nodes.intern(("k", key), KEYDIR, KEYS_INO, key=key))
@@ -265,6 +332,8 @@ class Model:
 
     # --- attributes ------------------------------------------------------------------------
     def getattr(self, ino: int) -> Attr:
+        if ino & STAGED_BIT and not ino & MSG_BIT:
+            return self.staged_attr(self._staged(ino))
         if ino & MSG_BIT:
             is_link, qidx, offset = split_ino(ino)
             queue = self._queue_by_idx(qidx)
@@ -280,17 +349,57 @@ class Model:
             raise FsError(errno.ENOENT) from None
 
     def node_attr(self, node: Node) -> Attr:
-        kind = node.kind
+        """Modes follow the umask option (writable things 0777/0666, the rest 0555/0444,
+        less the umask). Times that move (queues, topics, group files) are never cached."""
+        kind, umask = node.kind, self.umask
         if kind in DIR_KINDS:
-            mode = stat.S_IFDIR | (0o755 if kind in (TOPICS, TOPIC) else 0o555)
-            volatile = kind in (KEYDIR,)
-            return Attr(node.ino, mode, 0, self.started_ns, 2,
-                        0.0 if volatile else LONG, 0.0 if volatile else LONG)
+            mode = stat.S_IFDIR | ((0o777 if kind in WRITABLE_DIRS else 0o555) & ~umask)
+            if kind == KEYDIR:
+                return Attr(node.ino, mode, 0, self.started_ns, 2, 0.0, 0.0)
+            if kind in (TOPICS, TOPIC, QUEUE):
+                return Attr(node.ino, mode, 0, self.dir_mtime(node), 2, LONG, 0.0)
+            if kind == TMP:
+                return Attr(node.ino, mode, 0, self.started_ns, 2, LONG, 0.0)
+            return Attr(node.ino, mode, 0, self.started_ns, 2)
         if kind == GROUP_QUEUE:
             text = self.offset_text(node)
-            return Attr(node.ino, stat.S_IFREG | 0o644, len(text), self.started_ns, 1, LONG, 0.0)
-        # APPEND, JSONL: always empty, never cached stale because nothing about them changes
-        return Attr(node.ino, stat.S_IFREG | 0o644, 0, self.started_ns, 1)
+            when = self.commit_ns.get((node.group, node.topic, node.queue), self.started_ns)
+            return Attr(node.ino, stat.S_IFREG | (0o666 & ~umask), len(text), when, 1, LONG, 0.0)
+        if kind == STATUS:
+            return Attr(node.ino, stat.S_IFREG | (0o444 & ~umask), 0, time.time_ns(), 1, LONG, 0.0)
+        if kind == FOLLOW:
+            return Attr(node.ino, stat.S_IFREG | (0o444 & ~umask), 0,
+                        self.queue_mtime(node.topic, node.queue), 1, LONG, 0.0)
+        # APPEND, JSONL: always empty; their mtime is the queue's
+        return Attr(node.ino, stat.S_IFREG | (0o666 & ~umask), 0,
+                    self.queue_mtime(node.topic, node.queue), 1, LONG, 0.0)
+
+    def queue_mtime(self, topic: str, queue: int) -> int:
+        """The store time of the queue's newest message (mount time when it has none).
+        Read from the store once, then kept current by `note_puts`: this mount is the
+        store's only writer, and the kernel asks on every path walk through a queue."""
+        when = self._newest.get((topic, queue))
+        if when is None:
+            when = self.started_ns
+            hi = self.store.max_offset(topic, queue)
+            if hi > self.store.min_offset(topic, queue):
+                _, _, stamps = self.store.list_entries(topic, queue, hi - 1, 1)
+                if len(stamps):
+                    when = int(stamps[0]) * 1_000_000
+            self._newest[(topic, queue)] = when
+        return when
+
+    def dir_mtime(self, node: Node) -> int:
+        if node.kind == QUEUE:
+            return self.queue_mtime(node.topic, node.queue)
+        topics = self.store.topics()
+        wanted = [node.topic] if node.kind == TOPIC else list(topics)
+        return max([self.queue_mtime(t, q) for t in wanted for q in range(topics.get(t, 0))],
+                   default=self.started_ns)
+
+    def note_puts(self, messages: list[Message], results: list[PutResult]) -> None:
+        for msg, res in zip(messages, results):
+            self._newest[(msg.topic, msg.queue_id)] = res.store_timestamp * 1_000_000
 
     def message_attr(self, queue: Node, offset: int) -> Attr:
         ino = message_ino(self._qidx(queue.topic, queue.queue), offset)
@@ -301,7 +410,8 @@ class Model:
         return attr
 
     def _remember(self, ino: int, msg: StoredMessage) -> Attr:
-        attr = Attr(ino, stat.S_IFREG | 0o444, len(msg.body), msg.store_timestamp * 1_000_000)
+        attr = Attr(ino, stat.S_IFREG | (0o444 & ~self.umask), len(msg.body),
+                    msg.store_timestamp * 1_000_000)
         with self._attrs_lock:
             self._attrs[ino] = attr
             if len(self._attrs) > ATTR_CACHE_SIZE:
@@ -319,8 +429,21 @@ class Model:
                     msg.store_timestamp * 1_000_000)
 
     def offset_text(self, node: Node) -> bytes:
+        """The committed offset, or where a new consumer starts (the queue's min offset)."""
         value = self.store.committed_offset(node.group, node.topic, node.queue)
-        return b"" if value is None else b"%d\n" % value
+        if value is None:
+            value = self.store.min_offset(node.topic, node.queue)
+        return b"%d\n" % value
+
+    def check_group_offset(self, node: Node, offset: int) -> None:
+        hi = self.store.max_offset(node.topic, node.queue)
+        if offset > hi:
+            raise FsError(errno.EINVAL, f"offset {offset} is past the end of "
+                                        f"{node.topic}/{node.queue} (max {hi})")
+
+    def commit_group_offset(self, node: Node, offset: int) -> None:
+        self.store.commit_offset(node.group, node.topic, node.queue, offset)
+        self.commit_ns[(node.group, node.topic, node.queue)] = time.time_ns()
 
     # --- files -----------------------------------------------------------------------------
     def body(self, ino: int) -> bytes:
@@ -342,6 +465,9 @@ class Model:
     def kind(self, ino: int) -> int:
         if ino & MSG_BIT:
             return LINK if ino & LINK_BIT else MESSAGE
+        if ino & STAGED_BIT:
+            self._staged(ino)
+            return STAGED
         return self.nodes.get(ino).kind
 
     def readlink(self, ino: int) -> bytes:
@@ -364,7 +490,8 @@ class Model:
         """(name, inode) of a small directory, taken once per opendir."""
         kind, store = node.kind, self.store
         if kind == ROOT:
-            return [(b"topics", TOPICS_INO), (b"keys", KEYS_INO), (b"groups", GROUPS_INO)]
+            return [(b"topics", TOPICS_INO), (b"keys", KEYS_INO), (b"groups", GROUPS_INO),
+                    (STATUS_NAME, STATUS_INO)]
         if kind == TOPICS:
             return [(t.encode(), self.topic_node(t).ino) for t in sorted(store.topics())]
         if kind == TOPIC:
@@ -372,9 +499,11 @@ class Model:
                     for q in range(self._queue_count(node.topic))]
         if kind == KEYS:
             return []  # the IndexFile holds hashes, not keys: look a key up by name
+        if kind == TMP:
+            return sorted(self.tmp_dirs.get(node.ino, {}).items())
         if kind == KEYDIR:
-            hits = sorted(store.query_key(node.key, max_n=KEY_HITS_MAX),
-                          key=lambda m: (m.topic, m.queue_id, m.queue_offset))
+            hits, _ = self.key_hits(node.key)
+            hits.sort(key=lambda m: (m.topic, m.queue_id, m.queue_offset))
             return [(f"{m.topic}:{m.queue_id}:{m.queue_offset}".encode(),
                      link_ino(self._qidx(m.topic, m.queue_id), m.queue_offset)) for m in hits]
         if kind == GROUPS:
@@ -422,9 +551,203 @@ class Model:
             return self.node_attr(self.queue_node(node.topic, q))
         raise FsError(errno.EPERM, "directories are created only in /topics and /topics/<t>")
 
+    def key_hits(self, key: str) -> tuple[list[StoredMessage], bool]:
+        """The newest `keys_max` true hits of a key, and whether there were more; a cut
+        listing is remembered for status.json."""
+        hits = self.store.query_key(key, max_n=self.keys_max + 1)
+        cut = len(hits) > self.keys_max
+        if cut:
+            del hits[self.keys_max:]
+            if not any(c["key"] == key for c in self.keys_cut):
+                self.keys_cut.append({"key": key, "listed": self.keys_max,
+                                      "note": "newest hits only; raise -o keys_max="})
+        return hits, cut
+
+    def put(self, messages: list[Message]) -> list[PutResult]:
+        """Store messages (all or none) and move the times of their queues."""
+        results = self.store.put_batch(messages)
+        self.note_puts(messages, results)
+        return results
+
+    # --- tmp/: staged files ----------------------------------------------------------------
+    def _staged(self, ino: int) -> Staged:
+        entry = self.staged.get(ino)
+        if entry is None:
+            raise FsError(errno.ENOENT, "the staged file was published or removed")
+        return entry
+
+    def staged_attr(self, entry: Staged) -> Attr:
+        return Attr(entry.ino, stat.S_IFREG | (0o666 & ~self.umask), entry.spool.size,
+                    entry.mtime_ns, 1, 0.0, 0.0)
+
+    def tmp_create(self, tmp_ino: int, name: bytes) -> Attr:
+        node = self.nodes.get(tmp_ino)
+        if node.kind != TMP:
+            raise FsError(errno.EPERM, "files are created only in tmp/; write to append to "
+                                       "add a message")
+        if self.staging is None:
+            raise FsError(errno.EROFS)
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        names = self.tmp_dirs.setdefault(tmp_ino, {})
+        if name in names:
+            raise FsError(errno.EEXIST)
+        if len(self.staged) >= STAGED_MAX:
+            raise FsError(errno.ENOSPC, f"{STAGED_MAX} files are staged in tmp/ directories "
+                                        "already; publish or remove some")
+        ino = STAGED_BIT | self._next_staged
+        self._next_staged += 1
+        entry = Staged(ino, name, tmp_ino, self.spool(), time.time_ns())
+        self.staged[ino] = entry
+        names[name] = ino
+        return self.staged_attr(entry)
+
+    def _detach(self, entry: Staged) -> None:
+        del self.tmp_dirs[entry.parent][entry.name]
+        del self.staged[entry.ino]
+        entry.gone = True
+        entry.spool.clear()
+
+    def tmp_entry(self, tmp_ino: int, name: bytes) -> Staged:
+        ino = self.tmp_dirs.get(tmp_ino, {}).get(name)
+        if ino is None:
+            raise FsError(errno.ENOENT)
+        entry = self.staged[ino]
+        if entry.busy:
+            raise FsError(errno.EBUSY, "the staged file is being published")
+        return entry
+
+    def tmp_unlink(self, tmp_ino: int, name: bytes) -> None:
+        self._detach(self.tmp_entry(tmp_ino, name))
+
+    def tmp_move(self, entry: Staged, tmp_ino: int, name: bytes, noreplace: bool) -> None:
+        """Rename inside or between tmp/ directories (replacing what has the new name)."""
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        names = self.tmp_dirs.setdefault(tmp_ino, {})
+        old = names.get(name)
+        if old == entry.ino:
+            return
+        if old is not None:
+            if noreplace:
+                raise FsError(errno.EEXIST)
+            self._detach(self.staged[old])
+        del self.tmp_dirs[entry.parent][entry.name]
+        entry.parent, entry.name = tmp_ino, name
+        names[name] = entry.ino
+
+    def staged_write(self, entry: Staged, offset: int, data: bytes) -> int:
+        if entry.gone:
+            raise FsError(errno.ENOENT, "the staged file was published or removed")
+        if entry.busy:
+            raise FsError(errno.EBUSY, "the staged file is being published")
+        node = self.nodes.get(entry.parent)
+        limit = self.body_limit(node.topic, node.queue)
+        if offset + len(data) > limit:
+            raise FsError(errno.EFBIG, f"a message body here is at most {limit} bytes")
+        entry.spool.write(offset, data)
+        entry.mtime_ns = time.time_ns()
+        return len(data)
+
+    def staged_truncate(self, entry: Staged, size: int) -> None:
+        node = self.nodes.get(entry.parent)
+        if size > self.body_limit(node.topic, node.queue):
+            raise FsError(errno.EFBIG)
+        entry.spool.truncate(size)
+        entry.mtime_ns = time.time_ns()
+
+    def staged_message(self, entry: Staged, topic: str, queue: int) -> Message:
+        """The message a staged file publishes as (read from its spool: a worker thread)."""
+        keys = entry.meta.get(b"user.keys", b"").decode().split()
+        tags = entry.meta.get(b"user.tags", b"").decode() or None
+        return Message.create(topic, entry.spool.getvalue(), queue_id=queue, keys=keys, tags=tags)
+
+    def set_staged_xattr(self, entry: Staged, name: bytes, value: bytes) -> None:
+        """user.keys (space-separated) and user.tags become the published message's."""
+        if name not in (b"user.keys", b"user.tags"):
+            raise FsError(errno.ENOTSUP, "only user.keys and user.tags can be set, on tmp/ files")
+        try:
+            text = value.decode()
+        except UnicodeDecodeError:
+            raise FsError(errno.EINVAL, "keys and tags are UTF-8 text") from None
+        if name == b"user.keys":
+            for key in text.split():
+                check_key(key)
+        entry.meta[name] = value
+
+    # --- descriptions ------------------------------------------------------------------------
+    def path(self, ino: int) -> str:
+        """The mount-relative path of an inode, for log lines and status.json."""
+        if ino & MSG_BIT:
+            is_link, qidx, offset = split_ino(ino)
+            q = self._queue_by_idx(qidx)
+            return f"/topics/{q.topic}/{q.queue}/{offset}" + (" (key link)" if is_link else "")
+        if ino & STAGED_BIT:
+            entry = self.staged.get(ino)
+            if entry is None:
+                return f"(staged file {ino & ~STAGED_BIT}, gone)"
+            return f"{self.path(entry.parent)}/{entry.name.decode(errors='replace')}"
+        node = self.nodes._by_ino.get(ino)
+        if node is None:
+            return f"(inode {ino})"
+        k = node.kind
+        fixed = {ROOT: "/", TOPICS: "/topics", KEYS: "/keys", GROUPS: "/groups",
+                 STATUS: "/status.json"}
+        if k in fixed:
+            return fixed[k]
+        if k == TOPIC:
+            return f"/topics/{node.topic}"
+        if k in (QUEUE, APPEND, JSONL, FOLLOW, TMP):
+            tail = {QUEUE: "", APPEND: "/append", JSONL: "/append.jsonl", FOLLOW: "/follow",
+                    TMP: "/tmp"}[k]
+            return f"/topics/{node.topic}/{node.queue}{tail}"
+        if k == KEYDIR:
+            return f"/keys/{node.key}"
+        parts = [node.group, node.topic, "" if node.queue < 0 else str(node.queue)]
+        return "/groups/" + "/".join(p for p in parts if p)
+
+    def status(self) -> dict:
+        """What /status.json shows: queues, groups and their lag, disk, limits, recovery,
+        recent refusals and cut key listings."""
+        store, cfg = self.store, self.store.config
+        topics = store.topics()
+        queues = {}
+        for t in sorted(topics):
+            for q in range(topics[t]):
+                queues[f"{t}/{q}"] = {"min_offset": store.min_offset(t, q),
+                                      "max_offset": store.max_offset(t, q),
+                                      "newest_store_time_ms": self.queue_mtime(t, q) // 1_000_000}
+        groups = {}
+        for g, per_topic in sorted(store.groups().items()):
+            for t, offsets in sorted(per_topic.items()):
+                for q, committed in sorted(offsets.items()):
+                    if t in topics and q < topics[t]:
+                        groups[f"{g}@{t}/{q}"] = {"committed": committed,
+                                                  "lag": store.max_offset(t, q) - committed}
+        disk = os.statvfs(store.root)
+        rec = store.recovery
+        return {
+            "store": store.root, "pid": os.getpid(), "flush_mode": cfg.flush_mode,
+            "read_only": cfg.read_only,
+            "disk": {"free_bytes": disk.f_bavail * disk.f_frsize,
+                     "total_bytes": disk.f_blocks * disk.f_frsize},
+            "retention": {"retention_hours": cfg.retention_hours,
+                          "retention_bytes": cfg.retention_bytes},
+            "limits": {"max_message_size": cfg.max_message_size, "keys_max": self.keys_max,
+                       "buffer_max": self.budget.limit, "staged_max": STAGED_MAX},
+            "buffers": {"memory_bytes": self.budget.used, "staged_files": len(self.staged)},
+            "last_recovery": (None if rec is None else dataclasses.asdict(rec)
+                              if dataclasses.is_dataclass(rec) else str(rec)),
+            "queues": queues, "groups": groups,
+            "keys_truncated": list(self.keys_cut),
+            "recent_errors": list(self.errors),
+        }
+
     # --- xattrs ----------------------------------------------------------------------------
     def xattrs(self, ino: int) -> dict[bytes, bytes]:
         """Every user.* attribute of an inode, names to values."""
+        if ino & STAGED_BIT and not ino & MSG_BIT:
+            return dict(self._staged(ino).meta)
         if ino & MSG_BIT:
             if ino & LINK_BIT:
                 return {}
@@ -440,6 +763,10 @@ class Model:
             return {b"user.min_offset": b"%d" % lo, b"user.max_offset": b"%d" % hi}
         if node.kind == TOPIC:
             return {b"user.queues": b"%d" % self._queue_count(node.topic)}
+        if node.kind == KEYDIR:
+            _, cut = self.key_hits(node.key)
+            return {b"user.keys_max": b"%d" % self.keys_max,
+                    b"user.truncated": b"1" if cut else b"0"}
         return {}
 
     def xattr(self, ino: int, name: bytes) -> bytes:
@@ -513,7 +840,8 @@ class QueueListing(Listing):
         self.node = node
         self.fixed = [(b".", node.ino), (b"..", node.parent),
                       (APPEND_NAME, model._child_file(node, APPEND, "a").ino),
-                      (JSONL_NAME, model._child_file(node, JSONL, "j").ino)]
+                      (JSONL_NAME, model._child_file(node, JSONL, "j").ino),
+                      (TMP_NAME, model._child_file(node, TMP, "tmp").ino)]
 
     def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
         model, node = self.model, self.node
@@ -523,7 +851,7 @@ class QueueListing(Listing):
         store, topic, queue = model.store, node.topic, node.queue
         offset = max(start - QUEUE_FIXED, store.min_offset(topic, queue))
         qbits = MSG_BIT | model._qidx(topic, queue) << OFFSET_BITS
-        mode = stat.S_IFREG | 0o444
+        mode = stat.S_IFREG | (0o444 & ~model.umask)
         while offset < store.max_offset(topic, queue):
             offsets, lengths, stamps = store.list_entries(topic, queue, offset, READDIR_BATCH)
             if not len(offsets):

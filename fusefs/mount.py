@@ -52,11 +52,38 @@ class RecoveryProgress:
               file=sys.stderr, flush=True)
 
 
-def setup_logging(target: str | None, foreground: bool) -> None:
-    """target: a file path, 'syslog', 'stderr' or 'none'; default stderr in the foreground,
-    syslog (when /dev/log exists) for a daemon."""
+LOG_DIR = "logs"  # inside the store directory
+LOG_BYTES = 4 << 20  # mqfs.log is rotated at this size, keeping LOG_KEEP old files
+LOG_KEEP = 3
+
+
+def default_log(store_root: str, read_only: bool) -> str:
+    """STORE/logs/mqfs.log; for a read-only mount, which must not write into the store,
+    $XDG_STATE_HOME/mqfs/<store path>.log (~/.local/state by default)."""
+    if not read_only:
+        return os.path.join(store_root, LOG_DIR, "mqfs.log")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    name = os.path.abspath(store_root).strip("/").replace("/", "_") or "root"
+    return os.path.join(state, "mqfs", f"{name}.log")
+
+
+def setup_logging(target: str | None, foreground: bool, store_root: str,
+                  read_only: bool = False) -> None:
+    """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
+    foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
+    cannot be written."""
     if target is None:
-        target = "stderr" if foreground else ("syslog" if os.path.exists("/dev/log") else "none")
+        target = "stderr" if foreground else default_log(store_root, read_only)
+        if not foreground:
+            from store.manifest import is_store
+
+            try:
+                if not is_store(store_root):  # never create files where no store is
+                    raise FileNotFoundError(store_root)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                open(target, "a").close()
+            except OSError:
+                target = "syslog" if os.path.exists("/dev/log") else "none"
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     if target == "none":
@@ -67,7 +94,8 @@ def setup_logging(target: str | None, foreground: bool) -> None:
         handler = logging.handlers.SysLogHandler("/dev/log")
         handler.setFormatter(logging.Formatter("mqfs[%(process)d]: %(levelname)s %(message)s"))
     else:
-        handler = logging.FileHandler(target)
+        handler = logging.handlers.RotatingFileHandler(target, maxBytes=LOG_BYTES,
+                                                       backupCount=LOG_KEEP)
     if target not in ("syslog",):
         handler.setFormatter(logging.Formatter(
             "%(asctime)s mqfs[%(process)d] %(levelname)s %(name)s: %(message)s"))
@@ -84,20 +112,24 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
 
     from .model import Model
     from .ops import Operations
+    from .spool import Budget
 
     if not os.path.isdir(mountpoint):
         raise OSError(f"mount point {mountpoint} is not a directory")
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
-    label = "recovering after an unclean shutdown:" if crashed else "checking the store tail:"
-    store = MessageStore(store_root, cfg, progress=RecoveryProgress(label), create=False)
+    # a clean open only re-checks the tail: quick, and not worth alarming lines
+    progress = RecoveryProgress("recovering after an unclean shutdown:") if crashed else None
+    store = MessageStore(store_root, cfg, progress=progress, create=False)
     store.open()
     if store.recovery is not None:
         log.info("opened %s: %s", store_root, store.recovery)
     clean = False
     try:
-        ops = Operations(Model(store), on_ready=ready)
+        model = Model(store, umask=opts.umask, keys_max=opts.keys_max,
+                      budget=Budget(opts.buffer_max))
+        ops = Operations(model, on_ready=ready, uid=opts.uid, gid=opts.gid)
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
         try:
             trio.run(_main_loop)
@@ -129,7 +161,7 @@ async def _main_loop() -> None:
 
 def run_foreground(store_root: str, mountpoint: str, opts: MountOptions, *,
                    use_systemd: bool, log_target: str | None) -> int:
-    setup_logging(log_target, foreground=True)
+    setup_logging(log_target, foreground=True, store_root=store_root)
     faulthandler.register(signal.SIGUSR1)
 
     def ready() -> None:
@@ -163,7 +195,8 @@ def run_daemon(store_root: str, mountpoint: str, opts: MountOptions, *,
     try:
         os.setsid()
         os.chdir("/")
-        setup_logging(log_target, foreground=False)
+        setup_logging(log_target, foreground=False, store_root=store_root,
+                      read_only=opts.read_only)
         faulthandler.register(signal.SIGUSR1)
 
         def ready() -> None:

@@ -10,21 +10,29 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import logging
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyfuse3
 import trio
 
+from store import Message
+
 from .errors import FsError, errno_for
-from .model import (APPEND, GROUP_QUEUE, JSONL, MESSAGE, Attr, Listing, Model)
+from .model import (APPEND, FOLLOW, GROUP_QUEUE, JSONL, MESSAGE, QUEUE, STAGED, STATUS, TMP,
+                    Attr, Listing, Model, Staged)
 from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")
 
 BLKSIZE = 128 * 1024  # large st_blksize so cp and friends use large reads
+FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
+FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
+QUIET = (errno.ENOENT, errno.ENODATA)  # answers too common to be worth a log line
 
 
 @dataclass
@@ -36,6 +44,7 @@ class MessageHandle:
 class WriteHandle:
     """An open `append` or `append.jsonl`; writer is None when opened read-only."""
 
+    ino: int
     writer: AppendWriter | JsonlWriter | None
 
 
@@ -44,6 +53,30 @@ class OffsetHandle:
     ino: int
     text: bytes
     writer: OffsetWriter | None = None
+
+
+@dataclass
+class StagedHandle:
+    entry: Staged
+
+
+@dataclass
+class TextHandle:
+    """Generated text fixed at open (status.json)."""
+
+    text: bytes
+
+
+@dataclass
+class FollowHandle:
+    """`follow`: the next offset to deliver and bytes delivered in part."""
+
+    ino: int
+    topic: str
+    queue: int
+    next: int
+    pending: bytes = b""
+    closed: bool = False
 
 
 @dataclass
@@ -65,6 +98,9 @@ class Handles:
 
 
 def guarded(fn: Callable) -> Callable:
+    """Every failure becomes an errno; refusals (other than ENOENT/ENODATA) are logged with
+    their reason and the path, and remembered for status.json; bugs are logged with a
+    traceback and answered with EIO."""
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
         try:
@@ -73,11 +109,18 @@ def guarded(fn: Callable) -> Callable:
             raise
         except Exception as exc:  # noqa: BLE001 - the one place that must catch everything
             err = errno_for(exc)
+            ops = args[0] if args and isinstance(args[0], Operations) else None
+            where = ops.where(fn.__name__, args[1]) if ops is not None and len(args) > 1 else "?"
             if err is None:
-                log.exception("%s failed unexpectedly; answering EIO", fn.__name__)
+                log.exception("%s failed unexpectedly on %s; answering EIO", fn.__name__, where)
                 err = errno.EIO
-            elif isinstance(exc, FsError) and err not in (errno.ENOENT, errno.ENODATA):
-                log.debug("%s: %s", fn.__name__, exc)
+                if ops is not None:
+                    ops.model.note_error(fn.__name__, where, err, f"internal error: {exc!r}")
+            elif err not in QUIET:
+                why = str(exc)
+                log.info("%s %s: %s (%s)", fn.__name__, where, errno.errorcode.get(err, err), why)
+                if ops is not None:
+                    ops.model.note_error(fn.__name__, where, err, why)
             raise pyfuse3.FUSEError(err) from None
     return wrapper
 
@@ -92,14 +135,40 @@ class Operations(pyfuse3.Operations):
     enable_writeback_cache = False  # it would merge writes and lose message boundaries
     enable_acl = False
 
-    def __init__(self, model: Model, on_ready: Callable[[], None] | None = None):
+    def __init__(self, model: Model, on_ready: Callable[[], None] | None = None, *,
+                 uid: int | None = None, gid: int | None = None):
         super().__init__()
         self.model = model
         self.store = model.store
         self.on_ready = on_ready
-        self.uid, self.gid = os.getuid(), os.getgid()
+        self.uid = os.getuid() if uid is None else uid
+        self.gid = os.getgid() if gid is None else gid
         self.files = Handles()
         self.dirs = Handles()
+        self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
+        self.followers = 0
+
+    FH_HANDLERS = {"read", "write", "flush", "fsync", "release"}
+
+    def where(self, op: str, arg) -> str:
+        """The path a handler's first argument (inode or file handle) stands for."""
+        try:
+            if op in self.FH_HANDLERS:
+                h = self.files.table.get(arg)
+                if isinstance(h, StagedHandle):
+                    return self.model.path(h.entry.ino)
+                ino = getattr(h, "ino", None)
+                return self.model.path(ino) if ino is not None else f"(handle {arg})"
+            if op in ("readdir", "releasedir", "fsyncdir"):
+                return f"(directory handle {arg})"
+            return self.model.path(arg)
+        except Exception:  # noqa: BLE001 - a description must never hide the real error
+            return f"({arg})"
+
+    def stored(self) -> None:
+        """Wake `follow` readers: new messages are in."""
+        self.arrived.set()
+        self.arrived = trio.Event()
 
     def init(self) -> None:
         if self.on_ready is not None:
@@ -136,7 +205,13 @@ class Operations(pyfuse3.Operations):
     async def setattr(self, inode, attr, fields, fh, ctx):
         kind = self.model.kind(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
-            raise FsError(errno.EPERM, "modes and owners are fixed")
+            raise FsError(errno.EPERM, "modes and owners are fixed (mount options uid, gid, "
+                                       "umask)")
+        if kind == STAGED:
+            entry = self.model.staged[inode]
+            if fields.update_size:
+                self.model.staged_truncate(entry, attr.st_size)
+            return self.entry(self.model.getattr(inode))
         if kind not in (APPEND, JSONL, GROUP_QUEUE):
             raise FsError(errno.EPERM, "messages and directories are immutable")
         if fields.update_size and attr.st_size != 0:
@@ -193,11 +268,63 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def unlink(self, parent_inode, name, ctx):
+        if self.model.kind(parent_inode) == TMP:
+            self.model.tmp_unlink(parent_inode, name)  # abandons a staged message
+            return
         raise FsError(errno.EPERM, "messages are removed only by retention")
 
     @guarded
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        raise FsError(errno.EPERM, "nothing can be renamed")
+        """Out of tmp/: into tmp/ is a plain rename; into a queue directory (any name, or
+        onto `append`) publishes the staged file as one message of that queue."""
+        model = self.model
+        if model.kind(parent_inode_old) != TMP:
+            raise FsError(errno.EPERM, "only files in tmp/ can be renamed")
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise FsError(errno.EINVAL, "files in tmp/ cannot be exchanged")
+        noreplace = bool(flags & pyfuse3.RENAME_NOREPLACE)
+        entry = model.tmp_entry(parent_inode_old, name_old)
+        target = model.kind(parent_inode_new)
+        if target == TMP:
+            model.tmp_move(entry, parent_inode_new, name_new, noreplace)
+            return
+        if target != QUEUE:
+            raise FsError(errno.EPERM, "publish a staged file by renaming it into a queue "
+                                       "directory")
+        if name_new in (b"tmp", b"follow", b"append.jsonl"):
+            raise FsError(errno.EINVAL, "rename into the queue directory or onto append")
+        if noreplace and name_new != b"append":
+            try:
+                model.lookup(parent_inode_new, name_new)
+                raise FsError(errno.EEXIST)
+            except FsError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+        await self._publish(entry, model.nodes.get(parent_inode_new))
+
+    async def _publish(self, entry: Staged, queue) -> None:
+        model = self.model
+        entry.busy = True
+        try:
+            msg = await in_thread(model.staged_message, entry, queue.topic, queue.queue)
+            await self._store_messages([msg])
+        finally:
+            entry.busy = False
+        model.tmp_unlink(entry.parent, entry.name)
+
+    async def _store_messages(self, messages: list[Message]) -> None:
+        """Put (in a worker thread: bodies may be large, sync mode waits for the disk);
+        refusals for size are EFBIG with the limit that applied."""
+        try:
+            await in_thread(self.model.put, messages)
+        except Exception as exc:
+            for msg in messages:
+                room = self.store.max_body_size(msg)
+                if len(msg.body) > room:
+                    raise FsError(errno.EFBIG, f"body is {len(msg.body)} bytes, the limit here "
+                                               f"is {room}") from exc
+            raise
+        self.stored()
 
     @guarded
     async def link(self, inode, new_parent_inode, new_name, ctx):
@@ -209,34 +336,68 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        raise FsError(errno.EPERM, "write to append to add a message")
+        raise FsError(errno.EPERM, "create regular files in tmp/, or write to append")
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):
-        raise FsError(errno.EPERM, "write to append to add a message")
+        if not stat.S_ISREG(mode) and stat.S_IFMT(mode):
+            raise FsError(errno.EPERM, "only regular files can be staged")
+        attr = self.model.tmp_create(parent_inode, name)
+        entry = self.model.staged[attr.ino]
+        fh = self.files.add(StagedHandle(entry))
+        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self.entry(attr)
 
     # --- files -----------------------------------------------------------------------------
     @guarded
     async def open(self, inode, flags, ctx):
-        kind = self.model.kind(inode)
+        model = self.model
+        kind = model.kind(inode)
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if kind == MESSAGE:
             if writing:
                 raise FsError(errno.EACCES, "messages are read-only")
-            body = self.model.body(inode)
+            body = model.body(inode)
             return pyfuse3.FileInfo(fh=self.files.add(MessageHandle(body)), keep_cache=True)
         if kind in (APPEND, JSONL):
             writer = None
             if writing:
-                node = self.model.nodes.get(inode)
-                cls = AppendWriter if kind == APPEND else JsonlWriter
-                writer = cls(node.topic, node.queue, self.store.config.max_message_size)
-            return pyfuse3.FileInfo(fh=self.files.add(WriteHandle(writer)), direct_io=True,
+                node = model.nodes.get(inode)
+                limit = model.body_limit(node.topic, node.queue)
+                if kind == APPEND:
+                    writer = AppendWriter(node.topic, node.queue, limit, model.spool())
+                else:
+                    writer = JsonlWriter(node.topic, node.queue, limit, model.budget,
+                                         self.store.max_body_size)
+            return pyfuse3.FileInfo(fh=self.files.add(WriteHandle(inode, writer)), direct_io=True,
                                     keep_cache=False, nonseekable=True)
         if kind == GROUP_QUEUE:
-            handle = OffsetHandle(inode, self.model.offset_text(self.model.nodes.get(inode)),
-                                  OffsetWriter() if writing else None)
+            node = model.nodes.get(inode)
+            writer = None
+            if writing:
+                writer = OffsetWriter(lambda offset: model.check_group_offset(node, offset))
+            handle = OffsetHandle(inode, model.offset_text(node), writer)
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False)
+        if kind == STAGED:
+            entry = model.staged[inode]
+            if flags & os.O_TRUNC and writing:
+                model.staged_truncate(entry, 0)
+            return pyfuse3.FileInfo(fh=self.files.add(StagedHandle(entry)), direct_io=True,
+                                    keep_cache=False)
+        if kind == STATUS:
+            text = (json.dumps(model.status(), indent=1) + "\n").encode()
+            return pyfuse3.FileInfo(fh=self.files.add(TextHandle(text)), direct_io=True,
+                                    keep_cache=False)
+        if kind == FOLLOW:
+            if writing:
+                raise FsError(errno.EACCES, "follow is read-only")
+            if self.followers >= FOLLOWERS_MAX:
+                raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
+            node = model.nodes.get(inode)
+            self.followers += 1
+            handle = FollowHandle(inode, node.topic, node.queue,
+                                  self.store.max_offset(node.topic, node.queue))
+            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
+                                    nonseekable=True)
         raise FsError(errno.EISDIR)
 
     @guarded
@@ -244,9 +405,35 @@ class Operations(pyfuse3.Operations):
         h = self.files.get(fh)
         if isinstance(h, MessageHandle):
             return memoryview(h.body)[off:off + size]
-        if isinstance(h, OffsetHandle):
+        if isinstance(h, (OffsetHandle, TextHandle)):
             return h.text[off:off + size]
+        if isinstance(h, StagedHandle):
+            if h.entry.gone:
+                raise FsError(errno.ENOENT, "the staged file was published or removed")
+            return await in_thread(h.entry.spool.read, off, size)
+        if isinstance(h, FollowHandle):
+            return await self._follow(h, size)
         return b""  # append files read as empty
+
+    async def _follow(self, h: FollowHandle, size: int) -> bytes:
+        """Bodies of messages stored after the open, each ending in a newline; waits until
+        there is at least one. Ends (EOF) only when the handle is released."""
+        while not h.pending:
+            if h.closed:
+                return b""
+            arrived = self.arrived
+            lo = self.store.min_offset(h.topic, h.queue)
+            h.next = max(h.next, lo)  # retention may have removed what was next
+            if h.next < self.store.max_offset(h.topic, h.queue):
+                msgs = await in_thread(self.store.get_range, h.topic, h.queue, h.next,
+                                       FOLLOW_BATCH)
+                if msgs:
+                    h.next = msgs[-1].queue_offset + 1
+                    h.pending = b"".join(bytes(m.body) + b"\n" for m in msgs)
+                    break
+            await arrived.wait()
+        out, h.pending = h.pending[:size], h.pending[size:]
+        return out
 
     @guarded
     async def write(self, fh, off, buf):
@@ -256,23 +443,28 @@ class Operations(pyfuse3.Operations):
                 return h.writer.write(buf)
             await self._put(h.writer, h.writer.write(buf))
             return len(buf)
+        if isinstance(h, StagedHandle):
+            return self.model.staged_write(h.entry, off, buf)
         if isinstance(h, OffsetHandle) and h.writer is not None:
-            return h.writer.write(off, buf)
+            offset = h.writer.write(off, buf)
+            if offset is not None:
+                await self._commit_offset(h, offset)
+            return len(buf)
         raise FsError(errno.EBADF)
 
     async def _put(self, writer, messages: list) -> None:
-        """In sync-flush mode a put waits for the disk, so it runs in a worker thread; an
-        async put only copies into the mapped CommitLog and is cheaper than a thread hop."""
         if not messages:
             return
         try:
-            if self.store.config.flush_mode == "sync":
-                await in_thread(self.store.put_batch, messages)
-            else:
-                self.store.put_batch(messages)
+            await self._store_messages(messages)
         except Exception as exc:
             writer.fail(errno_for(exc) or errno.EIO)
             raise
+
+    async def _commit_offset(self, h: OffsetHandle, offset: int) -> None:
+        node = self.model.nodes.get(h.ino)
+        await in_thread(self.model.commit_group_offset, node, offset)
+        h.text = b"%d\n" % offset
 
     async def _commit(self, h) -> None:
         """Make what this handle wrote visible: the one message of `append`, the trailing
@@ -282,13 +474,7 @@ class Operations(pyfuse3.Operations):
         elif isinstance(h, OffsetHandle) and h.writer is not None:
             offset = h.writer.take()
             if offset is not None:
-                node = self.model.nodes.get(h.ino)
-                if offset > self.store.max_offset(node.topic, node.queue):
-                    h.writer.fail(errno.EINVAL)
-                    raise FsError(errno.EINVAL, "offset is past the end of the queue")
-                await in_thread(self.store.commit_offset, node.group, node.topic, node.queue,
-                                offset)
-                h.text = b"%d\n" % offset
+                await self._commit_offset(h, offset)
 
     @guarded
     async def flush(self, fh):
@@ -302,15 +488,23 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def release(self, fh):
         h = self.files.table.pop(fh, None)
-        if isinstance(h, WriteHandle) and h.writer is not None and h.writer.pending:
-            log.warning("released an append handle with %d unflushed bytes; dropped",
-                        h.writer.pending)
+        if isinstance(h, WriteHandle) and h.writer is not None:
+            if h.writer.pending:
+                log.warning("released an append handle with %d unflushed bytes; dropped",
+                            h.writer.pending)
+            h.writer.close()
+        elif isinstance(h, FollowHandle):
+            h.closed = True
+            self.followers -= 1
+            self.stored()  # wakes a read still waiting for this handle, which then ends
 
     # --- extended attributes ---------------------------------------------------------------
     @guarded
     async def getxattr(self, inode, name, ctx):
         if not name.startswith(b"user."):
-            raise FsError(pyfuse3.ENOATTR)  # security.capability is asked before every write
+            # security.capability is asked before every write, security.selinux and the
+            # ACL names by every `ls -l`: answered before any other work
+            raise FsError(pyfuse3.ENOATTR)
         return self.model.xattr(inode, name)
 
     @guarded
@@ -319,7 +513,11 @@ class Operations(pyfuse3.Operations):
 
     @guarded
     async def setxattr(self, inode, name, value, ctx):
-        raise FsError(errno.EPERM, "attributes are read-only")
+        if self.model.kind(inode) == STAGED:
+            self.model.set_staged_xattr(self.model.staged[inode], name, value)
+            return
+        raise FsError(errno.EPERM, "attributes are read-only (but user.keys and user.tags "
+                                   "of files in tmp/)")
 
     @guarded
     async def removexattr(self, inode, name, ctx):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .model import KEY_HITS_MAX
+from .spool import BUFFER_MAX
+
 # Options that only mean something to mount(8), systemd or the kernel's generic flags.
 IGNORED = {
     "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "_netdev",
@@ -22,6 +25,11 @@ class MountOptions:
     read_only: bool = False
     allow_other: bool = False
     allow_root: bool = False
+    uid: int | None = None  # owner shown for every file (default: the mounting user)
+    gid: int | None = None
+    umask: int = 0o022  # writable files 0666, dirs 0777, read-only ones 0444/0555, less this
+    keys_max: int = KEY_HITS_MAX
+    buffer_max: int = BUFFER_MAX
 
     def fuse_options(self, store_root: str) -> set[str]:
         fsname = store_root.replace("\\", "\\\\").replace(",", "\\,")
@@ -33,6 +41,17 @@ class MountOptions:
         if self.allow_root:
             opts.add("allow_root")
         return opts
+
+
+def _number(name: str, value: str, base: int) -> int:
+    try:
+        n = int(value, base)
+    except ValueError:
+        kind = "octal" if base == 8 else "decimal"
+        raise ValueError(f"{name} must be a {kind} number, not {value!r}") from None
+    if n < 0 or (name in ("keys_max", "buffer_max") and n < 1):
+        raise ValueError(f"{name} must be positive, not {value!r}")
+    return n
 
 
 def parse_options(groups: list[str]) -> MountOptions:
@@ -55,9 +74,16 @@ def parse_options(groups: list[str]) -> MountOptions:
                 opts.allow_other = True
             elif item == "allow_root":
                 opts.allow_root = True
+            elif name in ("uid", "gid", "keys_max", "buffer_max"):
+                setattr(opts, name, _number(name, value, 10))
+            elif name == "umask":
+                opts.umask = _number(name, value, 8)
+                if opts.umask > 0o777:
+                    raise ValueError(f"umask must be at most 777 (octal), not {value!r}")
             else:
-                raise ValueError(f"unknown mount option {item!r} "
-                                 "(known: flush=async|sync, transient, ro, allow_other, allow_root)")
+                raise ValueError(f"unknown mount option {item!r} (known: flush=async|sync, "
+                                 "transient, ro, allow_other, allow_root, uid=N, gid=N, "
+                                 "umask=OCTAL, keys_max=N, buffer_max=BYTES)")
     if opts.allow_other and opts.allow_root:
         raise ValueError("allow_other and allow_root exclude each other")
     return opts

@@ -1,11 +1,14 @@
 """What the bytes written through one open handle become.
 
-- `append`: every byte written through one handle is one message, taken at flush/fsync.
+- `append`: the bytes written through one open file description since its last commit are
+  one message, committed at each flush (every close(2) of a descriptor of it, including
+  copies held by forked children) and fsync. Bytes live in a Spool (memory, then staging).
 - `append.jsonl`: one message per line, taken as each newline arrives (a last line without
   a newline is taken at flush). Line format (one JSON object):
   ``{"body": "text"} | {"body_b64": "..."}`` plus optional ``"keys"`` (list of strings or
   one space-separated string), ``"tags"`` (string), ``"properties"`` (object of strings).
-- `/groups/<g>/<t>/<q>`: the decimal number written is committed at flush.
+- `/groups/<g>/<t>/<q>`: the decimal number written is checked and committed as soon as its
+  line is complete (or at flush when no newline comes), so `echo N >` fails in the shell.
 
 A writer that failed keeps failing with the same errno, so a later write or close of the
 same handle never stores a message the writer's author believes was refused.
@@ -17,10 +20,13 @@ import base64
 import binascii
 import errno
 import json
+from collections.abc import Callable
 
 from store import Message
 
 from .errors import FsError
+from .keynames import check_key
+from .spool import Budget, Spool
 
 JSONL_FIELDS = {"body", "body_b64", "keys", "tags", "properties"}
 MAX_OFFSET_TEXT = 64
@@ -38,57 +44,89 @@ class Writer:
 
 
 class AppendWriter(Writer):
-    def __init__(self, topic: str, queue: int, limit: int):
+    def __init__(self, topic: str, queue: int, limit: int, spool: Spool):
         self.topic, self.queue, self.limit = topic, queue, limit
-        self.buf = bytearray()
+        self.spool = spool
 
     def write(self, data: bytes) -> int:
         self.check()
-        if len(self.buf) + len(data) > self.limit:
-            self.buf = bytearray()
+        if self.spool.size + len(data) > self.limit:
+            self.spool.clear()
             self.fail(errno.EFBIG)
-            raise FsError(errno.EFBIG, f"a message body is at most {self.limit} bytes")
-        self.buf += data
+            raise FsError(errno.EFBIG, f"a message body here is at most {self.limit} bytes")
+        try:
+            self.spool.append(data)
+        except (FsError, OSError) as exc:  # no room to hold it: nothing of it may be stored
+            self.spool.clear()
+            self.fail(exc.errno or errno.EIO)
+            raise
         return len(data)
 
     def take(self) -> list[Message]:
-        """The message written so far (none if nothing was written since the last take)."""
+        """The message written since the last take (none if nothing was written)."""
         self.check()
-        if not self.buf:
+        if not self.spool.size:
             return []
-        body, self.buf = bytes(self.buf), bytearray()
+        body = self.spool.getvalue()
+        self.spool.clear()
         return [Message.create(self.topic, body, queue_id=self.queue)]
 
     @property
     def pending(self) -> int:
-        return len(self.buf)
+        return self.spool.size
+
+    def close(self) -> None:
+        self.spool.clear()
 
 
 class JsonlWriter(Writer):
-    def __init__(self, topic: str, queue: int, limit: int):
+    """Partial lines are kept in memory and counted against the mount's Budget: a write
+    that would pass it fails with ENOMEM (lines are short; bodies go in `append` or tmp/).
+    `fits(message)` gives the largest body the store takes for that message."""
+
+    def __init__(self, topic: str, queue: int, limit: int, budget: Budget,
+                 fits: Callable[[Message], int] | None = None):
         self.topic, self.queue, self.limit = topic, queue, limit
+        self.budget, self.fits = budget, fits
         self.line_limit = limit * 2 + 65536  # base64 and JSON escapes grow a body
         self.buf = bytearray()
+        self.held = 0  # bytes of buf counted in the budget
         self.lines = 0
 
     def write(self, data: bytes) -> list[Message]:
         """Messages for the lines this write completes; all of them or (on error) none."""
         self.check()
-        self.buf += data
-        cut = self.buf.rfind(b"\n") + 1
+        cut = data.rfind(b"\n") + 1
         if not cut:
-            if len(self.buf) > self.line_limit:
-                self.fail(errno.EFBIG)
+            if len(self.buf) + len(data) > self.line_limit:
+                self._drop(errno.EFBIG)
                 raise FsError(errno.EFBIG, f"line {self.lines + 1} is longer than {self.line_limit}")
+            if not self.budget.take(len(data)):
+                self._drop(errno.ENOMEM)
+                raise FsError(errno.ENOMEM, "the in-memory write buffer of the mount is full")
+            self.held += len(data)
+            self.buf += data
             return []
-        complete = bytes(self.buf[:cut])
-        del self.buf[:cut]
-        return self._parse(complete.split(b"\n"))
+        complete = bytes(self.buf) + data[:cut]
+        rest = data[cut:]
+        self.budget.give(self.held)
+        self.buf, self.held = bytearray(), 0
+        out = self._parse(complete.split(b"\n"))
+        if rest:
+            self.write(rest)
+        return out
 
     def take(self) -> list[Message]:
         self.check()
-        rest, self.buf = bytes(self.buf), bytearray()
+        rest = bytes(self.buf)
+        self.budget.give(self.held)
+        self.buf, self.held = bytearray(), 0
         return self._parse([rest])
+
+    def _drop(self, err: int) -> None:
+        self.budget.give(self.held)
+        self.buf, self.held = bytearray(), 0
+        self.fail(err)
 
     def _parse(self, lines: list[bytes]) -> list[Message]:
         out = []
@@ -97,15 +135,25 @@ class JsonlWriter(Writer):
                 continue
             self.lines += 1
             try:
-                out.append(parse_line(line, self.topic, self.queue, self.limit))
+                msg = parse_line(line, self.topic, self.queue, self.limit)
+                if self.fits is not None and len(msg.body) > self.limit // 2:
+                    room = self.fits(msg)  # keys and properties take room in the record too
+                    if len(msg.body) > room:
+                        raise FsError(errno.EFBIG, f"body is {len(msg.body)} bytes, with these "
+                                                   f"keys and properties the limit is {room}")
+                out.append(msg)
             except FsError as exc:
-                self.fail(exc.errno)
+                self._drop(exc.errno)
                 raise FsError(exc.errno, f"line {self.lines}: {exc}") from None
         return out
 
     @property
     def pending(self) -> int:
         return len(self.buf)
+
+    def close(self) -> None:
+        self.budget.give(self.held)
+        self.buf, self.held = bytearray(), 0
 
 
 def parse_line(line: bytes, topic: str, queue: int, limit: int) -> Message:
@@ -142,17 +190,21 @@ def parse_line(line: bytes, topic: str, queue: int, limit: int) -> Message:
             or not isinstance(props, dict)
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())):
         raise FsError(errno.EINVAL, "keys must be strings, tags a string, properties strings")
+    for key in keys:
+        check_key(key)
     return Message.create(topic, body, queue_id=queue, keys=keys, tags=tags, properties=props)
 
 
 class OffsetWriter(Writer):
-    """Text written to a group offset file."""
+    """Text written to a group offset file; `check_offset` refuses an offset (FsError)."""
 
-    def __init__(self) -> None:
+    def __init__(self, check_offset: Callable[[int], None]) -> None:
+        self.check_offset = check_offset
         self.buf = bytearray()
         self.dirty = False
 
-    def write(self, off: int, data: bytes) -> int:
+    def write(self, off: int, data: bytes) -> int | None:
+        """The offset to commit when this write completes a line, else None."""
         self.check()
         end = off + len(data)
         if end > MAX_OFFSET_TEXT or data.translate(None, b"0123456789 \t\r\n"):
@@ -162,7 +214,7 @@ class OffsetWriter(Writer):
             self.buf.extend(b" " * (end - len(self.buf)))
         self.buf[off:end] = data
         self.dirty = True
-        return len(data)
+        return self.take() if b"\n" in data else None
 
     def take(self) -> int | None:
         """The offset to commit, or None when nothing was written since the last take."""
@@ -172,5 +224,10 @@ class OffsetWriter(Writer):
         text, self.buf, self.dirty = self.buf.decode().strip(), bytearray(), False
         if not text.isdigit():
             self.fail(errno.EINVAL)
-            raise FsError(errno.EINVAL, "write one decimal offset")
+            raise FsError(errno.EINVAL, f"write one decimal offset, not {text!r}")
+        try:
+            self.check_offset(int(text))
+        except FsError as exc:
+            self.fail(exc.errno)
+            raise
         return int(text)

@@ -10,6 +10,7 @@ so a message is readable by queue offset and findable by key as soon as `put` re
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import threading
@@ -254,6 +255,14 @@ class MessageStore:
             else:
                 self.flush_services.wait_committed(end)
         return results
+
+    def max_body_size(self, message: Message) -> int:
+        """The largest body `message` (its topic and properties as they are) can carry and
+        still be accepted by put: the message size limit, or what fits in one CommitLog file
+        when that is smaller. Lets a writer refuse a body as soon as it grows too large."""
+        rec, _ = self.encoder.encode(dataclasses.replace(message, body=b""))
+        room = self.commitlog.file_size - codec.END_FILE_MIN_BLANK - len(rec)
+        return max(0, min(self.config.max_message_size, room))
 
     def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
         topic, qid = msg.topic, msg.queue_id

@@ -3,15 +3,19 @@
 import errno
 import inspect
 import json
+import os
 import stat
 
 import pytest
 
 from fusefs.errors import FsError
-from fusefs.model import (GROUPS_INO, KEYS_INO, MSG_BIT, QUEUE_FIXED, ROOT_INO, TOPICS_INO,
-                          Model, canonical_int, message_ino, split_ino)
+from fusefs.keynames import key_name, name_key
+from fusefs.model import (GROUPS_INO, KEYS_INO, MSG_BIT, QUEUE_FIXED, ROOT_INO, STATUS_INO,
+                          TOPICS_INO, Model, canonical_int, message_ino, split_ino)
+from fusefs.spool import SPILL_AT, Budget, Spool
 from fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
 from store import Message, MessageStore, StoreConfig
+from store.staging import Staging
 
 
 def small() -> StoreConfig:
@@ -130,7 +134,7 @@ def test_queue_listing_streams_and_resumes(model, store):
     listing = model.listing(q)
     assert inspect.isgenerator(listing.entries(0))
     names = consume(listing, 7)
-    assert names[:QUEUE_FIXED] == [b".", b"..", b"append", b"append.jsonl"]
+    assert names[:QUEUE_FIXED] == [b".", b"..", b"append", b"append.jsonl", b"tmp"]
     assert names[QUEUE_FIXED:] == [b"%d" % i for i in range(503)]
 
 
@@ -175,15 +179,24 @@ def test_message_xattrs(model, store):
 
 def test_group_offsets(model, store):
     f = walk(model, "groups", "g1", "orders", "1")
-    assert model.getattr(f).size == 0
-    store.commit_offset("g1", "orders", 1, 2)
+    assert model.offset_text(model.nodes.get(f)) == b"0\n"  # never committed: the queue's min
+    before = model.getattr(f).mtime_ns
+    model.commit_group_offset(model.nodes.get(f), 2)
     assert model.offset_text(model.nodes.get(f)) == b"2\n"
+    assert model.getattr(f).mtime_ns > before
+    with pytest.raises(FsError) as info:
+        model.check_group_offset(model.nodes.get(f), 4)  # queue 1 holds offsets 0..2
+    assert info.value.errno == errno.EINVAL and "past the end" in str(info.value)
     assert [n for n, _, _ in model.listing(GROUPS_INO).entries(2)] == [b"g1"]
     assert errno_of(model.lookup, GROUPS_INO, b"bad group") == errno.ENOENT
 
 
+def spool(tmp_path=None, limit: int = 1 << 30) -> Spool:
+    return Spool(Staging(str(tmp_path)) if tmp_path else None, Budget(limit))
+
+
 def test_append_writer_refuses_too_large_and_stays_failed():
-    w = AppendWriter("t", 0, limit=10)
+    w = AppendWriter("t", 0, limit=10, spool=spool())
     assert w.write(b"12345") == 5
     with pytest.raises(FsError) as info:
         w.write(b"678901")
@@ -193,7 +206,7 @@ def test_append_writer_refuses_too_large_and_stays_failed():
 
 
 def test_append_writer_one_message_per_take():
-    w = AppendWriter("t", 3, limit=100)
+    w = AppendWriter("t", 3, limit=100, spool=spool())
     w.write(b"ab")
     w.write(b"cd")
     [m] = w.take()
@@ -202,7 +215,7 @@ def test_append_writer_one_message_per_take():
 
 
 def test_jsonl_writer_takes_each_line_when_its_newline_arrives():
-    w = JsonlWriter("t", 1, limit=100)
+    w = JsonlWriter("t", 1, limit=100, budget=Budget())
     [m] = w.write(b'{"body": "a", "keys": ["k1", "k2"], "tags": "T"}\n{"body_b64": "aGk=",')
     assert (m.body, m.keys, m.tags, m.queue_id) == (b"a", ["k1", "k2"], "T", 1)
     assert w.write(b' "keys": "x y"}') == []
@@ -212,7 +225,7 @@ def test_jsonl_writer_takes_each_line_when_its_newline_arrives():
 
 
 def test_jsonl_writer_fails_the_whole_write_and_stays_failed():
-    w = JsonlWriter("t", 0, limit=100)
+    w = JsonlWriter("t", 0, limit=100, budget=Budget())
     with pytest.raises(FsError) as info:
         w.write(b'{"body": "ok"}\n{"body": 5}\n')
     assert info.value.errno == errno.EINVAL
@@ -226,26 +239,164 @@ def test_jsonl_writer_fails_the_whole_write_and_stays_failed():
     (b'{"body": "' + b"x" * 101 + b'"}', errno.EFBIG), (b'{"body": "a", "keys": [1]}', errno.EINVAL),
 ])
 def test_jsonl_bad_lines(line, err):
-    w = JsonlWriter("t", 0, limit=100)
+    w = JsonlWriter("t", 0, limit=100, budget=Budget())
     with pytest.raises(FsError) as info:
         w.write(line + b"\n")
     assert info.value.errno == err
 
 
 def test_jsonl_body_b64_and_properties():
-    w = JsonlWriter("t", 0, limit=100)
+    w = JsonlWriter("t", 0, limit=100, budget=Budget())
     [m] = w.write(b'{"body_b64": "AAEC", "properties": {"a": "b"}}\n')
     assert m.body == b"\x00\x01\x02" and m.properties["a"] == "b"
 
 
-def test_offset_writer():
-    w = OffsetWriter()
-    w.write(0, b"12\n")
-    assert w.take() == 12
+def test_offset_writer_commits_when_the_line_is_complete():
+    def at_most_20(offset: int) -> None:
+        if offset > 20:
+            raise FsError(errno.EINVAL, "past the end")
+
+    w = OffsetWriter(at_most_20)
+    assert w.write(0, b"1") is None  # no newline yet
+    assert w.write(1, b"2\n") == 12
     assert w.take() is None
+    assert w.write(0, b"7") is None
+    assert w.take() == 7  # at close, without a newline
     with pytest.raises(FsError) as info:
-        OffsetWriter().write(0, b"abc")
+        OffsetWriter(at_most_20).write(0, b"abc")
     assert info.value.errno == errno.EINVAL
+    bad = OffsetWriter(at_most_20)
+    with pytest.raises(FsError) as info:
+        bad.write(0, b"1000\n")  # refused at the write, where `echo 1000 >` sees it
+    assert info.value.errno == errno.EINVAL
+    with pytest.raises(FsError):
+        bad.take()
+
+
+def test_spool_spills_to_staging_and_respects_the_budget(tmp_path):
+    budget = Budget(100)
+    staging = Staging(str(tmp_path))
+    small, big = Spool(staging, budget), Spool(staging, budget)
+    small.append(b"a" * 60)
+    assert small.file is None and budget.used == 60
+    big.append(b"b" * 60)  # the budget is spent: this one goes to disk
+    assert big.file is not None and budget.used == 60
+    big.write(100, b"c")
+    assert big.getvalue() == b"b" * 60 + bytes(40) + b"c" and big.size == 101
+    small.append(b"x" * SPILL_AT)  # too large for memory whatever the budget
+    assert small.file is not None and budget.used == 0
+    assert small.read(58, 4) == b"aaxx"
+    small.truncate(2)
+    assert small.getvalue() == b"aa"
+    small.clear(), big.clear()
+    assert os.listdir(staging.dir) == []  # staged files never have a name
+    with pytest.raises(FsError) as info:  # a read-only mount has no staging: ENOMEM
+        Spool(None, Budget(10)).append(b"y" * 11)
+    assert info.value.errno == errno.ENOMEM
+
+
+def test_staging_is_emptied_when_opened(tmp_path):
+    os.makedirs(tmp_path / "staging")
+    (tmp_path / "staging" / "body-left-by-a-crash").write_bytes(b"x")
+    assert os.listdir(Staging(str(tmp_path)).dir) == []
+
+
+def test_jsonl_partial_lines_count_against_the_budget():
+    budget = Budget(10)
+    w = JsonlWriter("t", 0, limit=100, budget=budget)
+    w.write(b'{"body":')
+    assert budget.used == 8
+    with pytest.raises(FsError) as info:
+        w.write(b' "long"')
+    assert info.value.errno == errno.ENOMEM and budget.used == 0
+
+
+@pytest.mark.parametrize("key,name", [
+    ("plain", b"plain"), ("a/b", b"a%2Fb"), ("50%", b"50%25"), (".", b"%2E"), ("..", b"%2E%2E"),
+    ("a.b", b"a.b"), ("x\0y", b"x%00y"),
+])
+def test_key_names_round_trip(key, name):
+    assert key_name(key) == name and name_key(name) == key
+
+
+def test_keys_that_cannot_be_names_are_refused_at_append():
+    w = JsonlWriter("t", 0, limit=100, budget=Budget())
+    with pytest.raises(FsError) as info:
+        w.write(b'{"body": "a", "keys": ["' + b"k" * 256 + b'"]}\n')
+    assert info.value.errno == errno.EINVAL and "255" in str(info.value)
+    [m] = JsonlWriter("t", 0, limit=100, budget=Budget()).write(
+        b'{"body": "a", "keys": ["a/b", ".."]}\n')
+    assert m.keys == ["a/b", ".."]
+
+
+def test_key_with_slash_is_found_by_its_encoded_name(model, store):
+    model.put([Message.create("orders", b"slashed", keys=["a/b"])])
+    kd = walk(model, "keys", "a%2Fb")
+    [(name, attr, _)] = list(model.listing(kd).entries(2))
+    assert name == b"orders:0:3"
+
+
+def test_key_listing_cap_is_reported(store):
+    model = Model(store, keys_max=2)
+    kd = walk(model, "keys", "all")
+    assert len(list(model.listing(kd).entries(2))) == 2
+    assert model.xattr(kd, b"user.truncated") == b"1"
+    assert model.status()["keys_truncated"][0]["key"] == "all"
+
+
+def test_staged_files_publish_once_and_abandon(model, store):
+    tmp = walk(model, "topics", "orders", "1", "tmp")
+    a = model.tmp_create(tmp, b"x")
+    entry = model.staged[a.ino]
+    model.staged_write(entry, 0, b"hello ")
+    model.staged_write(entry, 6, b"world")
+    model.set_staged_xattr(entry, b"user.keys", b"s1 s2")
+    assert [n for n, _, _ in model.listing(tmp).entries(2)] == [b"x"]
+    msg = model.staged_message(entry, "orders", 1)
+    assert (msg.body, msg.keys) == (b"hello world", ["s1", "s2"])
+    model.put([msg])
+    model.tmp_unlink(tmp, b"x")
+    assert errno_of(model.lookup, tmp, b"x") == errno.ENOENT
+    assert errno_of(model.staged_write, entry, 0, b"late") == errno.ENOENT
+    assert bytes(store.get("orders", 1, 3).body) == b"hello world"
+    b = model.staged[model.tmp_create(tmp, b"y").ino]
+    assert errno_of(model.tmp_create, tmp, b"y") == errno.EEXIST
+    limit = model.body_limit("orders", 1)
+    assert errno_of(model.staged_write, b, limit, b"!") == errno.EFBIG
+    assert errno_of(model.tmp_create, walk(model, "topics", "orders", "1"), b"z") == errno.EPERM
+
+
+def test_queue_and_topic_mtimes_follow_the_newest_message(model, store):
+    q = walk(model, "topics", "orders", "0")
+    t = walk(model, "topics", "orders")
+    before = model.getattr(q).mtime_ns
+    [res] = model.put([Message.create("orders", b"new", queue_id=0)])
+    assert model.getattr(q).mtime_ns == res.store_timestamp * 1_000_000 >= before
+    assert model.getattr(t).mtime_ns == model.getattr(TOPICS_INO).mtime_ns == \
+        model.getattr(q).mtime_ns
+
+
+@pytest.mark.parametrize("umask,queue,message,append", [
+    (0o022, 0o755, 0o444, 0o644), (0o002, 0o775, 0o444, 0o664), (0o077, 0o700, 0o400, 0o600),
+])
+def test_umask_sets_modes(store, umask, queue, message, append):
+    model = Model(store, umask=umask)
+    q = walk(model, "topics", "orders", "0")
+    assert model.getattr(q).mode & 0o777 == queue
+    assert model.lookup(q, b"0").mode & 0o777 == message
+    assert model.lookup(q, b"append").mode & 0o777 == append
+
+
+def test_status_is_json_with_queues_and_errors(model, store):
+    store.commit_offset("g", "orders", 0, 1)
+    model.note_error("write", "/topics/orders/0/append.jsonl", errno.EINVAL, "line 1: not JSON")
+    status = json.loads(json.dumps(model.status()))
+    assert status["queues"]["orders/0"] == {"min_offset": 0, "max_offset": 3,
+                                            "newest_store_time_ms": model.queue_mtime("orders", 0)
+                                            // 1_000_000}
+    assert status["groups"]["g@orders/0"] == {"committed": 1, "lag": 2}
+    assert status["recent_errors"][0]["reason"] == "line 1: not JSON"
+    assert model.lookup(ROOT_INO, b"status.json").ino == STATUS_INO
 
 
 def test_errno_mapping_of_store_and_os_errors():
