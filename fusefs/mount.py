@@ -117,7 +117,8 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     if not os.path.isdir(mountpoint):
         raise OSError(f"mount point {mountpoint} is not a directory")
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
-                      read_only=opts.read_only)
+                      read_only=opts.read_only, retention_hours=opts.retention_hours,
+                      retention_bytes=opts.retention_bytes)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
     # a clean open only re-checks the tail: quick, and not worth alarming lines
     progress = RecoveryProgress("recovering after an unclean shutdown:") if crashed else None

@@ -30,6 +30,8 @@ class MountOptions:
     umask: int = 0o022  # writable files 0666, dirs 0777, read-only ones 0444/0555, less this
     keys_max: int = KEY_HITS_MAX
     buffer_max: int = BUFFER_MAX
+    retention_hours: float = 0.0  # off: CommitLog files are kept until this is set
+    retention_bytes: int = 0  # off: no size limit on the store's own CommitLog
 
     def fuse_options(self, store_root: str) -> set[str]:
         fsname = store_root.replace("\\", "\\\\").replace(",", "\\,")
@@ -74,8 +76,15 @@ def parse_options(groups: list[str]) -> MountOptions:
                 opts.allow_other = True
             elif item == "allow_root":
                 opts.allow_root = True
-            elif name in ("uid", "gid", "keys_max", "buffer_max"):
+            elif name in ("uid", "gid", "keys_max", "buffer_max", "retention_bytes"):
                 setattr(opts, name, _number(name, value, 10))
+            elif name == "retention_hours":
+                try:
+                    opts.retention_hours = float(value)
+                except ValueError:
+                    raise ValueError(f"retention_hours must be a number, not {value!r}") from None
+                if not 0 <= opts.retention_hours < 1e6:
+                    raise ValueError(f"retention_hours must be 0 (off) to 999999, not {value!r}")
             elif name == "umask":
                 opts.umask = _number(name, value, 8)
                 if opts.umask > 0o777:
@@ -83,7 +92,8 @@ def parse_options(groups: list[str]) -> MountOptions:
             else:
                 raise ValueError(f"unknown mount option {item!r} (known: flush=async|sync, "
                                  "transient, ro, allow_other, allow_root, uid=N, gid=N, "
-                                 "umask=OCTAL, keys_max=N, buffer_max=BYTES)")
+                                 "umask=OCTAL, keys_max=N, buffer_max=BYTES, retention_hours=H, "
+                                 "retention_bytes=N)")
     if opts.allow_other and opts.allow_root:
         raise ValueError("allow_other and allow_root exclude each other")
     return opts
