@@ -44,17 +44,22 @@ def session(master: str | None = None, app: str = "mqfs",
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not submitted:
         master = "local[*]"
-    if master and master.startswith("local"):
-        # workers must run this interpreter (it has mqfs installed), on loopback
+    if not submitted:
+        # Python workers, local or on a cluster's executors, must run an interpreter that has
+        # mqfs installed: this one unless PYSPARK_PYTHON names another (the path must exist on
+        # every executor machine; a cluster installed like this one has it).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", _quiet_conf_dir())
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (builder.appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
+               .config("spark.sql.session.timeZone", "UTC")
+               # the mqfs reader pushes filters down; Spark refuses such readers without this
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
