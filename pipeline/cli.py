@@ -83,6 +83,8 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # no Java, bad master URL, ...
         _say(f"mqfs pipeline: cannot start Spark: {one_line(exc)}")
         return 2
+    if not shared:  # a failed job is reported below in one line, not as Spark's logged traces
+        spark.sparkContext.setLogLevel("FATAL")
     try:
         with progress(spark, args.job):
             if args.job == "export":

@@ -4,6 +4,7 @@ stderr. Under spark-submit the session already exists and its settings win."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pkgutil
 import sys
@@ -22,18 +23,21 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.spark.name = org.apache.spark
-logger.spark.level = error
 """
 
 
 def _quiet_conf_dir() -> str:
-    directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}")
+    """A SPARK_CONF_DIR holding _LOG4J; named by its content, so a changed config never meets
+    an old file. Only the root logger is set, so SparkContext.setLogLevel governs everything."""
+    tag = hashlib.sha1(_LOG4J.encode()).hexdigest()[:8]
+    directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}-{tag}")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "log4j2.properties")
     if not os.path.exists(path):
-        with open(path, "w") as f:
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
             f.write(_LOG4J)
+        os.replace(tmp, path)  # a concurrent start never reads a half-written file
     return directory
 
 
