@@ -194,10 +194,10 @@ def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = N
 
 
 class FileBatcher:
-    """Builds batches from record positions in one mapped CommitLog file. With `checks`, every
-    record that would become a row is verified first."""
+    """Builds batches from record positions in one mapped CommitLog file; every record that
+    would become a row passes `checks` first."""
 
-    def __init__(self, buf, file_from: int, checks: Checks | None = None):
+    def __init__(self, buf, file_from: int, checks: Checks):
         self.mv = memoryview(buf)
         self.arr = np.frombuffer(buf, np.uint8)
         self.file_from = file_from
@@ -258,8 +258,6 @@ class FileBatcher:
 
     def _reject(self, starts: np.ndarray, which: np.ndarray, reason: str) -> None:
         """Fail on (or, when skipping, count) the records at starts[which]."""
-        if self.checks is None:
-            raise DamagedRecord(f"{reason} at CommitLog offset {self.file_from + int(starts[which][0])}")
         for pos in starts[which].tolist():
             self.checks.reject(self.file_from + pos, self.file_from, reason)
 
@@ -272,7 +270,7 @@ class FileBatcher:
         if not keep.all():
             self._reject(starts, ~keep, "malformed record")
         keep &= self._keep(starts, f, flt or RowFilter())
-        if self.checks is not None and keep.any():
+        if keep.any():
             sel = np.flatnonzero(keep)
             failed = failed_checks(self.mv, {k: f[k][sel] for k in ("body_pos", "body_len", "crc")},
                                    self.checks.flavor)

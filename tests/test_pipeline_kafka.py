@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from fs_helpers import mounted, needs_fuse  # noqa: E402
 from spark_fixtures import small_store_config, spark  # noqa: E402,F401
 from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
@@ -277,3 +278,18 @@ def test_writer_rerun_with_a_job_id_does_not_duplicate(spark, tmp_path):
         assert sorted(bytes(m.body).decode() for m in s.get_range("Rerun", 0, 0, 1000)) == sorted(f"b{i}" for i in range(200))
     with pytest.raises(Exception, match="unknown mqfs option 'jobid_'"):
         df.write.format("mqfs").mode("append").option("jobId_", "x").save(root)
+
+
+@needs_fuse
+def test_writer_through_the_mount_creates_a_new_topic(spark, tmp_path):
+    root, mnt = str(tmp_path / "m"), str(tmp_path / "mnt")
+    build_store(root, 5)
+    df = spark.createDataFrame([("Fresh", i % 2, f"m{i}") for i in range(40)],
+                               "topic string, queue_id int, body string").coalesce(1)
+    with mounted(root, mnt):
+        assert not os.path.exists(os.path.join(mnt, "topics", "Fresh"))
+        for _ in range(2):  # the rerun finds every row under /keys and writes nothing
+            df.write.format("mqfs").mode("append").option("mount", mnt).option("jobId", "j1").save(root)
+    with MessageStore(root) as s:
+        got = [bytes(m.body).decode() for q in (0, 1) for m in s.get_range("Fresh", q, 0, 100)]
+    assert sorted(got) == sorted(f"m{i}" for i in range(40))
