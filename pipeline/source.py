@@ -82,7 +82,9 @@ def read_range(part: RangePartition, checks: Checks,
         pos = w.next_pos
         if w.state == "end" and pos < end:  # a header that is not a record, inside planned data
             checks.reject(part.file_from + pos, part.file_from, "broken record header")
-            pos = resync(buf, pos + 1, part.file_from, end)
+            # search from just after the last record start: if its TOTALSIZE was the damaged
+            # field, the records it jumped over are found again
+            pos = resync(buf, (w.starts[-1] if w.starts else pos) + 1, part.file_from, end)
 
 
 def data_end(buf, file_from: int, known: np.ndarray, flavor: str) -> int:

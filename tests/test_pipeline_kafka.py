@@ -147,6 +147,23 @@ def test_a_damaged_body_fails_the_read_or_is_skipped(spark, store, tmp_path):
     assert audit.run(spark, store)["problems"] == 0
 
 
+def test_a_broken_header_fails_the_read_or_is_stepped_over(spark, store, tmp_path):
+    bad = str(tmp_path / "hdr")
+    shutil.copytree(store, bad)
+    start, path = commitlog_files(bad)[0]
+    phys = sorted(o for o in expected_rows(bad) if o < start + (1 << 19))[-1]  # mid first file
+    with open(path, "r+b") as f:
+        f.seek(phys - start + 4)
+        f.write(b"\0\0\0\0")  # MAGICCODE
+    with pytest.raises(Exception) as err:
+        spark.read.format("mqfs").load(bad).count()
+    assert f"CommitLog offset {phys} ({path} at byte {phys - start}): broken record header" in cli.one_line(err.value)
+    got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(bad))
+    want = expected_rows(store)
+    del want[phys]
+    assert got == want
+
+
 def test_audit_names_a_missing_consume_queue_file(spark, tmp_path):
     root = str(tmp_path / "cq")
     build_store(root, 1500, seed=4, consume_queue_units=100)
