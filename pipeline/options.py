@@ -108,8 +108,8 @@ def parse_offsets(text: str, name: str, allowed: tuple[str, ...]) -> str | dict[
                          '{"topic": {"0": 23, "1": -2}}') from None
     bad = [o for o in out.values() if o < 0 and o not in [codes[a] for a in allowed]]
     if bad:
-        raise ValueError(f"{name}: offset {bad[0]} is not allowed here (use -2 for earliest"
-                         f"{', -1 for latest' if 'latest' in allowed else ''})")
+        valid = ", ".join(f"{codes[a]} {a}" for a in allowed)
+        raise ValueError(f"{name}: offset {bad[0]} is not allowed here (codes allowed: {valid})")
     return out
 
 

@@ -23,12 +23,16 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
 """
 
 
 def _quiet_conf_dir() -> str:
     """A SPARK_CONF_DIR holding _LOG4J; named by its content, so a changed config never meets
-    an old file. Only the root logger is set, so SparkContext.setLogLevel governs everything."""
+    an old file. Besides the root logger only the shell's logger is set (at the root's level, or
+PySpark announces and applies a default level of its own), so SparkContext.setLogLevel governs
+every Spark logger."""
     tag = hashlib.sha1(_LOG4J.encode()).hexdigest()[:8]
     directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}-{tag}")
     os.makedirs(directory, exist_ok=True)
