@@ -13,7 +13,7 @@ Spark 4, pyarrow and mqfs installed (or --py-files), and the store on storage th
 from __future__ import annotations
 
 import argparse
-import json
+import re
 import sys
 
 from pipeline.spark import progress, session
@@ -58,6 +58,22 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+_RAISED = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Record|Loss)): (.+)$")
+
+
+def one_line(exc: BaseException) -> str:
+    """The cause of a failure in one line. Spark wraps an error raised in a Python worker in
+    pages of JVM and Python traceback; the last 'SomeError: text' line of the Python part is
+    the one that says what went wrong."""
+    text = str(exc)
+    found = [m.group(2) for m in map(_RAISED.match, text.splitlines()) if m
+             and not m.group(1).startswith(("Py4J", "Spark", "Analysis"))]
+    if found:
+        return found[-1].strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return first[:300]
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from pyspark.sql import SparkSession
@@ -65,8 +81,10 @@ def main(argv: list[str]) -> int:
     try:
         spark = session(args.master, app=f"mqfs {args.job}")
     except Exception as exc:  # no Java, bad master URL, ...
-        _say(f"mqfs pipeline: cannot start Spark: {exc}")
+        _say(f"mqfs pipeline: cannot start Spark: {one_line(exc)}")
         return 2
+    if not shared:  # a failed job is reported below in one line, not as Spark's logged traces
+        spark.sparkContext.setLogLevel("FATAL")
     try:
         with progress(spark, args.job):
             if args.job == "export":
@@ -94,8 +112,8 @@ def main(argv: list[str]) -> int:
                 print(f"rebuilt {r['queues']} queues ({r['cq_units']} units) and "
                       f"{r['index_keys']} index entries into {r['out']}")
         return 0
-    except (OSError, ValueError) as exc:
-        _say(f"mqfs pipeline {args.job}: {exc}")
+    except Exception as exc:  # a job's failure, here or in any task: one line, no traceback
+        _say(f"mqfs pipeline {args.job}: {one_line(exc)}")
         return 1
     finally:
         if not shared:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from store.codec import BORNHOST_V6_FLAG
 from store.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from store.errors import StoreFormatError
 from store.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
@@ -159,3 +160,58 @@ def read_index_file(path: str, slots: int) -> IndexFileView:
 
 def index_files(root: str) -> list[str]:
     return [p for _, p in numbered_files(os.path.join(root, "index"), 17)]
+
+
+def known_record_starts(root: str, units_per_file: int) -> np.ndarray:
+    """CommitLog offsets that ConsumeQueue units point at, sorted: candidate record starts for
+    planning splits and finding a file's end without walking it from the start. Derived data,
+    so a caller checks each one (scan.record_starts_ok) before trusting it."""
+    parts = [QueueReader(root, t, q, units_per_file).read(0, 1 << 62)[1]["offset"]
+             for t, q in queues(root)]
+    if not parts:
+        return np.empty(0, np.int64)
+    return np.unique(np.concatenate(parts).astype(np.int64))
+
+
+def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
+    """The CommitLog offset of every queue's last unit: recent record starts, cheaply."""
+    found = []
+    for t, q in queues(layout.root):
+        reader = QueueReader(layout.root, t, q, layout.consume_queue_units)
+        _, hi = reader.bounds()
+        if hi:
+            found.extend(int(u) for u in reader.read(hi - 1, hi)[1]["offset"])
+    return np.array(sorted(found), np.int64)
+
+
+def store_time_at(files: list[tuple[int, str]], phys: int) -> int | None:
+    """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is there."""
+    starts = [s for s, _ in files]
+    i = int(np.searchsorted(starts, phys, side="right")) - 1
+    if i < 0:
+        return None
+    mm = map_readonly(files[i][1])
+    pos = phys - files[i][0]
+    if pos < 0 or pos + 96 > len(mm):
+        return None
+    sys_flag = int.from_bytes(mm[pos + 36:pos + 40], "big")
+    at = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)  # a v6 born host is wider
+    return int.from_bytes(mm[at:at + 8], "big", signed=True)
+
+
+def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int) -> int:
+    """The first queue offset whose record was stored at or after ts_ms (the queue's end when
+    none was): a binary search over the queue's units, as RocketMQ's getOffsetInQueueByTime."""
+    reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+    lo, hi = reader.bounds()
+    offsets, units = reader.read(lo, hi)
+    files = commitlog_files(layout.root)
+    a, b = 0, len(units)
+    while a < b:
+        mid = (a + b) // 2
+        t = store_time_at(files, int(units["offset"][mid]))
+        if t is not None and t >= ts_ms:
+            b = mid
+        else:
+            a = mid + 1
+    return int(offsets[a]) if a < len(offsets) else hi

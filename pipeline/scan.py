@@ -4,14 +4,19 @@ Finding record boundaries is a walk (each record's size gives the next start); e
 after that is numpy over whole batches of records: fixed fields are gathered through a
 sliding-window view, bodies are copied by Arrow from binary views over the mapped file, hosts
 and message ids are formatted once per distinct host, and properties are split with numpy
-(Arrow compute kernels handle the rare irregular strings). Filters on topic, queue and store
-time are applied right after the fixed fields, before bodies and properties are touched.
+(Arrow compute kernels handle the rare irregular strings). Filters on topic, queue, offsets and
+store time are applied right after the fixed fields, before bodies and properties are touched.
+
+Reads are checked: every record kept is validated (`failed_checks`) before it becomes a row; a
+damaged one fails the read naming its file and offset, or, when the caller asks, is skipped and
+counted. Filler records that `repair` writes over damaged ranges (topic %DAMAGED) are never rows.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +27,7 @@ from store.codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from store.errors import CodecError
 from store.flavor import Flavor
 
-from .schema import ARROW_SCHEMA
+from .schema import ARROW_SCHEMA, arrow_schema
 
 MIN_RECORD = 91
 _HDR = struct.Struct(">ii")
@@ -38,16 +43,64 @@ _NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.int64)
 _TYPES = {f.name: f.type for f in ARROW_SCHEMA}
 _KEYS = np.frombuffer(codec.PROPERTY_KEYS.encode(), np.uint8)
 _TAGS = np.frombuffer(codec.PROPERTY_TAGS.encode(), np.uint8)
+_MAGIC_BYTES = [struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2)]
+
+
+FILLER_TOPIC = "%DAMAGED"
+_FILLER = np.frombuffer(FILLER_TOPIC.encode("ascii"), np.uint8)
+Range = tuple[int | None, int | None]  # [lo, hi), None = unbounded
 
 
 @dataclass(frozen=True)
 class RowFilter:
-    """Rows to keep: topics and queue ids (None = all), store time in [start_ms, end_ms)."""
+    """Rows to keep: topics and queue ids (None = all), store time in [start_ms, end_ms),
+    queue and CommitLog offsets in their ranges, and, when `queue_ranges` is given, only the
+    listed queues, each within its own [lo, hi) of queue offsets (Kafka's per-partition
+    starting/ending offsets)."""
 
     topics: frozenset[str] | None = None
     queues: frozenset[int] | None = None
     start_ms: int | None = None
     end_ms: int | None = None
+    queue_offsets: Range = (None, None)
+    commitlog_offsets: Range = (None, None)
+    queue_ranges: tuple[tuple[str, int, int, int], ...] | None = None
+
+
+def warn(text: str) -> None:
+    """A warning the user sees on the stderr of the driver (planning) or executor (reading)."""
+    print(f"mqfs: warning: {text}", file=sys.stderr)
+
+
+class DamagedRecord(CodecError):
+    """A record failed its checks; the message names the file and both offsets."""
+
+
+@dataclass
+class Checks:
+    """How a read treats damaged records: fail (default) or skip and count them."""
+
+    flavor: Flavor
+    path: str = ""
+    skip: bool = False
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (CommitLog offset, reason)
+
+    def reject(self, phys: int, file_from: int, reason: str) -> None:
+        where = f"{self.path or 'CommitLog file ' + str(file_from)} at byte {phys - file_from}"
+        if not self.skip:
+            raise DamagedRecord(f"damaged record at CommitLog offset {phys} ({where}): {reason}; "
+                                "read with option damagedRecords=skip to skip it, `mqfs verify` "
+                                "for details")
+        self.skipped.append((phys, reason))
+
+
+def failed_checks(mv: memoryview, f: dict[str, np.ndarray], flavor: Flavor) -> np.ndarray:
+    """Which records fail their checksums: BODYCRC against the flavor's body checksum. The one
+    place a read checks a record, so the whole-record trailer check joins here."""
+    crc = flavor.body_crc
+    return np.fromiter((crc(mv[p:p + n]) != c for p, n, c in
+                        zip(f["body_pos"].tolist(), f["body_len"].tolist(), f["crc"].tolist())),
+                       bool, len(f["crc"]))
 
 
 @dataclass
@@ -55,6 +108,35 @@ class Walk:
     starts: list[int]  # positions of whole records in the file
     next_pos: int  # where the walk stopped
     state: str  # "more" (limit reached), "blank" (file rolled over), "end" (no more records)
+
+
+def resync(buf, pos: int, file_from: int, end: int) -> int:
+    """The first record start at or after pos and before end, found by its magic code and its
+    own PHYSICALOFFSET field (a record names where it lives); end when there is none."""
+    mm = memoryview(buf)
+    while pos < end:
+        hits = [i for i in (buf.find(m, pos + 4, end + 4) for m in _MAGIC_BYTES) if i >= 0]
+        if not hits:
+            return end
+        cand = min(hits) - 4
+        if (cand + codec.PHYSICAL_OFFSET_POS + 8 <= len(buf)
+                and struct.unpack_from(">q", mm, cand + codec.PHYSICAL_OFFSET_POS)[0] == file_from + cand):
+            return cand
+        pos = cand + 1
+    return end
+
+
+def record_starts_ok(arr: np.ndarray, pos: np.ndarray, file_from: int) -> np.ndarray:
+    """Which positions hold a record header that names itself: magic, a size that fits, and a
+    PHYSICALOFFSET equal to where it is (how a ConsumeQueue unit is trusted as a record start)."""
+    ok = (pos >= 0) & (pos + MIN_RECORD <= len(arr))
+    safe = np.where(ok, pos, 0)
+    win = np.lib.stride_tricks.sliding_window_view(arr, 36)[safe]
+    total = win[:, 0:4].copy().view(">i4").ravel()
+    magic = win[:, 4:8].copy().view(">i4").ravel()
+    phys = win[:, 28:36].copy().view(">i8").ravel()
+    return (ok & np.isin(magic, [MAGIC_V1, MAGIC_V2]) & (total >= MIN_RECORD)
+            & (safe + total <= len(arr)) & (phys == safe + file_from))
 
 
 def walk(buf, pos: int, max_records: int, max_bytes: int) -> Walk:
@@ -112,12 +194,14 @@ def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = N
 
 
 class FileBatcher:
-    """Builds batches from record positions in one mapped CommitLog file."""
+    """Builds batches from record positions in one mapped CommitLog file; every record that
+    would become a row passes `checks` first."""
 
-    def __init__(self, buf, file_from: int):
+    def __init__(self, buf, file_from: int, checks: Checks):
         self.mv = memoryview(buf)
         self.arr = np.frombuffer(buf, np.uint8)
         self.file_from = file_from
+        self.checks = checks
         self._windows: dict[int, np.ndarray] = {}
 
     def _fixed(self, pos: np.ndarray, width: int) -> np.ndarray:
@@ -132,13 +216,19 @@ class FileBatcher:
         return self._fixed(pos, dt.itemsize).view(dt).ravel().astype(dt.newbyteorder("="))
 
     def _head(self, starts: np.ndarray) -> dict[str, np.ndarray]:
-        """Fixed fields of every record, plus the positions of its variable parts."""
+        """Fixed fields of every record, the positions of its variable parts, and `bad`: the
+        records whose sizes do not add up (their other fields are meaningless)."""
+        size = len(self.arr)
+        bad = (starts < 0) | (starts + MIN_RECORD > size)
+        starts = np.where(bad, 0, starts)
         head = self._fixed(starts, _HEAD_V4.itemsize).view(_HEAD_V4).ravel()
         f = {name: head[name].astype(head.dtype[name].newbyteorder("="))
-             for name in ("total", "magic", "queue_id", "flag", "queue_offset", "sys_flag",
+             for name in ("total", "magic", "crc", "queue_id", "flag", "queue_offset", "sys_flag",
                           "born_ts", "store_ts", "body_len")}
         f["total"] = f["total"].astype(np.int64)
         f["body_len"] = f["body_len"].astype(np.int64)
+        bad |= ~np.isin(f["magic"], [MAGIC_V1, MAGIC_V2]) | (f["total"] < MIN_RECORD)
+        bad |= starts + f["total"] > size
         f["bh"] = np.full(len(starts), 8, np.int64)
         f["sh"] = np.full(len(starts), 8, np.int64)
         v6 = np.flatnonzero(f["sys_flag"] & _V6_FLAGS)
@@ -151,81 +241,124 @@ class FileBatcher:
             f["body_len"][v6] = self._int(starts[v6] + 68 + bh + sh, ">i4")
         f["body_pos"] = starts + 72 + f["bh"] + f["sh"]
         tl_pos = f["body_pos"] + f["body_len"]
-        if (f["body_len"] < 0).any() or (tl_pos + 3 > starts + f["total"]).any():
-            bad = np.flatnonzero((f["body_len"] < 0) | (tl_pos + 3 > starts + f["total"]))[0]
-            raise CodecError(f"malformed record at CommitLog offset {self.file_from + int(starts[bad])}")
+        bad |= (f["body_len"] < 0) | (tl_pos + 3 > starts + f["total"])
+        tl_pos = np.where(bad, starts, tl_pos)
         v2 = f["magic"] == MAGIC_V2
         f["topic_len"] = self.arr[tl_pos].astype(np.int64)
         if v2.any():
             f["topic_len"][v2] = self._int(tl_pos[v2], ">i2")
         f["topic_pos"] = tl_pos + np.where(v2, 2, 1)
+        props_pos = f["topic_pos"] + f["topic_len"] + 2
+        bad |= (f["topic_len"] <= 0) | (props_pos > starts + f["total"])
+        f["props_pos"] = props_pos = np.where(bad, starts + 2, props_pos)
+        f["props_len"] = self._int(props_pos - 2, ">i2").astype(np.int64)
+        bad |= (f["props_len"] < 0) | (props_pos + f["props_len"] != starts + f["total"])
+        f["bad"] = bad
         return f
 
-    def batch(self, starts: np.ndarray, flt: RowFilter | None = None) -> pa.RecordBatch | None:
-        """The rows for records at these positions that pass the filter, or None."""
-        f = self._head(starts)
-        if flt is not None:
-            keep = self._keep(f, flt)
-            if not keep.all():
-                if not keep.any():
-                    return None
-                starts = starts[keep]
-                f = {k: v[keep] for k, v in f.items()}
-        n = len(starts)
-        props_pos = f["topic_pos"] + f["topic_len"] + 2
-        props_len = self._int(props_pos - 2, ">i2").astype(np.int64)
-        bad = (f["topic_len"] <= 0) | (props_len < 0) | (props_pos + props_len != starts + f["total"])
-        if bad.any():
-            raise CodecError("malformed record at CommitLog offset "
-                             f"{self.file_from + int(starts[np.flatnonzero(bad)[0]])}")
-        phys = starts + self.file_from
-        topic_data, topic_off = _gather(self.arr, f["topic_pos"], f["topic_len"])
-        props_data, props_off = _gather(self.arr, props_pos, props_len)
-        parsed = _fast_properties(props_data, props_off)
-        if parsed is None:
-            properties = _properties(_strings(props_off, props_data))
-            keys, tags = _keys_and_tags(properties)
-        else:
-            properties, keys, tags = parsed
-        born_host, _, _ = self._hosts(starts + 48, f["bh"])
-        store_host, store_raw, store_inv = self._hosts(starts + 56 + f["bh"], f["sh"])
-        columns = {
-            "topic": _strings(topic_off, topic_data),
-            "queue_id": pa.array(f["queue_id"].astype(np.int32)),
-            "queue_offset": pa.array(f["queue_offset"].astype(np.int64)),
-            "commitlog_offset": pa.array(phys),
-            "size": pa.array(f["total"].astype(np.int32)),
-            "store_timestamp": pa.array(f["store_ts"] * 1000, _TYPES["store_timestamp"]),
-            "born_timestamp": pa.array(f["born_ts"] * 1000, _TYPES["born_timestamp"]),
-            "born_host": born_host,
-            "store_host": store_host,
-            "msg_id": self._msg_ids(store_raw, store_inv, phys, starts + 56 + f["bh"], f["sh"]),
-            "keys": keys,
-            "tags": tags,
-            "properties": properties,
-            "flag": pa.array(f["flag"].astype(np.int32)),
-            "sys_flag": pa.array(f["sys_flag"].astype(np.int32)),
-            "body": self._bodies(f["body_pos"], f["body_len"]),
-        }
-        return pa.RecordBatch.from_arrays([columns[x.name] for x in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+    def _reject(self, starts: np.ndarray, which: np.ndarray, reason: str) -> None:
+        """Fail on (or, when skipping, count) the records at starts[which]."""
+        for pos in starts[which].tolist():
+            self.checks.reject(self.file_from + pos, self.file_from, reason)
 
-    def _keep(self, f: dict[str, np.ndarray], flt: RowFilter) -> np.ndarray:
-        keep = np.ones(len(f["total"]), bool)
+    def batch(self, starts: np.ndarray, flt: RowFilter | None = None,
+              columns: frozenset[str] | None = None) -> pa.RecordBatch | None:
+        """The rows for records at these positions that pass the filter and the checks, or None.
+        With `columns`, only those are built (the rest of the schema is left out)."""
+        f = self._head(starts)
+        keep = ~f["bad"]
+        if not keep.all():
+            self._reject(starts, ~keep, "malformed record")
+        keep &= self._keep(starts, f, flt or RowFilter())
+        if keep.any():
+            sel = np.flatnonzero(keep)
+            failed = failed_checks(self.mv, {k: f[k][sel] for k in ("body_pos", "body_len", "crc")},
+                                   self.checks.flavor)
+            if failed.any():
+                self._reject(starts, sel[failed], "body checksum mismatch")
+                keep[sel[failed]] = False
+        if not keep.all():
+            if not keep.any():
+                return None
+            starts = starts[keep]
+            f = {k: v[keep] for k, v in f.items()}
+        return self._columns(starts, f, columns)
+
+    def _columns(self, starts: np.ndarray, f: dict[str, np.ndarray],
+                 wanted: frozenset[str] | None) -> pa.RecordBatch:
+        want = (lambda name: True) if wanted is None else wanted.__contains__
+        phys = starts + self.file_from
+        columns: dict[str, pa.Array] = {}
+        if want("topic"):
+            topic_data, topic_off = _gather(self.arr, f["topic_pos"], f["topic_len"])
+            columns["topic"] = _strings(topic_off, topic_data)
+        if want("keys") or want("tags") or want("properties"):
+            props_data, props_off = _gather(self.arr, f["props_pos"], f["props_len"])
+            parsed = _fast_properties(props_data, props_off)
+            if parsed is None:
+                properties = _properties(_strings(props_off, props_data))
+                keys, tags = _keys_and_tags(properties)
+            else:
+                properties, keys, tags = parsed
+            columns.update(keys=keys, tags=tags, properties=properties)
+        if want("born_host"):
+            columns["born_host"] = self._hosts(starts + 48, f["bh"])[0]
+        if want("store_host") or want("msg_id"):
+            store_host, store_raw, store_inv = self._hosts(starts + 56 + f["bh"], f["sh"])
+            columns["store_host"] = store_host
+            columns["msg_id"] = self._msg_ids(store_raw, store_inv, phys, starts + 56 + f["bh"], f["sh"])
+        if want("body"):
+            columns["body"] = self._bodies(f["body_pos"], f["body_len"])
+        plain = {
+            "queue_id": lambda: pa.array(f["queue_id"].astype(np.int32)),
+            "queue_offset": lambda: pa.array(f["queue_offset"].astype(np.int64)),
+            "commitlog_offset": lambda: pa.array(phys),
+            "size": lambda: pa.array(f["total"].astype(np.int32)),
+            "store_timestamp": lambda: pa.array(f["store_ts"] * 1000, _TYPES["store_timestamp"]),
+            "born_timestamp": lambda: pa.array(f["born_ts"] * 1000, _TYPES["born_timestamp"]),
+            "flag": lambda: pa.array(f["flag"].astype(np.int32)),
+            "sys_flag": lambda: pa.array(f["sys_flag"].astype(np.int32)),
+        }
+        schema = arrow_schema(wanted)
+        return pa.RecordBatch.from_arrays(
+            [columns[x.name] if x.name in columns else plain[x.name]() for x in schema], schema=schema)
+
+    def _topic_is(self, f: dict[str, np.ndarray], rows: np.ndarray, topic: bytes | np.ndarray) -> np.ndarray:
+        """Which of `rows` (a mask) hold records of this topic."""
+        want = np.frombuffer(topic, np.uint8) if isinstance(topic, bytes) else topic
+        hit = np.zeros(len(rows), bool)
+        cand = np.flatnonzero(rows & (f["topic_len"] == len(want)))
+        if cand.size:
+            hit[cand] = (self._fixed(f["topic_pos"][cand], len(want)) == want).all(axis=1)
+        return hit
+
+    def _keep(self, starts: np.ndarray, f: dict[str, np.ndarray], flt: RowFilter) -> np.ndarray:
+        keep = ~f["bad"]
         if flt.queues is not None:
             keep &= np.isin(f["queue_id"], np.fromiter(flt.queues, np.int64))
         if flt.start_ms is not None:
             keep &= f["store_ts"] >= flt.start_ms
         if flt.end_ms is not None:
             keep &= f["store_ts"] < flt.end_ms
+        for (lo, hi), values in ((flt.queue_offsets, f["queue_offset"]),
+                                 (flt.commitlog_offsets, starts + self.file_from)):
+            if lo is not None:
+                keep &= values >= lo
+            if hi is not None:
+                keep &= values < hi
         if flt.topics is not None:
             hit = np.zeros(len(keep), bool)
             for t in flt.topics:
-                want = np.frombuffer(t.encode("ascii"), np.uint8)
-                cand = np.flatnonzero(keep & (f["topic_len"] == len(want)))
-                if cand.size:
-                    hit[cand] |= (self._fixed(f["topic_pos"][cand], len(want)) == want).all(axis=1)
+                hit |= self._topic_is(f, keep, t.encode("ascii"))
             keep &= hit
-        return keep
+        if flt.queue_ranges is not None:
+            hit = np.zeros(len(keep), bool)
+            for t in sorted({r[0] for r in flt.queue_ranges}):
+                in_topic = self._topic_is(f, keep, t.encode("ascii"))
+                for _, q, lo, hi in (r for r in flt.queue_ranges if r[0] == t):
+                    hit |= in_topic & (f["queue_id"] == q) & (f["queue_offset"] >= lo) & (f["queue_offset"] < hi)
+            keep &= hit
+        return keep & ~self._topic_is(f, keep, _FILLER)
 
     def _bodies(self, pos: np.ndarray, lens: np.ndarray) -> pa.Array:
         """Arrow binary views over the mapped file, then one C++ copy into a binary array."""

@@ -30,3 +30,17 @@ MESSAGE_SCHEMA = StructType([
 ])
 
 ARROW_SCHEMA: pa.Schema = to_arrow_schema(MESSAGE_SCHEMA, timezone="UTC")
+
+
+def message_schema(columns: frozenset[str] | None = None) -> StructType:
+    """The schema, or only the named columns of it (in schema order): what the `columns`
+    option declares, because Python data sources cannot learn which columns a query uses."""
+    if columns is None:
+        return MESSAGE_SCHEMA
+    return StructType([f for f in MESSAGE_SCHEMA.fields if f.name in columns])
+
+
+def arrow_schema(columns: frozenset[str] | None = None) -> pa.Schema:
+    if columns is None:
+        return ARROW_SCHEMA
+    return pa.schema([f for f in ARROW_SCHEMA if f.name in columns])

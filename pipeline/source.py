@@ -1,55 +1,47 @@
 """The `mqfs` Spark data source: `spark.read.format("mqfs").load(STORE)`, one row per message.
 
-One partition per CommitLog file, so more files means more tasks. Each task maps its file
-read-only, walks the records up to the valid end (a live store's last record is trusted only
-when its checksum matches) and yields Arrow batches built by `scan.FileBatcher`. Options
-`topic`, `queue`, `startTime` and `endTime` drop records before their bodies are copied.
+A DataFrame is a snapshot, as a Kafka batch read is: planning fixes, per partition, the byte
+range of one CommitLog file whose records it returns (the last file ends where its data ended
+at planning), and per queue the offset range when offsets or timestamps were asked for. Files
+larger than SPLIT_BYTES (or than the share `minPartitions` asks for) are split at record starts
+taken from the ConsumeQueues and checked against the records' own PHYSICALOFFSET fields; a
+record belongs to the partition its start falls in. The CommitLog end is pinned when the
+DataFrame is created (`MqfsDataSource.schema`), so queries planned later read the same records.
+
+The options topic/queue/startTime/endTime/offsets drop records before their bodies are touched;
+with pushFilters=true, Spark's filters on topic, queue_id, queue_offset, commitlog_offset and
+store_timestamp do too, and commitlog_offset ranges drop whole partitions. Every row is checked
+(`scan.failed_checks`); a damaged record fails the read unless damagedRecords=skip.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Filter, GreaterThan,
+                                    GreaterThanOrEqual, In, InputPartition, LessThan,
+                                    LessThanOrEqual)
 from pyspark.sql.types import StructType
 
 from store.flavor import flavor_named
 
-from .files import StoreLayout, commitlog_files, map_readonly, store_layout
-from .scan import FileBatcher, RowFilter, record_whole, walk
-from .schema import MESSAGE_SCHEMA
+from .files import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
+                    last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
+from .options import EARLIEST, LATEST, ReadOptions, check_names, columns_option, read_options
+from .scan import (Checks, FileBatcher, RowFilter, record_starts_ok, record_whole, resync, walk,
+                   warn)
+from .schema import message_schema
 
 BATCH_RECORDS = 16384
 BATCH_BYTES = 32 << 20
-
-
-def parse_time(text: str) -> int:
-    """Epoch milliseconds from '1700000000000' or an ISO-8601 time (UTC unless it says)."""
-    text = text.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
-
-
-def row_filter(options) -> RowFilter:
-    """topic=a,b  queue=0,1  startTime=..  endTime=..  (store time, end exclusive)."""
-    def split(name: str) -> list[str]:
-        return [p.strip() for p in str(options.get(name) or "").split(",") if p.strip()]
-    topics, queues = split("topic"), split("queue")
-    start, end = options.get("startTime"), options.get("endTime")
-    return RowFilter(
-        topics=frozenset(topics) if topics else None,
-        queues=frozenset(int(q) for q in queues) if queues else None,
-        start_ms=parse_time(start) if start else None,
-        end_ms=parse_time(end) if end else None,
-    )
+SPLIT_BYTES = 64 << 20  # default partition size inside a large CommitLog file
+_ALL = 1 << 62
 
 
 def store_path(options) -> str:
@@ -59,44 +51,289 @@ def store_path(options) -> str:
     return os.path.abspath(path)
 
 
-class FilePartition(InputPartition):
-    """One CommitLog file: where it starts in the log and its path."""
+class RangePartition(InputPartition):
+    """Records whose start lies in [start, end) of one CommitLog file (positions in the file),
+    and the filter resolved at planning (Spark pickles the reader before planning, so what
+    planning decides travels with the partitions)."""
 
-    def __init__(self, file_from: int, path: str):
-        super().__init__(file_from)
-        self.file_from = file_from
-        self.path = path
+    def __init__(self, index: int, file_from: int, path: str, start: int, end: int,
+                 flt: RowFilter = RowFilter()):
+        super().__init__(index)
+        self.file_from, self.path, self.start, self.end = file_from, path, start, end
+        self.flt = flt
 
 
-def read_file(path: str, file_from: int, flavor: str, flt: RowFilter | None) -> Iterator[pa.RecordBatch]:
-    """Every message of one CommitLog file up to its valid end, as Arrow batches."""
-    buf = map_readonly(path)
-    batcher = FileBatcher(buf, file_from)
-    pos = 0
-    while True:
+def read_range(part: RangePartition, checks: Checks,
+               columns: frozenset[str] | None) -> Iterator[pa.RecordBatch]:
+    """The rows of one planned byte range, in CommitLog order, every record checked."""
+    buf = map_readonly(part.path)
+    end = min(part.end, len(buf))
+    batcher = FileBatcher(buf, part.file_from, checks)
+    pos = part.start
+    while pos < end:
         w = walk(buf, pos, BATCH_RECORDS, BATCH_BYTES)
-        starts = w.starts
-        if w.state == "end" and starts and not record_whole(buf, starts[-1], flavor_named(flavor)):
-            starts = starts[:-1]
+        starts = [p for p in w.starts if p < end]
         if starts:
-            batch = batcher.batch(np.array(starts, np.int64), flt)
+            batch = batcher.batch(np.array(starts, np.int64), part.flt, columns)
             if batch is not None:
                 yield batch
-        if w.state != "more":
-            return
+        if len(starts) < len(w.starts) or w.state == "blank":
+            break
         pos = w.next_pos
+        if w.state == "end" and pos < end:  # a header that is not a record, inside planned data
+            checks.reject(part.file_from + pos, part.file_from, "broken record header")
+            # search from just after the last record start: if its TOTALSIZE was the damaged
+            # field, the records it jumped over are found again
+            pos = resync(buf, (w.starts[-1] if w.starts else pos) + 1, part.file_from, end)
+
+
+def data_end(buf, file_from: int, known: np.ndarray, flavor: str) -> int:
+    """Where the records of a (possibly live) file end now: walk from the last record start a
+    ConsumeQueue vouches for; a last record still being copied in is not included."""
+    arr = np.frombuffer(buf, np.uint8)
+    cand = known[(known >= file_from) & (known < file_from + len(buf))] - file_from
+    ok = record_starts_ok(arr, cand, file_from)
+    pos = int(cand[ok][-1]) if ok.any() else 0
+    while True:
+        w = walk(buf, pos, 1 << 20, 1 << 40)
+        if w.state != "more":
+            break
+        pos = w.next_pos
+    if w.state == "end" and w.starts and not record_whole(buf, w.starts[-1], flavor_named(flavor)):
+        return w.starts[-1]
+    return w.next_pos
+
+
+def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) -> list[int]:
+    """Record starts near every `target` bytes of [0, end), from the checked known starts."""
+    arr = np.frombuffer(buf, np.uint8)
+    cand = known[(known >= file_from) & (known < file_from + end)] - file_from
+    cand = cand[record_starts_ok(arr, cand, file_from)]
+    points = []
+    for nominal in range(target, end, target):
+        i = int(np.searchsorted(cand, nominal))
+        if i < len(cand) and (not points or cand[i] > points[-1]):
+            points.append(int(cand[i]))
+    return points
+
+
+def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
+    """CommitLog files must follow each other: a gap is data lost (files deleted by hand)."""
+    for (a, path), (b, _) in zip(files, files[1:]):
+        size = os.path.getsize(path)
+        if a + size < b:
+            text = (f"CommitLog offsets {a + size}..{b - 1} are missing (no file between "
+                    f"{os.path.basename(path)} and {b:020d})")
+            if fail:
+                raise ValueError(text + "; read with failOnDataLoss=false to read what is left")
+            warn(text)
+
+
+def commitlog_end(layout: StoreLayout) -> int:
+    """The CommitLog offset where records end now (0 for an empty log)."""
+    files = commitlog_files(layout.root)
+    if not files:
+        return 0
+    start, path = files[-1]
+    return start + data_end(map_readonly(path), start, last_unit_offsets(layout), layout.flavor)
+
+
+def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
+                    flt: RowFilter = RowFilter(), end_offset: int | None = None) -> list[RangePartition]:
+    """Byte ranges of the records before `end_offset` (the CommitLog end now when None),
+    split at record starts, fixed for the partitions' lifetime."""
+    files = commitlog_files(layout.root)
+    _check_continuity(files, fail_on_data_loss)
+    if end_offset is None:
+        end_offset = commitlog_end(layout)
+    lo, hi = flt.commitlog_offsets
+    hi = end_offset if hi is None else min(hi, end_offset)
+    files = [(s, p) for s, p in files if s < hi and (lo is None or s + os.path.getsize(p) > lo)]
+    ends = {s: min(os.path.getsize(p), end_offset - s) for s, p in files}
+    target = SPLIT_BYTES
+    if min_partitions:
+        target = max(1 << 16, min(target, math.ceil(sum(ends.values()) / min_partitions)))
+    known = (known_record_starts(layout.root, layout.consume_queue_units)
+             if any(e > target for e in ends.values()) else None)
+    parts = []
+    for start, path in files:
+        end = ends[start]
+        inner = split_points(map_readonly(path), start, end, known, target) if known is not None and end > target else []
+        cuts = [0, *inner, end]
+        for a, b in zip(cuts, cuts[1:]):
+            if start + a < hi and (lo is None or start + b > lo) and b > a:
+                parts.append(RangePartition(len(parts), start, path, a, b, flt))
+    return parts
+
+
+def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], lo: int, hi: int) -> int:
+    if opts.starting_ts is not None:
+        return offset_by_time(layout, key[0], key[1], opts.starting_ts)
+    want = EARLIEST if opts.starting == "earliest" else (
+        LATEST if opts.starting == "latest" else opts.starting.get(key, EARLIEST))
+    if want == EARLIEST:
+        return lo
+    if want == LATEST:
+        return hi
+    if want < lo:
+        text = f"{key[0]}/{key[1]}: offsets {want}..{lo - 1} are gone (the queue starts at {lo})"
+        if opts.fail_on_data_loss:
+            raise ValueError(text + "; use failOnDataLoss=false to start at the first one left")
+        warn(text)
+        return lo
+    if want > hi:
+        warn(f"{key[0]}/{key[1]}: starting offset {want} is past the end {hi}; starting at the end")
+        return hi
+    return want
+
+
+def _end_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], hi: int) -> int:
+    if opts.ending_ts is not None:
+        return offset_by_time(layout, key[0], key[1], opts.ending_ts)
+    want = LATEST if opts.ending == "latest" else opts.ending.get(key, LATEST)
+    return hi if want == LATEST else min(want, hi)
+
+
+def selected_queues(layout: StoreLayout, opts: ReadOptions) -> list[tuple[str, int]]:
+    return [(t, q) for t, q in queues(layout.root) if opts.selects(t, q)]
+
+
+def _named_queues_exist(opts: ReadOptions, present: list[tuple[str, int]]) -> None:
+    for name, given in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
+        if isinstance(given, dict):
+            missing = sorted(set(given) - set(present))
+            if missing:
+                raise ValueError(f"{name} names {missing[0][0]}/{missing[0][1]}, which is not a "
+                                 "selected queue of the store")
+
+
+def row_filter(layout: StoreLayout, opts: ReadOptions) -> RowFilter:
+    """Topics/queues and time as a RowFilter; per-queue offset ranges when offsets, timestamps,
+    a pattern or an assignment were given (resolved now, so they too are part of the snapshot)."""
+    base = RowFilter(topics=opts.topics, queues=opts.queues, start_ms=opts.start_ms, end_ms=opts.end_ms)
+    ranged = (opts.starting != "earliest" or opts.ending != "latest" or opts.starting_ts is not None
+              or opts.ending_ts is not None or opts.pattern is not None or opts.assign is not None)
+    if not ranged:
+        return base
+    chosen = selected_queues(layout, opts)
+    _named_queues_exist(opts, chosen)
+    ranges = []
+    for key in chosen:
+        lo, hi = QueueReader(layout.root, key[0], key[1], layout.consume_queue_units).bounds()
+        start, end = _start_offset(opts, layout, key, lo, hi), _end_offset(opts, layout, key, hi)
+        if end > start:
+            ranges.append((key[0], key[1], start, end))
+    return replace(base, queue_ranges=tuple(ranges))
+
+
+def _micros(value) -> int:
+    """A pushed TIMESTAMP literal as epoch microseconds (naive values are local time)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            return (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _US
+        return round(value.timestamp() * 1_000_000)
+    raise TypeError
+
+
+_US = datetime.resolution
+
+
+def _tightest(pick, *bounds: int | None) -> int | None:
+    given = [b for b in bounds if b is not None]
+    return pick(given) if given else None
 
 
 class MqfsReader(DataSourceReader):
-    def __init__(self, layout: StoreLayout, flt: RowFilter):
+    """Batch reads of the records before `end_offset` (pinned when the DataFrame was created)."""
+
+    def __init__(self, layout: StoreLayout, opts: ReadOptions, end_offset: int | None):
         self.layout = layout
-        self.filter = flt
+        self.opts = opts
+        self.end_offset = end_offset
 
-    def partitions(self) -> list[FilePartition]:
-        return [FilePartition(start, path) for start, path in commitlog_files(self.layout.root)]
+    def _filter(self) -> RowFilter:
+        return row_filter(self.layout, self.opts)
 
-    def read(self, partition: FilePartition) -> Iterator[pa.RecordBatch]:
-        yield from read_file(partition.path, partition.file_from, self.layout.flavor, self.filter)
+    def partitions(self) -> list[RangePartition]:
+        """Every partition's byte range and the row filter with every offset resolved are fixed
+        here; Spark keeps them for the DataFrame."""
+        flt = self._filter()
+        if frozenset() in (flt.topics, flt.queues) or flt.queue_ranges == ():
+            return []
+        return plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
+                               flt, self.end_offset)
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        checks = Checks(flavor_named(self.layout.flavor), partition.path, self.opts.skip_damaged)
+        yield from read_range(partition, checks, self.opts.columns)
+        if checks.skipped:
+            warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
+                 f"CommitLog offset {checks.skipped[0][0]}: {checks.skipped[0][1]})")
+
+
+class PushdownReader(MqfsReader):
+    """MqfsReader that also takes Spark's filters (option pushFilters=true): topic/queue_id
+    equality and IN, ranges on queue_offset, commitlog_offset and store_timestamp. Opt-in
+    because Spark 4.3.0 keeps the last pushed-down read on the DataFrame's relation and reuses
+    it for a later query with no pushable filter, which then gets only the earlier query's rows
+    (see pipeline/README.md)."""
+
+    def __init__(self, layout: StoreLayout, opts: ReadOptions, end_offset: int | None):
+        super().__init__(layout, opts, end_offset)
+        self.pushed: dict[str, list[frozenset]] = {"topic": [], "queue_id": []}
+        self.bounds: dict[str, list[int | None]] = {
+            "queue_offset": [None, None], "commitlog_offset": [None, None], "store_timestamp": [None, None]}
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Take what the reader can apply exactly; hand back everything else to Spark."""
+        for f in filters:
+            if not self._push(f):
+                yield f
+    def _push(self, f: Filter) -> bool:
+        name = f.attribute[0] if len(f.attribute) == 1 else None
+        if name in self.pushed and isinstance(f, (EqualTo, In)):
+            values = f.value if isinstance(f, In) else (f.value,)
+            kind = str if name == "topic" else int
+            if not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+                return False
+            self.pushed[name].append(frozenset(values))
+            return True
+        if name not in self.bounds or not isinstance(
+                f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+            return False
+        try:
+            if name == "store_timestamp":  # rows hold whole milliseconds
+                us = _micros(f.value)
+                floor, ceil = us // 1000, -(-us // 1000)
+                low = {GreaterThan: floor + 1, GreaterThanOrEqual: ceil, EqualTo: ceil}.get(type(f))
+                high = {LessThan: ceil, LessThanOrEqual: floor + 1, EqualTo: floor + 1}.get(type(f))
+            else:
+                if not isinstance(f.value, int) or isinstance(f.value, bool):
+                    return False
+                v = f.value
+                low = {GreaterThan: v + 1, GreaterThanOrEqual: v, EqualTo: v}.get(type(f))
+                high = {LessThan: v, LessThanOrEqual: v + 1, EqualTo: v + 1}.get(type(f))
+        except TypeError:
+            return False
+        b = self.bounds[name]
+        if low is not None:
+            b[0] = low if b[0] is None else max(b[0], low)
+        if high is not None:
+            b[1] = high if b[1] is None else min(b[1], high)
+        return True
+
+    def _filter(self) -> RowFilter:
+        flt = super()._filter()
+        topics, queues_ = flt.topics, flt.queues
+        for values in self.pushed["topic"]:
+            topics = values if topics is None else topics & values
+        for values in self.pushed["queue_id"]:
+            queues_ = values if queues_ is None else queues_ & values
+        t0, t1 = self.bounds["store_timestamp"]
+        return replace(flt, topics=topics, queues=queues_, start_ms=_tightest(max, flt.start_ms, t0),
+                       end_ms=_tightest(min, flt.end_ms, t1),
+                       queue_offsets=tuple(self.bounds["queue_offset"]),
+                       commitlog_offsets=tuple(self.bounds["commitlog_offset"]))
 
 
 class MqfsDataSource(DataSource):
@@ -107,17 +344,25 @@ class MqfsDataSource(DataSource):
         return "mqfs"
 
     def schema(self) -> StructType:
-        return MESSAGE_SCHEMA
+        """Also pins the snapshot: Spark calls this once when the DataFrame is created and keeps
+        this object, so every query planned from the DataFrame reads the same records."""
+        if getattr(self, "end_offset", None) is None and self.options.get("path"):
+            self.end_offset = commitlog_end(store_layout(store_path(self.options)))
+        return message_schema(columns_option(self.options))
 
     def reader(self, schema: StructType) -> MqfsReader:
-        return MqfsReader(store_layout(store_path(self.options)), row_filter(self.options))
+        opts = read_options(self.options, streaming=False)
+        cls = PushdownReader if opts.push_filters else MqfsReader
+        return cls(store_layout(store_path(self.options)), opts, getattr(self, "end_offset", None))
 
     def streamReader(self, schema: StructType):
         from .stream import MqfsStreamReader
-        return MqfsStreamReader(store_layout(store_path(self.options)), self.options)
+        return MqfsStreamReader(store_layout(store_path(self.options)),
+                                read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool):
         from .writer import MqfsWriter
+        check_names(self.options, "write")
         if overwrite:
             raise ValueError("the mqfs format only appends: use mode('append')")
         return MqfsWriter(store_path(self.options), schema, self.options)

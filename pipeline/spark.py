@@ -4,6 +4,7 @@ stderr. Under spark-submit the session already exists and its settings win."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pkgutil
 import sys
@@ -22,18 +23,25 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.spark.name = org.apache.spark
-logger.spark.level = error
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
 """
 
 
 def _quiet_conf_dir() -> str:
-    directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}")
+    """A SPARK_CONF_DIR holding _LOG4J; named by its content, so a changed config never meets
+    an old file. Besides the root logger only the shell's logger is set (at the root's level, or
+PySpark announces and applies a default level of its own), so SparkContext.setLogLevel governs
+every Spark logger."""
+    tag = hashlib.sha1(_LOG4J.encode()).hexdigest()[:8]
+    directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}-{tag}")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "log4j2.properties")
     if not os.path.exists(path):
-        with open(path, "w") as f:
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
             f.write(_LOG4J)
+        os.replace(tmp, path)  # a concurrent start never reads a half-written file
     return directory
 
 
@@ -44,17 +52,22 @@ def session(master: str | None = None, app: str = "mqfs",
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not submitted:
         master = "local[*]"
-    if master and master.startswith("local"):
-        # workers must run this interpreter (it has mqfs installed), on loopback
+    if not submitted:
+        # Python workers, local or on a cluster's executors, must run an interpreter that has
+        # mqfs installed: this one unless PYSPARK_PYTHON names another (the path must exist on
+        # every executor machine; a cluster installed like this one has it).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", _quiet_conf_dir())
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (builder.appName(app)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
+               .config("spark.sql.session.timeZone", "UTC")
+               # the mqfs reader pushes filters down; Spark refuses such readers without this
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -7,22 +7,27 @@ its record is whole in the CommitLog (the store dispatches after appending), whi
 makes reading a live store safe. Records are immutable at their offsets, so replaying a range
 after a failure gives the same rows: exactly once with an idempotent or transactional sink.
 
-Options: topic, queue (comma lists), startingOffsets = earliest | latest | JSON of the offset
-shape, maxMessagesPerTrigger (per micro-batch, over all queues), startTime/endTime.
+Options as Kafka's where they match: subscribe (or topic) / subscribePattern / assign, queue,
+startingOffsets (earliest | latest | JSON, -2/-1 inside), startingTimestamp, failOnDataLoss,
+maxOffsetsPerTrigger (alias maxMessagesPerTrigger, per micro-batch over all queues),
+damagedRecords, startTime/endTime. Trigger.AvailableNow reads up to the ends seen when the query
+starts (SupportsTriggerAvailableNow), in micro-batches no larger than the rate limit.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from .files import QueueReader, StoreLayout, commitlog_files, map_readonly, queues
-from .scan import FileBatcher, RowFilter
-from .source import row_filter
+from store.flavor import flavor_named
+
+from .files import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
+from .options import EARLIEST, LATEST, ReadOptions
+from .scan import Checks, FileBatcher, RowFilter, warn
 
 Offsets = dict[str, dict[str, int]]
 SPLIT = 200_000  # queue entries per task
@@ -34,37 +39,72 @@ class QueueRange(InputPartition):
         self.topic, self.queue_id, self.start, self.end = topic, queue_id, start, end
 
 
-class MqfsStreamReader(DataSourceStreamReader):
-    def __init__(self, layout: StoreLayout, options):
+class DataLoss(ValueError):
+    """Messages a stream had not delivered are gone (retention, files deleted)."""
+
+
+class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, layout: StoreLayout, opts: ReadOptions):
         self.layout = layout
-        self.filter: RowFilter = row_filter(options)
-        self.starting = str(options.get("startingOffsets") or "earliest")
-        limit = options.get("maxMessagesPerTrigger")
-        self.max_per_trigger = int(limit) if limit else None
+        self.opts = opts
+        self.filter = RowFilter(start_ms=opts.start_ms, end_ms=opts.end_ms)
+        self.max_per_trigger = opts.max_per_trigger
+        self.target: dict[tuple[str, int], int] | None = None  # set for Trigger.AvailableNow
 
     def _queues(self) -> list[tuple[str, int]]:
-        f = self.filter
-        return [(t, q) for t, q in queues(self.layout.root)
-                if (f.topics is None or t in f.topics) and (f.queues is None or q in f.queues)]
+        return [(t, q) for t, q in queues(self.layout.root) if self.opts.selects(t, q)]
 
     def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
         units = self.layout.consume_queue_units
         return {(t, q): QueueReader(self.layout.root, t, q, units).bounds() for t, q in self._queues()}
 
     def initialOffset(self) -> Offsets:
-        if self.starting == "earliest":
-            return _pack({k: lo for k, (lo, _) in self._bounds().items()})
-        if self.starting == "latest":
-            return _pack({k: hi for k, (_, hi) in self._bounds().items()})
-        return {t: {str(q): int(o) for q, o in qs.items()} for t, qs in json.loads(self.starting).items()}
+        opts = self.opts
+        out = {}
+        for key, (lo, hi) in self._bounds().items():
+            if opts.starting_ts is not None:
+                out[key] = offset_by_time(self.layout, key[0], key[1], opts.starting_ts)
+                continue
+            want = {"earliest": EARLIEST, "latest": LATEST}.get(opts.starting) if isinstance(
+                opts.starting, str) else opts.starting.get(key, EARLIEST)
+            if want == EARLIEST:
+                out[key] = lo
+            elif want == LATEST:
+                out[key] = hi
+            elif want > hi:
+                warn(f"{key[0]}/{key[1]}: starting offset {want} is past the end {hi}; starting at the end")
+                out[key] = hi
+            else:
+                out[key] = self._after_loss(key, want, lo)
+        return _pack(out)
+
+    def _after_loss(self, key: tuple[str, int], want: int, lo: int) -> int:
+        """Where to go on when offsets [want, lo) are gone: fail (failOnDataLoss, the default)
+        or warn and continue at lo."""
+        if want >= lo:
+            return want
+        text = (f"messages {key[0]}/{key[1]} offsets {want}..{lo - 1} were deleted before this "
+                f"stream read them (the queue now starts at {lo})")
+        if self.opts.fail_on_data_loss:
+            raise DataLoss(text + "; restart with failOnDataLoss=false to skip them")
+        warn(text + "; skipped (failOnDataLoss=false)")
+        return lo
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to the ends every queue has now, and no further; a
+        restarted query asks again, so it finishes what was there when it restarted."""
+        self.target = {k: hi for k, (_, hi) in self._bounds().items()}
 
     def latestOffset(self, start: Offsets | None = None, limit=None) -> Offsets:
-        """The end of every queue; with a row limit (maxMessagesPerTrigger, or the limit
-        Spark passes), the queues' backlogs are cut in proportion so every queue advances."""
+        """The end of every queue (or the AvailableNow target); with a row limit
+        (maxOffsetsPerTrigger, or the limit Spark passes), the queues' backlogs are cut in
+        proportion so every queue advances."""
         bounds = self._bounds()
-        begin = _unpack(start or {})
-        begin = {k: max(begin.get(k, lo), lo) for k, (lo, _) in bounds.items()}
+        given = _unpack(start or {})
+        begin = {k: self._after_loss(k, given[k], lo) if k in given else lo for k, (lo, _) in bounds.items()}
         end = {k: max(hi, begin[k]) for k, (_, hi) in bounds.items()}
+        if self.target is not None:
+            end = {k: max(begin[k], min(e, self.target.get(k, begin[k]))) for k, e in end.items()}
         cap = self._cap(limit)
         backlog = sum(end[k] - begin[k] for k in end)
         if cap is not None and backlog > cap:
@@ -97,34 +137,42 @@ class MqfsStreamReader(DataSourceStreamReader):
         return parts
 
     def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
-        yield from read_queue_range(self.layout, partition.topic, partition.queue_id,
-                                    partition.start, partition.end, self.filter)
+        yield from read_queue_range(self.layout, partition, self.filter, self.opts)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the store is only read, and progress lives in Spark's checkpoint."""
 
 
-def read_queue_range(layout: StoreLayout, topic: str, queue_id: int, start: int, end: int,
-                     flt: RowFilter) -> Iterator[pa.RecordBatch]:
-    """The records of queue entries [start, end), in queue order, grouped by CommitLog file."""
-    _, units = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units).read(start, end)
+def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
+                     opts: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """The records of queue entries [start, end), in queue order, grouped by CommitLog file,
+    every record checked. Entries whose records retention already deleted are data loss."""
+    qoffs, units = QueueReader(layout.root, part.topic, part.queue_id,
+                               layout.consume_queue_units).read(part.start, part.end)
     if not len(units):
         return
     phys = units["offset"].astype(np.int64)
     files = commitlog_files(layout.root)
     starts = np.array([s for s, _ in files], np.int64)
     which = np.searchsorted(starts, phys, side="right") - 1
-    for i in np.unique(which):
-        if i < 0:
-            continue  # entries whose records were deleted by retention
+    gone = qoffs[which < 0]
+    if gone.size:
+        text = (f"messages {part.topic}/{part.queue_id} offsets {int(gone[0])}..{int(gone[-1])} "
+                "were deleted from the CommitLog before this stream read them")
+        if opts.fail_on_data_loss:
+            raise DataLoss(text + "; restart with failOnDataLoss=false to skip them")
+        warn(text + "; skipped (failOnDataLoss=false)")
+    for i in np.unique(which[which >= 0]):
         file_from, path = files[i]
-        buf = map_readonly(path)
-        batcher = FileBatcher(buf, file_from)
+        checks = Checks(flavor_named(layout.flavor), path, opts.skip_damaged)
+        batcher = FileBatcher(map_readonly(path), file_from, checks)
         pos = phys[which == i] - file_from
         for s in range(0, len(pos), 16384):
-            batch = batcher.batch(pos[s:s + 16384], flt)
+            batch = batcher.batch(pos[s:s + 16384], flt, opts.columns)
             if batch is not None:
                 yield batch
+        if checks.skipped:
+            warn(f"skipped {len(checks.skipped)} damaged records in {path}")
 
 
 def _unpack(offsets: Offsets) -> dict[tuple[str, int], int]:

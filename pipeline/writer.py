@@ -8,8 +8,9 @@ MessageStore, waiting up to `lockTimeout` seconds (default 300) for the store lo
 write one at a time.
 
 No duplicates on retry: every row gets a deterministic UNIQ_KEY `mqfs-<job>-<partition>-<row>`
-(the job id is drawn once on the driver; a row that already carries UNIQ_KEY keeps it and is
-deduplicated by it). UNIQ_KEY is indexed, so a task first looks its rows up and skips those a
+(a row that already carries UNIQ_KEY keeps it and is deduplicated by it). The job id is the
+`jobId` option when given, so rerunning a whole job with the same jobId over the same input
+writes nothing twice; without it, one is drawn on the driver, which covers task retries only. UNIQ_KEY is indexed, so a task first looks its rows up and skips those a
 failed earlier attempt already wrote. Attempts write in row order while holding the lock, so
 what an earlier attempt left is a prefix: lookups stop at the first row not found. This needs
 a deterministic row order inside each input partition, as any Spark retry does.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -33,6 +35,7 @@ from store import Message, MessageStore, StoreLocked
 from store.codec import PROPERTY_UNIQ_KEY
 
 CHUNK = 1000
+_JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 @dataclass
@@ -114,7 +117,10 @@ class MountSink:
             while j < len(messages) and (messages[j].topic, messages[j].queue_id) == (t, q):
                 lines.append(_json_line(messages[j]))
                 j += 1
-            with open(os.path.join(self.mount, "topics", t, str(q), "append.jsonl"), "a") as f:
+            queue_dir = os.path.join(self.mount, "topics", t, str(q))
+            if not os.path.isdir(queue_dir):  # mkdir creates a topic or queue in the mount
+                os.makedirs(queue_dir, exist_ok=True)
+            with open(os.path.join(queue_dir, "append.jsonl"), "a") as f:
                 f.write("".join(lines))
             i = j
 
@@ -139,7 +145,10 @@ class MqfsWriter(DataSourceWriter):
         self.root = root
         self.mount = options.get("mount")
         self.lock_timeout = float(options.get("lockTimeout") or 300)
-        self.job = uuid.uuid4().hex[:16]  # drawn on the driver: the same for every attempt
+        job = options.get("jobId")
+        if job is not None and not _JOB_ID.fullmatch(str(job)):
+            raise ValueError(f"jobId={job!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        self.job = str(job) if job else uuid.uuid4().hex[:16]  # same for every task attempt
 
     def write(self, iterator: Iterator) -> WriteSummary:
         ctx = TaskContext.get()

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Scan rate of the mqfs Spark data source next to Spark scanning the same rows from Parquet.
+"""Query rates of the mqfs Spark data source next to Spark reading the same rows from Parquet.
 
-Builds a store of N messages (1 KiB bodies) with MessageStore.put_batch, exports it to Parquet,
-then times a full scan of each (every column materialised by the `noop` sink) on the same
-SparkSession, best of --runs, and prints rows/s and the ratio. Run as `scripts/bench pipeline`.
+Builds a store of N messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to
+Parquet, then times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
+a full scan (every column materialised by the `noop` sink), count(), `select topic,
+queue_offset` (for mqfs also with option columns=topic,queue_offset, the header-only path) and
+sum(length(body)); prints rows/s and the ratio to Parquet. Run as `scripts/bench pipeline`.
 """
 
 from __future__ import annotations
@@ -22,18 +24,23 @@ from store import Message, MessageStore, StoreConfig  # noqa: E402
 
 def build(root: str, n: int, body: int, file_size: int) -> float:
     started = time.perf_counter()
-    payload = os.urandom(body)
+    payload = os.urandom(body + 2000)
     with MessageStore(root, StoreConfig(commitlog_file_size=file_size)) as s:
         for i in range(0, n, 2000):
-            s.put_batch([Message.create(f"topic{j % 4}", payload, queue_id=j % 8, keys=[f"k{j}"],
-                                        tags=f"tag{j % 3}") for j in range(i, min(n, i + 2000))])
+            s.put_batch([Message.create(f"topic{j % 4}", j.to_bytes(8, "big") + payload[j % 2000:][:body - 8],
+                                        queue_id=j % 8, keys=[f"k{j}"], tags=f"tag{j % 3}")
+                         for j in range(i, min(n, i + 2000))])
     return time.perf_counter() - started
 
 
-def scan(df) -> float:
-    started = time.perf_counter()
-    df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
+def best(run, runs: int) -> float:
+    """Fastest of `runs` timed calls, in seconds."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
 
 
 def main(argv: list[str]) -> int:
@@ -53,19 +60,37 @@ def main(argv: list[str]) -> int:
         print(f"building a store of {n} messages of {a.body} bytes ...", file=sys.stderr)
         secs = build(store, n, a.body, a.file_size)
         print(f"store built in {secs:.1f} s ({n / secs:,.0f} msg/s with put_batch)", file=sys.stderr)
+        from pyspark.sql import functions as F
+
         from pipeline.spark import session
         spark = session(a.master, app="mqfs-bench")
         src = spark.read.format("mqfs").load(store)
         src.write.parquet(parquet)
-        pq = spark.read.parquet(parquet)
-        assert pq.count() == n
-        tasks = src.rdd.getNumPartitions()
-        mq = min(scan(src) for _ in range(a.runs))
-        pt = min(scan(pq) for _ in range(a.runs))
-        print(f"pipeline scan, {n} messages x {a.body} B, {a.master}, best of {a.runs}")
-        print(f"  mqfs data source ({tasks} CommitLog files): {n / mq:12,.0f} rows/s  ({mq:.2f} s)")
-        print(f"  Parquet export (same rows)           : {n / pt:12,.0f} rows/s  ({pt:.2f} s)")
-        print(f"  ratio mqfs / Parquet                 : {pt / mq:12.2f}")
+        assert spark.read.parquet(parquet).count() == n
+        tasks = spark.read.format("mqfs").load(store).rdd.getNumPartitions()
+
+        def mqfs(**options):
+            return lambda: spark.read.format("mqfs").options(**options).load(store)
+
+        def pq():
+            return spark.read.parquet(parquet)
+
+        queries = [
+            ("full scan (noop sink)", lambda df: df.write.format("noop").mode("overwrite").save(), mqfs()),
+            ("count()", lambda df: df.count(), mqfs()),
+            ("select topic, queue_offset", lambda df: df.select("topic", "queue_offset").write
+             .format("noop").mode("overwrite").save(), mqfs()),
+            ("  same, columns=topic,queue_offset", lambda df: df.select("topic", "queue_offset").write
+             .format("noop").mode("overwrite").save(), mqfs(columns="topic,queue_offset")),
+            ("sum(length(body))", lambda df: df.agg(F.sum(F.length("body"))).collect(), mqfs()),
+        ]
+        print(f"pipeline queries, {n} messages x {a.body} B (distinct bodies), {a.master}, "
+              f"{tasks} mqfs partitions, best of {a.runs}")
+        print(f"  {'query':36} {'mqfs rows/s':>12} {'Parquet rows/s':>15} {'ratio':>6}")
+        for name, action, source in queries:
+            mq = best(lambda: action(source()), a.runs)
+            pt = best(lambda: action(pq()), a.runs)
+            print(f"  {name:36} {n / mq:12,.0f} {n / pt:15,.0f} {pt / mq:6.2f}")
         spark.stop()
     finally:
         if not a.dir:

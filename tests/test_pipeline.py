@@ -187,6 +187,14 @@ def answers(root: str) -> dict:
     return out
 
 
+def file_bytes(directory: str) -> dict[str, bytes]:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
 def test_rebuild_restores_every_answer(spark, store, tmp_path):
     before = answers(store)
     damaged = str(tmp_path / "damaged")
@@ -196,7 +204,11 @@ def test_rebuild_restores_every_answer(spark, store, tmp_path):
     out = str(tmp_path / "rebuilt")
     r = rebuild.run(spark, damaged, out)
     assert r["cq_units"] == 3000
+    rebuilt_index = file_bytes(os.path.join(out, "index"))
+    assert rebuilt_index
     assert answers(out) == before
+    # the first open must trust the rebuilt IndexFiles, not delete and re-index them
+    assert file_bytes(os.path.join(out, "index")) == rebuilt_index
     assert audit.run(spark, out)["problems"] == 0
 
 

@@ -1,5 +1,10 @@
-"""Check every ConsumeQueue unit and IndexFile entry against the CommitLog, in parallel tasks
-(one per queue, one per IndexFile), then compare totals with a scan of the CommitLog.
+"""Check every CommitLog record's checksums (one task per planned byte range), every
+ConsumeQueue unit and IndexFile entry against the CommitLog (one task per queue, one per
+IndexFile), then compare totals with a scan of the CommitLog.
+
+A damaged record is one problem, named by file and offset; units and entries that point at it
+are not counted again. Missing CommitLog and ConsumeQueue files are named with the offsets they
+held, and a queue short of units lists the queue offsets that have none.
 
 A CQ unit must point at a whole record of its size whose topic, queue id and queue offset are
 the unit's, with the tagsCode of its TAGS. An IndexFile entry must point at a record one of
@@ -11,6 +16,7 @@ entry per indexed key.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,11 +27,16 @@ from store.codec import MAGIC_V1, MAGIC_V2, PROPERTY_UNIQ_KEY
 from store.flavor import flavor_named
 from store.index_service import build_key
 
+from store.consume_queue import UNIT_SIZE
+
 from ..files import (QueueReader, StoreLayout, commitlog_files, index_files, map_readonly, queues,
                      read_index_file, store_layout)
-from ..scan import FileBatcher
+from ..scan import Checks, FileBatcher
+from ..source import RangePartition, plan_partitions, read_range
 
 SHOWN = 20  # problems listed per task
+ROW_COLUMNS = frozenset({"topic", "queue_id", "queue_offset", "commitlog_offset", "store_timestamp",
+                         "keys", "tags", "properties"})
 
 
 @dataclass
@@ -34,6 +45,8 @@ class Finding:
     checked: int = 0
     problems: list[str] = field(default_factory=list)
     count: int = 0
+    unreadable: int = 0  # units/entries pointing at damaged records (reported by the CommitLog task)
+    present: list[tuple[int, int]] = field(default_factory=list)  # runs [a, b) of queue offsets
 
     def bad(self, text: str) -> None:
         self.count += 1
@@ -44,13 +57,15 @@ class Finding:
 class Records:
     """Records at arbitrary CommitLog offsets: header check, then decoded rows."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, flavor: str):
         self.files = commitlog_files(root)
         self.starts = np.array([s for s, _ in self.files], np.int64)
         self.batchers: dict[int, FileBatcher] = {}
+        self.checks = Checks(flavor_named(flavor), skip=True)
 
     def rows(self, phys: np.ndarray, sizes: np.ndarray | None, f: Finding) -> dict[int, dict]:
-        """offset -> decoded row, for offsets holding a whole record (of `sizes` when given)."""
+        """offset -> decoded row, for offsets holding a whole record (of `sizes` when given);
+        records that fail their checks count as `unreadable`, not as problems of `f`."""
         out: dict[int, dict] = {}
         which = np.searchsorted(self.starts, phys, side="right") - 1
         for i in np.unique(which):
@@ -62,7 +77,7 @@ class Records:
             file_from, path = self.files[i]
             b = self.batchers.get(i)
             if b is None:
-                b = self.batchers[i] = FileBatcher(map_readonly(path), file_from)
+                b = self.batchers[i] = FileBatcher(map_readonly(path), file_from, self.checks)
             pos = phys[sel] - file_from
             inside = pos + 8 <= len(b.arr)
             ok = np.zeros(len(sel), bool)
@@ -77,19 +92,66 @@ class Records:
                 f.bad(f"offset {phys[k]} holds no whole record" +
                       ("" if sizes is None else f" of {sizes[k]} bytes"))
             if ok.any():
-                batch = b.batch(pos[ok])
-                for r in batch.drop_columns(["body"]).to_pylist():
+                before = len(self.checks.skipped)
+                batch = b.batch(pos[ok], columns=ROW_COLUMNS)
+                f.unreadable += len(self.checks.skipped) - before
+                for r in batch.to_pylist() if batch is not None else []:
                     out[r["commitlog_offset"]] = r
         return out
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted integers as runs [a, b) of consecutive values."""
+    if not len(values):
+        return []
+    breaks = np.flatnonzero(np.diff(values) != 1)
+    firsts = np.concatenate([[values[0]], values[breaks + 1]])
+    lasts = np.concatenate([values[breaks], [values[-1]]])
+    return [(int(a), int(b) + 1) for a, b in zip(firsts, lasts)]
+
+
+def _missing_queue_files(reader: QueueReader, f: Finding) -> None:
+    """ConsumeQueue files are named by byte offset and follow each other: name the gaps."""
+    step = reader.units_per_file * UNIT_SIZE
+    names = [start for start, _ in reader.files]
+    for a, b in zip(names, names[1:]):
+        for gone in range(a + step, b, step):
+            first = gone // UNIT_SIZE
+            f.bad(f"file {gone:020d} is missing (queue offsets {first}..{first + reader.units_per_file - 1})")
+
+
+def check_commitlog(layout: StoreLayout, part: RangePartition) -> Finding:
+    """Every record of one planned byte range through the same checks a read makes."""
+    f = Finding(f"commitlog {os.path.basename(part.path)}")
+    checks = Checks(flavor_named(layout.flavor), part.path, skip=True)
+    f.checked = sum(b.num_rows for b in read_range(part, checks, frozenset({"commitlog_offset"})))
+    f.checked += len(checks.skipped)
+    for phys, reason in checks.skipped:
+        f.bad(f"damaged record at CommitLog offset {phys} (byte {phys - part.file_from}): {reason}")
+    return f
+
+
+def _commitlog_gaps(layout: StoreLayout) -> Finding:
+    f = Finding("commitlog")
+    files = commitlog_files(layout.root)
+    for (a, path), (b, _) in zip(files, files[1:]):
+        end = a + os.path.getsize(path)
+        if end < b:
+            f.bad(f"CommitLog offsets {end}..{b - 1} are missing (no file between "
+                  f"{os.path.basename(path)} and {b:020d})")
+    return f
 
 
 def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     f = Finding(f"consumequeue {topic}/{queue_id}")
     flavor = flavor_named(layout.flavor)
-    qoffs, units = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units).read(0, 1 << 62)
+    reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+    _missing_queue_files(reader, f)
+    qoffs, units = reader.read(0, 1 << 62)
     f.checked = len(units)
+    f.present = _runs(qoffs)
     phys = units["offset"].astype(np.int64)
-    rows = Records(layout.root).rows(phys, units["size"].astype(np.int64), f)
+    rows = Records(layout.root, layout.flavor).rows(phys, units["size"].astype(np.int64), f)
     for qo, off, tags_code in zip(qoffs.tolist(), phys.tolist(), units["tags"].astype(np.int64).tolist()):
         r = rows.get(off)
         if r is None:
@@ -123,7 +185,7 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
     newest[slot] = idx  # later entries overwrite earlier ones: the newest per slot remains
     for s in np.flatnonzero(newest != view.slots):
         f.bad(f"slot {s} heads entry {view.slots[s]}, its newest entry is {newest[s]}")
-    rows = Records(layout.root).rows(phys, None, f)
+    rows = Records(layout.root, layout.flavor).rows(phys, None, f)
     begin = int(view.header["begin_ts"])
     for k in range(n):
         r = rows.get(int(phys[k]))
@@ -143,14 +205,20 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
 
 def run(spark: SparkSession, store: str) -> dict:
     layout = store_layout(store)
-    tasks = [("cq", t, q) for t, q in queues(layout.root)] + [("index", p, 0) for p in index_files(layout.root)]
+    ranges = plan_partitions(layout, None, fail_on_data_loss=False)
+    tasks: list[tuple[str, object, int]] = ([("cq", t, q) for t, q in queues(layout.root)]
+                                            + [("index", p, 0) for p in index_files(layout.root)]
+                                            + [("commitlog", r, 0) for r in ranges])
 
-    def check(task: tuple[str, str, int]) -> Finding:
-        kind, name, q = task
-        return check_queue(layout, name, q) if kind == "cq" else check_index(layout, name)
+    def check(task: tuple[str, object, int]) -> Finding:
+        kind, what, q = task
+        if kind == "commitlog":
+            return check_commitlog(layout, what)
+        return check_queue(layout, what, q) if kind == "cq" else check_index(layout, what)
 
     findings = (spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(check).collect()
                 if tasks else [])
+    findings.append(_commitlog_gaps(layout))
     totals = _totals(spark, layout, findings)
     findings.append(totals)
     problems = [p for f in findings for p in f.problems]
@@ -162,24 +230,41 @@ def run(spark: SparkSession, store: str) -> dict:
 def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -> Finding:
     """Each queue has one unit per queued record; the IndexFiles one entry per indexed key."""
     f = Finding("totals")
-    df = spark.read.format("mqfs").load(layout.root)
+    df = spark.read.format("mqfs").option("damagedRecords", "skip").load(layout.root)
     ttype = F.col("sys_flag").bitwiseAND(0xC)
     per_queue = {(r.topic, r.queue_id): (r.n, r.top) for r in (
         df.filter(ttype.isin(0, 8)).groupBy("topic", "queue_id")
         .agg(F.count("*").alias("n"), F.max("queue_offset").alias("top")).collect())}
-    units = {f_.what.removeprefix("consumequeue "): f_.checked for f_ in findings
-             if f_.what.startswith("consumequeue")}
+    queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
+                      if f_.what.startswith("consumequeue")}
+    units = {name: f_.checked - f_.unreadable for name, f_ in queue_findings.items()}
     for (t, q), (n, top) in sorted(per_queue.items()):
         have = units.get(f"{t}/{q}", 0)
         if have != n:
-            f.bad(f"queue {t}/{q} has {have} units for {n} records (last queue offset {top})")
+            found = queue_findings.get(f"{t}/{q}")
+            f.bad(f"queue {t}/{q} has {have} units for {n} records (last queue offset {top})"
+                  + _without_units(df, t, q, found.present if found else []))
     for name in sorted(set(units) - {f"{t}/{q}" for t, q in per_queue}):
         if units[name]:
             f.bad(f"queue {name} has {units[name]} units and no records")
     expected = df.filter(ttype != 0xC).select(
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).first()[0] or 0
-    have = sum(f_.checked for f_ in findings if f_.what.startswith("index"))
+    have = sum(f_.checked - f_.unreadable for f_ in findings if f_.what.startswith("index"))
     if have != expected:
         f.bad(f"the IndexFiles hold {have} entries, the CommitLog's records have {expected} keys")
     return f
+
+
+def _without_units(df, topic: str, queue_id: int, present: list[tuple[int, int]]) -> str:
+    """'; queue offsets a..b, c..d have no units' for the records of a queue its units miss."""
+    offsets = np.array(sorted(r[0] for r in df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id))
+                              .select("queue_offset").collect()), np.int64)
+    covered = np.zeros(len(offsets), bool)
+    for a, b in present:
+        covered |= (offsets >= a) & (offsets < b)
+    runs = _runs(offsets[~covered])
+    if not runs:
+        return ""
+    shown = ", ".join(f"{a}..{b - 1}" for a, b in runs[:5]) + (", ..." if len(runs) > 5 else "")
+    return f"; queue offsets {shown} have no units"

@@ -1,7 +1,7 @@
 """Regenerate ConsumeQueues and IndexFiles from the CommitLog into a fresh store directory.
 
 CommitLog files are hard-linked (the last one, still growing, is copied; `copy=True` copies
-all, e.g. across filesystems), mqfs.json and config/ are copied, then one task per topic/queue
+all, e.g. across filesystems), mqfs.json and config/ (except the dispatch state) are copied, then one task per topic/queue
 writes that queue's units in queue order, and one task writes the IndexFiles in CommitLog order
 (their entries chain through one sequence of files). A checkpoint at the last store time makes
 the result open as a cleanly shut-down store.
@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from store.checkpoint import Checkpoint
 from store.codec import PROPERTY_UNIQ_KEY, keys_to_index
 from store.consume_queue import ConsumeQueue
+from store.dispatch_state import NAME as DISPATCH_STATE
 from store.flavor import flavor_named
 from store.index_service import IndexService
 from store.manifest import MANIFEST
@@ -43,7 +44,11 @@ def _copy_files(layout: StoreLayout, out: str, copy: bool) -> None:
     if os.path.exists(os.path.join(layout.root, MANIFEST)):
         shutil.copyfile(os.path.join(layout.root, MANIFEST), os.path.join(out, MANIFEST))
     if os.path.isdir(os.path.join(layout.root, "config")):
-        shutil.copytree(os.path.join(layout.root, "config"), os.path.join(out, "config"))
+        # The old dispatch state describes the old IndexFiles and queues: copied, it makes
+        # the first open decide the rebuilt IndexFiles went missing and re-index everything.
+        # Without it that open trusts the rebuilt files, and its close records fresh state.
+        shutil.copytree(os.path.join(layout.root, "config"), os.path.join(out, "config"),
+                        ignore=shutil.ignore_patterns(f"{DISPATCH_STATE}*"))
 
 
 def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
