@@ -94,13 +94,14 @@ class Checks:
         self.skipped.append((phys, reason))
 
 
-def failed_checks(mv: memoryview, f: dict[str, np.ndarray], flavor: Flavor) -> np.ndarray:
-    """Which records fail their checksums: BODYCRC against the flavor's body checksum. The one
-    place a read checks a record, so the whole-record trailer check joins here."""
-    crc = flavor.body_crc
-    return np.fromiter((crc(mv[p:p + n]) != c for p, n, c in
-                        zip(f["body_pos"].tolist(), f["body_len"].tolist(), f["crc"].tolist())),
-                       bool, len(f["crc"]))
+def failed_checks(mv: memoryview, arr: np.ndarray, starts: np.ndarray,
+                  f: dict[str, np.ndarray], flavor: Flavor) -> np.ndarray:
+    """Which records fail their checksums (the store's `codec.checksums_hold`): the
+    whole-record `__CRC32#` trailer where a record has one, else BODYCRC. The one place a
+    read checks a record."""
+    return ~codec.checksums_hold(mv, arr, starts, starts + f["total"], f["body_pos"],
+                                 f["body_pos"] + f["body_len"], f["crc"].astype(np.int64),
+                                 flavor)
 
 
 @dataclass
@@ -254,6 +255,11 @@ class FileBatcher:
         f["props_len"] = self._int(props_pos - 2, ">i2").astype(np.int64)
         bad |= (f["props_len"] < 0) | (props_pos + f["props_len"] != starts + f["total"])
         f["bad"] = bad
+        # the whole-record checksum trailer is the record's, not a property of the message
+        has_trailer, _ = codec.trailers(self.arr, starts, starts + f["total"])
+        f["props_len"] = np.where(has_trailer & ~bad, f["props_len"] - codec.RECORD_CRC_LEN,
+                                  f["props_len"])
+        f["filler"] = codec.fillers(self.arr, tl_pos, f["sys_flag"].astype(np.int64)) & ~v2
         return f
 
     def _reject(self, starts: np.ndarray, which: np.ndarray, reason: str) -> None:
@@ -272,10 +278,11 @@ class FileBatcher:
         keep &= self._keep(starts, f, flt or RowFilter())
         if keep.any():
             sel = np.flatnonzero(keep)
-            failed = failed_checks(self.mv, {k: f[k][sel] for k in ("body_pos", "body_len", "crc")},
+            failed = failed_checks(self.mv, self.arr, starts[sel],
+                                   {k: f[k][sel] for k in ("body_pos", "body_len", "crc", "total")},
                                    self.checks.flavor)
             if failed.any():
-                self._reject(starts, sel[failed], "body checksum mismatch")
+                self._reject(starts, sel[failed], "checksum mismatch")
                 keep[sel[failed]] = False
         if not keep.all():
             if not keep.any():
@@ -333,7 +340,7 @@ class FileBatcher:
         return hit
 
     def _keep(self, starts: np.ndarray, f: dict[str, np.ndarray], flt: RowFilter) -> np.ndarray:
-        keep = ~f["bad"]
+        keep = ~f["bad"] & ~f["filler"]  # repair's fillers stand for lost bytes: no message
         if flt.queues is not None:
             keep &= np.isin(f["queue_id"], np.fromiter(flt.queues, np.int64))
         if flt.start_ms is not None:

@@ -501,6 +501,44 @@ def gather(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype | str) -> np.ndarray
     return view[np.clip(pos, 0, len(view) - 1)]
 
 
+_TRAILER_HEAD = np.void(_CRC_HEAD)
+_DIGIT_WEIGHTS = 10 ** np.arange(10, dtype=np.int64)  # least significant digit first
+
+
+def trailers(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """For records [starts, ends) of a byte array: which carry a `__CRC32#` trailer, and the
+    checksum each holds (the vectorized `record_crc_of`)."""
+    digits = gather(u8, ends - 11, "V10").view(np.uint8).reshape(-1, 10).astype(np.int64)
+    has = ((ends - starts >= 91 + RECORD_CRC_LEN)
+           & (gather(u8, ends - RECORD_CRC_LEN, "V9") == _TRAILER_HEAD)
+           & (gather(u8, ends - 1, "u1") == 2)
+           & ((digits >= 48) & (digits <= 57)).all(axis=1))
+    return has, (digits - 48) @ _DIGIT_WEIGHTS
+
+
+def checksums_hold(buf, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   body_starts: np.ndarray, body_ends: np.ndarray, body_crcs: np.ndarray,
+                   flavor: Flavor) -> np.ndarray:
+    """`check_record` for many records of one buffer: the whole-record checksum of those
+    with a trailer, the body checksum of the others (refused when the flavor wants
+    trailers). One checksum call per record."""
+    has, stored = trailers(u8, starts, ends)
+    crc = flavor.body_crc
+    good = np.zeros(len(starts), dtype=bool)
+    rows = np.flatnonzero(has)
+    if rows.size:
+        sums = [crc(buf[a:b]) for a, b in zip(starts[rows].tolist(),
+                                              (ends[rows] - RECORD_CRC_LEN).tolist())]
+        good[rows] = np.array(sums, dtype=np.int64) == stored[rows]
+    rows = np.flatnonzero(~has)
+    if rows.size and not flavor.record_crc:
+        sums = [crc(buf[a:b]) for a, b in zip(body_starts[rows].tolist(),
+                                              body_ends[rows].tolist())]
+        good[rows] = np.array(sums, dtype=np.int64) == body_crcs[rows]
+    return good
+
+
 def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, queue_id: int,
                  queue_offset: np.ndarray) -> np.ndarray:
     """Which ConsumeQueue units describe the record at their position of one file (`u8`):
@@ -523,14 +561,20 @@ def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, 
             & (gather(u8, pos + 12, ">i4") == queue_id)
             & (gather(u8, pos + 20, ">i8") == queue_offset)
             & (gather(u8, topic_at, f"V{len(prefix)}") == np.void(prefix)))
-    filler = ((sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK) & (magic == MAGIC_V1)
+    filler = fillers(u8, topic_at, sys_flag) & (magic == MAGIC_V1)
+    return fits & (total == size) & (same | filler)
+
+
+def fillers(u8: np.ndarray, topic_len_at: np.ndarray, sys_flag: np.ndarray) -> np.ndarray:
+    """Which records (v1, TOPICLEN at `topic_len_at`) are filler records (`is_filler`)."""
+    filler = (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK
     if filler.any():
-        seen = np.zeros(len(pos), dtype=bool)
+        seen = np.zeros(len(topic_len_at), dtype=bool)
         for n in range(1, len(FILLER_TOPIC) + 1):
             want = bytes([n]) + FILLER_TOPIC[:n].encode("ascii")
-            seen |= gather(u8, topic_at, f"V{len(want)}") == np.void(want)
+            seen |= gather(u8, topic_len_at, f"V{len(want)}") == np.void(want)
         filler &= seen
-    return fits & (total == size) & (same | filler)
+    return filler
 
 
 _DISPATCH_NAMES = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)

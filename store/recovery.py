@@ -110,7 +110,8 @@ def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, ba
           & ~((u8[end - 1] == 0) & (props_len > 0)))
     n = len(s) if ok.all() else int(np.argmin(ok))
     if flavor is not None and n:
-        good = _checksums_hold(u8, buf, s[:n], end[:n], body[:n], t[:n], flavor)
+        good = codec.checksums_hold(buf, u8, s[:n], end[:n], body[:n], t[:n],
+                                    _field(u8, s[:n] + 8, ">i4"), flavor)
         n = n if good.all() else int(np.argmin(good))
     n = _ascii_prefix(u8, topic[:n], topic_len[:n])
     # the properties of the run, each record's followed by 0x02: items never span records,
@@ -136,33 +137,6 @@ def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, ba
     return n, RecordRun(phys[lo:n], end[lo:n] - run, _field(u8, run + 12, ">i4"),
                         _field(u8, run + 20, ">i8"), sys_flag[lo:n],
                         store_ts[lo:n], [names[i] for i in which.tolist()], tags, keys)
-
-
-_TRAILER_HEAD = np.void(b"__CRC32#\x01")
-_DIGIT_WEIGHTS = 10 ** np.arange(10, dtype=np.int64)  # least significant digit first
-
-
-def _checksums_hold(u8: np.ndarray, buf: memoryview, s: np.ndarray, end: np.ndarray,
-                    body: np.ndarray, body_end: np.ndarray, flavor) -> np.ndarray:
-    """codec.check_record for a run: the whole-record checksum of records with a `__CRC32#`
-    trailer, the body checksum of the others (refused when the store wants trailers)."""
-    trailer = end - codec.RECORD_CRC_LEN
-    digits = codec.gather(u8, end - 11, "V10").view(np.uint8).reshape(-1, 10).astype(np.int64)
-    has = ((end - s >= 91 + codec.RECORD_CRC_LEN)
-           & (codec.gather(u8, trailer, "V9") == _TRAILER_HEAD) & (u8[end - 1] == 2)
-           & ((digits >= 48) & (digits <= 57)).all(axis=1))
-    crc = flavor.body_crc
-    good = np.zeros(len(s), dtype=bool)
-    rows = np.flatnonzero(has)
-    if rows.size:
-        stored = (digits[rows] - 48) @ _DIGIT_WEIGHTS
-        sums = [crc(buf[a:b]) for a, b in zip(s[rows].tolist(), trailer[rows].tolist())]
-        good[rows] = np.array(sums, dtype=np.int64) == stored
-    rows = np.flatnonzero(~has)
-    if rows.size and not flavor.record_crc:
-        sums = [crc(buf[a:b]) for a, b in zip(body[rows].tolist(), body_end[rows].tolist())]
-        good[rows] = np.array(sums, dtype=np.int64) == _field(u8, s[rows] + 8, ">i4")
-    return good
 
 
 def _utf8(raw: bytes) -> bool:
