@@ -17,6 +17,7 @@ from datetime import datetime
 import numpy as np
 
 from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
+from . import quarantine
 from .crash_points import crash_point
 from .flavor import Flavor
 from .index_file import IndexFile, index_file_size
@@ -71,11 +72,17 @@ class IndexService:
             # a file starts where the one before it ended (it is seeded with those values)
             out_of_chain = prev is not None and (f.begin_phy_offset < prev.end_phy_offset
                                                  or f.begin_timestamp < prev.end_timestamp)
-            damaged = dropping or out_of_chain or not f.header_ok()
+            broken = out_of_chain or not f.header_ok()
+            damaged = dropping or broken
             unflushed = f.end_timestamp > index_msg_timestamp and (strict or not last_exit_ok)
             if (damaged or unflushed) and not self.read_only:
-                # keep a prefix of whole files: everything after a dropped one is re-indexed
-                f.destroy()
+                # keep a prefix of whole files: everything after a dropped one is re-indexed;
+                # a broken one is kept as evidence in quarantine/, the rest is derived data
+                if broken and not unflushed:
+                    f.mf.close()
+                    quarantine.move_file(os.path.dirname(self.directory), path, f"index-{name}")
+                else:
+                    f.destroy()
                 self.lost_files |= damaged or last_exit_ok
                 dropping = True
                 continue
