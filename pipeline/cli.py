@@ -79,12 +79,11 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
     shared = SparkSession.getActiveSession() is not None  # e.g. tests: leave it running
     try:
-        spark = session(args.master, app=f"mqfs {args.job}")
+        # failures are reported below in one line, not as the traces Spark logs at ERROR
+        spark = session(args.master, app=f"mqfs {args.job}", log_level="fatal")
     except Exception as exc:  # no Java, bad master URL, ...
         _say(f"mqfs pipeline: cannot start Spark: {one_line(exc)}")
         return 2
-    if not shared:  # a failed job is reported below in one line, not as Spark's logged traces
-        spark.sparkContext.setLogLevel("FATAL")
     try:
         with progress(spark, args.job):
             if args.job == "export":

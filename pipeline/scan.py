@@ -356,12 +356,12 @@ class FileBatcher:
         if flt.topics is not None:
             hit = np.zeros(len(keep), bool)
             for t in flt.topics:
-                hit |= self._topic_is(f, keep, t.encode("ascii"))
+                hit |= self._topic_is(f, keep, t.encode())
             keep &= hit
         if flt.queue_ranges is not None:
             hit = np.zeros(len(keep), bool)
             for t in sorted({r[0] for r in flt.queue_ranges}):
-                in_topic = self._topic_is(f, keep, t.encode("ascii"))
+                in_topic = self._topic_is(f, keep, t.encode())
                 for _, q, lo, hi in (r for r in flt.queue_ranges if r[0] == t):
                     hit |= in_topic & (f["queue_id"] == q) & (f["queue_offset"] >= lo) & (f["queue_offset"] < hi)
             keep &= hit

@@ -16,39 +16,40 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
-_LOG4J = """rootLogger.level = error
+_LOG4J = """rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = {level}
 """
+_CONF_PREFIX = f"mqfs-spark-conf-{os.getuid()}"
 
 
-def _quiet_conf_dir() -> str:
-    """A SPARK_CONF_DIR holding _LOG4J; named by its content, so a changed config never meets
-    an old file. Besides the root logger only the shell's logger is set (at the root's level, or
-PySpark announces and applies a default level of its own), so SparkContext.setLogLevel governs
-every Spark logger."""
-    tag = hashlib.sha1(_LOG4J.encode()).hexdigest()[:8]
-    directory = os.path.join(tempfile.gettempdir(), f"mqfs-spark-conf-{os.getuid()}-{tag}")
+def _quiet_conf_dir(level: str) -> str:
+    """A SPARK_CONF_DIR whose log4j2.properties logs Spark at `level` (SparkContext.setLogLevel
+    cannot lower it: it sets only the root logger); named by content, so configs never mix."""
+    text = _LOG4J.format(level=level)
+    tag = hashlib.sha1(text.encode()).hexdigest()[:8]
+    directory = os.path.join(tempfile.gettempdir(), f"{_CONF_PREFIX}-{tag}")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "log4j2.properties")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:
-            f.write(_LOG4J)
+            f.write(text)
         os.replace(tmp, path)  # a concurrent start never reads a half-written file
     return directory
 
 
 def session(master: str | None = None, app: str = "mqfs",
-            conf: dict[str, str] | None = None) -> SparkSession:
+            conf: dict[str, str] | None = None, log_level: str = "error") -> SparkSession:
     """A SparkSession that can read and write format "mqfs". Without a master: local[*], or
-    whatever spark-submit was given (it starts Python with PYSPARK_GATEWAY_PORT set)."""
+    whatever spark-submit was given (it starts Python with PYSPARK_GATEWAY_PORT set). Spark
+    logs at `log_level` unless SPARK_CONF_DIR names a configuration of the user's."""
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not submitted:
         master = "local[*]"
@@ -60,7 +61,8 @@ def session(master: str | None = None, app: str = "mqfs",
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("SPARK_CONF_DIR", _quiet_conf_dir())
+    if os.path.basename(os.environ.get("SPARK_CONF_DIR", _CONF_PREFIX)).startswith(_CONF_PREFIX):
+        os.environ["SPARK_CONF_DIR"] = _quiet_conf_dir(log_level)
     builder = SparkSession.builder if master is None else SparkSession.builder.master(master)
     builder = (builder.appName(app)
                .config("spark.ui.enabled", "false")
@@ -71,7 +73,7 @@ def session(master: str | None = None, app: str = "mqfs",
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(log_level.upper())
     if not any(m.name == "pyspark_mqfs" for m in pkgutil.iter_modules()):
         # Spark finds `pyspark_mqfs` only on a plain sys.path entry (a regular or compat-mode
         # editable install); under setuptools' default editable finder, register by hand.

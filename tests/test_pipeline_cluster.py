@@ -45,6 +45,7 @@ def cluster(tmp_path_factory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("cluster")
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=str(work / "worker"))
     env.pop("PYSPARK_PYTHON", None)  # as a user's shell has it: the CLI must set it
+    env.pop("SPARK_CONF_DIR", None)  # the daemons log at INFO: readiness is read from their logs
     master_log, worker_log = str(work / "master.log"), str(work / "worker.log")
     master = daemon(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
                      "--webui-port", "0"], master_log, env)

@@ -332,3 +332,19 @@ def test_writer_through_the_mount_creates_a_new_topic(spark, tmp_path):
     with MessageStore(root) as s:
         got = [bytes(m.body).decode() for q in (0, 1) for m in s.get_range("Fresh", q, 0, 100)]
     assert sorted(got) == sorted(f"m{i}" for i in range(40))
+
+
+def test_a_stream_starting_past_the_end_starts_at_the_end(spark, tmp_path):
+    root, out, ckpt = str(tmp_path / "past"), str(tmp_path / "out"), str(tmp_path / "ckpt")
+    build_store(root, 300, seed=12)
+    with MessageStore(root) as s:
+        end = s.max_offset("Orders", 0)
+    q = stream_to(spark, root, out, ckpt, subscribe="Orders", startingOffsets='{"Orders": {"0": 1000000}}')
+    assert q.exception() is None
+    append(root, 300, seed=13, start=300)
+    q = stream_to(spark, root, out, ckpt, subscribe="Orders", startingOffsets='{"Orders": {"0": 1000000}}')
+    assert q.exception() is None
+    got = {(r.queue_id, r.queue_offset) for r in spark.read.parquet(out).collect()}
+    want = {(r["queue_id"], r["queue_offset"]) for r in expected_rows(root).values()
+            if r["topic"] == "Orders" and (r["queue_id"] != 0 or r["queue_offset"] >= end)}
+    assert got == want and any(qid == 0 for qid, _ in got)
