@@ -7,7 +7,8 @@
 
 Local Spark by default (--master local[*]). On a cluster, submit this file; executors need
 Spark 4, pyarrow and mqfs installed (or --py-files), and the store on storage they all read:
-    spark-submit --master spark://host:7077 "$(python -c 'import pipeline.cli as c; print(c.__file__)')" audit /shared/store
+    spark-submit --master spark://host:7077 \
+        "$(python -c 'import pipeline.cli as c; print(c.__file__)')" audit /shared/store
 """
 
 from __future__ import annotations

@@ -67,6 +67,9 @@ class RowFilter:
     queue_ranges: tuple[tuple[str, int, int, int], ...] | None = None
 
 
+ALL_ROWS = RowFilter()
+
+
 def warn(text: str) -> None:
     """A warning the user sees on the stderr of the driver (planning) or executor (reading)."""
     print(f"mqfs: warning: {text}", file=sys.stderr)

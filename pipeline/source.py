@@ -34,8 +34,8 @@ from store.flavor import flavor_named
 from .files import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
                     last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
 from .options import EARLIEST, LATEST, ReadOptions, check_names, columns_option, read_options
-from .scan import (Checks, FileBatcher, RowFilter, record_starts_ok, record_whole, resync, walk,
-                   warn)
+from .scan import (ALL_ROWS, Checks, FileBatcher, RowFilter, record_starts_ok, record_whole,
+                   resync, walk, warn)
 from .schema import message_schema
 
 BATCH_RECORDS = 16384
@@ -57,7 +57,7 @@ class RangePartition(InputPartition):
     planning decides travels with the partitions)."""
 
     def __init__(self, index: int, file_from: int, path: str, start: int, end: int,
-                 flt: RowFilter = RowFilter()):
+                 flt: RowFilter = ALL_ROWS):
         super().__init__(index)
         self.file_from, self.path, self.start, self.end = file_from, path, start, end
         self.flt = flt
@@ -139,7 +139,7 @@ def commitlog_end(layout: StoreLayout) -> int:
 
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
-                    flt: RowFilter = RowFilter(), end_offset: int | None = None) -> list[RangePartition]:
+                    flt: RowFilter = ALL_ROWS, end_offset: int | None = None) -> list[RangePartition]:
     """Byte ranges of the records before `end_offset` (the CommitLog end now when None),
     split at record starts, fixed for the partitions' lifetime."""
     files = commitlog_files(layout.root)
@@ -158,7 +158,8 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
     parts = []
     for start, path in files:
         end = ends[start]
-        inner = split_points(map_readonly(path), start, end, known, target) if known is not None and end > target else []
+        inner = (split_points(map_readonly(path), start, end, known, target)
+                 if known is not None and end > target else [])
         cuts = [0, *inner, end]
         for a, b in zip(cuts, cuts[1:]):
             if start + a < hi and (lo is None or start + b > lo) and b > a:

@@ -10,7 +10,8 @@ write one at a time.
 No duplicates on retry: every row gets a deterministic UNIQ_KEY `mqfs-<job>-<partition>-<row>`
 (a row that already carries UNIQ_KEY keeps it and is deduplicated by it). The job id is the
 `jobId` option when given, so rerunning a whole job with the same jobId over the same input
-writes nothing twice; without it, one is drawn on the driver, which covers task retries only. UNIQ_KEY is indexed, so a task first looks its rows up and skips those a
+writes nothing twice; without it, one is drawn on the driver, which covers task retries only.
+UNIQ_KEY is indexed, so a task first looks its rows up and skips those a
 failed earlier attempt already wrote. Attempts write in row order while holding the lock, so
 what an earlier attempt left is a prefix: lookups stop at the first row not found. This needs
 a deterministic row order inside each input partition, as any Spark retry does.

@@ -1,8 +1,6 @@
-"""One SparkSession for the whole test run (start-up costs ~10 s), and small stores."""
+"""Small stores for the Spark tests (the shared SparkSession fixture is in conftest.py)."""
 
 from __future__ import annotations
-
-import pytest
 
 from store import StoreConfig
 
@@ -13,11 +11,3 @@ def small_store_config(**overrides) -> StoreConfig:
                   index_entries=4000)
     values.update(overrides)
     return StoreConfig(**values)
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from pipeline.spark import session
-    s = session("local[2]", app="mqfs-tests", conf={"spark.sql.shuffle.partitions": "4"})
-    yield s
-    s.stop()

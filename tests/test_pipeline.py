@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_fixtures import small_store_config, spark  # noqa: E402,F401
+from spark_fixtures import small_store_config  # noqa: E402
 
 from pipeline import cli  # noqa: E402
 from pipeline.files import commitlog_files  # noqa: E402

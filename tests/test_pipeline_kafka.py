@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from fs_helpers import mounted, needs_fuse  # noqa: E402
-from spark_fixtures import small_store_config, spark  # noqa: E402,F401
+from spark_fixtures import small_store_config  # noqa: E402
 from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 from pipeline import cli  # noqa: E402
@@ -67,7 +67,8 @@ def test_starting_and_ending_offsets_per_queue(spark, store):
         return r["topic"] in ("Orders", "Payments") and lo <= r["queue_offset"] < hi
 
     assert got == {k: r for k, r in want.items() if expected(r)}
-    assert {(r["topic"], r["queue_id"], r["queue_offset"]) for r in got.values()} >= {("Orders", 0, 10), ("Payments", 2, 44)}
+    assert {(r["topic"], r["queue_id"], r["queue_offset"]) for r in got.values()} >= {
+        ("Orders", 0, 10), ("Payments", 2, 44)}
 
 
 def test_starting_and_ending_timestamps(spark, store):
@@ -314,7 +315,8 @@ def test_writer_rerun_with_a_job_id_does_not_duplicate(spark, tmp_path):
     for _ in range(2):
         df.write.format("mqfs").mode("append").option("jobId", "nightly-2026-11-22").save(root)
     with MessageStore(root) as s:
-        assert sorted(bytes(m.body).decode() for m in s.get_range("Rerun", 0, 0, 1000)) == sorted(f"b{i}" for i in range(200))
+        bodies = sorted(bytes(m.body).decode() for m in s.get_range("Rerun", 0, 0, 1000))
+        assert bodies == sorted(f"b{i}" for i in range(200))
     with pytest.raises(Exception, match="unknown mqfs option 'jobid_'"):
         df.write.format("mqfs").mode("append").option("jobId_", "x").save(root)
 

@@ -1,7 +1,8 @@
 """Regenerate ConsumeQueues and IndexFiles from the CommitLog into a fresh store directory.
 
 CommitLog files are hard-linked (the last one, still growing, is copied; `copy=True` copies
-all, e.g. across filesystems), mqfs.json and config/ (except the dispatch state) are copied, then one task per topic/queue
+all, e.g. across filesystems), mqfs.json and config/ (except the dispatch state) are copied,
+then one task per topic/queue
 writes that queue's units in queue order, and one task writes the IndexFiles in CommitLog order
 (their entries chain through one sequence of files). A checkpoint at the last store time makes
 the result open as a cleanly shut-down store.
@@ -68,7 +69,7 @@ def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
             return []
         tags_code = flavor_named(flavor).tags_code
         cq = ConsumeQueue(out, rows[0][0], rows[0][1], units)
-        for topic, q, qoff, phys, size, tags in rows:
+        for _, _, qoff, phys, size, tags in rows:
             cq.put(phys, size, tags_code(tags or ""), qoff)
         cq.flush()
         cq.close()
