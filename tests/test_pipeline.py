@@ -248,4 +248,10 @@ def test_export_and_stats_jobs_write_what_they_report(spark, store, tmp_path):
         assert per_topic[topic] == sum(1 for r in expected.values() if r["topic"] == topic)
     assert sum(q["messages"] for q in stats["queues"]) == len(expected)
     with open(os.path.join(stats_dir, "rate.png"), "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        png = f.read(24)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    height = int.from_bytes(png[20:24], "big")
+    assert height == round((1.2 + 2 * len(per_topic)) * 100)  # one panel per topic
+    span = max(t["last_ms"] for t in stats["topics"]) - min(t["first_ms"] for t in stats["topics"])
+    if span >= 100:
+        assert 100 <= span // stats["bucket_ms"] <= 250

@@ -11,9 +11,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 
-def _bucket_ms(span_ms: int, buckets: int = 120) -> int:
-    """About `buckets` points over the span, whole milliseconds (short runs get short buckets)."""
-    return max(1, -(-span_ms // buckets))
+def _bucket_ms(span_ms: int, buckets: int = 100) -> int:
+    """A round bucket (1, 2 or 5 times a power of ten, in ms) giving at least `buckets` points
+    over the span and at most 2.5 times as many: a readable axis, no spiky slivers."""
+    limit = max(1, span_ms // buckets)
+    step = 1
+    for scale in (10 ** k for k in range(15)):
+        for m in (1, 2, 5):
+            if m * scale <= limit:
+                step = m * scale
+    return step
 
 
 def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top: int = 10,
@@ -75,19 +82,21 @@ def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> No
     from datetime import datetime, timezone
 
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
+    # one panel per topic on a shared time axis: lines of several topics never hide each other
+    panels = max(1, len(series))
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 1.2 + 2 * panels), dpi=100, sharex=True,
+                             squeeze=False)
     starts = [ms for points in series.values() for ms, _ in points]
     # every bucket of the span, empty ones at zero: a line must not bridge a quiet gap
     grid = range(min(starts), max(starts) + step, step) if starts else range(0)
     xs = [datetime.fromtimestamp(ms / 1000, timezone.utc) for ms in grid]
-    for topic, points in sorted(series.items()):
+    for ax, (topic, points) in zip(axes[:, 0], sorted(series.items())):
         counts = dict(points)
-        ax.step(xs, [counts.get(ms, 0) * 1000 / step for ms in grid], where="post", label=topic)
-    ax.set_ylabel("messages / s")
-    ax.set_xlabel(f"store time (UTC), {step} ms buckets")
-    ax.set_title("message rate per topic")
-    if series:
-        ax.legend(loc="upper left", fontsize="small")
+        ax.step(xs, [counts.get(ms, 0) * 1000 / step for ms in grid], where="post")
+        ax.set_ylabel("messages / s", fontsize="small")
+        ax.set_title(topic, fontsize="medium", loc="left")
+    axes[-1, 0].set_xlabel(f"store time (UTC), {step} ms buckets")
+    fig.suptitle("message rate per topic")
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path)
