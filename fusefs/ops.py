@@ -161,7 +161,6 @@ class Operations(pyfuse3.Operations):
         self.files = Handles()
         self.dirs = Handles()
         self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
-        self.followers = 0
 
     FH_HANDLERS = {"read", "write", "flush", "fsync", "release"}
 
@@ -405,10 +404,10 @@ class Operations(pyfuse3.Operations):
         if kind == FOLLOW:
             if writing:
                 raise FsError(errno.EACCES, "follow is read-only")
-            if self.followers >= FOLLOWERS_MAX:
+            if self.model.followers >= FOLLOWERS_MAX:
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
             node = model.nodes.get(inode)
-            self.followers += 1
+            self.model.followers += 1
             handle = FollowHandle(inode, node.topic, node.queue,
                                   self.store.max_offset(node.topic, node.queue), ctx.pid)
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
@@ -519,7 +518,7 @@ class Operations(pyfuse3.Operations):
             h.writer.close()
         elif isinstance(h, FollowHandle):
             h.closed = True
-            self.followers -= 1
+            self.model.followers -= 1
             self.stored()  # wakes a read still waiting for this handle, which then ends
 
     # --- extended attributes ---------------------------------------------------------------
