@@ -12,9 +12,10 @@ from store.errors import (CodecError, CorruptionError, FlushTimeout, InvalidMess
 class FsError(Exception):
     """A refusal the model decided on: carries the errno to answer with."""
 
-    def __init__(self, err: int, why: str = ""):
+    def __init__(self, err: int, why: str = "", *, repeat: bool = False):
         super().__init__(why or errno.errorcode.get(err, str(err)))
         self.errno = err
+        self.repeat = repeat  # the same refusal again (a failed handle's close): not logged
 
 
 def errno_for(exc: BaseException) -> int | None:

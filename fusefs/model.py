@@ -205,6 +205,7 @@ class Model:
         self.keys_cut: deque[dict] = deque(maxlen=RECENT_MAX)
         self._limits: dict[str, int] = {}
         self._newest: dict[tuple[str, int], int] = {}
+        self.followers = 0  # open `follow` handles (kept by the adapter)
 
     def spool(self) -> Spool:
         return Spool(self.staging, self.budget)
@@ -736,6 +737,7 @@ class Model:
             "limits": {"max_message_size": cfg.max_message_size, "keys_max": self.keys_max,
                        "buffer_max": self.budget.limit, "staged_max": STAGED_MAX},
             "buffers": {"memory_bytes": self.budget.used, "staged_files": len(self.staged)},
+            "followers": self.followers,
             "last_recovery": (None if rec is None else dataclasses.asdict(rec)
                               if dataclasses.is_dataclass(rec) else str(rec)),
             "queues": queues, "groups": groups,

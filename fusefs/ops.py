@@ -32,6 +32,7 @@ log = logging.getLogger("mqfs")
 BLKSIZE = 128 * 1024  # large st_blksize so cp and friends use large reads
 FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
 FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
+SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
 QUIET = (errno.ENOENT, errno.ENODATA)  # answers too common to be worth a log line
 
 
@@ -75,6 +76,7 @@ class FollowHandle:
     topic: str
     queue: int
     next: int
+    opener: int  # pid of the process that opened it: its signals end a waiting read
     pending: bytes = b""
     closed: bool = False
 
@@ -116,13 +118,26 @@ def guarded(fn: Callable) -> Callable:
                 err = errno.EIO
                 if ops is not None:
                     ops.model.note_error(fn.__name__, where, err, f"internal error: {exc!r}")
-            elif err not in QUIET:
+            elif err not in QUIET and not getattr(exc, "repeat", False):
                 why = str(exc)
                 log.info("%s %s: %s (%s)", fn.__name__, where, errno.errorcode.get(err, err), why)
                 if ops is not None:
                     ops.model.note_error(fn.__name__, where, err, why)
             raise pyfuse3.FUSEError(err) from None
     return wrapper
+
+
+def signal_pending(pid: int) -> bool:
+    """Whether a signal waits for process pid (its main thread or the process as a whole).
+    A process that is gone counts as no: its fd may live on in a child that reads it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16):
+                    return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 async def in_thread(fn: Callable, *args):
@@ -146,7 +161,6 @@ class Operations(pyfuse3.Operations):
         self.files = Handles()
         self.dirs = Handles()
         self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
-        self.followers = 0
 
     FH_HANDLERS = {"read", "write", "flush", "fsync", "release"}
 
@@ -390,12 +404,12 @@ class Operations(pyfuse3.Operations):
         if kind == FOLLOW:
             if writing:
                 raise FsError(errno.EACCES, "follow is read-only")
-            if self.followers >= FOLLOWERS_MAX:
+            if self.model.followers >= FOLLOWERS_MAX:
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
             node = model.nodes.get(inode)
-            self.followers += 1
+            self.model.followers += 1
             handle = FollowHandle(inode, node.topic, node.queue,
-                                  self.store.max_offset(node.topic, node.queue))
+                                  self.store.max_offset(node.topic, node.queue), ctx.pid)
             return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
                                     nonseekable=True)
         raise FsError(errno.EISDIR)
@@ -416,8 +430,13 @@ class Operations(pyfuse3.Operations):
         return b""  # append files read as empty
 
     async def _follow(self, h: FollowHandle, size: int) -> bytes:
-        """Bodies of messages stored after the open, each ending in a newline; waits until
-        there is at least one. Ends (EOF) only when the handle is released."""
+        """Bodies of messages stored after the open, each ending in a newline (added when
+        the body has none); waits until there is at least one.
+
+        pyfuse3 does not pass on the kernel's INTERRUPT, and the kernel waits for the answer
+        of a read the daemon has taken even when the reader is killed: so a waiting read
+        looks at the opener's pending signals a few times a second and answers EINTR when
+        there is one (Ctrl-C, `timeout`, kill end `cat follow` at once)."""
         while not h.pending:
             if h.closed:
                 return b""
@@ -429,9 +448,13 @@ class Operations(pyfuse3.Operations):
                                        FOLLOW_BATCH)
                 if msgs:
                     h.next = msgs[-1].queue_offset + 1
-                    h.pending = b"".join(bytes(m.body) + b"\n" for m in msgs)
+                    h.pending = b"".join(bytes(m.body) if bytes(m.body[-1:]) == b"\n"
+                                         else bytes(m.body) + b"\n" for m in msgs)
                     break
-            await arrived.wait()
+            with trio.move_on_after(SIGNAL_CHECK):
+                await arrived.wait()
+            if signal_pending(h.opener):
+                raise FsError(errno.EINTR, "the reader was signalled while waiting")
         out, h.pending = h.pending[:size], h.pending[size:]
         return out
 
@@ -495,7 +518,7 @@ class Operations(pyfuse3.Operations):
             h.writer.close()
         elif isinstance(h, FollowHandle):
             h.closed = True
-            self.followers -= 1
+            self.model.followers -= 1
             self.stored()  # wakes a read still waiting for this handle, which then ends
 
     # --- extended attributes ---------------------------------------------------------------

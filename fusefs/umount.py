@@ -113,12 +113,12 @@ def umount(mountpoint: str, timeout: float = 300.0) -> None:
             raise job.error
         return
     who = f"daemon pid {job.pid}" if job.pid is not None else "the daemon"
-    what = f"{who} did not finish {job.stage} within {timeout:g}s (stopped or hung?)"
+    what = f"{who} did not answer within {timeout:g}s (stopped or hung? step: {job.stage})"
     if not is_mounted(mountpoint):
-        raise UmountTimeout(f"unmounted, but {what}; it closes the store when it continues")
+        raise UmountTimeout(f"unmounted, but {what}; it closes the store when it runs again")
     try:
         _fusermount(mountpoint, lazy=True, timeout=LAZY_TIMEOUT)
     except OSError as exc:
         raise UmountTimeout(f"{what}, and the lazy unmount failed: {exc}") from None
-    raise UmountTimeout(f"{what}: detached lazily (fusermount3 -u -z); the store was not "
-                        "closed, the next mount recovers it")
+    raise UmountTimeout(f"{what}: detached lazily (fusermount3 -u -z); the daemon closes the "
+                        "store when it runs again, or the next mount recovers it")

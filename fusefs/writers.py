@@ -37,7 +37,7 @@ class Writer:
 
     def check(self) -> None:
         if self.failed is not None:
-            raise FsError(self.failed, "an earlier write on this handle failed")
+            raise FsError(self.failed, "an earlier write on this handle failed", repeat=True)
 
     def fail(self, err: int) -> None:
         self.failed = err

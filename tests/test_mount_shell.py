@@ -1,0 +1,266 @@
+"""What a shell user expects of the mount (issue 12), driven with real tools: atomic publish
+through tmp/, errors where bash sees them, times that move, live views, other users, and a
+CLI that always answers in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from store import Message, MessageStore
+from tests.fs_helpers import SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
+
+pytestmark = [pytest.mark.mount, needs_fuse]
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def store(tmp_path) -> str:
+    """Topic `orders` with 3 messages in queue 0, and an empty topic `audit`."""
+    root = str(tmp_path / "store")
+    mqfs("init", root, *SMALL)
+    with MessageStore(root) as s:
+        s.create_topic("orders", 1)
+        s.create_topic("audit", 1)
+        for i in range(3):
+            s.put(Message.create("orders", b"order %d\n" % i, keys=[f"id{i}"], tags="new"))
+    return root
+
+
+@pytest.fixture
+def live(store, tmp_path):
+    """Mounted with the default log (STORE/logs/mqfs.log), which must stay free of errors."""
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt):
+        yield mnt
+    log = open(f"{store}/logs/mqfs.log").read()
+    assert "Traceback" not in log and "ERROR" not in log, log
+
+
+def run(script: str, cwd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return sh(script, cwd=cwd, check=check)
+
+
+def max_offset(mnt: str, queue: str) -> int:
+    return int(os.getxattr(f"{mnt}/topics/{queue}", "user.max_offset"))
+
+
+def test_forked_writers_publish_one_message_through_tmp(live):
+    q = f"{live}/topics/audit/0"
+    run("{ echo start; date +%s >/dev/null; /bin/echo middle; echo end; } > tmp/m1 "
+        "&& mv tmp/m1 .", q)
+    run("seq 3 | xargs -n1 echo > tmp/m2 && mv tmp/m2 append", q)
+    run(f"{sys.executable} -c 'import subprocess, sys; f = open(\"tmp/m3\", \"w\"); "
+        "f.write(\"a\"); f.flush(); subprocess.run([\"true\"]); f.write(\"b\"); f.close()' "
+        "&& mv tmp/m3 .", q)
+    assert max_offset(live, "audit/0") == 3
+    assert open(f"{q}/0").read() == "start\nmiddle\nend\n"
+    assert open(f"{q}/1").read() == "1\n2\n3\n"
+    assert open(f"{q}/2").read() == "ab"
+    assert os.listdir(f"{q}/tmp") == []
+    # by contrast `append` commits at every close, of every copy of the descriptor
+    run("seq 3 | xargs -n1 echo > append", q)
+    assert max_offset(live, "audit/0") == 6
+
+
+def test_staged_keys_and_tags_and_rename_inside_tmp(live):
+    q = f"{live}/topics/audit/0"
+    run("printf body > tmp/a && setfattr -n user.keys -v 'k1 k2' tmp/a "
+        "&& setfattr -n user.tags -v T tmp/a && mv tmp/a tmp/b && mv tmp/b .", q)
+    assert run("cat keys/k2/audit:0:0", live).stdout == b"body"
+    assert run("getfattr --only-values -n user.tags topics/audit/0/0", live).stdout == b"T"
+
+
+def test_killed_producer_publishes_nothing_and_rm_abandons(live, store, tmp_path):
+    q = f"{live}/topics/audit/0"
+    producer = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time\n"
+         "fd = os.open('tmp/big', os.O_WRONLY | os.O_CREAT)\n"
+         "os.write(fd, os.urandom(3 << 20))\n"
+         "print('written', flush=True)\n"
+         "time.sleep(600)\n"], cwd=q, stdout=subprocess.PIPE, text=True)
+    try:
+        assert producer.stdout.readline() == "written\n"
+        assert os.stat(f"{q}/tmp/big").st_size == 3 << 20
+        status = json.load(open(f"{live}/status.json"))
+        assert status["buffers"]["memory_bytes"] < 1 << 20  # 3 MiB staged on disk
+        producer.kill()
+        assert producer.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        producer.kill()
+        producer.stdout.close()
+    assert max_offset(live, "audit/0") == 0
+    assert os.listdir(f"{q}/tmp") == ["big"]
+    run("rm tmp/big", q)
+    assert os.listdir(f"{q}/tmp") == [] and max_offset(live, "audit/0") == 0
+
+
+def test_staging_is_empty_after_a_killed_daemon(store, tmp_path):
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt) as pid:
+        run("head -c 1000000 /dev/urandom > tmp/x", f"{mnt}/topics/audit/0")
+        os.kill(pid, signal.SIGKILL)
+        wait_gone(pid)
+        force_unmount(mnt)
+    with mounted(store, mnt):
+        assert os.listdir(f"{mnt}/topics/audit/0/tmp") == []
+        assert max_offset(mnt, "audit/0") == 0
+        assert os.listdir(f"{store}/staging") == []
+
+
+def test_errors_reach_bash_at_write(live):
+    g = f"{live}/groups/g/orders/0"
+    assert open(g).read() == "0\n"  # never committed: the queue's min offset
+    bad = run(f"echo 1000 > {g}", live, check=False)
+    assert bad.returncode != 0 and b"Invalid argument" in bad.stderr
+    assert open(g).read() == "0\n"
+    run(f"echo 3 > {g}", live)
+    assert open(g).read() == "3\n"
+    line = run("echo '{\"body\": 5}' > topics/audit/0/append.jsonl", live, check=False)
+    assert line.returncode != 0
+    status = json.load(open(f"{live}/status.json"))
+    reasons = [e["reason"] for e in status["recent_errors"]]
+    assert any("past the end of orders/0" in r for r in reasons)
+    assert any("line 1: body must be a string" in r for r in reasons)
+    assert status["groups"]["g@orders/0"] == {"committed": 3, "lag": 0}
+    assert status["queues"]["orders/0"]["max_offset"] == 3
+
+
+def test_too_large_for_the_commitlog_file_fails_the_write(tmp_path):
+    root = str(tmp_path / "store")
+    mqfs("init", root, "--commitlog-file-size", str(1 << 20))
+    mnt = str(tmp_path / "mnt")
+    with mounted(root, mnt):
+        os.mkdir(f"{mnt}/topics/t")
+        q = f"{mnt}/topics/t/0"
+        for target in ("append", "tmp/x"):
+            bad = run(f"head -c 2000000 /dev/zero > {target}", q, check=False)
+            assert bad.returncode != 0 and b"File too large" in bad.stderr, target
+        run("head -c 1000000 /dev/zero > append", q)
+        assert max_offset(mnt, "t/0") == 1
+
+
+def test_queue_topic_and_group_mtimes_move(live, tmp_path):
+    ref = tmp_path / "ref"
+    # an empty queue's time is the mount's; orders/0 holds messages from before the mount
+    run(f"touch -r topics/audit/0 {ref} && echo new > topics/orders/0/append "
+        "&& echo 1 > groups/g/orders/0", live)
+    found = set(run(f"find topics groups -newer {ref}", live).stdout.decode().split())
+    assert {"topics", "topics/orders", "topics/orders/0", "topics/orders/0/3",
+            "topics/orders/0/append", "groups/g/orders/0"} <= found
+    assert not found & {"topics/audit", "topics/audit/0", "topics/orders/0/2"}
+
+
+def test_key_with_slash_is_found_under_keys(live):
+    run("printf '%s\\n' '{\"body\": \"s\", \"keys\": [\"a/b\", \"..\"]}' "
+        "> topics/audit/0/append.jsonl", live)
+    assert run("ls keys/a%2Fb", live).stdout.split() == [b"audit:0:0"]
+    assert run("cat keys/%2E%2E/audit:0:0", live).stdout == b"s"
+    long_key = run("printf '{\"body\": \"s\", \"keys\": [\"%s\"]}\\n' $(printf 'k%.0s' "
+                   "$(seq 300)) > topics/audit/0/append.jsonl", live, check=False)
+    assert long_key.returncode != 0
+    assert max_offset(live, "audit/0") == 1
+
+
+def test_follow_streams_messages_appended_after_open(live):
+    q = f"{live}/topics/audit/0"
+    run("echo before > append", q)
+    reader = subprocess.Popen(["cat", f"{q}/follow"], stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while json.load(open(f"{live}/status.json"))["followers"] != 1:
+            assert time.monotonic() < deadline, "cat never opened follow"
+            time.sleep(0.01)
+        run("echo one > append && printf two > append", q)
+        assert reader.stdout.readline() == b"one\n"
+        assert reader.stdout.readline() == b"two\n"  # a newline is added when missing
+        started = time.monotonic()
+        reader.terminate()  # a reader waiting for the next message ends at once
+        assert reader.wait(timeout=10) == -signal.SIGTERM
+        assert time.monotonic() - started < 5
+    finally:
+        reader.kill()
+        reader.stdout.close()
+    assert run("timeout 1 cat follow", q, check=False).returncode == 124
+    assert "follow" not in os.listdir(q)  # so globs and grep -r never block on it
+
+
+def test_another_user_writes_with_uid_gid_umask(store):
+    base = tempfile.mkdtemp(prefix="mqfs-users-")
+    try:
+        os.chmod(base, 0o755)
+        mnt = os.path.join(base, "mnt")
+        with mounted(store, mnt, "-o", "allow_other,gid=65534,umask=002"):
+            q = f"{mnt}/topics/audit/0"
+            assert run(f"stat -c '%G %a' {q} {q}/append", mnt).stdout.split() == \
+                [b"nogroup", b"775", b"nogroup", b"664"]
+            script = (f"echo from-nobody > {q}/append && echo x > {q}/tmp/a && mv {q}/tmp/a {q} "
+                      f"&& echo 1 > {mnt}/groups/g/audit/0")
+            subprocess.run([*NOBODY, "bash", "-c", script], check=True, timeout=60)
+            assert open(f"{q}/0").read() == "from-nobody\n" and open(f"{q}/1").read() == "x\n"
+            assert open(f"{mnt}/groups/g/audit/0").read() == "1\n"
+            other = subprocess.run(["setpriv", "--reuid=65533", "--regid=65533",
+                                    "--clear-groups", "bash", "-c", f"echo no > {q}/append"],
+                                   capture_output=True, timeout=60)
+            assert other.returncode != 0 and b"Permission denied" in other.stderr
+    finally:
+        subprocess.run(["rm", "-rf", base])
+
+
+def test_many_handles_stay_within_the_buffer_cap(store, tmp_path):
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt, "-o", f"buffer_max={8 << 20}") as pid:
+        def rss() -> int:
+            with open(f"/proc/{pid}/status") as f:
+                return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmRSS"))
+
+        before = rss()
+        fds = [os.open(f"{mnt}/topics/audit/0/append", os.O_WRONLY) for _ in range(120)]
+        chunk = os.urandom(1 << 20)
+        for fd in fds:
+            os.write(fd, chunk)
+        grown = rss() - before
+        status = json.load(open(f"{mnt}/status.json"))
+        for fd in fds:
+            os.close(fd)
+        assert status["buffers"]["memory_bytes"] <= 8 << 20
+        assert grown < 64 << 20, f"daemon grew {grown >> 20} MiB for 120 MiB held by handles"
+        assert max_offset(mnt, "audit/0") == 120
+        assert open(f"{mnt}/topics/audit/0/119", "rb").read() == chunk
+
+
+def test_umount_timeout_returns_when_the_daemon_is_stopped(store, tmp_path):
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt) as pid:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            proc = mqfs("umount", "--timeout", "2", mnt, check=False, timeout=30)
+            took = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert proc.returncode != 0 and took < 8
+        assert proc.stderr.count("\n") == 1 and "detached lazily" in proc.stderr
+        assert not os.path.ismount(mnt)
+        wait_gone(pid)  # once running again it sees the unmount and closes the store
+    assert not os.path.exists(f"{store}/abort")
+
+
+def test_cli_errors_are_one_line(store, tmp_path):
+    for args in (["umount", str(tmp_path)], ["mount"], ["bogus-command"],
+                 ["mount", store, str(tmp_path / "nomnt")],
+                 ["mount", store, str(tmp_path), "-o", "umask=999"]):
+        proc = mqfs(*args, check=False)
+        assert proc.returncode != 0, args
+        assert proc.stderr.startswith("mqfs") and proc.stderr.count("\n") == 1, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    piped = sh(f"{sys.executable} -m fusefs info {store} | head -1")
+    assert piped.stderr == b"" and piped.stdout.startswith(b"store")
