@@ -81,6 +81,7 @@ def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> No
     matplotlib.use("Agg")
     from datetime import datetime, timezone
 
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
     # one panel per topic on a shared time axis: lines of several topics never hide each other
     panels = max(1, len(series))
@@ -96,8 +97,10 @@ def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> No
         ax.set_ylabel("messages / s", fontsize="small")
         ax.set_title(topic, fontsize="medium", loc="left")
     axes[-1, 0].set_xlabel(f"store time (UTC), {step} ms buckets")
+    locator = mdates.AutoDateLocator()
+    axes[-1, 0].xaxis.set_major_locator(locator)
+    axes[-1, 0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     fig.suptitle("message rate per topic")
-    fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
