@@ -15,7 +15,7 @@ import time
 import pytest
 
 from store import Message, MessageStore
-from tests.fs_helpers import SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
+from tests.fs_helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
