@@ -133,7 +133,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
         ops = Operations(model, on_ready=ready, uid=opts.uid, gid=opts.gid)
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
         try:
-            trio.run(_main_loop)
+            trio.run(_main_loop, ops)
             clean = True
         finally:
             pyfuse3.close(unmount=clean)  # after a crash keep the (dead) mount: see README
@@ -143,7 +143,9 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     return 0
 
 
-async def _main_loop() -> None:
+async def _main_loop(ops) -> None:
+    """Serve until unmounted or signalled; on a signal, end waiting `follow` reads first
+    (pyfuse3.main returns only when every request has been answered)."""
     import pyfuse3
     import trio
 
@@ -151,6 +153,7 @@ async def _main_loop() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
             async for signum in sigs:
                 log.info("signal %d: unmounting", signum)
+                ops.stop_following()
                 pyfuse3.terminate()
                 return
 

@@ -161,6 +161,7 @@ class Operations(pyfuse3.Operations):
         self.files = Handles()
         self.dirs = Handles()
         self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
+        self.closing = False
 
     FH_HANDLERS = {"read", "write", "flush", "fsync", "release"}
 
@@ -178,6 +179,11 @@ class Operations(pyfuse3.Operations):
             return self.model.path(arg)
         except Exception:  # noqa: BLE001 - a description must never hide the real error
             return f"({arg})"
+
+    def stop_following(self) -> None:
+        """Shutting down: waiting `follow` reads answer EOF."""
+        self.closing = True
+        self.stored()
 
     def stored(self) -> None:
         """Wake `follow` readers: new messages are in."""
@@ -438,7 +444,7 @@ class Operations(pyfuse3.Operations):
         looks at the opener's pending signals a few times a second and answers EINTR when
         there is one (Ctrl-C, `timeout`, kill end `cat follow` at once)."""
         while not h.pending:
-            if h.closed:
+            if h.closed or self.closing:
                 return b""
             arrived = self.arrived
             lo = self.store.min_offset(h.topic, h.queue)

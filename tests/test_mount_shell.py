@@ -15,7 +15,7 @@ import time
 import pytest
 
 from store import Message, MessageStore
-from tests.fs_helpers import SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
+from tests.fs_helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -264,3 +264,23 @@ def test_cli_errors_are_one_line(store, tmp_path):
         assert "Traceback" not in proc.stderr
     piped = sh(f"{sys.executable} -m fusefs info {store} | head -1")
     assert piped.stderr == b"" and piped.stdout.startswith(b"store")
+
+
+def test_sigterm_ends_waiting_followers_and_closes_the_store(store, tmp_path):
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt) as pid:
+        reader = subprocess.Popen(["cat", f"{mnt}/topics/audit/0/follow"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while json.load(open(f"{mnt}/status.json"))["followers"] != 1:
+                assert time.monotonic() < deadline, "cat never opened follow"
+                time.sleep(0.01)
+            os.kill(pid, signal.SIGTERM)
+            wait_gone(pid)
+            assert reader.wait(timeout=10) is not None
+        finally:
+            reader.kill()
+            reader.stdout.close()
+        assert not os.path.ismount(mnt)
+    assert not os.path.exists(f"{store}/abort")
