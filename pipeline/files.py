@@ -18,6 +18,7 @@ from store.codec import BORNHOST_V6_FLAG
 from store.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from store.errors import StoreFormatError
 from store.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from store.flavor import Flavor, flavor_named
 from store.manifest import is_store, read_manifest
 
 INDEX_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
@@ -35,6 +36,12 @@ class StoreLayout:
     consume_queue_units: int
     index_slots: int
     index_entries: int
+    record_crc: bool = False  # every record carries the whole-record checksum
+
+    @property
+    def checked_flavor(self) -> Flavor:
+        """The flavor reads check records with (a trailer required where the store has one)."""
+        return flavor_named(self.flavor, self.record_crc)
 
 
 def store_layout(root: str) -> StoreLayout:
@@ -44,7 +51,7 @@ def store_layout(root: str) -> StoreLayout:
         raise StoreFormatError(f"{root} is not a store (no mqfs.json and no commitlog/)")
     cfg = read_manifest(root)
     return StoreLayout(root, cfg.flavor, cfg.commitlog_file_size, cfg.consume_queue_units,
-                       cfg.index_slots, cfg.index_entries)
+                       cfg.index_slots, cfg.index_entries, cfg.record_crc)
 
 
 def numbered_files(directory: str, name_len: int = 20) -> list[tuple[int, str]]:

@@ -168,7 +168,7 @@ def walk(buf, pos: int, max_records: int, max_bytes: int) -> Walk:
 
 
 def record_whole(buf, pos: int, flavor: Flavor) -> bool:
-    """True when the record at pos decodes with a matching body checksum (a live writer may
+    """True when the record at pos decodes with its checksums holding (a live writer may
     still be copying the record that ends the data)."""
     try:
         codec.decode(buf, pos, flavor)

@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Filte
                                     LessThanOrEqual)
 from pyspark.sql.types import StructType
 
-from store.flavor import flavor_named
+from store.flavor import Flavor
 
 from .files import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
                     last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
@@ -87,7 +87,7 @@ def read_range(part: RangePartition, checks: Checks,
             pos = resync(buf, (w.starts[-1] if w.starts else pos) + 1, part.file_from, end)
 
 
-def data_end(buf, file_from: int, known: np.ndarray, flavor: str) -> int:
+def data_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
     """Where the records of a (possibly live) file end now: walk from the last record start a
     ConsumeQueue vouches for; a last record still being copied in is not included."""
     arr = np.frombuffer(buf, np.uint8)
@@ -99,7 +99,7 @@ def data_end(buf, file_from: int, known: np.ndarray, flavor: str) -> int:
         if w.state != "more":
             break
         pos = w.next_pos
-    if w.state == "end" and w.starts and not record_whole(buf, w.starts[-1], flavor_named(flavor)):
+    if w.state == "end" and w.starts and not record_whole(buf, w.starts[-1], flavor):
         return w.starts[-1]
     return w.next_pos
 
@@ -135,7 +135,7 @@ def commitlog_end(layout: StoreLayout) -> int:
     if not files:
         return 0
     start, path = files[-1]
-    return start + data_end(map_readonly(path), start, last_unit_offsets(layout), layout.flavor)
+    return start + data_end(map_readonly(path), start, last_unit_offsets(layout), layout.checked_flavor)
 
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
@@ -265,7 +265,7 @@ class MqfsReader(DataSourceReader):
                                flt, self.end_offset)
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
-        checks = Checks(flavor_named(self.layout.flavor), partition.path, self.opts.skip_damaged)
+        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "

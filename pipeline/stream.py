@@ -23,7 +23,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from store.flavor import flavor_named
 
 from .files import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 from .options import EARLIEST, LATEST, ReadOptions
@@ -164,7 +163,7 @@ def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
         warn(text + "; skipped (failOnDataLoss=false)")
     for i in np.unique(which[which >= 0]):
         file_from, path = files[i]
-        checks = Checks(flavor_named(layout.flavor), path, opts.skip_damaged)
+        checks = Checks(layout.checked_flavor, path, opts.skip_damaged)
         batcher = FileBatcher(map_readonly(path), file_from, checks)
         pos = phys[which == i] - file_from
         for s in range(0, len(pos), 16384):

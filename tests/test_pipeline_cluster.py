@@ -85,6 +85,6 @@ def test_audit_and_export_run_on_a_standalone_cluster(cluster, tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == (
         f"mqfs pipeline export: damaged record at CommitLog offset {phys} ({path} at byte {pos}): "
-        "body checksum mismatch; read with option damagedRecords=skip to skip it, `mqfs verify` "
+        "checksum mismatch; read with option damagedRecords=skip to skip it, `mqfs verify` "
         "for details")
     assert "Traceback" not in r.stderr

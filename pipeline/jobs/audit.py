@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from store.codec import MAGIC_V1, MAGIC_V2, PROPERTY_UNIQ_KEY
-from store.flavor import flavor_named
+from store.flavor import Flavor
 from store.index_service import build_key
 
 from store.consume_queue import UNIT_SIZE
@@ -57,11 +57,11 @@ class Finding:
 class Records:
     """Records at arbitrary CommitLog offsets: header check, then decoded rows."""
 
-    def __init__(self, root: str, flavor: str):
+    def __init__(self, root: str, flavor: Flavor):
         self.files = commitlog_files(root)
         self.starts = np.array([s for s, _ in self.files], np.int64)
         self.batchers: dict[int, FileBatcher] = {}
-        self.checks = Checks(flavor_named(flavor), skip=True)
+        self.checks = Checks(flavor, skip=True)
 
     def rows(self, phys: np.ndarray, sizes: np.ndarray | None, f: Finding) -> dict[int, dict]:
         """offset -> decoded row, for offsets holding a whole record (of `sizes` when given);
@@ -123,7 +123,7 @@ def _missing_queue_files(reader: QueueReader, f: Finding) -> None:
 def check_commitlog(layout: StoreLayout, part: RangePartition) -> Finding:
     """Every record of one planned byte range through the same checks a read makes."""
     f = Finding(f"commitlog {os.path.basename(part.path)}")
-    checks = Checks(flavor_named(layout.flavor), part.path, skip=True)
+    checks = Checks(layout.checked_flavor, part.path, skip=True)
     f.checked = sum(b.num_rows for b in read_range(part, checks, frozenset({"commitlog_offset"})))
     f.checked += len(checks.skipped)
     for phys, reason in checks.skipped:
@@ -144,14 +144,14 @@ def _commitlog_gaps(layout: StoreLayout) -> Finding:
 
 def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     f = Finding(f"consumequeue {topic}/{queue_id}")
-    flavor = flavor_named(layout.flavor)
+    flavor = layout.checked_flavor
     reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     _missing_queue_files(reader, f)
     qoffs, units = reader.read(0, 1 << 62)
     f.checked = len(units)
     f.present = _runs(qoffs)
     phys = units["offset"].astype(np.int64)
-    rows = Records(layout.root, layout.flavor).rows(phys, units["size"].astype(np.int64), f)
+    rows = Records(layout.root, layout.checked_flavor).rows(phys, units["size"].astype(np.int64), f)
     for qo, off, tags_code in zip(qoffs.tolist(), phys.tolist(), units["tags"].astype(np.int64).tolist()):
         r = rows.get(off)
         if r is None:
@@ -167,7 +167,7 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
 
 def check_index(layout: StoreLayout, path: str) -> Finding:
     f = Finding(f"index {path.rsplit('/', 1)[-1]}")
-    flavor = flavor_named(layout.flavor)
+    flavor = layout.checked_flavor
     view = read_index_file(path, layout.index_slots)
     e = view.entries
     n = len(e)
@@ -185,7 +185,7 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
     newest[slot] = idx  # later entries overwrite earlier ones: the newest per slot remains
     for s in np.flatnonzero(newest != view.slots):
         f.bad(f"slot {s} heads entry {view.slots[s]}, its newest entry is {newest[s]}")
-    rows = Records(layout.root, layout.flavor).rows(phys, None, f)
+    rows = Records(layout.root, layout.checked_flavor).rows(phys, None, f)
     begin = int(view.header["begin_ts"])
     for k in range(n):
         r = rows.get(int(phys[k]))
