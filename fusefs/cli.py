@@ -121,25 +121,25 @@ def cmd_info(a: argparse.Namespace) -> int:
     root = os.path.abspath(a.store)
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
         cfg, rec = s.config, s.recovery
-        print(f"store       {root}")
-        print(f"flavor      {cfg.flavor}, whole-record checksums "
+        print(f"store        {root}")
+        print(f"flavor       {cfg.flavor}, whole-record checksums "
               f"{'on' if cfg.record_crc else 'off (records written without them)'}")
-        print(f"file sizes  commitlog {cfg.commitlog_file_size}, consume queue "
+        print(f"file sizes   commitlog {cfg.commitlog_file_size}, consume queue "
               f"{cfg.consume_queue_units} units, index {cfg.index_slots} slots / "
               f"{cfg.index_entries} entries")
         if rec is not None and rec.abnormal:
-            print("last close  not clean (abort file present): the next read-write open "
+            print("last close   not clean (abort file present): the next read-write open "
                   "recovers")
         for note in (rec.notes if rec is not None else []):
-            print(f"recovery    {note}")
+            print(f"recovery     {note}")
         if rec is not None and rec.corruption:
-            print(f"damage      {rec.corruption}")
+            print(f"damage       {rec.corruption}")
         for part in ("commitlog", "consumequeue", "index", "quarantine"):
             n, size = _count_files(os.path.join(root, part))
             if n or part != "quarantine":
-                print(f"{part:<12}{_plural(n, 'file')}, {size} bytes")
+                print(f"{part:<13}{_plural(n, 'file')}, {size} bytes")
         topics = s.topics()
-        print(f"topics      {len(topics)}")
+        print(f"topics       {len(topics)}")
         for topic in sorted(topics):
             for q in range(topics[topic]):
                 lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)

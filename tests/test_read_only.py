@@ -104,3 +104,17 @@ def test_info_and_verify_change_no_byte_and_create_no_file(tmp_path, command, cr
     if crashed:
         s._release_files()
         s._lock_file.release()
+
+
+def test_info_output_reads_as_english(tmp_path):
+    import subprocess
+    import sys
+    root = tmp_path / "s"
+    with MessageStore(str(root), small_config()) as s:
+        s.create_topic("empty", 1)
+        s.put(Message.create("one", b"x"))
+    out = subprocess.run([sys.executable, "-m", "fusefs", "info", str(root)],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "consumequeue 1 file," in out
+    assert "  one/0: offsets 0..0 (1 message)" in out
+    assert "  empty/0: no messages" in out
