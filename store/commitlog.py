@@ -84,6 +84,15 @@ class CommitLog:
         mf.store_timestamp = store_ts
         return phys
 
+    def write_run(self, mf: MappedFile | None, records: list[bytearray], store_ts: int) -> None:
+        """Append records already stamped for consecutive positions of `mf` in one copy."""
+        if not records or mf is None:
+            return
+        crash_point("commitlog.before_write")
+        mf.append(b"".join(records))
+        crash_point("commitlog.after_write")
+        mf.store_timestamp = store_ts
+
     # --- reading ---------------------------------------------------------------------------
     def read(self, offset: int, check_crc: bool = False) -> StoredMessage:
         """The record at a physical offset: NotFound when the offset is outside the log,

@@ -45,8 +45,11 @@ MAX_TIME = (1 << 63) - 1
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PutResult:
+    """Where a put landed. Not frozen: a frozen dataclass's __init__ costs a setattr call per
+    field, paid on every put."""
+
     commitlog_offset: int
     queue_offset: int
     store_timestamp: int
@@ -58,12 +61,17 @@ class PutResult:
         return codec.msg_id(self.store_host_raw, self.commitlog_offset)
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class MessageStore:
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
         self.root = os.path.abspath(root)
         self._requested = config or StoreConfig()
         self._progress = progress
+        self.clock: Callable[[], int] = _now_ms  # store time source; tests pin it
         self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
@@ -232,29 +240,102 @@ class MessageStore:
             raise StoreError("the store is open read-only")
 
     def put(self, message: Message) -> PutResult:
-        return self.put_batch([message])[0]
+        """Append one message; when it returns it is readable and findable (and on disk in
+        sync mode). The lean path: one encode, one lock, units and entries written in place."""
+        self._writable()
+        rec, ts_pos = self.encoder.encode(message)
+        size = len(rec)
+        self.commitlog.check_fits(size)
+        with self.put_lock:
+            result = self._append(message, rec, ts_pos)
+        end = result.commitlog_offset + size
+        if self.config.flush_mode == "sync" and message.properties.get("WAIT") != "false":
+            self.flush_services.wait_flushed(end)  # commits too
+        else:
+            self.flush_services.wait_committed(end)
+        return result
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Append messages in order; when it returns they are readable and findable (and on
-        disk in sync mode). Nothing is written if any message is invalid."""
+        disk in sync mode). Nothing is written if any message is invalid. The records are
+        stamped and copied into the CommitLog one run per file, and their ConsumeQueue units
+        and IndexFile entries built in bulk (dispatch), so a batch costs far less per message
+        than as many puts."""
         self._writable()
-        encoded = []
-        for msg in messages:
-            rec, ts_pos = self.encoder.encode(msg)
-            self.commitlog.check_fits(len(rec))
-            encoded.append((msg, rec, ts_pos))
-        results = []
+        msgs = list(messages)
+        if not msgs:
+            return []
+        encoded = [self.encoder.encode(m) for m in msgs]
+        fits = self.commitlog.check_fits
+        for rec, _ in encoded:
+            fits(len(rec))
         with self.put_lock:
-            for msg, rec, ts_pos in encoded:
-                results.append(self._append(msg, rec, ts_pos))
-        if results:
-            end = results[-1].commitlog_offset + results[-1].size
-            if self.config.flush_mode == "sync" and any(
-                    m.properties.get("WAIT") != "false" for m, _, _ in encoded):
-                self.flush_services.wait_flushed(end)  # commits too
-            else:
-                self.flush_services.wait_committed(end)
+            results = self._append_batch(msgs, encoded)
+        end = results[-1].commitlog_offset + results[-1].size
+        if self.config.flush_mode == "sync" and any(
+                m.properties.get("WAIT") != "false" for m in msgs):
+            self.flush_services.wait_flushed(end)  # commits too
+        else:
+            self.flush_services.wait_committed(end)
         return results
+
+    def _append_batch(self, msgs: list[Message], encoded: list[tuple[bytearray, int]]
+                      ) -> list[PutResult]:
+        """Write a validated batch (caller holds put_lock): queues and room first, so a
+        refusal or a full disk comes before any byte; then stamp, seal and write."""
+        n = len(msgs)
+        qids = [m.queue_id for m in msgs]
+        topics = [m.topic for m in msgs]
+        sys_flags = [m.sys_flag for m in msgs]
+        in_queue = [(f & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
+                    for f in sys_flags]
+        queues = {}
+        for key in dict.fromkeys(zip(topics, qids)):
+            cq = self.consume_queues.get(key)
+            queues[key] = cq if cq is not None else self._create_queue(*key)
+        next_offset = {key: cq.next_offset for key, cq in queues.items()}
+        queue_offsets = [0] * n
+        for i, key in enumerate(zip(topics, qids)):
+            if in_queue[i]:
+                queue_offsets[i] = next_offset[key]
+                next_offset[key] += 1
+        for key, cq in queues.items():
+            if next_offset[key] != cq.next_offset:
+                cq.ensure_room()
+        keys = [m.index_keys() for m in msgs]
+        self.index.ensure_room(sum(map(len, keys)))
+        store_ts = self._store_timestamp()
+        phys = [0] * n
+        commitlog = self.commitlog
+        files = commitlog.queue.files
+        mf = files[-1] if files else None
+        pos = mf.wrote_position if mf is not None else 0  # where the pending run ends
+        run: list[bytearray] = []
+        seal = codec.seal if self.flavor.record_crc else None
+        stamp = codec.stamp
+        for i, (rec, ts_pos) in enumerate(encoded):
+            size = len(rec)
+            if mf is None or size + codec.END_FILE_MIN_BLANK > mf.file_size - pos:
+                commitlog.write_run(mf, run, store_ts)  # the BLANK goes after these bytes
+                run = []
+                mf = commitlog.file_for(size)
+                pos = mf.wrote_position
+            at = mf.file_from_offset + pos
+            stamp(rec, ts_pos, queue_offsets[i], at, store_ts)
+            if seal is not None:
+                seal(rec, self.flavor)
+            phys[i] = at
+            run.append(rec)
+            pos += size
+        commitlog.write_run(mf, run, store_ts)
+        sizes = [len(rec) for rec, _ in encoded]
+        col = np.array
+        self.dispatch(RecordRun(
+            col(phys, dtype=np.int64), col(sizes, dtype=np.int64), col(qids, dtype=np.int64),
+            col(queue_offsets, dtype=np.int64), col(sys_flags, dtype=np.int64),
+            np.full(n, store_ts, dtype=np.int64), topics, [m.tags for m in msgs], keys))
+        host = self.encoder.store_host_raw
+        return [PutResult(phys[i], queue_offsets[i], store_ts, sizes[i], host) for i in range(n)]
 
     def max_body_size(self, message: Message) -> int:
         """The largest body `message` (its topic and properties as they are) can carry and
@@ -275,15 +356,20 @@ class MessageStore:
         if in_queue:
             cq.ensure_room()
         self.index.ensure_room(len(keys))
-        now = int(time.time() * 1000)
-        store_ts = now if now > self._last_store_ts else self._last_store_ts
-        self._last_store_ts = store_ts
+        store_ts = self._store_timestamp()
         phys = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         if in_queue:
             cq.put(phys, len(rec), self.flavor.tags_code(msg.tags), queue_offset)
         self.index.build(topic, keys, phys, store_ts, msg.sys_flag)
         self._dispatched_ts = store_ts
         return PutResult(phys, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
+
+    def _store_timestamp(self) -> int:
+        """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
+        now = self.clock()
+        if now > self._last_store_ts:
+            self._last_store_ts = now
+        return self._last_store_ts
 
     def dispatch(self, run: RecordRun) -> None:
         """Build ConsumeQueue and IndexFile entries for records in CommitLog order (recovery,

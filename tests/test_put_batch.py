@@ -1,0 +1,87 @@
+"""put_batch against put: the same bytes on disk, all-or-nothing, read-your-writes."""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from store import InvalidMessage, Message, MessageStore
+from store.codec import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
+from tests.store_helpers import file_hashes, small_config
+
+STORE_TS = 1_700_000_000_000
+
+
+def _pinned(root: str, **cfg) -> MessageStore:
+    s = MessageStore(root, small_config(**cfg))
+    s.clock = lambda: STORE_TS  # both stores stamp the same store time
+    return s  # opened by `with`
+
+
+def _contents(root: str, sub: str) -> list[tuple[str, bytes]]:
+    """(path, bytes) of every file under root/sub in path order. IndexFile names are the
+    wall-clock time the file was made, so for them only the order counts, not the name."""
+    out = []
+    for dirpath, _, names in os.walk(os.path.join(root, sub)):
+        for n in names:
+            path = os.path.join(dirpath, n)
+            with open(path, "rb") as f:
+                out.append((os.path.relpath(path, root), f.read()))
+    out.sort()
+    return [("", data) for _, data in out] if sub == "index" else out
+
+
+message = st.builds(
+    lambda topic, q, body, keys, tags, flag, uniq: Message.create(
+        topic, body, queue_id=q, keys=keys, tags=tags, sys_flag=flag, born_timestamp=1,
+        properties={"UNIQ_KEY": uniq} if uniq else None),
+    st.sampled_from(["TopicA", "TopicB", "C"]), st.integers(0, 2),
+    st.binary(max_size=3000), st.lists(st.sampled_from(["k1", "k2", "k3", "k4"]), max_size=3),
+    st.sampled_from([None, "red", "blue"]),
+    st.sampled_from([0, 0, 0, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK]),
+    st.sampled_from([None, "u1", "u2"]))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(message, min_size=1, max_size=40), min_size=1, max_size=6),
+       record_crc=st.booleans())
+def test_put_batch_writes_the_bytes_single_puts_write(tmp_path_factory, batches, record_crc):
+    one = str(tmp_path_factory.mktemp("one"))
+    many = str(tmp_path_factory.mktemp("many"))
+    with _pinned(one, record_crc=record_crc) as s:
+        singles = [s.put(m) for batch in batches for m in batch]
+    with _pinned(many, record_crc=record_crc) as s:
+        batched = [r for batch in batches for r in s.put_batch(batch)]
+    assert batched == singles
+    for sub in ("commitlog", "consumequeue", "index"):
+        assert _contents(many, sub) == _contents(one, sub), sub
+
+
+def test_a_batch_rolls_commitlog_files_and_reads_back_at_once(tmp_path):
+    msgs = [Message.create("T", bytes([i % 251]) * 1500, queue_id=i % 3, keys=[f"key-{i}"],
+                           tags=f"t{i % 2}") for i in range(200)]  # 300 KB: several files
+    with _pinned(str(tmp_path)) as s:
+        results = s.put_batch(msgs)
+        assert len(s.commitlog.queue.files) > 3
+        for m, r in zip(msgs, results):
+            got = s.get("T", m.queue_id, r.queue_offset)
+            assert bytes(got.body) == m.body and got.commitlog_offset == r.commitlog_offset
+            assert [x.commitlog_offset for x in s.query_key(m.keys[0], "T")] == [r.commitlog_offset]
+
+
+def test_one_invalid_message_writes_nothing(tmp_path):
+    root = str(tmp_path)
+    with _pinned(root) as s:
+        s.put(Message.create("T", b"first", keys=["a"]))
+        s.flush()
+        before = file_hashes(root, skip=("checkpoint", "abort", "lock"))
+        good = [Message.create("T", b"x" * 10, keys=["b"]) for _ in range(5)]
+        with pytest.raises(InvalidMessage):
+            s.put_batch(good + [Message.create("bad topic!", b"y")] + good)
+        with pytest.raises(InvalidMessage):
+            s.put_batch(good + [Message.create("T", b"z", queue_id=-1)])
+        s.flush()
+        assert file_hashes(root, skip=("checkpoint", "abort", "lock")) == before
+        assert s.max_offset("T", 0) == 1
