@@ -70,7 +70,7 @@ def sqlite_bulk_insert(db: sqlite3.Connection, msgs: list[Message]) -> float:
     return time.perf_counter() - t
 
 
-def bench_appends(work: str, msgs: list[Message]) -> float:
+def bench_appends(work: str, msgs: list[Message]) -> tuple[float, float]:
     """CommitLog-only appends vs file.write of the same bytes vs SQLite inserts."""
     n = len(msgs)
     mb = sum(len(m.body) for m in msgs) / 1e6
@@ -96,7 +96,24 @@ def bench_appends(work: str, msgs: list[Message]) -> float:
     row("mqfs CommitLog append (encode + append)", n / ours, "msg/s", "plain file.write", n / plain)
     row("mqfs CommitLog append", mb / ours, "MB/s", "plain file.write", mb / plain)
     row("mqfs CommitLog append", n / ours, "msg/s", "SQLite WAL insert (1k/txn)", n / lite)
-    return n / ours
+    return n / ours, n / plain
+
+
+def bench_put_batch(work: str, msgs: list[Message], plain_rate: float) -> None:
+    """put_batch(1000) vs file.write of the same records (the floor of any append) and SQLite."""
+    n = len(msgs)
+    with MessageStore(os.path.join(work, "batch"), StoreConfig()) as s:
+        t = time.perf_counter()
+        for i in range(0, n, 1000):
+            s.put_batch(msgs[i:i + 1000])
+        ours = time.perf_counter() - t
+    db = sqlite_db(os.path.join(work, "batch.db"))
+    db.execute("CREATE INDEX IF NOT EXISTS k ON msg(key)")
+    lite = sqlite_bulk_insert(db, msgs)
+    db.close()
+    print(f"Batched puts, put_batch(1000), {n:,} x 1 KiB, one key")
+    row("mqfs MessageStore.put_batch(1000)", n / ours, "msg/s", "plain file.write", plain_rate)
+    row("mqfs MessageStore.put_batch(1000)", n / ours, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite)
 
 
 def bench_puts(work: str, msgs: list[Message], cl_rate: float) -> str:
@@ -229,8 +246,9 @@ def main() -> int:
         msgs = messages(n, body)
         print(f"mqfs store benchmark ({'quick' if args.quick else 'full'}), Python {sys.version.split()[0]}, "
               f"{os.cpu_count()} CPUs; columns: ours, baseline, ratio ours/baseline\n")
-        rate = bench_appends(work, msgs[: min(n, 200_000)])
+        rate, plain = bench_appends(work, msgs[: min(n, 200_000)])
         root = bench_puts(work, msgs, rate)
+        bench_put_batch(work, msgs, plain)
         bench_reads(root, work, n, 2_000 if args.quick else 20_000)
         bench_sync_puts(work, body, 2 if args.quick else 5)
         bench_recovery(root)

@@ -84,12 +84,10 @@ class CommitLog:
         mf.store_timestamp = store_ts
         return phys
 
-    def write_run(self, mf: MappedFile | None, records: list[bytearray], store_ts: int) -> None:
+    def write_run(self, mf: MappedFile, records: bytes | bytearray, store_ts: int) -> None:
         """Append records already stamped for consecutive positions of `mf` in one copy."""
-        if not records or mf is None:
-            return
         crash_point("commitlog.before_write")
-        mf.append(b"".join(records))
+        mf.append(records)
         crash_point("commitlog.after_write")
         mf.store_timestamp = store_ts
 

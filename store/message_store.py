@@ -265,12 +265,14 @@ class MessageStore:
         msgs = list(messages)
         if not msgs:
             return []
-        encoded = [self.encoder.encode(m) for m in msgs]
+        batch = self.encoder.encode_batch(msgs)
+        encoded = None if batch is not None else [self.encoder.encode(m) for m in msgs]
+        sizes = batch.sizes if batch is not None else [len(rec) for rec, _ in encoded or ()]
         fits = self.commitlog.check_fits
-        for rec, _ in encoded:
-            fits(len(rec))
+        for size in sizes:
+            fits(size)
         with self.put_lock:
-            results = self._append_batch(msgs, encoded)
+            results = self._append_batch(msgs, sizes, batch, encoded)
         end = results[-1].commitlog_offset + results[-1].size
         if self.config.flush_mode == "sync" and any(
                 m.properties.get("WAIT") != "false" for m in msgs):
@@ -279,10 +281,13 @@ class MessageStore:
             self.flush_services.wait_committed(end)
         return results
 
-    def _append_batch(self, msgs: list[Message], encoded: list[tuple[bytearray, int]]
-                      ) -> list[PutResult]:
-        """Write a validated batch (caller holds put_lock): queues and room first, so a
-        refusal or a full disk comes before any byte; then stamp, seal and write."""
+    def _append_batch(self, msgs: list[Message], sizes: list[int],
+                      batch: codec.EncodedBatch | None,
+                      encoded: list[tuple[bytearray, int]] | None) -> list[PutResult]:
+        """Write a validated batch (caller holds put_lock), given as `batch` or, for the
+        rare layouts it does not cover, one `encoded` record each. Queues and room come
+        first, so a refusal or a full disk comes before any byte; then each CommitLog file
+        gets its run of stamped, sealed records in one copy."""
         n = len(msgs)
         qids = [m.queue_id for m in msgs]
         topics = [m.topic for m in msgs]
@@ -305,37 +310,51 @@ class MessageStore:
         keys = [m.index_keys() for m in msgs]
         self.index.ensure_room(sum(map(len, keys)))
         store_ts = self._store_timestamp()
-        phys = [0] * n
         commitlog = self.commitlog
+        # where each CommitLog file's run starts: the file_for rule, decided up front
         files = commitlog.queue.files
-        mf = files[-1] if files else None
-        pos = mf.wrote_position if mf is not None else 0  # where the pending run ends
-        run: list[bytearray] = []
-        seal = codec.seal if self.flavor.record_crc else None
-        stamp = codec.stamp
-        for i, (rec, ts_pos) in enumerate(encoded):
-            size = len(rec)
-            if mf is None or size + codec.END_FILE_MIN_BLANK > mf.file_size - pos:
-                commitlog.write_run(mf, run, store_ts)  # the BLANK goes after these bytes
-                run = []
-                mf = commitlog.file_for(size)
-                pos = mf.wrote_position
-            at = mf.file_from_offset + pos
-            stamp(rec, ts_pos, queue_offsets[i], at, store_ts)
-            if seal is not None:
-                seal(rec, self.flavor)
-            phys[i] = at
-            run.append(rec)
-            pos += size
-        commitlog.write_run(mf, run, store_ts)
-        sizes = [len(rec) for rec, _ in encoded]
-        col = np.array
+        room = files[-1].file_size - files[-1].wrote_position if files else -1
+        starts = []
+        for i, size in enumerate(sizes):
+            if size + codec.END_FILE_MIN_BLANK > room:
+                starts.append(i)
+                room = commitlog.file_size
+            room -= size
+        size_arr = np.array(sizes, dtype=np.int64)
+        phys = np.empty(n, dtype=np.int64)
+        if batch is not None:
+            batch.head["qoff"] = queue_offsets
+            batch.head["store_ts"] = store_ts
+        rolls = set(starts)
+        bounds = sorted({0, *starts, n})
+        for lo, hi in zip(bounds, bounds[1:]):
+            mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
+            run = size_arr[lo:hi]
+            phys[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
+            data: bytes | bytearray
+            if batch is not None:
+                batch.head["phys"][lo:hi] = phys[lo:hi]
+                data = batch.records(lo, hi)
+            else:
+                data = self._stamped(encoded or [], lo, hi, phys, queue_offsets, store_ts)
+            commitlog.write_run(mf, data, store_ts)
         self.dispatch(RecordRun(
-            col(phys, dtype=np.int64), col(sizes, dtype=np.int64), col(qids, dtype=np.int64),
-            col(queue_offsets, dtype=np.int64), col(sys_flags, dtype=np.int64),
+            phys, size_arr, np.array(qids, dtype=np.int64),
+            np.array(queue_offsets, dtype=np.int64), np.array(sys_flags, dtype=np.int64),
             np.full(n, store_ts, dtype=np.int64), topics, [m.tags for m in msgs], keys))
         host = self.encoder.store_host_raw
-        return [PutResult(phys[i], queue_offsets[i], store_ts, sizes[i], host) for i in range(n)]
+        return [PutResult(p, q, store_ts, size, host)
+                for p, q, size in zip(phys.tolist(), queue_offsets, sizes)]
+
+    def _stamped(self, encoded: list[tuple[bytearray, int]], lo: int, hi: int,
+                 phys: np.ndarray, queue_offsets: list[int], store_ts: int) -> bytes:
+        """Records lo..hi-1 encoded one by one, stamped and sealed, as one buffer."""
+        for i in range(lo, hi):
+            rec, ts_pos = encoded[i]
+            codec.stamp(rec, ts_pos, queue_offsets[i], int(phys[i]), store_ts)
+            if self.flavor.record_crc:
+                codec.seal(rec, self.flavor)
+        return b"".join(rec for rec, _ in encoded[lo:hi])
 
     def max_body_size(self, message: Message) -> int:
         """The largest body `message` (its topic and properties as they are) can carry and
