@@ -94,20 +94,50 @@ class WaitableProgress:
 class GroupCommit:
     """Sync flush without a hand-off: the first waiting put becomes the leader and syncs the
     file (fdatasync releases the GIL, so others keep appending); every put whose bytes that
-    sync covered returns together. Waiters give up with FlushTimeout at their deadline."""
+    sync covered returns together. Before syncing, the leader gathers: while puts that have
+    announced themselves (`arrive`) are still appending, it waits for them, up to
+    `gather_s`, so one fdatasync covers them too instead of each paying its own. A lone put
+    has nobody to wait for and syncs at once. Waiters give up with FlushTimeout at their
+    deadline."""
 
-    def __init__(self, progress: WaitableProgress, flush: Callable[[], int]):
+    def __init__(self, progress: WaitableProgress, flush: Callable[[], int],
+                 gather_s: float = 0.002):
         self.progress = progress
         self.flush = flush
+        self.gather_s = gather_s
         self.leader = False
+        self.arriving = 0  # puts between arrive() and their wait()/depart()
 
-    def wait(self, target: int, timeout_s: float) -> None:
+    def arrive(self) -> None:
+        """A put that will wait for the disk is about to append."""
+        with self.progress.cond:
+            self.arriving += 1
+
+    def depart(self) -> None:
+        """An announced put will not wait after all (it failed)."""
+        with self.progress.cond:
+            self._departed()
+
+    def _departed(self) -> None:
+        self.arriving -= 1
+        if self.arriving == 0:
+            self.progress.cond.notify_all()  # a gathering leader stops waiting
+
+    def wait(self, target: int, timeout_s: float, arrived: bool = False) -> None:
         deadline = time.monotonic() + timeout_s
         cond = self.progress.cond
         with cond:
+            if arrived:
+                self._departed()
             while self.progress.value < target:
                 if not self.leader:
                     self.leader = True
+                    gather_end = min(deadline, time.monotonic() + self.gather_s)
+                    while self.arriving > 0:
+                        left = gather_end - time.monotonic()
+                        if left <= 0:
+                            break
+                        cond.wait(left)
                     cond.release()
                     try:
                         reached = self.flush()
@@ -196,5 +226,7 @@ class FlushServices:
         self.committed.wait_for(offset, self.store.config.sync_flush_timeout_ms / 1000,
                                 self.commit_service)
 
-    def wait_flushed(self, offset: int) -> None:
-        self.group_commit.wait(offset, self.store.config.sync_flush_timeout_ms / 1000)
+    def wait_flushed(self, offset: int, arrived: bool = False) -> None:
+        """Return once the CommitLog is on disk up to offset; `arrived`: the caller
+        announced itself with group_commit.arrive() before appending."""
+        self.group_commit.wait(offset, self.store.config.sync_flush_timeout_ms / 1000, arrived)

@@ -10,12 +10,13 @@ so a message is readable by queue offset and findable by key as soon as `put` re
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,14 +247,31 @@ class MessageStore:
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
         self.commitlog.check_fits(size)
-        with self.put_lock:
-            result = self._append(message, rec, ts_pos)
+        sync = self.config.flush_mode == "sync" and message.properties.get("WAIT") != "false"
+        with self._appending(sync):
+            with self.put_lock:
+                result = self._append(message, rec, ts_pos)
         end = result.commitlog_offset + size
-        if self.config.flush_mode == "sync" and message.properties.get("WAIT") != "false":
-            self.flush_services.wait_flushed(end)  # commits too
+        if sync:
+            self.flush_services.wait_flushed(end, arrived=True)  # commits too
         else:
             self.flush_services.wait_committed(end)
         return result
+
+    @contextlib.contextmanager
+    def _appending(self, sync: bool) -> Iterator[None]:
+        """Announce a put that will wait for the disk, so the group-commit leader waits
+        for its bytes rather than syncing without them; withdraw it if the append fails."""
+        if not sync:
+            yield
+            return
+        group = self.flush_services.group_commit
+        group.arrive()
+        try:
+            yield
+        except BaseException:
+            group.depart()
+            raise
 
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Append messages in order; when it returns they are readable and findable (and on
@@ -271,12 +289,14 @@ class MessageStore:
         fits = self.commitlog.check_fits
         for size in sizes:
             fits(size)
-        with self.put_lock:
-            results = self._append_batch(msgs, sizes, batch, encoded)
+        sync = self.config.flush_mode == "sync" and any(
+            m.properties.get("WAIT") != "false" for m in msgs)
+        with self._appending(sync):
+            with self.put_lock:
+                results = self._append_batch(msgs, sizes, batch, encoded)
         end = results[-1].commitlog_offset + results[-1].size
-        if self.config.flush_mode == "sync" and any(
-                m.properties.get("WAIT") != "false" for m in msgs):
-            self.flush_services.wait_flushed(end)  # commits too
+        if sync:
+            self.flush_services.wait_flushed(end, arrived=True)  # commits too
         else:
             self.flush_services.wait_committed(end)
         return results

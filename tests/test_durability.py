@@ -9,6 +9,7 @@ import pytest
 
 from store import FlushTimeout, Message, MessageStore, NotFound
 from store.checkpoint import Checkpoint
+from store.flush import GroupCommit, WaitableProgress
 from store.retention import clean_expired
 from tests.store_helpers import files_in, small_config
 
@@ -42,6 +43,34 @@ def test_sync_group_commit_covers_concurrent_puts(tmp_path):
             th.join()
         assert s.max_offset("t", 0) + s.max_offset("t", 1) == 400
         assert len(syncs) < 400  # fewer disk syncs than puts: commits were shared
+
+
+def test_group_commit_leader_waits_for_announced_puts_and_syncs_once():
+    written = [10]
+    syncs: list[int] = []
+
+    def flush() -> int:
+        syncs.append(written[0])
+        return written[0]
+
+    group = GroupCommit(WaitableProgress(0), flush, gather_s=30)
+    group.arrive()  # a second put is still appending
+    leader = threading.Thread(target=group.wait, args=(10, 30))
+    leader.start()
+    while not group.leader:  # the first waiter leads and is gathering
+        time.sleep(0.001)
+    written[0] = 20  # the second put's bytes are in
+    group.wait(20, 30, arrived=True)
+    leader.join()
+    assert syncs == [20]  # one sync covered both puts
+
+
+def test_a_failed_announced_put_does_not_hold_the_leader_back():
+    group = GroupCommit(WaitableProgress(0), lambda: 10, gather_s=30)
+    group.arrive()
+    group.depart()
+    group.wait(10, 30)  # nobody is arriving: syncs at once
+    assert group.arriving == 0 and group.progress.value == 10
 
 
 def test_sync_flush_timeout_is_reported_not_hung(tmp_path):
