@@ -247,24 +247,22 @@ class MessageStore:
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
         self.commitlog.check_fits(size)
-        sync = self.config.flush_mode == "sync" and message.properties.get("WAIT") != "false"
-        with self._appending(sync):
+        if self.config.flush_mode != "sync" or message.properties.get("WAIT") == "false":
             with self.put_lock:
                 result = self._append(message, rec, ts_pos)
-        end = result.commitlog_offset + size
-        if sync:
-            self.flush_services.wait_flushed(end, arrived=True)  # commits too
-        else:
-            self.flush_services.wait_committed(end)
+            if self.flush_services.commit_service is not None:
+                self.flush_services.wait_committed(result.commitlog_offset + size)
+            return result
+        with self._appending():
+            with self.put_lock:
+                result = self._append(message, rec, ts_pos)
+        self.flush_services.wait_flushed(result.commitlog_offset + size, arrived=True)
         return result
 
     @contextlib.contextmanager
-    def _appending(self, sync: bool) -> Iterator[None]:
+    def _appending(self) -> Iterator[None]:
         """Announce a put that will wait for the disk, so the group-commit leader waits
         for its bytes rather than syncing without them; withdraw it if the append fails."""
-        if not sync:
-            yield
-            return
         group = self.flush_services.group_commit
         group.arrive()
         try:
@@ -291,7 +289,11 @@ class MessageStore:
             fits(size)
         sync = self.config.flush_mode == "sync" and any(
             m.properties.get("WAIT") != "false" for m in msgs)
-        with self._appending(sync):
+        if sync:
+            with self._appending():
+                with self.put_lock:
+                    results = self._append_batch(msgs, sizes, batch, encoded)
+        else:
             with self.put_lock:
                 results = self._append_batch(msgs, sizes, batch, encoded)
         end = results[-1].commitlog_offset + results[-1].size
@@ -391,14 +393,20 @@ class MessageStore:
             cq = self._create_queue(topic, qid)
         in_queue = (msg.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
         queue_offset = cq.next_offset if in_queue else 0
-        keys = msg.index_keys()
+        props = msg.properties  # the index keys, read once: UNIQ_KEY, then KEYS tokens
+        text = props.get(codec.PROPERTY_KEYS)
+        keys = [k for k in text.split(" ") if k] if text else []
+        uniq = props.get(codec.PROPERTY_UNIQ_KEY)
+        if uniq:
+            keys.insert(0, uniq)
         if in_queue:
             cq.ensure_room()
         self.index.ensure_room(len(keys))
         store_ts = self._store_timestamp()
         phys = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         if in_queue:
-            cq.put(phys, len(rec), self.flavor.tags_code(msg.tags), queue_offset)
+            cq.put(phys, len(rec), self.flavor.tags_code(props.get(codec.PROPERTY_TAGS, "")),
+                   queue_offset)
         self.index.build(topic, keys, phys, store_ts, msg.sys_flag)
         self._dispatched_ts = store_ts
         return PutResult(phys, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
