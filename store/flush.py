@@ -68,7 +68,8 @@ class WaitableProgress:
 
     def __init__(self, value: int = 0):
         self.value = value
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
 
     def advance(self, value: int) -> None:
         with self.cond:
@@ -107,6 +108,9 @@ class GroupCommit:
         self.gather_s = gather_s
         self.leader = False
         self.arriving = 0  # puts between arrive() and their wait()/depart()
+        self.targets: list[int] = []  # the offsets of the puts inside wait()
+        self.last_group = 0  # how many were waiting uncovered when the last sync started
+        self.gathering = threading.Condition(progress.lock)  # the leader waits on it
 
     def arrive(self) -> None:
         """A put that will wait for the disk is about to append."""
@@ -120,8 +124,7 @@ class GroupCommit:
 
     def _departed(self) -> None:
         self.arriving -= 1
-        if self.arriving == 0:
-            self.progress.cond.notify_all()  # a gathering leader stops waiting
+        self.gathering.notify()
 
     def wait(self, target: int, timeout_s: float, arrived: bool = False) -> None:
         deadline = time.monotonic() + timeout_s
@@ -129,30 +132,46 @@ class GroupCommit:
         with cond:
             if arrived:
                 self._departed()
-            while self.progress.value < target:
-                if not self.leader:
-                    self.leader = True
-                    gather_end = min(deadline, time.monotonic() + self.gather_s)
-                    while self.arriving > 0:
-                        left = gather_end - time.monotonic()
-                        if left <= 0:
-                            break
-                        cond.wait(left)
-                    cond.release()
-                    try:
-                        reached = self.flush()
-                    finally:
-                        cond.acquire()
-                        self.leader = False
-                    if reached > self.progress.value:
-                        self.progress.value = reached
-                    cond.notify_all()
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise FlushTimeout(f"sync flush did not reach offset {target} within "
-                                       f"{timeout_s:.1f} s")
-                cond.wait(left)
+            self.targets.append(target)
+            self.gathering.notify()
+            try:
+                self._wait(target, deadline, timeout_s)
+            finally:
+                self.targets.remove(target)
+
+    def _uncovered(self) -> int:
+        done = self.progress.value
+        return sum(1 for t in self.targets if t > done)
+
+    def _wait(self, target: int, deadline: float, timeout_s: float) -> None:
+        cond = self.progress.cond
+        while self.progress.value < target:
+            if not self.leader:
+                self.leader = True
+                # gather: announced puts still appending, and as many uncovered waiters
+                # as the last sync had (the threads it released are on their way back)
+                gather_end = min(deadline, time.monotonic() + self.gather_s)
+                while self.arriving > 0 or self._uncovered() < self.last_group:
+                    left = gather_end - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.gathering.wait(left)
+                self.last_group = self._uncovered()
+                cond.release()
+                try:
+                    reached = self.flush()
+                finally:
+                    cond.acquire()
+                    self.leader = False
+                if reached > self.progress.value:
+                    self.progress.value = reached
+                cond.notify_all()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FlushTimeout(f"sync flush did not reach offset {target} within "
+                                   f"{timeout_s:.1f} s")
+            cond.wait(left)
 
 
 class FlushServices:

@@ -62,6 +62,17 @@ class PutResult:
         return codec.msg_id(self.store_host_raw, self.commitlog_offset)
 
 
+def _index_keys(props: dict[str, str]) -> list[str]:
+    """Message.index_keys() from the properties in one call (UNIQ_KEY, then KEYS tokens):
+    the put paths run it once per message."""
+    text = props.get(codec.PROPERTY_KEYS)
+    keys = ([text] if " " not in text else [k for k in text.split(" ") if k]) if text else []
+    uniq = props.get(codec.PROPERTY_UNIQ_KEY)
+    if uniq:
+        keys.insert(0, uniq)
+    return keys
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -329,7 +340,8 @@ class MessageStore:
         for key, cq in queues.items():
             if next_offset[key] != cq.next_offset:
                 cq.ensure_room()
-        keys = [m.index_keys() for m in msgs]
+        props = [m.properties for m in msgs]
+        keys = list(map(_index_keys, props))
         self.index.ensure_room(sum(map(len, keys)))
         store_ts = self._store_timestamp()
         commitlog = self.commitlog
@@ -363,7 +375,8 @@ class MessageStore:
         self.dispatch(RecordRun(
             phys, size_arr, np.array(qids, dtype=np.int64),
             np.array(queue_offsets, dtype=np.int64), np.array(sys_flags, dtype=np.int64),
-            np.full(n, store_ts, dtype=np.int64), topics, [m.tags for m in msgs], keys))
+            np.full(n, store_ts, dtype=np.int64), topics,
+            [p.get(codec.PROPERTY_TAGS, "") for p in props], keys))
         host = self.encoder.store_host_raw
         return [PutResult(p, q, store_ts, size, host)
                 for p, q, size in zip(phys.tolist(), queue_offsets, sizes)]
@@ -393,12 +406,8 @@ class MessageStore:
             cq = self._create_queue(topic, qid)
         in_queue = (msg.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
         queue_offset = cq.next_offset if in_queue else 0
-        props = msg.properties  # the index keys, read once: UNIQ_KEY, then KEYS tokens
-        text = props.get(codec.PROPERTY_KEYS)
-        keys = [k for k in text.split(" ") if k] if text else []
-        uniq = props.get(codec.PROPERTY_UNIQ_KEY)
-        if uniq:
-            keys.insert(0, uniq)
+        props = msg.properties
+        keys = _index_keys(props)
         if in_queue:
             cq.ensure_room()
         self.index.ensure_room(len(keys))
