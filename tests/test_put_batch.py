@@ -33,26 +33,30 @@ def _contents(root: str, sub: str) -> list[tuple[str, bytes]]:
 
 
 message = st.builds(
-    lambda topic, q, body, keys, tags, flag, uniq: Message.create(
+    lambda topic, q, body, keys, tags, flag, uniq, host: Message.create(
         topic, body, queue_id=q, keys=keys, tags=tags, sys_flag=flag, born_timestamp=1,
-        properties={"UNIQ_KEY": uniq} if uniq else None),
-    st.sampled_from(["TopicA", "TopicB", "C"]), st.integers(0, 2),
+        born_host=host, properties={"UNIQ_KEY": uniq} if uniq else None),
+    # a v2 record (topic over 127 characters) and an IPv6 host take the per-record encoder
+    st.sampled_from(["TopicA", "TopicB", "C", "TopicA", "%RETRY%" + "g" * 130]),
+    st.integers(0, 2),
     st.binary(max_size=3000), st.lists(st.sampled_from(["k1", "k2", "k3", "k4"]), max_size=3),
     st.sampled_from([None, "red", "blue"]),
     st.sampled_from([0, 0, 0, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK]),
-    st.sampled_from([None, "u1", "u2"]))
+    st.sampled_from([None, "u1", "u2"]),
+    st.sampled_from([("127.0.0.1", 1)] * 5 + [("::1", 2)]))
 
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(message, min_size=1, max_size=40), min_size=1, max_size=6),
-       record_crc=st.booleans())
-def test_put_batch_writes_the_bytes_single_puts_write(tmp_path_factory, batches, record_crc):
+       record_crc=st.booleans(), transient=st.booleans())
+def test_put_batch_writes_the_bytes_single_puts_write(tmp_path_factory, batches, record_crc,
+                                                      transient):
     one = str(tmp_path_factory.mktemp("one"))
     many = str(tmp_path_factory.mktemp("many"))
-    with _pinned(one, record_crc=record_crc) as s:
+    with _pinned(one, record_crc=record_crc, transient_pool=transient) as s:
         singles = [s.put(m) for batch in batches for m in batch]
-    with _pinned(many, record_crc=record_crc) as s:
+    with _pinned(many, record_crc=record_crc, transient_pool=transient) as s:
         batched = [r for batch in batches for r in s.put_batch(batch)]
     assert batched == singles
     for sub in ("commitlog", "consumequeue", "index"):
