@@ -361,22 +361,30 @@ class MessageStore:
             batch.head["store_ts"] = store_ts
         rolls = set(starts)
         bounds = sorted({0, *starts, n})
-        for lo, hi in zip(bounds, bounds[1:]):
-            mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
-            run = size_arr[lo:hi]
-            phys[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
-            data: bytes | bytearray
-            if batch is not None:
-                batch.head["phys"][lo:hi] = phys[lo:hi]
-                data = batch.records(lo, hi)
-            else:
-                data = self._stamped(encoded or [], lo, hi, phys, queue_offsets, store_ts)
-            commitlog.write_run(mf, data, store_ts)
-        self.dispatch(RecordRun(
-            phys, size_arr, np.array(qids, dtype=np.int64),
-            np.array(queue_offsets, dtype=np.int64), np.array(sys_flags, dtype=np.int64),
-            np.full(n, store_ts, dtype=np.int64), topics,
-            [p.get(codec.PROPERTY_TAGS, "") for p in props], keys))
+        done = 0
+        try:
+            for lo, hi in zip(bounds, bounds[1:]):
+                mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
+                run = size_arr[lo:hi]
+                phys[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
+                data: bytes | bytearray
+                if batch is not None:
+                    batch.head["phys"][lo:hi] = phys[lo:hi]
+                    data = batch.records(lo, hi)
+                else:
+                    data = self._stamped(encoded or [], lo, hi, phys, queue_offsets, store_ts)
+                commitlog.write_run(mf, data, store_ts)
+                done = hi
+        finally:
+            # a roll that failed (disk full) leaves the records written so far: they are
+            # dispatched all the same, so their queue offsets are taken, never given twice
+            if done:
+                self.dispatch(RecordRun(
+                    phys[:done], size_arr[:done], np.array(qids[:done], dtype=np.int64),
+                    np.array(queue_offsets[:done], dtype=np.int64),
+                    np.array(sys_flags[:done], dtype=np.int64),
+                    np.full(done, store_ts, dtype=np.int64), topics[:done],
+                    [p.get(codec.PROPERTY_TAGS, "") for p in props[:done]], keys[:done]))
         host = self.encoder.store_host_raw
         return [PutResult(p, q, store_ts, size, host)
                 for p, q, size in zip(phys.tolist(), queue_offsets, sizes)]

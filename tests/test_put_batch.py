@@ -1,6 +1,8 @@
 """put_batch against put: the same bytes on disk, all-or-nothing, read-your-writes."""
 
 import os
+import resource
+import signal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -89,3 +91,27 @@ def test_one_invalid_message_writes_nothing(tmp_path):
         s.flush()
         assert file_hashes(root, skip=("checkpoint", "abort", "lock")) == before
         assert s.max_offset("T", 0) == 1
+
+
+def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path):
+    root = str(tmp_path)
+    msgs = [Message.create("T", bytes(1500), keys=[f"k{i}"]) for i in range(60)]  # 2 files
+    with _pinned(root) as s:
+        s.put(Message.create("T", b"first"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, hard))  # no new CommitLog file
+        try:
+            with pytest.raises(OSError):
+                s.put_batch(msgs)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+            signal.signal(signal.SIGXFSZ, old)
+        written = s.max_offset("T", 0)
+        assert 1 < written < 61  # the records before the roll are in, and queued
+        assert [bytes(s.get("T", 0, o).body) for o in range(1, written)] == [bytes(1500)] * (
+            written - 1)
+        assert s.put(Message.create("T", b"next")).queue_offset == written  # never reused
+    with MessageStore(root, small_config()) as s:
+        assert s.max_offset("T", 0) == written + 1
+        assert bytes(s.get("T", 0, written).body) == b"next"
