@@ -61,8 +61,8 @@ class Spool:
                 self.mem[offset:end] = data
                 self.size = len(self.mem)
                 return
-            self._spill()
-        self.file.pwrite(offset, data)
+        staged = self.file if self.file is not None else self._spill()
+        staged.pwrite(offset, data)
         self.size = max(self.size, end)
 
     def append(self, data: bytes) -> None:
@@ -82,9 +82,8 @@ class Spool:
             del self.mem[size:]
             self.size = size
             return
-        if self.file is None:
-            self._spill()
-        self.file.truncate(size)
+        staged = self.file if self.file is not None else self._spill()
+        staged.truncate(size)
         self.size = size
 
     def clear(self) -> None:
@@ -96,7 +95,7 @@ class Spool:
             self.file = None
         self.size = 0
 
-    def _spill(self) -> None:
+    def _spill(self) -> StagedFile:
         if self.staging is None:
             raise FsError(errno.ENOMEM, "the in-memory write buffer of the mount is full")
         try:
@@ -111,3 +110,4 @@ class Spool:
         self.file = f
         self.budget.give(len(self.mem))
         self.mem = bytearray()
+        return f

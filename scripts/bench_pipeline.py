@@ -88,8 +88,8 @@ def main(argv: list[str]) -> int:
               f"{tasks} mqfs partitions, best of {a.runs}")
         print(f"  {'query':36} {'mqfs rows/s':>12} {'Parquet rows/s':>15} {'ratio':>6}")
         for name, action, source in queries:
-            mq = best(lambda: action(source()), a.runs)
-            pt = best(lambda: action(pq()), a.runs)
+            mq = best(lambda action=action, source=source: action(source()), a.runs)
+            pt = best(lambda action=action: action(pq()), a.runs)
             print(f"  {name:36} {n / mq:12,.0f} {n / pt:15,.0f} {pt / mq:6.2f}")
         spark.stop()
     finally:

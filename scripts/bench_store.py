@@ -13,7 +13,6 @@ import os
 import random
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import threading
@@ -179,7 +178,7 @@ def bench_sync_puts(work: str, body: bytes, seconds: float) -> None:
         conns = [sqlite_db(path, "FULL") for _ in range(threads)]
         for c in conns:
             c.execute("PRAGMA busy_timeout=10000")
-        lite = _threaded(threads, seconds, lambda i, j: conns[i].execute(
+        lite = _threaded(threads, seconds, lambda i, j, conns=conns: conns[i].execute(
             "INSERT INTO msg VALUES (?,?,?,?,?)", (TOPIC, i, j, f"k{i}-{j}", body)))
         for c in conns:
             c.close()
@@ -231,7 +230,8 @@ def bench_recovery(root: str) -> None:
     seq = time.perf_counter() - t
     print(f"Abnormal recovery: no checkpoint, no ConsumeQueue, no index; {used / 1e6:,.0f} MB of "
           f"records in {size / 1e6:,.0f} MB of CommitLog files (page cache warm)")
-    row("mqfs recovery (validate + re-dispatch)", used / 1e6 / ours, "MB/s", "sequential read of those bytes", used / 1e6 / seq)
+    row("mqfs recovery (validate + re-dispatch)", used / 1e6 / ours, "MB/s",
+        "sequential read of those bytes", used / 1e6 / seq)
 
 
 def main() -> int:

@@ -118,7 +118,7 @@ def consume(listing, per_call: int) -> list[bytes]:
     names, cookie = [], 0
     while True:
         batch = []
-        for name, attr, nxt in listing.entries(cookie):
+        for name, _attr, nxt in listing.entries(cookie):
             batch.append((name, nxt))
             if len(batch) == per_call:
                 break

@@ -40,7 +40,7 @@ def mnt(tmp_path) -> str:
 
 @pytest.fixture
 def live(store, mnt, tmp_path):
-    with mounted(store, mnt, log=str(tmp_path / "mqfs.log")) as pid:
+    with mounted(store, mnt, log=str(tmp_path / "mqfs.log")):
         yield mnt
     log = (tmp_path / "mqfs.log").read_text()
     assert "Traceback" not in log and "ERROR" not in log, log
