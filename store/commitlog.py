@@ -1,14 +1,14 @@
 """The CommitLog: every message of every topic, appended in one sequence of mapped files.
 
-Appends happen under `put_lock`; a record that would leave fewer than 8 bytes at the end of a
-file goes to the next file and the rest of this one is marked by a BLANK record (docs/format.md).
+Appends happen under the store's put lock (the caller holds it); a record that would leave
+fewer than 8 bytes at the end of a file goes to the next file and the rest of this one is
+marked by a BLANK record (docs/format.md).
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import threading
 
 import numpy as np
 from collections.abc import Iterator
@@ -36,7 +36,6 @@ class CommitLog:
         self.flavor = flavor
         self.queue = MappedFileQueue(os.path.join(root, "commitlog"), file_size,
                                      transient=transient, read_only=read_only)
-        self.put_lock = threading.Lock()
 
     def load(self) -> None:
         self.queue.load()

@@ -163,7 +163,6 @@ class MessageStore:
         self._common_state()
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
                                    transient=cfg.transient_pool)
-        self.commitlog.put_lock = self.put_lock
         self.commitlog.load()
         self._load_consume_queues()
         if last_exit_ok and grew_after_checkpoint(self):
