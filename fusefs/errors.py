@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 
 from store.errors import (CodecError, CorruptionError, FlushTimeout, InvalidMessage, NotFound,
-                          StoreError, StoreLocked)
+                          ReadOnlyStore, StoreError, StoreLocked)
 
 
 class FsError(Exception):
@@ -30,8 +30,10 @@ def errno_for(exc: BaseException) -> int | None:
         return errno.EIO
     if isinstance(exc, StoreLocked):
         return errno.EBUSY
+    if isinstance(exc, ReadOnlyStore):
+        return errno.EROFS
     if isinstance(exc, StoreError):
-        return errno.EROFS if "read-only" in str(exc) else errno.EIO
+        return errno.EIO
     if isinstance(exc, OSError):
         return exc.errno or errno.EIO
     return None

@@ -6,11 +6,12 @@ Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
 from .codec import Message, StoredMessage
 from .config import StoreConfig
 from .errors import (CodecError, CorruptionError, FlushTimeout, InvalidMessage, NotFound,
-                     StoreError, StoreFormatError, StoreLocked)
+                     ReadOnlyStore, StoreError, StoreFormatError, StoreLocked)
 from .message_store import MessageStore, PutResult
 
 __all__ = [
     "CodecError", "CorruptionError", "FlushTimeout", "InvalidMessage", "Message",
-    "MessageStore", "NotFound", "PutResult", "StoreConfig", "StoreError", "StoreFormatError",
+    "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
+    "StoreFormatError",
     "StoreLocked", "StoredMessage",
 ]

@@ -31,3 +31,7 @@ class NotFound(StoreError, LookupError):
 
 class FlushTimeout(StoreError):
     """A sync flush did not reach the disk within the configured timeout."""
+
+
+class ReadOnlyStore(StoreError):
+    """A write asked of a store opened read-only."""

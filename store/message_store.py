@@ -29,8 +29,8 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
-from .errors import (CodecError, CorruptionError, InvalidMessage, NotFound, StoreError,
-                     StoreFormatError)
+from .errors import (CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore,
+                     StoreError, StoreFormatError)
 from .flavor import flavor_named
 from .flush import FlushServices
 from .index_service import IndexService
@@ -248,7 +248,7 @@ class MessageStore:
         if not self.is_open:
             raise StoreError("the store is closed")
         if self.config.read_only:
-            raise StoreError("the store is open read-only")
+            raise ReadOnlyStore("the store is open read-only")
 
     def put(self, message: Message) -> PutResult:
         """Append one message; when it returns it is readable and findable (and on disk in

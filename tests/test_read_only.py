@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig, StoreError
+from store import Message, MessageStore, ReadOnlyStore, StoreConfig, StoreError
 from tests.store_helpers import file_hashes, small_config
 
 
@@ -28,9 +28,9 @@ def test_read_only_open_reads_everything_and_writes_nothing(tmp_path):
         assert bytes(s.get("t", 1, 99).body) == b"m199"
         assert [bytes(m.body) for m in s.query_key("k7")] == [b"m7"]
         assert s.max_offset("t", 0) == 100
-        with pytest.raises(StoreError, match="read-only"):
+        with pytest.raises(ReadOnlyStore, match="read-only"):
             s.put(Message(topic="t", body=b"no"))
-        with pytest.raises(StoreError, match="read-only"):
+        with pytest.raises(ReadOnlyStore, match="read-only"):
             s.commit_offset("g", "t", 0, 1)
     assert _snapshot(tmp_path) == before
 
