@@ -48,10 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("init", help="create an empty store")
     i.add_argument("store")
     i.add_argument("--flavor", choices=("xxhash", "rocketmq"), default="xxhash")
-    i.add_argument("--commitlog-file-size", type=int)
-    i.add_argument("--consume-queue-units", type=int)
-    i.add_argument("--index-slots", type=int)
-    i.add_argument("--index-entries", type=int)
+    i.add_argument("--commitlog-file-size", type=int,
+                   help="bytes per CommitLog file (xxhash: 128 MiB, rocketmq: 1 GiB)")
+    i.add_argument("--consume-queue-units", type=int, help="20-byte units per ConsumeQueue file "
+                   "(300000)")
+    i.add_argument("--index-slots", type=int, help="hash slots per IndexFile (xxhash: 500000, "
+                   "rocketmq: 5000000)")
+    i.add_argument("--index-entries", type=int, help="entries per IndexFile (xxhash: 2000000, "
+                   "rocketmq: 20000000)")
 
     for name, text in (("info", "summary of a store that is not mounted (changes nothing)"),
                        ("verify", "check every record, ConsumeQueue and IndexFile entry "
@@ -91,14 +95,33 @@ def cmd_init(a: argparse.Namespace) -> int:
     if is_store(a.store):
         raise ValueError(f"{a.store} already holds a store")
     cfg = StoreConfig(flavor=a.flavor)
+    sizes = XXHASH_SIZES if a.flavor == "xxhash" else {}
     for name in ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries"):
-        if getattr(a, name) is not None:
-            setattr(cfg, name, getattr(a, name))
+        value = getattr(a, name) if getattr(a, name) is not None else sizes.get(name)
+        if value is not None:
+            setattr(cfg, name, value)
     cfg.validate()
     with MessageStore(a.store, cfg, create=True):
         pass
     print(f"created {os.path.abspath(a.store)} ({cfg.flavor} flavor)")
+    files = cfg.file_sizes()
+    print(f"disk use: files are allocated whole as they start: CommitLog "
+          f"{_size(files['commitlog'])} each, IndexFile {_size(files['index'])} each, "
+          f"ConsumeQueue {_size(files['consume_queue'])} per queue; about "
+          f"{_size(sum(files.values()))} once the first message is in (sizes: mqfs init --help)")
     return 0
+
+
+# RocketMQ's sizes (1 GiB CommitLog files, 420 MB IndexFiles) are kept for the rocketmq flavor,
+# whose stores a broker may read; a new xxhash store takes a tenth of that on disk.
+XXHASH_SIZES = dict(commitlog_file_size=128 << 20, index_slots=500_000, index_entries=2_000_000)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
 
 
 def _count_files(path: str) -> tuple[int, int]:

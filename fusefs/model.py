@@ -5,8 +5,9 @@ adapter in `ops.py` turns `Attr` into pyfuse3 objects and `FsError` into `FUSEEr
 
 Inodes: a few fixed ones, a small table for named directories and files (topics, queues,
 keys, groups), and computed numbers for messages and key links:
-``MSG_BIT | qidx << 40 | offset`` where qidx indexes the (small) table of queues seen so far.
-Nothing grows with the number of messages. Files staged in `tmp/` get ``STAGED_BIT | n``
+``MSG_BIT | qidx << 40 | offset`` where qidx indexes the (small) table of queues seen so far;
+symlinks to a message add ``LINK_BIT | view << 60`` (which view: keys/, at/ or tags/ decides
+the link's target). Nothing grows with the number of messages. Files staged in `tmp/` get ``STAGED_BIT | n``
 from a counter (never reused) and live only until published, removed or unmounted.
 """
 
@@ -31,17 +32,20 @@ from store.staging import Staging
 
 from .errors import FsError
 from .keynames import check_key, name_key
+from .timenames import parse_time
 from .spool import Budget, Spool
 
 ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO, STATUS_INO = 1, 2, 3, 4, 5
 (ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, APPEND, JSONL, KEYDIR, GROUP, GROUP_TOPIC,
- GROUP_QUEUE, MESSAGE, LINK, TMP, STAGED, FOLLOW, STATUS) = range(18)
+ GROUP_QUEUE, MESSAGE, LINK, TMP, STAGED, FOLLOW, STATUS, AT, TAGS, TAGDIR) = range(21)
 
 MSG_BIT = 1 << 63
 LINK_BIT = 1 << 62
 STAGED_BIT = 1 << 61
 OFFSET_BITS = 40
-QIDX_BITS = 22
+QIDX_BITS = 20
+VIEW_SHIFT = OFFSET_BITS + QIDX_BITS
+KEY_VIEW, AT_VIEW, TAG_VIEW = range(3)  # what a link inode's name was found through
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 QIDX_MASK = (1 << QIDX_BITS) - 1
 
@@ -49,19 +53,24 @@ APPEND_NAME = b"append"
 JSONL_NAME = b"append.jsonl"
 FOLLOW_NAME = b"follow"
 TMP_NAME = b"tmp"
+AT_NAME = b"at"
+TAGS_NAME = b"tags"
 STATUS_NAME = b"status.json"
 NAME_MAX = 255
 LONG = 3600.0  # seconds the kernel may cache what never changes (messages, fixed dirs)
 KEY_HITS_MAX = 10_000  # default cap on entries listed under one /keys/<key> (-o keys_max=)
-QUEUE_FIXED = 5  # ".", "..", append, append.jsonl, tmp precede the offsets; `follow` is
-# never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
+QUEUE_FIXED = 7  # ".", "..", append, append.jsonl, tmp, at, tags precede the offsets;
+# `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
+TAG_FIXED = 2  # ".", ".." precede the offsets in tags/<tag>/
+TAG_SCAN = 1 << 16  # ConsumeQueue units compared per step of a tags/<tag>/ search
 READDIR_BATCH = 128
 ATTR_CACHE_SIZE = 65_536
 BODY_CACHE_BYTES = 64 << 20  # bodies kept from lookup for the open that usually follows
 STAGED_MAX = 10_000  # files in all tmp/ directories together
 RECENT_MAX = 50  # errors and capped key listings remembered for status.json
 
-DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPIC, TMP}
+DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPIC, TMP, AT, TAGS,
+             TAGDIR}
 WRITABLE_DIRS = {TOPICS, TOPIC, QUEUE, TMP}  # mkdir, rename into, create
 
 
@@ -109,13 +118,17 @@ def message_ino(qidx: int, offset: int) -> int:
     return MSG_BIT | qidx << OFFSET_BITS | offset
 
 
-def link_ino(qidx: int, offset: int) -> int:
-    return message_ino(qidx, offset) | LINK_BIT
+def link_ino(qidx: int, offset: int, view: int = KEY_VIEW) -> int:
+    return message_ino(qidx, offset) | LINK_BIT | view << VIEW_SHIFT
 
 
 def split_ino(ino: int) -> tuple[bool, int, int]:
     """(is_link, qidx, offset) of a computed inode."""
     return bool(ino & LINK_BIT), (ino >> OFFSET_BITS) & QIDX_MASK, ino & OFFSET_MASK
+
+
+def link_view(ino: int) -> int:
+    return (ino >> VIEW_SHIFT) & 3
 
 
 def canonical_int(name: bytes) -> int | None:
@@ -135,7 +148,12 @@ def text_name(name: bytes) -> str:
         raise FsError(errno.ENOENT) from None
 
 
-def link_target(topic: str, queue: int, offset: int) -> bytes:
+def link_target(view: int, topic: str, queue: int, offset: int) -> bytes:
+    """Relative targets, so the links work wherever the store is mounted."""
+    if view == AT_VIEW:
+        return b"../%d" % offset  # from <queue>/at/
+    if view == TAG_VIEW:
+        return b"../../%d" % offset  # from <queue>/tags/<tag>/
     return f"../../topics/{topic}/{queue}/{offset}".encode()
 
 
@@ -275,6 +293,10 @@ class Model:
                 return self.node_attr(self._child_file(node, FOLLOW, "f"))
             if name == TMP_NAME:
                 return self.node_attr(self._child_file(node, TMP, "tmp"))
+            if name == AT_NAME:
+                return self.node_attr(self._child_file(node, AT, "at"))
+            if name == TAGS_NAME:
+                return self.node_attr(self._child_file(node, TAGS, "tags"))
             offset = canonical_int(name)
             if offset is None:
                 raise FsError(errno.ENOENT)
@@ -284,6 +306,17 @@ class Model:
             if ino is None:
                 raise FsError(errno.ENOENT)
             return self.staged_attr(self.staged[ino])
+        if kind == AT:
+            return self._at_link_attr(node, name)
+        if kind == TAGS:
+            tag = name_key(name)
+            if not self._first_tagged(node.topic, node.queue, tag):
+                raise FsError(errno.ENOENT)
+            return self.node_attr(self.nodes.intern(("tag", node.topic, node.queue, tag), TAGDIR,
+                                                    node.ino, topic=node.topic, queue=node.queue,
+                                                    key=tag))
+        if kind == TAGDIR:
+            return self._tag_link_attr(node, name)
         if kind == KEYS:
             key = name_key(name)
             if not self.store.query_key(key, max_n=1):
@@ -319,7 +352,38 @@ class Model:
         msg = self._get(topic, q, offset)
         if key not in msg.index_keys():
             raise FsError(errno.ENOENT)
-        return self._link_attr(self._qidx(topic, q), msg)
+        return self._link_attr(self._qidx(topic, q), msg, KEY_VIEW)
+
+    def _at_link_attr(self, node: Node, name: bytes) -> Attr:
+        """at/<time>: the first message stored at or after the time (ENOENT when none is
+        yet); never cached, since the answer for a time still to come will change."""
+        when = parse_time(name)
+        topic, queue = node.topic, node.queue
+        offset = self.store.offset_by_time(topic, queue, when)
+        if offset >= self.store.max_offset(topic, queue):
+            raise FsError(errno.ENOENT)
+        attr = self._link_attr(self._qidx(topic, queue), self._get(topic, queue, offset), AT_VIEW)
+        attr.entry_timeout = attr.attr_timeout = 0.0
+        return attr
+
+    def _first_tagged(self, topic: str, queue: int, tag: str) -> bool:
+        """Whether any message of the queue carries the tag."""
+        offset, end = self.store.min_offset(topic, queue), self.store.max_offset(topic, queue)
+        while offset < end:
+            if self.store.get_range(topic, queue, offset, TAG_SCAN, tags=[tag], skip_damaged=True,
+                                    limit=1):
+                return True
+            offset += TAG_SCAN
+        return False
+
+    def _tag_link_attr(self, node: Node, name: bytes) -> Attr:
+        offset = canonical_int(name)
+        if offset is None:
+            raise FsError(errno.ENOENT)
+        msg = self._get(node.topic, node.queue, offset)
+        if msg.tags != node.key:
+            raise FsError(errno.ENOENT)
+        return self._link_attr(self._qidx(node.topic, node.queue), msg, TAG_VIEW)
 
     def _qidx(self, topic: str, queue: int) -> int:
         self.queue_node(topic, queue)
@@ -339,7 +403,8 @@ class Model:
             is_link, qidx, offset = split_ino(ino)
             queue = self._queue_by_idx(qidx)
             if is_link:
-                return self._link_attr(qidx, self._get(queue.topic, queue.queue, offset))
+                msg = self._get(queue.topic, queue.queue, offset)
+                return self._link_attr(qidx, msg, link_view(ino))
             return self.message_attr(queue, offset)
         return self.node_attr(self.nodes.get(ino))
 
@@ -355,7 +420,7 @@ class Model:
         kind, umask = node.kind, self.umask
         if kind in DIR_KINDS:
             mode = stat.S_IFDIR | ((0o777 if kind in WRITABLE_DIRS else 0o555) & ~umask)
-            if kind == KEYDIR:
+            if kind in (KEYDIR, TAGDIR):
                 return Attr(node.ino, mode, 0, self.started_ns, 2, 0.0, 0.0)
             if kind in (TOPICS, TOPIC, QUEUE):
                 return Attr(node.ino, mode, 0, self.dir_mtime(node), 2, LONG, 0.0)
@@ -424,9 +489,9 @@ class Model:
                 self._body_bytes -= len(self._bodies.popitem(last=False)[1])
         return attr
 
-    def _link_attr(self, qidx: int, msg: StoredMessage) -> Attr:
-        target = link_target(msg.topic, msg.queue_id, msg.queue_offset)
-        return Attr(link_ino(qidx, msg.queue_offset), stat.S_IFLNK | 0o777, len(target),
+    def _link_attr(self, qidx: int, msg: StoredMessage, view: int) -> Attr:
+        target = link_target(view, msg.topic, msg.queue_id, msg.queue_offset)
+        return Attr(link_ino(qidx, msg.queue_offset, view), stat.S_IFLNK | 0o777, len(target),
                     msg.store_timestamp * 1_000_000)
 
     def offset_text(self, node: Node) -> bytes:
@@ -476,7 +541,7 @@ class Model:
             raise FsError(errno.EINVAL)
         _, qidx, offset = split_ino(ino)
         queue = self._queue_by_idx(qidx)
-        return link_target(queue.topic, queue.queue, offset)
+        return link_target(link_view(ino), queue.topic, queue.queue, offset)
 
     # --- listings --------------------------------------------------------------------------
     def listing(self, ino: int) -> "Listing":
@@ -485,6 +550,8 @@ class Model:
             raise FsError(errno.ENOTDIR)
         if node.kind == QUEUE:
             return QueueListing(self, node)
+        if node.kind == TAGDIR:
+            return TagListing(self, node)
         return SnapshotListing(self, node, self._children(node))
 
     def _children(self, node: Node) -> list[tuple[bytes, int]]:
@@ -498,15 +565,16 @@ class Model:
         if kind == TOPIC:
             return [(b"%d" % q, self.queue_node(node.topic, q).ino)
                     for q in range(self._queue_count(node.topic))]
-        if kind == KEYS:
-            return []  # the IndexFile holds hashes, not keys: look a key up by name
+        if kind in (KEYS, AT, TAGS):
+            return []  # hashes and times are looked up by name, never enumerated
         if kind == TMP:
             return sorted(self.tmp_dirs.get(node.ino, {}).items())
         if kind == KEYDIR:
             hits, _ = self.key_hits(node.key)
             hits.sort(key=lambda m: (m.topic, m.queue_id, m.queue_offset))
             return [(f"{m.topic}:{m.queue_id}:{m.queue_offset}".encode(),
-                     link_ino(self._qidx(m.topic, m.queue_id), m.queue_offset)) for m in hits]
+                     link_ino(self._qidx(m.topic, m.queue_id), m.queue_offset, KEY_VIEW))
+                    for m in hits]
         if kind == GROUPS:
             out = []
             for g in sorted(store.groups()):
@@ -698,9 +766,9 @@ class Model:
             return fixed[k]
         if k == TOPIC:
             return f"/topics/{node.topic}"
-        if k in (QUEUE, APPEND, JSONL, FOLLOW, TMP):
+        if k in (QUEUE, APPEND, JSONL, FOLLOW, TMP, AT, TAGS, TAGDIR):
             tail = {QUEUE: "", APPEND: "/append", JSONL: "/append.jsonl", FOLLOW: "/follow",
-                    TMP: "/tmp"}[k]
+                    TMP: "/tmp", AT: "/at", TAGS: "/tags", TAGDIR: f"/tags/{node.key}"}[k]
             return f"/topics/{node.topic}/{node.queue}{tail}"
         if k == KEYDIR:
             return f"/keys/{node.key}"
@@ -843,7 +911,9 @@ class QueueListing(Listing):
         self.fixed = [(b".", node.ino), (b"..", node.parent),
                       (APPEND_NAME, model._child_file(node, APPEND, "a").ino),
                       (JSONL_NAME, model._child_file(node, JSONL, "j").ino),
-                      (TMP_NAME, model._child_file(node, TMP, "tmp").ino)]
+                      (TMP_NAME, model._child_file(node, TMP, "tmp").ino),
+                      (AT_NAME, model._child_file(node, AT, "at").ino),
+                      (TAGS_NAME, model._child_file(node, TAGS, "tags").ino)]
 
     def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
         model, node = self.model, self.node
@@ -863,3 +933,31 @@ class QueueListing(Listing):
                     return
                 yield b"%d" % off, Attr(qbits | off, mode, size, ts * 1_000_000), off + QUEUE_FIXED + 1
             offset = offsets[-1] + 1
+
+
+class TagListing(Listing):
+    """tags/<tag>/, streamed: candidates from the ConsumeQueue's tagsCode, confirmed by the
+    record; cookie = offset + TAG_FIXED + 1, as in a queue listing."""
+
+    def __init__(self, model: Model, node: Node):
+        self.model = model
+        self.node = node
+
+    def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
+        model, node = self.model, self.node
+        for i, ino in enumerate((node.ino, node.parent)):
+            if i >= start:
+                yield (b".", b"..")[i], model.getattr(ino), i + 1
+        store, topic, queue = model.store, node.topic, node.queue
+        qidx = model._qidx(topic, queue)
+        offset = max(start - TAG_FIXED, store.min_offset(topic, queue))
+        while offset < store.max_offset(topic, queue):
+            found = store.get_range(topic, queue, offset, TAG_SCAN, tags=[node.key],
+                                    skip_damaged=True, limit=READDIR_BATCH)
+            for msg in found:
+                if msg.queue_offset > OFFSET_MASK:
+                    return
+                yield (b"%d" % msg.queue_offset, model._link_attr(qidx, msg, TAG_VIEW),
+                       msg.queue_offset + TAG_FIXED + 1)
+            # a full batch may end before the scanned units do: go on after its last
+            offset = found[-1].queue_offset + 1 if len(found) == READDIR_BATCH else offset + TAG_SCAN

@@ -311,7 +311,7 @@ class Operations(pyfuse3.Operations):
         if target != QUEUE:
             raise FsError(errno.EPERM, "publish a staged file by renaming it into a queue "
                                        "directory")
-        if name_new in (b"tmp", b"follow", b"append.jsonl"):
+        if name_new in (b"tmp", b"follow", b"append.jsonl", b"at", b"tags"):
             raise FsError(errno.EINVAL, "rename into the queue directory or onto append")
         if noreplace and name_new != b"append":
             try:

@@ -188,6 +188,9 @@ def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str) -> d
     res["ls"] = entries / (time.perf_counter() - start)
     if entries < n["big"]:
         raise SystemExit(f"bench: ls listed {entries} of {n['big']} entries")
+    start = time.perf_counter()  # -l: a stat and the getxattr probes of every entry
+    listed = subprocess.run(["ls", "-laU", base["big"]], check=True, capture_output=True).stdout
+    res["ls_l"] = (listed.count(b"\n") - 1) / (time.perf_counter() - start)
     shell_target = base["append"]
     res["shell"] = n["shell"] / timed(
         f'for i in $(seq {n["shell"]}); do echo "message $i" > {shell_target}; done', base["w"])
@@ -254,6 +257,7 @@ def main() -> int:
     rows = [("cat", f"cat of {n['small']} 1 KiB messages", "msgs/s"),
             ("read", f"sequential read of {n['large']} x 4 MiB messages", "MB/s"),
             ("ls", f"ls of a queue with {n['big']} messages", "entries/s"),
+            ("ls_l", f"ls -l of a queue with {n['big']} messages", "entries/s"),
             ("shell", f"{n['shell']} shell appends (echo > append)", "msgs/s"),
             ("jsonl", f"{n['jsonl']} JSON-lines appends through one handle", "msgs/s")]
     print(f"\n{'workload':<48}{'unit':>10}{'mqfs':>12}{'native':>12}{'trivial':>12}"
@@ -262,7 +266,10 @@ def main() -> int:
         m, nat, tr = (results[fs][key] for fs in ("mqfs", "native", "trivial"))
         print(f"{label:<48}{unit:>10}{m:>12,.0f}{nat:>12,.0f}{tr:>12,.0f}"
               f"{m / nat:>13.2f}{m / tr:>14.2f}")
-    print("\nnative = plain files on the filesystem under the work directory (shell appends "
+    m = results["mqfs"]
+    print(f"\nls -l on mqfs takes {m['ls'] / m['ls_l']:.2f}x the time of ls "
+          f"(trivial: {results['trivial']['ls'] / results['trivial']['ls_l']:.2f}x)")
+    print("native = plain files on the filesystem under the work directory (shell appends "
           "create one file per message; JSON lines go to one file); trivial = in-memory "
           "pyfuse3 filesystem with the same names and sizes that discards writes.")
     return 0

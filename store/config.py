@@ -36,6 +36,16 @@ class StoreConfig:
     read_only: bool = False
     check_crc_on_recover: bool = True
 
+    def file_sizes(self) -> dict[str, int]:
+        """Bytes of one CommitLog file, one IndexFile and one ConsumeQueue file: each is
+        allocated whole when it is started, so these say what a new store takes on disk."""
+        from .consume_queue import UNIT_SIZE
+        from .index_file import index_file_size
+
+        return {"commitlog": self.commitlog_file_size,
+                "index": index_file_size(self.index_slots, self.index_entries),
+                "consume_queue": self.consume_queue_units * UNIT_SIZE}
+
     def validate(self) -> None:
         if self.flush_mode not in ("async", "sync"):
             raise ValueError(f"flush mode must be async or sync, not {self.flush_mode!r}")

@@ -571,14 +571,33 @@ class MessageStore:
         return msg
 
     def get_range(self, topic: str, queue_id: int, offset: int, n: int,
-                  tags: Iterable[str] | None = None) -> list[StoredMessage]:
+                  tags: Iterable[str] | None = None, skip_damaged: bool = False,
+                  limit: int | None = None) -> list[StoredMessage]:
+        """The messages at queue offsets [offset, offset + n), at most `limit` of them. With
+        `tags`, only those whose tag is one of them: the ConsumeQueue's tagsCode picks
+        candidates without reading the CommitLog and the record confirms (hash collisions
+        left out). `skip_damaged` leaves out what would raise CorruptionError, for listings
+        that must go on past damage."""
         if offset < 0 or n < 0:
             raise NotFound(f"offset {offset} and count {n} must not be negative")
         units = self._cq(topic, queue_id).entries(offset, n)
-        if tags is not None:
-            codes = [self.flavor.tags_code(t) for t in tags]
-            units = units[[int(u) in codes for u in units["tags"]]] if len(units) else units
-        return [self._read(int(u)) for u in units["offset"]]
+        wanted = None if tags is None else set(tags)
+        if wanted is not None and len(units):
+            codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
+            units = units[np.isin(units["tags"], codes) & (units["offset"] >= 0)]
+        out = []
+        for phys in units["offset"].tolist():
+            try:
+                msg = self._read(phys)
+            except CorruptionError:
+                if skip_damaged:
+                    continue
+                raise
+            if wanted is None or msg.tags in wanted:
+                out.append(msg)
+                if len(out) == limit:
+                    break
+        return out
 
     def list_entries(self, topic: str, queue_id: int, offset: int, n: int
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

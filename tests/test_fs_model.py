@@ -5,6 +5,7 @@ import inspect
 import json
 import os
 import stat
+from datetime import datetime, timezone
 
 import pytest
 
@@ -134,7 +135,7 @@ def test_queue_listing_streams_and_resumes(model, store):
     listing = model.listing(q)
     assert inspect.isgenerator(listing.entries(0))
     names = consume(listing, 7)
-    assert names[:QUEUE_FIXED] == [b".", b"..", b"append", b"append.jsonl", b"tmp"]
+    assert names[:QUEUE_FIXED] == [b".", b"..", b"append", b"append.jsonl", b"tmp", b"at", b"tags"]
     assert names[QUEUE_FIXED:] == [b"%d" % i for i in range(503)]
 
 
@@ -432,3 +433,39 @@ def test_guard_turns_a_bug_into_eio_and_logs_it(caplog):
     with pytest.raises(pyfuse3.FUSEError) as info:
         trio.run(refusing)
     assert info.value.errno == errno.EPERM
+
+
+def test_at_links_to_the_first_message_at_or_after_a_time(model, store):
+    q = walk(model, "topics", "orders", "0")
+    at = model.lookup(q, b"at").ino
+    stamps = [store.get("orders", 0, i).store_timestamp for i in range(3)]
+    for when in (0, stamps[0], stamps[1] - 1, stamps[1], stamps[2]):
+        attr = model.lookup(at, b"%d" % when)
+        want = store.offset_by_time("orders", 0, when)
+        assert model.readlink(attr.ino) == b"../%d" % want
+        assert attr.entry_timeout == 0  # a later time's answer changes as messages arrive
+    iso = datetime.fromtimestamp(stamps[1] / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    assert model.readlink(model.lookup(at, iso.encode()).ino) == b"../1"
+    assert errno_of(model.lookup, at, b"%d" % (stamps[2] + 1)) == errno.ENOENT
+    assert errno_of(model.lookup, at, b"yesterday") == errno.EINVAL
+    assert list(model.listing(at).entries(2)) == []
+
+
+def test_tags_list_the_offsets_whose_record_has_the_tag(model, store):
+    store.put_batch([Message.create("orders", b"t", queue_id=1, tags="TagA" if i % 3 else "a/b")
+                     for i in range(400)])
+    q = walk(model, "topics", "orders", "1")
+    tags = model.lookup(q, b"tags").ino
+    tag_a = model.lookup(tags, b"TagA").ino
+    want = [m.queue_offset for m in store.get_range("orders", 1, 0, 1000) if m.tags == "TagA"]
+    names = consume(model.listing(tag_a), 7)
+    assert names[:2] == [b".", b".."]
+    assert names[2:] == [b"%d" % o for o in want] and len(want) > 256  # past two batches
+    link = model.lookup(tag_a, b"%d" % want[-1])
+    assert model.readlink(link.ino) == b"../../%d" % want[-1]
+    assert model.getattr(link.ino).ino == link.ino
+    slash = model.lookup(tags, key_name("a/b")).ino
+    slashed = [m.queue_offset for m in store.get_range("orders", 1, 0, 1000) if m.tags == "a/b"]
+    assert consume(model.listing(slash), 50)[2:] == [b"%d" % o for o in slashed]
+    assert errno_of(model.lookup, tag_a, b"%d" % slashed[0]) == errno.ENOENT
+    assert errno_of(model.lookup, tags, b"TagB") == errno.ENOENT

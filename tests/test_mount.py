@@ -56,7 +56,7 @@ def test_shell_tools_browse_the_tree(live):
     assert out("ls topics", m).split() == ["audit", "orders"]
     assert out("ls topics/orders", m).split() == ["0", "1"]
     assert out("ls topics/orders/1", m).split() == ["0", "1", "2", "3", "4", "append",
-                                                    "append.jsonl", "tmp"]
+                                                    "append.jsonl", "at", "tags", "tmp"]
     assert out("cat topics/orders/0/2", m) == "order 4\n"
     assert out("head -c 5 topics/orders/1/0", m) == "order"
     assert out("stat -c '%s %F' topics/orders/1/2", m).strip() == "8 regular file"
@@ -82,7 +82,7 @@ def test_append_read_your_writes(live):
     m = live
     q = f"{m}/topics/audit/0"
     sh(f"echo first > {q}/append")
-    assert out("ls", q).split() == ["0", "append", "append.jsonl", "tmp"]
+    assert out("ls", q).split() == ["0", "append", "append.jsonl", "at", "tags", "tmp"]
     assert out("cat 0", q) == "first\n"
     sh(f"printf 'a\\nb\\n' > /tmp/mqfs-src && cat /tmp/mqfs-src > {q}/append && rm /tmp/mqfs-src")
     assert out("cat 1", q) == "a\nb\n"  # one handle, one message
@@ -94,7 +94,7 @@ def test_append_read_your_writes(live):
     assert out("getfattr --only-values -n user.tags topics/audit/0/2", m) == "T"
     # open + close without writing stores nothing
     sh(f": > {q}/append")
-    assert out("ls", q).split() == ["0", "1", "2", "3", "append", "append.jsonl", "tmp"]
+    assert out("ls", q).split() == ["0", "1", "2", "3", "append", "append.jsonl", "at", "tags", "tmp"]
 
 
 def test_groups_commit_offsets(live, store):
@@ -120,7 +120,7 @@ def test_large_messages_round_trip_and_too_large_fails(live, tmp_path):
     src = tmp_path / "big"
     src.write_bytes(os.urandom(4 << 20))
     sh(f"cp {src} {q}/append")
-    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "tmp"]
+    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "at", "tags", "tmp"]
     sh(f"cp {q}/0 {tmp_path}/back && cmp {src} {tmp_path}/back")
     assert os.stat(f"{q}/0").st_size == 4 << 20
     src.write_bytes(os.urandom(5 << 20))
@@ -133,7 +133,7 @@ def test_large_messages_round_trip_and_too_large_fails(live, tmp_path):
     assert info.value.errno == errno.EFBIG
     with pytest.raises(OSError):
         os.close(fd)  # close reports it again; nothing becomes a message
-    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "tmp"]
+    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "at", "tags", "tmp"]
 
 
 def snapshot(mnt: str, store: str) -> tuple:
@@ -289,6 +289,29 @@ def test_mount_fuse3_helper(store, mnt):
         with pytest.raises(OSError) as info:
             open(f"{mnt}/topics/audit/0/append", "w")
         assert info.value.errno == errno.EROFS
+    finally:
+        mqfs("umount", mnt)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount(8) of a FUSE type needs root")
+def test_mount_t_fuse_mqfs_and_an_fstab_line_work_after_setup(store, mnt, tmp_path):
+    """scripts/setup links mqfs where mount(8)'s helper finds it: both forms work with the
+    minimal PATH a boot-time mount has."""
+    here = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".venv", "bin", "mqfs"))
+    assert os.path.realpath("/usr/local/bin/mqfs") == here, "run scripts/setup (as root)"
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    sh(f"mount -t fuse.mqfs -o ro {store} {mnt}", env=env)
+    try:
+        assert open(f"{mnt}/topics/orders/0/0").read() == "order 0\n"
+    finally:
+        mqfs("umount", mnt)
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"{store} {mnt} fuse.mqfs noauto,flush=sync 0 0\n")
+    sh(f"mount --fstab {fstab} {mnt}", env=env)
+    try:
+        sh("echo via-fstab > topics/audit/0/append", cwd=mnt)
+        assert open(f"{mnt}/topics/audit/0/0").read() == "via-fstab\n"
+        assert os.getxattr(mnt, "user.mqfs.flush_mode") == b"sync"
     finally:
         mqfs("umount", mnt)
 

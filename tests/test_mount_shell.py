@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from store import Message, MessageStore
+from store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 
 pytestmark = [pytest.mark.mount, needs_fuse]
@@ -284,3 +284,59 @@ def test_sigterm_ends_waiting_followers_and_closes_the_store(store, tmp_path):
             reader.stdout.close()
         assert not os.path.ismount(mnt)
     assert not os.path.exists(f"{store}/abort")
+
+
+@pytest.fixture
+def ticks(tmp_path) -> str:
+    """Topic `ticks`: 10 messages one second apart from 2023-11-14T22:13:20Z, tagged
+    even/odd, and two tagged `a/b`."""
+    root = str(tmp_path / "ticks")
+    mqfs("init", root, *SMALL)
+    with MessageStore(root) as s:
+        s.create_topic("ticks", 1)
+        for i in range(12):
+            s.clock = lambda i=i: T0 + 1000 * i
+            tag = "a/b" if i >= 10 else ("even" if i % 2 == 0 else "odd")
+            s.put(Message.create("ticks", b"tick %d\n" % i, tags=tag))
+    return root
+
+
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def test_at_answers_match_the_store(ticks, tmp_path):
+    mnt = str(tmp_path / "mnt")
+    times = [0, T0, T0 + 2500, T0 + 3000, T0 + 11_000]
+    with mounted(ticks, mnt):
+        q = f"{mnt}/topics/ticks/0"
+        assert {"at", "tags"} <= set(os.listdir(q)) and os.listdir(f"{q}/at") == []
+        answers = [run(f"readlink at/{t}", q).stdout.strip() for t in times]
+        assert run("cat at/2023-11-14T22:13:23Z", q).stdout == b"tick 3\n"
+        assert run("cat 'at/2023-11-14 22:13:22.5+00:00'", q).stdout == b"tick 3\n"
+        late = run(f"cat at/{T0 + 11_001}", q, check=False)
+        assert late.returncode != 0 and b"No such file" in late.stderr
+        bad = run("ls at/yesterday", q, check=False)
+        assert bad.returncode != 0 and b"Invalid argument" in bad.stderr
+        run("echo later > append", q)  # stored now, long after T0: the late time answers
+        assert run(f"cat at/{T0 + 11_001}", q).stdout == b"later\n"
+    with MessageStore(ticks, StoreConfig(read_only=True), create=False) as s:
+        assert answers == [b"../%d" % s.offset_by_time("ticks", 0, t) for t in times]
+
+
+def test_tags_answers_match_the_store(ticks, tmp_path):
+    mnt = str(tmp_path / "mnt")
+    with mounted(ticks, mnt):
+        q = f"{mnt}/topics/ticks/0"
+        listed = {tag: run(f"ls tags/{name} | sort -n", q).stdout.split()
+                  for tag, name in (("even", "even"), ("odd", "odd"), ("a/b", "a%2Fb"))}
+        assert run("cat tags/odd/3", q).stdout == b"tick 3\n"
+        assert run("readlink tags/odd/3", q).stdout == b"../../3\n"
+        assert run("find tags/even -type l | wc -l", q).stdout.strip() == b"5"
+        assert run("ls tags/odd/4", q, check=False).returncode != 0
+        assert run("ls tags/none", q, check=False).returncode != 0
+        run("printf '%s\\n' '{\"body\": \"new\", \"tags\": \"none\"}' > append.jsonl", q)
+        assert run("ls tags/none", q).stdout.split() == [b"12"]  # seen at once, never cached
+    with MessageStore(ticks, StoreConfig(read_only=True), create=False) as s:
+        for tag, names in listed.items():
+            want = [m.queue_offset for m in s.get_range("ticks", 0, 0, 100) if m.tags == tag]
+            assert [int(n) for n in names] == want and want

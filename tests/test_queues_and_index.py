@@ -1,6 +1,7 @@
 """ConsumeQueue, IndexFile and dispatch: consistency after random puts, RocketMQ's index facts,
 time search, reopen, consumer offsets and bad input."""
 
+import dataclasses
 import os
 import random
 import time
@@ -154,6 +155,20 @@ def test_get_range_and_tag_filter(tmp_path):
         assert [bytes(m.body) for m in got] == [b"%d" % i for i in range(95, 105)]
         tagged = s.get_range("t", 0, 0, 30, tags=["tag1"])
         assert [bytes(m.body) for m in tagged] == [b"%d" % i for i in range(1, 30, 3)]
+        assert [m.queue_offset for m in s.get_range("t", 0, 0, 300, tags=["tag2"], limit=4)] \
+            == [2, 5, 8, 11]
+
+
+def test_tag_filter_leaves_out_hash_collisions(tmp_path):
+    """RocketMQ's tagsCode is Java's String.hashCode, where "Aa" and "BB" collide: the
+    ConsumeQueue picks both, the record decides."""
+    cfg = dataclasses.replace(small_config(), flavor="rocketmq")
+    with MessageStore(str(tmp_path), cfg) as s:
+        for i in range(6):
+            s.put(Message.create("t", b"%d" % i, tags="Aa" if i % 2 else "BB"))
+        assert s.flavor.tags_code("Aa") == s.flavor.tags_code("BB")
+        assert [m.queue_offset for m in s.get_range("t", 0, 0, 6, tags=["Aa"])] == [1, 3, 5]
+        assert [m.queue_offset for m in s.get_range("t", 0, 0, 6, tags=["BB"])] == [0, 2, 4]
 
 
 @pytest.mark.parametrize("call", [
