@@ -21,7 +21,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from store import Message, MessageStore, PutResult, StoredMessage
@@ -72,6 +72,7 @@ RECENT_MAX = 50  # errors and capped key listings remembered for status.json
 DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPIC, TMP, AT, TAGS,
              TAGDIR}
 WRITABLE_DIRS = {TOPICS, TOPIC, QUEUE, TMP}  # mkdir, rename into, create
+MOVING_KINDS = {TOPICS, TOPIC, QUEUE, APPEND, JSONL, FOLLOW}  # mtime = newest message
 
 
 @dataclass(slots=True)
@@ -196,6 +197,10 @@ class NodeTable:
     def qidx(self, topic: str, queue: int) -> int:
         return self._qidx[(topic, queue)]
 
+    def ino_of(self, ident: tuple) -> int | None:
+        node = self._by_key.get(ident)
+        return None if node is None else node.ino
+
 
 class Model:
     """The tree over one open MessageStore. Thread-safe: the adapter may call it from
@@ -223,6 +228,9 @@ class Model:
         self.keys_cut: deque[dict] = deque(maxlen=RECENT_MAX)
         self._limits: dict[str, int] = {}
         self._newest: dict[tuple[str, int], int] = {}
+        # inodes whose moving mtime the kernel may hold: told to forget it when it moves
+        self._shown: set[int] = set()
+        self.forget_attrs: Callable[[list[int]], None] = lambda inodes: None
         self.followers = 0  # open `follow` handles (kept by the adapter)
 
     def spool(self) -> Spool:
@@ -416,16 +424,19 @@ class Model:
 
     def node_attr(self, node: Node) -> Attr:
         """Modes follow the umask option (writable things 0777/0666, the rest 0555/0444,
-        less the umask). Times that move (queues, topics, group files) are never cached."""
+        less the umask). Times that move with new messages (queues, topics, append) are
+        cached by the kernel until `note_puts` says they moved (a queue directory's attributes
+        are asked for at every name resolved in it: three times per entry of an `ls -l`);
+        group files, whose text also moves with retention, are never cached."""
         kind, umask = node.kind, self.umask
+        if kind in MOVING_KINDS:
+            self._shown.add(node.ino)  # before the time is read: see note_puts
         if kind in DIR_KINDS:
             mode = stat.S_IFDIR | ((0o777 if kind in WRITABLE_DIRS else 0o555) & ~umask)
             if kind in (KEYDIR, TAGDIR):
                 return Attr(node.ino, mode, 0, self.started_ns, 2, 0.0, 0.0)
             if kind in (TOPICS, TOPIC, QUEUE):
-                return Attr(node.ino, mode, 0, self.dir_mtime(node), 2, LONG, 0.0)
-            if kind == TMP:
-                return Attr(node.ino, mode, 0, self.started_ns, 2, LONG, 0.0)
+                return Attr(node.ino, mode, 0, self.dir_mtime(node), 2)
             return Attr(node.ino, mode, 0, self.started_ns, 2)
         if kind == GROUP_QUEUE:
             text = self.offset_text(node)
@@ -435,10 +446,10 @@ class Model:
             return Attr(node.ino, stat.S_IFREG | (0o444 & ~umask), 0, time.time_ns(), 1, LONG, 0.0)
         if kind == FOLLOW:
             return Attr(node.ino, stat.S_IFREG | (0o444 & ~umask), 0,
-                        self.queue_mtime(node.topic, node.queue), 1, LONG, 0.0)
+                        self.queue_mtime(node.topic, node.queue))
         # APPEND, JSONL: always empty; their mtime is the queue's
         return Attr(node.ino, stat.S_IFREG | (0o666 & ~umask), 0,
-                    self.queue_mtime(node.topic, node.queue), 1, LONG, 0.0)
+                    self.queue_mtime(node.topic, node.queue))
 
     def queue_mtime(self, topic: str, queue: int) -> int:
         """The store time of the queue's newest message (mount time when it has none).
@@ -464,8 +475,23 @@ class Model:
                    default=self.started_ns)
 
     def note_puts(self, messages: list[Message], results: list[PutResult]) -> None:
+        """New times first, then the kernel told to forget the attributes it was shown:
+        node_attr marks an inode shown before it reads the time, so either it reads the
+        new time or its answer is forgotten (the kernel drops a reply that an
+        invalidation overtook)."""
+        queues = set()
         for msg, res in zip(messages, results):
             self._newest[(msg.topic, msg.queue_id)] = res.store_timestamp * 1_000_000
+            queues.add((msg.topic, msg.queue_id))
+        idents: list[tuple] = [(tag, t, q) for t, q in queues for tag in ("q", "a", "j", "f")]
+        idents += [("t", t) for t in {t for t, _ in queues}]
+        moved = []
+        for ino in [TOPICS_INO, *map(self.nodes.ino_of, idents)]:
+            if ino in self._shown:
+                self._shown.discard(ino)
+                moved.append(ino)
+        if moved:
+            self.forget_attrs(moved)
 
     def message_attr(self, queue: Node, offset: int) -> Attr:
         ino = message_ino(self._qidx(queue.topic, queue.queue), offset)

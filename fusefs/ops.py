@@ -111,6 +111,8 @@ def guarded(fn: Callable) -> Callable:
             raise
         except Exception as exc:  # noqa: BLE001 - the one place that must catch everything
             err = errno_for(exc)
+            if err in QUIET:
+                raise pyfuse3.FUSEError(err) from None
             ops = args[0] if args and isinstance(args[0], Operations) else None
             where = ops.where(fn.__name__, args[1]) if ops is not None and len(args) > 1 else "?"
             if err is None:
@@ -118,13 +120,24 @@ def guarded(fn: Callable) -> Callable:
                 err = errno.EIO
                 if ops is not None:
                     ops.model.note_error(fn.__name__, where, err, f"internal error: {exc!r}")
-            elif err not in QUIET and not getattr(exc, "repeat", False):
+            elif not getattr(exc, "repeat", False):
                 why = str(exc)
                 log.info("%s %s: %s (%s)", fn.__name__, where, errno.errorcode.get(err, err), why)
                 if ops is not None:
                     ops.model.note_error(fn.__name__, where, err, why)
             raise pyfuse3.FUSEError(err) from None
     return wrapper
+
+
+def forget_attrs(inodes: list[int]) -> None:
+    """Tell the kernel cached attributes of these inodes are stale. Called from worker
+    threads only (with the writeback cache off it does not block, but a call from the trio
+    thread would still hold the loop for the write to /dev/fuse)."""
+    for ino in inodes:
+        try:
+            pyfuse3.invalidate_inode(ino, attr_only=True)
+        except OSError:  # not known to the kernel (forgotten) or unmounting: nothing cached
+            pass
 
 
 def signal_pending(pid: int) -> bool:
@@ -191,6 +204,7 @@ class Operations(pyfuse3.Operations):
         self.arrived = trio.Event()
 
     def init(self) -> None:
+        self.model.forget_attrs = forget_attrs
         if self.on_ready is not None:
             try:
                 self.on_ready()
@@ -532,8 +546,9 @@ class Operations(pyfuse3.Operations):
     async def getxattr(self, inode, name, ctx):
         if not name.startswith(b"user."):
             # security.capability is asked before every write, security.selinux and the
-            # ACL names by every `ls -l`: answered before any other work
-            raise FsError(pyfuse3.ENOATTR)
+            # ACL names by every `ls -l`: answered before any other work (and not as an
+            # FsError, whose handling costs as much as the round trip)
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         return self.model.xattr(inode, name)
 
     @guarded
