@@ -8,9 +8,12 @@ wrong shape is refused rather than skipped, since skipping it silently turns the
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .codec import validate_topic
+from .consume_queue import ConsumeQueue
+from .index_file import IndexFile
 from .json_file import read_json, write_json
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
@@ -23,14 +26,17 @@ def _path(root: str) -> str:
     return os.path.join(root, "config", NAME)
 
 
-def save(store) -> None:
+Queues = Mapping[tuple[str, int], ConsumeQueue]
+
+
+def save(root: str, consume_queues: Queues, index_files: list[IndexFile]) -> None:
     queues: dict[str, dict[str, int]] = {}
     digests: dict[str, dict[str, str]] = {}
-    for (topic, qid), cq in store.consume_queues.items():
+    for (topic, qid), cq in consume_queues.items():
         queues.setdefault(topic, {})[str(qid)] = cq.max_offset
         digests.setdefault(topic, {})[str(qid)] = cq.digest(cq.max_offset)
-    index = {os.path.basename(f.path): f.index_count for f in store.index.files}
-    write_json(_path(store.root), {"queues": queues, "indexFiles": index, "digests": digests})
+    index = {os.path.basename(f.path): f.index_count for f in index_files}
+    write_json(_path(root), {"queues": queues, "indexFiles": index, "digests": digests})
 
 
 def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
@@ -64,28 +70,29 @@ def read(root: str) -> tuple[dict[tuple[str, int], int], dict[str, int],
     return read_json(_path(root), ({}, {}, {}), check=_shape, fix=_FIX)
 
 
-def altered_since_close(store) -> list[tuple[str, int]]:
+def altered_since_close(root: str, consume_queues: Queues) -> list[tuple[str, int]]:
     """Queues whose units up to the count of the last clean close are not the ones it left
     (a flipped bit passes every cheap check: a tags code, say). Units are only appended, so
     this holds after a later crash too."""
-    counts, _, digests = read(store.root)
+    counts, _, digests = read(root)
     altered = []
     for key, digest in digests.items():
-        cq = store.consume_queues.get(key)
+        cq = consume_queues.get(key)
         if cq is not None and cq.min_offset == 0 and cq.max_offset >= counts.get(key, 0) and \
                 cq.digest(counts.get(key, 0)) != digest:
             altered.append(key)
     return altered
 
 
-def lost_since_close(store) -> tuple[list[tuple[str, int]], bool]:
+def lost_since_close(root: str, consume_queues: Queues, index_files: list[IndexFile]
+                     ) -> tuple[list[tuple[str, int]], bool]:
     """Queues with fewer entries than at the last clean close, and whether IndexFiles went."""
-    queues, recorded, _ = read(store.root)
+    queues, recorded, _ = read(root)
     short = []
     for (topic, qid), count in queues.items():
-        cq = store.consume_queues.get((topic, qid))
+        cq = consume_queues.get((topic, qid))
         if (cq.max_offset if cq is not None else 0) < count:
             short.append((topic, qid))
-    present = {os.path.basename(f.path): f.index_count for f in store.index.files}
+    present = {os.path.basename(f.path): f.index_count for f in index_files}
     index_lost = any(present.get(name, 0) < count for name, count in recorded.items())
     return short, index_lost

@@ -6,7 +6,9 @@
   interval passed).
 - GroupCommit (sync mode): waiting puts share one disk sync, led by one of them; a put that is
   not covered within the timeout gets FlushTimeout.
-- LogicsFlushService: ConsumeQueues and the checkpoint every second, plus retention.
+- LogicsFlushService: ConsumeQueues and the checkpoint every second.
+- RetentionService (only when retention is configured): a retention pass every 10 s, as
+  RocketMQ's CleanCommitLogService runs.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ import threading
 import time
 from collections.abc import Callable
 
+from .config import StoreConfig
 from .errors import FlushTimeout
+from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
+RETENTION_INTERVAL_S = 10.0
 
 
 class _Service(threading.Thread):
     """A daemon loop that runs `step` every interval or when woken, until stopped."""
 
-    def __init__(self, name: str, interval_s: float, step: Callable[[], None]):
+    def __init__(self, name: str, interval_s: float, step: Callable[[], object]):
         super().__init__(name=name, daemon=True)
         self.interval_s = interval_s
         self.step = step
@@ -175,26 +180,31 @@ class GroupCommit:
 
 
 class FlushServices:
-    """Owns the service threads of one open store."""
+    """Owns the service threads of one open store, given the parts they drive: the
+    CommitLog's files, a checkpoint step (ConsumeQueues, IndexFiles, checkpoint file) and
+    a retention pass (None when retention is off)."""
 
-    def __init__(self, store):
-        self.store = store
-        cfg = store.config
-        queue = store.commitlog.queue
+    def __init__(self, config: StoreConfig, queue: MappedFileQueue,
+                 checkpoint: Callable[[], None], retention: Callable[[], object] | None):
+        self.config = config
+        self.queue = queue
         self.committed = WaitableProgress(queue.committed_where)
         self.flushed = WaitableProgress(queue.flushed_where)
         self._last_thorough = time.monotonic()
         self.commit_service = (
-            _Service("mqfs-commit", cfg.commit_interval_ms / 1000, self._commit)
-            if cfg.transient_pool else None
+            _Service("mqfs-commit", config.commit_interval_ms / 1000, self._commit)
+            if config.transient_pool else None
         )
-        self.flush_service = _Service("mqfs-flush", cfg.flush_interval_ms / 1000,
+        self.flush_service = _Service("mqfs-flush", config.flush_interval_ms / 1000,
                                       self._flush_commitlog)
-        self.logics_service = _Service("mqfs-logics", cfg.flush_cq_interval_ms / 1000,
-                                       self._flush_logics)
+        self.logics_service = _Service("mqfs-logics", config.flush_cq_interval_ms / 1000,
+                                       checkpoint)
+        self.retention_service = (
+            None if retention is None else
+            _Service("mqfs-retention", RETENTION_INTERVAL_S, retention))
         self.group_commit = GroupCommit(self.flushed, self._commit_and_flush)
         self.services = [s for s in (self.commit_service, self.flush_service,
-                                     self.logics_service) if s is not None]
+                                     self.logics_service, self.retention_service) if s is not None]
 
     def start(self) -> None:
         for s in self.services:
@@ -206,21 +216,19 @@ class FlushServices:
 
     # --- steps -----------------------------------------------------------------------------
     def _commit(self) -> None:
-        queue = self.store.commitlog.queue
-        if queue.commit():
+        if self.queue.commit():
             self.flush_service.wakeup()
-        self.committed.advance(queue.max_offset)
+        self.committed.advance(self.queue.max_offset)
 
     def _commit_and_flush(self) -> int:
-        queue = self.store.commitlog.queue
+        queue = self.queue
         queue.commit()
         reached = queue.flush()
         self.committed.advance(queue.max_offset)
         return reached
 
     def _flush_commitlog(self) -> None:
-        cfg = self.store.config
-        queue = self.store.commitlog.queue
+        cfg, queue = self.config, self.queue
         if cfg.flush_mode == "async":
             now = time.monotonic()
             thorough = now - self._last_thorough >= cfg.flush_thorough_interval_ms / 1000
@@ -233,19 +241,15 @@ class FlushServices:
                 self._last_thorough = now
         self.flushed.advance(queue.flush())
 
-    def _flush_logics(self) -> None:
-        self.store.checkpoint_now(flush_commitlog=False)
-        self.store.clean_expired_files()
-
     # --- waiting ---------------------------------------------------------------------------
     def wait_committed(self, offset: int) -> None:
         if self.commit_service is None:
             return
         self.commit_service.wakeup()
-        self.committed.wait_for(offset, self.store.config.sync_flush_timeout_ms / 1000,
+        self.committed.wait_for(offset, self.config.sync_flush_timeout_ms / 1000,
                                 self.commit_service)
 
     def wait_flushed(self, offset: int, arrived: bool = False) -> None:
         """Return once the CommitLog is on disk up to offset; `arrived`: the caller
         announced itself with group_commit.arrive() before appending."""
-        self.group_commit.wait(offset, self.store.config.sync_flush_timeout_ms / 1000, arrived)
+        self.group_commit.wait(offset, self.config.sync_flush_timeout_ms / 1000, arrived)

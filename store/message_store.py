@@ -39,7 +39,7 @@ from .manifest import inspect, is_store, write_manifest
 from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
 from .recovery import RecoveryReport, grew_after_checkpoint, open_read_only, recover
-from .retention import clean_expired, record_min_offset
+from .retention import Retention, record_min_offset
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -127,7 +127,11 @@ class MessageStore:
             self._lock_file.release()
             raise
         if not read_only:
-            self.flush_services = FlushServices(self)
+            self.retention = Retention(self.root, self.config, self.commitlog.queue,
+                                       self.put_lock, self._drop_below)
+            self.flush_services = FlushServices(
+                self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
+                self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
         self.is_open = True
         return self
@@ -228,7 +232,7 @@ class MessageStore:
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
-        dispatch_state.save(self)
+        dispatch_state.save(self.root, self.consume_queues, self.index.files)
         crash_point("abort.delete")
         os.unlink(self.abort_path)
         fsync_dir(self.root)
@@ -537,8 +541,11 @@ class MessageStore:
             cq.flush()
         self.index.flush()
 
-    def clean_expired_files(self) -> None:
-        clean_expired(self)
+    def _drop_below(self, min_commitlog_offset: int) -> None:
+        """ConsumeQueue and IndexFile files that only point below what retention left."""
+        for cq in list(self.consume_queues.values()):
+            cq.delete_expired(min_commitlog_offset)
+        self.index.delete_expired(min_commitlog_offset)
 
     # --- reading ---------------------------------------------------------------------------
     def _cq(self, topic: str, queue_id: int) -> QueueView:

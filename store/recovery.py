@@ -475,7 +475,8 @@ def _rebuild_what_went_missing(store) -> bool:
     """After a clean close, files deleted since are found by the state the close left: the
     queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
     whole CommitLog. True when something must be dispatched again."""
-    short, index_lost = dispatch_state.lost_since_close(store)
+    short, index_lost = dispatch_state.lost_since_close(store.root, store.consume_queues,
+                                                        store.index.files)
     for topic, qid in short:
         log.warning("recovery: ConsumeQueue %s/%d lost entries since the last close; rebuilding",
                     topic, qid)
@@ -515,7 +516,7 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
     flushed = cp.commitlog_flushed_offset
     # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there.
     # The check covers every record a damaged queue will be dispatched again from.
-    altered = set(dispatch_state.altered_since_close(store))
+    altered = set(dispatch_state.altered_since_close(store.root, store.consume_queues))
     damaged = [d for d in _damaged_queues(store) if (d[0].topic, d[0].queue_id) not in altered]
     damaged += [(store.consume_queues[key], store.consume_queues[key].min_offset, True)
                 for key in sorted(altered)]

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 
+from .config import StoreConfig
 from .errors import StoreFormatError
 from .json_file import read_json, write_json
+from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 NAME = "retention.json"
@@ -48,46 +52,58 @@ def record_min_offset(root: str, offset: int) -> None:
     write_json(_path(root), {"commitlogMinOffset": offset})
 
 
-def _expired(store, now: float) -> bool:
-    """Is the oldest CommitLog file due for deletion?"""
-    cfg = store.config
-    files = store.commitlog.queue.files
-    if len(files) <= 1:
-        return False
-    if cfg.retention_bytes and len(files) * cfg.commitlog_file_size > cfg.retention_bytes:
-        return True
-    if cfg.retention_hours:
-        try:
-            mtime = os.path.getmtime(files[0].path)
-        except FileNotFoundError:
+class Retention:
+    """One store's retention, given the parts it works on: the CommitLog's files, the lock
+    that keeps puts out while the oldest file goes, and a callback that drops ConsumeQueue and
+    IndexFile files below a new CommitLog minimum."""
+
+    def __init__(self, root: str, config: StoreConfig, files: MappedFileQueue,
+                 put_lock: threading.Lock, drop_below: Callable[[int], None]) -> None:
+        self.root = root
+        self.config = config
+        self.files = files
+        self.put_lock = put_lock
+        self.drop_below = drop_below
+
+    @property
+    def enabled(self) -> bool:
+        cfg = self.config
+        return not cfg.read_only and bool(cfg.retention_hours or cfg.retention_bytes)
+
+    def _expired(self, now: float) -> bool:
+        """Is the oldest CommitLog file due for deletion?"""
+        cfg, files = self.config, self.files.files
+        if len(files) <= 1:
+            return False
+        if cfg.retention_bytes and len(files) * cfg.commitlog_file_size > cfg.retention_bytes:
             return True
-        return now >= mtime + cfg.retention_hours * 3600
-    return False
+        if cfg.retention_hours:
+            try:
+                mtime = os.path.getmtime(files[0].path)
+            except FileNotFoundError:
+                return True
+            return now >= mtime + cfg.retention_hours * 3600
+        return False
 
-
-def clean_expired(store, now: float | None = None, batch_max: int = 10) -> int:
-    """One retention pass; returns the number of CommitLog files deleted."""
-    cfg = store.config
-    if cfg.read_only or not (cfg.retention_hours or cfg.retention_bytes):
-        return 0
-    now = time.time() if now is None else now
-    queue = store.commitlog.queue
-    deleted = 0
-    while deleted < batch_max:
-        with store.put_lock:
-            if not _expired(store, now):
-                break
-            head = queue.files[0]
-            record_min_offset(store.root, head.file_from_offset + head.file_size)
-            queue.delete_first()
-        deleted += 1
-        log.warning("retention: deleted CommitLog file %s (offsets %d..%d; retention_hours=%s, "
-                    "retention_bytes=%s)", os.path.basename(head.path), head.file_from_offset,
-                    head.file_from_offset + head.file_size, cfg.retention_hours,
-                    cfg.retention_bytes)
-    if deleted:
-        min_offset = queue.min_offset
-        for cq in list(store.consume_queues.values()):
-            cq.delete_expired(min_offset)
-        store.index.delete_expired(min_offset)
-    return deleted
+    def run_once(self, now: float | None = None, batch_max: int = 10) -> int:
+        """One retention pass; returns the number of CommitLog files deleted."""
+        if not self.enabled:
+            return 0
+        now = time.time() if now is None else now
+        cfg, queue = self.config, self.files
+        deleted = 0
+        while deleted < batch_max:
+            with self.put_lock:
+                if not self._expired(now):
+                    break
+                head = queue.files[0]
+                record_min_offset(self.root, head.file_from_offset + head.file_size)
+                queue.delete_first()
+            deleted += 1
+            log.warning("retention: deleted CommitLog file %s (offsets %d..%d; "
+                        "retention_hours=%s, retention_bytes=%s)", os.path.basename(head.path),
+                        head.file_from_offset, head.file_from_offset + head.file_size,
+                        cfg.retention_hours, cfg.retention_bytes)
+        if deleted:
+            self.drop_below(queue.min_offset)
+        return deleted

@@ -10,7 +10,6 @@ import pytest
 from store import FlushTimeout, Message, MessageStore, NotFound
 from store.checkpoint import Checkpoint
 from store.flush import GroupCommit, WaitableProgress
-from store.retention import clean_expired
 from tests.store_helpers import files_in, small_config
 
 
@@ -167,7 +166,7 @@ def test_retention_is_off_unless_configured(tmp_path):
         files = list(files_in(str(tmp_path), "commitlog"))
         for name in files:  # a year old
             os.utime(tmp_path / "commitlog" / name, (0, 0))
-        assert clean_expired(s, now=1e12) == 0
+        assert s.retention.run_once(now=1e12) == 0
         assert files_in(str(tmp_path), "commitlog") == files and s.min_offset("t", 0) == 0
 
 
@@ -178,7 +177,7 @@ def test_retention_by_age_deletes_only_files_older_than_configured(tmp_path):
             s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
         names = files_in(str(tmp_path), "commitlog")
         os.utime(tmp_path / "commitlog" / names[0], (0, 0))
-        assert clean_expired(s) == 1
+        assert s.retention.run_once() == 1
         assert files_in(str(tmp_path), "commitlog") == names[1:]
 
 
@@ -190,7 +189,7 @@ def test_retention_deletes_old_files_never_the_newest_and_fixes_minimums(tmp_pat
             s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
         files_before = len(s.commitlog.queue.files)
         assert files_before > 3
-        deleted = sum(clean_expired(s) for _ in range(files_before))
+        deleted = sum(s.retention.run_once() for _ in range(files_before))
         assert deleted == files_before - 1 and len(s.commitlog.queue.files) == 1
         low = s.min_offset("t", 0)
         assert low > 0 and low <= s.max_offset("t", 0) - 1

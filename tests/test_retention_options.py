@@ -9,7 +9,7 @@ import pytest
 
 from fusefs.options import parse_options
 from store import Message, MessageStore
-from store.retention import clean_expired, recorded_min_offset
+from store.retention import recorded_min_offset
 from tests.store_helpers import files_in, small_config
 
 
@@ -35,11 +35,11 @@ def test_retention_bytes_counts_only_the_stores_own_files(tmp_path):
             s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
         with open(tmp_path / "someone-elses-file", "wb") as f:
             f.truncate(1 << 30)  # sparse: "uses" a GiB of the disk's size
-        assert clean_expired(s) == 0  # 4 files of 64 KiB: under the limit
+        assert s.retention.run_once() == 0  # 4 files of 64 KiB: under the limit
         for i in range(600):
             s.put(Message.create("t", os.urandom(1000), keys=[f"m{i}"]))
         files = len(files_in(str(root), "commitlog"))
-        deleted = sum(clean_expired(s) for _ in range(files))
+        deleted = sum(s.retention.run_once() for _ in range(files))
         assert deleted == files - 10 and len(files_in(str(root), "commitlog")) == 10
         assert recorded_min_offset(str(root)) == s.commitlog.min_offset
     with MessageStore(str(root), small_config()) as s:
