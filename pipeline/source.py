@@ -30,13 +30,15 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Filte
 from pyspark.sql.types import StructType
 
 from store.flavor import Flavor
+from store.views import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
+                         last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
 
-from .files import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
-                    last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
 from .options import EARLIEST, LATEST, ReadOptions, check_names, columns_option, read_options
 from .scan import (ALL_ROWS, Checks, FileBatcher, RowFilter, record_starts_ok, record_whole,
                    resync, walk, warn)
 from .schema import message_schema
+from .stream import MqfsStreamReader
+from .writer import MqfsWriter
 
 BATCH_RECORDS = 16384
 BATCH_BYTES = 32 << 20
@@ -357,12 +359,10 @@ class MqfsDataSource(DataSource):
         return cls(store_layout(store_path(self.options)), opts, getattr(self, "end_offset", None))
 
     def streamReader(self, schema: StructType):
-        from .stream import MqfsStreamReader
         return MqfsStreamReader(store_layout(store_path(self.options)),
                                 read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool):
-        from .writer import MqfsWriter
         check_names(self.options, "write")
         if overwrite:
             raise ValueError("the mqfs format only appends: use mode('append')")

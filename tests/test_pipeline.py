@@ -13,7 +13,7 @@ pytest.importorskip("pyspark")
 from spark_fixtures import small_store_config  # noqa: E402
 
 from pipeline import cli  # noqa: E402
-from pipeline.files import commitlog_files  # noqa: E402
+from store.views import commitlog_files  # noqa: E402
 from pipeline.jobs import audit, rebuild  # noqa: E402
 from pipeline.writer import MqfsWriter  # noqa: E402
 from store import Message, MessageStore  # noqa: E402

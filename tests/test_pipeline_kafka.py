@@ -18,7 +18,7 @@ from spark_fixtures import small_store_config  # noqa: E402
 from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 from pipeline import cli  # noqa: E402
-from pipeline.files import commitlog_files  # noqa: E402
+from store.views import commitlog_files  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
 from store import MessageStore  # noqa: E402
 
