@@ -4,9 +4,7 @@
   one message, committed at each flush (every close(2) of a descriptor of it, including
   copies held by forked children) and fsync. Bytes live in a Spool (memory, then staging).
 - `append.jsonl`: one message per line, taken as each newline arrives (a last line without
-  a newline is taken at flush). Line format (one JSON object):
-  ``{"body": "text"} | {"body_b64": "..."}`` plus optional ``"keys"`` (list of strings or
-  one space-separated string), ``"tags"`` (string), ``"properties"`` (object of strings).
+  a newline is taken at flush). The line format is store.jsonl's.
 - `/groups/<g>/<t>/<q>`: the decimal number written is checked and committed as soon as its
   line is complete (or at flush when no newline comes), so `echo N >` fails in the shell.
 
@@ -16,19 +14,16 @@ same handle never stores a message the writer's author believes was refused.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import errno
-import json
 from collections.abc import Callable
 
-from store import Message
+from store import InvalidMessage, Message
+from store.jsonl import BodyTooLarge, decode_line
 
 from .errors import FsError
 from .keynames import check_key
 from .spool import Budget, Spool
 
-JSONL_FIELDS = {"body", "body_b64", "keys", "tags", "properties"}
 MAX_OFFSET_TEXT = 64
 
 
@@ -159,40 +154,14 @@ class JsonlWriter(Writer):
 def parse_line(line: bytes, topic: str, queue: int, limit: int) -> Message:
     """One JSON-lines record -> Message; EINVAL when malformed, EFBIG when too large."""
     try:
-        obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FsError(errno.EINVAL, f"not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise FsError(errno.EINVAL, "a line must be a JSON object")
-    unknown = set(obj) - JSONL_FIELDS
-    if unknown:
-        raise FsError(errno.EINVAL, f"unknown fields {sorted(unknown)}")
-    if ("body" in obj) == ("body_b64" in obj):
-        raise FsError(errno.EINVAL, "give exactly one of body and body_b64")
-    if "body" in obj:
-        if not isinstance(obj["body"], str):
-            raise FsError(errno.EINVAL, "body must be a string (use body_b64 for bytes)")
-        body = obj["body"].encode("utf-8")
-    else:
-        try:
-            body = base64.b64decode(obj["body_b64"], validate=True)
-        except (binascii.Error, TypeError, ValueError):
-            raise FsError(errno.EINVAL, "body_b64 is not base64") from None
-    if len(body) > limit:
-        raise FsError(errno.EFBIG, f"body is {len(body)} bytes, the limit is {limit}")
-    keys = obj.get("keys", [])
-    if isinstance(keys, str):
-        keys = keys.split()
-    tags = obj.get("tags")
-    props = obj.get("properties", {})
-    if (not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys)
-            or not (tags is None or isinstance(tags, str))
-            or not isinstance(props, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())):
-        raise FsError(errno.EINVAL, "keys must be strings, tags a string, properties strings")
-    for key in keys:
+        msg = decode_line(line, topic, queue, limit)
+    except BodyTooLarge as exc:
+        raise FsError(errno.EFBIG, str(exc)) from None
+    except InvalidMessage as exc:
+        raise FsError(errno.EINVAL, str(exc)) from None
+    for key in msg.keys:
         check_key(key)
-    return Message.create(topic, body, queue_id=queue, keys=keys, tags=tags, properties=props)
+    return msg
 
 
 class OffsetWriter(Writer):

@@ -19,8 +19,6 @@ a deterministic row order inside each input partition, as any Spark retry does.
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import re
 import time
@@ -34,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from store import Message, MessageStore, StoreLocked
 from store.codec import PROPERTY_UNIQ_KEY
+from store.jsonl import encode_line
 
 CHUNK = 1000
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -116,7 +115,7 @@ class MountSink:
             j = i
             lines = []
             while j < len(messages) and (messages[j].topic, messages[j].queue_id) == (t, q):
-                lines.append(_json_line(messages[j]))
+                lines.append(encode_line(messages[j]))
                 j += 1
             queue_dir = os.path.join(self.mount, "topics", t, str(q))
             if not os.path.isdir(queue_dir):  # mkdir creates a topic or queue in the mount
@@ -127,16 +126,6 @@ class MountSink:
 
     def close(self) -> None:
         pass
-
-
-def _json_line(msg: Message) -> str:
-    props = {k: v for k, v in msg.properties.items() if k not in ("KEYS", "TAGS")}
-    line: dict = {"keys": msg.keys, "tags": msg.tags, "properties": props}
-    try:
-        line["body"] = msg.body.decode("utf-8")
-    except UnicodeDecodeError:
-        line["body_b64"] = base64.b64encode(msg.body).decode("ascii")
-    return json.dumps(line, ensure_ascii=False) + "\n"
 
 
 class MqfsWriter(DataSourceWriter):
