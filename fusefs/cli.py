@@ -227,8 +227,9 @@ def cmd_repair(a: argparse.Namespace) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "pipeline":
-        from pipeline.cli import main as pipeline_main  # lazily: fusefs never needs Spark
-        return pipeline_main(argv[1:])
+        # a separate program: fusefs never imports the pipeline (or Spark); -P: a pipeline/
+        # directory where the command is run cannot stand in for it
+        os.execv(sys.executable, [sys.executable, "-P", "-m", "pipeline", *argv[1:]])
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
