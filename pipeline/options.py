@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from .schema import MESSAGE_SCHEMA
 
 EARLIEST, LATEST = -2, -1  # Kafka's codes inside offset JSON
+OFFSET_NAMES = {"earliest": EARLIEST, "latest": LATEST}  # the codes startingOffsets names
 
 _SELECT = ("topic", "subscribe", "subscribePattern", "assign")
 _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "startingTimestamp",

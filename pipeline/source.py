@@ -33,7 +33,8 @@ from store.flavor import Flavor
 from store.views import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
                          last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
 
-from .options import EARLIEST, LATEST, ReadOptions, check_names, columns_option, read_options
+from .options import (EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option,
+                      read_options)
 from .scan import (ALL_ROWS, Checks, FileBatcher, RowFilter, record_starts_ok, record_whole,
                    resync, walk, warn)
 from .schema import message_schema
@@ -111,7 +112,7 @@ def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) 
     arr = np.frombuffer(buf, np.uint8)
     cand = known[(known >= file_from) & (known < file_from + end)] - file_from
     cand = cand[record_starts_ok(arr, cand, file_from)]
-    points = []
+    points: list[int] = []
     for nominal in range(target, end, target):
         i = int(np.searchsorted(cand, nominal))
         if i < len(cand) and (not points or cand[i] > points[-1]):
@@ -157,7 +158,7 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
         target = max(1 << 16, min(target, math.ceil(sum(ends.values()) / min_partitions)))
     known = (known_record_starts(layout.root, layout.consume_queue_units)
              if any(e > target for e in ends.values()) else None)
-    parts = []
+    parts: list[RangePartition] = []
     for start, path in files:
         end = ends[start]
         inner = (split_points(map_readonly(path), start, end, known, target)
@@ -172,8 +173,8 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
 def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], lo: int, hi: int) -> int:
     if opts.starting_ts is not None:
         return offset_by_time(layout, key[0], key[1], opts.starting_ts)
-    want = EARLIEST if opts.starting == "earliest" else (
-        LATEST if opts.starting == "latest" else opts.starting.get(key, EARLIEST))
+    want = (OFFSET_NAMES[opts.starting] if isinstance(opts.starting, str)
+            else opts.starting.get(key, EARLIEST))
     if want == EARLIEST:
         return lo
     if want == LATEST:
@@ -193,7 +194,7 @@ def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], 
 def _end_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], hi: int) -> int:
     if opts.ending_ts is not None:
         return offset_by_time(layout, key[0], key[1], opts.ending_ts)
-    want = LATEST if opts.ending == "latest" else opts.ending.get(key, LATEST)
+    want = LATEST if isinstance(opts.ending, str) else opts.ending.get(key, LATEST)
     return hi if want == LATEST else min(want, hi)
 
 
@@ -266,7 +267,8 @@ class MqfsReader(DataSourceReader):
         return plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
                                flt, self.end_offset)
 
-    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)  # Spark hands back what partitions() made
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
@@ -293,7 +295,8 @@ class PushdownReader(MqfsReader):
             if not self._push(f):
                 yield f
     def _push(self, f: Filter) -> bool:
-        name = f.attribute[0] if len(f.attribute) == 1 else None
+        column: tuple[str, ...] = getattr(f, "attribute", ())  # Not, And, Or name no column
+        name = column[0] if len(column) == 1 else None
         if name in self.pushed and isinstance(f, (EqualTo, In)):
             values = f.value if isinstance(f, In) else (f.value,)
             kind = str if name == "topic" else int
@@ -335,8 +338,9 @@ class PushdownReader(MqfsReader):
         t0, t1 = self.bounds["store_timestamp"]
         return replace(flt, topics=topics, queues=queues_, start_ms=_tightest(max, flt.start_ms, t0),
                        end_ms=_tightest(min, flt.end_ms, t1),
-                       queue_offsets=tuple(self.bounds["queue_offset"]),
-                       commitlog_offsets=tuple(self.bounds["commitlog_offset"]))
+                       queue_offsets=(self.bounds["queue_offset"][0], self.bounds["queue_offset"][1]),
+                       commitlog_offsets=(self.bounds["commitlog_offset"][0],
+                                          self.bounds["commitlog_offset"][1]))
 
 
 class MqfsDataSource(DataSource):

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from store.views import (QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time,
                          queues)
 
-from .options import EARLIEST, LATEST, ReadOptions
+from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn
 
 Offsets = dict[str, dict[str, int]]
@@ -65,8 +65,8 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if opts.starting_ts is not None:
                 out[key] = offset_by_time(self.layout, key[0], key[1], opts.starting_ts)
                 continue
-            want = {"earliest": EARLIEST, "latest": LATEST}.get(opts.starting) if isinstance(
-                opts.starting, str) else opts.starting.get(key, EARLIEST)
+            want = (OFFSET_NAMES[opts.starting]
+                    if isinstance(opts.starting, str) else opts.starting.get(key, EARLIEST))
             if want == EARLIEST:
                 out[key] = lo
             elif want == LATEST:
@@ -136,7 +136,8 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 parts.append(QueueRange(topic, q, s, min(s + SPLIT, hi)))
         return parts
 
-    def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)  # Spark hands back what partitions() made
         yield from read_queue_range(self.layout, partition, self.filter, self.opts)
 
     def commit(self, end: Offsets) -> None:

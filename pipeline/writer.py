@@ -160,8 +160,8 @@ class MqfsWriter(DataSourceWriter):
             sink.close()
         return WriteSummary(part, written, skipped)
 
-    def commit(self, messages: list[WriteSummary | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Rows are already in the store when a task succeeds; nothing is staged."""
 
-    def abort(self, messages: list[WriteSummary | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Appends of tasks that succeeded stay in the store: a store cannot take them back."""

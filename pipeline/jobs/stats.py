@@ -63,12 +63,12 @@ def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top:
     top_keys: dict[str, list[tuple[str, int]]] = {}
     for r in ranked:
         top_keys.setdefault(r.topic, []).append((r.key, int(r["count"])))
+    chart, json_path = os.path.join(out, "rate.png"), os.path.join(out, "stats.json")
     result = {"topics": list(topics.values()), "queues": queues, "bucket_ms": step,
-              "rate_over_time": series, "top_keys": top_keys,
-              "chart": os.path.join(out, "rate.png"), "json": os.path.join(out, "stats.json")}
-    with open(result["json"], "w") as f:
+              "rate_over_time": series, "top_keys": top_keys, "chart": chart, "json": json_path}
+    with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
-    _chart(series, step, result["chart"])
+    _chart(series, step, chart)
     return result
 
 
