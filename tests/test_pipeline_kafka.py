@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from pyspark.errors import AnalysisException, PythonException  # noqa: E402
+
 from fs_helpers import mounted, needs_fuse  # noqa: E402
 from spark_fixtures import small_store_config  # noqa: E402
 from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
@@ -102,7 +104,7 @@ def test_subscribe_pattern_and_assign_select_queues(spark, store):
     ({"damagedRecords": "ignore"}, "damagedRecords='ignore' must be one of fail, skip"),
 ])
 def test_bad_options_are_refused_with_one_line(spark, store, options, message):
-    with pytest.raises(Exception) as err:
+    with pytest.raises(AnalysisException) as err:
         spark.read.format("mqfs").options(**options).load(store).count()
     assert message in str(err.value)
     assert message in cli.one_line(err.value)
@@ -135,7 +137,7 @@ def test_a_damaged_body_fails_the_read_or_is_skipped(spark, store, tmp_path):
     bad = str(tmp_path / "bad")
     shutil.copytree(store, bad)
     path, pos, phys = flip_body_byte(bad)
-    with pytest.raises(Exception) as err:
+    with pytest.raises(PythonException) as err:
         spark.read.format("mqfs").load(bad).count()
     line = cli.one_line(err.value)
     assert f"damaged record at CommitLog offset {phys} ({path} at byte {pos}): checksum" in line
@@ -160,7 +162,7 @@ def test_a_flipped_header_field_fails_the_read(spark, store, tmp_path):
         byte = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 0x01]))
-    with pytest.raises(Exception) as err:
+    with pytest.raises(PythonException) as err:
         spark.read.format("mqfs").load(bad).count()
     assert f"damaged record at CommitLog offset {phys}" in cli.one_line(err.value)
     got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(bad))
@@ -177,7 +179,7 @@ def test_a_broken_header_fails_the_read_or_is_stepped_over(spark, store, tmp_pat
     with open(path, "r+b") as f:
         f.seek(phys - start + 4)
         f.write(b"\0\0\0\0")  # MAGICCODE
-    with pytest.raises(Exception) as err:
+    with pytest.raises(PythonException) as err:
         spark.read.format("mqfs").load(bad).count()
     assert f"CommitLog offset {phys} ({path} at byte {phys - start}): broken record header" in cli.one_line(err.value)
     got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(bad))
