@@ -22,6 +22,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
+from itertools import islice
 from dataclasses import dataclass, field
 
 from store import Message, MessageStore, PutResult, StoredMessage
@@ -73,6 +74,8 @@ DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPI
              TAGDIR}
 WRITABLE_DIRS = {TOPICS, TOPIC, QUEUE, TMP}  # mkdir, rename into, create
 MOVING_KINDS = {TOPICS, TOPIC, QUEUE, APPEND, JSONL, FOLLOW}  # mtime = newest message
+SEARCH_KINDS = {KEYS, KEYDIR, TAGS, TAGDIR, AT}  # lookups here search the store's indexes
+SMALL_BODY = 64 << 10  # a body up to this size is copied on the adapter's event loop
 
 
 @dataclass(slots=True)
@@ -402,6 +405,44 @@ class Model:
             return self.store.get(topic, queue, offset)
         except NotFound:
             raise FsError(errno.ENOENT) from None
+
+    # --- what may wait for the disk (the adapter runs it in a worker thread) ---------------
+    def lookup_slow(self, parent: int, name: bytes) -> bool:
+        """Whether a lookup reads more than cached attributes: the keys/, tags/ and at/
+        searches, and a message not looked up before (its record decoded, its body copied)."""
+        node = self.nodes._by_ino.get(parent)
+        if node is None:
+            return False
+        if node.kind in SEARCH_KINDS:
+            return True
+        if node.kind != QUEUE:
+            return False
+        offset = canonical_int(name)
+        qidx = self.nodes._qidx.get((node.topic, node.queue))
+        if offset is None or offset > OFFSET_MASK:
+            return False
+        return qidx is None or message_ino(qidx, offset) not in self._attrs
+
+    def getattr_slow(self, ino: int) -> bool:
+        """Links read their message's record; a message's attributes may not be cached."""
+        return bool(ino & MSG_BIT) and (bool(ino & LINK_BIT) or ino not in self._attrs)
+
+    def body_slow(self, ino: int) -> bool:
+        """Whether `body` would decode a record or copy a large body (not a small one the
+        lookup just copied)."""
+        if ino in self._bodies:
+            return False
+        attr = self._attrs.get(ino)
+        return attr is None or attr.size > SMALL_BODY
+
+    def listing_slow(self, ino: int) -> bool:
+        """A key directory's listing is a query of the IndexFiles, made at opendir."""
+        node = self.nodes._by_ino.get(ino)
+        return node is not None and node.kind == KEYDIR
+
+    def xattrs_slow(self, ino: int) -> bool:
+        """A message's attributes come from its record, a key directory's from a query."""
+        return bool(ino & MSG_BIT) or self.listing_slow(ino)
 
     # --- attributes ------------------------------------------------------------------------
     def getattr(self, ino: int) -> Attr:
@@ -903,17 +944,47 @@ def message_xattrs(m: StoredMessage) -> dict[bytes, bytes]:
     return {f"user.{k}".encode(): str(v).encode() for k, v in values.items()}
 
 
-class Listing:
-    """What one opendir sees; `entries(cookie)` resumes after the entry with that cookie."""
+Entry = tuple[bytes, Attr, int]  # name, attributes, cookie of the next entry
 
-    def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
+
+class Listing:
+    """What one opendir sees; `entries(cookie)` resumes after the entry with that cookie.
+
+    A `slow` listing reads records for its entries: the adapter takes them in batches from a
+    worker thread (`batch`) and says how many the kernel's buffer took (`taken`), so entries
+    read ahead are served at the next readdir instead of read again."""
+
+    slow = False
+
+    def __init__(self) -> None:
+        self._ahead: Iterator[Entry] = iter(())
+        self._back: list[Entry] = []
+        self._next = -1  # the cookie `_back` and `_ahead` continue from
+
+    def entries(self, start: int) -> Iterator[Entry]:
         raise NotImplementedError
+
+    def batch(self, start: int, n: int) -> list[Entry]:
+        if start != self._next:
+            self._ahead, self._back = self.entries(start), []
+        self._next = start
+        out = self._back[:n]
+        out += islice(self._ahead, n - len(out))
+        self._back = []
+        return out
+
+    def taken(self, batch: list[Entry], count: int) -> None:
+        if count:
+            self._next = batch[count - 1][2]
+        self._back = batch[count:]
 
 
 class SnapshotListing(Listing):
     """A small directory, listed from the names taken at opendir (cookie = index + 1)."""
 
     def __init__(self, model: Model, node: Node, children: list[tuple[bytes, int]]):
+        super().__init__()
+        self.slow = node.kind == KEYDIR  # each entry is a link: its message's record is read
         self.model = model
         self.names = [(b".", node.ino), (b"..", node.parent), *children]
 
@@ -932,6 +1003,7 @@ class QueueListing(Listing):
     a listing resumes at the right message while the queue grows; never built whole."""
 
     def __init__(self, model: Model, node: Node):
+        super().__init__()
         self.model = model
         self.node = node
         self.fixed = [(b".", node.ino), (b"..", node.parent),
@@ -965,7 +1037,10 @@ class TagListing(Listing):
     """tags/<tag>/, streamed: candidates from the ConsumeQueue's tagsCode, confirmed by the
     record; cookie = offset + TAG_FIXED + 1, as in a queue listing."""
 
+    slow = True
+
     def __init__(self, model: Model, node: Node):
+        super().__init__()
         self.model = model
         self.node = node
 
