@@ -412,6 +412,7 @@ def test_errno_mapping_of_store_and_os_errors():
     assert errno_for(KeyError("bug")) is None
 
 
+@pytest.mark.allow_logs(r"handler failed unexpectedly")
 def test_guard_turns_a_bug_into_eio_and_logs_it(caplog):
     import pyfuse3
     import trio

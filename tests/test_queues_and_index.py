@@ -227,6 +227,7 @@ def test_consumer_offsets_persist_and_read_rocketmq_json(tmp_path):
         assert s.committed_offset("g2", "t", 1) == 15
 
 
+@pytest.mark.allow_logs(r"; using .*\.bak$")
 def test_corrupt_config_json_falls_back_to_bak_or_is_a_clear_error(tmp_path):
     with MessageStore(str(tmp_path), small_config()) as s:
         s.create_topic("t")
