@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from store import Message, MessageStore, PutResult, StoredMessage
 from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
-from store.errors import InvalidMessage, NotFound
+from store.errors import InvalidMessage, NotFound, StoreError
 from store.metadata import validate_group
 from store.staging import Staging
 
@@ -408,24 +408,44 @@ class Model:
 
     # --- what may wait for the disk (the adapter runs it in a worker thread) ---------------
     def lookup_slow(self, parent: int, name: bytes) -> bool:
-        """Whether a lookup reads more than cached attributes: the keys/, tags/ and at/
-        searches, and a message not looked up before (its record decoded, its body copied)."""
+        """Whether a lookup may wait for the disk: the keys/, tags/ and at/ searches, and a
+        message with a large body (see `_cached_if_small`)."""
         node = self.nodes._by_ino.get(parent)
         if node is None:
             return False
         if node.kind in SEARCH_KINDS:
             return True
-        if node.kind != QUEUE:
-            return False
         offset = canonical_int(name)
-        qidx = self.nodes._qidx.get((node.topic, node.queue))
-        if offset is None or offset > OFFSET_MASK:
+        if node.kind != QUEUE or offset is None or offset > OFFSET_MASK:
             return False
-        return qidx is None or message_ino(qidx, offset) not in self._attrs
+        return not self._cached_if_small(node, offset)
 
     def getattr_slow(self, ino: int) -> bool:
-        """Links read their message's record; a message's attributes may not be cached."""
-        return bool(ino & MSG_BIT) and (bool(ino & LINK_BIT) or ino not in self._attrs)
+        """Links read their message's record, which searches; a message as in lookup."""
+        if not ino & MSG_BIT:
+            return False
+        is_link, qidx, offset = split_ino(ino)
+        if is_link:
+            return True
+        queue = self.nodes.queues[qidx] if qidx < len(self.nodes.queues) else None
+        return queue is not None and not self._cached_if_small(queue, offset)
+
+    def _cached_if_small(self, queue: Node, offset: int) -> bool:
+        """True once the message's attributes (and a small body) are cached: decoding a
+        record from the mapping takes ~10 us, less than a thread hop, so a message not
+        cached is decoded here and kept when its body is at most SMALL_BODY; a larger body's
+        copy is left to a worker thread. Errors are left to the lookup, which reports them."""
+        ino = message_ino(self._qidx(queue.topic, queue.queue), offset)
+        if ino in self._attrs:
+            return True
+        try:
+            msg = self.store.get(queue.topic, queue.queue, offset)
+        except StoreError:
+            return True
+        if len(msg.body) > SMALL_BODY:
+            return False
+        self._remember(ino, msg)
+        return True
 
     def body_slow(self, ino: int) -> bool:
         """Whether `body` would decode a record or copy a large body (not a small one the

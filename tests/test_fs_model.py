@@ -507,12 +507,15 @@ def test_what_may_wait_for_the_disk_is_told_apart_from_cached_answers(model, sto
     for name in (b"at", b"tags"):
         assert model.lookup_slow(model.lookup(q, name).ino, b"1")
     assert model.lookup_slow(KEYS_INO, b"k1") and not model.lookup_slow(TOPICS_INO, b"orders")
-    assert model.lookup_slow(q, b"0") and not model.lookup_slow(q, b"append")
+    assert not model.lookup_slow(q, b"append") and not model.lookup_slow(q, b"99")
+    assert not model.lookup_slow(q, b"0")  # small: decoded and cached right away
     small_ino = model.lookup(q, b"0").ino
-    assert not model.lookup_slow(q, b"0") and not model.getattr_slow(small_ino)
+    assert not model.getattr_slow(small_ino)
     assert not model.body_slow(small_ino) and model.body(small_ino) == b"body 0"
     assert not model.body_slow(small_ino)  # attributes cached, body small: copied on the loop
+    assert model.lookup_slow(q, b"3") and model.lookup_slow(q, b"3")  # a 64 KiB+ body
     big_ino = model.lookup(q, b"3").ino
+    assert not model.getattr_slow(big_ino)
     model.body(big_ino)  # the copy kept from the lookup is used once
     assert model.body_slow(big_ino) and model.xattrs_slow(big_ino)
     link = model.lookup(model.lookup(KEYS_INO, b"k0").ino, b"orders:0:0").ino
