@@ -488,7 +488,8 @@ class Operations(pyfuse3.Operations):
             return FileInfo(fh=self.files.add(StagedHandle(entry)), direct_io=True,
                             keep_cache=False)
         if kind == STATUS:
-            text = (json.dumps(model.status(), indent=1) + "\n").encode()
+            status = await in_thread(model.status)  # statvfs, each queue's newest record
+            text = (json.dumps(status, indent=1) + "\n").encode()
             return FileInfo(fh=self.files.add(TextHandle(text)), direct_io=True,
                             keep_cache=False)
         if kind == FOLLOW:

@@ -264,6 +264,7 @@ class IndexService:
                 f.flush()
             self.sealed = []
             if self.files:
+                fsync_dir(self.directory)  # names of files created since the last seal
                 self.flushed_end_timestamp = max(f.end_timestamp for f in self.files)
 
     def close(self) -> None:
