@@ -2,10 +2,10 @@
 disk work in worker threads and turns every failure into an errno.
 
 The trio loop serves every request, so nothing that may wait for the disk runs on it: puts,
-flushes, index and tag searches, record decoding for attributes not cached, large body
-copies and staging-file I/O go to worker threads (docs/concurrency.md says which and why).
-Cached attributes, queue listings in batches and small bodies stay on the loop, where they
-cost less than the ~50-100 us of a thread hop.
+flushes, key/tag/time searches, reads of a link's or an xattr's record, copies of bodies
+over 64 KiB and staging-file I/O go to worker threads (docs/concurrency.md says which and
+why). Message attributes (decoded from the mapped files), queue listings in batches and small
+bodies stay on the loop, where they cost less than the ~50-100 us of a thread hop.
 
 Every handler is wrapped: FsError and store errors map to their errno; anything else is a
 bug, logged with its traceback and answered with EIO, and the daemon keeps serving (an
