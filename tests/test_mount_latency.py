@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.mount, needs_fuse]
 HOT = 30000  # messages with the key `hot` (and every other one with tag T): a key listing
 # reads them all, which on the loop would hold every other request for ~0.5 s
 BIG = 4 << 20
-BIG_COUNT = 16  # 4 MiB bodies into 8 MiB CommitLog files: a roll every second message
+BIG_COUNT = 16  # 4 MiB bodies into 8 MiB CommitLog files: each one rolls a new file
 ROUNDS = 60  # probe rounds without the load
 
 
@@ -80,6 +80,7 @@ def test_small_requests_stay_quick_while_big_writes_and_searches_run(tmp_path):
         assert len(os.listdir(f"{mnt}/topics/big/0")) == 5 + BIG_COUNT
         assert len(os.listdir(f"{mnt}/keys/hot")) == HOT
         assert os.readlink(f"{q}/at/{middle}") == f"../{HOT // 2}"
+    assert len(os.listdir(f"{store}/commitlog")) > BIG_COUNT  # every big message rolled
     base_worst, loaded_worst = worst(base), worst(loaded)
     p99 = sorted(max(x.values()) for x in loaded)[len(loaded) * 99 // 100]
     print(f"worst latency: {base_worst * 1000:.1f} ms alone, {loaded_worst * 1000:.1f} ms "

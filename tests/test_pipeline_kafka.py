@@ -291,7 +291,8 @@ def test_available_now_finishes_after_a_crash(spark, store, tmp_path):
     assert len(ids) == len(set(ids)) == 2500
 
 
-@pytest.mark.allow_logs(r"exception while executing the Python Proxy")
+@pytest.mark.allow_logs(r"exception while executing the Python Proxy",
+                        r"^retention: deleted CommitLog file")
 def test_fail_on_data_loss(spark, tmp_path):
     root = str(tmp_path / "ret")
     cfg = dict(consume_queue_units=50, retention_bytes=1)
