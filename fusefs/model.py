@@ -22,11 +22,12 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
+from itertools import islice
 from dataclasses import dataclass, field
 
 from store import Message, MessageStore, PutResult, StoredMessage
 from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
-from store.errors import InvalidMessage, NotFound
+from store.errors import InvalidMessage, NotFound, StoreError
 from store.metadata import validate_group
 from store.staging import Staging
 
@@ -73,6 +74,8 @@ DIR_KINDS = {ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, KEYDIR, GROUP, GROUP_TOPI
              TAGDIR}
 WRITABLE_DIRS = {TOPICS, TOPIC, QUEUE, TMP}  # mkdir, rename into, create
 MOVING_KINDS = {TOPICS, TOPIC, QUEUE, APPEND, JSONL, FOLLOW}  # mtime = newest message
+SEARCH_KINDS = {KEYS, KEYDIR, TAGS, TAGDIR, AT}  # lookups here search the store's indexes
+SMALL_BODY = 64 << 10  # a body up to this size is copied on the adapter's event loop
 
 
 @dataclass(slots=True)
@@ -402,6 +405,64 @@ class Model:
             return self.store.get(topic, queue, offset)
         except NotFound:
             raise FsError(errno.ENOENT) from None
+
+    # --- what may wait for the disk (the adapter runs it in a worker thread) ---------------
+    def lookup_slow(self, parent: int, name: bytes) -> bool:
+        """Whether a lookup may wait for the disk: the keys/, tags/ and at/ searches, and a
+        message with a large body (see `_cached_if_small`)."""
+        node = self.nodes._by_ino.get(parent)
+        if node is None:
+            return False
+        if node.kind in SEARCH_KINDS:
+            return True
+        offset = canonical_int(name)
+        if node.kind != QUEUE or offset is None or offset > OFFSET_MASK:
+            return False
+        return not self._cached_if_small(node, offset)
+
+    def getattr_slow(self, ino: int) -> bool:
+        """Links read their message's record, which searches; a message as in lookup."""
+        if not ino & MSG_BIT:
+            return False
+        is_link, qidx, offset = split_ino(ino)
+        if is_link:
+            return True
+        queue = self.nodes.queues[qidx] if qidx < len(self.nodes.queues) else None
+        return queue is not None and not self._cached_if_small(queue, offset)
+
+    def _cached_if_small(self, queue: Node, offset: int) -> bool:
+        """True once the message's attributes (and a small body) are cached: decoding a
+        record from the mapping takes ~10 us, less than a thread hop, so a message not
+        cached is decoded here and kept when its body is at most SMALL_BODY; a larger body's
+        copy is left to a worker thread. Errors are left to the lookup, which reports them."""
+        ino = message_ino(self._qidx(queue.topic, queue.queue), offset)
+        if ino in self._attrs:
+            return True
+        try:
+            msg = self.store.get(queue.topic, queue.queue, offset)
+        except StoreError:
+            return True
+        if len(msg.body) > SMALL_BODY:
+            return False
+        self._remember(ino, msg)
+        return True
+
+    def body_slow(self, ino: int) -> bool:
+        """Whether `body` would decode a record or copy a large body (not a small one the
+        lookup just copied)."""
+        if ino in self._bodies:
+            return False
+        attr = self._attrs.get(ino)
+        return attr is None or attr.size > SMALL_BODY
+
+    def listing_slow(self, ino: int) -> bool:
+        """A key directory's listing is a query of the IndexFiles, made at opendir."""
+        node = self.nodes._by_ino.get(ino)
+        return node is not None and node.kind == KEYDIR
+
+    def xattrs_slow(self, ino: int) -> bool:
+        """A message's attributes come from its record, a key directory's from a query."""
+        return bool(ino & MSG_BIT) or self.listing_slow(ino)
 
     # --- attributes ------------------------------------------------------------------------
     def getattr(self, ino: int) -> Attr:
@@ -903,17 +964,47 @@ def message_xattrs(m: StoredMessage) -> dict[bytes, bytes]:
     return {f"user.{k}".encode(): str(v).encode() for k, v in values.items()}
 
 
-class Listing:
-    """What one opendir sees; `entries(cookie)` resumes after the entry with that cookie."""
+Entry = tuple[bytes, Attr, int]  # name, attributes, cookie of the next entry
 
-    def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
+
+class Listing:
+    """What one opendir sees; `entries(cookie)` resumes after the entry with that cookie.
+
+    A `slow` listing reads records for its entries: the adapter takes them in batches from a
+    worker thread (`batch`) and says how many the kernel's buffer took (`taken`), so entries
+    read ahead are served at the next readdir instead of read again."""
+
+    slow = False
+
+    def __init__(self) -> None:
+        self._ahead: Iterator[Entry] = iter(())
+        self._back: list[Entry] = []
+        self._next = -1  # the cookie `_back` and `_ahead` continue from
+
+    def entries(self, start: int) -> Iterator[Entry]:
         raise NotImplementedError
+
+    def batch(self, start: int, n: int) -> list[Entry]:
+        if start != self._next:
+            self._ahead, self._back = self.entries(start), []
+        self._next = start
+        out = self._back[:n]
+        out += islice(self._ahead, n - len(out))
+        self._back = []
+        return out
+
+    def taken(self, batch: list[Entry], count: int) -> None:
+        if count:
+            self._next = batch[count - 1][2]
+        self._back = batch[count:]
 
 
 class SnapshotListing(Listing):
     """A small directory, listed from the names taken at opendir (cookie = index + 1)."""
 
     def __init__(self, model: Model, node: Node, children: list[tuple[bytes, int]]):
+        super().__init__()
+        self.slow = node.kind == KEYDIR  # each entry is a link: its message's record is read
         self.model = model
         self.names = [(b".", node.ino), (b"..", node.parent), *children]
 
@@ -932,6 +1023,7 @@ class QueueListing(Listing):
     a listing resumes at the right message while the queue grows; never built whole."""
 
     def __init__(self, model: Model, node: Node):
+        super().__init__()
         self.model = model
         self.node = node
         self.fixed = [(b".", node.ino), (b"..", node.parent),
@@ -965,7 +1057,10 @@ class TagListing(Listing):
     """tags/<tag>/, streamed: candidates from the ConsumeQueue's tagsCode, confirmed by the
     record; cookie = offset + TAG_FIXED + 1, as in a queue listing."""
 
+    slow = True
+
     def __init__(self, model: Model, node: Node):
+        super().__init__()
         self.model = model
         self.node = node
 

@@ -105,6 +105,8 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
 def serve(store_root: str, mountpoint: str, opts: MountOptions,
           ready: Callable[[], None]) -> int:
     """Open, mount, serve, close. `ready` is called once the kernel has the mount."""
+    import gc
+
     import pyfuse3
     import trio
 
@@ -132,6 +134,10 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
                       budget=Budget(opts.buffer_max))
         ops = Operations(model, on_ready=ready, uid=opts.uid, gid=opts.gid)
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
+        # a full garbage collection stops the event loop too, for as long as it takes to
+        # walk every object: what open built (modules, the loaded store) lives as long as
+        # the mount, so it is left out of those walks
+        gc.freeze()
         try:
             trio.run(_main_loop, ops)
             clean = True

@@ -1,6 +1,12 @@
 """Thin pyfuse3 adapter over the Model: converts attributes, keeps open handles, runs slow
 disk work in worker threads and turns every failure into an errno.
 
+The trio loop serves every request, so nothing that may wait for the disk runs on it: puts,
+flushes, key/tag/time searches, reads of a link's or an xattr's record, copies of bodies
+over 64 KiB and staging-file I/O go to worker threads (docs/concurrency.md says which and
+why). Message attributes (decoded from the mapped files), queue listings in batches and small
+bodies stay on the loop, where they cost less than the ~50-100 us of a thread hop.
+
 Every handler is wrapped: FsError and store errors map to their errno; anything else is a
 bug, logged with its traceback and answered with EIO, and the daemon keeps serving (an
 exception escaping a pyfuse3 handler would end the main loop and kill the mount).
@@ -14,17 +20,21 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
 import trio
+
+from pyfuse3 import (EntryAttributes, FileHandleT, FileInfo, FileNameT, FlagT, InodeT, ModeT,
+                     ReaddirToken, RequestContext, SetattrFields, StatvfsData, XAttrNameT)
 
 from store import Message
 
 from .errors import FsError, errno_for
 from .model import (APPEND, FOLLOW, GROUP_QUEUE, JSONL, MESSAGE, QUEUE, STAGED, STATUS, TMP,
-                    Attr, Listing, Model, Staged)
+                    Attr, Listing, Model, Node, Staged)
 from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")
@@ -34,6 +44,10 @@ FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) req
 FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
 SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
 QUIET = (errno.ENOENT, errno.ENODATA)  # answers too common to be worth a log line
+READDIR_SLOW_BATCH = 64  # entries of a slow listing (tags/, keys/) built per worker-thread trip
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass
@@ -43,10 +57,12 @@ class MessageHandle:
 
 @dataclass
 class WriteHandle:
-    """An open `append` or `append.jsonl`; writer is None when opened read-only."""
+    """An open `append` or `append.jsonl`; writer is None when opened read-only. `lane`
+    keeps the writes and commits of one handle in order while they wait for threads."""
 
     ino: int
     writer: AppendWriter | JsonlWriter | None
+    lane: trio.Lock = field(default_factory=trio.Lock)
 
 
 @dataclass
@@ -83,28 +99,28 @@ class FollowHandle:
 
 @dataclass
 class Handles:
-    table: dict = field(default_factory=dict)
+    table: dict[int, Any] = field(default_factory=dict)
     next: int = 1
 
-    def add(self, obj) -> int:
+    def add(self, obj: Any) -> int:
         fh = self.next
         self.next += 1
         self.table[fh] = obj
         return fh
 
-    def get(self, fh: int):
+    def get(self, fh: int) -> Any:
         try:
             return self.table[fh]
         except KeyError:
             raise FsError(errno.EBADF) from None
 
 
-def guarded(fn: Callable) -> Callable:
+def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     """Every failure becomes an errno; refusals (other than ENOENT/ENODATA) are logged with
     their reason and the path, and remembered for status.json; bugs are logged with a
     traceback and answered with EIO."""
     @functools.wraps(fn)
-    async def wrapper(*args, **kwargs):
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -114,7 +130,8 @@ def guarded(fn: Callable) -> Callable:
             if err in QUIET:
                 raise pyfuse3.FUSEError(err) from None
             ops = args[0] if args and isinstance(args[0], Operations) else None
-            where = ops.where(fn.__name__, args[1]) if ops is not None and len(args) > 1 else "?"
+            arg = args[1] if len(args) > 1 else None
+            where = ops.where(fn.__name__, arg) if ops is not None and isinstance(arg, int) else "?"
             if err is None:
                 log.exception("%s failed unexpectedly on %s; answering EIO", fn.__name__, where)
                 err = errno.EIO
@@ -153,9 +170,11 @@ def signal_pending(pid: int) -> bool:
     return False
 
 
-async def in_thread(fn: Callable, *args):
-    """Disk work that may block (sync puts, fsync, metadata files) off the trio thread."""
-    return await trio.to_thread.run_sync(fn, *args)
+async def in_thread(fn: Callable[..., R], *args: Any,
+                    limiter: trio.CapacityLimiter | None = None) -> R:
+    """Work that may wait for the disk (puts, fsync, searches, record reads) off the trio
+    thread, so other requests go on meanwhile."""
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 class Operations(pyfuse3.Operations):
@@ -164,7 +183,7 @@ class Operations(pyfuse3.Operations):
     enable_acl = False
 
     def __init__(self, model: Model, on_ready: Callable[[], None] | None = None, *,
-                 uid: int | None = None, gid: int | None = None):
+                 uid: int | None = None, gid: int | None = None) -> None:
         super().__init__()
         self.model = model
         self.store = model.store
@@ -175,10 +194,13 @@ class Operations(pyfuse3.Operations):
         self.dirs = Handles()
         self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
         self.closing = False
+        # staging-file work of all spools, one thread at a time in arrival order: a spool is
+        # touched on the loop only while nothing waits here, so its bytes stay in order
+        self.spool_lane = trio.CapacityLimiter(1)
 
     FH_HANDLERS = {"read", "write", "flush", "fsync", "release"}
 
-    def where(self, op: str, arg) -> str:
+    def where(self, op: str, arg: int) -> str:
         """The path a handler's first argument (inode or file handle) stands for."""
         try:
             if op in self.FH_HANDLERS:
@@ -211,8 +233,15 @@ class Operations(pyfuse3.Operations):
             except Exception:  # noqa: BLE001 - init must not raise
                 log.exception("readiness notification failed")
 
-    def entry(self, a: Attr) -> pyfuse3.EntryAttributes:
-        e = pyfuse3.EntryAttributes()
+    async def _spool_io(self, disk: bool, fn: Callable[..., R], *args: Any) -> R:
+        """Run spool work on the loop when it stays in memory and the lane is idle, else in
+        the lane (its staging file may wait for the disk)."""
+        if disk or self.spool_lane.borrowed_tokens:
+            return await in_thread(fn, *args, limiter=self.spool_lane)
+        return fn(*args)
+
+    def entry(self, a: Attr) -> EntryAttributes:
+        e = EntryAttributes()
         e.st_ino = a.ino
         e.st_mode = a.mode
         e.st_nlink = a.nlink
@@ -228,15 +257,23 @@ class Operations(pyfuse3.Operations):
 
     # --- names and attributes --------------------------------------------------------------
     @guarded
-    async def lookup(self, parent_inode, name, ctx=None):
-        return self.entry(self.model.lookup(parent_inode, name))
+    async def lookup(self, parent_inode: InodeT, name: FileNameT,
+                     ctx: RequestContext | None = None) -> EntryAttributes:
+        model = self.model
+        if model.lookup_slow(parent_inode, name):
+            return self.entry(await in_thread(model.lookup, parent_inode, name))
+        return self.entry(model.lookup(parent_inode, name))
 
     @guarded
-    async def getattr(self, inode, ctx=None):
-        return self.entry(self.model.getattr(inode))
+    async def getattr(self, inode: InodeT, ctx: RequestContext | None = None) -> EntryAttributes:
+        model = self.model
+        if model.getattr_slow(inode):
+            return self.entry(await in_thread(model.getattr, inode))
+        return self.entry(model.getattr(inode))
 
     @guarded
-    async def setattr(self, inode, attr, fields, fh, ctx):
+    async def setattr(self, inode: InodeT, attr: EntryAttributes, fields: SetattrFields,
+                      fh: FileHandleT | None, ctx: RequestContext) -> EntryAttributes:
         kind = self.model.kind(inode)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             raise FsError(errno.EPERM, "modes and owners are fixed (mount options uid, gid, "
@@ -244,7 +281,8 @@ class Operations(pyfuse3.Operations):
         if kind == STAGED:
             entry = self.model.staged[inode]
             if fields.update_size:
-                self.model.staged_truncate(entry, attr.st_size)
+                disk = entry.spool.on_disk or attr.st_size > entry.spool.size
+                await self._spool_io(disk, self.model.staged_truncate, entry, attr.st_size)
             return self.entry(self.model.getattr(inode))
         if kind not in (APPEND, JSONL, GROUP_QUEUE):
             raise FsError(errno.EPERM, "messages and directories are immutable")
@@ -254,13 +292,13 @@ class Operations(pyfuse3.Operations):
         return self.entry(self.model.getattr(inode))
 
     @guarded
-    async def readlink(self, inode, ctx):
+    async def readlink(self, inode: InodeT, ctx: RequestContext) -> FileNameT:
         return self.model.readlink(inode)
 
     @guarded
-    async def statfs(self, ctx):
-        st = os.statvfs(self.store.root)
-        s = pyfuse3.StatvfsData()
+    async def statfs(self, ctx: RequestContext) -> StatvfsData:
+        st = await in_thread(os.statvfs, self.store.root)
+        s = StatvfsData()
         s.f_bsize = st.f_bsize
         s.f_frsize = st.f_frsize
         s.f_blocks, s.f_bfree, s.f_bavail = st.f_blocks, st.f_bfree, st.f_bavail
@@ -268,47 +306,68 @@ class Operations(pyfuse3.Operations):
         s.f_namemax = 255
         return s
 
-    async def forget(self, inode_list):
+    async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
         """Inodes are never reused (computed or from a table), so nothing to do."""
 
     # --- directories -----------------------------------------------------------------------
     @guarded
-    async def opendir(self, inode, ctx):
-        return self.dirs.add(self.model.listing(inode))
+    async def opendir(self, inode: InodeT, ctx: RequestContext) -> FileHandleT:
+        model = self.model
+        if model.listing_slow(inode):
+            return self.dirs.add(await in_thread(model.listing, inode))
+        return self.dirs.add(model.listing(inode))
 
     @guarded
-    async def readdir(self, fh, start_id, token):
+    async def readdir(self, fh: FileHandleT, start_id: int, token: ReaddirToken) -> None:
+        """Queue listings stream on the loop (a batch of headers is cheap); listings whose
+        entries read records are built in a worker thread, a batch per trip."""
         listing: Listing = self.dirs.get(fh)
         entry, reply = self.entry, pyfuse3.readdir_reply
-        for name, attr, cookie in listing.entries(start_id):
+        if not listing.slow:
+            for name, attr, cookie in listing.entries(start_id):
+                if not reply(token, name, entry(attr), cookie):
+                    break
+            return
+        batch = await in_thread(listing.batch, start_id, READDIR_SLOW_BATCH)
+        count = 0
+        for name, attr, cookie in batch:
             if not reply(token, name, entry(attr), cookie):
                 break
+            count += 1
+        listing.taken(batch, count)
 
     @guarded
-    async def releasedir(self, fh):
+    async def releasedir(self, fh: FileHandleT) -> None:
         self.dirs.table.pop(fh, None)
 
     @guarded
-    async def fsyncdir(self, fh, datasync):
+    async def fsyncdir(self, fh: FileHandleT, datasync: bool) -> None:
         await in_thread(self.store.flush)
 
     @guarded
-    async def mkdir(self, parent_inode, name, mode, ctx):
+    async def mkdir(self, parent_inode: InodeT, name: FileNameT, mode: ModeT,
+                    ctx: RequestContext) -> EntryAttributes:
         return self.entry(await in_thread(self.model.mkdir, parent_inode, name))
 
     @guarded
-    async def rmdir(self, parent_inode, name, ctx):
+    async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         raise FsError(errno.EPERM, "topics and queues are never removed through the mount")
 
     @guarded
-    async def unlink(self, parent_inode, name, ctx):
+    async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         if self.model.kind(parent_inode) == TMP:
-            self.model.tmp_unlink(parent_inode, name)  # abandons a staged message
+            await self._drop_staged(self.model.tmp_entry(parent_inode, name))  # abandons it
             return
         raise FsError(errno.EPERM, "messages are removed only by retention")
 
+    async def _drop_staged(self, entry: Staged) -> None:
+        """Remove a staged file (closing its staging file, if any, in the lane)."""
+        await self._spool_io(entry.spool.on_disk, self.model.tmp_unlink, entry.parent, entry.name)
+
     @guarded
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+    async def rename(self, parent_inode_old: InodeT, name_old: FileNameT,
+                     parent_inode_new: InodeT, name_new: FileNameT, flags: FlagT,
+                     ctx: RequestContext) -> None:
         """Out of tmp/: into tmp/ is a plain rename; into a queue directory (any name, or
         onto `append`) publishes the staged file as one message of that queue."""
         model = self.model
@@ -320,7 +379,10 @@ class Operations(pyfuse3.Operations):
         entry = model.tmp_entry(parent_inode_old, name_old)
         target = model.kind(parent_inode_new)
         if target == TMP:
-            model.tmp_move(entry, parent_inode_new, name_new, noreplace)
+            replaced = model.tmp_dirs.get(parent_inode_new, {}).get(name_new)
+            disk = replaced is not None and model.staged[replaced].spool.on_disk
+            await self._spool_io(disk, model.tmp_move, entry, parent_inode_new, name_new,
+                                 noreplace)
             return
         if target != QUEUE:
             raise FsError(errno.EPERM, "publish a staged file by renaming it into a queue "
@@ -336,15 +398,16 @@ class Operations(pyfuse3.Operations):
                     raise
         await self._publish(entry, model.nodes.get(parent_inode_new))
 
-    async def _publish(self, entry: Staged, queue) -> None:
+    async def _publish(self, entry: Staged, queue: Node) -> None:
         model = self.model
         entry.busy = True
         try:
-            msg = await in_thread(model.staged_message, entry, queue.topic, queue.queue)
+            msg = await self._spool_io(entry.spool.on_disk, model.staged_message, entry,
+                                       queue.topic, queue.queue)
             await self._store_messages([msg])
         finally:
             entry.busy = False
-        model.tmp_unlink(entry.parent, entry.name)
+        await self._drop_staged(entry)
 
     async def _store_messages(self, messages: list[Message]) -> None:
         """Put (in a worker thread: bodies may be large, sync mode waits for the disk);
@@ -361,39 +424,46 @@ class Operations(pyfuse3.Operations):
         self.stored()
 
     @guarded
-    async def link(self, inode, new_parent_inode, new_name, ctx):
+    async def link(self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT,
+                   ctx: RequestContext) -> EntryAttributes:
         raise FsError(errno.EPERM, "no hard links")
 
     @guarded
-    async def symlink(self, parent_inode, name, target, ctx):
+    async def symlink(self, parent_inode: InodeT, name: FileNameT, target: FileNameT,
+                      ctx: RequestContext) -> EntryAttributes:
         raise FsError(errno.EPERM, "no new symlinks")
 
     @guarded
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+    async def mknod(self, parent_inode: InodeT, name: FileNameT, mode: ModeT, rdev: int,
+                    ctx: RequestContext) -> EntryAttributes:
         raise FsError(errno.EPERM, "create regular files in tmp/, or write to append")
 
     @guarded
-    async def create(self, parent_inode, name, mode, flags, ctx):
+    async def create(self, parent_inode: InodeT, name: FileNameT, mode: ModeT, flags: FlagT,
+                     ctx: RequestContext) -> tuple[FileInfo, EntryAttributes]:
         if not stat.S_ISREG(mode) and stat.S_IFMT(mode):
             raise FsError(errno.EPERM, "only regular files can be staged")
         attr = self.model.tmp_create(parent_inode, name)
         entry = self.model.staged[attr.ino]
         fh = self.files.add(StagedHandle(entry))
-        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self.entry(attr)
+        return FileInfo(fh=fh, direct_io=True, keep_cache=False), self.entry(attr)
 
     # --- files -----------------------------------------------------------------------------
     @guarded
-    async def open(self, inode, flags, ctx):
+    async def open(self, inode: InodeT, flags: FlagT, ctx: RequestContext) -> FileInfo:
         model = self.model
         kind = model.kind(inode)
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if kind == MESSAGE:
             if writing:
                 raise FsError(errno.EACCES, "messages are read-only")
-            body = model.body(inode)
-            return pyfuse3.FileInfo(fh=self.files.add(MessageHandle(body)), keep_cache=True)
+            if model.body_slow(inode):
+                body = await in_thread(model.body, inode)
+            else:
+                body = model.body(inode)
+            return FileInfo(fh=self.files.add(MessageHandle(body)), keep_cache=True)
         if kind in (APPEND, JSONL):
-            writer = None
+            writer: AppendWriter | JsonlWriter | None = None
             if writing:
                 node = model.nodes.get(inode)
                 limit = model.body_limit(node.topic, node.queue)
@@ -402,25 +472,26 @@ class Operations(pyfuse3.Operations):
                 else:
                     writer = JsonlWriter(node.topic, node.queue, limit, model.budget,
                                          self.store.max_body_size)
-            return pyfuse3.FileInfo(fh=self.files.add(WriteHandle(inode, writer)), direct_io=True,
-                                    keep_cache=False, nonseekable=True)
+            return FileInfo(fh=self.files.add(WriteHandle(inode, writer)), direct_io=True,
+                            keep_cache=False, nonseekable=True)
         if kind == GROUP_QUEUE:
             node = model.nodes.get(inode)
-            writer = None
+            offsets = None
             if writing:
-                writer = OffsetWriter(lambda offset: model.check_group_offset(node, offset))
-            handle = OffsetHandle(inode, model.offset_text(node), writer)
-            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False)
+                offsets = OffsetWriter(lambda offset: model.check_group_offset(node, offset))
+            text_handle = OffsetHandle(inode, model.offset_text(node), offsets)
+            return FileInfo(fh=self.files.add(text_handle), direct_io=True, keep_cache=False)
         if kind == STAGED:
             entry = model.staged[inode]
             if flags & os.O_TRUNC and writing:
-                model.staged_truncate(entry, 0)
-            return pyfuse3.FileInfo(fh=self.files.add(StagedHandle(entry)), direct_io=True,
-                                    keep_cache=False)
+                await self._spool_io(entry.spool.on_disk, model.staged_truncate, entry, 0)
+            return FileInfo(fh=self.files.add(StagedHandle(entry)), direct_io=True,
+                            keep_cache=False)
         if kind == STATUS:
-            text = (json.dumps(model.status(), indent=1) + "\n").encode()
-            return pyfuse3.FileInfo(fh=self.files.add(TextHandle(text)), direct_io=True,
-                                    keep_cache=False)
+            status = await in_thread(model.status)  # statvfs, each queue's newest record
+            text = (json.dumps(status, indent=1) + "\n").encode()
+            return FileInfo(fh=self.files.add(TextHandle(text)), direct_io=True,
+                            keep_cache=False)
         if kind == FOLLOW:
             if writing:
                 raise FsError(errno.EACCES, "follow is read-only")
@@ -430,12 +501,12 @@ class Operations(pyfuse3.Operations):
             self.model.followers += 1
             handle = FollowHandle(inode, node.topic, node.queue,
                                   self.store.max_offset(node.topic, node.queue), ctx.pid)
-            return pyfuse3.FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
+            return FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
                                     nonseekable=True)
         raise FsError(errno.EISDIR)
 
     @guarded
-    async def read(self, fh, off, size):
+    async def read(self, fh: FileHandleT, off: int, size: int) -> bytes:
         h = self.files.get(fh)
         if isinstance(h, MessageHandle):
             return memoryview(h.body)[off:off + size]
@@ -444,7 +515,7 @@ class Operations(pyfuse3.Operations):
         if isinstance(h, StagedHandle):
             if h.entry.gone:
                 raise FsError(errno.ENOENT, "the staged file was published or removed")
-            return await in_thread(h.entry.spool.read, off, size)
+            return await self._spool_io(h.entry.spool.on_disk, h.entry.spool.read, off, size)
         if isinstance(h, FollowHandle):
             return await self._follow(h, size)
         return b""  # append files read as empty
@@ -479,15 +550,20 @@ class Operations(pyfuse3.Operations):
         return out
 
     @guarded
-    async def write(self, fh, off, buf):
+    async def write(self, fh: FileHandleT, off: int, buf: bytes) -> int:
         h = self.files.get(fh)
         if isinstance(h, WriteHandle) and h.writer is not None:
-            if isinstance(h.writer, AppendWriter):
-                return h.writer.write(buf)
-            await self._put(h.writer, h.writer.write(buf))
-            return len(buf)
+            async with h.lane:
+                writer = h.writer
+                if isinstance(writer, AppendWriter):
+                    spool = writer.spool
+                    return await self._spool_io(not spool.fits_in_memory(spool.size + len(buf)),
+                                                writer.write, buf)
+                await self._put(writer, writer.write(buf))
+                return len(buf)
         if isinstance(h, StagedHandle):
-            return self.model.staged_write(h.entry, off, buf)
+            disk = not h.entry.spool.fits_in_memory(off + len(buf))
+            return await self._spool_io(disk, self.model.staged_write, h.entry, off, buf)
         if isinstance(h, OffsetHandle) and h.writer is not None:
             offset = h.writer.write(off, buf)
             if offset is not None:
@@ -495,7 +571,7 @@ class Operations(pyfuse3.Operations):
             return len(buf)
         raise FsError(errno.EBADF)
 
-    async def _put(self, writer, messages: list) -> None:
+    async def _put(self, writer: AppendWriter | JsonlWriter, messages: list[Message]) -> None:
         if not messages:
             return
         try:
@@ -509,33 +585,38 @@ class Operations(pyfuse3.Operations):
         await in_thread(self.model.commit_group_offset, node, offset)
         h.text = b"%d\n" % offset
 
-    async def _commit(self, h) -> None:
+    async def _commit(self, h: object) -> None:
         """Make what this handle wrote visible: the one message of `append`, the trailing
         line of `append.jsonl`, the offset of a group file."""
         if isinstance(h, WriteHandle) and h.writer is not None:
-            await self._put(h.writer, h.writer.take())
+            async with h.lane:
+                writer = h.writer
+                disk = isinstance(writer, AppendWriter) and writer.spool.on_disk
+                await self._put(writer, await self._spool_io(disk, writer.take))
         elif isinstance(h, OffsetHandle) and h.writer is not None:
             offset = h.writer.take()
             if offset is not None:
                 await self._commit_offset(h, offset)
 
     @guarded
-    async def flush(self, fh):
+    async def flush(self, fh: FileHandleT) -> None:
         await self._commit(self.files.get(fh))
 
     @guarded
-    async def fsync(self, fh, datasync):
+    async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
         await self._commit(self.files.get(fh))
         await in_thread(self.store.flush)
 
     @guarded
-    async def release(self, fh):
+    async def release(self, fh: FileHandleT) -> None:
         h = self.files.table.pop(fh, None)
         if isinstance(h, WriteHandle) and h.writer is not None:
-            if h.writer.pending:
+            writer = h.writer
+            if writer.pending:
                 log.warning("released an append handle with %d unflushed bytes; dropped",
-                            h.writer.pending)
-            h.writer.close()
+                            writer.pending)
+            await self._spool_io(isinstance(writer, AppendWriter) and writer.spool.on_disk,
+                                 writer.close)
         elif isinstance(h, FollowHandle):
             h.closed = True
             self.model.followers -= 1
@@ -543,20 +624,27 @@ class Operations(pyfuse3.Operations):
 
     # --- extended attributes ---------------------------------------------------------------
     @guarded
-    async def getxattr(self, inode, name, ctx):
+    async def getxattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> bytes:
         if not name.startswith(b"user."):
             # security.capability is asked before every write, security.selinux and the
             # ACL names by every `ls -l`: answered before any other work (and not as an
             # FsError, whose handling costs as much as the round trip)
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        return self.model.xattr(inode, name)
+        model = self.model
+        if model.xattrs_slow(inode):
+            return await in_thread(model.xattr, inode, name)
+        return model.xattr(inode, name)
 
     @guarded
-    async def listxattr(self, inode, ctx):
-        return list(self.model.xattrs(inode))
+    async def listxattr(self, inode: InodeT, ctx: RequestContext) -> Sequence[XAttrNameT]:
+        model = self.model
+        if model.xattrs_slow(inode):
+            return list(await in_thread(model.xattrs, inode))
+        return list(model.xattrs(inode))
 
     @guarded
-    async def setxattr(self, inode, name, value, ctx):
+    async def setxattr(self, inode: InodeT, name: XAttrNameT, value: bytes,
+                       ctx: RequestContext) -> None:
         if self.model.kind(inode) == STAGED:
             self.model.set_staged_xattr(self.model.staged[inode], name, value)
             return
@@ -564,5 +652,5 @@ class Operations(pyfuse3.Operations):
                                    "of files in tmp/)")
 
     @guarded
-    async def removexattr(self, inode, name, ctx):
+    async def removexattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> None:
         raise FsError(errno.EPERM, "attributes are read-only")

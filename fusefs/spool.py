@@ -51,6 +51,15 @@ class Spool:
         self.file: StagedFile | None = None
         self.size = 0
 
+    @property
+    def on_disk(self) -> bool:
+        return self.file is not None
+
+    def fits_in_memory(self, end: int) -> bool:
+        """Whether a write ending at `end` stays in memory (no staging file I/O)."""
+        grow = max(0, end - len(self.mem))
+        return self.file is None and end <= SPILL_AT and self.budget.used + grow <= self.budget.limit
+
     def write(self, offset: int, data: bytes) -> None:
         end = offset + len(data)
         if self.file is None:

@@ -182,6 +182,11 @@ class IndexFile:
             cur = prev
         return found
 
+    def seal(self) -> None:
+        """A full file's final header, written (not synced) when the next file takes over, so
+        a crash that finds it on disk sees its true end time and drops it as unflushed."""
+        self._write_header()
+
     def flush(self) -> None:
         self._write_header()
         self.mf.set_positions(0)

@@ -5,6 +5,12 @@ first. A full file rolls to a new one seeded with its end values. As in RocketMQ
 indexCount == entries, so one message's keys may straddle two files; the blocks of the next file
 are reserved (<store>/index.reserve, outside index/ where a broker would load it) before the
 CommitLog is written, so a full disk fails the put instead of leaving keys unindexed.
+
+A roll only seals the full file (its header written, no sync): the put lock is held across a
+roll, and an fdatasync of a whole IndexFile there would stall every put. The next checkpoint
+syncs the sealed files (`flush_sealed`, outside the put lock) before it records their end time,
+so the checkpoint never claims an IndexFile durable before it is; a crash before that drops
+them at load and recovery indexes their records again.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ class IndexService:
         self.read_only = read_only
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
-        self.flushed_end_timestamp = 0  # endTimestamp of the newest file flushed at roll-over
+        self.flushed_end_timestamp = 0  # endTimestamp of the newest full file on disk
+        self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
@@ -112,13 +119,26 @@ class IndexService:
         f = IndexFile(path, self.slots, self.entries, blank=reserved,
                       end_phy_offset=last.end_phy_offset if last else 0,
                       end_timestamp=last.end_timestamp if last else 0)
-        fsync_dir(self.directory)
         crash_point("index.roll")
         if last is not None:
-            last.flush()
-            self.flushed_end_timestamp = last.end_timestamp
+            last.seal()
+            self.sealed.append(last)
         self.files.append(f)
         return f
+
+    def flush_sealed(self) -> None:
+        """Sync the files sealed by rolls (and the directory entries of the new ones), then
+        let the checkpoint claim them: called by checkpoints, never under the put lock."""
+        with self.lock:
+            sealed = list(self.sealed)
+        if not sealed:
+            return
+        for f in sealed:
+            f.flush()
+        fsync_dir(self.directory)
+        with self.lock:
+            self.sealed = [f for f in self.sealed if f not in sealed]
+            self.flushed_end_timestamp = max(self.flushed_end_timestamp, sealed[-1].end_timestamp)
 
     def ensure_room(self, n: int) -> None:
         """Make room for n more entries before the CommitLog is written, so a full disk shows
@@ -218,6 +238,7 @@ class IndexService:
             for f in self.files[i:]:
                 f.destroy()
             del self.files[i:]
+            self.sealed = [f for f in self.sealed if f in self.files]
             return True
 
     def destroy_all(self) -> None:
@@ -226,11 +247,13 @@ class IndexService:
             for f in self.files:
                 f.destroy()
             self.files = []
+            self.sealed = []
 
     def delete_expired(self, min_commitlog_offset: int) -> int:
         deleted = 0
         with self.lock:
-            while len(self.files) > 1 and self.files[0].end_phy_offset < min_commitlog_offset:
+            while (len(self.files) > 1 and self.files[0].end_phy_offset < min_commitlog_offset
+                   and self.files[0] not in self.sealed):  # flush_sealed may be syncing it
                 self.files.pop(0).destroy()
                 deleted += 1
         return deleted
@@ -239,7 +262,9 @@ class IndexService:
         with self.lock:
             for f in self.files:
                 f.flush()
+            self.sealed = []
             if self.files:
+                fsync_dir(self.directory)  # names of files created since the last seal
                 self.flushed_end_timestamp = max(f.end_timestamp for f in self.files)
 
     def close(self) -> None:

@@ -532,6 +532,7 @@ class MessageStore:
                 cp.logics_msg_timestamp = logics_ts or cp.logics_msg_timestamp
             else:
                 cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
+            self.index.flush_sealed()
             cp.index_msg_timestamp = self.index.flushed_end_timestamp
             cp.flush()
 

@@ -1,6 +1,10 @@
-"""Fixtures every test module can ask for by name."""
+"""Fixtures every test module can ask for by name, and the check that no test logs an
+unexpected warning or error."""
 
 from __future__ import annotations
+
+import logging
+import re
 
 import pytest
 
@@ -13,3 +17,33 @@ def spark():
     s = session("local[2]", app="mqfs-tests", conf={"spark.sql.shuffle.partitions": "4"})
     yield s
     s.stop()
+
+
+class _Collector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def check_logs(request: pytest.FixtureRequest):
+    """Fail a test during which anything in this process (any thread) logged a WARNING or
+    worse that the test did not declare with `@pytest.mark.allow_logs("regex", ...)`: a
+    swallowed error or an unplanned recovery must not pass unnoticed (S3QL's checklogs)."""
+    collector = _Collector()
+    root = logging.getLogger()
+    root.addHandler(collector)
+    try:
+        yield
+    finally:
+        root.removeHandler(collector)
+    allowed = [re.compile(p) for mark in request.node.iter_markers("allow_logs") for p in mark.args]
+    unexpected = [r for r in collector.records
+                  if not any(p.search(r.getMessage()) for p in allowed)]
+    if unexpected:
+        lines = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in unexpected[:10])
+        pytest.fail(f"unexpected log records (declare them with allow_logs):\n{lines}",
+                    pytrace=False)

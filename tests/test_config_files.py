@@ -113,6 +113,7 @@ def test_deeply_nested_manifest_is_a_format_error(tmp_path):
         MessageStore(str(tmp_path)).open()
 
 
+@pytest.mark.allow_logs(r"; using .*\.bak$")
 def test_damaged_file_falls_back_to_its_bak(tmp_path):
     _store(tmp_path)
     with MessageStore(str(tmp_path)) as s:

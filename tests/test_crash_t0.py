@@ -4,9 +4,9 @@ gives back exactly the intact prefix and the oracle's invariants hold."""
 
 import pytest
 
-from tests.crash_tiers import T0_KINDS, t0_case
+from tests.crash_tiers import RECOVERY_LOGS, T0_KINDS, t0_case
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
 
 @pytest.mark.parametrize("abort", [False, True], ids=["normal", "abort"])

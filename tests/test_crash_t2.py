@@ -6,9 +6,9 @@ import zlib
 
 import pytest
 
-from tests.crash_tiers import RECOVERY_SITES, WRITER_SITES, t2_case
+from tests.crash_tiers import RECOVERY_LOGS, RECOVERY_SITES, WRITER_SITES, t2_case
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 ONCE_PER_RUN = ("abort.create", "abort.delete")
 
 

@@ -6,8 +6,9 @@ unacknowledged appears out of order, ConsumeQueues and IndexFiles agree with the
 import pytest
 
 from tests.crash_ext4 import Ext4Image, t3_case, unavailable
+from tests.crash_tiers import RECOVERY_LOGS
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ deleted or torn checkpoint / abort / ConsumeQueue / IndexFile / CommitLog files.
 
 import pytest
 
-from tests.crash_tiers import T4_KINDS, t4_case
+from tests.crash_tiers import RECOVERY_LOGS, T4_KINDS, t4_case
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
 @pytest.mark.parametrize("kind", T4_KINDS)
 @pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")

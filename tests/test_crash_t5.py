@@ -6,8 +6,9 @@ verify passes with every intact message at its acknowledged offsets."""
 import pytest
 
 from tests.crash_corruption import T5_KINDS, t5_case
+from tests.crash_tiers import RECOVERY_LOGS
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
 
 @pytest.mark.parametrize("kind", T5_KINDS)

@@ -170,6 +170,7 @@ def test_retention_is_off_unless_configured(tmp_path):
         assert files_in(str(tmp_path), "commitlog") == files and s.min_offset("t", 0) == 0
 
 
+@pytest.mark.allow_logs(r"^retention: deleted CommitLog file")
 def test_retention_by_age_deletes_only_files_older_than_configured(tmp_path):
     with MessageStore(str(tmp_path), small_config(retention_hours=1.0)) as s:
         s.flush_services.stop()
@@ -181,6 +182,7 @@ def test_retention_by_age_deletes_only_files_older_than_configured(tmp_path):
         assert files_in(str(tmp_path), "commitlog") == names[1:]
 
 
+@pytest.mark.allow_logs(r"^retention: deleted CommitLog file")
 def test_retention_deletes_old_files_never_the_newest_and_fixes_minimums(tmp_path):
     cfg = small_config(retention_bytes=1)
     with MessageStore(str(tmp_path), cfg) as s:

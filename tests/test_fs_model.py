@@ -412,6 +412,7 @@ def test_errno_mapping_of_store_and_os_errors():
     assert errno_for(KeyError("bug")) is None
 
 
+@pytest.mark.allow_logs(r"handler failed unexpectedly")
 def test_guard_turns_a_bug_into_eio_and_logs_it(caplog):
     import pyfuse3
     import trio
@@ -469,3 +470,53 @@ def test_tags_list_the_offsets_whose_record_has_the_tag(model, store):
     assert consume(model.listing(slash), 50)[2:] == [b"%d" % o for o in slashed]
     assert errno_of(model.lookup, tag_a, b"%d" % slashed[0]) == errno.ENOENT
     assert errno_of(model.lookup, tags, b"TagB") == errno.ENOENT
+
+
+def test_slow_listings_are_read_in_batches_and_entries_read_ahead_are_not_lost(model, store):
+    """The adapter builds tags/ and keys/ listings in a worker thread, a batch per trip, and
+    the kernel's buffer takes only some: the rest come first at the next call, and a call
+    from another cookie (a seek back) starts over there."""
+    store.put_batch([Message.create("orders", b"t", queue_id=1, tags="TagA") for _ in range(300)])
+    q = walk(model, "topics", "orders", "1")
+    tag_a = model.lookup(model.lookup(q, b"tags").ino, b"TagA").ino
+    listing = model.listing(tag_a)
+    assert listing.slow and not model.listing(q).slow
+    want = [b".", b".."] + [b"%d" % m.queue_offset for m in store.get_range("orders", 1, 0, 1000)
+                            if m.tags == "TagA"]
+    names, cookie = [], 0
+    for accept in range(1, 10_000):  # the buffer takes 1, 2, 3, ... entries of each batch
+        batch = listing.batch(cookie, 64)
+        if not batch:
+            break
+        took = batch[:accept]
+        listing.taken(batch, len(took))
+        names += [name for name, _, _ in took]
+        cookie = took[-1][2]
+    assert names == want
+    again = listing.batch(3, 2)  # seek back to the second message
+    assert [name for name, _, _ in again] == want[3:5]
+    keydir = model.lookup(KEYS_INO, b"all").ino
+    assert model.listing_slow(keydir) and model.listing(keydir).slow
+
+
+def test_what_may_wait_for_the_disk_is_told_apart_from_cached_answers(model, store):
+    """The adapter keeps cached attributes and small bodies on its event loop and sends
+    searches, record decoding and large body copies to worker threads."""
+    store.put(Message.create("orders", b"x" * (SPILL_AT + 1), queue_id=0))
+    q = walk(model, "topics", "orders", "0")
+    for name in (b"at", b"tags"):
+        assert model.lookup_slow(model.lookup(q, name).ino, b"1")
+    assert model.lookup_slow(KEYS_INO, b"k1") and not model.lookup_slow(TOPICS_INO, b"orders")
+    assert not model.lookup_slow(q, b"append") and not model.lookup_slow(q, b"99")
+    assert not model.lookup_slow(q, b"0")  # small: decoded and cached right away
+    small_ino = model.lookup(q, b"0").ino
+    assert not model.getattr_slow(small_ino)
+    assert not model.body_slow(small_ino) and model.body(small_ino) == b"body 0"
+    assert not model.body_slow(small_ino)  # attributes cached, body small: copied on the loop
+    assert model.lookup_slow(q, b"3") and model.lookup_slow(q, b"3")  # a 64 KiB+ body
+    big_ino = model.lookup(q, b"3").ino
+    assert not model.getattr_slow(big_ino)
+    model.body(big_ino)  # the copy kept from the lookup is used once
+    assert model.body_slow(big_ino) and model.xattrs_slow(big_ino)
+    link = model.lookup(model.lookup(KEYS_INO, b"k0").ino, b"orders:0:0").ino
+    assert model.getattr_slow(link) and not model.xattrs_slow(q)

@@ -263,6 +263,7 @@ def test_available_now_honours_max_offsets_per_trigger(spark, store, tmp_path):
     assert spark.read.parquet(out).select("topic").distinct().collect()[0].topic == "Orders"
 
 
+@pytest.mark.allow_logs(r"exception while executing the Python Proxy")
 def test_available_now_finishes_after_a_crash(spark, store, tmp_path):
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     seen = []
@@ -291,6 +292,8 @@ def test_available_now_finishes_after_a_crash(spark, store, tmp_path):
     assert len(ids) == len(set(ids)) == 2500
 
 
+@pytest.mark.allow_logs(r"exception while executing the Python Proxy",
+                        r"^retention: deleted CommitLog file")
 def test_fail_on_data_loss(spark, tmp_path):
     root = str(tmp_path / "ret")
     cfg = dict(consume_queue_units=50, retention_bytes=1)

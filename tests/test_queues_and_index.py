@@ -4,6 +4,7 @@ time search, reopen, consumer offsets and bad input."""
 import dataclasses
 import os
 import random
+import shutil
 import time
 
 import numpy as np
@@ -69,6 +70,30 @@ def test_a_full_index_file_rolls_at_rocketmqs_index_count(tmp_path):
             for key in (f"a{i}", f"b{i}"):
                 assert [bytes(m.body) for m in s.query_key(key)] == [b"%d" % i], key
     assert not (tmp_path / "index.reserve").exists()
+
+
+def test_a_roll_seals_without_syncing_and_the_checkpoint_claims_only_synced_files(tmp_path):
+    """The put lock is held across a roll, so the full file is only sealed there; the next
+    checkpoint syncs it before its end time goes into the checkpoint. A crash in between
+    (the copy below, abort file and all) drops it and indexes its records again."""
+    cfg = small_config(index_slots=10, index_entries=40, flush_cq_interval_ms=3_600_000)
+    root, crashed = str(tmp_path / "s"), str(tmp_path / "crashed")
+    with MessageStore(root, cfg) as s:
+        s.flush()
+        for i in range(30):
+            s.put(Message.create("t", b"%d" % i, keys=[f"a{i}", f"b{i}"]))
+        full = s.index.files[0]
+        assert len(s.index.files) == 2 and s.index.sealed == [full]
+        assert full.mf.flushed_position == 0 and s.index.flushed_end_timestamp == 0
+        shutil.copytree(root, crashed, ignore=shutil.ignore_patterns("lock"))
+        s.flush()
+        assert s.index.sealed == [] and full.mf.flushed_position == full.mf.file_size
+        assert s.index.flushed_end_timestamp == full.end_timestamp > 0
+        assert s.checkpoint.index_msg_timestamp == full.end_timestamp
+    with MessageStore(crashed, cfg) as s:
+        assert s.recovery.abnormal
+        for i in range(30):
+            assert [bytes(m.body) for m in s.query_key(f"b{i}")] == [b"%d" % i], i
 
 
 def test_keys_split_by_a_roll_are_dispatched_again_exactly_once(tmp_path):
@@ -202,6 +227,7 @@ def test_consumer_offsets_persist_and_read_rocketmq_json(tmp_path):
         assert s.committed_offset("g2", "t", 1) == 15
 
 
+@pytest.mark.allow_logs(r"; using .*\.bak$")
 def test_corrupt_config_json_falls_back_to_bak_or_is_a_clear_error(tmp_path):
     with MessageStore(str(tmp_path), small_config()) as s:
         s.create_topic("t")

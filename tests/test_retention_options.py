@@ -23,6 +23,7 @@ def test_retention_options_parse_and_default_off():
             parse_options([bad])
 
 
+@pytest.mark.allow_logs(r"^retention: deleted CommitLog file")
 def test_retention_bytes_counts_only_the_stores_own_files(tmp_path):
     """Another program's big file on the same disk deletes nothing; the store's own size
     over the limit deletes the oldest files, records where the log now starts, and a reopen
