@@ -73,6 +73,7 @@ def test_the_first_open_keeps_what_rebuild_wrote(rebuilt):
     assert index_bytes(out) == before
 
 
+@pytest.mark.allow_logs("IndexFiles went missing")
 def test_a_rebuilt_index_file_deleted_before_the_first_open_is_noticed(rebuilt):
     out, queues = rebuilt
     first = sorted(os.listdir(os.path.join(out, "index")))[0]
