@@ -10,18 +10,17 @@ PHYSICALOFFSET names the very position it was found at: random bytes cannot pass
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from . import codec
-from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, StoredMessage
+from .codec import StoredMessage
 from .errors import CodecError
 from .flavor import Flavor
+from .layout import MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS
 from .mapped_file import MappedFile, offset_to_name
 
 Progress = Callable[[int, int], None]
-_MAGICS = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
 
 
 @dataclass
@@ -51,13 +50,13 @@ def _decode_at(buf, pos: int, base: int, flavor: Flavor) -> StoredMessage | None
 def _next_record(buf, lo: int, hi: int, base: int, flavor: Flavor) -> int | None:
     """Position of the first record that checks out starting in [lo, hi)."""
     best = None
-    for magic in _MAGICS:
-        pos = buf.find(magic, lo + 4, hi + 4)
-        while pos >= 0 and (best is None or pos - 4 < best):
-            if _decode_at(buf, pos - 4, base, flavor) is not None:
-                best = pos - 4
+    for magic in MAGIC_BYTES:
+        pos = buf.find(magic, lo + MAGIC_POS, hi + MAGIC_POS)
+        while pos >= 0 and (best is None or pos - MAGIC_POS < best):
+            if _decode_at(buf, pos - MAGIC_POS, base, flavor) is not None:
+                best = pos - MAGIC_POS
                 break
-            pos = buf.find(magic, pos + 1, hi + 4)
+            pos = buf.find(magic, pos + 1, hi + MAGIC_POS)
     return best
 
 

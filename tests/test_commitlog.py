@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked
-from store import codec
+from store import codec, layout
 from store.commitlog import CommitLog
 from store.flavor import XXHASH
 from tests.store_helpers import files_in, random_messages, small_config
@@ -38,7 +38,7 @@ def test_thousands_of_random_messages_roll_and_read_back(tmp_path):
     for mf in cl.queue.files[:-1]:
         pos = ends[mf.file_from_offset // 65536]
         size, magic = codec.peek_header(mf.buffer(), pos)
-        assert magic == codec.MAGIC_BLANK and size == 65536 - pos and size >= 8
+        assert magic == layout.MAGIC_BLANK and size == 65536 - pos and size >= 8
     cl.close()
     with MessageStore(str(tmp_path), small_config()) as s:
         again = [bytes(m.body) for m in s.commitlog.iterate()]
