@@ -23,7 +23,8 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store.codec import MAGIC_V1, MAGIC_V2, PROPERTY_UNIQ_KEY
+from store import layout as record_layout  # `layout` names a StoreLayout here
+from store.codec import PROPERTY_UNIQ_KEY
 from store.flavor import Flavor
 from store.index_service import build_key
 
@@ -81,10 +82,11 @@ class Records:
             pos = phys[sel] - file_from
             inside = pos + 8 <= len(b.arr)
             ok = np.zeros(len(sel), bool)
-            head = b._fixed(pos[inside], 8).view(">i4")
-            ok[inside] = np.isin(head[:, 1], [MAGIC_V1, MAGIC_V2]) & (head[:, 0] >= 91)
             total = np.zeros(len(sel), np.int64)
-            total[inside] = head[:, 0]
+            total[inside] = record_layout.gather(b.arr, pos[inside] + record_layout.TOTALSIZE_POS, ">i4")
+            magic = record_layout.gather(b.arr, pos[inside] + record_layout.MAGIC_POS, ">i4")
+            ok[inside] = (np.isin(magic, record_layout.RECORD_MAGICS)
+                          & (total[inside] >= record_layout.MIN_RECORD_SIZE))
             ok &= pos + total <= len(b.arr)
             if sizes is not None:
                 ok &= total == sizes[sel]
@@ -231,9 +233,10 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -
     """Each queue has one unit per queued record; the IndexFiles one entry per indexed key."""
     f = Finding("totals")
     df = spark.read.format("mqfs").option("damagedRecords", "skip").load(layout.root)
-    ttype = F.col("sys_flag").bitwiseAND(0xC)
+    # record_layout.in_queue and .indexed, as Spark column expressions
+    ttype = F.col("sys_flag").bitwiseAND(record_layout.TRANSACTION_MASK)
     per_queue = {(r.topic, r.queue_id): (r.n, r.top) for r in (
-        df.filter(ttype.isin(0, 8)).groupBy("topic", "queue_id")
+        df.filter(ttype.isin(*record_layout.IN_QUEUE_TYPES)).groupBy("topic", "queue_id")
         .agg(F.count("*").alias("n"), F.max("queue_offset").alias("top")).collect())}
     queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
                       if f_.what.startswith("consumequeue")}
@@ -247,7 +250,7 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -
     for name in sorted(set(units) - {f"{t}/{q}" for t, q in per_queue}):
         if units[name]:
             f.bad(f"queue {name} has {units[name]} units and no records")
-    expected = df.filter(ttype != 0xC).select(
+    expected = df.filter(ttype != record_layout.TRANSACTION_ROLLBACK).select(
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).first()[0] or 0
     have = sum(f_.checked - f_.unreadable for f_ in findings if f_.what.startswith("index"))

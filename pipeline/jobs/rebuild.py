@@ -22,6 +22,7 @@ from store.consume_queue import ConsumeQueue
 from store.dispatch_state import NAME as DISPATCH_STATE
 from store.flavor import flavor_named
 from store.index_service import IndexService
+from store.layout import IN_QUEUE_TYPES, TRANSACTION_MASK
 from store.manifest import MANIFEST
 from store.metadata import TopicTable
 
@@ -57,7 +58,8 @@ def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
     out = os.path.abspath(out)
     _copy_files(layout, out, copy)
     df = spark.read.format("mqfs").load(out)
-    queued = (df.filter(F.col("sys_flag").bitwiseAND(0xC).isin(0, 8))
+    # layout.in_queue as a Spark column expression
+    queued = (df.filter(F.col("sys_flag").bitwiseAND(TRANSACTION_MASK).isin(*IN_QUEUE_TYPES))
               .select("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags"))
     keys = sorted((r.topic, r.queue_id) for r in queued.select("topic", "queue_id").distinct().collect())
     slot = {k: i for i, k in enumerate(keys)}
