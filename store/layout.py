@@ -201,9 +201,9 @@ def fields(u8: np.ndarray, starts: np.ndarray, limit: int | None = None) -> Reco
     buffer's end), read with one gather of the IPv4 header and a few more for the rows with
     IPv6 hosts or v2 topics; `well_formed` repeats decode's structural checks."""
     limit = len(u8) if limit is None else limit
-    s = np.asarray(starts, dtype=np.int64)
-    inside = (s >= 0) & (s + MIN_RECORD_SIZE <= limit)
-    s = np.where(inside, s, 0)
+    given = np.asarray(starts, dtype=np.int64)
+    inside = (given >= 0) & (given + MIN_RECORD_SIZE <= limit)
+    s = np.where(inside, given, 0)  # fields of a start outside are read at 0, and refused
     head = gather(u8, s, HEADER_V4)
     col = {name: head[name].astype(np.int64) for name in _HEADER_INTS}
     sys_flag = col["sys_flag"]
@@ -229,7 +229,7 @@ def fields(u8: np.ndarray, starts: np.ndarray, limit: int | None = None) -> Reco
           & (topic_len > 0) & (topic_at + topic_len <= end)
           & (props_len >= 0) & (props_at + props_len == end))
     ok[ok] = ascii_strings(u8, topic_at[ok], topic_len[ok])  # decode reads topics as ASCII
-    return Records(s, total, magic, col["body_crc"], col["queue_id"], col["flag"],
+    return Records(given, total, magic, col["body_crc"], col["queue_id"], col["flag"],
                    col["queue_offset"], col["phys"], sys_flag, col["born_ts"], col["store_ts"],
                    born_len, store_len, body_at, body_len, topic_at, topic_len, props_at,
                    props_len, ok)
@@ -360,10 +360,12 @@ def chain(buf, pos: int, limit: int, max_records: int) -> tuple[list[int], int, 
 
 
 def walk(buf, pos: int, limit: int, max_records: int, flavor: Flavor | None = None,
-         u8: np.ndarray | None = None) -> Walk:
+         u8: np.ndarray | None = None, checked: tuple[int, int] = (0, 0)) -> Walk:
     """The records from `pos` that `codec.decode(buf[:limit], p, flavor)` accepts, one after
     another, as columns (at most max_records); the walk stops at the first it would refuse.
-    With a flavor the checksums are checked inline, one call per record."""
+    With a flavor the checksums are checked inline, one call per record, except for records
+    inside `checked` (buffer positions [lo, hi)): a caller's earlier walk checked those very
+    bytes."""
     view = memoryview(buf)
     u8 = np.frombuffer(buf, dtype=np.uint8) if u8 is None else u8
     starts, stop, why = chain(view, pos, limit, max_records)
@@ -375,8 +377,12 @@ def walk(buf, pos: int, limit: int, max_records: int, flavor: Flavor | None = No
     result = Walk(recs, stop, why, view, u8)
     if flavor is None or not n:
         return result
-    good = checksums_hold(view, u8, recs.starts, recs.ends, recs.body_pos,
-                          recs.body_pos + recs.body_len, recs.body_crc, flavor)
+    good = np.ones(n, dtype=bool)
+    rows = np.flatnonzero((recs.starts < checked[0]) | (recs.ends > checked[1]))
+    if rows.size:
+        good[rows] = checksums_hold(view, u8, recs.starts[rows], recs.ends[rows],
+                                    recs.body_pos[rows], recs.body_pos[rows] + recs.body_len[rows],
+                                    recs.body_crc[rows], flavor)
     m = n if good.all() else int(np.argmin(good))
     m = min(m, utf8_prefix(*result.properties()))  # decode checks properties with a flavor
     if m < n:

@@ -58,14 +58,15 @@ _RUN = 4096  # records checked and dispatched together: numpy's per-call cost st
 
 
 def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
-               dispatch_from: int) -> tuple[int, RecordRun | None, bool]:
+               dispatch_from: int, checked: tuple[int, int]) -> tuple[int, RecordRun | None, bool]:
     """Walk up to _RUN records from pos with `layout.walk` (decode's checks, checksums
     inline with a flavor), keep the leading ones that also pass recovery's own checks (the
     record names its position; properties never end in NUL), and build the run of those at
     or after dispatch_from. Returns where the accepted records end, the run, and whether the
     walk only stopped for its size limit (walk on). Otherwise the record there goes to
-    `_step`, which decides and says why (it never accepts less)."""
-    w = layout.walk(buf, pos, limit, _RUN, flavor, u8)
+    `_step`, which decides and says why (it never accepts less). Checksums of records in
+    `checked` (CommitLog offsets) are not computed again."""
+    w = layout.walk(buf, pos, limit, _RUN, flavor, u8, (checked[0] - base, checked[1] - base))
     r = w.records
     # only the body has a checksum in a store without trailers: properties ending in NUL
     # are a torn write (see `_step`)
@@ -130,9 +131,13 @@ def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
 
 
 def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
-             progress: Progress | None) -> tuple[int, int, str | None]:
+             progress: Progress | None, checked: tuple[int, int] = (0, 0)
+             ) -> tuple[int, int, str | None]:
     """Walk records from `start` (a file start); dispatch those at or after dispatch_from.
     Returns (valid end offset, records dispatched, reason the scan stopped early or None).
+    `checked`: CommitLog offsets [lo, hi) an earlier scan of this recovery found valid,
+    checksums included, with nothing written since; their checksums are not taken again
+    (every other check is).
 
     Records are checked a run at a time with numpy (the fixed fields gathered in bulk, one
     checksum call each); the first record a run check rejects, and the place the walk stopped,
@@ -152,7 +157,8 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
         pos = max(start - base, 0)
         size_limit = mf.file_size
         while True:
-            pos, run, more = _check_run(buf, u8, pos, size_limit, base, flavor, dispatch_from)
+            pos, run, more = _check_run(buf, u8, pos, size_limit, base, flavor, dispatch_from,
+                                        checked)
             if run is not None:
                 store.dispatch(run)
                 dispatched += len(run)
@@ -476,7 +482,9 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
         dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
     scan_from = _start_file(store, min(dispatch_from, probe_from))
-    end2, dispatched, reason2 = scan_end(store, scan_from, dispatch_from, check, progress)
+    # the CommitLog is unchanged since step 1 checked [probe_from, end): not again
+    end2, dispatched, reason2 = scan_end(store, scan_from, dispatch_from, check, progress,
+                                         (probe_from, end))
     if end2 < end:  # damage in a file older than the ones checked above
         raise CorruptionError(_refusal(store, end2, end, reason2))
     holed = [cq for cq in store.consume_queues.values() if cq.hole]
