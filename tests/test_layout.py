@@ -188,3 +188,17 @@ def test_minimum_record_is_91_bytes_and_hosts_move_fields():
     assert layout.body_pos(8, 8) == layout.HEADER_V4.itemsize
     assert layout.body_pos(20, 20) == layout.HEADER_V4.itemsize + 24
     assert layout.format_host(bytes(15) + b"\x01" + struct.pack(">i", 80)) == "[::1]:80"
+
+
+def test_checksums_are_skipped_only_inside_the_checked_range():
+    enc = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20)
+    a, _ = enc.encode(Message.create("t", b"first"))
+    b, _ = enc.encode(Message.create("t", b"second"))
+    buf = bytearray(a + b)
+    buf[len(a) + layout.HEADER_V4.itemsize] ^= 1  # the second record's body
+    whole = (0, len(buf))
+    assert len(layout.walk(bytes(buf), 0, len(buf), 10, XXHASH, checked=whole).records) == 2
+    w = layout.walk(bytes(buf), 0, len(buf), 10, XXHASH, checked=(0, len(a)))
+    assert (len(w.records), w.stop, w.why) == (1, len(a), "checksum")
+    w = layout.walk(bytes(buf), 0, len(buf), 10, XXHASH, checked=(len(a) + 1, len(buf)))
+    assert (len(w.records), w.why) == (1, "checksum")
