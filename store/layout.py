@@ -338,15 +338,27 @@ class Walk:
         return self._props
 
 
-def chain(buf, pos: int, limit: int, max_records: int) -> tuple[list[int], int, str]:
+_LEAP_MIN = 16  # a leap is tried for at least this many records...
+_LEAP_BACKOFF = 64  # ...and, after one that found fewer, not again for this many
+
+
+def chain(buf, u8: np.ndarray, pos: int, limit: int, max_records: int
+          ) -> tuple[list[int], int, str]:
     """Record starts from pos, following TOTALSIZE while the header has a record's magic and
     a size that fits by `limit`; where and why it stopped (see `Walk`). The one sequential
-    step of a walk: everything after it is columnar."""
+    step of a walk: everything after it is columnar.
+
+    Records of one size often follow each other. After two of the same size the walk leaps:
+    it reads TOTALSIZE and MAGIC at every multiple of that size with numpy, and takes the
+    leading positions that hold a record of exactly that size (each one's size then puts
+    the next where it was read, so this is the same chain, found in one step)."""
     starts: list[int] = []
     append = starts.append
     unpack = _HDR.unpack_from
     v1, v2, smallest = MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
-    for _ in range(max_records):
+    last = 0
+    quiet = 0  # records to walk one by one before the next leap
+    while len(starts) < max_records:
         if limit - pos < 8:
             return starts, pos, "room"
         size, magic = unpack(buf, pos)
@@ -356,6 +368,22 @@ def chain(buf, pos: int, limit: int, max_records: int) -> tuple[list[int], int, 
             return starts, pos, "size"
         append(pos)
         pos += size
+        quiet -= 1
+        if size != last or quiet > 0:
+            last = size
+            continue
+        k = min(max_records - len(starts), (limit - pos) // size)
+        if k < _LEAP_MIN:
+            quiet = _LEAP_BACKOFF
+            continue
+        at = pos + size * np.arange(k, dtype=np.int64)
+        magics = gather(u8, at + MAGIC_POS, ">i4")
+        same = (gather(u8, at + TOTALSIZE_POS, ">i4") == size) & ((magics == v1) | (magics == v2))
+        m = k if same.all() else int(np.argmin(same))
+        starts += at[:m].tolist()
+        pos += m * size
+        if m < _LEAP_MIN:
+            quiet = _LEAP_BACKOFF
     return starts, pos, "limit"
 
 
@@ -368,7 +396,7 @@ def walk(buf, pos: int, limit: int, max_records: int, flavor: Flavor | None = No
     bytes."""
     view = memoryview(buf)
     u8 = np.frombuffer(buf, dtype=np.uint8) if u8 is None else u8
-    starts, stop, why = chain(view, pos, limit, max_records)
+    starts, stop, why = chain(view, u8, pos, limit, max_records)
     recs = fields(u8, np.array(starts, dtype=np.int64), limit)
     ok = recs.well_formed
     n = len(starts) if ok.all() else int(np.argmin(ok))

@@ -44,7 +44,9 @@ def stores(draw):
                                                                     min_size=1, max_size=2))]
     buf = bytearray()
     last = 0  # where the last record starts
-    for i, msg in enumerate(draw(st.lists(messages(), max_size=12))):
+    msgs = draw(st.one_of(st.lists(messages(), max_size=12),  # runs of one size: walks leap
+                          st.builds(lambda m, n: [m] * n, messages(), st.integers(2, 60))))
+    for i, msg in enumerate(msgs):
         rec, ts_pos = encoders[i % len(encoders)].encode(msg)
         last = len(buf)
         codec.stamp(rec, ts_pos, i, len(buf), 1_700_000_000_000 + i)
@@ -53,9 +55,9 @@ def stores(draw):
         buf += rec
     tail = draw(st.sampled_from(["none", "zeros", "blank", "torn", "garbage", "flip", "text"]))
     if tail == "zeros":
-        buf += bytes(draw(st.integers(1, 200)))
+        buf += bytes(draw(st.integers(1, 2000)))
     elif tail == "blank":
-        room = draw(st.integers(8, 200))
+        room = draw(st.integers(8, 2000))
         buf += struct.pack(">ii", room, layout.MAGIC_BLANK) + bytes(room - 8)
     elif tail == "torn":
         rec, _ = encoders[0].encode(draw(messages()))
@@ -76,33 +78,37 @@ def stores(draw):
 
 
 def reference(buf: bytes, limit: int, flavor, max_records: int):
-    """Decode record after record as readers always did, until decode refuses."""
+    """Decode record after record as readers always did, until decode refuses; the records,
+    where it stopped and why, in `layout.Walk`'s words."""
     view = memoryview(buf)[:limit]
     found, pos = [], 0
-    while len(found) < max_records and limit - pos >= 8:
+    while len(found) < max_records:
+        if limit - pos < 8:
+            return found, pos, "room"
         size, magic = codec.peek_header(view, pos)
         if magic not in layout.RECORD_MAGICS:
-            break
-        try:
-            msg = codec.decode(view, pos, flavor)
-        except CodecError:
-            break
+            return found, pos, "blank" if magic == layout.MAGIC_BLANK else "magic"
+        if not layout.MIN_RECORD_SIZE <= size <= limit - pos:
+            return found, pos, "size"
+        for check, why in ((None, "malformed"), (flavor, "checksum")):
+            try:
+                msg = codec.decode(view, pos, check)
+            except CodecError:
+                return found, pos, why
         found.append((pos, msg))
         pos += msg.total_size
-    return found, pos
+    return found, pos, "limit"
 
 
 @settings(max_examples=400, deadline=None)
 @given(store=stores(), max_records=st.sampled_from([1, 3, 1000]))
 def test_walker_agrees_with_the_scalar_decoder(store, max_records):
     buf, limit, flavor = store
-    found, stop = reference(buf, limit, flavor, max_records)
+    found, stop, why = reference(buf, limit, flavor, max_records)
     w = layout.walk(buf, 0, limit, max_records, flavor)
     r = w.records
-    assert w.stop == stop
+    assert (w.stop, w.why) == (stop, why)
     assert r.starts.tolist() == [pos for pos, _ in found]
-    if len(found) == max_records:
-        assert w.why == "limit"
     for i, (pos, m) in enumerate(found):
         assert (r.total[i], r.magic[i], r.body_crc[i], r.queue_id[i], r.flag[i]) == (
             m.total_size, m.magic, m.body_crc, m.queue_id, m.flag)
@@ -202,3 +208,18 @@ def test_checksums_are_skipped_only_inside_the_checked_range():
     assert (len(w.records), w.stop, w.why) == (1, len(a), "checksum")
     w = layout.walk(bytes(buf), 0, len(buf), 10, XXHASH, checked=(len(a) + 1, len(buf)))
     assert (len(w.records), w.why) == (1, "checksum")
+
+
+def test_a_leap_over_records_of_one_size_stops_where_the_chain_breaks():
+    enc = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20)
+    rec, _ = enc.encode(Message.create("t", b"same size"))
+    n = len(rec)
+    for field, value, why in ((layout.MAGIC_POS, 0, "magic"),
+                              (layout.TOTALSIZE_POS, n + 1, "malformed")):
+        buf = bytearray(rec * 40)
+        struct.pack_into(">i", buf, 30 * n + field, value)
+        w = layout.walk(bytes(buf), 0, len(buf), 100)
+        assert (len(w.records), w.stop, w.why) == (30, 30 * n, why)
+        assert w.records.starts.tolist() == list(range(0, 30 * n, n))
+    w = layout.walk(rec * 40, 0, 40 * n, 25)
+    assert (len(w.records), w.stop, w.why) == (25, 25 * n, "limit")
