@@ -1,6 +1,7 @@
-"""Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them.
+"""Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them: the
+scalar reference that store/layout.py's columnar walker must agree with (tests/test_layout.py).
 
-Layout (big-endian; docs/format.md, "CommitLog record"):
+Layout (big-endian; docs/format.md, "CommitLog record"; positions and sizes in store/layout.py):
 TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
 BORNHOST(8|20) STORETIMESTAMP STOREHOST(8|20) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN BODY
 TOPICLEN(1|2) TOPIC PROPERTIESLEN PROPERTIES
@@ -19,8 +20,8 @@ import numpy as np
 
 from .errors import CodecError, InvalidMessage
 from .flavor import Flavor
-from .layout import (BORNHOST_V6_FLAG, CRC_HEAD, HEADER_V4, IPV4_HOST_LEN, IPV6_HOST_LEN,
-                     MAGIC_POS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYSICAL_OFFSET_POS,
+from .layout import (BORN_HOST_POS, BORNHOST_V6_FLAG, CRC_HEAD, HEADER_V4, HOST_V6_FLAGS,
+                     IPV4_HOST_LEN, IPV6_HOST_LEN, MAGIC_POS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYSICAL_OFFSET_POS,
                      QUEUE_ID_POS, QUEUE_OFFSET_POS, RECORD_CRC_LEN, STOREHOST_V6_FLAG,
                      SYSFLAG_POS, TOTALSIZE_POS, TRANSACTION_MASK, TRANSACTION_ROLLBACK,
                      body_len_pos, body_pos, born_host_len, decode_host, gather, indexed,
@@ -328,7 +329,7 @@ class Encoder:
                 f"properties are {props_len} bytes, the limit is {MAX_PROPERTIES_LEN}"
             )
         born_raw, born_v6 = encode_host(*msg.born_host)
-        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        sys_flag = msg.sys_flag & ~HOST_V6_FLAGS
         if born_v6:
             sys_flag |= BORNHOST_V6_FLAG
         if self.store_v6:
@@ -388,8 +389,7 @@ class Encoder:
         head["body_crc"] = np.fromiter(map(self.flavor.body_crc, bodies), dtype=np.int64, count=n)
         head["queue_id"] = qids
         head["flag"] = [m.flag for m in msgs]
-        head["sys_flag"] = np.array([m.sys_flag for m in msgs], dtype=np.int64) & ~(
-            BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        head["sys_flag"] = np.array([m.sys_flag for m in msgs], dtype=np.int64) & ~HOST_V6_FLAGS
         head["born_ts"] = [m.born_timestamp or now for m in msgs]
         head["born_host"] = [hosts[m.born_host][0] for m in msgs]
         head["store_host"] = self.store_host_raw
@@ -472,13 +472,13 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
             raise CodecError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
         if total < MIN_RECORD_SIZE or total > avail:
             raise CodecError(f"record size {total} at {pos} does not fit in {avail} bytes")
-        if not sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+        if not sys_flag & HOST_V6_FLAGS:
             (_, _, _, _, _, _, _, _, _, born_raw, store_ts, store_raw, reconsume, prep,
              body_len) = _FIXED_V4.unpack_from(view, pos)
             p = pos + HEADER_V4.itemsize
         else:
             bh, sh = born_host_len(sys_flag), store_host_len(sys_flag)
-            p = pos + 48
+            p = pos + BORN_HOST_POS
             born_raw = bytes(view[p : p + bh])
             p += bh
             (store_ts,) = _I64.unpack_from(view, p)
