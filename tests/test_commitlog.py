@@ -127,3 +127,26 @@ def test_load_rules_zero_length_last_file_removed_wrong_size_refused(tmp_path):
     with pytest.raises(StoreFormatError, match="100 bytes"):
         MessageStore(str(tmp_path)).open()
     assert extra.stat().st_size == 100
+
+
+def test_truncate_dirty_zeroes_every_byte_after_the_cut(tmp_path):
+    """Bytes a cut leaves behind are zeroed on disk, however far into the file they lie."""
+    from store.mapped_file_queue import MappedFileQueue
+    size = 3 << 20  # more than one of _zero_from's 1 MiB chunks
+    q = MappedFileQueue(str(tmp_path / "q"), size)
+    q.load()
+    mf = q.last_file_for_append()
+    mf.append(b"\x07" * 1000)
+    path = mf.path
+    q.close()
+    with open(path, "r+b") as f:  # stray bytes past the end, as a torn write leaves them
+        for at in (5000, (1 << 20) + 3, size - 1):
+            f.seek(at)
+            f.write(b"\x09")
+    q = MappedFileQueue(str(tmp_path / "q"), size)
+    q.load()
+    q.truncate_dirty(700)
+    q.close()
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:700] == b"\x07" * 700 and data[700:] == bytes(size - 700)
