@@ -223,3 +223,17 @@ def test_a_leap_over_records_of_one_size_stops_where_the_chain_breaks():
         assert w.records.starts.tolist() == list(range(0, 30 * n, n))
     w = layout.walk(rec * 40, 0, 40 * n, 25)
     assert (len(w.records), w.stop, w.why) == (25, 25 * n, "limit")
+
+
+def test_field_positions_agree_with_the_header_dtype():
+    """The named positions and HEADER_V4 state the same layout (IPv4 hosts)."""
+    at = {name: layout.HEADER_V4.fields[name][1] for name in layout.HEADER_V4.names}
+    assert (at["total"], at["magic"], at["body_crc"], at["queue_id"], at["flag"]) == (
+        layout.TOTALSIZE_POS, layout.MAGIC_POS, layout.BODY_CRC_POS, layout.QUEUE_ID_POS,
+        layout.FLAG_POS)
+    assert (at["queue_offset"], at["phys"], at["sys_flag"], at["born_ts"], at["born_host"]) == (
+        layout.QUEUE_OFFSET_POS, layout.PHYSICAL_OFFSET_POS, layout.SYSFLAG_POS,
+        layout.BORN_TIMESTAMP_POS, layout.BORN_HOST_POS)
+    v4 = layout.IPV4_HOST_LEN
+    assert (at["store_ts"], at["store_host"], at["body_len"]) == (
+        layout.store_timestamp_pos(v4), layout.store_host_pos(v4), layout.body_len_pos(v4, v4))
