@@ -20,13 +20,11 @@ def _zero_from(mf: MappedFile, pos: int) -> None:
     """Zero every non-zero byte of a file from pos to its end and force it to disk. Recovery
     cuts the valid end here; bytes left behind (a torn tail, garbage, records cut off) could
     otherwise line up with a later end and be taken for valid data after another crash.
-    Only data regions are read (SEEK_DATA skips holes and never-written extents), with pread
-    into one buffer and numpy, so a mostly empty 1 GiB file costs little: reading it through
-    the mapping would fault in every page of the tail first."""
+    Only data regions are read (SEEK_DATA skips holes and never-written extents), with numpy,
+    so a mostly empty 1 GiB file costs little."""
     mm = mf.buffer()
+    whole = np.frombuffer(mm, dtype=np.uint8)
     step = 1 << 20
-    chunk = bytearray(step)
-    into, check = memoryview(chunk), np.frombuffer(chunk, dtype=np.uint8)
     while pos < mf.file_size:
         try:
             pos = os.lseek(mf.fd, pos, os.SEEK_DATA)
@@ -37,8 +35,7 @@ def _zero_from(mf: MappedFile, pos: int) -> None:
             stop = mf.file_size
         while pos < stop:
             end = min(pos + step - pos % step, stop)
-            n = end - pos
-            if os.preadv(mf.fd, [into[:n]], pos) < n or check[:n].any():
+            if whole[pos:end].any():
                 mm[pos:end] = bytes(end - pos)
                 mm.flush(pos - pos % OS_PAGE, end - pos + pos % OS_PAGE)
             pos = end
