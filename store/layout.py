@@ -245,14 +245,31 @@ def ascii_strings(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.nda
     return good
 
 
+_FEW_WIDTHS = 16  # up to this many distinct lengths, `joined` gathers per length
+
+
 def joined(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The strings [pos, pos+length) one after another, each followed by 0x02, and where each
     begins. With the separator, items of PROPERTIES never span records, and the whole is
     valid UTF-8 exactly when every string is."""
     lens = length + 1
     at = np.cumsum(lens) - lens
-    idx = np.repeat(pos - at, lens) + np.arange(int(lens.sum()))
-    out = u8[np.minimum(idx, len(u8) - 1)]  # a separator slot may lie past the buffer's end
+    out = np.empty(int(lens.sum()), dtype=np.uint8)
+    widths = np.unique(length).tolist()
+    if len(widths) == 1 and widths[0]:  # the common run: rows of one size, no index arrays
+        grid = out.reshape(len(pos), widths[0] + 1)
+        grid[:, :-1] = gather(u8, pos, f"V{widths[0]}").view(np.uint8).reshape(len(pos), -1)
+        grid[:, -1] = 2
+        return out, at
+    if len(widths) <= _FEW_WIDTHS:  # a gather of fixed-size rows per length, then placed
+        for width in widths:
+            if width:
+                rows = np.flatnonzero(length == width)
+                block = gather(u8, pos[rows], f"V{width}").view(np.uint8)
+                out[(at[rows][:, None] + np.arange(width)).ravel()] = block
+    else:  # lengths all over the place: one index per byte
+        idx = np.repeat(pos - at, lens) + np.arange(len(out))
+        out[:] = u8[np.minimum(idx, len(u8) - 1)]  # a separator slot may lie past the end
     out[at + lens - 1] = 2
     return out, at
 

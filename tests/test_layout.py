@@ -237,3 +237,18 @@ def test_field_positions_agree_with_the_header_dtype():
     v4 = layout.IPV4_HOST_LEN
     assert (at["store_ts"], at["store_host"], at["body_len"]) == (
         layout.store_timestamp_pos(v4), layout.store_host_pos(v4), layout.body_len_pos(v4, v4))
+
+
+@settings(max_examples=100, deadline=None)
+@given(strings=st.lists(st.binary(max_size=40), max_size=60), gap=st.integers(0, 3))
+def test_joined_strings_each_followed_by_a_separator(strings, gap):
+    """`joined` for few and many distinct lengths, the last string ending the buffer."""
+    buf, pos = b"", []
+    for s in strings:
+        buf += bytes(gap)
+        pos.append(len(buf))
+        buf += s
+    data, at = layout.joined(np.frombuffer(buf, np.uint8), np.array(pos, np.int64),
+                             np.array([len(s) for s in strings], np.int64))
+    assert data.tobytes() == b"".join(s + b"\x02" for s in strings)
+    assert at.tolist() == [sum(len(s) + 1 for s in strings[:i]) for i in range(len(strings))]
