@@ -22,31 +22,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store import codec
-from store.codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from store.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, decode, fillers, msg_id
+from store.layout import (BORN_HOST_POS, MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE,
+                          PHYSICAL_OFFSET_POS, RECORD_CRC_LEN, RECORD_MAGICS, TOTALSIZE_POS, checksums_hold, fields,
+                          format_host, gather, store_host_pos, trailers)
 from store.errors import CodecError
 from store.flavor import Flavor
 
 from .schema import ARROW_SCHEMA, arrow_schema
 
-MIN_RECORD = 91
 _HDR = struct.Struct(">ii")
-# TOTALSIZE .. BODYLEN of a record whose born and store hosts are IPv4 (the common case)
-_HEAD_V4 = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"),
-                     ("flag", ">i4"), ("queue_offset", ">i8"), ("phys", ">i8"),
-                     ("sys_flag", ">i4"), ("born_ts", ">i8"), ("born_host", "V8"),
-                     ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
-                     ("prepared", ">i8"), ("body_len", ">i4")])
-_V6_FLAGS = codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.int64)
 _TYPES = {f.name: f.type for f in ARROW_SCHEMA}
-_KEYS = np.frombuffer(codec.PROPERTY_KEYS.encode(), np.uint8)
-_TAGS = np.frombuffer(codec.PROPERTY_TAGS.encode(), np.uint8)
-_MAGIC_BYTES = [struct.pack(">i", m) for m in (MAGIC_V1, MAGIC_V2)]
-
-
-FILLER_TOPIC = "%DAMAGED"
+_KEYS = np.frombuffer(PROPERTY_KEYS.encode(), np.uint8)
+_TAGS = np.frombuffer(PROPERTY_TAGS.encode(), np.uint8)
 _FILLER = np.frombuffer(FILLER_TOPIC.encode("ascii"), np.uint8)
 Range = tuple[int | None, int | None]  # [lo, hi), None = unbounded
 
@@ -99,12 +89,11 @@ class Checks:
 
 def failed_checks(mv: memoryview, arr: np.ndarray, starts: np.ndarray,
                   f: dict[str, np.ndarray], flavor: Flavor) -> np.ndarray:
-    """Which records fail their checksums (the store's `codec.checksums_hold`): the
+    """Which records fail their checksums (the store's `checksums_hold`): the
     whole-record `__CRC32#` trailer where a record has one, else BODYCRC. The one place a
     read checks a record."""
-    return ~codec.checksums_hold(mv, arr, starts, starts + f["total"], f["body_pos"],
-                                 f["body_pos"] + f["body_len"], f["crc"].astype(np.int64),
-                                 flavor)
+    return ~checksums_hold(mv, arr, starts, starts + f["total"], f["body_pos"],
+                                  f["body_pos"] + f["body_len"], f["crc"], flavor)
 
 
 @dataclass
@@ -119,12 +108,13 @@ def resync(buf, pos: int, file_from: int, end: int) -> int:
     own PHYSICALOFFSET field (a record names where it lives); end when there is none."""
     mm = memoryview(buf)
     while pos < end:
-        hits = [i for i in (buf.find(m, pos + 4, end + 4) for m in _MAGIC_BYTES) if i >= 0]
+        at = MAGIC_POS
+        hits = [i for i in (buf.find(m, pos + at, end + at) for m in MAGIC_BYTES) if i >= 0]
         if not hits:
             return end
-        cand = min(hits) - 4
-        if (cand + codec.PHYSICAL_OFFSET_POS + 8 <= len(buf)
-                and struct.unpack_from(">q", mm, cand + codec.PHYSICAL_OFFSET_POS)[0] == file_from + cand):
+        cand = min(hits) - at
+        if (cand + PHYSICAL_OFFSET_POS + 8 <= len(buf)
+                and struct.unpack_from(">q", mm, cand + PHYSICAL_OFFSET_POS)[0] == file_from + cand):
             return cand
         pos = cand + 1
     return end
@@ -133,13 +123,12 @@ def resync(buf, pos: int, file_from: int, end: int) -> int:
 def record_starts_ok(arr: np.ndarray, pos: np.ndarray, file_from: int) -> np.ndarray:
     """Which positions hold a record header that names itself: magic, a size that fits, and a
     PHYSICALOFFSET equal to where it is (how a ConsumeQueue unit is trusted as a record start)."""
-    ok = (pos >= 0) & (pos + MIN_RECORD <= len(arr))
+    ok = (pos >= 0) & (pos + MIN_RECORD_SIZE <= len(arr))
     safe = np.where(ok, pos, 0)
-    win = np.lib.stride_tricks.sliding_window_view(arr, 36)[safe]
-    total = win[:, 0:4].copy().view(">i4").ravel()
-    magic = win[:, 4:8].copy().view(">i4").ravel()
-    phys = win[:, 28:36].copy().view(">i8").ravel()
-    return (ok & np.isin(magic, [MAGIC_V1, MAGIC_V2]) & (total >= MIN_RECORD)
+    total = gather(arr, safe + TOTALSIZE_POS, ">i4").astype(np.int64)
+    magic = gather(arr, safe + MAGIC_POS, ">i4")
+    phys = gather(arr, safe + PHYSICAL_OFFSET_POS, ">i8")
+    return (ok & np.isin(magic, RECORD_MAGICS) & (total >= MIN_RECORD_SIZE)
             & (safe + total <= len(arr)) & (phys == safe + file_from))
 
 
@@ -153,7 +142,7 @@ def walk(buf, pos: int, max_records: int, max_bytes: int) -> Walk:
     while pos + 8 <= limit:
         size, magic = unpack(buf, pos)
         if magic == MAGIC_V1 or magic == MAGIC_V2:
-            if size < MIN_RECORD or pos + size > limit:
+            if size < MIN_RECORD_SIZE or pos + size > limit:
                 break
             starts.append(pos)
             pos += size
@@ -171,7 +160,7 @@ def record_whole(buf, pos: int, flavor: Flavor) -> bool:
     """True when the record at pos decodes with its checksums holding (a live writer may
     still be copying the record that ends the data)."""
     try:
-        codec.decode(buf, pos, flavor)
+        decode(buf, pos, flavor)
         return True
     except CodecError:
         return False
@@ -220,50 +209,23 @@ class FileBatcher:
         return self._fixed(pos, dt.itemsize).view(dt).ravel().astype(dt.newbyteorder("="))
 
     def _head(self, starts: np.ndarray) -> dict[str, np.ndarray]:
-        """Fixed fields of every record, the positions of its variable parts, and `bad`: the
-        records whose sizes do not add up (their other fields are meaningless)."""
-        size = len(self.arr)
-        bad = (starts < 0) | (starts + MIN_RECORD > size)
-        starts = np.where(bad, 0, starts)
-        head = self._fixed(starts, _HEAD_V4.itemsize).view(_HEAD_V4).ravel()
-        f = {name: head[name].astype(head.dtype[name].newbyteorder("="))
-             for name in ("total", "magic", "crc", "queue_id", "flag", "queue_offset", "sys_flag",
-                          "born_ts", "store_ts", "body_len")}
-        f["total"] = f["total"].astype(np.int64)
-        f["body_len"] = f["body_len"].astype(np.int64)
-        bad |= ~np.isin(f["magic"], [MAGIC_V1, MAGIC_V2]) | (f["total"] < MIN_RECORD)
-        bad |= starts + f["total"] > size
-        f["bh"] = np.full(len(starts), 8, np.int64)
-        f["sh"] = np.full(len(starts), 8, np.int64)
-        v6 = np.flatnonzero(f["sys_flag"] & _V6_FLAGS)
-        if v6.size:  # wider hosts move every field after BORNHOST
-            sf = f["sys_flag"][v6]
-            bh = np.where(sf & codec.BORNHOST_V6_FLAG, 20, 8)
-            sh = np.where(sf & codec.STOREHOST_V6_FLAG, 20, 8)
-            f["bh"][v6], f["sh"][v6] = bh, sh
-            f["store_ts"][v6] = self._int(starts[v6] + 48 + bh, ">i8")
-            f["body_len"][v6] = self._int(starts[v6] + 68 + bh + sh, ">i4")
-        f["body_pos"] = starts + 72 + f["bh"] + f["sh"]
-        tl_pos = f["body_pos"] + f["body_len"]
-        bad |= (f["body_len"] < 0) | (tl_pos + 3 > starts + f["total"])
-        tl_pos = np.where(bad, starts, tl_pos)
-        v2 = f["magic"] == MAGIC_V2
-        f["topic_len"] = self.arr[tl_pos].astype(np.int64)
-        if v2.any():
-            f["topic_len"][v2] = self._int(tl_pos[v2], ">i2")
-        f["topic_pos"] = tl_pos + np.where(v2, 2, 1)
-        props_pos = f["topic_pos"] + f["topic_len"] + 2
-        bad |= (f["topic_len"] <= 0) | (props_pos > starts + f["total"])
-        f["props_pos"] = props_pos = np.where(bad, starts + 2, props_pos)
-        f["props_len"] = self._int(props_pos - 2, ">i2").astype(np.int64)
-        bad |= (f["props_len"] < 0) | (props_pos + f["props_len"] != starts + f["total"])
-        f["bad"] = bad
-        # the whole-record checksum trailer is the record's, not a property of the message
-        has_trailer, _ = codec.trailers(self.arr, starts, starts + f["total"])
-        f["props_len"] = np.where(has_trailer & ~bad, f["props_len"] - codec.RECORD_CRC_LEN,
-                                  f["props_len"])
-        f["filler"] = codec.fillers(self.arr, tl_pos, f["sys_flag"].astype(np.int64)) & ~v2
-        return f
+        """Fixed fields of every record (`fields`), the positions of its variable
+        parts, and `bad`: the records decode would refuse (their other fields are
+        meaningless). PROPERTIES leave out the whole-record checksum trailer: it is the
+        record's, not a property of the message."""
+        r = fields(self.arr, starts)
+        bad = ~r.well_formed
+        has_trailer, _ = trailers(self.arr, r.starts, r.ends)
+        return {
+            "total": r.total, "magic": r.magic, "crc": r.body_crc, "queue_id": r.queue_id,
+            "flag": r.flag, "queue_offset": r.queue_offset, "sys_flag": r.sys_flag,
+            "born_ts": r.born_ts, "store_ts": r.store_ts, "bh": r.born_len, "sh": r.store_len,
+            "body_pos": r.body_pos, "body_len": r.body_len, "topic_pos": r.topic_pos,
+            "topic_len": r.topic_len, "props_pos": r.props_pos, "bad": bad,
+            "props_len": np.where(has_trailer & ~bad, r.props_len - RECORD_CRC_LEN,
+                                  r.props_len),
+            "filler": fillers(self.arr, r.topic_len_pos, r.sys_flag) & (r.magic == MAGIC_V1),
+        }
 
     def _reject(self, starts: np.ndarray, which: np.ndarray, reason: str) -> None:
         """Fail on (or, when skipping, count) the records at starts[which]."""
@@ -312,11 +274,12 @@ class FileBatcher:
                 properties, keys, tags = parsed
             columns.update(keys=keys, tags=tags, properties=properties)
         if want("born_host"):
-            columns["born_host"] = self._hosts(starts + 48, f["bh"])[0]
+            columns["born_host"] = self._hosts(starts + BORN_HOST_POS, f["bh"])[0]
         if want("store_host") or want("msg_id"):
-            store_host, store_raw, store_inv = self._hosts(starts + 56 + f["bh"], f["sh"])
+            at = starts + store_host_pos(f["bh"])
+            store_host, store_raw, store_inv = self._hosts(at, f["sh"])
             columns["store_host"] = store_host
-            columns["msg_id"] = self._msg_ids(store_raw, store_inv, phys, starts + 56 + f["bh"], f["sh"])
+            columns["msg_id"] = self._msg_ids(store_raw, store_inv, phys, at, f["sh"])
         if want("body"):
             columns["body"] = self._bodies(f["body_pos"], f["body_len"])
         plain = {
@@ -397,7 +360,8 @@ class FileBatcher:
         addresses and each row's index into them (None when widths are mixed)."""
         w = int(width[0])
         if not (width == w).all():
-            names = [_host(bytes(self.mv[p:p + k])) for p, k in zip(pos.tolist(), width.tolist())]
+            names = [format_host(bytes(self.mv[p:p + k]))
+                     for p, k in zip(pos.tolist(), width.tolist())]
             return pa.array(names, pa.string()), None, None
         raw = np.ascontiguousarray(self._fixed(pos, w)).view(np.uint64 if w == 8 else f"V{w}").ravel()
         if (raw == raw[0]).all():  # one producer host, or the store host: format it once
@@ -405,25 +369,20 @@ class FileBatcher:
         else:
             uniq, inverse = np.unique(raw, return_inverse=True)
             inverse = inverse.ravel()
-        names = pa.array([_host(u.tobytes()) for u in uniq], pa.string())
+        names = pa.array([format_host(u.tobytes()) for u in uniq], pa.string())
         return names.take(pa.array(inverse.astype(np.int32))), uniq, inverse
 
     def _msg_ids(self, uniq: np.ndarray | None, inverse: np.ndarray | None, phys: np.ndarray,
                  pos: np.ndarray, width: np.ndarray) -> pa.Array:
         """offsetMsgId: hex of the store host bytes, then of the big-endian CommitLog offset."""
         if uniq is None:
-            return pa.array([codec.msg_id(bytes(self.mv[p:p + k]), int(o)) for p, k, o in
+            return pa.array([msg_id(bytes(self.mv[p:p + k]), int(o)) for p, k, o in
                              zip(pos.tolist(), width.tolist(), phys.tolist())], pa.string())
         host_hex = np.array([np.frombuffer(u.tobytes().hex().upper().encode(), np.uint8) for u in uniq])
         offset_hex = _HEX_DIGITS[(phys[:, None] >> _NIBBLE_SHIFTS) & 15]
         chars = np.concatenate([host_hex[inverse], offset_hex], axis=1)
         step = chars.shape[1]
         return _strings(np.arange(0, step * (len(phys) + 1), step), chars.ravel())
-
-
-def _host(raw: bytes) -> str:
-    host, port = codec.decode_host(raw)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _fast_properties(d: np.ndarray, offsets: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array] | None:
@@ -453,7 +412,7 @@ def _fast_properties(d: np.ndarray, offsets: np.ndarray) -> tuple[pa.Array, pa.A
     properties = pa.MapArray.from_arrays(pa.array(map_off), names, values, type=_TYPES["properties"])
     row = np.searchsorted(offsets[1:], pair_start, side="right")
 
-    def lookup(name: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    def lookup(name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cand = np.flatnonzero(name_len == len(name))
         hit = cand[(d[pair_start[cand, None] + np.arange(len(name))] == name).all(axis=1)]
         return hit, row[hit]
@@ -507,8 +466,8 @@ def _properties(raw: pa.StringArray) -> pa.MapArray:
 def _keys_and_tags(props: pa.MapArray) -> tuple[pa.Array, pa.Array]:
     """KEYS split on spaces (empty tokens dropped) and TAGS (null if absent), last one wins
     like the decoder's dict."""
-    tags = pc.map_lookup(props, pa.scalar(codec.PROPERTY_TAGS), "last").cast(pa.string())
-    keys = pc.map_lookup(props, pa.scalar(codec.PROPERTY_KEYS), "last").fill_null("")
+    tags = pc.map_lookup(props, pa.scalar(PROPERTY_TAGS), "last").cast(pa.string())
+    keys = pc.map_lookup(props, pa.scalar(PROPERTY_KEYS), "last").fill_null("")
     tokens = pc.split_pattern(keys, " ")
     parent = pc.list_parent_indices(tokens).to_numpy()
     flat = tokens.flatten()

@@ -1,6 +1,7 @@
-"""Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them.
+"""Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them: the
+scalar reference that store/layout.py's columnar walker must agree with (tests/test_layout.py).
 
-Layout (big-endian; docs/format.md, "CommitLog record"):
+Layout (big-endian; docs/format.md, "CommitLog record"; positions and sizes in store/layout.py):
 TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
 BORNHOST(8|20) STORETIMESTAMP STOREHOST(8|20) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN BODY
 TOPICLEN(1|2) TOPIC PROPERTIESLEN PROPERTIES
@@ -19,37 +20,24 @@ import numpy as np
 
 from .errors import CodecError, InvalidMessage
 from .flavor import Flavor
-
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
-MAGIC_BLANK = -875286124  # 0xCBD43194
-END_FILE_MIN_BLANK = 8
-
-# sysFlag bits (MessageSysFlag)
-COMPRESSED_FLAG = 0x1
-TRANSACTION_MASK = 0xC
-TRANSACTION_NOT = 0x0
-TRANSACTION_PREPARED = 0x4
-TRANSACTION_COMMIT = 0x8
-TRANSACTION_ROLLBACK = 0xC
-BORNHOST_V6_FLAG = 0x10
-STOREHOST_V6_FLAG = 0x20
+from .layout import (BORN_HOST_POS, BORNHOST_V6_FLAG, CRC_HEAD, HEADER_V4, HOST_V6_FLAGS,
+                     IPV4_HOST_LEN, IPV6_HOST_LEN, MAGIC_POS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYSICAL_OFFSET_POS,
+                     QUEUE_ID_POS, QUEUE_OFFSET_POS, RECORD_CRC_LEN, STOREHOST_V6_FLAG,
+                     SYSFLAG_POS, TOTALSIZE_POS, TRANSACTION_MASK, TRANSACTION_ROLLBACK,
+                     body_len_pos, body_pos, born_host_len, decode_host, gather, indexed,
+                     store_host_len, store_timestamp_pos)
 
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_CRC32 = "__CRC32#"  # RocketMQ 5's whole-record checksum trailer (enabledAppendPropCRC)
-RECORD_CRC_LEN = 20  # "__CRC32#" 0x01, ten digits, 0x02: the last bytes of PROPERTIES
-_CRC_HEAD = b"__CRC32#\x01"
-_CRC_PLACEHOLDER = _CRC_HEAD + b"0" * 10 + b"\x02"
+_CRC_PLACEHOLDER = CRC_HEAD + b"0" * 10 + b"\x02"
 # Repair writes a filler record over bytes it could not read: a rolled-back transaction (no
 # queue entry, not indexed, skipped by every reader) on a reserved topic
 FILLER_TOPIC = "%DAMAGED"
 NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 
-QUEUE_OFFSET_POS = 20
-PHYSICAL_OFFSET_POS = 28
 MAX_PROPERTIES_LEN = 32767
 MAX_TOPIC_LEN = 127
 MAX_RETRY_TOPIC_LEN = 255
@@ -81,10 +69,6 @@ def encode_host(host: str, port: int) -> tuple[bytes, bool]:
     """Address bytes plus an int32 port; True when the address is IPv6."""
     addr = ipaddress.ip_address(host)
     return addr.packed + _I32.pack(port), addr.version == 6
-
-
-def decode_host(raw: bytes) -> tuple[str, int]:
-    return str(ipaddress.ip_address(raw[:-4])), _I32.unpack(raw[-4:])[0]
 
 
 def parse_host(text: str) -> tuple[str, int]:
@@ -125,7 +109,7 @@ def crc_digits(value: int) -> bytes:
 def record_crc_of(view, pos: int, total: int) -> int | None:
     """The checksum a record's `__CRC32#` trailer holds, or None when it has none."""
     end = pos + total
-    if total < 91 + RECORD_CRC_LEN or bytes(view[end - RECORD_CRC_LEN : end - 11]) != _CRC_HEAD \
+    if total < MIN_RECORD_SIZE + RECORD_CRC_LEN or bytes(view[end - RECORD_CRC_LEN : end - 11]) != CRC_HEAD \
             or view[end - 1] != 2:
         return None
     digits = bytes(view[end - 11 : end - 1])
@@ -345,7 +329,7 @@ class Encoder:
                 f"properties are {props_len} bytes, the limit is {MAX_PROPERTIES_LEN}"
             )
         born_raw, born_v6 = encode_host(*msg.born_host)
-        sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        sys_flag = msg.sys_flag & ~HOST_V6_FLAGS
         if born_v6:
             sys_flag |= BORNHOST_V6_FLAG
         if self.store_v6:
@@ -361,7 +345,7 @@ class Encoder:
         rec += topic_part
         rec += _I16.pack(props_len)
         rec += props
-        return rec, 48 + len(born_raw)
+        return rec, store_timestamp_pos(len(born_raw))
 
 
     def encode_batch(self, msgs: list[Message]) -> "EncodedBatch | None":
@@ -397,30 +381,24 @@ class Encoder:
         tails = [(topics.get(m.topic) or self._topic_part(m.topic)) + _I16.pack(len(p)) + p
                  for m, p in zip(msgs, props)]
         now = int(time.time() * 1000)
-        head = np.zeros(n, dtype=_HEADER_V4)
+        head = np.zeros(n, dtype=HEADER_V4)
         body_len = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
         tail_len = np.fromiter(map(len, tails), dtype=np.int64, count=n)
-        head["total"] = 88 + body_len + tail_len
+        head["total"] = HEADER_V4.itemsize + body_len + tail_len
         head["magic"] = MAGIC_V1
-        head["crc"] = np.fromiter(map(self.flavor.body_crc, bodies), dtype=np.int64, count=n)
-        head["qid"] = qids
+        head["body_crc"] = np.fromiter(map(self.flavor.body_crc, bodies), dtype=np.int64, count=n)
+        head["queue_id"] = qids
         head["flag"] = [m.flag for m in msgs]
-        head["sys_flag"] = np.array([m.sys_flag for m in msgs], dtype=np.int64) & ~(
-            BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+        head["sys_flag"] = np.array([m.sys_flag for m in msgs], dtype=np.int64) & ~HOST_V6_FLAGS
         head["born_ts"] = [m.born_timestamp or now for m in msgs]
         head["born_host"] = [hosts[m.born_host][0] for m in msgs]
         head["store_host"] = self.store_host_raw
         head["reconsume"] = [m.reconsume_times for m in msgs]
-        head["prep"] = [m.prepared_transaction_offset for m in msgs]
+        head["prepared"] = [m.prepared_transaction_offset for m in msgs]
         head["body_len"] = body_len
         return EncodedBatch(head, bodies, tails, self.flavor)
 
 
-_HEADER_V4 = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("qid", ">i4"), ("flag", ">i4"),
-    ("qoff", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-    ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume", ">i4"),
-    ("prep", ">i8"), ("body_len", ">i4")])  # both hosts IPv4: 88 bytes, as _FIXED_V4
 _POWERS_OF_TEN = 10 ** np.arange(10, dtype=np.int64)
 
 
@@ -443,7 +421,8 @@ class EncodedBatch:
         flavor wants one (digits written with numpy, as `seal` writes them one by one)."""
         heads = self.head[lo:hi].tobytes()
         parts = [b""] * (3 * (hi - lo))
-        parts[0::3] = [heads[i : i + 88] for i in range(0, len(heads), 88)]
+        step = HEADER_V4.itemsize
+        parts[0::3] = [heads[i : i + step] for i in range(0, len(heads), step)]
         parts[1::3] = self.bodies[lo:hi]
         parts[2::3] = self.tails[lo:hi]
         buf = bytearray(b"".join(parts))
@@ -491,16 +470,15 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
         (total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts) = _HEAD.unpack_from(view, pos)
         if magic != MAGIC_V1 and magic != MAGIC_V2:
             raise CodecError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
-        if total < 91 or total > avail:
+        if total < MIN_RECORD_SIZE or total > avail:
             raise CodecError(f"record size {total} at {pos} does not fit in {avail} bytes")
-        if not sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+        if not sys_flag & HOST_V6_FLAGS:
             (_, _, _, _, _, _, _, _, _, born_raw, store_ts, store_raw, reconsume, prep,
              body_len) = _FIXED_V4.unpack_from(view, pos)
-            p = pos + 88
+            p = pos + HEADER_V4.itemsize
         else:
-            bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-            sh = 20 if sys_flag & STOREHOST_V6_FLAG else 8
-            p = pos + 48
+            bh, sh = born_host_len(sys_flag), store_host_len(sys_flag)
+            p = pos + BORN_HOST_POS
             born_raw = bytes(view[p : p + bh])
             p += bh
             (store_ts,) = _I64.unpack_from(view, p)
@@ -558,7 +536,7 @@ def check_record(view, pos: int, total: int, body, body_crc: int, flavor: Flavor
 
 def is_filler(topic: str, sys_flag: int) -> bool:
     """A record repair wrote over damaged bytes: readers skip it."""
-    return ((sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK and topic.startswith("%")
+    return (not indexed(sys_flag) and topic.startswith("%")
             and FILLER_TOPIC.startswith(topic))
 
 
@@ -568,15 +546,16 @@ def filler_record(size: int, phys: int, store_ts: int, store_host: bytes, flavor
     rolled-back transaction on the reserved topic, body of zeros. The topic is cut short for
     a small range (the smallest record repair meets is a one-letter topic with no body)."""
     props = _CRC_PLACEHOLDER if flavor.record_crc else b""
-    fixed = 80 + len(store_host) + 1 + 2 + len(props)  # v1, IPv4 born host
+    # v1, IPv4 born host
+    fixed = body_pos(IPV4_HOST_LEN, len(store_host)) + 1 + 2 + len(props)
     topic = FILLER_TOPIC[: max(1, min(len(FILLER_TOPIC), size - fixed))].encode("ascii")
     body_len = size - fixed - len(topic)
     if body_len < 0:
         raise InvalidMessage(f"a damaged range of {size} bytes is too small for a filler record")
     body = bytes(body_len)
-    v6 = len(store_host) == 20
-    layout = struct.Struct(f">iiiiiqqiq8sq{len(store_host)}siqi")
-    rec = bytearray(layout.pack(
+    v6 = len(store_host) == IPV6_HOST_LEN
+    fixed_part = struct.Struct(f">iiiiiqqiq8sq{len(store_host)}siqi")
+    rec = bytearray(fixed_part.pack(
         size, MAGIC_V1, flavor.body_crc(body), 0, 0, 0, phys,
         TRANSACTION_ROLLBACK | (STOREHOST_V6_FLAG if v6 else 0), store_ts,
         bytes(4) + _I32.pack(0), store_ts, store_host, 0, 0, body_len))
@@ -588,54 +567,6 @@ def filler_record(size: int, phys: int, store_ts: int, store_host: bytes, flavor
     return rec
 
 
-def gather(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
-    """The value of `dtype` at each byte position of a byte array, through a view with a
-    stride of one byte (a gather copies one item per position). Positions are clamped into
-    the buffer: one computed from a bad record's fields may point anywhere, and that record
-    fails its checks anyway."""
-    dt = np.dtype(dtype)
-    view = np.ndarray((len(u8) - dt.itemsize + 1,), dtype=dt, buffer=u8, strides=(1,))
-    return view[np.clip(pos, 0, len(view) - 1)]
-
-
-_TRAILER_HEAD = np.void(_CRC_HEAD)
-_DIGIT_WEIGHTS = 10 ** np.arange(10, dtype=np.int64)  # least significant digit first
-
-
-def trailers(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """For records [starts, ends) of a byte array: which carry a `__CRC32#` trailer, and the
-    checksum each holds (the vectorized `record_crc_of`)."""
-    digits = gather(u8, ends - 11, "V10").view(np.uint8).reshape(-1, 10).astype(np.int64)
-    has = ((ends - starts >= 91 + RECORD_CRC_LEN)
-           & (gather(u8, ends - RECORD_CRC_LEN, "V9") == _TRAILER_HEAD)
-           & (gather(u8, ends - 1, "u1") == 2)
-           & ((digits >= 48) & (digits <= 57)).all(axis=1))
-    return has, (digits - 48) @ _DIGIT_WEIGHTS
-
-
-def checksums_hold(buf, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                   body_starts: np.ndarray, body_ends: np.ndarray, body_crcs: np.ndarray,
-                   flavor: Flavor) -> np.ndarray:
-    """`check_record` for many records of one buffer: the whole-record checksum of those
-    with a trailer, the body checksum of the others (refused when the flavor wants
-    trailers). One checksum call per record."""
-    has, stored = trailers(u8, starts, ends)
-    crc = flavor.body_crc
-    good = np.zeros(len(starts), dtype=bool)
-    rows = np.flatnonzero(has)
-    if rows.size:
-        sums = [crc(buf[a:b]) for a, b in zip(starts[rows].tolist(),
-                                              (ends[rows] - RECORD_CRC_LEN).tolist())]
-        good[rows] = np.array(sums, dtype=np.int64) == stored[rows]
-    rows = np.flatnonzero(~has)
-    if rows.size and not flavor.record_crc:
-        sums = [crc(buf[a:b]) for a, b in zip(body_starts[rows].tolist(),
-                                              body_ends[rows].tolist())]
-        good[rows] = np.array(sums, dtype=np.int64) == body_crcs[rows]
-    return good
-
-
 def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, queue_id: int,
                  queue_offset: np.ndarray) -> np.ndarray:
     """Which ConsumeQueue units describe the record at their position of one file (`u8`):
@@ -643,20 +574,19 @@ def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, 
     or the unit stands for a message lost to damage and points at a filler record."""
     pos = pos.astype(np.int64)
     size = size.astype(np.int64)
-    fits = (pos >= 0) & (size >= 91) & (pos + size <= len(u8))
-    total = gather(u8, pos, ">i4").astype(np.int64)
-    magic = gather(u8, pos + 4, ">i4")
-    sys_flag = gather(u8, pos + 36, ">i4").astype(np.int64)
-    bh = np.where(sys_flag & BORNHOST_V6_FLAG, 20, 8)
-    sh = np.where(sys_flag & STOREHOST_V6_FLAG, 20, 8)
-    body_len = gather(u8, pos + 68 + bh + sh, ">i4").astype(np.int64)
-    topic_at = pos + 72 + bh + sh + np.maximum(body_len, 0)
+    fits = (pos >= 0) & (size >= MIN_RECORD_SIZE) & (pos + size <= len(u8))
+    total = gather(u8, pos + TOTALSIZE_POS, ">i4").astype(np.int64)
+    magic = gather(u8, pos + MAGIC_POS, ">i4")
+    sys_flag = gather(u8, pos + SYSFLAG_POS, ">i4").astype(np.int64)
+    bh, sh = born_host_len(sys_flag), store_host_len(sys_flag)
+    body_len = gather(u8, pos + body_len_pos(bh, sh), ">i4").astype(np.int64)
+    topic_at = pos + body_pos(bh, sh) + np.maximum(body_len, 0)
     raw = topic.encode("ascii")
     wide = len(raw) > MAX_TOPIC_LEN
     prefix = (_I16.pack(len(raw)) if wide else bytes([len(raw)])) + raw
     same = ((magic == (MAGIC_V2 if wide else MAGIC_V1))
-            & (gather(u8, pos + 12, ">i4") == queue_id)
-            & (gather(u8, pos + 20, ">i8") == queue_offset)
+            & (gather(u8, pos + QUEUE_ID_POS, ">i4") == queue_id)
+            & (gather(u8, pos + QUEUE_OFFSET_POS, ">i8") == queue_offset)
             & (gather(u8, topic_at, f"V{len(prefix)}") == np.void(prefix)))
     filler = fillers(u8, topic_at, sys_flag) & (magic == MAGIC_V1)
     return fits & (total == size) & (same | filler)
@@ -664,7 +594,7 @@ def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, 
 
 def fillers(u8: np.ndarray, topic_len_at: np.ndarray, sys_flag: np.ndarray) -> np.ndarray:
     """Which records (v1, TOPICLEN at `topic_len_at`) are filler records (`is_filler`)."""
-    filler = (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK
+    filler = ~indexed(sys_flag)  # rolled back
     if filler.any():
         seen = np.zeros(len(topic_len_at), dtype=bool)
         for n in range(1, len(FILLER_TOPIC) + 1):

@@ -13,8 +13,9 @@ import struct
 import numpy as np
 from collections.abc import Iterator
 
-from . import codec
-from .codec import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, StoredMessage
+from . import codec, layout
+from .codec import StoredMessage
+from .layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound
 from .flavor import Flavor
 from .mapped_file import MappedFile
@@ -22,11 +23,6 @@ from .mapped_file_queue import MappedFileQueue
 from .crash_points import crash_point
 
 _BLANK = struct.Struct(">ii")
-
-
-def _gather(raw: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """Rows of `width` bytes starting at each position, as a contiguous (n, width) array."""
-    return np.ascontiguousarray(raw[pos[:, None] + np.arange(width)])
 
 
 class CommitLog:
@@ -123,11 +119,10 @@ class CommitLog:
             sel = np.flatnonzero(starts == start)
             pos = offsets[sel] - int(start)
             raw = np.frombuffer(mf.buffer(), dtype=np.uint8, count=mf.read_position)
-            sys_flag = _gather(raw, pos + 36, 4).view(">i4").ravel()
-            bh = np.where(sys_flag & codec.BORNHOST_V6_FLAG, 20, 8)
-            sh = np.where(sys_flag & codec.STOREHOST_V6_FLAG, 20, 8)
-            stamps[sel] = _gather(raw, pos + 48 + bh, 8).view(">i8").ravel()
-            lengths[sel] = _gather(raw, pos + 68 + bh + sh, 4).view(">i4").ravel()
+            sys_flag = layout.gather(raw, pos + layout.SYSFLAG_POS, ">i4").astype(np.int64)
+            bh, sh = layout.born_host_len(sys_flag), layout.store_host_len(sys_flag)
+            stamps[sel] = layout.gather(raw, pos + layout.store_timestamp_pos(bh), ">i8")
+            lengths[sel] = layout.gather(raw, pos + layout.body_len_pos(bh, sh), ">i4")
         return lengths, stamps
 
     def units_match(self, offsets: np.ndarray, sizes: np.ndarray, topic: str, queue_id: int,
@@ -157,9 +152,9 @@ class CommitLog:
             return -1
         pos = offset - mf.file_from_offset
         mm = mf.buffer()
-        sys_flag = struct.unpack_from(">i", mm, pos + 36)[0]
-        bh = 20 if sys_flag & codec.BORNHOST_V6_FLAG else 8
-        return struct.unpack_from(">q", mm, pos + 48 + bh)[0]
+        sys_flag = struct.unpack_from(">i", mm, pos + layout.SYSFLAG_POS)[0]
+        return struct.unpack_from(">q", mm, pos + layout.store_timestamp_pos(
+            layout.born_host_len(sys_flag)))[0]
 
     def iterate(self, start: int | None = None, end: int | None = None) -> Iterator[StoredMessage]:
         """Every message from `start` (a record boundary) up to `end`, crossing BLANKs.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from . import codec
 from .errors import CodecError
 from .flavor import FLAVORS
+from .layout import MIN_RECORD_SIZE, RECORD_MAGICS
 
 SAMPLE = 8  # records per sampled file
 _MAX_RECORD = 64 << 20
@@ -54,7 +55,7 @@ def _records(path: str) -> list[bytes]:
         size_on_disk = os.fstat(f.fileno()).st_size
         while len(out) < SAMPLE and pos + 8 <= size_on_disk:
             size, magic = struct.unpack(">ii", os.pread(f.fileno(), 8, pos))
-            if magic not in (codec.MAGIC_V1, codec.MAGIC_V2) or not 91 <= size <= _MAX_RECORD:
+            if magic not in RECORD_MAGICS or not MIN_RECORD_SIZE <= size <= _MAX_RECORD:
                 break
             out.append(os.pread(f.fileno(), size, pos))
             pos += size

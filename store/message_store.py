@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import codec, dispatch_state
+from . import codec, dispatch_state, layout
 from .checkpoint import Checkpoint
-from .codec import (TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT, Encoder, Message,
-                    RecordRun, StoredMessage, parse_host)
+from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
@@ -328,8 +327,7 @@ class MessageStore:
         qids = [m.queue_id for m in msgs]
         topics = [m.topic for m in msgs]
         sys_flags = [m.sys_flag for m in msgs]
-        in_queue = [(f & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
-                    for f in sys_flags]
+        in_queue = [layout.in_queue(f) for f in sys_flags]
         queues = {}
         for key in dict.fromkeys(zip(topics, qids)):
             cq = self.consume_queues.get(key)
@@ -353,14 +351,14 @@ class MessageStore:
         room = files[-1].file_size - files[-1].wrote_position if files else -1
         starts = []
         for i, size in enumerate(sizes):
-            if size + codec.END_FILE_MIN_BLANK > room:
+            if size + layout.END_FILE_MIN_BLANK > room:
                 starts.append(i)
                 room = commitlog.file_size
             room -= size
         size_arr = np.array(sizes, dtype=np.int64)
         phys = np.empty(n, dtype=np.int64)
         if batch is not None:
-            batch.head["qoff"] = queue_offsets
+            batch.head["queue_offset"] = queue_offsets
             batch.head["store_ts"] = store_ts
         rolls = set(starts)
         bounds = sorted({0, *starts, n})
@@ -407,7 +405,7 @@ class MessageStore:
         still be accepted by put: the message size limit, or what fits in one CommitLog file
         when that is smaller. Lets a writer refuse a body as soon as it grows too large."""
         rec, _ = self.encoder.encode(dataclasses.replace(message, body=b""))
-        room = self.commitlog.file_size - codec.END_FILE_MIN_BLANK - len(rec)
+        room = self.commitlog.file_size - layout.END_FILE_MIN_BLANK - len(rec)
         return max(0, min(self.config.max_message_size, room))
 
     def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
@@ -415,7 +413,7 @@ class MessageStore:
         cq = self.consume_queues.get((topic, qid))
         if cq is None:
             cq = self._create_queue(topic, qid)
-        in_queue = (msg.sys_flag & TRANSACTION_MASK) in (TRANSACTION_NOT, TRANSACTION_COMMIT)
+        in_queue = layout.in_queue(msg.sys_flag)
         queue_offset = cq.next_offset if in_queue else 0
         props = msg.properties
         keys = _index_keys(props)
@@ -441,11 +439,10 @@ class MessageStore:
     def dispatch(self, run: RecordRun) -> None:
         """Build ConsumeQueue and IndexFile entries for records in CommitLog order (recovery,
         rebuild): each queue's units and the index entries are written in bulk."""
-        ttype = run.sys_flag & TRANSACTION_MASK
-        in_queue = np.flatnonzero((ttype == TRANSACTION_NOT) | (ttype == TRANSACTION_COMMIT))
+        in_queue = np.flatnonzero(layout.in_queue(run.sys_flag))
         topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
         names = list(topic_ids)
-        if any(codec.is_filler(t, codec.TRANSACTION_ROLLBACK) for t in names):
+        if any(codec.is_filler(t, layout.TRANSACTION_ROLLBACK) for t in names):
             self._fillers += [(int(run.phys[i]), int(run.size[i])) for i, t in enumerate(run.topics)
                               if codec.is_filler(t, int(run.sys_flag[i]))]
         group = np.array([topic_ids[t] for t in run.topics], dtype=np.int64)[in_queue] << 32 \

@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec
-from .codec import MAGIC_BLANK, MAGIC_V1, MAGIC_V2, RecordRun
-from . import dispatch_state, quarantine, salvage
+from . import codec, dispatch_state, layout, quarantine, salvage
+from .codec import RecordRun
+from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
 from .mapped_file import offset_to_name
 from .retention import recorded_min_offset
@@ -56,95 +55,39 @@ class RecoveryReport:
 
 
 _RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
-_HDR = struct.Struct(">ii")
-_MIN_RECORD = 91
-def _walk(buf, pos: int, limit: int, max_records: int) -> tuple[list[int], int]:
-    """Starts of up to max_records records from pos, following TOTALSIZE, while the header
-    has a record's magic and a size that fits; and where the walk stopped."""
-    starts: list[int] = []
-    append = starts.append
-    unpack = _HDR.unpack_from
-    v1, v2, smallest = MAGIC_V1, MAGIC_V2, _MIN_RECORD
-    for _ in range(max_records):
-        if limit - pos < 8:
-            break
-        size, magic = unpack(buf, pos)
-        if (magic != v1 and magic != v2) or not smallest <= size <= limit - pos:
-            break
-        append(pos)
-        pos += size
-    return starts, pos
 
 
-def _field(u8: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
-    """The big-endian integer at each position, as int64."""
-    return codec.gather(u8, pos, dtype).astype(np.int64)
-
-
-def _check_run(u8: np.ndarray, buf: memoryview, starts: list[int], stop: int, base: int,
-               flavor, dispatch_from: int) -> tuple[int, RecordRun | None]:
-    """How many of the walked records at `starts` (the last ends at `stop`) pass, in numpy,
-    every check `decode` and `_step` make; and the run of those at or after dispatch_from.
-    A record failing here goes to `_step`, which gives the reason (it never accepts less)."""
-    s = np.array(starts, dtype=np.int64)
-    end = np.append(s[1:], stop)
-    magic = _field(u8, s + 4, ">i4")
-    sys_flag = _field(u8, s + 36, ">i4")
-    phys = _field(u8, s + 28, ">i8")
-    born = np.where(sys_flag & codec.BORNHOST_V6_FLAG, 20, 8)
-    stored = np.where(sys_flag & codec.STOREHOST_V6_FLAG, 20, 8)
-    store_ts = _field(u8, s + 48 + born, ">i8")
-    head = 48 + born + 8 + stored + 16  # up to and including BODYLEN
-    body_len = _field(u8, s + head - 4, ">i4")
-    body = s + head
-    t = body + body_len  # TOPICLEN: one byte (v1) or two (v2)
-    wide = magic == MAGIC_V2
-    topic_len = np.where(wide, _field(u8, t, ">i2"), _field(u8, t, "u1"))
-    topic = t + np.where(wide, 2, 1)
-    props = topic + topic_len + 2
-    props_len = _field(u8, props - 2, ">i2")
-    ok = ((body <= end) & (body_len >= 0) & (topic <= end) & (topic_len > 0)
-          & (props <= end) & (props_len >= 0) & (props + props_len == end)
-          & (phys == base + s)
-          # only the body has a checksum: properties ending in NUL are a torn write
-          & ~((u8[end - 1] == 0) & (props_len > 0)))
-    n = len(s) if ok.all() else int(np.argmin(ok))
-    if flavor is not None and n:
-        good = codec.checksums_hold(buf, u8, s[:n], end[:n], body[:n], t[:n],
-                                    _field(u8, s[:n] + 8, ">i4"), flavor)
-        n = n if good.all() else int(np.argmin(good))
-    n = _ascii_prefix(u8, topic[:n], topic_len[:n])
-    # the properties of the run, each record's followed by 0x02: items never span records,
-    # and the whole is valid UTF-8 exactly when every record's part is
-    lens = props_len[:n] + 1
-    joined_at = np.cumsum(lens) - lens
-    idx = np.repeat(props[:n] - joined_at, lens) + np.arange(int(lens.sum()))
-    joined = u8[np.minimum(idx, len(u8) - 1)]  # a record's separator slot may be the file end
-    joined[joined_at + lens - 1] = 2
-    if (joined >= 0x80).any() and not _utf8(joined.tobytes()):
-        # decode() rejects these only with a flavor; either way `_step` reads the record as
-        # before (and dispatching it fails as it did)
-        n = next(i for i in range(n)
-                 if not _utf8(joined[joined_at[i]:joined_at[i] + lens[i]].tobytes()))
-    lo = int(np.searchsorted(phys[:n], dispatch_from))
+def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
+               dispatch_from: int, checked: tuple[int, int]) -> tuple[int, RecordRun | None, bool]:
+    """Walk up to _RUN records from pos with `layout.walk` (decode's checks, checksums
+    inline with a flavor), keep the leading ones that also pass recovery's own checks (the
+    record names its position; properties never end in NUL), and build the run of those at
+    or after dispatch_from. Returns where the accepted records end, the run, and whether the
+    walk only stopped for its size limit (walk on). Otherwise the record there goes to
+    `_step`, which decides and says why (it never accepts less). Checksums of records in
+    `checked` (CommitLog offsets) are not computed again."""
+    w = layout.walk(buf, pos, limit, _RUN, flavor, u8, (checked[0] - base, checked[1] - base))
+    r = w.records
+    # only the body has a checksum in a store without trailers: properties ending in NUL
+    # are a torn write (see `_step`)
+    ok = (r.phys == base + r.starts) & ~((u8[r.ends - 1] == 0) & (r.props_len > 0))
+    n = len(r) if ok.all() else int(np.argmin(ok))
+    data, at = w.properties()
+    # decode() rejects properties that are not UTF-8 only with a flavor; either way `_step`
+    # reads the record as before (and dispatching it fails as it did)
+    n = layout.utf8_prefix(data[:int(at[n]) if n < len(at) else len(data)], at[:n])
+    stop = int(r.starts[n]) if n < len(r) else w.stop
+    more = n == len(r) and w.why == "limit"
+    lo = int(np.searchsorted(r.phys[:n], dispatch_from))
     if lo >= n:
-        return n, None
-    names, which = _topics(u8, topic[lo:n], topic_len[lo:n])
-    first = int(joined_at[lo])
-    tags, keys = codec.dispatch_properties(joined[first:int(joined_at[n - 1] + lens[n - 1])],
-                                           joined_at[lo:n] - first)
-    run = s[lo:n]
-    return n, RecordRun(phys[lo:n], end[lo:n] - run, _field(u8, run + 12, ">i4"),
-                        _field(u8, run + 20, ">i8"), sys_flag[lo:n],
-                        store_ts[lo:n], [names[i] for i in which.tolist()], tags, keys)
-
-
-def _utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
+        return stop, None, more
+    run = r.take(slice(lo, n))
+    names, which = _topics(u8, run.topic_pos, run.topic_len)
+    first = int(at[lo])
+    tags, keys = codec.dispatch_properties(data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1],
+                                           at[lo:n] - first)
+    return stop, RecordRun(run.phys, run.total, run.queue_id, run.queue_offset, run.sys_flag,
+                           run.store_ts, [names[i] for i in which.tolist()], tags, keys), more
 
 
 def _topics(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -153,20 +96,10 @@ def _topics(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[s
     names: list[str] = []
     for width in np.unique(length).tolist():
         rows = np.flatnonzero(length == width)
-        uniq, inverse = np.unique(codec.gather(u8, pos[rows], f"V{width}"), return_inverse=True)
+        uniq, inverse = np.unique(layout.gather(u8, pos[rows], f"V{width}"), return_inverse=True)
         which[rows] = inverse.ravel() + len(names)
         names += [u.tobytes().decode("ascii") for u in uniq]
     return names, which
-
-
-def _ascii_prefix(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> int:
-    """How many leading topics are ASCII (decode() reads topics as ASCII)."""
-    bad = np.zeros(len(pos), dtype=bool)
-    for width in np.unique(length).tolist():
-        rows = np.flatnonzero(length == width)
-        raw = codec.gather(u8, pos[rows], f"V{width}").view(np.uint8).reshape(len(rows), width)
-        bad[rows] = (raw >= 0x80).any(axis=1)
-    return int(np.argmax(bad)) if bad.any() else len(pos)
 
 
 def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
@@ -198,9 +131,13 @@ def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
 
 
 def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
-             progress: Progress | None) -> tuple[int, int, str | None]:
+             progress: Progress | None, checked: tuple[int, int] = (0, 0)
+             ) -> tuple[int, int, str | None]:
     """Walk records from `start` (a file start); dispatch those at or after dispatch_from.
     Returns (valid end offset, records dispatched, reason the scan stopped early or None).
+    `checked`: CommitLog offsets [lo, hi) an earlier scan of this recovery found valid,
+    checksums included, with nothing written since; their checksums are not taken again
+    (every other check is).
 
     Records are checked a run at a time with numpy (the fixed fields gathered in bulk, one
     checksum call each); the first record a run check rejects, and the place the walk stopped,
@@ -220,15 +157,13 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
         pos = max(start - base, 0)
         size_limit = mf.file_size
         while True:
-            starts, stop = _walk(buf, pos, size_limit, _RUN)
-            if starts:
-                n, run = _check_run(u8, buf, starts, stop, base, flavor, dispatch_from)
-                if run is not None:
-                    store.dispatch(run)
-                    dispatched += len(run)
-                pos = starts[n] if n < len(starts) else stop
-                if n == len(starts) == _RUN:
-                    continue
+            pos, run, more = _check_run(buf, u8, pos, size_limit, base, flavor, dispatch_from,
+                                        checked)
+            if run is not None:
+                store.dispatch(run)
+                dispatched += len(run)
+            if more:
+                continue
             msg, reason = _step(buf, pos, size_limit, base, flavor)
             if msg is None:
                 break
@@ -263,24 +198,23 @@ def _start_file(store, offset: int) -> int:
 def _valid_record_in(store, lo: int, hi: int) -> int | None:
     """Offset of a whole record that checks out (position field included) starting in
     (lo, hi), or None: what tells damage in the middle of the log from a torn tail."""
-    magics = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
     for mf in store.commitlog.queue.files:
         a = max(lo + 1, mf.file_from_offset) - mf.file_from_offset
         b = min(hi, mf.file_from_offset + mf.file_size) - mf.file_from_offset
         if a >= b:
             continue
         buf = mf.buffer()
-        for magic in magics:
-            pos = buf.find(magic, a + 4, b + 4)
+        for magic in layout.MAGIC_BYTES:
+            pos = buf.find(magic, a + layout.MAGIC_POS, b + layout.MAGIC_POS)
             while pos >= 0:
-                start = pos - 4
+                start = pos - layout.MAGIC_POS
                 try:
                     msg = codec.decode(buf, start, store.flavor)
                     if msg.commitlog_offset == mf.file_from_offset + start:
                         return msg.commitlog_offset
                 except CodecError:
                     pass
-                pos = buf.find(magic, pos + 1, b + 4)
+                pos = buf.find(magic, pos + 1, b + layout.MAGIC_POS)
     return None
 
 
@@ -464,8 +398,7 @@ def _queues_from_log(store, keys: set[tuple[str, int]]) -> dict[tuple[str, int],
     for item in salvage.walk(store.commitlog.queue.files, store.flavor, store.commitlog.file_size):
         if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
             continue
-        if (item.sys_flag & codec.TRANSACTION_MASK) in (codec.TRANSACTION_NOT,
-                                                        codec.TRANSACTION_COMMIT):
+        if layout.in_queue(item.sys_flag):
             found[(item.topic, item.queue_id)].append(
                 (item.queue_offset, item.commitlog_offset, item.total_size, tags_code(item.tags)))
     return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}
@@ -550,7 +483,9 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
         index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
         dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
     scan_from = _start_file(store, min(dispatch_from, probe_from))
-    end2, dispatched, reason2 = scan_end(store, scan_from, dispatch_from, check, progress)
+    # the CommitLog is unchanged since step 1 checked [probe_from, end): not again
+    end2, dispatched, reason2 = scan_end(store, scan_from, dispatch_from, check, progress,
+                                         (probe_from, end))
     if end2 < end:  # damage in a file older than the ones checked above
         raise CorruptionError(_refusal(store, end2, end, reason2))
     holed = [cq for cq in store.consume_queues.values() if cq.hole]

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import codec, dispatch_state, quarantine, salvage
+from . import codec, dispatch_state, layout, quarantine, salvage
 from .checkpoint import Checkpoint
-from .codec import MAGIC_BLANK
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import UNIT_DTYPE, UNIT_SIZE
@@ -135,8 +134,7 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
         elif not codec.is_filler(item.topic, item.sys_flag):
             plan.kept += 1
             key = (item.topic, item.queue_id)
-            if (item.sys_flag & codec.TRANSACTION_MASK) in (codec.TRANSACTION_NOT,
-                                                            codec.TRANSACTION_COMMIT):
+            if layout.in_queue(item.sys_flag):
                 queue_ends[key] = max(queue_ends.get(key, 0), item.queue_offset + 1)
     plan.lost_estimate, old_ends = _old_queues(plan.root, plan.config, plan.damages)
     try:  # the counts of the last clean close: offsets given out, even if a queue lost units
@@ -249,9 +247,9 @@ def _replace(root: str, cfg: StoreConfig, flavor, host: bytes, d: Damage) -> str
             if size - 8 - lo >= smallest:  # a filler record, then the BLANK that ends the file
                 buf[lo:size - 8] = codec.filler_record(size - 8 - lo, d.start, d.store_ts,
                                                        host, flavor)
-                buf[size - 8:size] = struct.pack(">ii", 8, MAGIC_BLANK)
+                buf[size - 8:size] = struct.pack(">ii", 8, layout.MAGIC_BLANK)
             else:
-                buf[lo:size] = struct.pack(">ii", size - lo, MAGIC_BLANK) + bytes(size - lo - 8)
+                buf[lo:size] = struct.pack(">ii", size - lo, layout.MAGIC_BLANK) + bytes(size - lo - 8)
         elif hi - lo >= smallest:
             buf[lo:hi] = codec.filler_record(hi - lo, d.start, d.store_ts, host, flavor)
         else:

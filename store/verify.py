@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec, dispatch_state, salvage
-from .codec import TRANSACTION_COMMIT, TRANSACTION_MASK, TRANSACTION_NOT
+from . import codec, dispatch_state, layout, salvage
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
@@ -92,10 +91,9 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
         if codec.is_filler(m.topic, m.sys_flag):
             fillers.add(m.commitlog_offset)
             continue
-        ttype = m.sys_flag & TRANSACTION_MASK
         records[m.commitlog_offset] = _RecordInfo(
             m.topic, m.queue_id, m.queue_offset, m.total_size, flavor.tags_code(m.tags),
-            m.index_keys(), ttype in (TRANSACTION_NOT, TRANSACTION_COMMIT))
+            m.index_keys(), layout.in_queue(m.sys_flag))
     return records, damages, fillers
 
 

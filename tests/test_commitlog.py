@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked
-from store import codec
+from store import codec, layout
 from store.commitlog import CommitLog
 from store.flavor import XXHASH
 from tests.store_helpers import files_in, random_messages, small_config
@@ -38,7 +38,7 @@ def test_thousands_of_random_messages_roll_and_read_back(tmp_path):
     for mf in cl.queue.files[:-1]:
         pos = ends[mf.file_from_offset // 65536]
         size, magic = codec.peek_header(mf.buffer(), pos)
-        assert magic == codec.MAGIC_BLANK and size == 65536 - pos and size >= 8
+        assert magic == layout.MAGIC_BLANK and size == 65536 - pos and size >= 8
     cl.close()
     with MessageStore(str(tmp_path), small_config()) as s:
         again = [bytes(m.body) for m in s.commitlog.iterate()]
@@ -127,3 +127,26 @@ def test_load_rules_zero_length_last_file_removed_wrong_size_refused(tmp_path):
     with pytest.raises(StoreFormatError, match="100 bytes"):
         MessageStore(str(tmp_path)).open()
     assert extra.stat().st_size == 100
+
+
+def test_truncate_dirty_zeroes_every_byte_after_the_cut(tmp_path):
+    """Bytes a cut leaves behind are zeroed on disk, however far into the file they lie."""
+    from store.mapped_file_queue import MappedFileQueue
+    size = 3 << 20  # more than one of _zero_from's 1 MiB chunks
+    q = MappedFileQueue(str(tmp_path / "q"), size)
+    q.load()
+    mf = q.last_file_for_append()
+    mf.append(b"\x07" * 1000)
+    path = mf.path
+    q.close()
+    with open(path, "r+b") as f:  # stray bytes past the end, as a torn write leaves them
+        for at in (5000, (1 << 20) + 3, size - 1):
+            f.seek(at)
+            f.write(b"\x09")
+    q = MappedFileQueue(str(tmp_path / "q"), size)
+    q.load()
+    q.truncate_dirty(700)
+    q.close()
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:700] == b"\x07" * 700 and data[700:] == bytes(size - 700)

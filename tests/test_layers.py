@@ -15,10 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 API_DOC = ROOT / "docs" / "store-api.md"
 PIPELINE_SIDE = ("pipeline", "pyspark_mqfs")
 
-# Being rewritten onto store/layout.py by a colleague (issue 10 leaves them alone): they still
-# import store internals (codec magics, consume_queue.UNIT_SIZE, index_service.build_key).
-# Their direction is checked like every file's; only the published-names check skips them.
-NOT_YET_PUBLISHED_ONLY = {"pipeline/scan.py", "pipeline/jobs/audit.py"}
 
 
 def sources(package: str) -> list[Path]:
@@ -89,8 +85,6 @@ def test_only_published_store_names_are_imported(package):
     table = published()
     unpublished = []
     for path in sources(package):
-        if rel(path) in NOT_YET_PUBLISHED_ONLY:
-            continue
         for module, name, line in absolute_imports(path):
             if top(module) != "store":
                 continue
@@ -101,15 +95,6 @@ def test_only_published_store_names_are_imported(package):
             elif name not in table.get(module, set()):
                 unpublished.append(f"{rel(path)}:{line} {module}.{name}")
     assert unpublished == []
-
-
-def test_the_exceptions_are_still_needed():
-    """Once scan.py and audit.py use only published names, drop them from the exceptions."""
-    table = published()
-    for rel_path in NOT_YET_PUBLISHED_ONLY:
-        imports = absolute_imports(ROOT / rel_path)
-        assert any(top(m) == "store" and (n is None or n not in table.get(m, set()))
-                   for m, n, _ in imports), rel_path
 
 
 def test_pipeline_modules_import_no_cycle():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
-from store import codec
+from store import layout
 from store.flavor import ROCKETMQ, XXHASH
 from store.index_file import IndexFile
 from store.index_service import IndexService
@@ -151,9 +151,9 @@ def test_uniq_key_is_indexed_and_msgid_lookup(tmp_path):
 
 def test_transactions_prepared_and_rollback_never_reach_the_queue(tmp_path):
     with MessageStore(str(tmp_path), small_config()) as s:
-        s.put(Message.create("t", b"prep", keys=["p"], sys_flag=codec.TRANSACTION_PREPARED))
-        s.put(Message.create("t", b"roll", keys=["r"], sys_flag=codec.TRANSACTION_ROLLBACK))
-        c = s.put(Message.create("t", b"commit", keys=["c"], sys_flag=codec.TRANSACTION_COMMIT))
+        s.put(Message.create("t", b"prep", keys=["p"], sys_flag=layout.TRANSACTION_PREPARED))
+        s.put(Message.create("t", b"roll", keys=["r"], sys_flag=layout.TRANSACTION_ROLLBACK))
+        c = s.put(Message.create("t", b"commit", keys=["c"], sys_flag=layout.TRANSACTION_COMMIT))
         assert s.max_offset("t", 0) == 1 and c.queue_offset == 0
         assert bytes(s.get("t", 0, 0).body) == b"commit"
         assert [bytes(m.body) for m in s.query_key("p")] == [b"prep"]

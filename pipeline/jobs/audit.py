@@ -23,14 +23,13 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store.codec import MAGIC_V1, MAGIC_V2, PROPERTY_UNIQ_KEY
+from store.codec import PROPERTY_UNIQ_KEY
 from store.flavor import Flavor
-from store.index_service import build_key
+from store.layout import (IN_QUEUE_TYPES, MAGIC_POS, MIN_RECORD_SIZE, RECORD_MAGICS, TOTALSIZE_POS,
+                          TRANSACTION_MASK, TRANSACTION_ROLLBACK, gather)
+from store.views import (UNIT_SIZE, QueueReader, StoreLayout, build_key, commitlog_files, index_files,
+                         map_readonly, queues, read_index_file, store_layout)
 
-from store.consume_queue import UNIT_SIZE
-
-from ..files import (QueueReader, StoreLayout, commitlog_files, index_files, map_readonly, queues,
-                     read_index_file, store_layout)
 from ..scan import Checks, FileBatcher
 from ..source import RangePartition, plan_partitions, read_range
 
@@ -81,10 +80,11 @@ class Records:
             pos = phys[sel] - file_from
             inside = pos + 8 <= len(b.arr)
             ok = np.zeros(len(sel), bool)
-            head = b._fixed(pos[inside], 8).view(">i4")
-            ok[inside] = np.isin(head[:, 1], [MAGIC_V1, MAGIC_V2]) & (head[:, 0] >= 91)
             total = np.zeros(len(sel), np.int64)
-            total[inside] = head[:, 0]
+            total[inside] = gather(b.arr, pos[inside] + TOTALSIZE_POS, ">i4")
+            magic = gather(b.arr, pos[inside] + MAGIC_POS, ">i4")
+            ok[inside] = (np.isin(magic, RECORD_MAGICS)
+                          & (total[inside] >= MIN_RECORD_SIZE))
             ok &= pos + total <= len(b.arr)
             if sizes is not None:
                 ok &= total == sizes[sel]
@@ -176,7 +176,7 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
     diffs, prev = e["diff"].astype(np.int64), e["prev"].astype(np.int64)
     idx = np.arange(1, n + 1)
     slot = hashes % layout.index_slots
-    for k in np.flatnonzero((prev < 0) | (prev >= idx)):
+    for k in np.flatnonzero((prev < 0) | (prev >= idx)).tolist():
         f.bad(f"entry {k + 1} links to entry {prev[k]}, not an older one")
     linked = np.flatnonzero((prev > 0) & (prev < idx))
     for k in linked[slot[prev[linked] - 1] != slot[linked]]:
@@ -212,8 +212,9 @@ def run(spark: SparkSession, store: str) -> dict:
 
     def check(task: tuple[str, object, int]) -> Finding:
         kind, what, q = task
-        if kind == "commitlog":
+        if isinstance(what, RangePartition):
             return check_commitlog(layout, what)
+        assert isinstance(what, str)
         return check_queue(layout, what, q) if kind == "cq" else check_index(layout, what)
 
     findings = (spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(check).collect()
@@ -231,9 +232,10 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -
     """Each queue has one unit per queued record; the IndexFiles one entry per indexed key."""
     f = Finding("totals")
     df = spark.read.format("mqfs").option("damagedRecords", "skip").load(layout.root)
-    ttype = F.col("sys_flag").bitwiseAND(0xC)
+    # in_queue and .indexed, as Spark column expressions
+    ttype = F.col("sys_flag").bitwiseAND(TRANSACTION_MASK)
     per_queue = {(r.topic, r.queue_id): (r.n, r.top) for r in (
-        df.filter(ttype.isin(0, 8)).groupBy("topic", "queue_id")
+        df.filter(ttype.isin(*IN_QUEUE_TYPES)).groupBy("topic", "queue_id")
         .agg(F.count("*").alias("n"), F.max("queue_offset").alias("top")).collect())}
     queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
                       if f_.what.startswith("consumequeue")}
@@ -247,9 +249,9 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -
     for name in sorted(set(units) - {f"{t}/{q}" for t, q in per_queue}):
         if units[name]:
             f.bad(f"queue {name} has {units[name]} units and no records")
-    expected = df.filter(ttype != 0xC).select(
+    expected = df.filter(ttype != TRANSACTION_ROLLBACK).select(
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
-        .alias("n")).agg(F.sum("n")).first()[0] or 0
+        .alias("n")).agg(F.sum("n")).collect()[0][0] or 0
     have = sum(f_.checked - f_.unreadable for f_ in findings if f_.what.startswith("index"))
     if have != expected:
         f.bad(f"the IndexFiles hold {have} entries, the CommitLog's records have {expected} keys")

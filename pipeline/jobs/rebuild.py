@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from store.codec import PROPERTY_UNIQ_KEY
+from store.layout import IN_QUEUE_TYPES, TRANSACTION_MASK
 from store.rebuild import IndexWriter, copy_store, finish, write_queue
 from store.views import commitlog_files, store_layout
 
@@ -23,7 +24,8 @@ def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
     out = os.path.abspath(out)
     copy_store(layout, out, copy)
     df = spark.read.format("mqfs").load(out)
-    queued = (df.filter(F.col("sys_flag").bitwiseAND(0xC).isin(0, 8))
+    # layout.in_queue as a Spark column expression
+    queued = (df.filter(F.col("sys_flag").bitwiseAND(TRANSACTION_MASK).isin(*IN_QUEUE_TYPES))
               .select("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags"))
     keys = sorted((r.topic, r.queue_id) for r in queued.select("topic", "queue_id").distinct().collect())
     slot = {k: i for i, k in enumerate(keys)}
