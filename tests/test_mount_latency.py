@@ -87,7 +87,10 @@ def test_small_requests_stay_quick_while_big_writes_and_searches_run(tmp_path):
           f"under load (p99 {p99 * 1000:.1f} ms, {len(loaded)} rounds)")
     # Under load the processes and the daemon's threads share two cores and the GIL, and
     # full garbage collections stop the loop (~50 ms), so requests slow down (measured on a
-    # loaded 2-core machine: worst 56-137 ms, p99 10-24 ms); a loop held by the key
-    # listing, a 4 MiB copy or a synced put would hold them for that whole time, every
-    # time (the handlers of before this test: worst 0.7-1.0 s).
-    assert loaded_worst < max(20 * base_worst, 0.3), (base_worst, loaded_worst)
+    # loaded 2-core machine: worst 52-137 ms, once 325 ms, p99 10-24 ms); a loop held by
+    # the key listing, a 4 MiB copy or a synced put would hold them for that whole time,
+    # every time (the handlers of before this test: worst 0.7-1.0 s, p99 0.11-0.47 s). So
+    # the test counts the slow rounds: a hiccup of the machine makes one, a blocked loop
+    # makes them at every search and big write.
+    slow = [r for r in loaded if max(r.values()) > max(20 * base_worst, 0.2)]
+    assert len(slow) <= 3, (base_worst, loaded_worst, slow[:5])
