@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import errno
 
-from store.errors import (CodecError, CorruptionError, FlushTimeout, InvalidMessage, NotFound,
-                          ReadOnlyStore, StoreError, StoreLocked)
+from store.errors import (
+    CodecError,
+    CorruptionError,
+    FlushTimeout,
+    InvalidMessage,
+    NotFound,
+    ReadOnlyStore,
+    StoreError,
+    StoreLocked,
+)
 
 
 class FsError(Exception):

@@ -22,8 +22,8 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 
 from store import Message, MessageStore, PutResult, StoredMessage
 from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
@@ -33,8 +33,8 @@ from store.staging import Staging
 
 from .errors import FsError
 from .keynames import check_key, name_key
-from .timenames import parse_time
 from .spool import Budget, Spool
+from .timenames import parse_time
 
 ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO, STATUS_INO = 1, 2, 3, 4, 5
 (ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, APPEND, JSONL, KEYDIR, GROUP, GROUP_TOPIC,
@@ -631,7 +631,7 @@ class Model:
         return link_target(link_view(ino), queue.topic, queue.queue, offset)
 
     # --- listings --------------------------------------------------------------------------
-    def listing(self, ino: int) -> "Listing":
+    def listing(self, ino: int) -> Listing:
         node = self.nodes.get(ino)
         if node.kind not in DIR_KINDS:
             raise FsError(errno.ENOTDIR)

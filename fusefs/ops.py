@@ -26,15 +26,40 @@ from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
 import trio
-
-from pyfuse3 import (EntryAttributes, FileHandleT, FileInfo, FileNameT, FlagT, InodeT, ModeT,
-                     ReaddirToken, RequestContext, SetattrFields, StatvfsData, XAttrNameT)
+from pyfuse3 import (
+    EntryAttributes,
+    FileHandleT,
+    FileInfo,
+    FileNameT,
+    FlagT,
+    InodeT,
+    ModeT,
+    ReaddirToken,
+    RequestContext,
+    SetattrFields,
+    StatvfsData,
+    XAttrNameT,
+)
 
 from store import Message
 
 from .errors import FsError, errno_for
-from .model import (APPEND, FOLLOW, GROUP_QUEUE, JSONL, MESSAGE, QUEUE, STAGED, STATUS, TMP,
-                    Attr, Listing, Model, Node, Staged)
+from .model import (
+    APPEND,
+    FOLLOW,
+    GROUP_QUEUE,
+    JSONL,
+    MESSAGE,
+    QUEUE,
+    STAGED,
+    STATUS,
+    TMP,
+    Attr,
+    Listing,
+    Model,
+    Node,
+    Staged,
+)
 from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")

@@ -7,11 +7,11 @@ A name is epoch milliseconds (digits) or ISO-8601 (`2026-11-22T10:00:00Z`, `2026
 from __future__ import annotations
 
 import errno
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from .errors import FsError
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 

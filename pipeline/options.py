@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .schema import MESSAGE_SCHEMA
 
@@ -49,7 +49,7 @@ def parse_time(text: str, name: str = "time") -> int:
     except ValueError:
         raise ValueError(f"{name}={text!r} is not epoch milliseconds or an ISO-8601 time") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 

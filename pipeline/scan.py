@@ -23,11 +23,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, decode, fillers, msg_id
-from store.layout import (BORN_HOST_POS, MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE,
-                          PHYSICAL_OFFSET_POS, RECORD_CRC_LEN, RECORD_MAGICS, TOTALSIZE_POS, checksums_hold, fields,
-                          format_host, gather, store_host_pos, trailers)
 from store.errors import CodecError
 from store.flavor import Flavor
+from store.layout import (
+    BORN_HOST_POS,
+    MAGIC_BLANK,
+    MAGIC_BYTES,
+    MAGIC_POS,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    RECORD_CRC_LEN,
+    RECORD_MAGICS,
+    TOTALSIZE_POS,
+    checksums_hold,
+    fields,
+    format_host,
+    gather,
+    store_host_pos,
+    trailers,
+)
 
 from .schema import ARROW_SCHEMA, arrow_schema
 
@@ -141,7 +157,7 @@ def walk(buf, pos: int, max_records: int, max_bytes: int) -> Walk:
     unpack = _HDR.unpack_from
     while pos + 8 <= limit:
         size, magic = unpack(buf, pos)
-        if magic == MAGIC_V1 or magic == MAGIC_V2:
+        if magic in (MAGIC_V1, MAGIC_V2):
             if size < MIN_RECORD_SIZE or pos + size > limit:
                 break
             starts.append(pos)

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, MapType, StringType,
-                               StructField, StructType, TimestampType)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 # Timestamps are Spark TIMESTAMPs (UTC instants, millisecond values) so that SQL time functions
 # and windows work directly; `unix_millis(store_timestamp)` gives RocketMQ's long back exactly.

@@ -20,23 +20,39 @@ import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, Filter, GreaterThan,
-                                    GreaterThanOrEqual, In, InputPartition, LessThan,
-                                    LessThanOrEqual)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyspark.sql.types import StructType
 
 from store.flavor import Flavor
-from store.views import (QueueReader, StoreLayout, commitlog_files, known_record_starts,
-                         last_unit_offsets, map_readonly, offset_by_time, queues, store_layout)
+from store.views import (
+    QueueReader,
+    StoreLayout,
+    commitlog_files,
+    known_record_starts,
+    last_unit_offsets,
+    map_readonly,
+    offset_by_time,
+    queues,
+    store_layout,
+)
 
-from .options import (EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option,
-                      read_options)
-from .scan import (ALL_ROWS, Checks, FileBatcher, RowFilter, record_starts_ok, record_whole,
-                   resync, walk, warn)
+from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options
+from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, record_starts_ok, record_whole, resync, walk, warn
 from .schema import message_schema
 from .stream import MqfsStreamReader
 from .writer import MqfsWriter
@@ -234,7 +250,7 @@ def _micros(value) -> int:
     """A pushed TIMESTAMP literal as epoch microseconds (naive values are local time)."""
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            return (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // _US
+            return (value - datetime(1970, 1, 1, tzinfo=UTC)) // _US
         return round(value.timestamp() * 1_000_000)
     raise TypeError
 

@@ -23,8 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from store.views import (QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time,
-                         queues)
+from store.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn

@@ -180,8 +180,8 @@ def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str) -> d
     """base maps a directory role (small, large, big, w) to its path on one filesystem."""
     res = {}
     res["cat"] = n["small"] / timed(f"seq 0 {n['small'] - 1} | xargs cat > /dev/null", base["small"])
-    res["read"] = n["large"] * LARGE / 1e6 / timed("seq 0 %d | xargs cat > /dev/null"
-                                                   % (n["large"] - 1), base["large"])
+    res["read"] = n["large"] * LARGE / 1e6 / timed(f"seq 0 {n['large'] - 1} | xargs cat > /dev/null",
+                                                   base["large"])
     start = time.perf_counter()
     listed = subprocess.run(["ls", "-f", base["big"]], check=True, capture_output=True).stdout
     entries = listed.count(b"\n")
@@ -218,7 +218,7 @@ def main() -> int:
     jsonl_file = f"{work}/lines.jsonl"
     with open(jsonl_file, "w") as f:
         for i in range(n["jsonl"]):
-            f.write('{"body": "message %d", "keys": ["k%d"], "tags": "bench"}\n' % (i, i % 1000))
+            f.write(f'{{"body": "message {i}", "keys": ["k{i % 1000}"], "tags": "bench"}}\n')
 
     t0 = time.perf_counter()
     build_store(mq_store, n)

@@ -5,8 +5,17 @@ Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
 
 from .codec import Message, StoredMessage
 from .config import StoreConfig
-from .errors import (CodecError, CorruptionError, FlushTimeout, InvalidMessage, NotFound,
-                     ReadOnlyStore, StoreError, StoreFormatError, StoreLocked)
+from .errors import (
+                     CodecError,
+                     CorruptionError,
+                     FlushTimeout,
+                     InvalidMessage,
+                     NotFound,
+                     ReadOnlyStore,
+                     StoreError,
+                     StoreFormatError,
+                     StoreLocked,
+)
 from .message_store import MessageStore, PutResult
 
 __all__ = [

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 
 import xxhash
-from dataclasses import dataclass
 
 from .crash_points import crash_point
 from .mapped_file import fsync_dir
@@ -38,7 +38,7 @@ class Checkpoint:
     cq_flushed_offset: int = 0
 
     @classmethod
-    def load(cls, path: str) -> "Checkpoint":
+    def load(cls, path: str) -> Checkpoint:
         cp = cls(path)
         try:
             with open(path, "rb") as f:

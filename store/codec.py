@@ -20,12 +20,36 @@ import numpy as np
 
 from .errors import CodecError, InvalidMessage
 from .flavor import Flavor
-from .layout import (BORN_HOST_POS, BORNHOST_V6_FLAG, CRC_HEAD, HEADER_V4, HOST_V6_FLAGS,
-                     IPV4_HOST_LEN, IPV6_HOST_LEN, MAGIC_POS, MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE, PHYSICAL_OFFSET_POS,
-                     QUEUE_ID_POS, QUEUE_OFFSET_POS, RECORD_CRC_LEN, STOREHOST_V6_FLAG,
-                     SYSFLAG_POS, TOTALSIZE_POS, TRANSACTION_MASK, TRANSACTION_ROLLBACK,
-                     body_len_pos, body_pos, born_host_len, decode_host, gather, indexed,
-                     store_host_len, store_timestamp_pos)
+from .layout import (
+    BORN_HOST_POS,
+    BORNHOST_V6_FLAG,
+    CRC_HEAD,
+    HEADER_V4,
+    HOST_V6_FLAGS,
+    IPV4_HOST_LEN,
+    IPV6_HOST_LEN,
+    MAGIC_POS,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    PHYSICAL_OFFSET_POS,
+    QUEUE_ID_POS,
+    QUEUE_OFFSET_POS,
+    RECORD_CRC_LEN,
+    STOREHOST_V6_FLAG,
+    SYSFLAG_POS,
+    TOTALSIZE_POS,
+    TRANSACTION_MASK,
+    TRANSACTION_ROLLBACK,
+    body_len_pos,
+    body_pos,
+    born_host_len,
+    decode_host,
+    gather,
+    indexed,
+    store_host_len,
+    store_timestamp_pos,
+)
 
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
@@ -198,7 +222,7 @@ class Message(_WellKnownProperties):
         tags: str | None = None,
         properties: dict[str, str] | None = None,
         **fields,
-    ) -> "Message":
+    ) -> Message:
         props = dict(properties or {})
         if keys:
             props[PROPERTY_KEYS] = join_keys(list(keys))
@@ -348,7 +372,7 @@ class Encoder:
         return rec, store_timestamp_pos(len(born_raw))
 
 
-    def encode_batch(self, msgs: list[Message]) -> "EncodedBatch | None":
+    def encode_batch(self, msgs: list[Message]) -> EncodedBatch | None:
         """Validate and lay out many records at once: the fixed header fields as one numpy
         array, bodies and tails (topic, properties) as they are. None when a host is IPv6
         (other header widths): the caller encodes those one by one."""
@@ -668,7 +692,7 @@ class RecordRun:
     keys: list[list[str]]  # index keys: UNIQ_KEY, then KEYS tokens
 
     @classmethod
-    def of(cls, msg: StoredMessage) -> "RecordRun":
+    def of(cls, msg: StoredMessage) -> RecordRun:
         """A run of one decoded record."""
         def col(v: int) -> np.ndarray:
             return np.array([v], dtype=np.int64)

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 
 import numpy as np
-from collections.abc import Iterator
 
 from . import codec, layout
 from .codec import StoredMessage
-from .layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from .crash_points import crash_point
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound
 from .flavor import Flavor
+from .layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .crash_points import crash_point
 
 _BLANK = struct.Struct(">ii")
 

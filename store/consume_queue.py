@@ -348,7 +348,7 @@ class RebuiltQueue:
 
     @classmethod
     def of(cls, topic: str, queue_id: int, found: list[tuple[int, int, int, int]]
-           ) -> "RebuiltQueue":
+           ) -> RebuiltQueue:
         """From (queue offset, commitlog offset, size, tagsCode) of the queue's records."""
         if not found:
             return cls(topic, queue_id, 0, np.empty(0, dtype=UNIT_DTYPE))

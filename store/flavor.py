@@ -8,8 +8,8 @@ faster in Python and spread keys better. Everything else in the format is identi
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import xxhash
 
@@ -69,7 +69,7 @@ class Flavor:
     # with body_crc): new mqfs stores; a store a broker wrote without enabledAppendPropCRC not
     record_crc: bool = False
 
-    def with_record_crc(self, on: bool) -> "Flavor":
+    def with_record_crc(self, on: bool) -> Flavor:
         return self if on == self.record_crc else replace(self, record_crc=on)
 
 

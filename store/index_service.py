@@ -22,8 +22,8 @@ from datetime import datetime
 
 import numpy as np
 
-from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
 from . import quarantine
+from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
 from .crash_points import crash_point
 from .flavor import Flavor
 from .index_file import IndexFile, index_file_size

@@ -191,7 +191,7 @@ class Records:
     def topic_len_pos(self) -> np.ndarray:
         return self.topic_pos - topic_len_width(self.magic)
 
-    def take(self, rows: np.ndarray | slice) -> "Records":
+    def take(self, rows: np.ndarray | slice) -> Records:
         """The records at these rows (a mask, indices or a slice)."""
         return Records(**{k: v[rows] for k, v in vars(self).items()})
 

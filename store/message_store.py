@@ -28,8 +28,7 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
-from .errors import (CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore,
-                     StoreError, StoreFormatError)
+from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
 from .flavor import flavor_named
 from .flush import FlushServices
 from .index_service import IndexService
@@ -88,14 +87,14 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> "MessageStore":
+    def __enter__(self) -> MessageStore:
         self.open()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def open(self) -> "MessageStore":
+    def open(self) -> MessageStore:
         read_only = self._requested.read_only
         fresh = not is_store(self.root)
         if fresh and (read_only or not self._create):
@@ -266,9 +265,8 @@ class MessageStore:
             if self.flush_services.commit_service is not None:
                 self.flush_services.wait_committed(result.commitlog_offset + size)
             return result
-        with self._appending():
-            with self.put_lock:
-                result = self._append(message, rec, ts_pos)
+        with self._appending(), self.put_lock:
+            result = self._append(message, rec, ts_pos)
         self.flush_services.wait_flushed(result.commitlog_offset + size, arrived=True)
         return result
 
@@ -303,9 +301,8 @@ class MessageStore:
         sync = self.config.flush_mode == "sync" and any(
             m.properties.get("WAIT") != "false" for m in msgs)
         if sync:
-            with self._appending():
-                with self.put_lock:
-                    results = self._append_batch(msgs, sizes, batch, encoded)
+            with self._appending(), self.put_lock:
+                results = self._append_batch(msgs, sizes, batch, encoded)
         else:
             with self.put_lock:
                 results = self._append_batch(msgs, sizes, batch, encoded)

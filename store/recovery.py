@@ -32,12 +32,12 @@ import numpy as np
 
 from . import codec, dispatch_state, layout, quarantine, salvage
 from .codec import RecordRun
-from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
-from .mapped_file import offset_to_name
-from .retention import recorded_min_offset
 from .crash_points import crash_point
 from .errors import CodecError, CorruptionError
+from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from .mapped_file import offset_to_name
+from .retention import recorded_min_offset
 
 log = logging.getLogger(__name__)
 

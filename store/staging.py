@@ -24,7 +24,7 @@ class Staging:
         for name in os.listdir(self.dir):  # leftovers of a process that died mid-create
             os.unlink(os.path.join(self.dir, name))
 
-    def create(self) -> "StagedFile":
+    def create(self) -> StagedFile:
         fd, path = tempfile.mkstemp(dir=self.dir, prefix="body-")
         os.unlink(path)
         return StagedFile(fd)

@@ -22,8 +22,8 @@ from .index_file import ENTRY_SIZE, HEADER_SIZE, IndexFile
 from .index_service import build_key
 from .lock import StoreLock
 from .manifest import inspect, is_store
-from .metadata import ConsumerOffsets, TopicTable
 from .mapped_file import MappedFile, load_files
+from .metadata import ConsumerOffsets, TopicTable
 from .retention import recorded_min_offset
 from .salvage import Damage
 

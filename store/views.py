@@ -17,9 +17,9 @@ import numpy as np
 from .codec import BORNHOST_V6_FLAG
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from .errors import StoreFormatError
-from .index_service import build_key as build_key  # published: the key an IndexFile hashes
 from .flavor import Flavor, flavor_named
 from .index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from .index_service import build_key as build_key  # published: the key an IndexFile hashes
 from .manifest import is_store, read_manifest
 
 INDEX_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])

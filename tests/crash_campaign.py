@@ -15,9 +15,8 @@ import sys
 import tempfile
 import time
 
-from tests.crash_tiers import (RECOVERY_SITES, T0_KINDS, T4_KINDS, WRITER_SITES, CaseResult,
-                               t0_case, t2_case, t4_case)
 from tests.crash_corruption import T5_KINDS, t5_case
+from tests.crash_tiers import RECOVERY_SITES, T0_KINDS, T4_KINDS, WRITER_SITES, CaseResult, t0_case, t2_case, t4_case
 
 ONCE_PER_RUN = ("abort.create", "abort.delete", "recovery.truncate")
 

@@ -50,7 +50,7 @@ class Ext4Image:
         self.device: str | None = None
         self.options: str | None = None  # None: not mounted
 
-    def __enter__(self) -> "Ext4Image":
+    def __enter__(self) -> Ext4Image:
         with open(self.image, "wb") as f:
             f.truncate(self.size)
         os.makedirs(self.mnt, exist_ok=True)

@@ -16,8 +16,7 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from store import (CorruptionError, Message, MessageStore, StoreError, StoredMessage,
-                   StoreFormatError)
+from store import CorruptionError, Message, MessageStore, StoredMessage, StoreError, StoreFormatError
 from store.codec import is_filler
 from store.config import StoreConfig
 from store.verify import verify_store

@@ -89,6 +89,5 @@ def mounted(store: str, mnt: str, *options: str, log: str | None = None):
     try:
         yield pid
     finally:
-        if os.path.ismount(mnt):
-            if mqfs("umount", mnt, check=False).returncode != 0:
-                force_unmount(mnt, pid)
+        if os.path.ismount(mnt) and mqfs("umount", mnt, check=False).returncode != 0:
+            force_unmount(mnt, pid)

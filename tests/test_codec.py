@@ -91,7 +91,7 @@ def test_oversized_body_and_properties_are_refused():
 
 
 def test_properties_decoding_drops_empty_keys_and_values():
-    raw = "A\x011\x02\x01x\x02B\x01\x02C\x013".encode()
+    raw = b"A\x011\x02\x01x\x02B\x01\x02C\x013"
     assert codec.decode_properties(raw) == {"A": "1", "C": "3"}
     assert codec.decode_properties(b"") == {}
 

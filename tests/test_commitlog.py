@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked
-from store import codec, layout
+from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked, codec, layout
 from store.commitlog import CommitLog
 from store.flavor import XXHASH
 from tests.store_helpers import files_in, random_messages, small_config

@@ -5,14 +5,25 @@ import inspect
 import json
 import os
 import stat
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from fusefs.errors import FsError
 from fusefs.keynames import key_name, name_key
-from fusefs.model import (GROUPS_INO, KEYS_INO, MSG_BIT, QUEUE_FIXED, ROOT_INO, STATUS_INO,
-                          TOPICS_INO, Model, canonical_int, message_ino, split_ino)
+from fusefs.model import (
+    GROUPS_INO,
+    KEYS_INO,
+    MSG_BIT,
+    QUEUE_FIXED,
+    ROOT_INO,
+    STATUS_INO,
+    TOPICS_INO,
+    Model,
+    canonical_int,
+    message_ino,
+    split_ino,
+)
 from fusefs.spool import SPILL_AT, Budget, Spool
 from fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
 from store import Message, MessageStore, StoreConfig
@@ -445,7 +456,7 @@ def test_at_links_to_the_first_message_at_or_after_a_time(model, store):
         want = store.offset_by_time("orders", 0, when)
         assert model.readlink(attr.ino) == b"../%d" % want
         assert attr.entry_timeout == 0  # a later time's answer changes as messages arrive
-    iso = datetime.fromtimestamp(stamps[1] / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    iso = datetime.fromtimestamp(stamps[1] / 1000, UTC).isoformat(timespec="milliseconds")
     assert model.readlink(model.lookup(at, iso.encode()).ino) == b"../1"
     assert errno_of(model.lookup, at, b"%d" % (stamps[2] + 1)) == errno.ENOENT
     assert errno_of(model.lookup, at, b"yesterday") == errno.EINVAL

@@ -11,8 +11,18 @@ import subprocess
 import pytest
 
 from store import Message, MessageStore, StoreConfig
-from tests.fs_helpers import (MQFS, SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse,
-                              sh, wait_for_mount, wait_gone)
+from tests.fs_helpers import (
+    MQFS,
+    SMALL,
+    daemon_pid,
+    force_unmount,
+    mounted,
+    mqfs,
+    needs_fuse,
+    sh,
+    wait_for_mount,
+    wait_gone,
+)
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 

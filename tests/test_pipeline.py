@@ -13,10 +13,10 @@ pytest.importorskip("pyspark")
 from spark_fixtures import small_store_config  # noqa: E402
 
 from pipeline import cli  # noqa: E402
-from store.views import commitlog_files  # noqa: E402
 from pipeline.jobs import audit, rebuild  # noqa: E402
 from pipeline.writer import MqfsWriter  # noqa: E402
 from store import Message, MessageStore  # noqa: E402
+from store.views import commitlog_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
 TOPICS = ("Orders", "Payments", "Audit_Log")
@@ -28,7 +28,7 @@ def make_messages(rng: random.Random, n: int, start: int = 0) -> list[Message]:
         size = rng.choice([0, 5, 12, 13, 300, 1500, rng.randint(0, 4000)])
         keys = [f"k{i}", f"g{i % 11}"][: rng.randint(0, 2)]
         props = {"seq": str(i), "src": rng.choice(["a", "b"])} if i % 3 else {}
-        born = ("::1", 4000 + i % 3) if i % 17 == 0 else ("10.0.0.%d" % (i % 5), 5000)
+        born = ("::1", 4000 + i % 3) if i % 17 == 0 else (f"10.0.0.{i % 5}", 5000)
         out.append(Message.create(rng.choice(TOPICS), rng.randbytes(size), queue_id=rng.randrange(3),
                                   keys=keys, tags=f"t{i % 4}" if i % 5 else None,
                                   properties=props, flag=i % 7, born_host=born,

@@ -13,16 +13,15 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.errors import AnalysisException, PythonException  # noqa: E402
-
 from fs_helpers import mounted, needs_fuse  # noqa: E402
+from pyspark.errors import AnalysisException, PythonException  # noqa: E402
 from spark_fixtures import small_store_config  # noqa: E402
 from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 from pipeline import cli  # noqa: E402
-from store.views import commitlog_files  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
 from store import MessageStore  # noqa: E402
+from store.views import commitlog_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

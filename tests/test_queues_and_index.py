@@ -10,8 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
-from store import layout
+from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError, layout
 from store.flavor import ROCKETMQ, XXHASH
 from store.index_file import IndexFile
 from store.index_service import IndexService

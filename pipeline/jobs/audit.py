@@ -25,10 +25,28 @@ from pyspark.sql import functions as F
 
 from store.codec import PROPERTY_UNIQ_KEY
 from store.flavor import Flavor
-from store.layout import (IN_QUEUE_TYPES, MAGIC_POS, MIN_RECORD_SIZE, RECORD_MAGICS, TOTALSIZE_POS,
-                          TRANSACTION_MASK, TRANSACTION_ROLLBACK, gather)
-from store.views import (UNIT_SIZE, QueueReader, StoreLayout, build_key, commitlog_files, index_files,
-                         map_readonly, queues, read_index_file, store_layout)
+from store.layout import (
+    IN_QUEUE_TYPES,
+    MAGIC_POS,
+    MIN_RECORD_SIZE,
+    RECORD_MAGICS,
+    TOTALSIZE_POS,
+    TRANSACTION_MASK,
+    TRANSACTION_ROLLBACK,
+    gather,
+)
+from store.views import (
+    UNIT_SIZE,
+    QueueReader,
+    StoreLayout,
+    build_key,
+    commitlog_files,
+    index_files,
+    map_readonly,
+    queues,
+    read_index_file,
+    store_layout,
+)
 
 from ..scan import Checks, FileBatcher
 from ..source import RangePartition, plan_partitions, read_range

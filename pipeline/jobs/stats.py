@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -79,7 +80,7 @@ def _rate(n: int, first_ms: int, last_ms: int) -> float:
 def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
@@ -90,7 +91,7 @@ def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> No
     starts = [ms for points in series.values() for ms, _ in points]
     # every bucket of the span, empty ones at zero: a line must not bridge a quiet gap
     grid = range(min(starts), max(starts) + step, step) if starts else range(0)
-    xs = [datetime.fromtimestamp(ms / 1000, timezone.utc) for ms in grid]
+    xs = [datetime.fromtimestamp(ms / 1000, UTC) for ms in grid]
     for ax, (topic, points) in zip(axes[:, 0], sorted(series.items())):
         counts = dict(points)
         ax.step(xs, [counts.get(ms, 0) * 1000 / step for ms in grid], where="post")
