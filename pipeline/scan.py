@@ -94,13 +94,13 @@ class Checks:
     skip: bool = False
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (CommitLog offset, reason)
 
-    def reject(self, phys: int, file_from: int, reason: str) -> None:
-        where = f"{self.path or 'CommitLog file ' + str(file_from)} at byte {phys - file_from}"
+    def reject(self, commitlog_offset: int, file_from: int, reason: str) -> None:
+        where = f"{self.path or 'CommitLog file ' + str(file_from)} at byte {commitlog_offset - file_from}"
         if not self.skip:
-            raise DamagedRecord(f"damaged record at CommitLog offset {phys} ({where}): {reason}; "
+            raise DamagedRecord(f"damaged record at CommitLog offset {commitlog_offset} ({where}): {reason}; "
                                 "read with option damagedRecords=skip to skip it, `mqfs verify` "
                                 "for details")
-        self.skipped.append((phys, reason))
+        self.skipped.append((commitlog_offset, reason))
 
 
 def failed_checks(mv: memoryview, arr: np.ndarray, starts: np.ndarray,
@@ -143,9 +143,9 @@ def record_starts_ok(arr: np.ndarray, pos: np.ndarray, file_from: int) -> np.nda
     safe = np.where(ok, pos, 0)
     total = gather(arr, safe + TOTALSIZE_POS, ">i4").astype(np.int64)
     magic = gather(arr, safe + MAGIC_POS, ">i4")
-    phys = gather(arr, safe + PHYSICAL_OFFSET_POS, ">i8")
+    commitlog_offset = gather(arr, safe + PHYSICAL_OFFSET_POS, ">i8")
     return (ok & np.isin(magic, RECORD_MAGICS) & (total >= MIN_RECORD_SIZE)
-            & (safe + total <= len(arr)) & (phys == safe + file_from))
+            & (safe + total <= len(arr)) & (commitlog_offset == safe + file_from))
 
 
 def walk(buf, pos: int, max_records: int, max_bytes: int) -> Walk:
@@ -275,7 +275,7 @@ class FileBatcher:
     def _columns(self, starts: np.ndarray, f: dict[str, np.ndarray],
                  wanted: frozenset[str] | None) -> pa.RecordBatch:
         want = (lambda name: True) if wanted is None else wanted.__contains__
-        phys = starts + self.file_from
+        commitlog_offset = starts + self.file_from
         columns: dict[str, pa.Array] = {}
         if want("topic"):
             topic_data, topic_off = _gather(self.arr, f["topic_pos"], f["topic_len"])
@@ -295,13 +295,13 @@ class FileBatcher:
             at = starts + store_host_pos(f["bh"])
             store_host, store_raw, store_inv = self._hosts(at, f["sh"])
             columns["store_host"] = store_host
-            columns["msg_id"] = self._msg_ids(store_raw, store_inv, phys, at, f["sh"])
+            columns["msg_id"] = self._msg_ids(store_raw, store_inv, commitlog_offset, at, f["sh"])
         if want("body"):
             columns["body"] = self._bodies(f["body_pos"], f["body_len"])
         plain = {
             "queue_id": lambda: pa.array(f["queue_id"].astype(np.int32)),
             "queue_offset": lambda: pa.array(f["queue_offset"].astype(np.int64)),
-            "commitlog_offset": lambda: pa.array(phys),
+            "commitlog_offset": lambda: pa.array(commitlog_offset),
             "size": lambda: pa.array(f["total"].astype(np.int32)),
             "store_timestamp": lambda: pa.array(f["store_ts"] * 1000, _TYPES["store_timestamp"]),
             "born_timestamp": lambda: pa.array(f["born_ts"] * 1000, _TYPES["born_timestamp"]),
@@ -388,17 +388,17 @@ class FileBatcher:
         names = pa.array([format_host(u.tobytes()) for u in uniq], pa.string())
         return names.take(pa.array(inverse.astype(np.int32))), uniq, inverse
 
-    def _msg_ids(self, uniq: np.ndarray | None, inverse: np.ndarray | None, phys: np.ndarray,
+    def _msg_ids(self, uniq: np.ndarray | None, inverse: np.ndarray | None, commitlog_offset: np.ndarray,
                  pos: np.ndarray, width: np.ndarray) -> pa.Array:
         """offsetMsgId: hex of the store host bytes, then of the big-endian CommitLog offset."""
         if uniq is None:
             return pa.array([msg_id(bytes(self.mv[p:p + k]), int(o)) for p, k, o in
-                             zip(pos.tolist(), width.tolist(), phys.tolist())], pa.string())
+                             zip(pos.tolist(), width.tolist(), commitlog_offset.tolist())], pa.string())
         host_hex = np.array([np.frombuffer(u.tobytes().hex().upper().encode(), np.uint8) for u in uniq])
-        offset_hex = _HEX_DIGITS[(phys[:, None] >> _NIBBLE_SHIFTS) & 15]
+        offset_hex = _HEX_DIGITS[(commitlog_offset[:, None] >> _NIBBLE_SHIFTS) & 15]
         chars = np.concatenate([host_hex[inverse], offset_hex], axis=1)
         step = chars.shape[1]
-        return _strings(np.arange(0, step * (len(phys) + 1), step), chars.ravel())
+        return _strings(np.arange(0, step * (len(commitlog_offset) + 1), step), chars.ravel())
 
 
 def _fast_properties(d: np.ndarray, offsets: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array] | None:

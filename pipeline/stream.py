@@ -151,10 +151,10 @@ def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
                                layout.consume_queue_units).read(part.start, part.end)
     if not len(units):
         return
-    phys = units["offset"].astype(np.int64)
+    commitlog_offset = units["offset"].astype(np.int64)
     files = commitlog_files(layout.root)
     starts = np.array([s for s, _ in files], np.int64)
-    which = np.searchsorted(starts, phys, side="right") - 1
+    which = np.searchsorted(starts, commitlog_offset, side="right") - 1
     gone = qoffs[which < 0]
     if gone.size:
         text = (f"messages {part.topic}/{part.queue_id} offsets {int(gone[0])}..{int(gone[-1])} "
@@ -166,7 +166,7 @@ def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
         file_from, path = files[i]
         checks = Checks(layout.checked_flavor, path, opts.skip_damaged)
         batcher = FileBatcher(map_readonly(path), file_from, checks)
-        pos = phys[which == i] - file_from
+        pos = commitlog_offset[which == i] - file_from
         for s in range(0, len(pos), 16384):
             batch = batcher.batch(pos[s:s + 16384], flt, opts.columns)
             if batch is not None:

@@ -464,10 +464,10 @@ class EncodedBatch:
         return buf
 
 
-def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, phys: int, store_ts: int) -> None:
+def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, commitlog_offset: int, store_ts: int) -> None:
     """Patch the three fields RocketMQ fills inside the put lock."""
     _I64.pack_into(rec, QUEUE_OFFSET_POS, queue_offset)
-    _I64.pack_into(rec, PHYSICAL_OFFSET_POS, phys)
+    _I64.pack_into(rec, PHYSICAL_OFFSET_POS, commitlog_offset)
     _I64.pack_into(rec, store_ts_pos, store_ts)
 
 
@@ -491,7 +491,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
     view = memoryview(buf)
     try:
         avail = len(view) - pos
-        (total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts) = _HEAD.unpack_from(view, pos)
+        (total, magic, crc, qid, flag, qoff, commitlog_offset, sys_flag, born_ts) = _HEAD.unpack_from(view, pos)
         if magic != MAGIC_V1 and magic != MAGIC_V2:
             raise CodecError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
         if total < MIN_RECORD_SIZE or total > avail:
@@ -539,7 +539,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
     except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
         raise CodecError(f"malformed record at {pos}: {exc}") from None
     return StoredMessage(
-        total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts, born_raw, store_ts,
+        total, magic, crc, qid, flag, qoff, commitlog_offset, sys_flag, born_ts, born_raw, store_ts,
         store_raw, reconsume, prep, bytes(body) if copy_body else body, topic, props_raw,
     )
 
@@ -564,9 +564,9 @@ def is_filler(topic: str, sys_flag: int) -> bool:
             and FILLER_TOPIC.startswith(topic))
 
 
-def filler_record(size: int, phys: int, store_ts: int, store_host: bytes, flavor: Flavor
+def filler_record(size: int, commitlog_offset: int, store_ts: int, store_host: bytes, flavor: Flavor
                   ) -> bytearray:
-    """A record of exactly `size` bytes at `phys` to stand where damaged bytes were: a
+    """A record of exactly `size` bytes at `commitlog_offset` to stand where damaged bytes were: a
     rolled-back transaction on the reserved topic, body of zeros. The topic is cut short for
     a small range (the smallest record repair meets is a one-letter topic with no body)."""
     props = _CRC_PLACEHOLDER if flavor.record_crc else b""
@@ -580,7 +580,7 @@ def filler_record(size: int, phys: int, store_ts: int, store_host: bytes, flavor
     v6 = len(store_host) == IPV6_HOST_LEN
     fixed_part = struct.Struct(f">iiiiiqqiq8sq{len(store_host)}siqi")
     rec = bytearray(fixed_part.pack(
-        size, MAGIC_V1, flavor.body_crc(body), 0, 0, 0, phys,
+        size, MAGIC_V1, flavor.body_crc(body), 0, 0, 0, commitlog_offset,
         TRANSACTION_ROLLBACK | (STOREHOST_V6_FLAG if v6 else 0), store_ts,
         bytes(4) + _I32.pack(0), store_ts, store_host, 0, 0, body_len))
     rec += body
@@ -681,7 +681,7 @@ class RecordRun:
     """Consecutive validated records, in CommitLog order, as columns: what dispatch needs to
     build their ConsumeQueue units and IndexFile entries without a StoredMessage each."""
 
-    phys: np.ndarray  # int64 CommitLog offsets
+    commitlog_offset: np.ndarray  # int64 CommitLog offsets
     size: np.ndarray  # int64 TOTALSIZE
     queue_id: np.ndarray  # int64
     queue_offset: np.ndarray  # int64
@@ -701,4 +701,4 @@ class RecordRun:
                    [msg.topic], [msg.tags], [msg.index_keys()])
 
     def __len__(self) -> int:
-        return len(self.phys)
+        return len(self.commitlog_offset)

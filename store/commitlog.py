@@ -69,15 +69,15 @@ class CommitLog:
         mf = files[-1] if files else None
         if mf is None or len(rec) + END_FILE_MIN_BLANK > mf.file_size - mf.wrote_position:
             mf = self.file_for(len(rec))
-        phys = mf.file_from_offset + mf.wrote_position
-        codec.stamp(rec, store_ts_pos, queue_offset, phys, store_ts)
+        commitlog_offset = mf.file_from_offset + mf.wrote_position
+        codec.stamp(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts)
         if self.flavor.record_crc:
             codec.seal(rec, self.flavor)
         crash_point("commitlog.before_write")
         mf.append(rec)
         crash_point("commitlog.after_write")
         mf.store_timestamp = store_ts
-        return phys
+        return commitlog_offset
 
     def write_run(self, mf: MappedFile, records: bytes | bytearray, store_ts: int) -> None:
         """Append records already stamped for consecutive positions of `mf` in one copy."""

@@ -268,15 +268,15 @@ class ConsumeQueue:
         last = self.last_entry()
         self.max_physic_offset = (last[0] + last[1]) if last and last[1] != PRE_BLANK[1] else 0
 
-    def truncate_from_physical(self, phys: int) -> None:
-        """Drop the entries after the last one whose record starts below phys (the CommitLog
-        was cut there). A damaged unit in the middle pointing past phys does not hide the
+    def truncate_from_physical(self, commitlog_offset: int) -> None:
+        """Drop the entries after the last one whose record starts below commitlog_offset (the CommitLog
+        was cut there). A damaged unit in the middle pointing past commitlog_offset does not hide the
         good units after it."""
         files = self.queue.files
         end = self.queue.min_offset
         for mf in files:
             arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
-            below = np.flatnonzero((arr["offset"] < phys) | (arr["size"] == PRE_BLANK[1]))
+            below = np.flatnonzero((arr["offset"] < commitlog_offset) | (arr["size"] == PRE_BLANK[1]))
             if below.size:
                 end = mf.file_from_offset + (int(below[-1]) + 1) * UNIT_SIZE
         if end < self.queue.max_offset:
@@ -355,8 +355,8 @@ class RebuiltQueue:
         first = min(f[0] for f in found)
         units = np.zeros(max(f[0] for f in found) - first + 1, dtype=UNIT_DTYPE)
         units["offset"] = -1
-        for qoff, phys, size, tags in found:
-            units[qoff - first] = (phys, size, tags)
+        for qoff, commitlog_offset, size, tags in found:
+            units[qoff - first] = (commitlog_offset, size, tags)
         return cls(topic, queue_id, first, units)
 
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:

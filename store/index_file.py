@@ -79,20 +79,20 @@ class IndexFile:
         """RocketMQ's isWriteFull: entries run 1..entries-1, so indexCount ends at `entries`."""
         return self.index_count >= self.entries
 
-    def trailing_entries(self, phy_offset: int) -> int:
-        """How many of the newest entries point at phy_offset: the keys of that record this
+    def trailing_entries(self, commitlog_offset: int) -> int:
+        """How many of the newest entries point at commitlog_offset: the keys of that record this
         file already holds."""
         mm = self.mf.buffer()
         base = HEADER_SIZE + self.slots * SLOT_SIZE
         n = 0
         for i in range(self.index_count - 1, 0, -1):
             _, phy, _, _ = _ENTRY.unpack_from(mm, base + i * ENTRY_SIZE)
-            if phy != phy_offset:
+            if phy != commitlog_offset:
                 break
             n += 1
         return n
 
-    def put_key(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+    def put_key(self, key_hash: int, commitlog_offset: int, store_timestamp: int) -> bool:
         """Add one entry; False when the file is full (the caller rolls to a new file)."""
         if self.index_count >= self.entries:
             return False
@@ -107,26 +107,26 @@ class IndexFile:
             time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
         pos = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
         crash_point("index.write")
-        _ENTRY.pack_into(mm, pos, key_hash, phy_offset, time_diff, slot_value)
+        _ENTRY.pack_into(mm, pos, key_hash, commitlog_offset, time_diff, slot_value)
         _I32.pack_into(mm, slot_pos, self.index_count)
         if self.index_count <= 1:
-            self.begin_phy_offset = phy_offset
+            self.begin_phy_offset = commitlog_offset
             self.begin_timestamp = store_timestamp
         if slot_value == 0:
             self.hash_slot_count += 1
         self.index_count += 1
-        self.end_phy_offset = phy_offset
+        self.end_phy_offset = commitlog_offset
         self.end_timestamp = store_timestamp
         return True
 
-    def put_keys(self, key_hashes: np.ndarray, phy_offsets: np.ndarray,
+    def put_keys(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
                  store_ts: np.ndarray) -> int:
         """put_key for as many entries as fit, with numpy: the same entries, slot chains and
         header as one call each would leave. Returns how many went in."""
         n = min(len(key_hashes), self.entries - self.index_count)
         if n <= 0:
             return 0
-        key_hashes, phy_offsets, store_ts = key_hashes[:n], phy_offsets[:n], store_ts[:n]
+        key_hashes, commitlog_offsets, store_ts = key_hashes[:n], commitlog_offsets[:n], store_ts[:n]
         mm = self.mf.buffer()
         heads = np.frombuffer(mm, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
         first = self.index_count
@@ -144,15 +144,15 @@ class IndexFile:
         entries = np.frombuffer(mm, dtype=_ENTRY_DTYPE, count=n,
                                 offset=HEADER_SIZE + self.slots * SLOT_SIZE + first * ENTRY_SIZE)
         entries["hash"], entries["phy"], entries["diff"], entries["prev"] = (
-            key_hashes, phy_offsets, diff, prev)
+            key_hashes, commitlog_offsets, diff, prev)
         newest = np.flatnonzero(np.append(slots[order][1:] != slots[order][:-1], True))
         heads[slots[order[newest]]] = numbers[order[newest]]
         if first <= 1:
-            self.begin_phy_offset = int(phy_offsets[0])
+            self.begin_phy_offset = int(commitlog_offsets[0])
             self.begin_timestamp = int(store_ts[0])
         self.hash_slot_count += int(np.count_nonzero(prev == 0))
         self.index_count += n
-        self.end_phy_offset = int(phy_offsets[-1])
+        self.end_phy_offset = int(commitlog_offsets[-1])
         self.end_timestamp = int(store_ts[-1])
         return n
 

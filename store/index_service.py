@@ -154,18 +154,18 @@ class IndexService:
             if room < n and not os.path.exists(self.reserve_path):
                 MappedFile(self.reserve_path, index_file_size(self.slots, self.entries)).close()
 
-    def _keys_done(self, phy_offset: int) -> int:
-        """How many keys of the record at phy_offset (the newest one indexed) are in: they are
+    def _keys_done(self, commitlog_offset: int) -> int:
+        """How many keys of the record at commitlog_offset (the newest one indexed) are in: they are
         the newest entries, possibly split over the last two files by a roll."""
         done = 0
         for f in reversed(self.files):
-            n = f.trailing_entries(phy_offset)
+            n = f.trailing_entries(commitlog_offset)
             done += n
             if n < f.index_count - 1:
                 break
         return done
 
-    def build(self, topic: str, keys: list[str], phy_offset: int, store_ts: int,
+    def build(self, topic: str, keys: list[str], commitlog_offset: int, store_ts: int,
               sys_flag: int) -> None:
         """Index a message's keys (UNIQ_KEY and KEYS tokens); skip ROLLBACK records and
         records below the newest file's end (idempotent re-dispatch)."""
@@ -173,18 +173,18 @@ class IndexService:
             return
         with self.lock:
             last = self.files[-1] if self.files else None
-            if last is not None and phy_offset <= last.end_phy_offset:
-                if phy_offset < last.end_phy_offset:
+            if last is not None and commitlog_offset <= last.end_phy_offset:
+                if commitlog_offset < last.end_phy_offset:
                     return
-                keys = keys[self._keys_done(phy_offset):]  # re-dispatch of the newest record
+                keys = keys[self._keys_done(commitlog_offset):]  # re-dispatch of the newest record
             for key in keys:
                 h = self.flavor.key_hash(build_key(topic, key))
                 f = self._last_writable()
-                if not f.put_key(h, phy_offset, store_ts):
+                if not f.put_key(h, commitlog_offset, store_ts):
                     f = self._last_writable()
-                    f.put_key(h, phy_offset, store_ts)
+                    f.put_key(h, commitlog_offset, store_ts)
 
-    def build_run(self, topics: list[str], keys: list[list[str]], phy_offsets: np.ndarray,
+    def build_run(self, topics: list[str], keys: list[list[str]], commitlog_offsets: np.ndarray,
                   store_ts: np.ndarray, sys_flags: np.ndarray) -> None:
         """build() for records in CommitLog order, the entries put in bulk. Offsets grow, so
         only the records below the newest file's end at the start are skipped, and the keys
@@ -195,8 +195,8 @@ class IndexService:
             last = self.files[-1] if self.files else None
             lo = done = 0
             if last is not None:
-                lo = int(np.searchsorted(phy_offsets, last.end_phy_offset, "left"))
-                if lo < len(keys) and int(phy_offsets[lo]) == last.end_phy_offset:
+                lo = int(np.searchsorted(commitlog_offsets, last.end_phy_offset, "left"))
+                if lo < len(keys) and int(commitlog_offsets[lo]) == last.end_phy_offset:
                     done = self._keys_done(last.end_phy_offset)
             todo = keys
             if done:
@@ -206,11 +206,11 @@ class IndexService:
             rows = [i for i in take for _ in todo[i]]
             names = map(build_key, [topics[i] for i in rows], [k for i in take for k in todo[i]])
             h = np.fromiter(map(key_hash, names), dtype=np.int64, count=len(rows))
-            phys, stamps = phy_offsets[rows], store_ts[rows]
+            commitlog_offset, stamps = commitlog_offsets[rows], store_ts[rows]
             done = 0
             while done < len(h):
                 crash_point("index.write")
-                done += self._last_writable().put_keys(h[done:], phys[done:], stamps[done:])
+                done += self._last_writable().put_keys(h[done:], commitlog_offset[done:], stamps[done:])
 
     def query(self, topic: str, key: str, begin: int, end: int, max_n: int) -> list[int]:
         """CommitLog offsets that may hold topic#key (hash hits; callers check the keys)."""
@@ -225,13 +225,13 @@ class IndexService:
                 break
         return found
 
-    def truncate_from_physical(self, phys: int) -> bool:
-        """Drop files whose entries reach at or past phys (re-dispatch rebuilds them);
+    def truncate_from_physical(self, commitlog_offset: int) -> bool:
+        """Drop files whose entries reach at or past commitlog_offset (re-dispatch rebuilds them);
         True when any file went."""
         with self.lock:
-            # the first file holding an entry at or past phys, and every file after it
+            # the first file holding an entry at or past commitlog_offset, and every file after it
             cut = [i for i, f in enumerate(self.files)
-                   if f.index_count > 1 and f.end_phy_offset >= phys]
+                   if f.index_count > 1 and f.end_phy_offset >= commitlog_offset]
             if not cut:
                 return False
             i = cut[0]

@@ -55,7 +55,7 @@ IPV6_HOST_LEN = 20
 # TOTALSIZE .. BODYLEN when both hosts are IPv4, the common case: one gather reads it all
 HEADER_V4 = np.dtype([
     ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
-    ("flag", ">i4"), ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"),
+    ("flag", ">i4"), ("queue_offset", ">i8"), ("commitlog_offset", ">i8"), ("sys_flag", ">i4"),
     ("born_ts", ">i8"), ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"),
     ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
 # the fixed part, IPv4 hosts, then TOPICLEN (v1) and PROPERTIESLEN: a record with an empty
@@ -166,7 +166,7 @@ class Records:
     queue_id: np.ndarray
     flag: np.ndarray
     queue_offset: np.ndarray
-    phys: np.ndarray
+    commitlog_offset: np.ndarray
     sys_flag: np.ndarray
     born_ts: np.ndarray
     store_ts: np.ndarray
@@ -230,7 +230,7 @@ def fields(u8: np.ndarray, starts: np.ndarray, limit: int | None = None) -> Reco
           & (props_len >= 0) & (props_at + props_len == end))
     ok[ok] = ascii_strings(u8, topic_at[ok], topic_len[ok])  # decode reads topics as ASCII
     return Records(given, total, magic, col["body_crc"], col["queue_id"], col["flag"],
-                   col["queue_offset"], col["phys"], sys_flag, col["born_ts"], col["store_ts"],
+                   col["queue_offset"], col["commitlog_offset"], sys_flag, col["born_ts"], col["store_ts"],
                    born_len, store_len, body_at, body_len, topic_at, topic_len, props_at,
                    props_len, ok)
 

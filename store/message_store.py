@@ -353,7 +353,7 @@ class MessageStore:
                 room = commitlog.file_size
             room -= size
         size_arr = np.array(sizes, dtype=np.int64)
-        phys = np.empty(n, dtype=np.int64)
+        commitlog_offset = np.empty(n, dtype=np.int64)
         if batch is not None:
             batch.head["queue_offset"] = queue_offsets
             batch.head["store_ts"] = store_ts
@@ -364,13 +364,13 @@ class MessageStore:
             for lo, hi in zip(bounds, bounds[1:]):
                 mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
                 run = size_arr[lo:hi]
-                phys[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
+                commitlog_offset[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
                 data: bytes | bytearray
                 if batch is not None:
-                    batch.head["phys"][lo:hi] = phys[lo:hi]
+                    batch.head["commitlog_offset"][lo:hi] = commitlog_offset[lo:hi]
                     data = batch.records(lo, hi)
                 else:
-                    data = self._stamped(encoded or [], lo, hi, phys, queue_offsets, store_ts)
+                    data = self._stamped(encoded or [], lo, hi, commitlog_offset, queue_offsets, store_ts)
                 commitlog.write_run(mf, data, store_ts)
                 done = hi
         finally:
@@ -378,21 +378,21 @@ class MessageStore:
             # dispatched all the same, so their queue offsets are taken, never given twice
             if done:
                 self.dispatch(RecordRun(
-                    phys[:done], size_arr[:done], np.array(qids[:done], dtype=np.int64),
+                    commitlog_offset[:done], size_arr[:done], np.array(qids[:done], dtype=np.int64),
                     np.array(queue_offsets[:done], dtype=np.int64),
                     np.array(sys_flags[:done], dtype=np.int64),
                     np.full(done, store_ts, dtype=np.int64), topics[:done],
                     [p.get(codec.PROPERTY_TAGS, "") for p in props[:done]], keys[:done]))
         host = self.encoder.store_host_raw
         return [PutResult(p, q, store_ts, size, host)
-                for p, q, size in zip(phys.tolist(), queue_offsets, sizes)]
+                for p, q, size in zip(commitlog_offset.tolist(), queue_offsets, sizes)]
 
     def _stamped(self, encoded: list[tuple[bytearray, int]], lo: int, hi: int,
-                 phys: np.ndarray, queue_offsets: list[int], store_ts: int) -> bytes:
+                 commitlog_offset: np.ndarray, queue_offsets: list[int], store_ts: int) -> bytes:
         """Records lo..hi-1 encoded one by one, stamped and sealed, as one buffer."""
         for i in range(lo, hi):
             rec, ts_pos = encoded[i]
-            codec.stamp(rec, ts_pos, queue_offsets[i], int(phys[i]), store_ts)
+            codec.stamp(rec, ts_pos, queue_offsets[i], int(commitlog_offset[i]), store_ts)
             if self.flavor.record_crc:
                 codec.seal(rec, self.flavor)
         return b"".join(rec for rec, _ in encoded[lo:hi])
@@ -418,13 +418,13 @@ class MessageStore:
             cq.ensure_room()
         self.index.ensure_room(len(keys))
         store_ts = self._store_timestamp()
-        phys = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
+        commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         if in_queue:
-            cq.put(phys, len(rec), self.flavor.tags_code(props.get(codec.PROPERTY_TAGS, "")),
+            cq.put(commitlog_offset, len(rec), self.flavor.tags_code(props.get(codec.PROPERTY_TAGS, "")),
                    queue_offset)
-        self.index.build(topic, keys, phys, store_ts, msg.sys_flag)
+        self.index.build(topic, keys, commitlog_offset, store_ts, msg.sys_flag)
         self._dispatched_ts = store_ts
-        return PutResult(phys, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
+        return PutResult(commitlog_offset, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
 
     def _store_timestamp(self) -> int:
         """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
@@ -440,7 +440,7 @@ class MessageStore:
         topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
         names = list(topic_ids)
         if any(codec.is_filler(t, layout.TRANSACTION_ROLLBACK) for t in names):
-            self._fillers += [(int(run.phys[i]), int(run.size[i])) for i, t in enumerate(run.topics)
+            self._fillers += [(int(run.commitlog_offset[i]), int(run.size[i])) for i, t in enumerate(run.topics)
                               if codec.is_filler(t, int(run.sys_flag[i]))]
         group = np.array([topic_ids[t] for t in run.topics], dtype=np.int64)[in_queue] << 32 \
             | (run.queue_id[in_queue] & 0xFFFFFFFF)
@@ -454,9 +454,9 @@ class MessageStore:
             cq = self.consume_queues.get((topic, qid))
             if cq is None:
                 cq = self._create_queue(topic, qid, persist=False)
-            cq.put_run(run.phys[rows], run.size[rows], tags[rows], run.queue_offset[rows])
+            cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
         crash_point("recovery.dispatch")
-        self.index.build_run(run.topics, run.keys, run.phys, run.store_ts, run.sys_flag)
+        self.index.build_run(run.topics, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 
@@ -474,9 +474,9 @@ class MessageStore:
                     cq.keep_taken(end, self._fillers[-1])
         self.flush_logics()
 
-    def _filler_before(self, phys: int) -> tuple[int, int] | None:
+    def _filler_before(self, commitlog_offset: int) -> tuple[int, int] | None:
         """The last filler record dispatched before a CommitLog offset."""
-        i = bisect.bisect_left(self._fillers, (phys, -1))
+        i = bisect.bisect_left(self._fillers, (commitlog_offset, -1))
         return self._fillers[i - 1] if i else None
 
     def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
@@ -551,12 +551,12 @@ class MessageStore:
             raise NotFound(f"no queue {topic}/{queue_id}")
         return cq
 
-    def _read(self, phys: int) -> StoredMessage:
-        """The checked record at phys: CorruptionError for damaged bytes and for a message
+    def _read(self, commitlog_offset: int) -> StoredMessage:
+        """The checked record at commitlog_offset: CorruptionError for damaged bytes and for a message
         lost to damage (a filler record repair left in its place)."""
-        msg = self.commitlog.read(phys, check_crc=True)
+        msg = self.commitlog.read(commitlog_offset, check_crc=True)
         if codec.is_filler(msg.topic, msg.sys_flag):
-            raise CorruptionError(f"the message at CommitLog offset {phys} was lost to damage; "
+            raise CorruptionError(f"the message at CommitLog offset {commitlog_offset} was lost to damage; "
                                   "`mqfs repair` kept its bytes in quarantine/")
         return msg
 
@@ -588,9 +588,9 @@ class MessageStore:
             codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
             units = units[np.isin(units["tags"], codes) & (units["offset"] >= 0)]
         out = []
-        for phys in units["offset"].tolist():
+        for commitlog_offset in units["offset"].tolist():
             try:
-                msg = self._read(phys)
+                msg = self._read(commitlog_offset)
             except CorruptionError:
                 if skip_damaged:
                     continue
@@ -630,16 +630,16 @@ class MessageStore:
         topics = [topic] if topic is not None else sorted(self.topic_table.queues)
         hits: dict[int, StoredMessage] = {}
         for t in topics:
-            for phys in self.index.query(t, key, begin, end, max_n * 2):
-                if phys in hits:
+            for commitlog_offset in self.index.query(t, key, begin, end, max_n * 2):
+                if commitlog_offset in hits:
                     continue
                 try:
-                    msg = self._read(phys)
+                    msg = self._read(commitlog_offset)
                 except (NotFound, CorruptionError):
                     continue
                 if msg.topic == t and key in msg.index_keys() and \
                         begin <= msg.store_timestamp <= end:
-                    hits[phys] = msg
+                    hits[commitlog_offset] = msg
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
         return found[:max_n]
 

@@ -60,8 +60,8 @@ def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
     cq = ConsumeQueue(out, topic, queue_id, layout.consume_queue_units)
     n = 0
     try:
-        for queue_offset, phys, size, tags in units:
-            cq.put(phys, size, tags_code(tags or ""), queue_offset)
+        for queue_offset, commitlog_offset, size, tags in units:
+            cq.put(commitlog_offset, size, tags_code(tags or ""), queue_offset)
             n += 1
         cq.flush()
     finally:
@@ -78,11 +78,11 @@ class IndexWriter:
         self.keys = 0
         self.last_store_ts = 0
 
-    def add(self, topic: str, keys: list[str], uniq: str | None, phys: int, store_ts: int,
+    def add(self, topic: str, keys: list[str], uniq: str | None, commitlog_offset: int, store_ts: int,
             sys_flag: int) -> None:
         """Index a record's UNIQ_KEY (`uniq`) and KEYS tokens as a live store would."""
         index_keys = keys_to_index(uniq, keys)
-        self.service.build(topic, index_keys, phys, store_ts, sys_flag)
+        self.service.build(topic, index_keys, commitlog_offset, store_ts, sys_flag)
         self.keys += len(index_keys)
         self.last_store_ts = max(self.last_store_ts, store_ts)
 

@@ -70,7 +70,7 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     r = w.records
     # only the body has a checksum in a store without trailers: properties ending in NUL
     # are a torn write (see `_step`)
-    ok = (r.phys == base + r.starts) & ~((u8[r.ends - 1] == 0) & (r.props_len > 0))
+    ok = (r.commitlog_offset == base + r.starts) & ~((u8[r.ends - 1] == 0) & (r.props_len > 0))
     n = len(r) if ok.all() else int(np.argmin(ok))
     data, at = w.properties()
     # decode() rejects properties that are not UTF-8 only with a flavor; either way `_step`
@@ -78,7 +78,7 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     n = layout.utf8_prefix(data[:int(at[n]) if n < len(at) else len(data)], at[:n])
     stop = int(r.starts[n]) if n < len(r) else w.stop
     more = n == len(r) and w.why == "limit"
-    lo = int(np.searchsorted(r.phys[:n], dispatch_from))
+    lo = int(np.searchsorted(r.commitlog_offset[:n], dispatch_from))
     if lo >= n:
         return stop, None, more
     run = r.take(slice(lo, n))
@@ -86,7 +86,7 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     first = int(at[lo])
     tags, keys = codec.dispatch_properties(data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1],
                                            at[lo:n] - first)
-    return stop, RecordRun(run.phys, run.total, run.queue_id, run.queue_offset, run.sys_flag,
+    return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
                            run.store_ts, [names[i] for i in which.tolist()], tags, keys), more
 
 
@@ -119,14 +119,14 @@ def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
         msg = codec.decode(buf[: min(pos + size, size_limit)] if size > 0 else buf, pos, flavor)
     except CodecError as exc:
         return None, str(exc)
-    phys = base + pos
-    if msg.commitlog_offset != phys:
-        return None, f"record at {phys} says it is at {msg.commitlog_offset}"
+    commitlog_offset = base + pos
+    if msg.commitlog_offset != commitlog_offset:
+        return None, f"record at {commitlog_offset} says it is at {msg.commitlog_offset}"
     if buf[pos + size - 1] == 0 and msg._props_raw:
         # Only the body has a checksum. A power cut that kept the page holding a
         # record's head but not the (zero) page holding its tail leaves properties that
         # end in NUL; an encoder never writes that (they end in a value or 0x02).
-        return None, f"record at {phys} ends in zero bytes inside its properties (torn write)"
+        return None, f"record at {commitlog_offset} ends in zero bytes inside its properties (torn write)"
     return msg, None
 
 

@@ -127,7 +127,7 @@ def _good_run(view, u8: np.ndarray, pos: int, size: int, base: int, flavor: Flav
     """Starts of the records from pos that check out (`_decode_at` for each, as one
     `layout.walk` with the checksums inline), up to _RUN of them."""
     r = layout.walk(view, pos, size, _RUN, flavor, u8).records
-    ok = r.phys == base + r.starts
+    ok = r.commitlog_offset == base + r.starts
     return r.starts[:len(r) if ok.all() else int(np.argmin(ok))].tolist()
 
 

@@ -97,18 +97,18 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
     return records, damages, fillers
 
 
-def _in_damage(damages: list[Damage], phys: int) -> Damage | None:
-    i = bisect.bisect_right([d.start for d in damages], phys) - 1
-    return damages[i] if i >= 0 and damages[i].start <= phys < damages[i].end else None
+def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
+    i = bisect.bisect_right([d.start for d in damages], commitlog_offset) - 1
+    return damages[i] if i >= 0 and damages[i].start <= commitlog_offset < damages[i].end else None
 
 
 def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
                   damages: list[Damage], fillers: set[int], report: VerifyReport) -> int:
     expected: dict[tuple[str, int], list[int]] = {}
-    for phys, r in records.items():
+    for commitlog_offset, r in records.items():
         if r.in_queue:
-            expected.setdefault((r.topic, r.queue_id), []).append(phys)
-    min_phys = min(records) if records else 0
+            expected.setdefault((r.topic, r.queue_id), []).append(commitlog_offset)
+    min_commitlog_offset = min(records) if records else 0
     checked = 0
     base = os.path.join(root, "consumequeue")
     seen: set[tuple[str, int]] = set()
@@ -133,25 +133,25 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             arr = arr[:n]
             want = set(expected.get(key, []))
             live = [(first + i, u) for i, u in enumerate(arr)
-                    if int(u["size"]) != PRE_BLANK[1] and int(u["offset"]) >= min_phys]
+                    if int(u["size"]) != PRE_BLANK[1] and int(u["offset"]) >= min_commitlog_offset]
             lost = 0
             for qoff, u in live:
                 checked += 1
-                phys, size, tags = int(u["offset"]), int(u["size"]), int(u["tags"])
-                rec = records.get(phys)
-                if phys in fillers:
+                commitlog_offset, size, tags = int(u["offset"]), int(u["size"]), int(u["tags"])
+                rec = records.get(commitlog_offset)
+                if commitlog_offset in fillers:
                     lost += 1  # a message repair could not save: reads as damaged
                 elif rec is None:
-                    if _in_damage(damages, phys) is None:
+                    if _in_damage(damages, commitlog_offset) is None:
                         report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
-                                       f"{phys}, where no record starts")
+                                       f"{commitlog_offset}, where no record starts")
                 elif (rec.topic, rec.queue_id, rec.queue_offset, rec.size, rec.tags_code) != (
                         topic, int(qname), qoff, size, tags):
                     report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
-                                   f"record at {phys} ({rec.topic}/{rec.queue_id}/"
+                                   f"record at {commitlog_offset} ({rec.topic}/{rec.queue_id}/"
                                    f"{rec.queue_offset})")
                 else:
-                    want.discard(phys)
+                    want.discard(commitlog_offset)
             if want:
                 report.derived(f"ConsumeQueue {topic}/{qname} has no entry for {len(want)} of its "
                                f"records in the CommitLog (the first at {min(want)})")
@@ -183,7 +183,7 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
                  damages: list[Damage], report: VerifyReport) -> int:
     directory = os.path.join(root, "index")
     checked = 0
-    min_phys = min(records) if records else 0
+    min_commitlog_offset = min(records) if records else 0
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         if not (name.isdigit() and len(name) == 17):
             continue
@@ -208,7 +208,7 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
         reachable = _reachable(f, raw)
         for idx in range(1, f.index_count):
             h, phy = int(raw[idx]["hash"]), int(raw[idx]["phy"])
-            if phy < min_phys:
+            if phy < min_commitlog_offset:
                 continue  # the record was deleted by retention
             checked += 1
             r = records.get(phy)

@@ -193,14 +193,14 @@ def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
     return np.array(sorted(found), np.int64)
 
 
-def store_time_at(files: list[tuple[int, str]], phys: int) -> int | None:
+def store_time_at(files: list[tuple[int, str]], commitlog_offset: int) -> int | None:
     """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is there."""
     starts = [s for s, _ in files]
-    i = int(np.searchsorted(starts, phys, side="right")) - 1
+    i = int(np.searchsorted(starts, commitlog_offset, side="right")) - 1
     if i < 0:
         return None
     mm = map_readonly(files[i][1])
-    pos = phys - files[i][0]
+    pos = commitlog_offset - files[i][0]
     if pos < 0 or pos + 96 > len(mm):
         return None
     sys_flag = int.from_bytes(mm[pos + 36:pos + 40], "big")

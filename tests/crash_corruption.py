@@ -68,8 +68,8 @@ class _Case:
         n = self.rng.randint(40, 120)
         self.exp = write_in_process(self.root, seed, n, 400, commitlog_file_size=FILE_SIZE)
         with MessageStore(self.root, crash_config(read_only=True)) as s:
-            self.sizes = {k: s.commitlog.read(phys).total_size
-                          for k, (phys, _) in self.exp.written.items()}
+            self.sizes = {k: s.commitlog.read(commitlog_offset).total_size
+                          for k, (commitlog_offset, _) in self.exp.written.items()}
         self.damaged: set[tuple[int, int]] = set()  # messages whose record bytes changed
         self.lost_files: set[int] = set()  # CommitLog file starts taken away
 
@@ -78,8 +78,8 @@ class _Case:
 
     def damage_bytes(self, lo: int, hi: int) -> None:
         """Note every message whose record overlaps CommitLog bytes [lo, hi)."""
-        for k, (phys, _) in self.exp.written.items():
-            if phys < hi and lo < phys + self.sizes[k]:
+        for k, (commitlog_offset, _) in self.exp.written.items():
+            if commitlog_offset < hi and lo < commitlog_offset + self.sizes[k]:
                 self.damaged.add(k)
 
     def intact(self) -> dict[tuple[int, int], tuple[int, int]]:
@@ -141,15 +141,15 @@ def _mutate(c: _Case) -> None:
             os.unlink(path + ".bak")
     elif kind.startswith("flip-"):
         k = rng.choice(sorted(c.exp.written))
-        phys, _ = c.exp.written[k]
-        path = c.commitlog(phys - phys % FILE_SIZE)
+        commitlog_offset, _ = c.exp.written[k]
+        path = c.commitlog(commitlog_offset - commitlog_offset % FILE_SIZE)
         with open(path, "rb") as f:
-            f.seek(phys % FILE_SIZE)
+            f.seek(commitlog_offset % FILE_SIZE)
             rec = f.read(c.sizes[k])
         start, length = _field_span(kind[5:], rec)
         if length == 0:
             raise _Skip
-        _flip(path, phys % FILE_SIZE + start + rng.randrange(length), rng.randrange(8))
+        _flip(path, commitlog_offset % FILE_SIZE + start + rng.randrange(length), rng.randrange(8))
         c.damaged.add(k)
     else:
         raise ValueError(kind)
@@ -161,7 +161,7 @@ class _Skip(Exception):
 
 def _serves(store: MessageStore, c: _Case, problems: list[str], where: str) -> None:
     """Every intact message is served at its offsets; no damaged one is served altered."""
-    for (p, s), (phys, qoff) in c.exp.written.items():
+    for (p, s), (commitlog_offset, qoff) in c.exp.written.items():
         want = expected_message(c.exp.seed, p, s, c.exp.max_body)
         try:
             got = store.get(want.topic, want.queue_id, qoff)
@@ -170,10 +170,10 @@ def _serves(store: MessageStore, c: _Case, problems: list[str], where: str) -> N
                 problems.append(f"{where}: intact p{p}s{s} at {want.topic}/{want.queue_id}/"
                                 f"{qoff} not served: {exc}")
             continue
-        if bytes(got.body) != want.body or got.commitlog_offset != phys or \
+        if bytes(got.body) != want.body or got.commitlog_offset != commitlog_offset or \
                 got.keys != want.keys or got.tags != want.tags:
             problems.append(f"{where}: {want.topic}/{want.queue_id}/{qoff} served altered or "
-                            f"moved (at {got.commitlog_offset}, acked at {phys})")
+                            f"moved (at {got.commitlog_offset}, acked at {commitlog_offset})")
 
 
 def _queue_ends(c: _Case) -> dict[tuple[str, int], int]:

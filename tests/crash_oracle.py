@@ -4,7 +4,7 @@ Every message a crash writer puts is a pure function of (seed, producer, seq): i
 (producer, seq, sha256(payload)) and the payload comes from a seeded generator, so the oracle
 can tell any recovered record apart from garbage and compare it byte for byte without the
 writer having to log contents. Acknowledgements come from the writer's ack log (see
-crash_writer): `P p s phys qoff durable` per returned put, `F p s` per returned flush().
+crash_writer): `P p s commitlog_offset qoff durable` per returned put, `F p s` per returned flush().
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def read_acks(path: str, seed: int, max_body: int, must: str) -> Expectation:
         if not parts or (parts[0] == "P" and len(parts) != 6) or (parts[0] == "F" and len(parts) != 3):
             continue  # a line torn by the kill: never acknowledged
         if parts[0] == "P":
-            p, s, phys, qoff, durable = map(int, parts[1:])
-            exp.written[(p, s)] = (phys, qoff)
+            p, s, commitlog_offset, qoff, durable = map(int, parts[1:])
+            exp.written[(p, s)] = (commitlog_offset, qoff)
             if durable:
                 exp.durable.add((p, s))
         elif parts[0] == "F":
@@ -152,10 +152,10 @@ def check_recovered(store: MessageStore, exp: Expectation) -> list[str]:
     if exp.exact and extra:
         problems.append(f"{len(extra)} messages recovered beyond the intact prefix, first "
                         f"p{extra[0][0]}s{extra[0][1]}")
-    for k, (phys, qoff) in exp.written.items():
+    for k, (commitlog_offset, qoff) in exp.written.items():
         m = seen.get(k)
-        if m is not None and (m.commitlog_offset, m.queue_offset) != (phys, qoff):
-            problems.append(f"p{k[0]}s{k[1]} acked at {phys}/{qoff} found at "
+        if m is not None and (m.commitlog_offset, m.queue_offset) != (commitlog_offset, qoff):
+            problems.append(f"p{k[0]}s{k[1]} acked at {commitlog_offset}/{qoff} found at "
                             f"{m.commitlog_offset}/{m.queue_offset}")
     # 4. ConsumeQueues: entry i -> the record carrying queue offset i, or (a message repair
     # lost) a filler record; offsets grow by one along the log

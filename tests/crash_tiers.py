@@ -327,14 +327,14 @@ def _random_truncate(root: str, rng: random.Random, exp: Expectation) -> list[st
 def _bit_flip(root: str, rng: random.Random, exp: Expectation) -> list[str]:
     """Flip 1-8 bits in one record's body: verify must see it, and open must refuse, or cut
     only that (last) record and say so, or serve it as CorruptionError from get."""
-    (p, s), (phys, qoff) = rng.choice(sorted(exp.written.items()))
+    (p, s), (commitlog_offset, qoff) = rng.choice(sorted(exp.written.items()))
     msg = expected_message(exp.seed, p, s, exp.max_body)
     size = crash_config().commitlog_file_size
-    path = os.path.join(root, "commitlog", f"{phys - phys % size:020d}")
+    path = os.path.join(root, "commitlog", f"{commitlog_offset - commitlog_offset % size:020d}")
     with MessageStore(root, crash_config()) as st:
-        rec = st.commitlog.read(phys)
+        rec = st.commitlog.read(commitlog_offset)
         tail = 2 + len(_props(rec)) + len(rec.topic) + 1  # topic length, topic, properties
-        body_pos = phys % size + rec.total_size - tail - len(msg.body)
+        body_pos = commitlog_offset % size + rec.total_size - tail - len(msg.body)
     with open(path, "r+b") as f:
         for bit in rng.sample(range(len(msg.body) * 8), rng.randint(1, 8)):
             f.seek(body_pos + bit // 8)
@@ -343,18 +343,18 @@ def _bit_flip(root: str, rng: random.Random, exp: Expectation) -> list[str]:
             f.write(bytes([b ^ (1 << bit % 8)]))
     problems = []
     if verify_store(root).ok:
-        problems.append(f"verify_store missed flipped bits in the record at {phys}")
+        problems.append(f"verify_store missed flipped bits in the record at {commitlog_offset}")
     st = MessageStore(root, crash_config())
     try:
         st.open()
     except CorruptionError:
         return problems
     try:
-        if st.recovery.corruption and st.commitlog.max_offset == phys:
+        if st.recovery.corruption and st.commitlog.max_offset == commitlog_offset:
             return problems  # the damaged last record was cut, and recovery said so
         try:
             st.get(msg.topic, msg.queue_id, qoff)
-            problems.append(f"get() served the record at {phys} despite flipped bits")
+            problems.append(f"get() served the record at {commitlog_offset} despite flipped bits")
         except CorruptionError:
             pass
     finally:

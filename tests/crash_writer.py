@@ -2,7 +2,7 @@
 threads and records every acknowledgement out of band, then closes the store cleanly.
 
 Ack log lines (O_APPEND, one write each, on a file system the tests never cut):
-  P producer seq phys queue_offset durable   after put returned (durable=1 under sync flush)
+  P producer seq commitlog_offset queue_offset durable   after put returned (durable=1 under sync flush)
   F producer seq                             after flush() returned: seq and earlier are durable
 It prints "ready" on stdout once the store is open, so a harness can time a kill from there.
 `--recover-only` opens and closes the store (a harness sets MQFS_CRASH_AT to die inside).

@@ -141,17 +141,17 @@ _FLAVORS = [ROCKETMQ, XXHASH, ROCKETMQ.with_record_crc(True), XXHASH.with_record
 
 @settings(max_examples=300, deadline=None)
 @given(msg=messages(), flavor=st.sampled_from(_FLAVORS), store_host=_hosts,
-       qoff=st.integers(0, 2**62), phys=st.integers(0, 2**62), ts=st.integers(0, 2**62))
-def test_encode_decode_round_trip(msg, flavor, store_host, qoff, phys, ts):
+       qoff=st.integers(0, 2**62), commitlog_offset=st.integers(0, 2**62), ts=st.integers(0, 2**62))
+def test_encode_decode_round_trip(msg, flavor, store_host, qoff, commitlog_offset, ts):
     rec, ts_pos = Encoder(flavor, store_host, 4 << 20).encode(msg)
-    codec.stamp(rec, ts_pos, qoff, phys, ts)
+    codec.stamp(rec, ts_pos, qoff, commitlog_offset, ts)
     if flavor.record_crc:
         codec.seal(rec, flavor)
     m = codec.decode(bytes(rec), 0, flavor)
     assert m.total_size == len(rec)
     assert (m.topic, bytes(m.body), m.queue_id, m.properties, m.flag) == (
         msg.topic, msg.body, msg.queue_id, msg.properties, msg.flag)
-    assert (m.queue_offset, m.commitlog_offset, m.store_timestamp) == (qoff, phys, ts)
+    assert (m.queue_offset, m.commitlog_offset, m.store_timestamp) == (qoff, commitlog_offset, ts)
     assert (m.born_timestamp, m.born_host, m.store_host) == (msg.born_timestamp, msg.born_host, store_host)
     assert (m.reconsume_times, m.prepared_transaction_offset) == (msg.reconsume_times, msg.prepared_transaction_offset)
     assert m.sys_flag & ~0x30 == msg.sys_flag

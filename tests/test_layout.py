@@ -112,7 +112,7 @@ def test_walker_agrees_with_the_scalar_decoder(store, max_records):
     for i, (pos, m) in enumerate(found):
         assert (r.total[i], r.magic[i], r.body_crc[i], r.queue_id[i], r.flag[i]) == (
             m.total_size, m.magic, m.body_crc, m.queue_id, m.flag)
-        assert (r.queue_offset[i], r.phys[i], r.sys_flag[i], r.born_ts[i], r.store_ts[i]) == (
+        assert (r.queue_offset[i], r.commitlog_offset[i], r.sys_flag[i], r.born_ts[i], r.store_ts[i]) == (
             m.queue_offset, m.commitlog_offset, m.sys_flag, m.born_timestamp, m.store_timestamp)
         assert buf[r.body_pos[i]:r.body_pos[i] + r.body_len[i]] == bytes(m.body)
         assert buf[r.topic_pos[i]:r.topic_pos[i] + r.topic_len[i]].decode() == m.topic
@@ -231,7 +231,7 @@ def test_field_positions_agree_with_the_header_dtype():
     assert (at["total"], at["magic"], at["body_crc"], at["queue_id"], at["flag"]) == (
         layout.TOTALSIZE_POS, layout.MAGIC_POS, layout.BODY_CRC_POS, layout.QUEUE_ID_POS,
         layout.FLAG_POS)
-    assert (at["queue_offset"], at["phys"], at["sys_flag"], at["born_ts"], at["born_host"]) == (
+    assert (at["queue_offset"], at["commitlog_offset"], at["sys_flag"], at["born_ts"], at["born_host"]) == (
         layout.QUEUE_OFFSET_POS, layout.PHYSICAL_OFFSET_POS, layout.SYSFLAG_POS,
         layout.BORN_TIMESTAMP_POS, layout.BORN_HOST_POS)
     v4 = layout.IPV4_HOST_LEN

@@ -80,11 +80,11 @@ def test_audit_and_export_run_on_a_standalone_cluster(cluster, tmp_path):
     r = run_cli(["--master", cluster, "export", store, out])
     assert r.returncode == 0, r.stderr[-2000:]
     assert "exported 600 messages of 3 topics" in r.stdout
-    path, pos, phys = flip_body_byte(store)  # fails in an executor's task
+    path, pos, commitlog_offset = flip_body_byte(store)  # fails in an executor's task
     r = run_cli(["--master", cluster, "export", store, str(tmp_path / "again")])
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == (
-        f"mqfs pipeline export: damaged record at CommitLog offset {phys} ({path} at byte {pos}): "
+        f"mqfs pipeline export: damaged record at CommitLog offset {commitlog_offset} ({path} at byte {pos}): "
         "checksum mismatch; read with option damagedRecords=skip to skip it, `mqfs verify` "
         "for details")
     assert "Traceback" not in r.stderr

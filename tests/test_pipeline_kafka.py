@@ -120,32 +120,32 @@ def test_cli_errors_are_one_line(store, tmp_path, capsys):
 def flip_body_byte(root: str) -> tuple[str, int, int]:
     """Damage one body byte of a record in the middle of the CommitLog: (file, position, offset)."""
     rows = expected_rows(root)
-    phys = sorted(o for o, r in rows.items() if len(r["body"]) > 100)[len(rows) // 3]
-    start, path = [(s, p) for s, p in commitlog_files(root) if s <= phys][-1]
+    commitlog_offset = sorted(o for o, r in rows.items() if len(r["body"]) > 100)[len(rows) // 3]
+    start, path = [(s, p) for s, p in commitlog_files(root) if s <= commitlog_offset][-1]
     with open(path, "r+b") as f:
-        f.seek(phys - start)
-        record = f.read(rows[phys]["size"])
-        f.seek(phys - start + record.index(rows[phys]["body"]) + 50)  # inside the body
+        f.seek(commitlog_offset - start)
+        record = f.read(rows[commitlog_offset]["size"])
+        f.seek(commitlog_offset - start + record.index(rows[commitlog_offset]["body"]) + 50)  # inside the body
         byte = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 0x40]))
-    return path, phys - start, phys
+    return path, commitlog_offset - start, commitlog_offset
 
 
 def test_a_damaged_body_fails_the_read_or_is_skipped(spark, store, tmp_path):
     bad = str(tmp_path / "bad")
     shutil.copytree(store, bad)
-    path, pos, phys = flip_body_byte(bad)
+    path, pos, commitlog_offset = flip_body_byte(bad)
     with pytest.raises(PythonException) as err:
         spark.read.format("mqfs").load(bad).count()
     line = cli.one_line(err.value)
-    assert f"damaged record at CommitLog offset {phys} ({path} at byte {pos}): checksum" in line
+    assert f"damaged record at CommitLog offset {commitlog_offset} ({path} at byte {pos}): checksum" in line
     skipped = spark.read.format("mqfs").option("damagedRecords", "skip").load(bad)
     assert skipped.count() == 2499
-    assert skipped.where(f"commitlog_offset = {phys}").count() == 0
+    assert skipped.where(f"commitlog_offset = {commitlog_offset}").count() == 0
     r = audit.run(spark, bad)
     assert r["problems"] == 1
-    assert any(f"CommitLog offset {phys}" in p and os.path.basename(path) in p for p in r["shown"])
+    assert any(f"CommitLog offset {commitlog_offset}" in p and os.path.basename(path) in p for p in r["shown"])
     assert audit.run(spark, store)["problems"] == 0
 
 
@@ -155,18 +155,18 @@ def test_a_flipped_header_field_fails_the_read(spark, store, tmp_path):
     bad = str(tmp_path / "qoff")
     shutil.copytree(store, bad)
     start, path = commitlog_files(bad)[0]
-    phys = sorted(o for o in expected_rows(bad) if o < start + (1 << 19))[-1]
+    commitlog_offset = sorted(o for o in expected_rows(bad) if o < start + (1 << 19))[-1]
     with open(path, "r+b") as f:
-        f.seek(phys - start + 27)  # the low byte of QUEUEOFFSET
+        f.seek(commitlog_offset - start + 27)  # the low byte of QUEUEOFFSET
         byte = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 0x01]))
     with pytest.raises(PythonException) as err:
         spark.read.format("mqfs").load(bad).count()
-    assert f"damaged record at CommitLog offset {phys}" in cli.one_line(err.value)
+    assert f"damaged record at CommitLog offset {commitlog_offset}" in cli.one_line(err.value)
     got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(bad))
     want = expected_rows(store)
-    del want[phys]
+    del want[commitlog_offset]
     assert got == want
 
 
@@ -174,16 +174,17 @@ def test_a_broken_header_fails_the_read_or_is_stepped_over(spark, store, tmp_pat
     bad = str(tmp_path / "hdr")
     shutil.copytree(store, bad)
     start, path = commitlog_files(bad)[0]
-    phys = sorted(o for o in expected_rows(bad) if o < start + (1 << 19))[-1]  # mid first file
+    commitlog_offset = sorted(o for o in expected_rows(bad) if o < start + (1 << 19))[-1]  # mid first file
     with open(path, "r+b") as f:
-        f.seek(phys - start + 4)
+        f.seek(commitlog_offset - start + 4)
         f.write(b"\0\0\0\0")  # MAGICCODE
     with pytest.raises(PythonException) as err:
         spark.read.format("mqfs").load(bad).count()
-    assert f"CommitLog offset {phys} ({path} at byte {phys - start}): broken record header" in cli.one_line(err.value)
+    at = f"CommitLog offset {commitlog_offset} ({path} at byte {commitlog_offset - start})"
+    assert f"{at}: broken record header" in cli.one_line(err.value)
     got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(bad))
     want = expected_rows(store)
-    del want[phys]
+    del want[commitlog_offset]
     assert got == want
 
 

@@ -109,7 +109,7 @@ def test_keys_split_by_a_roll_are_dispatched_again_exactly_once(tmp_path):
     assert [f.index_count for f in svc.files] == [4, 3]
     svc.files.pop().destroy()  # a crash lost the file after the roll
     run = dict(topics=["t", "t"], keys=[["c", "d", "e"], ["f"]],
-               phy_offsets=np.array([300, 400]), store_ts=np.array([1_700_000_000_002] * 2),
+               commitlog_offsets=np.array([300, 400]), store_ts=np.array([1_700_000_000_002] * 2),
                sys_flags=np.zeros(2, dtype=np.int64))
     svc.build_run(**run)
     svc.build_run(**run)

@@ -80,22 +80,22 @@ class Records:
         self.batchers: dict[int, FileBatcher] = {}
         self.checks = Checks(flavor, skip=True)
 
-    def rows(self, phys: np.ndarray, sizes: np.ndarray | None, f: Finding) -> dict[int, dict]:
+    def rows(self, commitlog_offset: np.ndarray, sizes: np.ndarray | None, f: Finding) -> dict[int, dict]:
         """offset -> decoded row, for offsets holding a whole record (of `sizes` when given);
         records that fail their checks count as `unreadable`, not as problems of `f`."""
         out: dict[int, dict] = {}
-        which = np.searchsorted(self.starts, phys, side="right") - 1
+        which = np.searchsorted(self.starts, commitlog_offset, side="right") - 1
         for i in np.unique(which):
             sel = np.flatnonzero(which == i)
             if i < 0:
                 for k in sel:
-                    f.bad(f"offset {phys[k]} is below the CommitLog")
+                    f.bad(f"offset {commitlog_offset[k]} is below the CommitLog")
                 continue
             file_from, path = self.files[i]
             b = self.batchers.get(i)
             if b is None:
                 b = self.batchers[i] = FileBatcher(map_readonly(path), file_from, self.checks)
-            pos = phys[sel] - file_from
+            pos = commitlog_offset[sel] - file_from
             inside = pos + 8 <= len(b.arr)
             ok = np.zeros(len(sel), bool)
             total = np.zeros(len(sel), np.int64)
@@ -107,7 +107,7 @@ class Records:
             if sizes is not None:
                 ok &= total == sizes[sel]
             for k in sel[~ok]:
-                f.bad(f"offset {phys[k]} holds no whole record" +
+                f.bad(f"offset {commitlog_offset[k]} holds no whole record" +
                       ("" if sizes is None else f" of {sizes[k]} bytes"))
             if ok.any():
                 before = len(self.checks.skipped)
@@ -144,8 +144,9 @@ def check_commitlog(layout: StoreLayout, part: RangePartition) -> Finding:
     checks = Checks(layout.checked_flavor, part.path, skip=True)
     f.checked = sum(b.num_rows for b in read_range(part, checks, frozenset({"commitlog_offset"})))
     f.checked += len(checks.skipped)
-    for phys, reason in checks.skipped:
-        f.bad(f"damaged record at CommitLog offset {phys} (byte {phys - part.file_from}): {reason}")
+    for commitlog_offset, reason in checks.skipped:
+        f.bad(f"damaged record at CommitLog offset {commitlog_offset} "
+              f"(byte {commitlog_offset - part.file_from}): {reason}")
     return f
 
 
@@ -168,9 +169,9 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     qoffs, units = reader.read(0, 1 << 62)
     f.checked = len(units)
     f.present = _runs(qoffs)
-    phys = units["offset"].astype(np.int64)
-    rows = Records(layout.root, layout.checked_flavor).rows(phys, units["size"].astype(np.int64), f)
-    for qo, off, tags_code in zip(qoffs.tolist(), phys.tolist(), units["tags"].astype(np.int64).tolist()):
+    commitlog_offset = units["offset"].astype(np.int64)
+    rows = Records(layout.root, layout.checked_flavor).rows(commitlog_offset, units["size"].astype(np.int64), f)
+    for qo, off, tags_code in zip(qoffs.tolist(), commitlog_offset.tolist(), units["tags"].astype(np.int64).tolist()):
         r = rows.get(off)
         if r is None:
             continue
@@ -190,7 +191,7 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
     e = view.entries
     n = len(e)
     f.checked = n
-    hashes, phys = e["hash"].astype(np.int64), e["phy"].astype(np.int64)
+    hashes, commitlog_offset = e["hash"].astype(np.int64), e["phy"].astype(np.int64)
     diffs, prev = e["diff"].astype(np.int64), e["prev"].astype(np.int64)
     idx = np.arange(1, n + 1)
     slot = hashes % layout.index_slots
@@ -203,10 +204,10 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
     newest[slot] = idx  # later entries overwrite earlier ones: the newest per slot remains
     for s in np.flatnonzero(newest != view.slots):
         f.bad(f"slot {s} heads entry {view.slots[s]}, its newest entry is {newest[s]}")
-    rows = Records(layout.root, layout.checked_flavor).rows(phys, None, f)
+    rows = Records(layout.root, layout.checked_flavor).rows(commitlog_offset, None, f)
     begin = int(view.header["begin_ts"])
     for k in range(n):
-        r = rows.get(int(phys[k]))
+        r = rows.get(int(commitlog_offset[k]))
         if r is None:
             continue
         keys = list(r["keys"])
@@ -214,7 +215,7 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
         if uniq:
             keys.append(uniq)
         if int(hashes[k]) not in {flavor.key_hash(build_key(r["topic"], key)) for key in keys}:
-            f.bad(f"entry {k + 1} hash {hashes[k]} matches no key of the record at {phys[k]}")
+            f.bad(f"entry {k + 1} hash {hashes[k]} matches no key of the record at {commitlog_offset[k]}")
         ts = int(r["store_timestamp"].timestamp() * 1000)
         if k > 0 and begin > 0 and diffs[k] != min(max((ts - begin) // 1000, 0), 0x7FFFFFFF):
             f.bad(f"entry {k + 1} timeDiff {diffs[k]} s does not match store time {ts}")

@@ -49,8 +49,8 @@ def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
     def write_index(rows) -> list[tuple[int, int]]:
         writer = IndexWriter(layout, out)
         try:
-            for phys, topic, ts, sys_flag, ks, uniq in rows:
-                writer.add(topic, list(ks), uniq, phys, ts, sys_flag)
+            for commitlog_offset, topic, ts, sys_flag, ks, uniq in rows:
+                writer.add(topic, list(ks), uniq, commitlog_offset, ts, sys_flag)
         finally:
             writer.close()
         return [(writer.keys, writer.last_store_ts)]
