@@ -36,7 +36,7 @@ from .lock import StoreLock
 from .manifest import inspect, is_store, write_manifest
 from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
-from .recovery import RecoveryReport, grew_after_checkpoint, open_read_only, recover
+from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .retention import Retention, record_min_offset
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class MessageStore:
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
                                   read_only=True)
         self.index.load(True, 0)
-        self.recovery = open_read_only(self, crashed=not last_exit_ok)
+        self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
         cfg = self.config
@@ -160,6 +160,10 @@ class MessageStore:
         self._dispatched_ts = 0
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
 
+    def _parts(self) -> StoreParts:
+        return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
+                          self.index, self.checkpoint, self.dispatch, self.flush_logics)
+
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
         self._common_state()
@@ -167,7 +171,7 @@ class MessageStore:
                                    transient=cfg.transient_pool)
         self.commitlog.load()
         self._load_consume_queues()
-        if last_exit_ok and grew_after_checkpoint(self):
+        if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
             last_exit_ok = False
@@ -180,7 +184,7 @@ class MessageStore:
         crashed_before = os.path.exists(self.abort_path)
         if not crashed_before:
             self._write_abort()
-        self.recovery = recover(self, last_exit_ok, self._progress)
+        self.recovery = recover(self._parts(), last_exit_ok, self._progress)
         if crashed_before:
             self._write_abort()
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head

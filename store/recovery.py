@@ -27,6 +27,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -39,9 +40,32 @@ from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .mapped_file import offset_to_name
 from .retention import recorded_min_offset
 
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint
+    from .commitlog import CommitLog
+    from .config import StoreConfig
+    from .flavor import Flavor
+    from .index_service import IndexService
+
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+@dataclass
+class StoreParts:
+    """What recovery works on, named: an opening store's files and the two steps it calls
+    back (dispatch a run of records into ConsumeQueues and IndexFiles; flush those)."""
+
+    root: str
+    config: StoreConfig
+    flavor: Flavor
+    commitlog: CommitLog
+    consume_queues: dict[tuple[str, int], ConsumeQueue]
+    index: IndexService
+    checkpoint: Checkpoint
+    dispatch: Callable[[RecordRun], None]
+    flush_logics: Callable[[], None]
 
 
 @dataclass
@@ -130,7 +154,7 @@ def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
     return msg, None
 
 
-def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
+def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
              progress: Progress | None, checked: tuple[int, int] = (0, 0)
              ) -> tuple[int, int, str | None]:
     """Walk records from `start` (a file start); dispatch those at or after dispatch_from.
@@ -142,8 +166,8 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
     Records are checked a run at a time with numpy (the fixed fields gathered in bulk, one
     checksum call each); the first record a run check rejects, and the place the walk stopped,
     are checked by `_step` with decode(), which decides and says why."""
-    commitlog = store.commitlog
-    flavor = store.flavor if check_crc else None
+    commitlog = parts.commitlog
+    flavor = parts.flavor if check_crc else None
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
     total = sum(mf.file_size for mf in files)
     done = 0
@@ -160,7 +184,7 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
             pos, run, more = _check_run(buf, u8, pos, size_limit, base, flavor, dispatch_from,
                                         checked)
             if run is not None:
-                store.dispatch(run)
+                parts.dispatch(run)
                 dispatched += len(run)
             if more:
                 continue
@@ -168,7 +192,7 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
             if msg is None:
                 break
             if base + pos >= dispatch_from:
-                store.dispatch(RecordRun.of(msg))
+                parts.dispatch(RecordRun.of(msg))
                 dispatched += 1
             pos += msg.total_size
         end = base + pos
@@ -186,19 +210,19 @@ def scan_end(store, start: int, dispatch_from: int, check_crc: bool,
     return end, dispatched, None
 
 
-def _start_file(store, offset: int) -> int:
+def _start_file(parts: StoreParts, offset: int) -> int:
     """Start offset of the file holding `offset` (or the first file)."""
-    q = store.commitlog.queue
+    q = parts.commitlog.queue
     mf = q.find(offset)
     if mf is None:
         return q.min_offset
     return mf.file_from_offset
 
 
-def _valid_record_in(store, lo: int, hi: int) -> int | None:
+def _valid_record_in(parts: StoreParts, lo: int, hi: int) -> int | None:
     """Offset of a whole record that checks out (position field included) starting in
     (lo, hi), or None: what tells damage in the middle of the log from a torn tail."""
-    for mf in store.commitlog.queue.files:
+    for mf in parts.commitlog.queue.files:
         a = max(lo + 1, mf.file_from_offset) - mf.file_from_offset
         b = min(hi, mf.file_from_offset + mf.file_size) - mf.file_from_offset
         if a >= b:
@@ -209,7 +233,7 @@ def _valid_record_in(store, lo: int, hi: int) -> int | None:
             while pos >= 0:
                 start = pos - layout.MAGIC_POS
                 try:
-                    msg = codec.decode(buf, start, store.flavor)
+                    msg = codec.decode(buf, start, parts.flavor)
                     if msg.commitlog_offset == mf.file_from_offset + start:
                         return msg.commitlog_offset
                 except CodecError:
@@ -218,18 +242,18 @@ def _valid_record_in(store, lo: int, hi: int) -> int | None:
     return None
 
 
-def _file_name_at(store, offset: int) -> str:
-    mf = store.commitlog.queue.find(offset)
+def _file_name_at(parts: StoreParts, offset: int) -> str:
+    mf = parts.commitlog.queue.find(offset)
     return os.path.basename(mf.path) if mf is not None else f"(no file holds offset {offset})"
 
 
-def check_files(store) -> None:
+def check_files(parts: StoreParts) -> None:
     """Refuse to open when a CommitLog file is missing: a gap between files, or the oldest
     file gone while retention never deleted it (config/retention.json says where the log
     starts)."""
-    files = store.commitlog.queue.files
-    size = store.config.commitlog_file_size
-    fix = (f"nothing was changed: restore the file, or run `mqfs repair {store.root}` to "
+    files = parts.commitlog.queue.files
+    size = parts.config.commitlog_file_size
+    fix = (f"nothing was changed: restore the file, or run `mqfs repair {parts.root}` to "
            "accept the loss")
     for before, after in zip(files, files[1:]):
         if after.file_from_offset != before.file_from_offset + size:
@@ -242,12 +266,12 @@ def check_files(store) -> None:
         if mf.file_from_offset % size:
             raise CorruptionError(f"CommitLog file {os.path.basename(mf.path)} is not named by a "
                                   f"multiple of the file size {size}; nothing was changed")
-    recorded = recorded_min_offset(store.root)
+    recorded = recorded_min_offset(parts.root)
     if files and recorded is not None and files[0].file_from_offset > recorded:
         raise CorruptionError(
             f"CommitLog file {offset_to_name(recorded)} is missing: the log starts at "
             f"{files[0].file_from_offset}, but retention only deleted up to {recorded}; {fix}")
-    flushed = store.checkpoint.commitlog_flushed_offset
+    flushed = parts.checkpoint.commitlog_flushed_offset
     ends = files[-1].file_from_offset + size if files else 0
     if flushed > ends and (files or recorded is not None):
         raise CorruptionError(
@@ -255,14 +279,14 @@ def check_files(store) -> None:
             f"flushed: the newest CommitLog file(s) are missing; {fix}")
 
 
-def _damaged_queues(store) -> list[tuple[ConsumeQueue, int, bool]]:
+def _damaged_queues(parts: StoreParts) -> list[tuple[ConsumeQueue, int, bool]]:
     """Check every ConsumeQueue unit against the record it points at (numpy, per file):
     (queue, first bad queue offset, True when a good unit follows it) for each queue with
     a bad unit. Changes nothing on disk."""
-    commitlog = store.commitlog
+    commitlog = parts.commitlog
     lowest = commitlog.queue.min_offset
     found = []
-    for cq in list(store.consume_queues.values()):
+    for cq in list(parts.consume_queues.values()):
         first = cq.min_offset
         units = cq.entries(first, cq.max_offset - first)
         if not len(units):
@@ -281,20 +305,20 @@ def _damaged_queues(store) -> list[tuple[ConsumeQueue, int, bool]]:
     return found
 
 
-def _mend_queues(store, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_from: int,
+def _mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_from: int,
                  report: RecoveryReport) -> int:
     """A bad tail is cut and dispatched again; a bad unit with good ones after it means the
     queue file was damaged: its files go to quarantine/ and the queue is rebuilt from the
     CommitLog (queue offsets come from the records, so none is lost or reused). Returns the
     new dispatch_from."""
-    lowest = store.commitlog.queue.min_offset
+    lowest = parts.commitlog.queue.min_offset
     for cq, bad, good_after in damaged:
         if not good_after:
             if bad < cq.max_offset:  # (a crash's ConsumeQueue tail may be cut already)
                 cq.cut_tail(bad)
             dispatch_from = max(min(dispatch_from, cq.max_physic_offset), lowest)
             continue
-        report.quarantined += cq.move_to_quarantine(store.root)
+        report.quarantined += cq.move_to_quarantine(parts.root)
         note = (f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its "
                 f"record; rebuilt the queue from the CommitLog (old files in quarantine/)")
         log.warning("recovery: %s", note)
@@ -303,99 +327,101 @@ def _mend_queues(store, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_
     return dispatch_from
 
 
-def _refusal(store, end: int, flushed: int, reason: str | None) -> str | None:
+def _refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> str | None:
     """Why the CommitLog may not be cut at `end`: it may cut only a torn tail, bytes after
     the offset the checkpoint says were flushed (or, with no such offset, after which no
     valid record follows)."""
-    name = _file_name_at(store, end)
+    name = _file_name_at(parts, end)
     what = reason or "no record"
-    tail = (f"run `mqfs verify {store.root}` to see the damage and `mqfs repair {store.root}` "
+    tail = (f"run `mqfs verify {parts.root}` to see the damage and `mqfs repair {parts.root}` "
             "to salvage")
     if end < flushed:
         return (f"damaged record at CommitLog offset {end} (file {name}) inside flushed data "
                 f"(flushed up to {flushed}): {what}; nothing was changed: {tail}")
     if flushed == 0:
-        files = store.commitlog.queue.files
-        found = _valid_record_in(store, end, files[-1].file_from_offset + files[-1].file_size)
+        files = parts.commitlog.queue.files
+        found = _valid_record_in(parts, end, files[-1].file_from_offset + files[-1].file_size)
         if found is not None:
             return (f"damaged record at CommitLog offset {end} (file {name}): {what}, and a "
                     f"valid record follows at {found}; nothing was changed: {tail}")
     return None
 
 
-def _quarantine_tail(store, end: int) -> list[str]:
+def _quarantine_tail(parts: StoreParts, end: int) -> list[str]:
     """Copy every non-zero byte the cut at `end` takes away into quarantine/."""
     saved = []
-    for mf in store.commitlog.queue.files:
+    for mf in parts.commitlog.queue.files:
         lo = max(end - mf.file_from_offset, 0)
         if lo >= mf.file_size:
             continue
         last = salvage.data_end(mf.buffer(), lo, mf.file_size)
         if last > lo:
             name = f"commitlog-{offset_to_name(mf.file_from_offset + lo)}-torn-tail"
-            saved.append(quarantine.save_bytes(store.root, name, mf.buffer()[lo:last]))
+            saved.append(quarantine.save_bytes(parts.root, name, mf.buffer()[lo:last]))
     return saved
 
 
-def grew_after_checkpoint(store) -> bool:
+def grew_after_checkpoint(commitlog: CommitLog, checkpoint: Checkpoint) -> bool:
     """A clean close leaves the checkpoint's flushed offset at the very end of the CommitLog,
     followed by zeros (never written, or zeroed by recovery). Anything else there means the log
     was written after the last checkpoint: the exit was not clean, whatever the missing
     `abort` file says."""
-    flushed = store.checkpoint.commitlog_flushed_offset
-    mf = store.commitlog.queue.find(flushed) if flushed > 0 else None
+    flushed = checkpoint.commitlog_flushed_offset
+    mf = commitlog.queue.find(flushed) if flushed > 0 else None
     if mf is None or mf.file_size - (flushed - mf.file_from_offset) < 8:
         return False
     pos = flushed - mf.file_from_offset
     return mf.buffer()[pos : pos + 8] != bytes(8)
 
 
-def open_read_only(store, crashed: bool) -> RecoveryReport:
+def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
     """A read-only open: find the ends in memory, write nothing. Damage inside flushed data
     does not stop it (reads of damaged records fail, every intact one is served); after a
     crash, what a read-write open would do is reported, and records no ConsumeQueue holds
     yet are not shown."""
     report = RecoveryReport(crashed, 0, 0)
-    for cq in store.consume_queues.values():
+    for cq in parts.consume_queues.values():
         cq.recover()
-    queue = store.commitlog.queue
+    queue = parts.commitlog.queue
     if not queue.files:
         return report
-    flushed = store.checkpoint.commitlog_flushed_offset
+    flushed = parts.checkpoint.commitlog_flushed_offset
     last_start = queue.files[-1].file_from_offset
-    start = _start_file(store, min(last_start, flushed or last_start))
-    end, _, reason = scan_end(store, start, 1 << 63, store.config.check_crc_on_recover, None)
+    start = _start_file(parts, min(last_start, flushed or last_start))
+    end, _, reason = scan_end(parts, start, 1 << 63, parts.config.check_crc_on_recover, None)
     if end < flushed:
-        report.corruption = _refusal(store, end, flushed, reason)
+        report.corruption = _refusal(parts, end, flushed, reason)
         end = min(flushed, queue.max_offset)
     elif reason is not None and crashed:
         report.notes.append(f"a read-write open would cut a torn tail at CommitLog offset {end} "
                             f"({reason}), keeping a copy in quarantine/")
     if crashed:
-        lowest = min((cq.max_physic_offset for cq in store.consume_queues.values()), default=end)
+        lowest = min((cq.max_physic_offset for cq in parts.consume_queues.values()), default=end)
         if lowest < end:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    damaged = {(cq.topic, cq.queue_id) for cq, _, _ in _damaged_queues(store)}
-    for key, cq in store.consume_queues.items():
+    damaged = {(cq.topic, cq.queue_id) for cq, _, _ in _damaged_queues(parts)}
+    for key, cq in parts.consume_queues.items():
         if key not in damaged:
             cq.truncate_from_physical(end)
     if damaged:
-        for key, rebuilt in _queues_from_log(store, damaged).items():
-            store.consume_queues[key].close()
-            store.consume_queues[key] = rebuilt
+        for key, rebuilt in _queues_from_log(parts, damaged).items():
+            parts.consume_queues[key].close()
+            # the one place a RebuiltQueue stands in for a ConsumeQueue: a read-only store
+            # only reads (the QueueView half), and never writes, flushes or recovers it
+            parts.consume_queues[key] = rebuilt  # type: ignore[assignment]
             report.notes.append(f"ConsumeQueue {key[0]}/{key[1]} is damaged: served from the "
                                 "CommitLog; a read-write open rebuilds it")
     report.end_offset = end
     return report
 
 
-def _queues_from_log(store, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
+def _queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
-    tags_code = store.flavor.tags_code
-    for item in salvage.walk(store.commitlog.queue.files, store.flavor, store.commitlog.file_size):
+    tags_code = parts.flavor.tags_code
+    for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
         if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
             continue
         if layout.in_queue(item.sys_flag):
@@ -404,33 +430,33 @@ def _queues_from_log(store, keys: set[tuple[str, int]]) -> dict[tuple[str, int],
     return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}
 
 
-def _rebuild_what_went_missing(store) -> bool:
+def _rebuild_what_went_missing(parts: StoreParts) -> bool:
     """After a clean close, files deleted since are found by the state the close left: the
     queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
     whole CommitLog. True when something must be dispatched again."""
-    short, index_lost = dispatch_state.lost_since_close(store.root, store.consume_queues,
-                                                        store.index.files)
+    short, index_lost = dispatch_state.lost_since_close(parts.root, parts.consume_queues,
+                                                        parts.index.files)
     for topic, qid in short:
         log.warning("recovery: ConsumeQueue %s/%d lost entries since the last close; rebuilding",
                     topic, qid)
-        cq = store.consume_queues.get((topic, qid))
+        cq = parts.consume_queues.get((topic, qid))
         if cq is not None:
-            cq.move_to_quarantine(store.root)
+            cq.move_to_quarantine(parts.root)
     if index_lost:
         log.warning("recovery: IndexFiles went missing since the last close; rebuilding them")
-        store.index.destroy_all()
+        parts.index.destroy_all()
     return bool(short) or index_lost
 
 
-def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryReport:
+def recover(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> RecoveryReport:
     """Recover a read-write open. Everything that would refuse is decided before anything
     in the CommitLog changes; the only bytes it may cut are a torn tail (see `_refusal`),
     copied into quarantine/ first."""
-    commitlog = store.commitlog
+    commitlog = parts.commitlog
     queue = commitlog.queue
-    cp = store.checkpoint
-    check_files(store)
-    cqs = list(store.consume_queues.values())
+    cp = parts.checkpoint
+    check_files(parts)
+    cqs = list(parts.consume_queues.values())
     for cq in cqs:
         cq.recover()
     report = RecoveryReport(not last_exit_ok, 0, 0)
@@ -445,13 +471,13 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
             cq.max_physic_offset = 0
         return report
 
-    check = store.config.check_crc_on_recover
+    check = parts.config.check_crc_on_recover
     flushed = cp.commitlog_flushed_offset
     # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there.
     # The check covers every record a damaged queue will be dispatched again from.
-    altered = set(dispatch_state.altered_since_close(store.root, store.consume_queues))
-    damaged = [d for d in _damaged_queues(store) if (d[0].topic, d[0].queue_id) not in altered]
-    damaged += [(store.consume_queues[key], store.consume_queues[key].min_offset, True)
+    altered = set(dispatch_state.altered_since_close(parts.root, parts.consume_queues))
+    damaged = [d for d in _damaged_queues(parts) if (d[0].topic, d[0].queue_id) not in altered]
+    damaged += [(parts.consume_queues[key], parts.consume_queues[key].min_offset, True)
                 for key in sorted(altered)]
     last_start = queue.files[-1].file_from_offset
     if last_exit_ok:
@@ -461,42 +487,42 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
     for cq, bad, good_after in damaged:
         before = cq.entry(bad - 1) if not good_after and bad > cq.min_offset else None
         probe_from = min(probe_from, before[0] + before[1] if before else queue.min_offset)
-    probe_from = _start_file(store, max(probe_from, queue.min_offset))
-    end, _, reason = scan_end(store, probe_from, 1 << 63, check, None)
+    probe_from = _start_file(parts, max(probe_from, queue.min_offset))
+    end, _, reason = scan_end(parts, probe_from, 1 << 63, check, None)
     if reason is not None or end < flushed:
-        refusal = _refusal(store, end, flushed, reason)
+        refusal = _refusal(parts, end, flushed, reason)
         if refusal is not None:
             raise CorruptionError(refusal)
 
     # 2. act: ConsumeQueues and IndexFiles to match the log, the torn tail cut
     if last_exit_ok:
         dispatch_from = max(max((cq.max_physic_offset for cq in cqs), default=0), queue.min_offset)
-        if _rebuild_what_went_missing(store):
+        if _rebuild_what_went_missing(parts):
             dispatch_from = queue.min_offset
     else:
-        index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
+        index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
         dispatch_from = max(min(cp.cq_flushed_offset, index_from), queue.min_offset)
         for cq in cqs:
             cq.truncate_from_physical(dispatch_from)
-    dispatch_from = _mend_queues(store, damaged, dispatch_from, report)
-    if store.index.lost_files:
-        index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
+    dispatch_from = _mend_queues(parts, damaged, dispatch_from, report)
+    if parts.index.lost_files:
+        index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
         dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
-    scan_from = _start_file(store, min(dispatch_from, probe_from))
+    scan_from = _start_file(parts, min(dispatch_from, probe_from))
     # the CommitLog is unchanged since step 1 checked [probe_from, end): not again
-    end2, dispatched, reason2 = scan_end(store, scan_from, dispatch_from, check, progress,
+    end2, dispatched, reason2 = scan_end(parts, scan_from, dispatch_from, check, progress,
                                          (probe_from, end))
     if end2 < end:  # damage in a file older than the ones checked above
-        raise CorruptionError(_refusal(store, end2, end, reason2))
-    holed = [cq for cq in store.consume_queues.values() if cq.hole]
+        raise CorruptionError(_refusal(parts, end2, end, reason2))
+    holed = [cq for cq in parts.consume_queues.values() if cq.hole]
     if holed:  # a queue lost entries below dispatch_from: dispatch again from its end
         refill_from = max(min(cq.max_physic_offset for cq in holed), queue.min_offset)
         for cq in holed:
             cq.hole = False
-        dispatched += scan_end(store, _start_file(store, refill_from), refill_from, check, None)[1]
+        dispatched += scan_end(parts, _start_file(parts, refill_from), refill_from, check, None)[1]
     report.end_offset, report.dispatched = end, dispatched
     if reason is not None:
-        report.quarantined += _quarantine_tail(store, end)
+        report.quarantined += _quarantine_tail(parts, end)
         if report.quarantined:
             note = (f"cut a torn tail at CommitLog offset {end} ({reason}); the bytes are in "
                     f"{', '.join(report.quarantined)}")
@@ -506,14 +532,14 @@ def recover(store, last_exit_ok: bool, progress: Progress | None) -> RecoveryRep
             log.info("recovery: CommitLog ends at %d (%s)", end, reason)
 
     crash_point("recovery.truncate")
-    for cq in store.consume_queues.values():
+    for cq in parts.consume_queues.values():
         cq.truncate_from_physical(end)
-    index_cut = store.index.truncate_from_physical(end)
+    index_cut = parts.index.truncate_from_physical(end)
     queue.truncate_dirty(end)
     if index_cut:  # whole IndexFiles reaching past the end went: index their records again
-        index_from = store.index.end_phy_offset if store.index.files else queue.min_offset
-        report.dispatched += scan_end(store, _start_file(store, index_from), index_from,
+        index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
+        report.dispatched += scan_end(parts, _start_file(parts, index_from), index_from,
                                       check, None)[1]
     if not last_exit_ok or reason is not None or report.notes:
-        store.flush_logics()
+        parts.flush_logics()
     return report
