@@ -64,6 +64,8 @@ QUEUE_FIXED = 7  # ".", "..", append, append.jsonl, tmp, at, tags precede the of
 # `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
 TAG_FIXED = 2  # ".", ".." precede the offsets in tags/<tag>/
 TAG_SCAN = 1 << 16  # ConsumeQueue units compared per step of a tags/<tag>/ search
+SEARCHED_DIR_TIMEOUT = 1.0  # seconds the kernel may keep keys/<key> and tags/<tag> entries
+TAG_FIRST_SCAN = 64  # ... and in the first step of the search for whether a tag exists
 READDIR_BATCH = 128
 ATTR_CACHE_SIZE = 65_536
 BODY_CACHE_BYTES = 64 << 20  # bodies kept from lookup for the open that usually follows
@@ -378,13 +380,17 @@ class Model:
         return attr
 
     def _first_tagged(self, topic: str, queue: int, tag: str) -> bool:
-        """Whether any message of the queue carries the tag."""
+        """Whether any message of the queue carries the tag. Asked at every path walk through
+        tags/<tag> (`ls -l` asks three times per entry), so the scan starts small and grows:
+        a tag seen early in the queue costs a few units, not a whole scan step."""
         offset, end = self.store.min_offset(topic, queue), self.store.max_offset(topic, queue)
+        step = TAG_FIRST_SCAN
         while offset < end:
-            if self.store.get_range(topic, queue, offset, TAG_SCAN, tags=[tag], skip_damaged=True,
+            if self.store.get_range(topic, queue, offset, step, tags=[tag], skip_damaged=True,
                                     limit=1):
                 return True
-            offset += TAG_SCAN
+            offset += step
+            step = min(step * 8, TAG_SCAN)
         return False
 
     def _tag_link_attr(self, node: Node, name: bytes) -> Attr:
@@ -495,7 +501,11 @@ class Model:
         if kind in DIR_KINDS:
             mode = stat.S_IFDIR | ((0o777 if kind in WRITABLE_DIRS else 0o555) & ~umask)
             if kind in (KEYDIR, TAGDIR):
-                return Attr(node.ino, mode, 0, self.started_ns, 2, 0.0, 0.0)
+                # whether the key or tag exists is looked up again after a second (retention
+                # may remove its last message); a walk through it (`ls -l`: three per entry)
+                # must not search the index every time. Listings are never cached.
+                return Attr(node.ino, mode, 0, self.started_ns, 2, SEARCHED_DIR_TIMEOUT,
+                            SEARCHED_DIR_TIMEOUT)
             if kind in (TOPICS, TOPIC, QUEUE):
                 return Attr(node.ino, mode, 0, self.dir_mtime(node), 2)
             return Attr(node.ino, mode, 0, self.started_ns, 2)
