@@ -937,7 +937,12 @@ class Model:
         return {}
 
     def xattr(self, ino: int, name: bytes) -> bytes:
-        value = self.xattrs(ino).get(name) if name.startswith(b"user.") else None
+        if not name.startswith(b"user."):
+            value = None
+        elif ino & MSG_BIT and not ino & LINK_BIT:
+            value = message_xattr(self.message(ino), name)
+        else:
+            value = self.xattrs(ino).get(name)
         if value is None:
             raise FsError(errno.ENODATA)
         return value
@@ -954,24 +959,40 @@ def _parse_link_name(name: bytes) -> tuple[str, int, int]:
     return text_name(parts[0]), q, offset
 
 
-def message_xattrs(m: StoredMessage) -> dict[bytes, bytes]:
-    def host(h: tuple[str, int]) -> str:
-        return f"[{h[0]}]:{h[1]}" if ":" in h[0] else f"{h[0]}:{h[1]}"
+def _host(h: tuple[str, int]) -> str:
+    return f"[{h[0]}]:{h[1]}" if ":" in h[0] else f"{h[0]}:{h[1]}"
 
-    values = {
-        "msgid": m.msg_id, "topic": m.topic, "queue_id": m.queue_id,
-        "queue_offset": m.queue_offset, "commitlog_offset": m.commitlog_offset,
-        "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
-        "born_host": host(m.born_host), "store_host": host(m.store_host),
-        "flag": m.flag, "sys_flag": m.sys_flag, "reconsume_times": m.reconsume_times,
-        "record_size": m.total_size,
-        "properties": json.dumps(m.properties, sort_keys=True, ensure_ascii=False),
-    }
-    if m.keys:
-        values["keys"] = " ".join(m.keys)
-    if m.tags:
-        values["tags"] = m.tags
-    return {f"user.{k}".encode(): str(v).encode() for k, v in values.items()}
+
+# A message's attributes, each computed only when asked for (getxattr names one; the
+# properties' JSON costs more than all the others together). None: the message has none.
+MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
+    b"user.msgid": lambda m: m.msg_id,
+    b"user.topic": lambda m: m.topic,
+    b"user.queue_id": lambda m: m.queue_id,
+    b"user.queue_offset": lambda m: m.queue_offset,
+    b"user.commitlog_offset": lambda m: m.commitlog_offset,
+    b"user.born_timestamp": lambda m: m.born_timestamp,
+    b"user.store_timestamp": lambda m: m.store_timestamp,
+    b"user.born_host": lambda m: _host(m.born_host),
+    b"user.store_host": lambda m: _host(m.store_host),
+    b"user.flag": lambda m: m.flag,
+    b"user.sys_flag": lambda m: m.sys_flag,
+    b"user.reconsume_times": lambda m: m.reconsume_times,
+    b"user.record_size": lambda m: m.total_size,
+    b"user.properties": lambda m: json.dumps(m.properties, sort_keys=True, ensure_ascii=False),
+    b"user.keys": lambda m: " ".join(m.keys) or None,
+    b"user.tags": lambda m: m.tags or None,
+}
+
+
+def message_xattr(m: StoredMessage, name: bytes) -> bytes | None:
+    get = MESSAGE_XATTRS.get(name)
+    value = None if get is None else get(m)
+    return None if value is None else str(value).encode()
+
+
+def message_xattrs(m: StoredMessage) -> dict[bytes, bytes]:
+    return {name: value for name in MESSAGE_XATTRS if (value := message_xattr(m, name)) is not None}
 
 
 Entry = tuple[bytes, Attr, int]  # name, attributes, cookie of the next entry

@@ -183,8 +183,11 @@ def test_message_xattrs(model, store):
     assert x[b"user.store_timestamp"] == str(msg.store_timestamp).encode()
     assert x[b"user.born_timestamp"] == str(msg.born_timestamp).encode()
     assert json.loads(x[b"user.properties"])["p"] == "1"
+    assert len(x) == 16 and all(model.xattr(ino, name) == value for name, value in x.items())
     untagged = model.lookup(walk(model, "topics", "orders", "0"), b"0").ino
     assert errno_of(model.xattr, untagged, b"user.tags") == errno.ENODATA
+    assert b"user.tags" not in model.xattrs(untagged)
+    assert errno_of(model.xattr, ino, b"user.nothing") == errno.ENODATA
     assert errno_of(model.xattr, ino, b"security.capability") == errno.ENODATA
     assert int(model.xattr(ROOT_INO, b"user.mqfs.pid")) > 0
 
