@@ -101,9 +101,10 @@ def finish(layout: StoreLayout, out: str, queues: Iterable[tuple[str, int]],
     for topic, q in queues:
         table.ensure(topic, q, persist=False)
     table.persist()
-    # read-write, to find each queue's end as an open does (its files are allocated whole,
-    # and a read-only load counts the zeros after the last unit as entries)
-    cqs = {(t, q): ConsumeQueue(out, t, q, layout.consume_queue_units) for t, q in queues}
+    # a load alone counts the zero units of the preallocated file as entries: recover() finds
+    # the end as an open does (read-only, it only sets positions)
+    cqs = {(t, q): ConsumeQueue(out, t, q, layout.consume_queue_units, read_only=True)
+           for t, q in queues}
     indexes = [IndexFile(p, layout.index_slots, layout.index_entries, read_only=True)
                for p in index_files(out)]
     try:
