@@ -150,11 +150,7 @@ class CommitLog:
         mf = self.queue.find(offset)
         if mf is None:
             return -1
-        pos = offset - mf.file_from_offset
-        mm = mf.buffer()
-        sys_flag = struct.unpack_from(">i", mm, pos + layout.SYSFLAG_POS)[0]
-        return struct.unpack_from(">q", mm, pos + layout.store_timestamp_pos(
-            layout.born_host_len(sys_flag)))[0]
+        return layout.store_timestamp_at(mf.buffer(), offset - mf.file_from_offset)
 
     def iterate(self, start: int | None = None, end: int | None = None) -> Iterator[StoredMessage]:
         """Every message from `start` (a record boundary) up to `end`, crossing BLANKs.

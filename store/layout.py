@@ -10,6 +10,7 @@ that must agree with them (tests/test_layout.py proves it on random stores).
 from __future__ import annotations
 
 import ipaddress
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import TypeVar, overload
@@ -83,6 +84,13 @@ def store_host_len(sys_flag: Int) -> Int:
 
 def store_timestamp_pos(born_len: Int) -> Int:
     return BORN_HOST_POS + born_len
+
+
+def store_timestamp_at(buf: bytes | memoryview | mmap.mmap, pos: int) -> int:
+    """STORETIMESTAMP of the record at pos, read without decoding the rest of it."""
+    sys_flag = int.from_bytes(buf[pos + SYSFLAG_POS:pos + SYSFLAG_POS + 4], "big")
+    at = pos + store_timestamp_pos(born_host_len(sys_flag))
+    return int.from_bytes(buf[at:at + 8], "big", signed=True)
 
 
 def store_host_pos(born_len: Int) -> Int:

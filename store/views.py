@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codec import BORNHOST_V6_FLAG
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from .errors import StoreFormatError
 from .flavor import Flavor, flavor_named
 from .index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from .index_service import build_key as build_key  # published: the key an IndexFile hashes
+from .layout import MIN_RECORD_SIZE, store_timestamp_at
 from .manifest import is_store, read_manifest
 
 INDEX_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
@@ -193,19 +193,26 @@ def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
     return np.array(sorted(found), np.int64)
 
 
-def store_time_at(files: list[tuple[int, str]], commitlog_offset: int) -> int | None:
-    """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is there."""
-    starts = [s for s, _ in files]
-    i = int(np.searchsorted(starts, commitlog_offset, side="right")) - 1
-    if i < 0:
-        return None
-    mm = map_readonly(files[i][1])
-    pos = commitlog_offset - files[i][0]
-    if pos < 0 or pos + 96 > len(mm):
-        return None
-    sys_flag = int.from_bytes(mm[pos + 36:pos + 40], "big")
-    at = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8)  # a v6 born host is wider
-    return int.from_bytes(mm[at:at + 8], "big", signed=True)
+class StoreTimes:
+    """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is
+    there; each file is mapped once, however many records a search probes."""
+
+    def __init__(self, files: list[tuple[int, str]]):
+        self.files = files
+        self.starts = [s for s, _ in files]
+        self.maps: dict[int, mmap.mmap] = {}
+
+    def at(self, commitlog_offset: int) -> int | None:
+        i = int(np.searchsorted(self.starts, commitlog_offset, side="right")) - 1
+        if i < 0:
+            return None
+        mm = self.maps.get(i)
+        if mm is None:
+            mm = self.maps[i] = map_readonly(self.files[i][1])
+        pos = commitlog_offset - self.starts[i]
+        if pos + MIN_RECORD_SIZE > len(mm):
+            return None
+        return store_timestamp_at(mm, pos)
 
 
 def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int) -> int:
@@ -214,11 +221,11 @@ def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int) -
     reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     lo, hi = reader.bounds()
     offsets, units = reader.read(lo, hi)
-    files = commitlog_files(layout.root)
+    times = StoreTimes(commitlog_files(layout.root))
     a, b = 0, len(units)
     while a < b:
         mid = (a + b) // 2
-        t = store_time_at(files, int(units["offset"][mid]))
+        t = times.at(int(units["offset"][mid]))
         if t is not None and t >= ts_ms:
             b = mid
         else:
