@@ -23,10 +23,10 @@ from datetime import datetime
 import numpy as np
 
 from . import quarantine
-from .codec import TRANSACTION_MASK, TRANSACTION_ROLLBACK
 from .crash_points import crash_point
 from .flavor import Flavor
 from .index_file import IndexFile, index_file_size
+from .layout import indexed
 from .mapped_file import MappedFile, fsync_dir
 
 RESERVE = "index.reserve"
@@ -169,7 +169,7 @@ class IndexService:
               sys_flag: int) -> None:
         """Index a message's keys (UNIQ_KEY and KEYS tokens); skip ROLLBACK records and
         records below the newest file's end (idempotent re-dispatch)."""
-        if not keys or (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+        if not keys or not indexed(sys_flag):
             return
         with self.lock:
             last = self.files[-1] if self.files else None
@@ -189,7 +189,7 @@ class IndexService:
         """build() for records in CommitLog order, the entries put in bulk. Offsets grow, so
         only the records below the newest file's end at the start are skipped, and the keys
         of the record at that end that are in already."""
-        rollback = ((sys_flags & TRANSACTION_MASK) == TRANSACTION_ROLLBACK).tolist()
+        rollback = (~indexed(sys_flags)).tolist()
         key_hash = self.flavor.key_hash
         with self.lock:
             last = self.files[-1] if self.files else None
