@@ -28,6 +28,7 @@ from itertools import islice
 from store import Message, MessageStore, PutResult, StoredMessage
 from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 from store.errors import InvalidMessage, NotFound, StoreError
+from store.layout import host_text
 from store.metadata import validate_group
 from store.staging import Staging
 
@@ -959,10 +960,6 @@ def _parse_link_name(name: bytes) -> tuple[str, int, int]:
     return text_name(parts[0]), q, offset
 
 
-def _host(h: tuple[str, int]) -> str:
-    return f"[{h[0]}]:{h[1]}" if ":" in h[0] else f"{h[0]}:{h[1]}"
-
-
 # A message's attributes, each computed only when asked for (getxattr names one; the
 # properties' JSON costs more than all the others together). None: the message has none.
 MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
@@ -973,8 +970,8 @@ MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
     b"user.commitlog_offset": lambda m: m.commitlog_offset,
     b"user.born_timestamp": lambda m: m.born_timestamp,
     b"user.store_timestamp": lambda m: m.store_timestamp,
-    b"user.born_host": lambda m: _host(m.born_host),
-    b"user.store_host": lambda m: _host(m.store_host),
+    b"user.born_host": lambda m: host_text(*m.born_host),
+    b"user.store_host": lambda m: host_text(*m.store_host),
     b"user.flag": lambda m: m.flag,
     b"user.sys_flag": lambda m: m.sys_flag,
     b"user.reconsume_times": lambda m: m.reconsume_times,
@@ -1039,7 +1036,7 @@ class SnapshotListing(Listing):
         self.model = model
         self.names = [(b".", node.ino), (b"..", node.parent), *children]
 
-    def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
+    def entries(self, start: int) -> Iterator[Entry]:
         for i in range(start, len(self.names)):
             name, ino = self.names[i]
             try:
@@ -1064,7 +1061,7 @@ class QueueListing(Listing):
                       (AT_NAME, model._child_file(node, AT, "at").ino),
                       (TAGS_NAME, model._child_file(node, TAGS, "tags").ino)]
 
-    def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
+    def entries(self, start: int) -> Iterator[Entry]:
         model, node = self.model, self.node
         for i in range(start, QUEUE_FIXED):
             name, ino = self.fixed[i]
@@ -1095,7 +1092,7 @@ class TagListing(Listing):
         self.model = model
         self.node = node
 
-    def entries(self, start: int) -> Iterator[tuple[bytes, Attr, int]]:
+    def entries(self, start: int) -> Iterator[Entry]:
         model, node = self.model, self.node
         for i, ino in enumerate((node.ino, node.parent)):
             if i >= start:

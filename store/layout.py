@@ -138,10 +138,14 @@ def decode_host(raw: bytes) -> tuple[str, int]:
     return str(ipaddress.ip_address(raw[:-4])), int.from_bytes(raw[-4:], "big", signed=True)
 
 
-def format_host(raw: bytes) -> str:
+def host_text(host: str, port: int) -> str:
     """'1.2.3.4:10911' or '[::1]:10911', as RocketMQ prints a socket address."""
-    host, port = decode_host(raw)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def format_host(raw: bytes) -> str:
+    """BORNHOST/STOREHOST bytes as `host_text`."""
+    return host_text(*decode_host(raw))
 
 
 # --- columnar reading --------------------------------------------------------------------------
