@@ -292,7 +292,8 @@ def _damaged_queues(parts: StoreParts) -> list[tuple[ConsumeQueue, int, bool]]:
         if not len(units):
             continue
         real = units["size"] != PRE_BLANK[1]
-        below = units["offset"] < lowest  # a head retention deleted the records of
+        # a head retention deleted the records of (a negative offset is no record's: damage)
+        below = (units["offset"] >= 0) & (units["offset"] < lowest)
         expired = int(np.argmin(below)) if not below.all() else len(units)
         real[:expired] = False
         ok = ~real

@@ -208,8 +208,8 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
         reachable = _reachable(f, raw)
         for idx in range(1, f.index_count):
             h, phy = int(raw[idx]["hash"]), int(raw[idx]["phy"])
-            if phy < min_commitlog_offset:
-                continue  # the record was deleted by retention
+            if 0 <= phy < min_commitlog_offset:
+                continue  # the record was deleted by retention (a negative offset is damage)
             checked += 1
             r = records.get(phy)
             if r is None:

@@ -16,3 +16,12 @@ pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 def test_damaged_store_is_refused_or_served_and_repaired(tmp_path, seed, kind):
     result = t5_case(str(tmp_path), seed, kind)
     assert result.ok, str(result)
+
+
+@pytest.mark.parametrize("seed, kind", [(90855, "cq-flip")])
+def test_campaign_finds_stay_fixed(tmp_path, seed, kind):
+    """Cases a campaign failed once. 90855: the sign bit of a queue's first unit flipped, and
+    the negative offset passed for a unit retention had expired, so the message was lost to
+    the read-only open instead of served from the CommitLog."""
+    result = t5_case(str(tmp_path), seed, kind)
+    assert result.ok, str(result)
