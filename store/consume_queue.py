@@ -16,7 +16,7 @@ import numpy as np
 import xxhash
 
 from . import quarantine
-from .crash_points import crash_point
+from .crash_points import ARMED, crash_point
 from .mapped_file_queue import MappedFileQueue
 
 UNIT_SIZE = 20
@@ -68,7 +68,25 @@ class ConsumeQueue:
             self.queue.last_file_for_append(self.queue.max_wrote_offset)
 
     def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """Append the unit for queue_offset. Idempotent: an entry already built is skipped."""
+        """Append the unit for queue_offset. Idempotent: an entry already built is skipped.
+        The common case (the next unit of a queue whose last file has room) is packed in
+        place at once; everything else goes through `_put`."""
+        files = self.queue.files
+        if files and commitlog_offset + size > self.max_physic_offset:
+            mf = files[-1]
+            pos = mf.wrote_position
+            if pos < mf.file_size and mf.file_from_offset + pos == queue_offset * UNIT_SIZE:
+                if ARMED:
+                    crash_point("cq.write")
+                _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
+                mf.wrote_position = pos + UNIT_SIZE
+                self.max_physic_offset = commitlog_offset + size
+                self.next_offset = queue_offset + 1
+                return True
+        return self._put(commitlog_offset, size, tags_code, queue_offset)
+
+    def _put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """put() for a first unit, a gap, a full file or an entry built already."""
         if commitlog_offset + size <= self.max_physic_offset:
             return True
         expect = queue_offset * UNIT_SIZE

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import xxhash
 
 _INT_MIN = -(1 << 31)
+CRC_MASK = 0x7FFFFFFF  # both flavors keep 31 bits of their checksums and key hashes
 
 
 def java_string_hash(text: str) -> int:
@@ -30,7 +31,7 @@ def java_string_hash(text: str) -> int:
 
 
 def _rocketmq_crc(body: bytes | memoryview) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return zlib.crc32(body) & CRC_MASK
 
 
 def _rocketmq_key_hash(key: str) -> int:
@@ -43,11 +44,11 @@ def _rocketmq_tags_code(tags: str) -> int:
 
 
 def _xx_crc(body: bytes | memoryview) -> int:
-    return xxhash.xxh32_intdigest(body) & 0x7FFFFFFF
+    return xxhash.xxh32_intdigest(body) & CRC_MASK
 
 
 def _xx_key_hash(key: str) -> int:
-    return xxhash.xxh32_intdigest(key.encode("utf-8")) & 0x7FFFFFFF
+    return xxhash.xxh32_intdigest(key.encode("utf-8")) & CRC_MASK
 
 
 def _xx_tags_code(tags: str) -> int:
@@ -65,6 +66,12 @@ class Flavor:
     body_crc: Callable[[bytes | memoryview], int]
     key_hash: Callable[[str], int]
     tags_code: Callable[[str], int]
+    # body_crc(b) == raw_crc(b) & CRC_MASK, with raw_crc a C function: batch paths map it
+    # over many buffers without a Python call each
+    raw_crc: Callable[[bytes | memoryview], int]
+    # key_hash(k) == raw_key_hash(k.encode()) & CRC_MASK when not None (xxhash); rocketmq's
+    # Java hash has no C function
+    raw_key_hash: Callable[[bytes], int] | None
     # every record carries a whole-record checksum (RocketMQ 5's `__CRC32#` trailer, computed
     # with body_crc): new mqfs stores; a store a broker wrote without enabledAppendPropCRC not
     record_crc: bool = False
@@ -73,8 +80,9 @@ class Flavor:
         return self if on == self.record_crc else replace(self, record_crc=on)
 
 
-ROCKETMQ = Flavor("rocketmq", _rocketmq_crc, _rocketmq_key_hash, _rocketmq_tags_code)
-XXHASH = Flavor("xxhash", _xx_crc, _xx_key_hash, _xx_tags_code)
+ROCKETMQ = Flavor("rocketmq", _rocketmq_crc, _rocketmq_key_hash, _rocketmq_tags_code, zlib.crc32, None)
+XXHASH = Flavor("xxhash", _xx_crc, _xx_key_hash, _xx_tags_code, xxhash.xxh32_intdigest,
+                xxhash.xxh32_intdigest)
 FLAVORS = {f.name: f for f in (ROCKETMQ, XXHASH)}
 
 

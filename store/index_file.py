@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from .crash_points import crash_point
+from .crash_points import ARMED, crash_point
 from .mapped_file import MappedFile
 
 HEADER_SIZE = 40
@@ -38,6 +38,7 @@ class IndexFile:
         self.slots = slots
         self.entries = entries
         self.mf = MappedFile(path, index_file_size(slots, entries), read_only=read_only)
+        self._entries_at = HEADER_SIZE + slots * SLOT_SIZE  # where entry 0 would be
         mm = self.mf.buffer()
         if self.mf.created or blank:
             # a new file starts from the previous file's end values (a RocketMQ quirk)
@@ -94,27 +95,26 @@ class IndexFile:
 
     def put_key(self, key_hash: int, commitlog_offset: int, store_timestamp: int) -> bool:
         """Add one entry; False when the file is full (the caller rolls to a new file)."""
-        if self.index_count >= self.entries:
+        count = self.index_count
+        if count >= self.entries:
             return False
-        mm = self.mf.buffer()
+        mm = self.mf.mm
         slot_pos = HEADER_SIZE + (key_hash % self.slots) * SLOT_SIZE
         (slot_value,) = _I32.unpack_from(mm, slot_pos)
-        if slot_value <= 0 or slot_value > self.index_count:
+        if slot_value <= 0 or slot_value > count:
             slot_value = 0
-        if self.begin_timestamp <= 0:
-            time_diff = 0
-        else:
-            time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
-        pos = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
-        crash_point("index.write")
-        _ENTRY.pack_into(mm, pos, key_hash, commitlog_offset, time_diff, slot_value)
-        _I32.pack_into(mm, slot_pos, self.index_count)
-        if self.index_count <= 1:
+            self.hash_slot_count += 1
+        begin = self.begin_timestamp
+        if count <= 1:
             self.begin_phy_offset = commitlog_offset
             self.begin_timestamp = store_timestamp
-        if slot_value == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
+        time_diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
+        if ARMED:
+            crash_point("index.write")
+        _ENTRY.pack_into(mm, self._entries_at + count * ENTRY_SIZE, key_hash, commitlog_offset,
+                         time_diff, slot_value)
+        _I32.pack_into(mm, slot_pos, count)
+        self.index_count = count + 1
         self.end_phy_offset = commitlog_offset
         self.end_timestamp = store_timestamp
         return True

@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime
 
 import numpy as np
 
 from . import quarantine
-from .crash_points import crash_point
-from .flavor import Flavor
+from .crash_points import ARMED, crash_point
+from .flavor import CRC_MASK, Flavor
 from .index_file import IndexFile, index_file_size
 from .layout import indexed
 from .mapped_file import MappedFile, fsync_dir
@@ -171,6 +172,17 @@ class IndexService:
         records below the newest file's end (idempotent re-dispatch)."""
         if not keys or not indexed(sys_flag):
             return
+        last = self.files[-1] if self.files else None
+        if last is not None and commitlog_offset > last.end_phy_offset \
+                and self.entries - last.index_count >= len(keys):
+            # the common case: a new record and room for its keys in the newest file. The
+            # put lock orders writers; the lock guards rolls, which this cannot need
+            raw = self.flavor.raw_key_hash
+            for key in keys:
+                name = f"{topic}#{key}"  # build_key
+                last.put_key(raw(name.encode()) & CRC_MASK if raw else self.flavor.key_hash(name),
+                             commitlog_offset, store_ts)
+            return
         with self.lock:
             last = self.files[-1] if self.files else None
             if last is not None and commitlog_offset <= last.end_phy_offset:
@@ -211,6 +223,28 @@ class IndexService:
             while done < len(h):
                 crash_point("index.write")
                 done += self._last_writable().put_keys(h[done:], commitlog_offset[done:], stamps[done:])
+
+    def key_hashes(self, topics: Iterable[str], keys: Iterable[str], count: int) -> np.ndarray:
+        """The hashes of `count` index keys (`build_key` of each topic and key), mapped in C
+        when the flavor has a C hash."""
+        names = map("#".join, zip(topics, keys))  # build_key
+        raw = self.flavor.raw_key_hash
+        if raw is None:
+            return np.fromiter(map(self.flavor.key_hash, names), dtype=np.int64, count=count)
+        return np.fromiter(map(raw, map(str.encode, names)), dtype=np.int64, count=count) & CRC_MASK
+
+    def put_entries(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
+                    store_ts: np.ndarray) -> None:
+        """Entries for new records (past every file's end), in bulk, rolling files as they
+        fill: a batch put's keys, whose room `ensure_room` made before the CommitLog was
+        written."""
+        with self.lock:
+            done = 0
+            while done < len(key_hashes):
+                if ARMED:
+                    crash_point("index.write")
+                done += self._last_writable().put_keys(key_hashes[done:], commitlog_offsets[done:],
+                                                       store_ts[done:])
 
     def query(self, topic: str, key: str, begin: int, end: int, max_n: int) -> list[int]:
         """CommitLog offsets that may hold topic#key (hash hits; callers check the keys)."""

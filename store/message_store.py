@@ -17,7 +17,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -44,10 +46,9 @@ MAX_TIME = (1 << 63) - 1
 Progress = Callable[[int, int], None]
 
 
-@dataclass(slots=True)
-class PutResult:
-    """Where a put landed. Not frozen: a frozen dataclass's __init__ costs a setattr call per
-    field, paid on every put."""
+class PutResult(NamedTuple):
+    """Where a put landed. A named tuple: a batch builds its results in C
+    (`tuple.__new__` mapped over the columns), not with a Python __init__ each."""
 
     commitlog_offset: int
     queue_offset: int
@@ -71,8 +72,12 @@ def _index_keys(props: dict[str, str]) -> list[str]:
     return keys
 
 
+_TRANSACTION_MASK, _ROLLBACK = layout.TRANSACTION_MASK, layout.TRANSACTION_ROLLBACK
+_PUT_FIELDS = attrgetter("topic", "queue_id", "sys_flag", "properties")
+
+
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 class MessageStore:
@@ -259,7 +264,8 @@ class MessageStore:
     def put(self, message: Message) -> PutResult:
         """Append one message; when it returns it is readable and findable (and on disk in
         sync mode). The lean path: one encode, one lock, units and entries written in place."""
-        self._writable()
+        if not self.is_open or self.config.read_only:
+            self._writable()
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
         self.commitlog.check_fits(size)
@@ -299,9 +305,7 @@ class MessageStore:
         batch = self.encoder.encode_batch(msgs)
         encoded = None if batch is not None else [self.encoder.encode(m) for m in msgs]
         sizes = batch.sizes if batch is not None else [len(rec) for rec, _ in encoded or ()]
-        fits = self.commitlog.check_fits
-        for size in sizes:
-            fits(size)
+        self.commitlog.check_fits(max(sizes))
         sync = self.config.flush_mode == "sync" and any(
             m.properties.get("WAIT") != "false" for m in msgs)
         if sync:
@@ -323,40 +327,23 @@ class MessageStore:
         """Write a validated batch (caller holds put_lock), given as `batch` or, for the
         rare layouts it does not cover, one `encoded` record each. Queues and room come
         first, so a refusal or a full disk comes before any byte; then each CommitLog file
-        gets its run of stamped, sealed records in one copy."""
+        gets its run of stamped, sealed records in one copy, and the ConsumeQueue units and
+        IndexFile entries of what was written go in bulk."""
         n = len(msgs)
-        qids = [m.queue_id for m in msgs]
-        topics = [m.topic for m in msgs]
-        sys_flags = [m.sys_flag for m in msgs]
-        in_queue = [layout.in_queue(f) for f in sys_flags]
-        queues = {}
-        for key in dict.fromkeys(zip(topics, qids)):
-            cq = self.consume_queues.get(key)
-            queues[key] = cq if cq is not None else self._create_queue(*key)
-        next_offset = {key: cq.next_offset for key, cq in queues.items()}
-        queue_offsets = [0] * n
-        for i, key in enumerate(zip(topics, qids)):
-            if in_queue[i]:
-                queue_offsets[i] = next_offset[key]
-                next_offset[key] += 1
-        for key, cq in queues.items():
-            if next_offset[key] != cq.next_offset:
-                cq.ensure_room()
-        props = [m.properties for m in msgs]
-        keys = list(map(_index_keys, props))
-        self.index.ensure_room(sum(map(len, keys)))
+        if batch is not None:
+            topics, qids, flags, props = batch.topics, batch.queue_id, batch.sys_flag, batch.properties
+        else:
+            topics, qid_list, sys_flags, props = zip(*map(_PUT_FIELDS, msgs))
+            qids = np.fromiter(qid_list, dtype=np.int64, count=n)
+            flags = np.fromiter(sys_flags, dtype=np.int64, count=n)
+        queues, queue_offsets = self._queue_offsets(topics, qids, flags)
+        key_rows, key_hashes = self._batch_keys(topics, props, flags)
+        self.index.ensure_room(len(key_rows))
         store_ts = self._store_timestamp()
         commitlog = self.commitlog
-        # where each CommitLog file's run starts: the file_for rule, decided up front
-        files = commitlog.queue.files
-        room = files[-1].file_size - files[-1].wrote_position if files else -1
-        starts = []
-        for i, size in enumerate(sizes):
-            if size + layout.END_FILE_MIN_BLANK > room:
-                starts.append(i)
-                room = commitlog.file_size
-            room -= size
         size_arr = np.array(sizes, dtype=np.int64)
+        starts = self._roll_points(size_arr)
+        files = commitlog.queue.files
         commitlog_offset = np.empty(n, dtype=np.int64)
         if batch is not None:
             batch.head["queue_offset"] = queue_offsets
@@ -381,22 +368,102 @@ class MessageStore:
             # a roll that failed (disk full) leaves the records written so far: they are
             # dispatched all the same, so their queue offsets are taken, never given twice
             if done:
-                self.dispatch(RecordRun(
-                    commitlog_offset[:done], size_arr[:done], np.array(qids[:done], dtype=np.int64),
-                    np.array(queue_offsets[:done], dtype=np.int64),
-                    np.array(sys_flags[:done], dtype=np.int64),
-                    np.full(done, store_ts, dtype=np.int64), topics[:done],
-                    [p.get(codec.PROPERTY_TAGS, "") for p in props[:done]], keys[:done]))
+                self._dispatch_batch(done, queues, props, commitlog_offset, size_arr, queue_offsets,
+                                     key_rows, key_hashes, store_ts)
         host = self.encoder.store_host_raw
-        return [PutResult(p, q, store_ts, size, host)
-                for p, q, size in zip(commitlog_offset.tolist(), queue_offsets, sizes)]
+        return list(map(tuple.__new__, repeat(PutResult), zip(  # PutResult(*row), built in C
+            commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes, repeat(host))))
+
+    def _roll_points(self, sizes: np.ndarray) -> list[int]:
+        """Which records of a batch start a new CommitLog file: `CommitLog.file_for`'s rule
+        (a record goes where it leaves room for a BLANK) decided up front, one search per
+        file instead of a step per record."""
+        files = self.commitlog.queue.files
+        room = files[-1].file_size - files[-1].wrote_position if files else -1
+        ends = np.cumsum(sizes)
+        starts: list[int] = []
+        used = 0  # bytes of the records before the current file's first
+        while True:
+            # the records that still leave room for a BLANK in this file (check_fits made
+            # sure a new file takes at least one)
+            fit = int(np.searchsorted(ends, used + room - layout.END_FILE_MIN_BLANK, "right"))
+            if fit >= len(sizes):
+                return starts
+            starts.append(fit)
+            used = int(ends[fit - 1]) if fit else 0
+            room = self.commitlog.file_size
+
+    def _queue_offsets(self, topics: tuple[str, ...], qids: np.ndarray, sys_flags: np.ndarray
+                       ) -> tuple[dict[ConsumeQueue, np.ndarray], np.ndarray]:
+        """The queue offset of every message of a batch (0 for those no ConsumeQueue holds)
+        and, per queue, the rows it takes: each queue's next offsets in batch order, found by
+        sorting rather than by a step per message. Creates missing queues and makes room in
+        each, so a bad queue or a full disk refuses before anything is written."""
+        names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+        group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
+        rows = np.flatnonzero(layout.in_queue(sys_flags))
+        order = rows[np.argsort(group[rows], kind="stable")]
+        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1])) if len(order) else order
+        queue_offsets = np.zeros(len(topics), dtype=np.int64)
+        queues: dict[ConsumeQueue, np.ndarray] = {}
+        topic_of = list(names)
+        for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
+            taken = order[lo:hi]
+            g = int(group[taken[0]])
+            key = (topic_of[g >> 32], g & 0xFFFFFFFF)
+            cq = self.consume_queues.get(key) or self._create_queue(*key)
+            cq.ensure_room()
+            queue_offsets[taken] = cq.next_offset + np.arange(hi - lo)
+            queues[cq] = taken
+        return queues, queue_offsets
+
+    def _batch_keys(self, topics: tuple[str, ...], props: tuple[dict[str, str], ...], sys_flags: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """The index keys of a batch as (row of each key's message, key hash), in put order:
+        UNIQ_KEY, then KEYS tokens, as `_index_keys`; rolled-back records have none. The
+        common batch (one key a message, no UNIQ_KEY) takes no Python step per message."""
+        n = len(topics)
+        text = list(map(dict.get, props, repeat(codec.PROPERTY_KEYS)))
+        simple = not any(map(dict.__contains__, props, repeat(codec.PROPERTY_UNIQ_KEY))) \
+            and " " not in "".join(filter(None, text))
+        if simple:
+            rows = np.flatnonzero(np.fromiter(map(bool, text), dtype=bool, count=n) & layout.indexed(sys_flags))
+            pick = rows.tolist()
+            keys = cast(list[str], list(map(text.__getitem__, pick)))  # rows with a KEYS text
+        else:
+            per = list(map(_index_keys, props))
+            indexed = layout.indexed(sys_flags).tolist()
+            pick = [i for i, ks in enumerate(per) if indexed[i] for _ in ks]
+            keys = [k for i, ks in enumerate(per) if indexed[i] for k in ks]
+            rows = np.array(pick, dtype=np.int64)
+        topic_at: Callable[[int], str] = topics.__getitem__
+        return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
+
+    def _dispatch_batch(self, done: int, queues: dict[ConsumeQueue, np.ndarray],
+                        props: tuple[dict[str, str], ...], commitlog_offset: np.ndarray, sizes: np.ndarray,
+                        queue_offsets: np.ndarray, key_rows: np.ndarray, key_hashes: np.ndarray,
+                        store_ts: int) -> None:
+        """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
+        tags = list(map(dict.get, props[:done], repeat(codec.PROPERTY_TAGS)))
+        codes = {t: self.flavor.tags_code(t) if t else 0 for t in set(tags)}
+        tags_codes = np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=done)
+        for cq, rows in queues.items():
+            rows = rows[rows < done]
+            if len(rows):
+                cq.put_run(commitlog_offset[rows], sizes[rows], tags_codes[rows], queue_offsets[rows])
+        written = key_rows < done
+        rows = key_rows[written]
+        if len(rows):
+            self.index.put_entries(key_hashes[written], commitlog_offset[rows],
+                                   np.full(len(rows), store_ts, dtype=np.int64))
+        self._dispatched_ts = store_ts
 
     def _stamped(self, encoded: list[tuple[bytearray, int]], lo: int, hi: int,
-                 commitlog_offset: np.ndarray, queue_offsets: list[int], store_ts: int) -> bytes:
+                 commitlog_offset: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> bytes:
         """Records lo..hi-1 encoded one by one, stamped and sealed, as one buffer."""
         for i in range(lo, hi):
             rec, ts_pos = encoded[i]
-            codec.stamp(rec, ts_pos, queue_offsets[i], int(commitlog_offset[i]), store_ts)
+            codec.stamp(rec, ts_pos, int(queue_offsets[i]), int(commitlog_offset[i]), store_ts)
             if self.flavor.record_crc:
                 codec.seal(rec, self.flavor)
         return b"".join(rec for rec, _ in encoded[lo:hi])
@@ -410,25 +477,32 @@ class MessageStore:
         return max(0, min(self.config.max_message_size, room))
 
     def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
+        """Write one encoded record and its unit and index entries (caller holds put_lock).
+        Room in the ConsumeQueue and IndexFile comes first, so a full disk refuses the put
+        before its record is written."""
         topic, qid = msg.topic, msg.queue_id
-        cq = self.consume_queues.get((topic, qid))
-        if cq is None:
-            cq = self._create_queue(topic, qid)
-        in_queue = layout.in_queue(msg.sys_flag)
-        queue_offset = cq.next_offset if in_queue else 0
+        cq = self.consume_queues.get((topic, qid)) or self._create_queue(topic, qid)
         props = msg.properties
-        keys = _index_keys(props)
+        sys_flag = msg.sys_flag
+        keys = _index_keys(props) if sys_flag & _TRANSACTION_MASK != _ROLLBACK else []  # layout.indexed
+        in_queue = not sys_flag & layout.TRANSACTION_PREPARED  # layout.in_queue
         if in_queue:
+            queue_offset = cq.next_offset
             cq.ensure_room()
-        self.index.ensure_room(len(keys))
+        else:
+            queue_offset = 0
+        if keys:
+            self.index.ensure_room(len(keys))
         store_ts = self._store_timestamp()
         commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
+        size = len(rec)
         if in_queue:
-            cq.put(commitlog_offset, len(rec), self.flavor.tags_code(props.get(codec.PROPERTY_TAGS, "")),
-                   queue_offset)
-        self.index.build(topic, keys, commitlog_offset, store_ts, msg.sys_flag)
+            tags = props.get(codec.PROPERTY_TAGS)
+            cq.put(commitlog_offset, size, self.flavor.tags_code(tags) if tags else 0, queue_offset)
+        if keys:
+            self.index.build(topic, keys, commitlog_offset, store_ts, sys_flag)
         self._dispatched_ts = store_ts
-        return PutResult(commitlog_offset, queue_offset, store_ts, len(rec), self.encoder.store_host_raw)
+        return PutResult(commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw)
 
     def _store_timestamp(self) -> int:
         """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
