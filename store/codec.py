@@ -353,10 +353,7 @@ class Encoder:
         digits still zero)."""
         if not props:
             return self._no_props
-        try:
-            text = PROPERTY_SEP.join(map(NAME_VALUE_SEP.join, props.items())) + PROPERTY_SEP
-        except TypeError:  # a name or value that is not text, formatted as it always was
-            text = "".join([f"{k}{NAME_VALUE_SEP}{v}{PROPERTY_SEP}" for k, v in props.items()])
+        text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])  # NAME_VALUE_SEP, PROPERTY_SEP
         n = len(props)
         if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
             encode_properties(props)  # raises, naming the property

@@ -108,7 +108,11 @@ class IndexFile:
         if count <= 1:
             self.begin_phy_offset = commitlog_offset
             self.begin_timestamp = store_timestamp
-        time_diff = 0 if begin <= 0 else min(max((store_timestamp - begin) // 1000, 0), _INT_MAX)
+        time_diff = 0 if begin <= 0 else (store_timestamp - begin) // 1000
+        if time_diff < 0:  # clamped into an int32, as put_keys does
+            time_diff = 0
+        elif time_diff > _INT_MAX:
+            time_diff = _INT_MAX
         if ARMED:
             crash_point("index.write")
         _ENTRY.pack_into(mm, self._entries_at + count * ENTRY_SIZE, key_hash, commitlog_offset,

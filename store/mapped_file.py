@@ -18,6 +18,7 @@ from .crash_points import crash_point
 from .errors import StoreFormatError
 
 OS_PAGE = 4096
+_PWRITE_MIN = 64 << 10
 
 
 def offset_to_name(offset: int) -> str:
@@ -108,8 +109,12 @@ class MappedFile:
         """Write at the wrote position and return where it landed. Caller checks the space."""
         pos = self.wrote_position
         end = pos + len(data)
-        target = self.write_buffer if self.write_buffer is not None else self.mm
-        target[pos:end] = data
+        if self.write_buffer is not None:
+            self.write_buffer[pos:end] = data
+        elif end - pos >= _PWRITE_MIN:
+            os.pwrite(self.fd, data, pos)
+        else:
+            self.mm[pos:end] = data
         self.wrote_position = end
         return pos
 
