@@ -34,18 +34,26 @@ def _contents(root: str, sub: str) -> list[tuple[str, bytes]]:
     return [("", data) for _, data in out] if sub == "index" else out
 
 
+# property text: anything but the two separator characters (and lone surrogates)
+text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+               min_size=1, max_size=12)
 message = st.builds(
-    lambda topic, q, body, keys, tags, flag, uniq, host: Message.create(
-        topic, body, queue_id=q, keys=keys, tags=tags, sys_flag=flag, born_timestamp=1,
-        born_host=host, properties={"UNIQ_KEY": uniq} if uniq else None),
+    lambda topic, q, body, keys, tags, flag, uniq, host, extra, fields: Message.create(
+        topic, body, queue_id=q, keys=keys, tags=tags, sys_flag=flag, born_host=host,
+        properties={**({"UNIQ_KEY": uniq} if uniq else {}), **extra}, **fields),
     # a v2 record (topic over 127 characters) and an IPv6 host take the per-record encoder
     st.sampled_from(["TopicA", "TopicB", "C", "TopicA", "%RETRY%" + "g" * 130]),
     st.integers(0, 2),
-    st.binary(max_size=3000), st.lists(st.sampled_from(["k1", "k2", "k3", "k4"]), max_size=3),
-    st.sampled_from([None, "red", "blue"]),
+    st.binary(max_size=3000),
+    st.lists(st.sampled_from(["k1", "k2", "k3", "k4", "ключ", "鍵"]), max_size=3),
+    st.sampled_from([None, "red", "blue", "grün"]),
     st.sampled_from([0, 0, 0, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK]),
     st.sampled_from([None, "u1", "u2"]),
-    st.sampled_from([("127.0.0.1", 1)] * 5 + [("::1", 2)]))
+    st.sampled_from([("127.0.0.1", 1)] * 5 + [("::1", 2)]),
+    st.dictionaries(text, text, max_size=2),
+    st.fixed_dictionaries({"born_timestamp": st.integers(1, 1 << 62)}, optional={
+        "flag": st.integers(-(1 << 31), (1 << 31) - 1), "reconsume_times": st.integers(0, 16),
+        "prepared_transaction_offset": st.integers(0, 1 << 40)}))
 
 
 @settings(max_examples=40, deadline=None,
@@ -88,6 +96,12 @@ def test_one_invalid_message_writes_nothing(tmp_path):
             s.put_batch(good + [Message.create("bad topic!", b"y")] + good)
         with pytest.raises(InvalidMessage):
             s.put_batch(good + [Message.create("T", b"z", queue_id=-1)])
+        for bad in ({"p": "a\x01b"}, {"p\x02": "v"}, {"p": "\udc80"}, {"__CRC32#": "1"},
+                    {"p": "v" * 40000}):
+            with pytest.raises(InvalidMessage):
+                s.put_batch(good + [Message.create("T", b"z", properties=bad)])
+            with pytest.raises(InvalidMessage):
+                s.put(Message.create("T", b"z", properties=bad))
         s.flush()
         assert file_hashes(root, skip=("checkpoint", "abort", "lock")) == before
         assert s.max_offset("T", 0) == 1
