@@ -64,7 +64,6 @@ from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")
 
-BLKSIZE = 128 * 1024  # large st_blksize so cp and friends use large reads
 FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
 FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
 SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
@@ -273,7 +272,7 @@ class Operations(pyfuse3.Operations):
         e.st_uid = self.uid
         e.st_gid = self.gid
         e.st_size = a.size
-        e.st_blksize = BLKSIZE
+        e.st_blksize = a.blksize
         e.st_blocks = (a.size + 511) // 512
         e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = a.mtime_ns
         e.entry_timeout = a.entry_timeout

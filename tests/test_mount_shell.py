@@ -160,10 +160,11 @@ def test_queue_topic_and_group_mtimes_move(live, tmp_path):
 
 
 def test_cat_of_many_jsonl_lines_stores_whole_writes_and_fails_at_the_bad_line(live, tmp_path):
-    """Each write request's lines are stored together, and the request that completes a
-    bad line fails with EINVAL: cat reports it, earlier requests' lines stay, none of the
-    failed request's are stored."""
+    """cat writes append.jsonl in 1 MiB requests (its st_blksize); each request's lines are
+    stored together, and the request that completes a bad line fails with EINVAL: cat
+    reports it, earlier requests' lines stay, none of the failed request's are stored."""
     q = f"{live}/topics/audit/0"
+    assert run("stat -c %o append.jsonl", q).stdout.strip() == str(1 << 20).encode()
     lines = [json.dumps({"body": f"{'x' * 1000} {i}", "keys": [f"k{i}"]}) + "\n"
              for i in range(3000)]
     lines[2500] = '{"body": 5}\n'
