@@ -174,24 +174,37 @@ class GroupCommit:
 
     def _queue(self, waiter: _Waiter, deadline: float, timeout_s: float) -> bool:
         """Wait behind the leader; True when handed the lead, False when covered."""
-        if not waiter.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            with self.lock:
-                if waiter in self.waiting:
-                    self.waiting.remove(waiter)
-                    raise FlushTimeout(f"sync flush did not reach offset {waiter.target} "
-                                       f"within {timeout_s:.1f} s")
+        try:
+            released = waiter.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        except BaseException:  # interrupted: leave the queue, and pass on a lead given
+            self._leave(waiter)
+            raise
+        if not released:
+            if self._dequeue(waiter):
+                raise FlushTimeout(f"sync flush did not reach offset {waiter.target} "
+                                   f"within {timeout_s:.1f} s")
             waiter.lock.acquire()  # released just as the time ran out: take what it says
         return waiter.lead
 
-    def _lead(self, deadline: float) -> None:
-        self._gather(deadline)
-        try:
-            reached = self.flush()
-        except BaseException:
+    def _dequeue(self, waiter: _Waiter) -> bool:
+        """Take a put out of the queue; False when the leader released it first."""
+        with self.lock:
+            if waiter in self.waiting:
+                self.waiting.remove(waiter)
+                return True
+            return False
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """An interrupted put leaves; if it was handed the lead, the next one leads."""
+        if not self._dequeue(waiter) and waiter.lead:
             self._hand_over()
-            raise
-        self.progress.advance(reached)
-        self._hand_over()
+
+    def _lead(self, deadline: float) -> None:
+        try:
+            self._gather(deadline)
+            self.progress.advance(self.flush())
+        finally:
+            self._hand_over()
 
     def _gather(self, deadline: float) -> None:
         """Wait for the puts appending now (one wake-up, when the last of them is in)."""
