@@ -136,6 +136,7 @@ class GroupCommit:
         self.awaited = 0  # the gathering leader syncs once `departed` reaches this
         self.gate: threading.Lock | None = None  # held while the leader gathers
         self.waiting: list[_Waiter] = []  # puts queued behind the leader, in arrival order
+        self.syncs = 0  # disk syncs led so far (a benchmark divides puts by it)
 
     def arrive(self) -> None:
         """A put that will wait for the disk is about to append."""
@@ -202,6 +203,7 @@ class GroupCommit:
     def _lead(self, deadline: float) -> None:
         try:
             self._gather(deadline)
+            self.syncs += 1
             self.progress.advance(self.flush())
         finally:
             self._hand_over()
