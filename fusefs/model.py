@@ -60,6 +60,9 @@ TAGS_NAME = b"tags"
 STATUS_NAME = b"status.json"
 NAME_MAX = 255
 LONG = 3600.0  # seconds the kernel may cache what never changes (messages, fixed dirs)
+BLKSIZE = 128 * 1024  # large st_blksize so cp and friends use large reads
+SINK_BLKSIZE = 1 << 20  # append files: cat and cp write 1 MiB per request (the most FUSE
+                        # takes in one), so append.jsonl gets ~900 lines of 1 KiB per put
 KEY_HITS_MAX = 10_000  # default cap on entries listed under one /keys/<key> (-o keys_max=)
 QUEUE_FIXED = 7  # ".", "..", append, append.jsonl, tmp, at, tags precede the offsets;
 # `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
@@ -117,6 +120,7 @@ class Attr:
     nlink: int = 1
     entry_timeout: float = LONG
     attr_timeout: float = LONG
+    blksize: int = BLKSIZE
 
 
 def message_ino(qidx: int, offset: int) -> int:
@@ -521,7 +525,7 @@ class Model:
                         self.queue_mtime(node.topic, node.queue))
         # APPEND, JSONL: always empty; their mtime is the queue's
         return Attr(node.ino, stat.S_IFREG | (0o666 & ~umask), 0,
-                    self.queue_mtime(node.topic, node.queue))
+                    self.queue_mtime(node.topic, node.queue), blksize=SINK_BLKSIZE)
 
     def queue_mtime(self, topic: str, queue: int) -> int:
         """The store time of the queue's newest message (mount time when it has none).

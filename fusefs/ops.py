@@ -64,7 +64,6 @@ from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")
 
-BLKSIZE = 128 * 1024  # large st_blksize so cp and friends use large reads
 FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
 FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
 SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
@@ -273,7 +272,7 @@ class Operations(pyfuse3.Operations):
         e.st_uid = self.uid
         e.st_gid = self.gid
         e.st_size = a.size
-        e.st_blksize = BLKSIZE
+        e.st_blksize = a.blksize
         e.st_blocks = (a.size + 511) // 512
         e.st_atime_ns = e.st_mtime_ns = e.st_ctime_ns = a.mtime_ns
         e.entry_timeout = a.entry_timeout
@@ -435,10 +434,14 @@ class Operations(pyfuse3.Operations):
         await self._drop_staged(entry)
 
     async def _store_messages(self, messages: list[Message]) -> None:
-        """Put (in a worker thread: bodies may be large, sync mode waits for the disk);
-        refusals for size are EFBIG with the limit that applied."""
+        """Put (in a worker thread: bodies may be large, sync mode waits for the disk)."""
+        await in_thread(self._store, messages)
+        self.stored()
+
+    def _store(self, messages: list[Message]) -> None:
+        """Put, in a worker thread; refusals for size are EFBIG with the limit that applied."""
         try:
-            await in_thread(self.model.put, messages)
+            self.model.put(messages)
         except Exception as exc:
             for msg in messages:
                 room = self.store.max_body_size(msg)
@@ -446,7 +449,19 @@ class Operations(pyfuse3.Operations):
                     raise FsError(errno.EFBIG, f"body is {len(msg.body)} bytes, the limit here "
                                                f"is {room}") from exc
             raise
-        self.stored()
+
+    def _write_lines(self, writer: JsonlWriter, buf: bytes) -> bool:
+        """One write to `append.jsonl`, in a worker thread: decoding a megabyte of lines
+        would hold the event loop as long as storing them. True when lines were stored."""
+        messages = writer.write(buf)
+        if not messages:
+            return False
+        try:
+            self._store(messages)
+        except Exception as exc:
+            writer.fail(errno_for(exc) or errno.EIO)
+            raise
+        return True
 
     @guarded
     async def link(self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT,
@@ -584,7 +599,8 @@ class Operations(pyfuse3.Operations):
                     spool = writer.spool
                     return await self._spool_io(not spool.fits_in_memory(spool.size + len(buf)),
                                                 writer.write, buf)
-                await self._put(writer, writer.write(buf))
+                if await in_thread(self._write_lines, writer, buf):
+                    self.stored()
                 return len(buf)
         if isinstance(h, StagedHandle):
             disk = not h.entry.spool.fits_in_memory(off + len(buf))

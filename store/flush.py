@@ -97,86 +97,144 @@ class WaitableProgress:
                 self.cond.wait(min(left, 0.05))
 
 
+class _Waiter:
+    """A put waiting behind the leader's sync. Its lock is held until the leader releases
+    it, so waking it takes one release and the woken thread re-takes no shared lock (a
+    Condition's notify_all would have every waiter queue for the condition's lock, and for
+    the GIL, before it can even see whether it was covered)."""
+
+    __slots__ = ("target", "lock", "lead")
+
+    def __init__(self, target: int):
+        self.target = target
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.lead = False  # released to lead the next sync, not because it was covered
+
+
 class GroupCommit:
-    """Sync flush without a hand-off: the first waiting put becomes the leader and syncs the
-    file (fdatasync releases the GIL, so others keep appending); every put whose bytes that
-    sync covered returns together. Before syncing, the leader gathers: while puts that have
-    announced themselves (`arrive`) are still appending, it waits for them, up to
-    `gather_s`, so one fdatasync covers them too instead of each paying its own. A lone put
-    has nobody to wait for and syncs at once. Waiters give up with FlushTimeout at their
-    deadline."""
+    """Sync flush without a service thread: the first waiting put leads and syncs the file
+    (fdatasync releases the GIL, so others keep appending meanwhile); puts that arrive while
+    it syncs queue behind it. When the sync ends, every queued put it covered returns, and
+    the first one it did not cover leads the next sync at once: the puts that appended
+    during one sync share the next, so syncs run back to back under load and a group is as
+    large as the disk is slow. A leader first gathers the puts that announced themselves
+    (`arrive`) and are appending right now, up to `gather_s`, so that its sync covers them
+    too. A lone put has nobody to wait for and syncs at once. Waiters give up with
+    FlushTimeout at their deadline; a failed sync raises in its leader and hands the lead
+    on, so the next put tries again."""
 
     def __init__(self, progress: WaitableProgress, flush: Callable[[], int],
                  gather_s: float = 0.002):
         self.progress = progress
         self.flush = flush
         self.gather_s = gather_s
-        self.leader = False
+        self.lock = threading.Lock()
+        self.leader = False  # a put is gathering or syncing
         self.arriving = 0  # puts between arrive() and their wait()/depart()
-        self.targets: list[int] = []  # the offsets of the puts inside wait()
-        self.last_group = 0  # how many were waiting uncovered when the last sync started
-        self.gathering = threading.Condition(progress.lock)  # the leader waits on it
+        self.departed = 0  # announced puts that reached wait()/depart(), ever
+        self.awaited = 0  # the gathering leader syncs once `departed` reaches this
+        self.gate: threading.Lock | None = None  # held while the leader gathers
+        self.waiting: list[_Waiter] = []  # puts queued behind the leader, in arrival order
+        self.syncs = 0  # disk syncs led so far (a benchmark divides puts by it)
 
     def arrive(self) -> None:
         """A put that will wait for the disk is about to append."""
-        with self.progress.cond:
+        with self.lock:
             self.arriving += 1
 
     def depart(self) -> None:
         """An announced put will not wait after all (it failed)."""
-        with self.progress.cond:
+        with self.lock:
             self._departed()
 
     def _departed(self) -> None:
         self.arriving -= 1
-        self.gathering.notify()
+        self.departed += 1
+        if self.gate is not None and self.departed >= self.awaited:
+            self.gate.release()  # every put the leader gathers for is in
+            self.gate = None
 
     def wait(self, target: int, timeout_s: float, arrived: bool = False) -> None:
+        """Return once the file is on disk up to target; `arrived`: the caller announced
+        itself with arrive() before appending."""
         deadline = time.monotonic() + timeout_s
-        cond = self.progress.cond
-        with cond:
+        with self.lock:
             if arrived:
                 self._departed()
-            self.targets.append(target)
-            self.gathering.notify()
-            try:
-                self._wait(target, deadline, timeout_s)
-            finally:
-                self.targets.remove(target)
-
-    def _uncovered(self) -> int:
-        done = self.progress.value
-        return sum(1 for t in self.targets if t > done)
-
-    def _wait(self, target: int, deadline: float, timeout_s: float) -> None:
-        cond = self.progress.cond
-        while self.progress.value < target:
-            if not self.leader:
+            if self.progress.value >= target:
+                return
+            waiter = None
+            if self.leader:
+                waiter = _Waiter(target)
+                self.waiting.append(waiter)
+            else:
                 self.leader = True
-                # gather: announced puts still appending, and as many uncovered waiters
-                # as the last sync had (the threads it released are on their way back)
-                gather_end = min(deadline, time.monotonic() + self.gather_s)
-                while self.arriving > 0 or self._uncovered() < self.last_group:
-                    left = gather_end - time.monotonic()
-                    if left <= 0:
-                        break
-                    self.gathering.wait(left)
-                self.last_group = self._uncovered()
-                cond.release()
-                try:
-                    reached = self.flush()
-                finally:
-                    cond.acquire()
-                    self.leader = False
-                if reached > self.progress.value:
-                    self.progress.value = reached
-                cond.notify_all()
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise FlushTimeout(f"sync flush did not reach offset {target} within "
-                                   f"{timeout_s:.1f} s")
-            cond.wait(left)
+        if waiter is None or self._queue(waiter, deadline, timeout_s):
+            self._lead(deadline)
+
+    def _queue(self, waiter: _Waiter, deadline: float, timeout_s: float) -> bool:
+        """Wait behind the leader; True when handed the lead, False when covered."""
+        try:
+            released = waiter.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        except BaseException:  # interrupted: leave the queue, and pass on a lead given
+            self._leave(waiter)
+            raise
+        if not released:
+            if self._dequeue(waiter):
+                raise FlushTimeout(f"sync flush did not reach offset {waiter.target} "
+                                   f"within {timeout_s:.1f} s")
+            waiter.lock.acquire()  # released just as the time ran out: take what it says
+        return waiter.lead
+
+    def _dequeue(self, waiter: _Waiter) -> bool:
+        """Take a put out of the queue; False when the leader released it first."""
+        with self.lock:
+            if waiter in self.waiting:
+                self.waiting.remove(waiter)
+                return True
+            return False
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """An interrupted put leaves; if it was handed the lead, the next one leads."""
+        if not self._dequeue(waiter) and waiter.lead:
+            self._hand_over()
+
+    def _lead(self, deadline: float) -> None:
+        try:
+            self._gather(deadline)
+            self.syncs += 1
+            self.progress.advance(self.flush())
+        finally:
+            self._hand_over()
+
+    def _gather(self, deadline: float) -> None:
+        """Wait for the puts appending now (one wake-up, when the last of them is in)."""
+        with self.lock:
+            if not self.arriving:
+                return
+            self.awaited = self.departed + self.arriving
+            gate = self.gate = threading.Lock()
+            gate.acquire()
+        gate.acquire(timeout=max(0.0, min(self.gather_s, deadline - time.monotonic())))
+        with self.lock:
+            self.gate = None
+
+    def _hand_over(self) -> None:
+        """Release the queued puts the disk now covers and hand the lead to the first one
+        it does not (or to nobody)."""
+        done = self.progress.value
+        with self.lock:
+            released = [w for w in self.waiting if w.target <= done]
+            self.waiting = [w for w in self.waiting if w.target > done]
+            if self.waiting:
+                successor = self.waiting.pop(0)
+                successor.lead = True
+                released.insert(0, successor)
+            else:
+                self.leader = False
+        for waiter in released:
+            waiter.lock.release()
 
 
 class FlushServices:

@@ -16,6 +16,8 @@ from .codec import PROPERTY_KEYS, PROPERTY_TAGS, Message
 from .errors import InvalidMessage
 
 FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
+_DECODE_AT = json.JSONDecoder().raw_decode  # (text, index) -> (the object there, its end)
+PIECE = 64 << 10  # bytes of lines decoded to text at a time
 
 
 class BodyTooLarge(InvalidMessage):
@@ -40,11 +42,60 @@ def decode_line(line: bytes, topic: str, queue_id: int, limit: int) -> Message:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"not JSON: {exc}") from None
+    return message_of(obj, topic, queue_id, limit)
+
+
+def decode_lines(text: bytes, topic: str, queue_id: int, limit: int) -> list[Message] | None:
+    """The messages of the lines in `text` (blank lines skipped; a last line needs no
+    newline), or None when a line needs decode_line: one that is malformed, or in a form
+    only it reads (leading whitespace, a byte-order mark, UTF-16).
+
+    The fast path of a mount's writes: the text is decoded from UTF-8 a piece of lines at a
+    time (small enough to stay in the CPU's cache while it is scanned) and each object
+    decoded in place by json's C scanner, instead of json.loads per line (which copies,
+    sniffs the encoding and decodes every line). Whatever it accepts, decode_line would
+    decode to the same message; what it does not, decode_line explains."""
+    out: list[Message] = []
+    start, size = 0, len(text)
+    while start < size:
+        stop = text.find(b"\n", min(start + PIECE, size)) + 1 or size
+        try:
+            piece = str(text[start:stop], "utf-8")
+        except UnicodeDecodeError:
+            return None
+        if not _decode_piece(piece, topic, queue_id, limit, out):
+            return None
+        start = stop
+    return out
+
+
+def _decode_piece(s: str, topic: str, queue_id: int, limit: int, out: list[Message]) -> bool:
+    """Append the messages of the lines in s to out; False when a line needs decode_line."""
+    decode_at, pos, end = _DECODE_AT, 0, len(s)
+    while pos < end:
+        stop = s.find("\n", pos)
+        if stop < 0:
+            stop = end
+        if stop > pos:
+            if s[pos] != "{":
+                return False
+            try:
+                obj, last = decode_at(s, pos)
+                out.append(message_of(obj, topic, queue_id, limit))
+            except (ValueError, InvalidMessage):
+                return False
+            if last > stop or s[last:stop].strip(" \t\r"):
+                return False  # the object runs into the next line, or more follows it
+        pos = stop + 1
+    return True
+
+
+def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:
+    """The message a decoded line stands for; InvalidMessage (BodyTooLarge) as decode_line."""
     if not isinstance(obj, dict):
         raise InvalidMessage("a line must be a JSON object")
-    unknown = set(obj) - FIELDS
-    if unknown:
-        raise InvalidMessage(f"unknown fields {sorted(unknown)}")
+    if not FIELDS.issuperset(obj):
+        raise InvalidMessage(f"unknown fields {sorted(set(obj) - FIELDS)}")
     if ("body" in obj) == ("body_b64" in obj):
         raise InvalidMessage("give exactly one of body and body_b64")
     if "body" in obj:

@@ -72,6 +72,102 @@ def test_a_failed_announced_put_does_not_hold_the_leader_back():
     assert group.arriving == 0 and group.progress.value == 10
 
 
+class GatedDisk:
+    """A flush whose syncs block until the test opens the gate; each reports the end
+    written when it started, as a real sync covers only the bytes in before it."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.syncs: list[int] = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def flush(self) -> int:
+        reached = self.written
+        self.started.set()
+        self.gate.wait(30)
+        self.syncs.append(reached)
+        return reached
+
+
+def wait_until(cond) -> None:
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.001)
+
+
+def test_puts_arriving_during_a_sync_share_the_next_one():
+    disk = GatedDisk()
+    group = GroupCommit(WaitableProgress(0), disk.flush, gather_s=30)
+    disk.written = 10
+    first = threading.Thread(target=group.wait, args=(10, 30))
+    first.start()
+    disk.started.wait(30)  # the first put's sync runs; five more puts append meanwhile
+    later = []
+    for i in range(5):
+        disk.written = 20 + 10 * i
+        later.append(threading.Thread(target=group.wait, args=(disk.written, 30)))
+        later[-1].start()
+    wait_until(lambda: len(group.waiting) == 5)
+    disk.gate.set()
+    for th in [first, *later]:
+        th.join(30)
+    assert disk.syncs == [10, 60]  # one sync for the first, one shared by the five
+    assert not group.leader and not group.waiting and group.progress.value == 60
+
+
+def test_a_failed_sync_raises_in_its_leader_and_the_next_put_syncs_again():
+    calls = []
+
+    def flush() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        return 10
+
+    group = GroupCommit(WaitableProgress(0), flush)
+    with pytest.raises(OSError):
+        group.wait(10, 30)
+    assert not group.leader
+    group.wait(10, 30)
+    assert group.progress.value == 10 and len(calls) == 2
+
+
+def test_a_queued_put_takes_the_lead_when_the_sync_before_it_fails():
+    disk = GatedDisk()
+    failed = []
+
+    def flush() -> int:
+        if not disk.syncs and not failed:
+            disk.started.set()
+            disk.gate.wait(30)
+            failed.append(1)
+            raise OSError(5, "Input/output error")
+        return disk.flush()
+
+    group = GroupCommit(WaitableProgress(0), flush)
+    errors = []
+
+    def leader() -> None:
+        try:
+            group.wait(10, 30)
+        except OSError as exc:
+            errors.append(exc)
+    first = threading.Thread(target=leader)
+    disk.written = 10
+    first.start()
+    disk.started.wait(30)
+    disk.written = 20
+    second = threading.Thread(target=group.wait, args=(20, 30))
+    second.start()
+    wait_until(lambda: len(group.waiting) == 1)
+    disk.gate.set()
+    first.join(30)
+    second.join(30)
+    assert len(errors) == 1 and disk.syncs == [20] and group.progress.value == 20
+
+
 def test_sync_flush_timeout_is_reported_not_hung(tmp_path):
     with MessageStore(str(tmp_path), small_config(flush_mode="sync",
                                                   sync_flush_timeout_ms=200)) as s:

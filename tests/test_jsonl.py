@@ -6,9 +6,11 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from store import InvalidMessage, Message
-from store.jsonl import BodyTooLarge, decode_line, encode_line
+from store.jsonl import PIECE, BodyTooLarge, decode_line, decode_lines, encode_line
 
 
 @pytest.mark.parametrize("body", [b"plain text", "h\u00e9llo \u2603".encode(), b"\x00\xff\x80 bytes",
@@ -50,3 +52,47 @@ def test_a_body_over_the_limit_is_too_large():
     with pytest.raises(BodyTooLarge, match="body is 11 bytes, the limit is 10"):
         decode_line(b'{"body": "' + b"x" * 11 + b'"}', "t", 0, 10)
     assert decode_line(b'{"body": "' + b"x" * 10 + b'"}', "t", 0, 10).body == b"x" * 10
+
+
+_texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_keys = st.lists(st.text(st.characters(blacklist_categories=("Cs", "Zs", "Cc")), min_size=1,
+                         max_size=8), max_size=3)
+_messages = st.builds(
+    lambda body, keys, tags, props: Message.create("t", body, queue_id=2, keys=keys,
+                                                   tags=tags, properties=props),
+    st.one_of(_texts.map(str.encode), st.binary(max_size=40)), _keys,
+    st.one_of(st.none(), _texts.filter(bool)), st.dictionaries(_texts, _texts, max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_messages, max_size=8), st.sampled_from(["\n", "\r\n", "\n\n"]))
+def test_decode_lines_reads_what_decode_line_reads(msgs, newline):
+    text = "".join(encode_line(m).replace("\n", newline) for m in msgs).encode()
+    got = decode_lines(text, "t", 2, limit=1 << 20)
+    want = [decode_line(line, "t", 2, limit=1 << 20) for line in text.split(b"\n")
+            if line.strip()]
+    assert got is not None
+    assert [(m.topic, m.queue_id, m.body, m.properties) for m in got] == \
+        [(m.topic, m.queue_id, m.body, m.properties) for m in want]
+
+
+@pytest.mark.parametrize("text", [
+    b'{"body": "a",\n"keys": []}\n',  # one object over two lines
+    b'{"body": "a"} {"body": "b"}\n',  # two on one line
+    b'{"body": "a"}x\n', b'nope\n', b'{"body": 5}\n', b'{"body": "a", "x": 1}\n',
+    b'{"body": "' + b"x" * 11 + b'"}\n',  # over the limit
+    b' {"body": "a"}\n', b'\xef\xbb\xbf{"body": "a"}\n',  # leading space, byte-order mark
+    b'{"body": "\xff"}\n', b'{"body": "a"}\n\x0c\n',
+])
+def test_decode_lines_leaves_every_odd_line_to_decode_line(text):
+    assert decode_lines(b'{"body": "fine"}\n' + text, "t", 0, limit=10) is None
+
+
+def test_decode_lines_reads_text_longer_than_one_piece():
+    lines = [encode_line(Message.create("t", b"%d " % i + b"x" * 1000, keys=[f"k{i}"]))
+             for i in range(300)]
+    text = "".join(lines).encode()
+    assert len(text) > 4 * PIECE
+    got = decode_lines(text, "t", 0, limit=1 << 20)
+    assert got is not None and [(m.body, m.keys) for m in got] == \
+        [(b"%d " % i + b"x" * 1000, [f"k{i}"]) for i in range(300)]

@@ -159,6 +159,31 @@ def test_queue_topic_and_group_mtimes_move(live, tmp_path):
     assert not found & {"topics/audit", "topics/audit/0", "topics/orders/0/2"}
 
 
+def test_cat_of_many_jsonl_lines_stores_whole_writes_and_fails_at_the_bad_line(live, tmp_path):
+    """cat writes append.jsonl in 1 MiB requests (its st_blksize); each request's lines are
+    stored together, and the request that completes a bad line fails with EINVAL: cat
+    reports it, earlier requests' lines stay, none of the failed request's are stored."""
+    q = f"{live}/topics/audit/0"
+    assert run("stat -c %o append.jsonl", q).stdout.strip() == str(1 << 20).encode()
+    lines = [json.dumps({"body": f"{'x' * 1000} {i}", "keys": [f"k{i}"]}) + "\n"
+             for i in range(3000)]
+    lines[2500] = '{"body": 5}\n'
+    data = "".join(lines).encode()
+    src = tmp_path / "lines.jsonl"
+    src.write_bytes(data)
+    bad = run(f"cat {src} > append.jsonl", q, check=False)
+    assert bad.returncode != 0 and b"Invalid argument" in bad.stderr
+    stored = max_offset(live, "audit/0")
+    ends_of_requests = {data[:k].count(b"\n") for k in range(128 << 10, len(data), 128 << 10)}
+    assert stored in ends_of_requests and 2000 < stored <= 2500
+    assert open(f"{q}/{stored - 1}").read() == f"{'x' * 1000} {stored - 1}"
+    assert run(f"ls keys/k{stored - 1}", live).stdout.split() == [f"audit:0:{stored - 1}".encode()]
+    assert run(f"ls keys/k{stored}", live, check=False).returncode != 0
+    status = json.load(open(f"{live}/status.json"))
+    assert any("line 2501: body must be a string" in e["reason"]
+               for e in status["recent_errors"])
+
+
 def test_key_with_slash_is_found_under_keys(live):
     run("printf '%s\\n' '{\"body\": \"s\", \"keys\": [\"a/b\", \"..\"]}' "
         "> topics/audit/0/append.jsonl", live)
