@@ -651,29 +651,43 @@ def dispatch_properties(joined: np.ndarray, starts: np.ndarray
     ends = np.flatnonzero(joined == 0x02)  # every item ends at one, the last record's too
     items = np.append(0, ends[:-1] + 1)
     raw = joined.tobytes()
-    text = raw.decode("ascii") if not (joined >= 0x80).any() else None
-    found = []
-    for name in _DISPATCH_NAMES:
-        prefix = name.encode() + b"\x01"
-        rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
-        rows = rows[_starts_with(joined, items[rows], prefix)]
-        owner = np.searchsorted(starts, items[rows], "right") - 1
-        last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
-        last[:-1] = owner[1:] != owner[:-1]
-        rows, owner = rows[last], owner[last]
-        spans = zip((items[rows] + len(prefix)).tolist(), ends[rows].tolist())
-        values = ([text[a:b] for a, b in spans] if text is not None else
-                  [raw[a:b].decode("utf-8") for a, b in spans])
-        column = np.full(n, None, dtype=object)
-        column[owner] = values
-        found.append(column.tolist())
-    tags_found, keys_found, uniq_found = found
-    tags = [t or "" for t in tags_found]
-    keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
-            for v in keys_found]
-    if any(uniq_found):
+    text = raw.decode("ascii") if raw.isascii() else None
+    tags_found, keys_found, uniq_found = (
+        _property_values(joined, raw, text, items, ends, starts, name) for name in _DISPATCH_NAMES)
+    tags = [""] * n if tags_found is None else [t or "" for t in tags_found]
+    if keys_found is None:
+        keys: list[list[str]] = [[] for _ in range(n)]
+    elif text is not None and " " not in text:  # no value has a space: one token each
+        keys = [[] if v is None else [v] for v in keys_found]
+    else:
+        keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
+                for v in keys_found]
+    if uniq_found is not None:
         keys = [keys_to_index(uniq, ks) for uniq, ks in zip(uniq_found, keys)]
     return tags, keys
+
+
+def _property_values(joined: np.ndarray, raw: bytes, text: str | None, items: np.ndarray,
+                     ends: np.ndarray, starts: np.ndarray, name: str) -> list[str | None] | None:
+    """Each record's value of property `name` (None where it has none), or None when no
+    record has one. Values are cut with C-level iteration: no Python call per record."""
+    prefix = name.encode() + b"\x01"
+    rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
+    rows = rows[_starts_with(joined, items[rows], prefix)]
+    if not rows.size:
+        return None
+    owner = np.searchsorted(starts, items[rows], "right") - 1
+    last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
+    last[:-1] = owner[1:] != owner[:-1]
+    rows, owner = rows[last], owner[last]
+    spans = map(slice, (items[rows] + len(prefix)).tolist(), ends[rows].tolist())
+    values: list[str | None] = (list(map(text.__getitem__, spans)) if text is not None else
+                                [raw[span].decode("utf-8") for span in spans])
+    if len(values) == len(starts):  # every record has one (owners are distinct and sorted)
+        return values
+    column = np.full(len(starts), None, dtype=object)
+    column[owner] = values
+    return column.tolist()
 
 
 @dataclass

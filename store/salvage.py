@@ -67,10 +67,10 @@ def data_end(buf, lo: int, size: int) -> int:
     u8 = np.frombuffer(buf, dtype=np.uint8, count=size)
     step = 1 << 20
     hi = size
-    while hi > lo:  # from the end, a chunk at a time: numpy reads zeros at memory speed
-        a = max(lo, hi - step)
+    while hi > lo:  # from the end, a chunk at a time; count_nonzero reads zeros at memory
+        a = max(lo, hi - step)  # speed (any() on bytes is 4x slower)
         chunk = u8[a:hi]
-        if chunk.any():
+        if np.count_nonzero(chunk):
             return hi - int(np.argmax(chunk[::-1] != 0))
         hi = a
     return lo
