@@ -281,15 +281,32 @@ def copy_store(src: str, dst: str) -> None:
 
 
 def copy_sparse(src: str, dst: str, step: int = 1 << 20) -> None:
-    """Copy a file into a preallocated one, writing only the chunks that hold a non-zero byte."""
+    """Copy a file into a preallocated one: only the source's data regions are read
+    (SEEK_DATA; reading a never-written extent would put zero pages in the page cache,
+    which count as data from then on), and only chunks holding a non-zero byte written."""
     with open(src, "rb", buffering=0) as fin, open(dst, "wb", buffering=0) as fout:
         size = os.fstat(fin.fileno()).st_size
         if size:
             os.posix_fallocate(fout.fileno(), 0, size)
-        for pos in range(0, size, step):
-            chunk = os.pread(fin.fileno(), step, pos)
-            if np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8)):
-                os.pwrite(fout.fileno(), chunk, pos)
+        for start, stop in data_regions(fin.fileno(), size):
+            for pos in range(start, stop, step):
+                chunk = os.pread(fin.fileno(), min(step, stop - pos), pos)
+                if np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8)):
+                    os.pwrite(fout.fileno(), chunk, pos)
+
+
+def data_regions(fd: int, size: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of a file that SEEK_DATA says may hold data."""
+    found, pos = [], 0
+    while pos < size:
+        try:
+            pos = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError:  # ENXIO: only holes from pos on
+            break
+        stop = os.lseek(fd, pos, os.SEEK_HOLE)
+        found.append((pos, stop))
+        pos = stop
+    return found
 
 
 def drop_page_cache() -> bool:
