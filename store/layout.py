@@ -259,6 +259,23 @@ def ascii_strings(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.nda
     return good
 
 
+def topic_names(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Distinct topic names of records (ASCII, checked before) and each record's index into
+    them."""
+    which = np.zeros(len(pos), dtype=np.int64)
+    names: list[str] = []
+    if len(length) and (length == length[0]).all():
+        raw = gather(u8, pos, f"V{int(length[0])}")
+        if (raw == raw[0]).all():  # one topic, the common run: no sort
+            return [raw[0].tobytes().decode("ascii")], which
+    for width in np.unique(length).tolist():
+        rows = np.flatnonzero(length == width)
+        uniq, inverse = np.unique(gather(u8, pos[rows], f"V{width}"), return_inverse=True)
+        which[rows] = inverse.ravel() + len(names)
+        names += [u.tobytes().decode("ascii") for u in uniq]
+    return names, which
+
+
 _FEW_WIDTHS = 16  # up to this many distinct lengths, `joined` gathers per length
 
 

@@ -109,29 +109,13 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     if lo >= n:
         return stop, None, more
     run = r.take(slice(lo, n))
-    names, which = _topics(u8, run.topic_pos, run.topic_len)
+    names, which = layout.topic_names(u8, run.topic_pos, run.topic_len)
     first = int(at[lo])
     tags, keys = codec.dispatch_properties(data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1],
                                            at[lo:n] - first)
     topics = names * len(run) if len(names) == 1 else list(map(names.__getitem__, which.tolist()))
     return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
                            run.store_ts, topics, tags, keys), more
-
-
-def _topics(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """Distinct topic names of a run (ASCII, checked before) and each record's index into them."""
-    which = np.zeros(len(pos), dtype=np.int64)
-    names: list[str] = []
-    if (length == length[0]).all():
-        raw = layout.gather(u8, pos, f"V{int(length[0])}")
-        if (raw == raw[0]).all():  # one topic, the common run: no sort
-            return [raw[0].tobytes().decode("ascii")], which
-    for width in np.unique(length).tolist():
-        rows = np.flatnonzero(length == width)
-        uniq, inverse = np.unique(layout.gather(u8, pos[rows], f"V{width}"), return_inverse=True)
-        which[rows] = inverse.ravel() + len(names)
-        names += [u.tobytes().decode("ascii") for u in uniq]
-    return names, which
 
 
 def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
