@@ -596,7 +596,9 @@ def _recover(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -
         index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
         dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
     dispatched, scan_from = 0, _start_file(parts, min(dispatch_from, probe_from))
-    if kept.end > kept.start and dispatch_from >= kept.start:  # what step 1 parsed, at once
+    # what step 1 parsed, at once; kept.end is a record's end once a run went in (kept.start,
+    # from the checkpoint, need not be), and nothing at or past `end` is dispatched
+    if dispatch_from >= kept.start and (kept.end > kept.start or kept.start >= end):
         dispatched, scan_from = kept.dispatch(parts, dispatch_from), kept.end
     if scan_from < end:
         # the CommitLog is unchanged since step 1 checked [probe_from, end): not again
