@@ -149,7 +149,7 @@ def seal(rec: bytearray, flavor: Flavor) -> None:
     """Write the whole-record checksum into the trailer the encoder reserved: the flavor's
     checksum of every byte before it, taken after the store stamped its fields."""
     n = len(rec) - RECORD_CRC_LEN
-    rec[n + 9 : n + 19] = (b"%010d" % (flavor.raw_crc(memoryview(rec)[:n]) & CRC_MASK))[::-1]  # crc_digits
+    rec[n + 9 : n + 19] = (b"%010d" % (flavor.crc_unmasked(memoryview(rec)[:n]) & CRC_MASK))[::-1]  # crc_digits
 
 
 def join_keys(keys: list[str] | tuple[str, ...]) -> str:
@@ -312,7 +312,7 @@ class Encoder:
         self._topics: dict[str, bytes] = {}
         self._layouts: dict[tuple[int, int], struct.Struct] = {}
         self._born: dict[tuple[str, int], tuple[bytes, int, struct.Struct, int]] = {}
-        self._raw_crc = flavor.raw_crc
+        self._crc_unmasked = flavor.crc_unmasked
         self._crc_tail = _CRC_PLACEHOLDER if flavor.record_crc else b""
         self._no_props = _I16.pack(len(self._crc_tail)) + self._crc_tail
 
@@ -383,7 +383,7 @@ class Encoder:
         born_raw, host_bits, head, ts_pos = self._born.get(msg.born_host) or self._hosts(msg.born_host)
         rec = bytearray(head.pack(
             head.size + body_len + len(tail), MAGIC_V1 if len(topic) <= MAX_TOPIC_LEN else MAGIC_V2,
-            self._raw_crc(body) & CRC_MASK, queue_id, msg.flag, 0, 0,
+            self._crc_unmasked(body) & CRC_MASK, queue_id, msg.flag, 0, 0,
             (msg.sys_flag & ~HOST_V6_FLAGS) | host_bits, msg.born_timestamp or time.time_ns() // 1_000_000,
             born_raw, 0, self.store_host_raw, msg.reconsume_times, msg.prepared_transaction_offset,
             body_len))
@@ -422,7 +422,7 @@ class Encoder:
         head["total"] = (HEADER_V4.itemsize + 2 + body_len + props_len
                          + np.fromiter(map(len, parts), dtype=np.int64, count=n))
         head["magic"] = MAGIC_V1
-        head["body_crc"] = np.fromiter(map(self.flavor.raw_crc, bodies), dtype=np.int64, count=n) & CRC_MASK
+        head["body_crc"] = np.fromiter(map(self.flavor.crc_unmasked, bodies), dtype=np.int64, count=n) & CRC_MASK
         head["queue_id"] = queue_id
         sys_flag = _int_column(sys_flags, "sysflag") & ~HOST_V6_FLAGS
         head["sys_flag"] = sys_flag
@@ -523,8 +523,7 @@ class EncodedBatch:
             ends = np.cumsum(self.head["total"][lo:hi].astype(np.int64))
             starts = ends - self.head["total"][lo:hi]
             view = memoryview(buf)
-            sums = np.fromiter(map(self.flavor.raw_crc, map(view.__getitem__, map(
-                slice, starts.tolist(), (ends - RECORD_CRC_LEN).tolist()))), dtype=np.int64, count=m) & CRC_MASK
+            sums = self.flavor.checksums(view, starts.tolist(), (ends - RECORD_CRC_LEN).tolist())
             digits = (sums[:, None] // _POWERS_OF_TEN) % 10 + 48
             u8 = np.frombuffer(buf, dtype=np.uint8)
             u8[(ends - 11)[:, None] + np.arange(10)] = digits
@@ -718,29 +717,43 @@ def dispatch_properties(joined: np.ndarray, starts: np.ndarray
     ends = np.flatnonzero(joined == 0x02)  # every item ends at one, the last record's too
     items = np.append(0, ends[:-1] + 1)
     raw = joined.tobytes()
-    text = raw.decode("ascii") if not (joined >= 0x80).any() else None
-    found = []
-    for name in _DISPATCH_NAMES:
-        prefix = name.encode() + b"\x01"
-        rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
-        rows = rows[_starts_with(joined, items[rows], prefix)]
-        owner = np.searchsorted(starts, items[rows], "right") - 1
-        last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
-        last[:-1] = owner[1:] != owner[:-1]
-        rows, owner = rows[last], owner[last]
-        spans = zip((items[rows] + len(prefix)).tolist(), ends[rows].tolist())
-        values = ([text[a:b] for a, b in spans] if text is not None else
-                  [raw[a:b].decode("utf-8") for a, b in spans])
-        column = np.full(n, None, dtype=object)
-        column[owner] = values
-        found.append(column.tolist())
-    tags_found, keys_found, uniq_found = found
-    tags = [t or "" for t in tags_found]
-    keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
-            for v in keys_found]
-    if any(uniq_found):
+    text = raw.decode("ascii") if raw.isascii() else None
+    tags_found, keys_found, uniq_found = (
+        _property_values(joined, raw, text, items, ends, starts, name) for name in _DISPATCH_NAMES)
+    tags = [""] * n if tags_found is None else [t or "" for t in tags_found]
+    if keys_found is None:
+        keys: list[list[str]] = [[] for _ in range(n)]
+    elif text is not None and " " not in text:  # no value has a space: one token each
+        keys = [[] if v is None else [v] for v in keys_found]
+    else:
+        keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
+                for v in keys_found]
+    if uniq_found is not None:
         keys = [keys_to_index(uniq, ks) for uniq, ks in zip(uniq_found, keys)]
     return tags, keys
+
+
+def _property_values(joined: np.ndarray, raw: bytes, text: str | None, items: np.ndarray,
+                     ends: np.ndarray, starts: np.ndarray, name: str) -> list[str | None] | None:
+    """Each record's value of property `name` (None where it has none), or None when no
+    record has one. Values are cut with C-level iteration: no Python call per record."""
+    prefix = name.encode() + b"\x01"
+    rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
+    rows = rows[_starts_with(joined, items[rows], prefix)]
+    if not rows.size:
+        return None
+    owner = np.searchsorted(starts, items[rows], "right") - 1
+    last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
+    last[:-1] = owner[1:] != owner[:-1]
+    rows, owner = rows[last], owner[last]
+    spans = map(slice, (items[rows] + len(prefix)).tolist(), ends[rows].tolist())
+    values: list[str | None] = (list(map(text.__getitem__, spans)) if text is not None else
+                                [raw[span].decode("utf-8") for span in spans])
+    if len(values) == len(starts):  # every record has one (owners are distinct and sorted)
+        return values
+    column = np.full(len(starts), None, dtype=object)
+    column[owner] = values
+    return column.tolist()
 
 
 @dataclass

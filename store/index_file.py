@@ -69,7 +69,7 @@ class IndexFile:
         start = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
         tail = np.frombuffer(self.mf.buffer(), dtype=np.uint8, offset=start,
                              count=(self.entries - self.index_count) * ENTRY_SIZE)
-        return not tail.any()
+        return not np.count_nonzero(tail)  # any() on bytes is 4x slower; every open asks
 
     def _write_header(self) -> None:
         _HEADER.pack_into(self.mf.buffer(), 0, self.begin_timestamp, self.end_timestamp,

@@ -18,14 +18,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
+from itertools import chain
 
 import numpy as np
 
 from . import quarantine
 from .crash_points import ARMED, crash_point
-from .flavor import CRC_MASK, Flavor
+from .flavor import Flavor
 from .index_file import IndexFile, index_file_size
 from .layout import indexed
 from .mapped_file import MappedFile, fsync_dir
@@ -177,11 +178,9 @@ class IndexService:
                 and self.entries - last.index_count >= len(keys):
             # the common case: a new record and room for its keys in the newest file. The
             # put lock orders writers; the lock guards rolls, which this cannot need
-            raw = self.flavor.raw_key_hash
+            key_hash = self.flavor.key_hash
             for key in keys:
-                name = f"{topic}#{key}"  # build_key
-                last.put_key(raw(name.encode()) & CRC_MASK if raw else self.flavor.key_hash(name),
-                             commitlog_offset, store_ts)
+                last.put_key(key_hash(f"{topic}#{key}"), commitlog_offset, store_ts)  # build_key
             return
         with self.lock:
             last = self.files[-1] if self.files else None
@@ -200,9 +199,8 @@ class IndexService:
                   store_ts: np.ndarray, sys_flags: np.ndarray) -> None:
         """build() for records in CommitLog order, the entries put in bulk. Offsets grow, so
         only the records below the newest file's end at the start are skipped, and the keys
-        of the record at that end that are in already."""
-        rollback = (~indexed(sys_flags)).tolist()
-        key_hash = self.flavor.key_hash
+        of the record at that end that are in already. Keys are joined and hashed with
+        C-level iteration (no Python call per key): recovery indexes every record."""
         with self.lock:
             last = self.files[-1] if self.files else None
             lo = done = 0
@@ -210,28 +208,35 @@ class IndexService:
                 lo = int(np.searchsorted(commitlog_offsets, last.end_phy_offset, "left"))
                 if lo < len(keys) and int(commitlog_offsets[lo]) == last.end_phy_offset:
                     done = self._keys_done(last.end_phy_offset)
-            todo = keys
+            counts = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+            counts[:lo] = 0
             if done:
-                todo = list(keys)
-                todo[lo] = keys[lo][done:]
-            take = [i for i in range(lo, len(keys)) if todo[i] and not rollback[i]]
-            rows = [i for i in take for _ in todo[i]]
-            names = map(build_key, [topics[i] for i in rows], [k for i in take for k in todo[i]])
-            h = np.fromiter(map(key_hash, names), dtype=np.int64, count=len(rows))
-            commitlog_offset, stamps = commitlog_offsets[rows], store_ts[rows]
-            done = 0
-            while done < len(h):
-                crash_point("index.write")
-                done += self._last_writable().put_keys(h[done:], commitlog_offset[done:], stamps[done:])
+                counts[lo] = max(int(counts[lo]) - done, 0)
+            counts[~indexed(sys_flags)] = 0
+            take = np.flatnonzero(counts)
+            if not take.size:
+                return
+            rows = np.repeat(take, counts[take])
+            names = self._key_names(topics, keys, take, rows, lo, done)
+            h = self.flavor.key_hashes(names, len(rows))
+            self.put_entries(h, commitlog_offsets[rows], store_ts[rows])
+
+    @staticmethod
+    def _key_names(topics: list[str], keys: list[list[str]], take: np.ndarray, rows: np.ndarray,
+                   lo: int, done: int) -> Iterator[str]:
+        """`topic#key` of each key of the records `take` (their keys in order, the first
+        `done` of record lo left out), one per entry of `rows`."""
+        lists: Iterable[list[str]] = keys
+        if len(take) < len(keys) or done:
+            lists = (keys[i][done:] if i == lo and done else keys[i] for i in take.tolist())
+        flat = chain.from_iterable(lists)
+        if topics.count(topics[0]) == len(topics):  # one topic: one prefix for every key
+            return map((topics[0] + "#").__add__, flat)
+        return map(build_key, map(topics.__getitem__, rows.tolist()), flat)
 
     def key_hashes(self, topics: Iterable[str], keys: Iterable[str], count: int) -> np.ndarray:
-        """The hashes of `count` index keys (`build_key` of each topic and key), mapped in C
-        when the flavor has a C hash."""
-        names = map("#".join, zip(topics, keys))  # build_key
-        raw = self.flavor.raw_key_hash
-        if raw is None:
-            return np.fromiter(map(self.flavor.key_hash, names), dtype=np.int64, count=count)
-        return np.fromiter(map(raw, map(str.encode, names)), dtype=np.int64, count=count) & CRC_MASK
+        """The hashes of `count` index keys (`build_key` of each topic and key)."""
+        return self.flavor.key_hashes(map("#".join, zip(topics, keys)), count)  # build_key
 
     def put_entries(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
                     store_ts: np.ndarray) -> None:

@@ -153,12 +153,14 @@ def gather(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype | str) -> np.ndarray
     """The value of `dtype` at each byte position of a byte array, through a view with a
     stride of one byte (a gather copies one item per position). Positions are clamped into
     the buffer: one computed from a bad record's fields may point anywhere, and that record
-    fails its checks anyway."""
+    fails its checks anyway. Items are copied as raw bytes and then viewed as `dtype`: numpy
+    copies a structured item field by field, 15x slower for the 88-byte header."""
     dt = np.dtype(dtype)
     if len(u8) < dt.itemsize:  # no whole value anywhere: every position is a bad record's
         return np.zeros(len(pos), dtype=dt)
-    view = np.ndarray((len(u8) - dt.itemsize + 1,), dtype=dt, buffer=u8, strides=(1,))
-    return view[np.clip(pos, 0, len(view) - 1)]
+    raw = np.dtype(f"V{dt.itemsize}")
+    view = np.ndarray((len(u8) - dt.itemsize + 1,), dtype=raw, buffer=u8, strides=(1,))
+    return view[np.clip(pos, 0, len(view) - 1)].view(dt)
 
 
 def _int(u8: np.ndarray, pos: np.ndarray, dtype: str) -> np.ndarray:
@@ -257,6 +259,23 @@ def ascii_strings(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.nda
     return good
 
 
+def topic_names(u8: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Distinct topic names of records (ASCII, checked before) and each record's index into
+    them."""
+    which = np.zeros(len(pos), dtype=np.int64)
+    names: list[str] = []
+    if len(length) and (length == length[0]).all():
+        raw = gather(u8, pos, f"V{int(length[0])}")
+        if (raw == raw[0]).all():  # one topic, the common run: no sort
+            return [raw[0].tobytes().decode("ascii")], which
+    for width in np.unique(length).tolist():
+        rows = np.flatnonzero(length == width)
+        uniq, inverse = np.unique(gather(u8, pos[rows], f"V{width}"), return_inverse=True)
+        which[rows] = inverse.ravel() + len(names)
+        names += [u.tobytes().decode("ascii") for u in uniq]
+    return names, which
+
+
 _FEW_WIDTHS = 16  # up to this many distinct lengths, `joined` gathers per length
 
 
@@ -325,18 +344,17 @@ def checksums_hold(buf, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     those with a trailer, the body checksum of the others (refused when the flavor wants
     trailers). One checksum call per record."""
     has, stored = trailers(u8, starts, ends)
-    crc = flavor.body_crc
+    if has.all():  # a store with trailers: no row selection
+        return flavor.checksums(buf, starts.tolist(), (ends - RECORD_CRC_LEN).tolist()) == stored
     good = np.zeros(len(starts), dtype=bool)
     rows = np.flatnonzero(has)
     if rows.size:
-        sums = [crc(buf[a:b]) for a, b in zip(starts[rows].tolist(),
-                                              (ends[rows] - RECORD_CRC_LEN).tolist())]
-        good[rows] = np.array(sums, dtype=np.int64) == stored[rows]
+        sums = flavor.checksums(buf, starts[rows].tolist(), (ends[rows] - RECORD_CRC_LEN).tolist())
+        good[rows] = sums == stored[rows]
     rows = np.flatnonzero(~has)
     if rows.size and not flavor.record_crc:
-        sums = [crc(buf[a:b]) for a, b in zip(body_starts[rows].tolist(),
-                                              body_ends[rows].tolist())]
-        good[rows] = np.array(sums, dtype=np.int64) == body_crcs[rows]
+        sums = flavor.checksums(buf, body_starts[rows].tolist(), body_ends[rows].tolist())
+        good[rows] = sums == body_crcs[rows]
     return good
 
 

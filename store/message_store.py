@@ -525,11 +525,11 @@ class MessageStore:
         if any(codec.is_filler(t, layout.TRANSACTION_ROLLBACK) for t in names):
             self._fillers += [(int(run.commitlog_offset[i]), int(run.size[i])) for i, t in enumerate(run.topics)
                               if codec.is_filler(t, int(run.sys_flag[i]))]
-        group = np.array([topic_ids[t] for t in run.topics], dtype=np.int64)[in_queue] << 32 \
-            | (run.queue_id[in_queue] & 0xFFFFFFFF)
-        codes: dict[str, int] = {}
-        tags = np.array([codes[t] if t in codes else codes.setdefault(t, self.flavor.tags_code(t))
-                         for t in run.tags], dtype=np.int64)
+        n = len(run)  # per-record columns through map(): no Python call per record
+        ids = np.fromiter(map(topic_ids.__getitem__, run.topics), dtype=np.int64, count=n)
+        group = ids[in_queue] << 32 | (run.queue_id[in_queue] & 0xFFFFFFFF)
+        codes = {t: self.flavor.tags_code(t) for t in set(run.tags)}
+        tags = np.fromiter(map(codes.__getitem__, run.tags), dtype=np.int64, count=n)
         for g in np.unique(group).tolist():
             rows = in_queue[group == g]
             topic, qid = names[g >> 32], int(run.queue_id[rows[0]])

@@ -67,20 +67,33 @@ def data_end(buf, lo: int, size: int) -> int:
     u8 = np.frombuffer(buf, dtype=np.uint8, count=size)
     step = 1 << 20
     hi = size
-    while hi > lo:  # from the end, a chunk at a time: numpy reads zeros at memory speed
-        a = max(lo, hi - step)
+    while hi > lo:  # from the end, a chunk at a time; count_nonzero reads zeros at memory
+        a = max(lo, hi - step)  # speed (any() on bytes is 4x slower)
         chunk = u8[a:hi]
-        if chunk.any():
+        if np.count_nonzero(chunk):
             return hi - int(np.argmax(chunk[::-1] != 0))
         hi = a
     return lo
 
 
-def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0, flushed: int = 0
-              ) -> Iterator[StoredMessage | Damage]:
-    """Every record and damaged range of one file, in order. A file that is not the newest
-    must end in a BLANK; the newest ends where only zeros follow, but not before `flushed`
-    (the checkpoint's flushed offset: zeros there are lost data)."""
+@dataclass
+class Run:
+    """Consecutive records of one file that check out, as columns (positions in the file)."""
+
+    records: layout.Records
+    u8: np.ndarray  # the file's bytes
+    base: int  # the file's first CommitLog offset
+
+    @property
+    def store_ts(self) -> int:
+        return int(self.records.store_ts[-1])
+
+
+def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0,
+                      flushed: int = 0) -> Iterator[Run | Damage]:
+    """Every run of records and damaged range of one file, in order. A file that is not the
+    newest must end in a BLANK; the newest ends where only zeros follow, but not before
+    `flushed` (the checkpoint's flushed offset: zeros there are lost data)."""
     buf = mf.buffer()
     view = memoryview(buf)
     u8 = np.frombuffer(buf, dtype=np.uint8)
@@ -88,13 +101,12 @@ def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0, flu
     name = os.path.basename(mf.path)
     pos = 0
     while pos <= size - 8:
-        starts = _good_run(view, u8, pos, size, base, flavor)
-        if starts:
-            for at in starts:
-                msg = codec.decode(view, at)  # checked by the run, checksums included
-                yield msg
-            store_ts = msg.store_timestamp
-            pos = starts[-1] + msg.total_size
+        good = _good_run(view, u8, pos, size, base, flavor)
+        if len(good):
+            run = Run(good, u8, base)
+            yield run
+            store_ts = run.store_ts
+            pos = int(good.ends[-1])
             continue
         total, magic = codec.peek_header(view, pos)
         if magic == MAGIC_BLANK and total == size - pos:
@@ -123,12 +135,13 @@ def walk_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0, flu
 _RUN = 4096  # records checked together with numpy
 
 
-def _good_run(view, u8: np.ndarray, pos: int, size: int, base: int, flavor: Flavor) -> list[int]:
-    """Starts of the records from pos that check out (`_decode_at` for each, as one
-    `layout.walk` with the checksums inline), up to _RUN of them."""
+def _good_run(view, u8: np.ndarray, pos: int, size: int, base: int, flavor: Flavor
+              ) -> layout.Records:
+    """The records from pos that check out (`_decode_at` for each, as one `layout.walk`
+    with the checksums inline), up to _RUN of them."""
     r = layout.walk(view, pos, size, _RUN, flavor, u8).records
     ok = r.commitlog_offset == base + r.starts
-    return r.starts[:len(r) if ok.all() else int(np.argmin(ok))].tolist()
+    return r if ok.all() else r.take(slice(0, int(np.argmin(ok))))
 
 
 def _why(view, pos: int, base: int, flavor: Flavor) -> str:
@@ -141,8 +154,22 @@ def _why(view, pos: int, base: int, flavor: Flavor) -> str:
 
 def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
          progress: Progress | None = None, flushed: int = 0) -> Iterator[StoredMessage | Damage]:
-    """Every record and damaged range of the CommitLog, up to `flushed` at least (the
-    checkpoint's flushed offset); each missing file is one damaged range."""
+    """Every record and damaged range of the CommitLog (`walk_runs`, records decoded)."""
+    views = {mf.file_from_offset: memoryview(mf.buffer()) for mf in files}
+    for item in walk_runs(files, flavor, file_size, progress, flushed):
+        if isinstance(item, Damage):
+            yield item
+            continue
+        view = views[item.base]
+        for at in item.records.starts.tolist():
+            yield codec.decode(view, at)  # checked by the run, checksums included
+
+
+def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
+              progress: Progress | None = None, flushed: int = 0) -> Iterator[Run | Damage]:
+    """Every run of records that check out and every damaged range of the CommitLog, up to
+    `flushed` at least (the checkpoint's flushed offset); each missing file is one damaged
+    range."""
     total = len(files) * file_size
     store_ts = 0
     ends = files[-1].file_from_offset + file_size if files else 0
@@ -155,9 +182,9 @@ def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
                 yield Damage(start, start + file_size, "the file is missing",
                              f"{offset_to_name(start)} (missing)", True, store_ts)
         last = i == len(files) - 1 and not beyond
-        for item in walk_file(mf, flavor, last, store_ts, flushed):
-            if not isinstance(item, Damage):
-                store_ts = item.store_timestamp
+        for item in walk_runs_of_file(mf, flavor, last, store_ts, flushed):
+            if isinstance(item, Run):
+                store_ts = item.store_ts
             yield item
         if progress:
             progress((i + 1) * file_size, total)

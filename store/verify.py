@@ -78,7 +78,7 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
     fillers: set[int] = set()
     flushed = Checkpoint.load(os.path.join(cl.queue.directory, os.pardir, "checkpoint")
                               ).commitlog_flushed_offset
-    for item in salvage.walk(cl.queue.files, flavor, cl.file_size, progress, flushed):
+    for item in salvage.walk_runs(cl.queue.files, flavor, cl.file_size, progress, flushed):
         if isinstance(item, Damage):
             damages.append(item)
             if torn_from is not None and item.start >= torn_from and item.to_file_end:
@@ -87,14 +87,28 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
             else:
                 report.problem(str(item))
             continue
-        m = item
-        if codec.is_filler(m.topic, m.sys_flag):
-            fillers.add(m.commitlog_offset)
-            continue
-        records[m.commitlog_offset] = _RecordInfo(
-            m.topic, m.queue_id, m.queue_offset, m.total_size, flavor.tags_code(m.tags),
-            m.index_keys(), layout.in_queue(m.sys_flag))
+        _add_run(item, flavor, records, fillers)
     return records, damages, fillers
+
+
+def _add_run(run: salvage.Run, flavor, records: dict[int, _RecordInfo], fillers: set[int]) -> None:
+    """The records of a run as _RecordInfo, fillers apart, read as columns: topics, tags and
+    keys in bulk (`codec.dispatch_properties`), not by decoding each record."""
+    r = run.records
+    names, which = layout.topic_names(run.u8, r.topic_pos, r.topic_len)
+    filler_names = [i for i, t in enumerate(names) if codec.is_filler(t, layout.TRANSACTION_ROLLBACK)]
+    filler = ~layout.indexed(r.sys_flag) & np.isin(which, filler_names)
+    tags, keys = codec.dispatch_properties(*layout.joined(run.u8, r.props_pos, r.props_len))
+    codes = {t: flavor.tags_code(t) for t in set(tags)}
+    rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
+               r.queue_offset.tolist(), r.total.tolist(), tags, keys,
+               layout.in_queue(r.sys_flag).tolist())
+    for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue in rows:
+        if is_filler:
+            fillers.add(commitlog_offset)
+        else:
+            records[commitlog_offset] = _RecordInfo(names[topic], queue_id, queue_offset, size,
+                                                    codes[tag], ks, in_queue)
 
 
 def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
@@ -132,12 +146,13 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             n = int(np.argmin(valid)) if not valid.all() else len(arr)
             arr = arr[:n]
             want = set(expected.get(key, []))
-            live = [(first + i, u) for i, u in enumerate(arr)
-                    if int(u["size"]) != PRE_BLANK[1] and int(u["offset"]) >= min_commitlog_offset]
+            live = (arr["size"] != PRE_BLANK[1]) & (arr["offset"] >= min_commitlog_offset)
+            rows = np.flatnonzero(live)  # columns as lists: no numpy scalar per field
             lost = 0
-            for qoff, u in live:
+            for qoff, commitlog_offset, size, tags in zip(
+                    (rows + first).tolist(), arr["offset"][rows].tolist(), arr["size"][rows].tolist(),
+                    arr["tags"][rows].tolist()):
                 checked += 1
-                commitlog_offset, size, tags = int(u["offset"]), int(u["size"]), int(u["tags"])
                 rec = records.get(commitlog_offset)
                 if commitlog_offset in fillers:
                     lost += 1  # a message repair could not save: reads as damaged
@@ -166,16 +181,17 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
 _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
-def _reachable(f: IndexFile, raw: np.ndarray) -> np.ndarray:
-    """Which entries a query can reach: walk every bucket's chain from its slot."""
+def _reachable(f: IndexFile, raw: np.ndarray) -> list[bool]:
+    """Which entries a query can reach: walk every bucket's chain from its slot (on lists:
+    a numpy scalar per step cost seconds on a large file)."""
     heads = np.frombuffer(f.mf.buffer(), dtype=">i4", count=f.slots, offset=HEADER_SIZE)
-    seen = np.zeros(f.index_count, dtype=bool)
-    prev = raw["prev"]
+    seen = [False] * f.index_count
+    prev = raw["prev"].tolist()
     for head in heads[(heads > 0) & (heads < f.index_count)].tolist():
         cur = head
         while 0 < cur < f.index_count and not seen[cur]:
             seen[cur] = True
-            cur = int(prev[cur])
+            cur = prev[cur]
     return seen
 
 
@@ -197,17 +213,11 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
             report.derived(f"IndexFile {name} has a damaged header")
             f.close()
             continue
-        every = np.frombuffer(f.mf.buffer(), dtype=np.uint8, offset=HEADER_SIZE + slots * 4,
-                              count=entries * ENTRY_SIZE).reshape(entries, ENTRY_SIZE)
-        written = np.flatnonzero(every.any(axis=1))
-        if written.size and written[-1] >= f.index_count:
-            report.derived(f"IndexFile {name} holds entries up to {written[-1]} but its header "
-                           f"counts {f.index_count - 1} (a stale or damaged header)")
         raw = np.array(np.frombuffer(f.mf.buffer(), dtype=_ENTRY_DTYPE, count=f.index_count,
                                      offset=HEADER_SIZE + slots * 4))
         reachable = _reachable(f, raw)
-        for idx in range(1, f.index_count):
-            h, phy = int(raw[idx]["hash"]), int(raw[idx]["phy"])
+        for idx, h, phy in zip(range(1, f.index_count), raw["hash"][1:].tolist(),
+                               raw["phy"][1:].tolist()):
             if 0 <= phy < min_commitlog_offset:
                 continue  # the record was deleted by retention (a negative offset is damage)
             checked += 1

@@ -252,3 +252,26 @@ def test_joined_strings_each_followed_by_a_separator(strings, gap):
                              np.array([len(s) for s in strings], np.int64))
     assert data.tobytes() == b"".join(s + b"\x02" for s in strings)
     assert at.tolist() == [sum(len(s) + 1 for s in strings[:i]) for i in range(len(strings))]
+
+
+_item_names = st.sampled_from([codec.PROPERTY_TAGS, codec.PROPERTY_KEYS, codec.PROPERTY_UNIQ_KEY,
+                               "X", "KEYSX", ""])
+_values = st.text(st.sampled_from("ab \x01é"), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(st.lists(st.tuples(_item_names, _values), max_size=5), min_size=1,
+                        max_size=8))
+def test_dispatch_properties_agree_with_decoded_properties(records):
+    """Tags and index keys read in bulk are what each record's decoded properties give:
+    missing, empty and repeated items, spaces in KEYS, UNIQ_KEY first, non-ASCII text."""
+    raws = [b"".join(f"{k}\x01{v}\x02".encode() for k, v in items) for items in records]
+    u8 = np.frombuffer(b"".join(raws) or b"\0", dtype=np.uint8)
+    lens = np.array([len(r) for r in raws], dtype=np.int64)
+    data, at = layout.joined(u8, np.cumsum(lens) - lens, lens)
+    tags, keys = codec.dispatch_properties(data, at)
+    want = [codec.decode_properties(r) for r in raws]
+    assert tags == [p.get(codec.PROPERTY_TAGS, "") for p in want]
+    assert keys == [codec.keys_to_index(p.get(codec.PROPERTY_UNIQ_KEY),
+                                        [k for k in p.get(codec.PROPERTY_KEYS, "").split(" ") if k])
+                    for p in want]
