@@ -402,7 +402,7 @@ class Encoder:
             return None
         n = len(msgs)
         (topics, bodies, qids, props, flags, sys_flags, born_ts, born_hosts, reconsume,
-         prepared) = zip(*map(_MESSAGE_FIELDS, msgs))
+         prepared) = (list(map(field_of, msgs)) for field_of in _MESSAGE_FIELDS)
         hosts = {h: self._hosts(h) for h in set(born_hosts)}
         topic_parts = {t: self._topics.get(t) or self._topic_part(t) for t in set(topics)}
         if any(bits for _, bits, _, _ in hosts.values()) or \
@@ -442,7 +442,7 @@ class Encoder:
         return EncodedBatch(head, list(bodies), list(map(bytes.__add__, parts, lens)), props_raw,
                             self._crc_tail, self.flavor, topics, queue_id, sys_flag, props)
 
-    def _batch_properties(self, props: tuple[dict[str, str], ...]) -> tuple[list[bytes], np.ndarray]:
+    def _batch_properties(self, props: list[dict[str, str]]) -> tuple[list[bytes], np.ndarray]:
         """PROPERTIES of every message (each with the checksum trailer the flavor wants) and
         their lengths: one text for the batch, checked and encoded once, then cut apart."""
         counts = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
@@ -472,7 +472,7 @@ class Encoder:
         return list(map(raw.__getitem__, map(slice, start.tolist(), stop.tolist()))), props_len
 
 
-def _int_column(values: tuple[int, ...], what: str) -> np.ndarray:
+def _int_column(values: list[int], what: str) -> np.ndarray:
     """A message field of the whole batch as int64; InvalidMessage for one that is no int64."""
     try:
         return np.fromiter(values, dtype=np.int64, count=len(values))
@@ -480,9 +480,11 @@ def _int_column(values: tuple[int, ...], what: str) -> np.ndarray:
         raise InvalidMessage(f"a message's {what} is not a 64-bit integer") from None
 
 
-_MESSAGE_FIELDS = attrgetter("topic", "body", "queue_id", "properties", "flag", "sys_flag",
-                             "born_timestamp", "born_host", "reconsume_times",
-                             "prepared_transaction_offset")
+# one getter per field, each mapped over the batch: a column per pass reads the messages
+# faster than one tuple per message transposed (a batch's messages are seldom in cache)
+_MESSAGE_FIELDS = tuple(map(attrgetter, (
+    "topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp", "born_host",
+    "reconsume_times", "prepared_transaction_offset")))
 _POWERS_OF_TEN = 10 ** np.arange(10, dtype=np.int64)
 
 
@@ -498,10 +500,10 @@ class EncodedBatch:
     props: list[bytes]  # PROPERTIES of each record, without the checksum trailer
     crc_tail: bytes  # the checksum trailer every record ends in (digits zero), or b""
     flavor: Flavor
-    topics: tuple[str, ...]
+    topics: list[str]
     queue_id: np.ndarray
     sys_flag: np.ndarray
-    properties: tuple[dict[str, str], ...]
+    properties: list[dict[str, str]]
 
     @property
     def sizes(self) -> list[int]:

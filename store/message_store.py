@@ -16,9 +16,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
-from operator import attrgetter
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -74,7 +73,6 @@ def _index_keys(props: dict[str, str]) -> list[str]:
 
 _TRANSACTION_MASK, _ROLLBACK = layout.TRANSACTION_MASK, layout.TRANSACTION_ROLLBACK
 _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
-_PUT_FIELDS = attrgetter("topic", "queue_id", "sys_flag", "properties")
 
 
 def _now_ms() -> int:
@@ -334,9 +332,9 @@ class MessageStore:
         if batch is not None:
             topics, qids, flags, props = batch.topics, batch.queue_id, batch.sys_flag, batch.properties
         else:
-            topics, qid_list, sys_flags, props = zip(*map(_PUT_FIELDS, msgs))
-            qids = np.fromiter(qid_list, dtype=np.int64, count=n)
-            flags = np.fromiter(sys_flags, dtype=np.int64, count=n)
+            topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
+            qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
+            flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
         queues, queue_offsets = self._queue_offsets(topics, qids, flags)
         key_rows, key_hashes = self._batch_keys(topics, props, flags)
         self.index.ensure_room(len(key_rows))
@@ -394,7 +392,7 @@ class MessageStore:
             used = int(ends[fit - 1]) if fit else 0
             room = self.commitlog.file_size
 
-    def _queue_offsets(self, topics: tuple[str, ...], qids: np.ndarray, sys_flags: np.ndarray
+    def _queue_offsets(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray
                        ) -> tuple[dict[ConsumeQueue, np.ndarray], np.ndarray]:
         """The queue offset of every message of a batch (0 for those no ConsumeQueue holds)
         and, per queue, the rows it takes: each queue's next offsets in batch order, found by
@@ -418,7 +416,7 @@ class MessageStore:
             queues[cq] = taken
         return queues, queue_offsets
 
-    def _batch_keys(self, topics: tuple[str, ...], props: tuple[dict[str, str], ...], sys_flags: np.ndarray
+    def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
         """The index keys of a batch as (row of each key's message, key hash), in put order:
         UNIQ_KEY, then KEYS tokens, as `_index_keys`; rolled-back records have none. The
@@ -441,7 +439,7 @@ class MessageStore:
         return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
 
     def _dispatch_batch(self, done: int, queues: dict[ConsumeQueue, np.ndarray],
-                        props: tuple[dict[str, str], ...], commitlog_offset: np.ndarray, sizes: np.ndarray,
+                        props: Sequence[dict[str, str]], commitlog_offset: np.ndarray, sizes: np.ndarray,
                         queue_offsets: np.ndarray, key_rows: np.ndarray, key_hashes: np.ndarray,
                         store_ts: int) -> None:
         """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
