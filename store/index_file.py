@@ -58,12 +58,21 @@ class IndexFile:
 
     def header_ok(self) -> bool:
         """False for a header no writer could have left (torn or overwritten): counts out of
-        range, time / offset ranges running backwards, or entries past its count. Queries
-        must not trust such a file."""
+        range, time / offset ranges running backwards, offsets its first and last entries
+        contradict, or entries past its count. Queries must not trust such a file."""
         if not (1 <= self.index_count <= self.entries and 0 <= self.hash_slot_count <= self.slots
                 and 0 <= self.begin_timestamp <= self.end_timestamp
                 and 0 <= self.begin_phy_offset <= self.end_phy_offset):
             return False
+        if self.index_count > 1:
+            # the first entry set beginPhyOffset and the last one endPhyOffset: a head zeroed
+            # or overwritten with the count intact says otherwise (a crash campaign found a
+            # sealed file whose zeroed offsets made it look older than the checkpoint)
+            mm = self.mf.buffer()
+            first = _ENTRY.unpack_from(mm, self._entries_at + ENTRY_SIZE)[1]
+            last = _ENTRY.unpack_from(mm, self._entries_at + (self.index_count - 1) * ENTRY_SIZE)[1]
+            if first != self.begin_phy_offset or last != self.end_phy_offset:
+                return False
         # the header is written on flush and close only: bytes past its count mean it is
         # stale (a crash after more keys were added), was zeroed, or garbage landed there
         start = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
