@@ -29,14 +29,29 @@ def _path(root: str) -> str:
 Queues = Mapping[tuple[str, int], ConsumeQueue]
 
 
-def save(root: str, consume_queues: Queues, index_files: list[IndexFile]) -> None:
+def save(root: str, consume_queues: Queues, index_files: list[IndexFile],
+         commitlog_end: int | None = None) -> None:
+    """Record the files as a clean close leaves them; `commitlog_end` is the flushed CommitLog
+    offset its checkpoint holds (`clean_close_at`)."""
     queues: dict[str, dict[str, int]] = {}
     digests: dict[str, dict[str, str]] = {}
     for (topic, qid), cq in consume_queues.items():
         queues.setdefault(topic, {})[str(qid)] = cq.max_offset
         digests.setdefault(topic, {})[str(qid)] = cq.digest(cq.max_offset)
     index = {os.path.basename(f.path): f.index_count for f in index_files}
-    write_json(_path(root), {"queues": queues, "indexFiles": index, "digests": digests})
+    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "digests": digests}
+    if commitlog_end is not None:
+        state["commitlogEnd"] = commitlog_end
+    write_json(_path(root), state)
+
+
+def clean_close_at(root: str) -> int | None:
+    """The flushed CommitLog offset the checkpoint held when the state was saved, or None
+    (no state, or one an older mqfs or a rebuild wrote). A checkpoint that moved past it
+    was written by a later session, which then did not close cleanly."""
+    data = read_json(_path(root), None, check=_checked, fix=_FIX)
+    end = data.get("commitlogEnd") if data is not None else None
+    return end if isinstance(end, int) and not isinstance(end, bool) else None
 
 
 def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
@@ -62,6 +77,12 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
                 raise ValueError(f"has the digest {digest!r} for {topic!r} queue {q}")
             digests[(topic, queue_id_key(q, f"{topic!r} queue"))] = digest
     return queues, index, digests
+
+
+def _checked(data: Any) -> dict[str, Any]:
+    """The file as parsed, refused (ValueError) when of a shape save() never writes."""
+    _shape(data)
+    return data
 
 
 def read(root: str) -> tuple[dict[tuple[str, int], int], dict[str, int],

@@ -179,6 +179,14 @@ class MessageStore:
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
             last_exit_ok = False
+        elif last_exit_ok and 0 < self.checkpoint.commitlog_flushed_offset != \
+                dispatch_state.clean_close_at(self.root):
+            # a clean close records its checkpoint's end with the dispatch state; a later
+            # session that flushed and lost its abort file (the IndexFiles it never synced
+            # may be zeros) leaves a checkpoint past it
+            log.warning("no abort file, but the checkpoint is not the one the last clean close "
+                        "left: recovering as after a crash")
+            last_exit_ok = False
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
         self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                         strict=self.checkpoint.commitlog_flushed_offset > 0)
@@ -238,7 +246,8 @@ class MessageStore:
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
-        dispatch_state.save(self.root, self.consume_queues, self.index.files)
+        dispatch_state.save(self.root, self.consume_queues, self.index.files,
+                            self.checkpoint.commitlog_flushed_offset)
         crash_point("abort.delete")
         os.unlink(self.abort_path)
         fsync_dir(self.root)
