@@ -76,6 +76,8 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 _TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPAREDTXOFFSET, BODYLEN
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET and PHYSICALOFFSET, adjacent in every record
+assert PHYSICAL_OFFSET_POS == QUEUE_OFFSET_POS + 8
 
 
 def validate_topic(topic: str) -> None:
@@ -105,14 +107,19 @@ def parse_host(text: str) -> tuple[str, int]:
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
+    """PROPERTIES as RocketMQ writes them; InvalidMessage for a name or value holding a
+    separator or text that is not valid UTF-8 (a lone surrogate)."""
     if not props:
         return b""
     text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
     n = len(props)
     if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
-        bad = [k for k, v in props.items() if set(k + v) & {NAME_VALUE_SEP, PROPERTY_SEP}]
+        bad = [k for k, v in props.items() if set(f"{k}{v}") & {NAME_VALUE_SEP, PROPERTY_SEP}]
         raise InvalidMessage(f"property {bad[0]!r} contains a \\x01 or \\x02 separator byte")
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
@@ -149,7 +156,7 @@ def seal(rec: bytearray, flavor: Flavor) -> None:
     """Write the whole-record checksum into the trailer the encoder reserved: the flavor's
     checksum of every byte before it, taken after the store stamped its fields."""
     n = len(rec) - RECORD_CRC_LEN
-    rec[n + 9 : n + 19] = (b"%010d" % (flavor.crc_unmasked(memoryview(rec)[:n]) & CRC_MASK))[::-1]  # crc_digits
+    rec[n + 9 : n + 19] = crc_digits(flavor.crc_unmasked(memoryview(rec)[:n]) & CRC_MASK)
 
 
 def join_keys(keys: list[str] | tuple[str, ...]) -> str:
@@ -353,16 +360,9 @@ class Encoder:
         digits still zero)."""
         if not props:
             return self._no_props
-        text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])  # NAME_VALUE_SEP, PROPERTY_SEP
-        n = len(props)
-        if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
-            encode_properties(props)  # raises, naming the property
         if PROPERTY_CRC32 in props:
             raise InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
-        try:
-            raw = text.encode("utf-8") + self._crc_tail
-        except UnicodeEncodeError as exc:
-            raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
+        raw = encode_properties(props) + self._crc_tail
         if len(raw) > MAX_PROPERTIES_LEN:
             raise InvalidMessage(f"properties are {len(raw)} bytes, the limit is {MAX_PROPERTIES_LEN}")
         return _I16.pack(len(raw)) + raw
@@ -533,9 +533,9 @@ class EncodedBatch:
 
 
 def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, commitlog_offset: int, store_ts: int) -> None:
-    """Patch the three fields RocketMQ fills inside the put lock."""
-    _I64.pack_into(rec, QUEUE_OFFSET_POS, queue_offset)
-    _I64.pack_into(rec, PHYSICAL_OFFSET_POS, commitlog_offset)
+    """Patch the three fields RocketMQ fills inside the put lock (QUEUEOFFSET and
+    PHYSICALOFFSET are adjacent: one pack)."""
+    _OFFSETS.pack_into(rec, QUEUE_OFFSET_POS, queue_offset, commitlog_offset)
     _I64.pack_into(rec, store_ts_pos, store_ts)
 
 

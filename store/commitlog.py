@@ -23,8 +23,6 @@ from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 
 _BLANK = struct.Struct(">ii")
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET and PHYSICALOFFSET, adjacent in every record
-_I64 = struct.Struct(">q")
 
 
 class CommitLog:
@@ -74,8 +72,7 @@ class CommitLog:
         if mf is None or size + END_FILE_MIN_BLANK > mf.file_size - mf.wrote_position:
             mf = self.file_for(size)
         commitlog_offset = mf.file_from_offset + mf.wrote_position
-        _OFFSETS.pack_into(rec, layout.QUEUE_OFFSET_POS, queue_offset, commitlog_offset)
-        _I64.pack_into(rec, store_ts_pos, store_ts)
+        codec.stamp(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts)
         if self.flavor.record_crc:
             codec.seal(rec, self.flavor)
         if ARMED:
