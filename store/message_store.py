@@ -71,7 +71,6 @@ def _index_keys(props: dict[str, str]) -> list[str]:
     return keys
 
 
-_TRANSACTION_MASK, _ROLLBACK = layout.TRANSACTION_MASK, layout.TRANSACTION_ROLLBACK
 _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
 
 
@@ -405,24 +404,27 @@ class MessageStore:
                        ) -> tuple[dict[ConsumeQueue, np.ndarray], np.ndarray]:
         """The queue offset of every message of a batch (0 for those no ConsumeQueue holds)
         and, per queue, the rows it takes: each queue's next offsets in batch order, found by
-        sorting rather than by a step per message. Creates missing queues and makes room in
-        each, so a bad queue or a full disk refuses before anything is written."""
+        sorting rather than by a step per message. Creates missing queues (as a single put
+        does, for every message) and makes room in those that take units, so a bad queue or
+        a full disk refuses before anything is written."""
         names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
         group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
-        rows = np.flatnonzero(layout.in_queue(sys_flags))
-        order = rows[np.argsort(group[rows], kind="stable")]
-        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1])) if len(order) else order
+        order = np.argsort(group, kind="stable")
+        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1]))
+        in_queue = layout.in_queue(sys_flags)
         queue_offsets = np.zeros(len(topics), dtype=np.int64)
         queues: dict[ConsumeQueue, np.ndarray] = {}
         topic_of = list(names)
         for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
-            taken = order[lo:hi]
-            g = int(group[taken[0]])
+            rows = order[lo:hi]
+            g = int(group[rows[0]])
             key = (topic_of[g >> 32], g & 0xFFFFFFFF)
             cq = self.consume_queues.get(key) or self._create_queue(*key)
-            cq.ensure_room()
-            queue_offsets[taken] = cq.next_offset + np.arange(hi - lo)
-            queues[cq] = taken
+            taken = rows[in_queue[rows]]
+            if len(taken):
+                cq.ensure_room()
+                queue_offsets[taken] = cq.next_offset + np.arange(len(taken))
+                queues[cq] = taken
         return queues, queue_offsets
 
     def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
@@ -492,8 +494,8 @@ class MessageStore:
         cq = self.consume_queues.get((topic, qid)) or self._create_queue(topic, qid)
         props = msg.properties
         sys_flag = msg.sys_flag
-        keys = _index_keys(props) if sys_flag & _TRANSACTION_MASK != _ROLLBACK else []  # layout.indexed
-        in_queue = not sys_flag & layout.TRANSACTION_PREPARED  # layout.in_queue
+        keys = _index_keys(props) if layout.indexed(sys_flag) else []
+        in_queue = layout.in_queue(sys_flag)
         if in_queue:
             queue_offset = cq.next_offset
             cq.ensure_room()
@@ -501,11 +503,7 @@ class MessageStore:
             queue_offset = 0
         if keys:
             self.index.ensure_room(len(keys))
-        store_ts = self.clock()  # _store_timestamp, inline on the hot path
-        if store_ts > self._last_store_ts:
-            self._last_store_ts = store_ts
-        else:
-            store_ts = self._last_store_ts
+        store_ts = self._store_timestamp()
         commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         size = len(rec)
         if in_queue:

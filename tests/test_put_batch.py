@@ -1,5 +1,6 @@
 """put_batch against put: the same bytes on disk, all-or-nothing, read-your-writes."""
 
+import json
 import os
 import resource
 import signal
@@ -71,6 +72,9 @@ def test_put_batch_writes_the_bytes_single_puts_write(tmp_path_factory, batches,
     assert batched == singles
     for sub in ("commitlog", "consumequeue", "index"):
         assert _contents(many, sub) == _contents(one, sub), sub
+    topics = os.path.join("config", "topics.json")  # queues of prepared-only messages too
+    assert json.load(open(os.path.join(many, topics)))["topicConfigTable"] == \
+        json.load(open(os.path.join(one, topics)))["topicConfigTable"]
 
 
 def test_a_batch_rolls_commitlog_files_and_reads_back_at_once(tmp_path):
