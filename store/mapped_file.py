@@ -155,6 +155,30 @@ class MappedFile:
     def buffer(self) -> mmap.mmap:
         return self.mm
 
+    def data_regions(self, lo: int, hi: int | None = None) -> list[tuple[int, int]]:
+        """The [start, stop) ranges of bytes [lo, hi) that may hold data: every other byte
+        reads as zero. SEEK_DATA skips holes and never-written (fallocated) extents without
+        reading them; pages dirtied through the mapping count as data (ext4 and tmpfs look in
+        the page cache). All ranges are found before any is read: reading makes the kernel
+        read ahead, and the zero pages it reads from a never-written extent count as data
+        until dropped (a scan asking as it went read a whole empty 1 GiB tail)."""
+        hi = self.file_size if hi is None else hi
+        found = []
+        pos = lo
+        while pos < hi:
+            try:
+                pos = os.lseek(self.fd, pos, os.SEEK_DATA)
+                stop = min(os.lseek(self.fd, pos, os.SEEK_HOLE), hi)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break  # nothing but holes up to the end
+                stop = hi
+            if pos >= hi:
+                break
+            found.append((pos, stop))
+            pos = stop
+        return found
+
     # --- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         try:

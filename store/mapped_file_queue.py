@@ -7,7 +7,6 @@ truncates a dirty tail after recovery and deletes expired head files.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 
@@ -20,11 +19,11 @@ def _zero_from(mf: MappedFile, pos: int) -> None:
     """Zero every non-zero byte of a file from pos to its end and force it to disk. Recovery
     cuts the valid end here; bytes left behind (a torn tail, garbage, records cut off) could
     otherwise line up with a later end and be taken for valid data after another crash.
-    Only data regions are read (SEEK_DATA skips holes and never-written extents), a chunk at
-    a time with pread and numpy, so a mostly empty 1 GiB file costs little."""
+    Only data regions are read (`MappedFile.data_regions`), a chunk at a time with pread and
+    numpy, so a mostly empty 1 GiB file costs little."""
     step = 1 << 20
     chunk = bytearray(step)
-    for start, stop in _data_regions(mf, pos):
+    for start, stop in mf.data_regions(pos):
         while start < stop:
             end = min(start + step - start % step, stop)
             got = os.preadv(mf.fd, [memoryview(chunk)[:end - start]], start)
@@ -42,25 +41,6 @@ def _forget(mf: MappedFile, start: int, end: int) -> None:
     extent puts zero pages there, and SEEK_DATA counts them as data: left in, they made
     every later open read the whole empty tail of the file again."""
     os.posix_fadvise(mf.fd, start, end - start, os.POSIX_FADV_DONTNEED)
-
-
-def _data_regions(mf: MappedFile, pos: int) -> list[tuple[int, int]]:
-    """The [start, stop) ranges from pos on that may hold data, all found before any is
-    read: reading makes the kernel read ahead, and the zero pages it reads ahead from
-    never-written extents count as data to SEEK_DATA until dropped (a scan asking as it
-    went read a whole empty 1 GiB tail)."""
-    found = []
-    while pos < mf.file_size:
-        try:
-            pos = os.lseek(mf.fd, pos, os.SEEK_DATA)
-            stop = min(os.lseek(mf.fd, pos, os.SEEK_HOLE), mf.file_size)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:
-                break  # nothing but holes up to the end
-            stop = mf.file_size
-        found.append((pos, stop))
-        pos = stop
-    return found
 
 
 class MappedFileQueue:

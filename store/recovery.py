@@ -274,25 +274,14 @@ def _start_file(parts: StoreParts, offset: int) -> int:
 
 
 def _valid_record_in(parts: StoreParts, lo: int, hi: int) -> int | None:
-    """Offset of a whole record that checks out (position field included) starting in
-    (lo, hi), or None: what tells damage in the middle of the log from a torn tail."""
+    """Offset of the first whole record that checks out (position field included) starting
+    in (lo, hi), or None: what tells damage in the middle of the log from a torn tail."""
     for mf in parts.commitlog.queue.files:
         a = max(lo + 1, mf.file_from_offset) - mf.file_from_offset
         b = min(hi, mf.file_from_offset + mf.file_size) - mf.file_from_offset
-        if a >= b:
-            continue
-        buf = mf.buffer()
-        for magic in layout.MAGIC_BYTES:
-            pos = buf.find(magic, a + layout.MAGIC_POS, b + layout.MAGIC_POS)
-            while pos >= 0:
-                start = pos - layout.MAGIC_POS
-                try:
-                    msg = codec.decode(buf, start, parts.flavor)
-                    if msg.commitlog_offset == mf.file_from_offset + start:
-                        return msg.commitlog_offset
-                except CodecError:
-                    pass
-                pos = buf.find(magic, pos + 1, b + layout.MAGIC_POS)
+        found = salvage.next_record(mf, a, b, parts.flavor) if a < b else None
+        if found is not None:
+            return mf.file_from_offset + found
     return None
 
 
@@ -409,7 +398,7 @@ def _quarantine_tail(parts: StoreParts, end: int) -> list[str]:
         lo = max(end - mf.file_from_offset, 0)
         if lo >= mf.file_size:
             continue
-        last = salvage.data_end(mf.buffer(), lo, mf.file_size)
+        last = salvage.data_end(mf, lo)
         if last > lo:
             name = f"commitlog-{offset_to_name(mf.file_from_offset + lo)}-torn-tail"
             saved.append(quarantine.save_bytes(parts.root, name, mf.buffer()[lo:last]))

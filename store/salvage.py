@@ -49,30 +49,39 @@ def _decode_at(buf, pos: int, base: int, flavor: Flavor) -> StoredMessage | None
     return msg if msg.commitlog_offset == base + pos else None
 
 
-def _next_record(buf, lo: int, hi: int, base: int, flavor: Flavor) -> int | None:
-    """Position of the first record that checks out starting in [lo, hi)."""
-    best = None
-    for magic in MAGIC_BYTES:
-        pos = buf.find(magic, lo + MAGIC_POS, hi + MAGIC_POS)
-        while pos >= 0 and (best is None or pos - MAGIC_POS < best):
-            if _decode_at(buf, pos - MAGIC_POS, base, flavor) is not None:
-                best = pos - MAGIC_POS
-                break
-            pos = buf.find(magic, pos + 1, hi + MAGIC_POS)
-    return best
+def next_record(mf: MappedFile, lo: int, hi: int, flavor: Flavor) -> int | None:
+    """Position in the file of the first record that checks out starting in [lo, hi). A
+    magic code has no zero byte, so only the data regions are searched
+    (`MappedFile.data_regions`): an empty preallocated tail is not read."""
+    buf, base = mf.buffer(), mf.file_from_offset
+    for a, b in mf.data_regions(lo + MAGIC_POS, hi + MAGIC_POS):
+        best = None
+        for magic in MAGIC_BYTES:
+            pos = buf.find(magic, a, b)
+            while pos >= 0 and (best is None or pos - MAGIC_POS < best):
+                if _decode_at(buf, pos - MAGIC_POS, base, flavor) is not None:
+                    best = pos - MAGIC_POS
+                    break
+                pos = buf.find(magic, pos + 1, b)
+        if best is not None:
+            return best
+    return None
 
 
-def data_end(buf, lo: int, size: int) -> int:
-    """One past the last non-zero byte at or after lo (lo when there is none)."""
-    u8 = np.frombuffer(buf, dtype=np.uint8, count=size)
+def data_end(mf: MappedFile, lo: int) -> int:
+    """One past the last non-zero byte of the file at or after lo (lo when there is none).
+    Only the data regions are read (`MappedFile.data_regions`), from the end a chunk at a
+    time; count_nonzero reads zeros at memory speed (any() on bytes is 4x slower)."""
+    u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
     step = 1 << 20
-    hi = size
-    while hi > lo:  # from the end, a chunk at a time; count_nonzero reads zeros at memory
-        a = max(lo, hi - step)  # speed (any() on bytes is 4x slower)
-        chunk = u8[a:hi]
-        if np.count_nonzero(chunk):
-            return hi - int(np.argmax(chunk[::-1] != 0))
-        hi = a
+    for start, stop in reversed(mf.data_regions(lo)):
+        hi = stop
+        while hi > start:
+            a = max(start, hi - step)
+            chunk = u8[a:hi]
+            if np.count_nonzero(chunk):
+                return hi - int(np.argmax(chunk[::-1] != 0))
+            hi = a
     return lo
 
 
@@ -111,7 +120,7 @@ def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int 
         total, magic = codec.peek_header(view, pos)
         if magic == MAGIC_BLANK and total == size - pos:
             return
-        if total == 0 and magic == 0 and data_end(buf, pos, size) == pos:
+        if total == 0 and magic == 0 and data_end(mf, pos) == pos:
             if not last:
                 yield Damage(base + pos, base + size, "the file ends without a BLANK record",
                              name, True, store_ts)
@@ -120,14 +129,14 @@ def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int 
                              "records were", name, True, store_ts)
             return
         why = _why(view, pos, base, flavor)
-        nxt = _next_record(buf, pos + 1, size, base, flavor)
+        nxt = next_record(mf, pos + 1, size, flavor)
         if nxt is None:
-            end = size if not last else max(data_end(buf, pos, size), pos + 1)
+            end = size if not last else max(data_end(mf, pos), pos + 1)
             yield Damage(base + pos, base + end, why, name, True, store_ts)
             return
         yield Damage(base + pos, base + nxt, why, name, False, store_ts)
         pos = nxt
-    if pos < size and data_end(buf, pos, size) > pos:
+    if pos < size and data_end(mf, pos) > pos:
         yield Damage(base + pos, base + size, "bytes after the last record", name, True,
                      store_ts)
 
