@@ -391,6 +391,20 @@ def _refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> s
     return None
 
 
+def _bytes_past(parts: StoreParts, end: int) -> str | None:
+    """Why a log whose records end in zeros at `end` still has a torn tail: non-zero bytes
+    further on (a power cut lost a page in the middle of what was written), or None. They
+    are treated as a torn tail: kept in quarantine/ before the cut, never zeroed unseen."""
+    for mf in parts.commitlog.queue.files:
+        lo = max(end - mf.file_from_offset, 0)
+        if lo < mf.file_size:
+            last = salvage.data_end(mf, lo)
+            if last > lo:
+                return (f"zeros at {end}, but non-zero bytes follow up to "
+                        f"{mf.file_from_offset + last}")
+    return None
+
+
 def _quarantine_tail(parts: StoreParts, end: int) -> list[str]:
     """Copy every non-zero byte the cut at `end` takes away into quarantine/."""
     saved = []
@@ -433,6 +447,7 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
     last_start = queue.files[-1].file_from_offset
     start = _start_file(parts, min(last_start, flushed or last_start))
     end, _, reason = scan_end(parts, start, NOWHERE, parts.config.check_crc_on_recover, None)
+    reason = reason or _bytes_past(parts, end)
     if end < flushed:
         report.corruption = _refusal(parts, end, flushed, reason)
         end = min(flushed, queue.max_offset)
@@ -567,6 +582,7 @@ def _recover(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -
     # the records step 2 will most likely dispatch are kept as this scan parses them
     kept = Kept(max(_dispatch_from(parts, last_exit_ok), probe_from))
     end, _, reason = scan_end(parts, probe_from, NOWHERE, check, progress, keep=kept)
+    reason = reason or _bytes_past(parts, end)
     if reason is not None or end < flushed:
         refusal = _refusal(parts, end, flushed, reason)
         if refusal is not None:

@@ -104,3 +104,41 @@ def test_a_valid_record_far_past_a_torn_tail_makes_the_open_refuse(tmp_path):
         MessageStore(str(tmp_path)).open()
     with open(path, "rb") as f:
         assert f.read() == before
+
+
+@pytest.mark.allow_logs(r"^recovery: cut a torn tail")
+def test_bytes_past_a_zero_gap_are_quarantined_before_the_cut(tmp_path):
+    """A power cut can keep a later page and lose an earlier one: the records end in zeros,
+    yet bytes follow. They are a torn tail: copied to quarantine/, then zeroed."""
+    path, end = _crashed_store(str(tmp_path))
+    _write(path, end + 4096, b"later page")
+    _drop_cache(path)
+    with MessageStore(str(tmp_path)) as s:
+        assert s.recovery.end_offset == end and s.max_offset("t", 0) == 20
+        [saved] = s.recovery.quarantined
+        assert any("non-zero bytes follow" in n for n in s.recovery.notes)
+    with open(saved, "rb") as f:
+        assert f.read() == bytes(4096) + b"later page"
+    with open(path, "rb") as f:
+        data = f.read()
+    assert not np.count_nonzero(np.frombuffer(data[end:], dtype=np.uint8))
+
+
+def test_a_valid_record_past_a_zero_gap_makes_the_open_refuse(tmp_path):
+    """With no checkpoint to say what was flushed, a valid record after the gap means the
+    gap is damage inside the log, not a torn tail: nothing is changed."""
+    path, end = _crashed_store(str(tmp_path))
+    with open(path, "rb") as f:
+        data = f.read(end)
+    start = int(layout.chain(memoryview(data), np.frombuffer(data, np.uint8), 0, end, 100)[0][-1])
+    rec = bytearray(data[start:end])
+    rec[layout.PHYSICAL_OFFSET_POS:layout.PHYSICAL_OFFSET_POS + 8] = FAR.to_bytes(8, "big")
+    codec.seal(rec, flavor_named(small_config().flavor, record_crc=True))
+    _write(path, FAR, bytes(rec))
+    with open(path, "rb") as f:
+        before = f.read()
+    _drop_cache(path)
+    with pytest.raises(CorruptionError, match=f"a valid record follows at {FAR}"):
+        MessageStore(str(tmp_path)).open()
+    with open(path, "rb") as f:
+        assert f.read() == before
