@@ -709,53 +709,109 @@ def _starts_with(joined: np.ndarray, pos: np.ndarray, prefix: bytes) -> np.ndarr
     return view[pos] == np.void(prefix)
 
 
-def dispatch_properties(joined: np.ndarray, starts: np.ndarray
-                        ) -> tuple[list[str], list[list[str]]]:
+def dispatch_properties(joined: np.ndarray, starts: np.ndarray) -> tuple[list[str], KeySpans]:
     """TAGS and index keys (UNIQ_KEY, then KEYS tokens) of many records at once. `joined`
     holds their valid UTF-8 properties, each record's followed by 0x02, and `starts` where
     each begins. Items are found with numpy instead of a dict per record; the result is what
-    `properties` gives (empty names and values dropped, the last item of a name wins)."""
-    n = len(starts)
+    `properties` gives (empty names and values dropped, the last item of a name wins). Keys
+    stay spans of `joined`: recovery hashes their bytes without a str or list per key."""
     ends = np.flatnonzero(joined == 0x02)  # every item ends at one, the last record's too
     items = np.append(0, ends[:-1] + 1)
-    raw = joined.tobytes()
-    text = raw.decode("ascii") if raw.isascii() else None
-    tags_found, keys_found, uniq_found = (
-        _property_values(joined, raw, text, items, ends, starts, name) for name in _DISPATCH_NAMES)
-    tags = [""] * n if tags_found is None else [t or "" for t in tags_found]
-    if keys_found is None:
-        keys: list[list[str]] = [[] for _ in range(n)]
-    elif text is not None and " " not in text:  # no value has a space: one token each
-        keys = [[] if v is None else [v] for v in keys_found]
-    else:
-        keys = [[] if v is None else [v] if " " not in v else [k for k in v.split(" ") if k]
-                for v in keys_found]
-    if uniq_found is not None:
-        keys = [keys_to_index(uniq, ks) for uniq, ks in zip(uniq_found, keys)]
-    return tags, keys
+    tags_at, keys_at, uniq_at = (_property_spans(joined, items, ends, starts, name)
+                                 for name in _DISPATCH_NAMES)
+    return _texts(joined, tags_at, len(starts)), _key_spans(joined, keys_at, uniq_at)
 
 
-def _property_values(joined: np.ndarray, raw: bytes, text: str | None, items: np.ndarray,
-                     ends: np.ndarray, starts: np.ndarray, name: str) -> list[str | None] | None:
-    """Each record's value of property `name` (None where it has none), or None when no
-    record has one. Values are cut with C-level iteration: no Python call per record."""
+_Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (record, start, end) of values in `joined`
+
+
+def _property_spans(joined: np.ndarray, items: np.ndarray, ends: np.ndarray, starts: np.ndarray,
+                    name: str) -> _Spans:
+    """Where each record's value of property `name` lies in `joined` (records without one
+    left out), found with numpy: no Python call per record."""
     prefix = name.encode() + b"\x01"
     rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
     rows = rows[_starts_with(joined, items[rows], prefix)]
-    if not rows.size:
-        return None
     owner = np.searchsorted(starts, items[rows], "right") - 1
     last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
     last[:-1] = owner[1:] != owner[:-1]
-    rows, owner = rows[last], owner[last]
-    spans = map(slice, (items[rows] + len(prefix)).tolist(), ends[rows].tolist())
-    values: list[str | None] = (list(map(text.__getitem__, spans)) if text is not None else
-                                [raw[span].decode("utf-8") for span in spans])
-    if len(values) == len(starts):  # every record has one (owners are distinct and sorted)
+    rows = rows[last]
+    return owner[last], items[rows] + len(prefix), ends[rows]
+
+
+def _texts(joined: np.ndarray, spans: _Spans, n: int) -> list[str]:
+    """The values at `spans` as text, "" for the records of n without one; cut with C-level
+    iteration."""
+    owner, lo, hi = spans
+    if not len(owner):
+        return [""] * n
+    raw = joined.tobytes()
+    cuts = map(slice, lo.tolist(), hi.tolist())
+    values = (list(map(raw.decode("ascii").__getitem__, cuts)) if raw.isascii() else
+              [raw[cut].decode("utf-8") for cut in cuts])
+    if len(values) == n:  # every record has one (owners are distinct and sorted)
         return values
-    column = np.full(len(starts), None, dtype=object)
+    column = np.full(n, "", dtype=object)
     column[owner] = values
     return column.tolist()
+
+
+def _key_spans(joined: np.ndarray, keys_at: _Spans, uniq_at: _Spans) -> KeySpans:
+    """Index keys as spans of `joined` in RocketMQ's order: a record's UNIQ_KEY, then its
+    KEYS value split on spaces with empty tokens dropped (as `keys`). UTF-8 never holds a
+    0x20 byte inside a character, so the split works on bytes."""
+    owner, lo, hi = keys_at
+    if _any_within(np.flatnonzero(joined == 0x20), lo, hi):  # else each value is one token
+        edge = np.zeros(len(joined) + 1, dtype=np.int8)
+        edge[lo], edge[hi] = 1, -1  # values never touch: 0x02 ends each one
+        word = np.zeros(len(joined) + 2, dtype=np.int8)
+        word[1:-1] = (np.cumsum(edge[:-1]) > 0) & (joined != 0x20)
+        bounds = np.diff(word)
+        lo, hi = np.flatnonzero(bounds == 1), np.flatnonzero(bounds == -1)
+        owner = owner[np.searchsorted(keys_at[1], lo, "right") - 1]
+    if len(uniq_at[0]):
+        owner, lo, hi = (np.concatenate((u, k)) for u, k in zip(uniq_at, (owner, lo, hi)))
+        order = np.argsort(owner, kind="stable")  # a record's UNIQ_KEY before its KEYS tokens
+        owner, lo, hi = owner[order], lo[order], hi[order]
+    return KeySpans(joined, lo, hi, owner)
+
+
+def _any_within(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether any position lies in one of the sorted, disjoint spans [lo, hi)."""
+    span = np.searchsorted(lo, pos, "right") - 1
+    return bool(len(lo) and ((span >= 0) & (pos < hi[span])).any())
+
+
+@dataclass
+class KeySpans:
+    """The index keys of a run of records, key i being the UTF-8 bytes data[start[i]:end[i]]
+    of record row[i]; rows never decrease, and a record's keys are in index order (UNIQ_KEY,
+    then KEYS tokens). Recovery indexes every record: columns instead of a list of str per
+    record let it hash the keys' bytes in bulk."""
+
+    data: np.ndarray  # uint8
+    start: np.ndarray  # int64
+    end: np.ndarray  # int64
+    row: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, keys: list[str]) -> KeySpans:
+        """The keys of one record."""
+        lens = np.array([len(k.encode()) for k in keys], dtype=np.int64)
+        data = np.frombuffer("".join(keys).encode(), dtype=np.uint8)
+        return cls(data, np.cumsum(lens) - lens, np.cumsum(lens), np.zeros(len(keys), dtype=np.int64))
+
+    def from_row(self, i: int) -> KeySpans:
+        """The keys of records i on, numbered from i."""
+        k = int(np.searchsorted(self.row, i))
+        return KeySpans(self.data, self.start[k:], self.end[k:], self.row[k:] - i)
+
+    def lists(self, n: int) -> list[list[str]]:
+        """Each of n records' keys as text."""
+        raw = self.data.tobytes()
+        keys = [raw[a:b].decode("utf-8") for a, b in zip(self.start.tolist(), self.end.tolist())]
+        bounds = np.searchsorted(self.row, np.arange(n + 1)).tolist()
+        return [keys[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
@@ -771,7 +827,7 @@ class RecordRun:
     store_ts: np.ndarray  # int64
     topics: list[str]
     tags: list[str]
-    keys: list[list[str]]  # index keys: UNIQ_KEY, then KEYS tokens
+    keys: KeySpans  # index keys: UNIQ_KEY, then KEYS tokens
 
     @classmethod
     def of(cls, msg: StoredMessage) -> RecordRun:
@@ -780,7 +836,7 @@ class RecordRun:
             return np.array([v], dtype=np.int64)
         return cls(col(msg.commitlog_offset), col(msg.total_size), col(msg.queue_id),
                    col(msg.queue_offset), col(msg.sys_flag), col(msg.store_timestamp),
-                   [msg.topic], [msg.tags], [msg.index_keys()])
+                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()))
 
     def __len__(self) -> int:
         return len(self.commitlog_offset)

@@ -8,7 +8,7 @@ faster in Python and spread keys better. Everything else in the format is identi
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -61,6 +61,32 @@ def _xx_key_hashes(keys: Iterable[str], n: int) -> np.ndarray:
     return np.fromiter(hashes, dtype=np.int64, count=n) & CRC_MASK
 
 
+def _cuts(packed: np.ndarray, ends: np.ndarray) -> Iterator[bytes]:
+    """The texts packed back to back, `ends` where each ends, as bytes (C-level iteration)."""
+    raw = packed.tobytes()
+    bounds = ends.tolist()
+    return map(raw.__getitem__, map(slice, [0, *bounds[:-1]], bounds))
+
+
+def _rocketmq_key_hashes_packed(packed: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Java's hash is sum(c[i] * 31**(n-1-i)) mod 2**32: in uint32 arithmetic, which wraps,
+    for ASCII text (one UTF-16 unit a byte); other text per key."""
+    if (packed >= 0x80).any():
+        return _rocketmq_key_hashes(map(bytes.decode, _cuts(packed, ends)), len(ends))
+    lens = np.diff(ends, prepend=0)
+    powers = np.cumprod(np.full(int(lens.max(initial=0)), 31, dtype=np.uint32), dtype=np.uint32)
+    powers = np.append(np.uint32(1), powers[:-1])  # 31**k, k from 0
+    exponent = np.repeat(ends - 1, lens) - np.arange(len(packed))
+    terms = packed.astype(np.uint32) * powers[exponent]
+    h = np.add.reduceat(terms, ends - lens, dtype=np.uint32).view(np.int32).astype(np.int64)
+    return np.where(h == _INT_MIN, 0, np.abs(h))
+
+
+def _xx_key_hashes_packed(packed: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    hashes = map(xxhash.xxh32_intdigest, _cuts(packed, ends))
+    return np.fromiter(hashes, dtype=np.int64, count=len(ends)) & CRC_MASK
+
+
 def _xx_tags_code(tags: str) -> int:
     if not tags:
         return 0
@@ -80,6 +106,8 @@ class Flavor:
     # of thousands of records, and a Python call per item was half of its time
     crc_unmasked: Callable[[bytes | memoryview], int]  # body_crc before `& CRC_MASK`
     key_hashes: Callable[[Iterable[str], int], np.ndarray]  # (keys, how many)
+    # key_hash of non-empty UTF-8 texts packed back to back: (uint8 array, where each ends)
+    key_hashes_packed: Callable[[np.ndarray, np.ndarray], np.ndarray]
     # every record carries a whole-record checksum (RocketMQ 5's `__CRC32#` trailer, computed
     # with body_crc): new mqfs stores; a store a broker wrote without enabledAppendPropCRC not
     record_crc: bool = False
@@ -94,9 +122,9 @@ class Flavor:
 
 
 ROCKETMQ = Flavor("rocketmq", _rocketmq_crc, _rocketmq_key_hash, _rocketmq_tags_code,
-                  zlib.crc32, _rocketmq_key_hashes)
+                  zlib.crc32, _rocketmq_key_hashes, _rocketmq_key_hashes_packed)
 XXHASH = Flavor("xxhash", _xx_crc, _xx_key_hash, _xx_tags_code, xxhash.xxh32_intdigest,
-                _xx_key_hashes)
+                _xx_key_hashes, _xx_key_hashes_packed)
 FLAVORS = {f.name: f for f in (ROCKETMQ, XXHASH)}
 
 

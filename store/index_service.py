@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
-from itertools import chain
 
 import numpy as np
 
 from . import quarantine
+from .codec import KeySpans
 from .crash_points import ARMED, crash_point
 from .flavor import Flavor
 from .index_file import IndexFile, index_file_size
@@ -41,6 +41,21 @@ def _file_name(now: float) -> str:
 
 def build_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
+
+
+def _key_names(topics: list[str], which: np.ndarray, data: np.ndarray, start: np.ndarray,
+               end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`build_key` of topics[which[i]] and key data[start[i]:end[i]] for each i, as UTF-8
+    packed back to back, and where each ends: copied by one numpy gather, not a str each."""
+    prefixes = [(t + "#").encode() for t in topics]
+    plen = np.array(list(map(len, prefixes)), dtype=np.int64)
+    src = np.concatenate((np.frombuffer(b"".join(prefixes), dtype=np.uint8), data))
+    # two pieces a name, the topic's prefix and the key, each copied from its place in src
+    piece_at = np.column_stack(((np.cumsum(plen) - plen)[which], len(src) - len(data) + start)).ravel()
+    piece_len = np.column_stack((plen[which], end - start)).ravel()
+    ends = np.cumsum(piece_len)
+    packed = src[np.repeat(piece_at - (ends - piece_len), piece_len) + np.arange(int(ends[-1]))]
+    return packed, ends[1::2]
 
 
 class IndexService:
@@ -195,44 +210,28 @@ class IndexService:
                     f = self._last_writable()
                     f.put_key(h, commitlog_offset, store_ts)
 
-    def build_run(self, topics: list[str], keys: list[list[str]], commitlog_offsets: np.ndarray,
-                  store_ts: np.ndarray, sys_flags: np.ndarray) -> None:
-        """build() for records in CommitLog order, the entries put in bulk. Offsets grow, so
-        only the records below the newest file's end at the start are skipped, and the keys
-        of the record at that end that are in already. Keys are joined and hashed with
-        C-level iteration (no Python call per key): recovery indexes every record."""
+    def build_run(self, topics: list[str], topic_ids: np.ndarray, keys: KeySpans,
+                  commitlog_offsets: np.ndarray, store_ts: np.ndarray, sys_flags: np.ndarray) -> None:
+        """build() for records in CommitLog order (record i of topic topics[topic_ids[i]]),
+        the entries put in bulk. Offsets grow, so only the records below the newest file's
+        end at the start are skipped, and the keys of the record at that end that are in
+        already. Keys are joined and hashed as bytes in bulk: recovery indexes every record."""
         with self.lock:
             last = self.files[-1] if self.files else None
-            lo = done = 0
+            take = indexed(sys_flags)[keys.row]
             if last is not None:
                 lo = int(np.searchsorted(commitlog_offsets, last.end_phy_offset, "left"))
-                if lo < len(keys) and int(commitlog_offsets[lo]) == last.end_phy_offset:
-                    done = self._keys_done(last.end_phy_offset)
-            counts = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
-            counts[:lo] = 0
-            if done:
-                counts[lo] = max(int(counts[lo]) - done, 0)
-            counts[~indexed(sys_flags)] = 0
-            take = np.flatnonzero(counts)
-            if not take.size:
+                first, stop = np.searchsorted(keys.row, [lo, lo + 1]).tolist()  # record lo's keys
+                take[:first] = False
+                if lo < len(commitlog_offsets) and int(commitlog_offsets[lo]) == last.end_phy_offset:
+                    take[first:min(first + self._keys_done(last.end_phy_offset), stop)] = False
+            sel = np.flatnonzero(take)
+            if not sel.size:
                 return
-            rows = np.repeat(take, counts[take])
-            names = self._key_names(topics, keys, take, rows, lo, done)
-            h = self.flavor.key_hashes(names, len(rows))
-            self.put_entries(h, commitlog_offsets[rows], store_ts[rows])
-
-    @staticmethod
-    def _key_names(topics: list[str], keys: list[list[str]], take: np.ndarray, rows: np.ndarray,
-                   lo: int, done: int) -> Iterator[str]:
-        """`topic#key` of each key of the records `take` (their keys in order, the first
-        `done` of record lo left out), one per entry of `rows`."""
-        lists: Iterable[list[str]] = keys
-        if len(take) < len(keys) or done:
-            lists = (keys[i][done:] if i == lo and done else keys[i] for i in take.tolist())
-        flat = chain.from_iterable(lists)
-        if topics.count(topics[0]) == len(topics):  # one topic: one prefix for every key
-            return map((topics[0] + "#").__add__, flat)
-        return map(build_key, map(topics.__getitem__, rows.tolist()), flat)
+            rows = keys.row[sel]
+            packed, ends = _key_names(topics, topic_ids[rows], keys.data, keys.start[sel], keys.end[sel])
+            self.put_entries(self.flavor.key_hashes_packed(packed, ends), commitlog_offsets[rows],
+                             store_ts[rows])
 
     def key_hashes(self, topics: Iterable[str], keys: Iterable[str], count: int) -> np.ndarray:
         """The hashes of `count` index keys (`build_key` of each topic and key)."""

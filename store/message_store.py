@@ -544,7 +544,7 @@ class MessageStore:
                 cq = self._create_queue(topic, qid, persist=False)
             cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
         crash_point("recovery.dispatch")
-        self.index.build_run(run.topics, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)
+        self.index.build_run(names, ids, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 

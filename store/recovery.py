@@ -189,7 +189,7 @@ def _rows_from(run: RecordRun, i: int) -> RecordRun:
     if i == 0:
         return run
     return RecordRun(run.commitlog_offset[i:], run.size[i:], run.queue_id[i:], run.queue_offset[i:],
-                     run.sys_flag[i:], run.store_ts[i:], run.topics[i:], run.tags[i:], run.keys[i:])
+                     run.sys_flag[i:], run.store_ts[i:], run.topics[i:], run.tags[i:], run.keys.from_row(i))
 
 
 def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,

@@ -101,7 +101,7 @@ def _add_run(run: salvage.Run, flavor, records: dict[int, _RecordInfo], fillers:
     tags, keys = codec.dispatch_properties(*layout.joined(run.u8, r.props_pos, r.props_len))
     codes = {t: flavor.tags_code(t) for t in set(tags)}
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
-               r.queue_offset.tolist(), r.total.tolist(), tags, keys,
+               r.queue_offset.tolist(), r.total.tolist(), tags, keys.lists(len(tags)),
                layout.in_queue(r.sys_flag).tolist())
     for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue in rows:
         if is_filler:

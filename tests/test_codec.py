@@ -2,6 +2,7 @@
 
 import zlib
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,6 +55,21 @@ def test_java_hashes_match_reference_numbers():
     assert ROCKETMQ.key_hash("polygenelubricants") == 0
     assert ROCKETMQ.key_hash("TopicTest#KEY1") == 1656969516
     assert ROCKETMQ.key_hash("FooBar#60") == 78144144
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.one_of(st.text(min_size=1, max_size=40),
+                               st.sampled_from(["polygenelubricants", "FooBar#60", "a" * 100])),
+                     min_size=1, max_size=20))
+def test_packed_key_hashes_are_each_keys_hash(keys):
+    """Both flavors hash UTF-8 texts packed back to back as key_hash hashes each text:
+    ASCII and not, astral characters (two UTF-16 units), Integer.MIN_VALUE, long keys."""
+    keys = [k.encode("utf-8", "replace").decode() for k in keys]  # no lone surrogates
+    raw = [k.encode() for k in keys]
+    packed = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    ends = np.cumsum([len(r) for r in raw])
+    for flavor in (ROCKETMQ, XXHASH):
+        assert flavor.key_hashes_packed(packed, ends).tolist() == list(map(flavor.key_hash, keys))
 
 
 def test_ten_foobar_messages_occupy_1580_bytes():

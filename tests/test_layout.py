@@ -269,7 +269,8 @@ def test_dispatch_properties_agree_with_decoded_properties(records):
     u8 = np.frombuffer(b"".join(raws) or b"\0", dtype=np.uint8)
     lens = np.array([len(r) for r in raws], dtype=np.int64)
     data, at = layout.joined(u8, np.cumsum(lens) - lens, lens)
-    tags, keys = codec.dispatch_properties(data, at)
+    tags, spans = codec.dispatch_properties(data, at)
+    keys = spans.lists(len(records))
     want = [codec.decode_properties(r) for r in raws]
     assert tags == [p.get(codec.PROPERTY_TAGS, "") for p in want]
     assert keys == [codec.keys_to_index(p.get(codec.PROPERTY_UNIQ_KEY),

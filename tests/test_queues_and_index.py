@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError, layout
+from store.codec import KeySpans
 from store.flavor import ROCKETMQ, XXHASH
 from store.index_file import IndexFile
 from store.index_service import IndexService
@@ -110,7 +111,9 @@ def test_keys_split_by_a_roll_are_dispatched_again_exactly_once(tmp_path):
     svc.build("t", ["c", "d", "e"], 300, 1_700_000_000_002, 0)  # idempotent
     assert [f.index_count for f in svc.files] == [4, 3]
     svc.files.pop().destroy()  # a crash lost the file after the roll
-    run = dict(topics=["t", "t"], keys=[["c", "d", "e"], ["f"]],
+    run = dict(topics=["t"], topic_ids=np.zeros(2, dtype=np.int64),
+               keys=KeySpans(np.frombuffer(b"cdef", dtype=np.uint8), np.arange(4), np.arange(1, 5),
+                             np.array([0, 0, 0, 1])),
                commitlog_offsets=np.array([300, 400]), store_ts=np.array([1_700_000_000_002] * 2),
                sys_flags=np.zeros(2, dtype=np.int64))
     svc.build_run(**run)
