@@ -11,11 +11,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from itertools import chain, repeat
 
 from .codec import PROPERTY_KEYS, PROPERTY_TAGS, Message
 from .errors import InvalidMessage
 
 FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
+_NO_KEYS: list[str] = []  # defaults for absent fields: read, never changed
+_NO_PROPERTIES: dict[str, str] = {}
+_STR = repeat(str)  # isinstance's second argument, for map
 _DECODE_AT = json.JSONDecoder().raw_decode  # (text, index) -> (the object there, its end)
 PIECE = 64 << 10  # bytes of lines decoded to text at a time
 
@@ -91,32 +95,36 @@ def _decode_piece(s: str, topic: str, queue_id: int, limit: int, out: list[Messa
 
 
 def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:
-    """The message a decoded line stands for; InvalidMessage (BodyTooLarge) as decode_line."""
+    """The message a decoded line stands for; InvalidMessage (BodyTooLarge) as decode_line.
+    Every line of a mount's writes passes here, so each check is one C-level call."""
     if not isinstance(obj, dict):
         raise InvalidMessage("a line must be a JSON object")
     if not FIELDS.issuperset(obj):
         raise InvalidMessage(f"unknown fields {sorted(set(obj) - FIELDS)}")
-    if ("body" in obj) == ("body_b64" in obj):
-        raise InvalidMessage("give exactly one of body and body_b64")
-    if "body" in obj:
-        if not isinstance(obj["body"], str):
-            raise InvalidMessage("body must be a string (use body_b64 for bytes)")
-        body = obj["body"].encode("utf-8")
-    else:
+    text = obj.get("body")
+    if "body_b64" in obj:
+        if "body" in obj:
+            raise InvalidMessage("give exactly one of body and body_b64")
         try:
             body = base64.b64decode(obj["body_b64"], validate=True)
         except (binascii.Error, TypeError, ValueError):
             raise InvalidMessage("body_b64 is not base64") from None
+    elif isinstance(text, str):
+        body = text.encode()
+    elif "body" in obj:
+        raise InvalidMessage("body must be a string (use body_b64 for bytes)")
+    else:
+        raise InvalidMessage("give exactly one of body and body_b64")
     if len(body) > limit:
         raise BodyTooLarge(f"body is {len(body)} bytes, the limit is {limit}")
-    keys = obj.get("keys", [])
+    keys = obj.get("keys", _NO_KEYS)
     if isinstance(keys, str):
         keys = keys.split()
     tags = obj.get("tags")
-    props = obj.get("properties", {})
-    if (not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys)
+    props = obj.get("properties", _NO_PROPERTIES)
+    if (not isinstance(keys, list) or "" in keys or not all(map(isinstance, keys, _STR))
             or not (tags is None or isinstance(tags, str))
             or not isinstance(props, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items())):
+            or (props and not all(map(isinstance, chain.from_iterable(props.items()), _STR)))):
         raise InvalidMessage("keys must be strings, tags a string, properties strings")
-    return Message.create(topic, body, queue_id=queue_id, keys=keys, tags=tags, properties=props)
+    return Message.create(topic, body, queue_id, keys, tags, props)

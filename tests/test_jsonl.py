@@ -41,6 +41,13 @@ def test_keys_may_be_one_space_separated_string():
     (b'{"tags": "a"}', "give exactly one of body and body_b64"),
     (b'{"body": 1}', "body must be a string"), (b'{"body_b64": "!"}', "body_b64 is not base64"),
     (b'{"body": "a", "properties": {"k": 1}}', "properties strings"),
+    (b'{"body": "a", "body_b64": "AA=="}', "give exactly one"), (b'{"body": null}', "body must be"),
+    (b'{"body": 1, "body_b64": "AA=="}', "give exactly one"), (b'{"body_b64": null}', "not base64"),
+    (b'{"body": "a", "keys": [""]}', "keys must be strings"),
+    (b'{"body": "a", "keys": ["a b"], "tags": 1}', "keys must be strings"),
+    (b'{"body": "a", "keys": null}', "keys must be strings"),
+    (b'{"body": "a", "properties": null}', "properties strings"),
+    (b'{"body": "a", "keys": ["k", "a b"]}', "message key 'a b' is empty or contains a space"),
 ])
 def test_malformed_lines_say_why(line, why):
     with pytest.raises(InvalidMessage, match=re.escape(why)) as info:
