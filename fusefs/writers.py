@@ -18,10 +18,11 @@ import errno
 from collections.abc import Callable
 
 from store import InvalidMessage, Message
+from store.codec import PROPERTY_KEYS
 from store.jsonl import BodyTooLarge, decode_line, decode_lines
 
 from .errors import FsError
-from .keynames import check_key
+from .keynames import SURELY_FITS, check_key
 from .spool import Budget, Spool
 
 MAX_OFFSET_TEXT = 64
@@ -157,9 +158,11 @@ class JsonlWriter(Writer):
         return out
 
     def _check(self, msg: Message) -> None:
-        """EINVAL for a key no /keys name can hold, EFBIG for a body with no room in a record."""
-        for key in msg.keys:
-            check_key(key)
+        """EINVAL for a key no /keys name can hold, EFBIG for a body with no room in a record.
+        When all the keys together are short, each is: only long ones are looked at."""
+        if len(msg.properties.get(PROPERTY_KEYS, "")) > SURELY_FITS:
+            for key in msg.keys:
+                check_key(key)
         if self.fits is not None and len(msg.body) > self.limit // 2:
             room = self.fits(msg)  # keys and properties take room in the record too
             if len(msg.body) > room:

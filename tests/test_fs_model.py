@@ -339,6 +339,10 @@ def test_keys_that_cannot_be_names_are_refused_at_append():
     with pytest.raises(FsError) as info:
         w.write(b'{"body": "a", "keys": ["' + b"k" * 256 + b'"]}\n')
     assert info.value.errno == errno.EINVAL and "255" in str(info.value)
+    with pytest.raises(FsError) as info:  # short keys, then one whose name would be 258 bytes
+        JsonlWriter("t", 0, limit=100, budget=Budget()).write(
+            b'{"body": "a", "keys": "a b ' + b"/" * 86 + b'"}\n')
+    assert info.value.errno == errno.EINVAL
     [m] = JsonlWriter("t", 0, limit=100, budget=Budget()).write(
         b'{"body": "a", "keys": ["a/b", ".."]}\n')
     assert m.keys == ["a/b", ".."]
