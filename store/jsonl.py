@@ -20,8 +20,6 @@ FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
 _NO_KEYS: list[str] = []  # defaults for absent fields: read, never changed
 _NO_PROPERTIES: dict[str, str] = {}
 _STR = repeat(str)  # isinstance's second argument, for map
-_DECODE_AT = json.JSONDecoder().raw_decode  # (text, index) -> (the object there, its end)
-PIECE = 64 << 10  # bytes of lines decoded to text at a time
 
 
 class BodyTooLarge(InvalidMessage):
@@ -49,54 +47,11 @@ def decode_line(line: bytes, topic: str, queue_id: int, limit: int) -> Message:
     return message_of(obj, topic, queue_id, limit)
 
 
-def decode_lines(text: bytes, topic: str, queue_id: int, limit: int) -> list[Message] | None:
-    """The messages of the lines in `text` (blank lines skipped; a last line needs no
-    newline), or None when a line needs decode_line: one that is malformed, or in a form
-    only it reads (leading whitespace, a byte-order mark, UTF-16).
-
-    The fast path of a mount's writes: the text is decoded from UTF-8 a piece of lines at a
-    time (small enough to stay in the CPU's cache while it is scanned) and each object
-    decoded in place by json's C scanner, instead of json.loads per line (which copies,
-    sniffs the encoding and decodes every line). Whatever it accepts, decode_line would
-    decode to the same message; what it does not, decode_line explains."""
-    out: list[Message] = []
-    start, size = 0, len(text)
-    while start < size:
-        stop = text.find(b"\n", min(start + PIECE, size)) + 1 or size
-        try:
-            piece = str(text[start:stop], "utf-8")
-        except UnicodeDecodeError:
-            return None
-        if not _decode_piece(piece, topic, queue_id, limit, out):
-            return None
-        start = stop
-    return out
-
-
-def _decode_piece(s: str, topic: str, queue_id: int, limit: int, out: list[Message]) -> bool:
-    """Append the messages of the lines in s to out; False when a line needs decode_line."""
-    decode_at, pos, end = _DECODE_AT, 0, len(s)
-    while pos < end:
-        stop = s.find("\n", pos)
-        if stop < 0:
-            stop = end
-        if stop > pos:
-            if s[pos] != "{":
-                return False
-            try:
-                obj, last = decode_at(s, pos)
-                out.append(message_of(obj, topic, queue_id, limit))
-            except (ValueError, InvalidMessage):
-                return False
-            if last > stop or s[last:stop].strip(" \t\r"):
-                return False  # the object runs into the next line, or more follows it
-        pos = stop + 1
-    return True
-
-
 def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:
-    """The message a decoded line stands for; InvalidMessage (BodyTooLarge) as decode_line.
-    Every line of a mount's writes passes here, so each check is one C-level call."""
+    """The message a decoded line (any JSON value) stands for; InvalidMessage (BodyTooLarge)
+    as decode_line. A reader that decodes lines its own faster way checks them here, so the
+    fields of a line are coded once; each check is one C-level call, as every line a mount
+    takes passes here."""
     if not isinstance(obj, dict):
         raise InvalidMessage("a line must be a JSON object")
     if not FIELDS.issuperset(obj):
