@@ -65,7 +65,10 @@ def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:
         except (binascii.Error, TypeError, ValueError):
             raise InvalidMessage("body_b64 is not base64") from None
     elif isinstance(text, str):
-        body = text.encode()
+        try:
+            body = text.encode()
+        except UnicodeEncodeError:  # json reads "\ud800" escapes into text UTF-8 cannot hold
+            raise InvalidMessage("body has a lone surrogate (use body_b64 for bytes)") from None
     elif "body" in obj:
         raise InvalidMessage("body must be a string (use body_b64 for bytes)")
     else:

@@ -44,6 +44,7 @@ def test_keys_may_be_one_space_separated_string():
     (b'{"tags": "a"}', "give exactly one of body and body_b64"),
     (b'{"body": 1}', "body must be a string"), (b'{"body_b64": "!"}', "body_b64 is not base64"),
     (b'{"body": "a", "properties": {"k": 1}}', "properties strings"),
+    (b'{"body": "\\ud800"}', "lone surrogate"), (b'{"body": "\xed\xa0\x80"}', "lone surrogate"),
     (b'{"body": "a", "body_b64": "AA=="}', "give exactly one"), (b'{"body": null}', "body must be"),
     (b'{"body": 1, "body_b64": "AA=="}', "give exactly one"), (b'{"body_b64": null}', "not base64"),
     (b'{"body": "a", "keys": [""]}', "keys must be strings"),
