@@ -106,6 +106,19 @@ def test_oversized_body_and_properties_are_refused():
         enc.encode(Message(topic="t", body=b"", properties={"p": "a\x01b"}))
 
 
+@pytest.mark.parametrize("keys", [["a b"], ["a", ""], [""], ["a", "b c", "d"], ["a", 0]])
+def test_keys_that_are_empty_or_hold_a_space_are_refused(keys):
+    with pytest.raises(InvalidMessage, match="empty or contains a space"):
+        Message.create("t", b"", keys=keys)
+
+
+def test_create_joins_keys_and_sets_tags_after_the_properties():
+    m = Message.create("t", b"b", 3, ("k1", "k2"), "tg", {"a": "1", "KEYS": "old"}, flag=7)
+    assert (m.topic, m.body, m.queue_id, m.flag) == ("t", b"b", 3, 7)
+    assert list(m.properties.items()) == [("a", "1"), ("KEYS", "k1 k2"), ("TAGS", "tg")]
+    assert Message.create("t", b"", tags="").properties == {}
+
+
 def test_properties_decoding_drops_empty_keys_and_values():
     raw = b"A\x011\x02\x01x\x02B\x01\x02C\x013"
     assert codec.decode_properties(raw) == {"A": "1", "C": "3"}

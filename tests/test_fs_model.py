@@ -260,6 +260,14 @@ def test_jsonl_bad_lines(line, err):
     assert info.value.errno == err
 
 
+def test_jsonl_body_with_a_lone_surrogate_is_einval_and_the_writer_stays_failed():
+    w = JsonlWriter("t", 0, limit=100, budget=Budget())
+    for line in (b'{"body": "\\ud800"}\n', b'{"body": "ok"}\n'):
+        with pytest.raises(FsError) as info:
+            w.write(line)
+        assert info.value.errno == errno.EINVAL
+
+
 def test_jsonl_body_b64_and_properties():
     w = JsonlWriter("t", 0, limit=100, budget=Budget())
     [m] = w.write(b'{"body_b64": "AAEC", "properties": {"a": "b"}}\n')
@@ -339,6 +347,10 @@ def test_keys_that_cannot_be_names_are_refused_at_append():
     with pytest.raises(FsError) as info:
         w.write(b'{"body": "a", "keys": ["' + b"k" * 256 + b'"]}\n')
     assert info.value.errno == errno.EINVAL and "255" in str(info.value)
+    with pytest.raises(FsError) as info:  # short keys, then one whose name would be 258 bytes
+        JsonlWriter("t", 0, limit=100, budget=Budget()).write(
+            b'{"body": "a", "keys": "a b ' + b"/" * 86 + b'"}\n')
+    assert info.value.errno == errno.EINVAL
     [m] = JsonlWriter("t", 0, limit=100, budget=Budget()).write(
         b'{"body": "a", "keys": ["a/b", ".."]}\n')
     assert m.keys == ["a/b", ".."]
