@@ -86,26 +86,6 @@ def test_a_torn_tail_with_bytes_far_into_the_empty_tail_is_quarantined_whole(tmp
     assert not np.count_nonzero(np.frombuffer(data[end:], dtype=np.uint8))
 
 
-def test_a_valid_record_far_past_a_torn_tail_makes_the_open_refuse(tmp_path):
-    path, end = _crashed_store(str(tmp_path))
-    with open(path, "rb") as f:
-        data = f.read(end)
-    # the last record, moved FAR into the tail with its position field and checksum to match
-    start = int(layout.chain(memoryview(data), np.frombuffer(data, np.uint8), 0, end, 100)[0][-1])
-    rec = bytearray(data[start:end])
-    rec[layout.PHYSICAL_OFFSET_POS:layout.PHYSICAL_OFFSET_POS + 8] = FAR.to_bytes(8, "big")
-    codec.seal(rec, flavor_named(small_config().flavor, record_crc=True))
-    _write(path, end, b"\xde\xad" * 50)
-    _write(path, FAR, bytes(rec))
-    with open(path, "rb") as f:
-        before = f.read()
-    _drop_cache(path)  # (after the read, which put the whole tail in the page cache)
-    with pytest.raises(CorruptionError, match=f"a valid record follows at {FAR}"):
-        MessageStore(str(tmp_path)).open()
-    with open(path, "rb") as f:
-        assert f.read() == before
-
-
 @pytest.mark.allow_logs(r"^recovery: cut a torn tail")
 def test_bytes_past_a_zero_gap_are_quarantined_before_the_cut(tmp_path):
     """A power cut can keep a later page and lose an earlier one: the records end in zeros,
@@ -124,20 +104,23 @@ def test_bytes_past_a_zero_gap_are_quarantined_before_the_cut(tmp_path):
     assert not np.count_nonzero(np.frombuffer(data[end:], dtype=np.uint8))
 
 
-def test_a_valid_record_past_a_zero_gap_makes_the_open_refuse(tmp_path):
-    """With no checkpoint to say what was flushed, a valid record after the gap means the
-    gap is damage inside the log, not a torn tail: nothing is changed."""
+@pytest.mark.parametrize("gap", [b"\xde\xad" * 50, b""], ids=["torn", "zeros"])
+def test_a_valid_record_far_past_the_end_makes_the_open_refuse(tmp_path, gap):
+    """With no checkpoint to say what was flushed, a valid record after a torn record or
+    a gap of zeros means damage inside the log, not a torn tail: nothing is changed."""
     path, end = _crashed_store(str(tmp_path))
     with open(path, "rb") as f:
         data = f.read(end)
+    # the last record, moved FAR into the tail with its position field and checksum to match
     start = int(layout.chain(memoryview(data), np.frombuffer(data, np.uint8), 0, end, 100)[0][-1])
     rec = bytearray(data[start:end])
     rec[layout.PHYSICAL_OFFSET_POS:layout.PHYSICAL_OFFSET_POS + 8] = FAR.to_bytes(8, "big")
     codec.seal(rec, flavor_named(small_config().flavor, record_crc=True))
+    _write(path, end, gap)
     _write(path, FAR, bytes(rec))
     with open(path, "rb") as f:
         before = f.read()
-    _drop_cache(path)
+    _drop_cache(path)  # (after the read, which put the whole tail in the page cache)
     with pytest.raises(CorruptionError, match=f"a valid record follows at {FAR}"):
         MessageStore(str(tmp_path)).open()
     with open(path, "rb") as f:
