@@ -56,9 +56,12 @@ def _rocketmq_key_hashes(keys: Iterable[str], n: int) -> np.ndarray:
     return np.fromiter(map(_rocketmq_key_hash, keys), dtype=np.int64, count=n)
 
 
+def _xx_hashes(texts: Iterable[bytes], n: int) -> np.ndarray:
+    return np.fromiter(map(xxhash.xxh32_intdigest, texts), dtype=np.int64, count=n) & CRC_MASK
+
+
 def _xx_key_hashes(keys: Iterable[str], n: int) -> np.ndarray:
-    hashes = map(xxhash.xxh32_intdigest, map(str.encode, keys))
-    return np.fromiter(hashes, dtype=np.int64, count=n) & CRC_MASK
+    return _xx_hashes(map(str.encode, keys), n)
 
 
 def _cuts(packed: np.ndarray, ends: np.ndarray) -> Iterator[bytes]:
@@ -83,8 +86,7 @@ def _rocketmq_key_hashes_packed(packed: np.ndarray, ends: np.ndarray) -> np.ndar
 
 
 def _xx_key_hashes_packed(packed: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    hashes = map(xxhash.xxh32_intdigest, _cuts(packed, ends))
-    return np.fromiter(hashes, dtype=np.int64, count=len(ends)) & CRC_MASK
+    return _xx_hashes(_cuts(packed, ends), len(ends))
 
 
 def _xx_tags_code(tags: str) -> int:

@@ -39,7 +39,7 @@ from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
 from .crash_points import crash_point
 from .errors import CodecError, CorruptionError
 from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
-from .mapped_file import offset_to_name
+from .mapped_file import MappedFile, offset_to_name
 from .retention import recorded_min_offset
 
 if TYPE_CHECKING:
@@ -391,32 +391,34 @@ def _refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> s
     return None
 
 
+def _data_past(parts: StoreParts, end: int) -> Iterator[tuple[MappedFile, int, int]]:
+    """(file, lo, hi) for each file holding non-zero bytes past the cut at `end`: they lie
+    in [lo, hi) of the file."""
+    for mf in parts.commitlog.queue.files:
+        lo = max(end - mf.file_from_offset, 0)
+        if lo < mf.file_size:
+            hi = salvage.data_end(mf, lo)
+            if hi > lo:
+                yield mf, lo, hi
+
+
 def _bytes_past(parts: StoreParts, end: int) -> str | None:
     """Why a log whose records end in zeros at `end` still has a torn tail: non-zero bytes
     further on (a power cut lost a page in the middle of what was written), or None. They
     are treated as a torn tail: kept in quarantine/ before the cut, never zeroed unseen."""
-    for mf in parts.commitlog.queue.files:
-        lo = max(end - mf.file_from_offset, 0)
-        if lo < mf.file_size:
-            last = salvage.data_end(mf, lo)
-            if last > lo:
-                return (f"zeros at {end}, but non-zero bytes follow up to "
-                        f"{mf.file_from_offset + last}")
-    return None
+    found = next(_data_past(parts, end), None)
+    if found is None:
+        return None
+    mf, _, hi = found
+    return f"zeros at {end}, but non-zero bytes follow up to {mf.file_from_offset + hi}"
 
 
 def _quarantine_tail(parts: StoreParts, end: int) -> list[str]:
     """Copy every non-zero byte the cut at `end` takes away into quarantine/."""
-    saved = []
-    for mf in parts.commitlog.queue.files:
-        lo = max(end - mf.file_from_offset, 0)
-        if lo >= mf.file_size:
-            continue
-        last = salvage.data_end(mf, lo)
-        if last > lo:
-            name = f"commitlog-{offset_to_name(mf.file_from_offset + lo)}-torn-tail"
-            saved.append(quarantine.save_bytes(parts.root, name, mf.buffer()[lo:last]))
-    return saved
+    return [quarantine.save_bytes(parts.root,
+                                  f"commitlog-{offset_to_name(mf.file_from_offset + lo)}-torn-tail",
+                                  mf.buffer()[lo:hi])
+            for mf, lo, hi in _data_past(parts, end)]
 
 
 def grew_after_checkpoint(commitlog: CommitLog, checkpoint: Checkpoint) -> bool:
