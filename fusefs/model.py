@@ -879,7 +879,7 @@ class Model:
 
     def status(self) -> dict:
         """What /status.json shows: queues, groups and their lag, disk, limits, recovery,
-        recent refusals and cut key listings."""
+        the scrub's progress and findings, recent refusals and cut key listings."""
         store, cfg = self.store, self.store.config
         topics = store.topics()
         queues = {}
@@ -910,6 +910,7 @@ class Model:
             "followers": self.followers,
             "last_recovery": (None if rec is None else dataclasses.asdict(rec)
                               if dataclasses.is_dataclass(rec) else str(rec)),
+            "scrub": store.scrub_status(),
             "queues": queues, "groups": groups,
             "keys_truncated": list(self.keys_cut),
             "recent_errors": list(self.errors),

@@ -14,6 +14,7 @@ from . import layout, salvage
 from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
 
 if TYPE_CHECKING:
+    from .commitlog import CommitLog
     from .recovery import StoreParts
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ def check_back(parts: StoreParts, cq: ConsumeQueue, trusted: int) -> tuple[int, 
     queue's last units and the records they point at (proving the queue's end), and an
     abnormal one what was written after the checkpoint. (first bad offset, good unit after)
     or None."""
-    lowest = parts.commitlog.queue.min_offset
     first, hi, step = cq.min_offset, cq.max_offset, 64
     checked: list[np.ndarray] = []
     while hi > first:
@@ -47,23 +47,29 @@ def check_back(parts: StoreParts, cq: ConsumeQueue, trusted: int) -> tuple[int, 
         units = cq.entries(lo, hi - lo)
         if not len(units):
             break
-        real = units["size"] != PRE_BLANK[1]
-        # a head retention deleted the records of (a negative offset is no record's: damage)
-        below = (units["offset"] >= 0) & (units["offset"] < lowest)
-        real[:int(np.argmin(below)) if not below.all() else len(units)] = False
-        ok = ~real
-        ok[real] = parts.commitlog.units_match(
-            units["offset"][real], units["size"][real], cq.topic, cq.queue_id,
-            np.arange(lo, lo + len(units), dtype=np.int64)[real])
+        ok = units_ok(parts.commitlog, cq, lo, units)
         checked.insert(0, ok)
         hi, step = lo, min(step * 4, 1 << 16)
-        if ok[0] and (not real[0] or units["offset"][0] < trusted):
+        if ok[0] and (units["size"][0] == PRE_BLANK[1] or units["offset"][0] < trusted):
             break
     ok = np.concatenate(checked) if checked else np.ones(0, dtype=bool)
     if ok.all():
         return None
     bad = int(np.argmin(ok))
     return hi + bad, bool(ok[bad:].any())
+
+
+def units_ok(commitlog: CommitLog, cq: ConsumeQueue, lo: int, units: np.ndarray) -> np.ndarray:
+    """Which of a queue's units from queue offset `lo` describe their record: pre-blank
+    units and a leading run pointing below the CommitLog minimum (a head retention deleted
+    the records of) count as good; a negative offset is no record's."""
+    real = units["size"] != PRE_BLANK[1]
+    below = (units["offset"] >= 0) & (units["offset"] < commitlog.queue.min_offset)
+    real[:int(np.argmin(below)) if not below.all() else len(units)] = False
+    ok = ~real
+    ok[real] = commitlog.units_match(units["offset"][real], units["size"][real], cq.topic,
+                                     cq.queue_id, np.arange(lo, lo + len(units), dtype=np.int64)[real])
+    return ok
 
 
 def mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_from: int,

@@ -84,23 +84,23 @@ NOWHERE = 1 << 63  # a dispatch_from past every record: a scan that only checks
 _RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
 
 
-def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
+def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
                dispatch_from: int, checked: tuple[int, int]) -> tuple[int, RecordRun | None, bool]:
     """Walk up to _RUN records from pos with `layout.walk` (decode's checks, checksums
     inline with a flavor), keep the leading ones that also pass recovery's own checks (the
     record names its position; properties never end in NUL), and build the run of those at
     or after dispatch_from. Returns where the accepted records end, the run, and whether the
     walk only stopped for its size limit (walk on). Otherwise the record there goes to
-    `_step`, which decides and says why (it never accepts less). Checksums of records in
+    `step_record`, which decides and says why (it never accepts less). Checksums of records in
     `checked` (CommitLog offsets) are not computed again."""
     w = layout.walk(buf, pos, limit, _RUN, flavor, u8, (checked[0] - base, checked[1] - base))
     r = w.records
     # only the body has a checksum in a store without trailers: properties ending in NUL
-    # are a torn write (see `_step`)
+    # are a torn write (see `step_record`)
     ok = (r.commitlog_offset == base + r.starts) & ~((u8[r.ends - 1] == 0) & (r.props_len > 0))
     n = len(r) if ok.all() else int(np.argmin(ok))
     data, at = w.properties()
-    # decode() rejects properties that are not UTF-8 only with a flavor; either way `_step`
+    # decode() rejects properties that are not UTF-8 only with a flavor; either way `step_record`
     # reads the record as before (and dispatching it fails as it did)
     n = layout.utf8_prefix(data[:int(at[n]) if n < len(at) else len(data)], at[:n])
     stop = int(r.starts[n]) if n < len(r) else w.stop
@@ -118,7 +118,7 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
                            run.store_ts, topics, tags, keys), more
 
 
-def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
+def step_record(buf: memoryview, pos: int, size_limit: int, base: int, flavor
           ) -> tuple[codec.StoredMessage | None, str | None]:
     """Check the one record at pos with decode(): (the record, None), or (None, why the
     CommitLog ends here; None for zeros)."""
@@ -204,7 +204,7 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
 
     Records are checked a run at a time with numpy (the fixed fields gathered in bulk, one
     checksum call each); the first record a run check rejects, and the place the walk stopped,
-    are checked by `_step` with decode(), which decides and says why."""
+    are checked by `step_record` with decode(), which decides and says why."""
     commitlog = parts.commitlog
     flavor = parts.flavor if check_crc else None
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
@@ -235,13 +235,13 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
         pos = max(start - base, 0)
         size_limit = mf.file_size
         while True:
-            pos, run, more = _check_run(buf, u8, pos, size_limit, base, flavor, runs_from(),
+            pos, run, more = check_run(buf, u8, pos, size_limit, base, flavor, runs_from(),
                                         checked)
             if run is not None:
                 take(run, base + pos)
             if more:
                 continue
-            msg, reason = _step(buf, pos, size_limit, base, flavor)
+            msg, reason = step_record(buf, pos, size_limit, base, flavor)
             if msg is None:
                 break
             at, pos = base + pos, pos + msg.total_size
