@@ -12,6 +12,7 @@ import numpy as np
 
 from . import layout, salvage
 from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
+from .dispatcher import TagsCodes, parse_delay_levels
 
 if TYPE_CHECKING:
     from .commitlog import CommitLog
@@ -98,11 +99,12 @@ def mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]]
 def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
-    tags_code = parts.flavor.tags_code
+    tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
     for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
         if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
             continue
         if layout.in_queue(item.sys_flag):
             found[(item.topic, item.queue_id)].append(
-                (item.queue_offset, item.commitlog_offset, item.total_size, tags_code(item.tags)))
+                (item.queue_offset, item.commitlog_offset, item.total_size,
+                 tags.of(item.topic, item.properties, item.store_timestamp)))
     return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}

@@ -111,11 +111,12 @@ def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     run = r.take(slice(lo, n))
     names, which = layout.topic_names(u8, run.topic_pos, run.topic_len)
     first = int(at[lo])
-    tags, keys = codec.dispatch_properties(data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1],
-                                           at[lo:n] - first)
+    props, starts = data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1], at[lo:n] - first
+    tags, keys = codec.dispatch_properties(props, starts)
+    delays = codec.property_values(props, starts, codec.PROPERTY_DELAY) if codec.SCHEDULE_TOPIC in names else None
     topics = names * len(run) if len(names) == 1 else list(map(names.__getitem__, which.tolist()))
     return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
-                           run.store_ts, topics, tags, keys), more
+                           run.store_ts, topics, tags, keys, delays), more
 
 
 def step_record(buf: memoryview, pos: int, size_limit: int, base: int, flavor
@@ -178,18 +179,10 @@ class Kept:
         done = 0
         for run in self.runs:
             if run.commitlog_offset[-1] >= offset:
-                run = _rows_from(run, int(np.searchsorted(run.commitlog_offset, offset)))
+                run = run.from_row(int(np.searchsorted(run.commitlog_offset, offset)))
                 parts.dispatch(run)
                 done += len(run)
         return done
-
-
-def _rows_from(run: RecordRun, i: int) -> RecordRun:
-    """The records of a run from row i on."""
-    if i == 0:
-        return run
-    return RecordRun(run.commitlog_offset[i:], run.size[i:], run.queue_id[i:], run.queue_offset[i:],
-                     run.sys_flag[i:], run.store_ts[i:], run.topics[i:], run.tags[i:], run.keys.from_row(i))
 
 
 def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,

@@ -257,19 +257,13 @@ def _units_from_log(store: MessageStore, topic: str, queue_id: int
     gaps (messages lost to damage: `mqfs repair` keeps those offsets taken)."""
     parts = store._parts()
     cols: list[list[np.ndarray]] = [[], [], [], []]
-    codes: dict[str, int] = {}
 
     def take(run: RecordRun) -> None:
         mine = np.fromiter((t == topic for t in run.topics), dtype=bool, count=len(run))
         rows = np.flatnonzero(mine & (run.queue_id == queue_id) & layout.in_queue(run.sys_flag))
-        for i, col in enumerate((run.commitlog_offset, run.size, None, run.queue_offset)):
-            if col is None:
-                tags = [run.tags[r] for r in rows.tolist()]
-                col = np.array([codes.setdefault(t, store.flavor.tags_code(t) if t else 0)
-                                for t in tags], dtype=np.int64)
-                cols[i].append(col)
-            else:
-                cols[i].append(col[rows].astype(np.int64))
+        tags = store.tags_codes.column(run.topics, run.tags, run.delays, run.store_ts)
+        for i, col in enumerate((run.commitlog_offset, run.size, tags, run.queue_offset)):
+            cols[i].append(col[rows].astype(np.int64))
 
     parts.dispatch = take
     start = store.commitlog.queue.min_offset
