@@ -16,9 +16,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
+from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
 from .flavor import flavor_named
 from .flush import FlushServices
@@ -58,17 +59,6 @@ class PutResult(NamedTuple):
     @property
     def msg_id(self) -> str:
         return codec.msg_id(self.store_host_raw, self.commitlog_offset)
-
-
-def _index_keys(props: dict[str, str]) -> list[str]:
-    """Message.index_keys() from the properties in one call (UNIQ_KEY, then KEYS tokens):
-    the put paths run it once per message."""
-    text = props.get(codec.PROPERTY_KEYS)
-    keys = ([text] if " " not in text else [k for k in text.split(" ") if k]) if text else []
-    uniq = props.get(codec.PROPERTY_UNIQ_KEY)
-    if uniq:
-        keys.insert(0, uniq)
-    return keys
 
 
 _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
@@ -147,9 +137,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
-                                  read_only=True)
-        self.index.load(True, 0)
+        self._open_index(read_only=True).load(True, 0)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -164,6 +152,15 @@ class MessageStore:
         self._last_store_ts = 0
         self._dispatched_ts = 0
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
+        self.tags_codes = TagsCodes(self.flavor, parse_delay_levels(cfg.message_delay_level))
+
+    def _open_index(self, **kwargs) -> IndexService:
+        """The IndexService, and the dispatcher that writes into it and the queues."""
+        cfg = self.config
+        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor, **kwargs)
+        self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
+                                     self._create_queue, self._fillers)
+        return self.index
 
     def _parts(self) -> StoreParts:
         return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
@@ -188,8 +185,7 @@ class MessageStore:
             log.warning("no abort file, but the checkpoint is not the one the last clean close "
                         "left: recovering as after a crash")
             last_exit_ok = False
-        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
-        self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp,
+        self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                         strict=self.checkpoint.commitlog_flushed_offset > 0)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
@@ -344,9 +340,8 @@ class MessageStore:
             topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
             qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
             flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
-        queues, queue_offsets = self._queue_offsets(topics, qids, flags)
-        key_rows, key_hashes = self._batch_keys(topics, props, flags)
-        self.index.ensure_room(len(key_rows))
+        plan = self.dispatcher.plan(topics, qids, flags, props)
+        queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         commitlog = self.commitlog
         size_arr = np.array(sizes, dtype=np.int64)
@@ -376,8 +371,8 @@ class MessageStore:
             # a roll that failed (disk full) leaves the records written so far: they are
             # dispatched all the same, so their queue offsets are taken, never given twice
             if done:
-                self._dispatch_batch(done, queues, props, commitlog_offset, size_arr, queue_offsets,
-                                     key_rows, key_hashes, store_ts)
+                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, size_arr, store_ts)
+                self._dispatched_ts = store_ts
         host = self.encoder.store_host_raw
         return list(map(_new_tuple, repeat(PutResult), zip(  # PutResult(*row), built in C
             commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes, repeat(host))))
@@ -401,74 +396,6 @@ class MessageStore:
             used = int(ends[fit - 1]) if fit else 0
             room = self.commitlog.file_size
 
-    def _queue_offsets(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray
-                       ) -> tuple[dict[ConsumeQueue, np.ndarray], np.ndarray]:
-        """The queue offset of every message of a batch (0 for those no ConsumeQueue holds)
-        and, per queue, the rows it takes: each queue's next offsets in batch order, found by
-        sorting rather than by a step per message. Creates missing queues (as a single put
-        does, for every message) and makes room in those that take units, so a bad queue or
-        a full disk refuses before anything is written."""
-        names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
-        group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
-        order = np.argsort(group, kind="stable")
-        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1]))
-        in_queue = layout.in_queue(sys_flags)
-        queue_offsets = np.zeros(len(topics), dtype=np.int64)
-        queues: dict[ConsumeQueue, np.ndarray] = {}
-        topic_of = list(names)
-        for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
-            rows = order[lo:hi]
-            g = int(group[rows[0]])
-            key = (topic_of[g >> 32], g & 0xFFFFFFFF)
-            cq = self.consume_queues.get(key) or self._create_queue(*key)
-            taken = rows[in_queue[rows]]
-            if len(taken):
-                cq.ensure_room()
-                queue_offsets[taken] = cq.next_offset + np.arange(len(taken))
-                queues[cq] = taken
-        return queues, queue_offsets
-
-    def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """The index keys of a batch as (row of each key's message, key hash), in put order:
-        UNIQ_KEY, then KEYS tokens, as `_index_keys`; rolled-back records have none. The
-        common batch (one key a message, no UNIQ_KEY) takes no Python step per message."""
-        n = len(topics)
-        text = list(map(dict.get, props, repeat(codec.PROPERTY_KEYS)))
-        simple = not any(map(dict.__contains__, props, repeat(codec.PROPERTY_UNIQ_KEY))) \
-            and " " not in "".join(filter(None, text))
-        if simple:
-            rows = np.flatnonzero(np.fromiter(map(bool, text), dtype=bool, count=n) & layout.indexed(sys_flags))
-            pick = rows.tolist()
-            keys = cast(list[str], list(map(text.__getitem__, pick)))  # rows with a KEYS text
-        else:
-            per = list(map(_index_keys, props))
-            indexed = layout.indexed(sys_flags).tolist()
-            pick = [i for i, ks in enumerate(per) if indexed[i] for _ in ks]
-            keys = [k for i, ks in enumerate(per) if indexed[i] for k in ks]
-            rows = np.array(pick, dtype=np.int64)
-        topic_at: Callable[[int], str] = topics.__getitem__
-        return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
-
-    def _dispatch_batch(self, done: int, queues: dict[ConsumeQueue, np.ndarray],
-                        props: Sequence[dict[str, str]], commitlog_offset: np.ndarray, sizes: np.ndarray,
-                        queue_offsets: np.ndarray, key_rows: np.ndarray, key_hashes: np.ndarray,
-                        store_ts: int) -> None:
-        """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
-        tags = list(map(dict.get, props[:done], repeat(codec.PROPERTY_TAGS)))
-        codes = {t: self.flavor.tags_code(t) if t else 0 for t in set(tags)}
-        tags_codes = np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=done)
-        for cq, rows in queues.items():
-            rows = rows[rows < done]
-            if len(rows):
-                cq.put_run(commitlog_offset[rows], sizes[rows], tags_codes[rows], queue_offsets[rows])
-        written = key_rows < done
-        rows = key_rows[written]
-        if len(rows):
-            self.index.put_entries(key_hashes[written], commitlog_offset[rows],
-                                   np.full(len(rows), store_ts, dtype=np.int64))
-        self._dispatched_ts = store_ts
-
     def _stamped(self, encoded: list[tuple[bytearray, int]], lo: int, hi: int,
                  commitlog_offset: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> bytes:
         """Records lo..hi-1 encoded one by one, stamped and sealed, as one buffer."""
@@ -491,27 +418,12 @@ class MessageStore:
         """Write one encoded record and its unit and index entries (caller holds put_lock).
         Room in the ConsumeQueue and IndexFile comes first, so a full disk refuses the put
         before its record is written."""
-        topic, qid = msg.topic, msg.queue_id
-        cq = self.consume_queues.get((topic, qid)) or self._create_queue(topic, qid)
-        props = msg.properties
-        sys_flag = msg.sys_flag
-        keys = _index_keys(props) if layout.indexed(sys_flag) else []
-        in_queue = layout.in_queue(sys_flag)
-        if in_queue:
-            queue_offset = cq.next_offset
-            cq.ensure_room()
-        else:
-            queue_offset = 0
-        if keys:
-            self.index.ensure_room(len(keys))
+        dispatcher = self.dispatcher
+        cq, queue_offset, keys = dispatcher.reserve(msg)
         store_ts = self._store_timestamp()
         commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         size = len(rec)
-        if in_queue:
-            tags = props.get(codec.PROPERTY_TAGS)
-            cq.put(commitlog_offset, size, self.flavor.tags_code(tags) if tags else 0, queue_offset)
-        if keys:
-            self.index.build(topic, keys, commitlog_offset, store_ts, sys_flag)
+        dispatcher.put(msg, cq, queue_offset, keys, commitlog_offset, size, store_ts)
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
 
@@ -524,28 +436,8 @@ class MessageStore:
 
     def dispatch(self, run: RecordRun) -> None:
         """Build ConsumeQueue and IndexFile entries for records in CommitLog order (recovery,
-        rebuild): each queue's units and the index entries are written in bulk."""
-        in_queue = np.flatnonzero(layout.in_queue(run.sys_flag))
-        topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
-        names = list(topic_ids)
-        if any(codec.is_filler(t, layout.TRANSACTION_ROLLBACK) for t in names):
-            self._fillers += [(int(run.commitlog_offset[i]), int(run.size[i])) for i, t in enumerate(run.topics)
-                              if codec.is_filler(t, int(run.sys_flag[i]))]
-        n = len(run)  # per-record columns through map(): no Python call per record
-        ids = np.fromiter(map(topic_ids.__getitem__, run.topics), dtype=np.int64, count=n)
-        group = ids[in_queue] << 32 | (run.queue_id[in_queue] & 0xFFFFFFFF)
-        codes = {t: self.flavor.tags_code(t) for t in set(run.tags)}
-        tags = np.fromiter(map(codes.__getitem__, run.tags), dtype=np.int64, count=n)
-        for g in np.unique(group).tolist():
-            rows = in_queue[group == g]
-            topic, qid = names[g >> 32], int(run.queue_id[rows[0]])
-            crash_point("recovery.dispatch")
-            cq = self.consume_queues.get((topic, qid))
-            if cq is None:
-                cq = self._create_queue(topic, qid, persist=False)
-            cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
-        crash_point("recovery.dispatch")
-        self.index.build_run(names, ids, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)
+        rebuild)."""
+        self.dispatcher.run(run)
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 
@@ -674,8 +566,11 @@ class MessageStore:
         units = self._cq(topic, queue_id).entries(offset, n)
         wanted = None if tags is None else set(tags)
         if wanted is not None and len(units):
-            codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
-            units = units[np.isin(units["tags"], codes) & (units["offset"] >= 0)]
+            pick = units["offset"] >= 0
+            if self.tags_codes.by_tag(topic):  # else the units hold times: records decide
+                codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
+                pick &= np.isin(units["tags"], codes)
+            units = units[pick]
         out = []
         for commitlog_offset in units["offset"].tolist():
             try:
