@@ -23,7 +23,7 @@ from datetime import datetime
 
 import numpy as np
 
-from . import quarantine
+from . import quarantine, safefs
 from .codec import KeySpans
 from .crash_points import ARMED, crash_point
 from .flavor import Flavor
@@ -83,16 +83,18 @@ class IndexService:
         to go on (a refused open changes nothing)."""
         self.flushed_end_timestamp = index_msg_timestamp
         self._pending = []  # (path, file or None, keep a copy in quarantine/)
-        if not self.read_only and os.path.exists(self.reserve_path):
+        if not self.read_only and os.path.lexists(self.reserve_path):
             self._pending.append((self.reserve_path, None, False))  # left by a crash; empty
-        if not os.path.isdir(self.directory):
+        try:
+            names = sorted(safefs.listdir(self.directory))
+        except FileNotFoundError:
             return
         dropping = False
-        for name in sorted(os.listdir(self.directory)):
+        for name in names:
             path = os.path.join(self.directory, name)
             if not (name.isdigit() and len(name) == 17):
                 continue
-            if os.path.getsize(path) == 0 and not self.read_only:
+            if safefs.size(path) == 0 and not self.read_only:
                 # created but never allocated before a crash: held nothing
                 self._pending.append((path, None, False))
                 continue
@@ -117,7 +119,7 @@ class IndexService:
         """Remove the files `load` set aside (a broken one goes to quarantine/)."""
         for path, f, keep in self._pending:
             if f is None:
-                os.unlink(path)
+                safefs.unlink(path)
             elif keep:
                 f.mf.close()
                 quarantine.move_file(os.path.dirname(self.directory), path,
@@ -135,18 +137,18 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and last.index_count < self.entries:
             return last
-        os.makedirs(self.directory, exist_ok=True)
+        safefs.makedirs(self.directory)
         now = time.time()
         name = _file_name(now)
-        while os.path.exists(os.path.join(self.directory, name)) or (
+        while os.path.lexists(os.path.join(self.directory, name)) or (
             self.files and name <= os.path.basename(self.files[-1].path)
         ):
             now += 0.001
             name = _file_name(now)
         path = os.path.join(self.directory, name)
-        reserved = os.path.exists(self.reserve_path)
+        reserved = os.path.lexists(self.reserve_path)
         if reserved:
-            os.rename(self.reserve_path, path)
+            safefs.rename(self.reserve_path, path)
         f = IndexFile(path, self.slots, self.entries, blank=reserved,
                       end_phy_offset=last.end_phy_offset if last else 0,
                       end_timestamp=last.end_timestamp if last else 0)
@@ -182,7 +184,7 @@ class IndexService:
             return
         with self.lock:
             room = self.entries - self._last_writable().index_count
-            if room < n and not os.path.exists(self.reserve_path):
+            if room < n and not os.path.lexists(self.reserve_path):
                 MappedFile(self.reserve_path, index_file_size(self.slots, self.entries)).close()
 
     def _keys_done(self, commitlog_offset: int) -> int:
@@ -325,5 +327,5 @@ class IndexService:
                 f.close()  # files load set aside stay as they are (a refused open)
             self._pending = []
             self.files = []
-            if not self.read_only and os.path.exists(self.reserve_path):
-                os.unlink(self.reserve_path)
+            if not self.read_only and os.path.lexists(self.reserve_path):
+                safefs.unlink(self.reserve_path)
