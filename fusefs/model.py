@@ -271,8 +271,8 @@ class Model:
         return self.nodes.intern((tag, parent.topic, parent.queue), kind, parent.ino,
                                  topic=parent.topic, queue=parent.queue)
 
-    def _queue_count(self, topic: str) -> int:
-        return self.store.topics().get(topic, 0)
+    def _has_queue(self, topic: str, queue: int) -> bool:
+        return queue in self.store.queue_ids(topic)
 
     # --- lookup ----------------------------------------------------------------------------
     def lookup(self, parent: int, name: bytes) -> Attr:
@@ -299,7 +299,7 @@ class Model:
             return self.node_attr(self.topic_node(topic))
         if kind == TOPIC:
             q = canonical_int(name)
-            if q is None or q >= self._queue_count(node.topic):
+            if q is None or not self._has_queue(node.topic, q):
                 raise FsError(errno.ENOENT)
             return self.node_attr(self.queue_node(node.topic, q))
         if kind == QUEUE:
@@ -337,7 +337,7 @@ class Model:
             return self._tag_link_attr(node, name)
         if kind == KEYS:
             key = name_key(name)
-            if not self.store.query_key(key, max_n=1):
+            if not self.store.query_key(key, max_n=1, queued=True):
                 raise FsError(errno.ENOENT)
             return self.node_attr(self.nodes.intern(("k", key), KEYDIR, KEYS_INO, key=key))
         if kind == KEYDIR:
@@ -357,7 +357,7 @@ class Model:
                                                     node.ino, group=node.group, topic=topic))
         # GROUP_TOPIC
         q = canonical_int(name)
-        if q is None or q >= self._queue_count(node.topic):
+        if q is None or not self._has_queue(node.topic, q):
             raise FsError(errno.ENOENT)
         return self.node_attr(self.nodes.intern(
             ("gq", node.group, node.topic, q), GROUP_QUEUE, node.ino,
@@ -365,7 +365,7 @@ class Model:
 
     def _key_link_attr(self, key: str, name: bytes) -> Attr:
         topic, q, offset = _parse_link_name(name)
-        if q < 0 or q >= self._queue_count(topic):
+        if not self._has_queue(topic, q):
             raise FsError(errno.ENOENT)
         msg = self._get(topic, q, offset)
         if key not in msg.index_keys():
@@ -547,7 +547,7 @@ class Model:
             return self.queue_mtime(node.topic, node.queue)
         topics = self.store.topics()
         wanted = [node.topic] if node.kind == TOPIC else list(topics)
-        return max([self.queue_mtime(t, q) for t in wanted for q in range(topics.get(t, 0))],
+        return max([self.queue_mtime(t, q) for t in wanted for q in self.store.queue_ids(t)],
                    default=self.started_ns)
 
     def note_puts(self, messages: list[Message], results: list[PutResult]) -> None:
@@ -666,7 +666,7 @@ class Model:
             return [(t.encode(), self.topic_node(t).ino) for t in sorted(store.topics())]
         if kind == TOPIC:
             return [(b"%d" % q, self.queue_node(node.topic, q).ino)
-                    for q in range(self._queue_count(node.topic))]
+                    for q in store.queue_ids(node.topic)]
         if kind in (KEYS, AT, TAGS):
             return []  # hashes and times are looked up by name, never enumerated
         if kind == TMP:
@@ -691,7 +691,7 @@ class Model:
         return [(b"%d" % q, self.nodes.intern(("gq", node.group, node.topic, q), GROUP_QUEUE,
                                               node.ino, group=node.group, topic=node.topic,
                                               queue=q).ino)
-                for q in range(self._queue_count(node.topic))]
+                for q in store.queue_ids(node.topic)]
 
     # --- changes ---------------------------------------------------------------------------
     def mkdir(self, parent: int, name: bytes) -> Attr:
@@ -716,7 +716,7 @@ class Model:
             q = canonical_int(name)
             if q is None:
                 raise FsError(errno.EINVAL, "queue directories are named by their number")
-            if q < self._queue_count(node.topic):
+            if self._has_queue(node.topic, q):
                 raise FsError(errno.EEXIST)
             self.store.add_queue(node.topic, q)
             return self.node_attr(self.queue_node(node.topic, q))
@@ -725,7 +725,7 @@ class Model:
     def key_hits(self, key: str) -> tuple[list[StoredMessage], bool]:
         """The newest `keys_max` true hits of a key, and whether there were more; a cut
         listing is remembered for status.json."""
-        hits = self.store.query_key(key, max_n=self.keys_max + 1)
+        hits = self.store.query_key(key, max_n=self.keys_max + 1, queued=True)
         cut = len(hits) > self.keys_max
         if cut:
             del hits[self.keys_max:]
@@ -884,7 +884,7 @@ class Model:
         topics = store.topics()
         queues = {}
         for t in sorted(topics):
-            for q in range(topics[t]):
+            for q in store.queue_ids(t):
                 queues[f"{t}/{q}"] = {"min_offset": store.min_offset(t, q),
                                       "max_offset": store.max_offset(t, q),
                                       "newest_store_time_ms": self.queue_mtime(t, q) // 1_000_000}
@@ -892,7 +892,7 @@ class Model:
         for g, per_topic in sorted(store.groups().items()):
             for t, offsets in sorted(per_topic.items()):
                 for q, committed in sorted(offsets.items()):
-                    if t in topics and q < topics[t]:
+                    if q in store.queue_ids(t):
                         groups[f"{g}@{t}/{q}"] = {"committed": committed,
                                                   "lag": store.max_offset(t, q) - committed}
         disk = os.statvfs(store.root)
@@ -934,7 +934,7 @@ class Model:
             hi = self.store.max_offset(node.topic, node.queue)
             return {b"user.min_offset": b"%d" % lo, b"user.max_offset": b"%d" % hi}
         if node.kind == TOPIC:
-            return {b"user.queues": b"%d" % self._queue_count(node.topic)}
+            return {b"user.queues": b"%d" % len(self.store.queue_ids(node.topic))}
         if node.kind == KEYDIR:
             _, cut = self.key_hits(node.key)
             return {b"user.keys_max": b"%d" % self.keys_max,
