@@ -201,15 +201,17 @@ def cmd_repair(a: argparse.Namespace) -> int:
     from store.repair import apply_repair, plan_repair
     from store.verify import verify_store
 
+    plan = plan_repair(a.store)  # finishes an interrupted repair first
+    for line in plan.finished:
+        print(line)
     before = verify_store(a.store)
-    plan = plan_repair(a.store)
     if before.ok and not plan.needed:
         print("nothing to repair: verify finds no problem")
         return 0
     for line in before.lines:
         print(line)
     print("repair would:")
-    for line in plan.lines():
+    for line in plan.lines()[len(plan.finished):]:
         print(f"  {line}")
     if not a.yes:
         if not sys.stdin.isatty():

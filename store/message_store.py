@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, layout
+from . import codec, dispatch_state, layout, repair_journal
 from .checkpoint import Checkpoint
 from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
 from .commitlog import CommitLog
@@ -94,6 +94,7 @@ class MessageStore:
             raise StoreError(f"{self.root} holds no store; create one with `mqfs init {self.root}`")
         if fresh:
             os.makedirs(self.root, exist_ok=True)
+        kept_ends = self._finish_repair_files(read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
@@ -125,7 +126,30 @@ class MessageStore:
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
         self.is_open = True
+        if kept_ends is not None:
+            self._finish_repair(kept_ends)
         return self
+
+    def _finish_repair_files(self, read_only: bool) -> dict[tuple[str, int], int] | None:
+        """An interrupted repair's file steps (its journal), before anything reads the files;
+        the queue ends it must keep, or None when no repair is pending."""
+        if not repair_journal.pending(self.root):
+            return None
+        if read_only:
+            raise StoreError(f"{self.root} holds an interrupted repair "
+                             f"({repair_journal.NAME}); nothing was changed: run `mqfs repair "
+                             f"{self.root}` (or open it read-write) to finish it")
+        return repair_journal.finish_files(self.root)
+
+    def _finish_repair(self, kept_ends: dict[tuple[str, int], int]) -> None:
+        """The rebuild of an interrupted repair is done: keep its queue ends taken, make
+        every file and directory durable, and only then drop the journal."""
+        self.keep_queue_ends(kept_ends)
+        self.flush()
+        self.index.flush()
+        for directory, _, _ in os.walk(self.root):
+            fsync_dir(directory)
+        repair_journal.remove(self.root)
 
     def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
