@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, repair_journal
+from . import codec, dispatch_state, layout, repair_journal, safefs
 from .checkpoint import Checkpoint
 from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
 from .commitlog import CommitLog
@@ -71,7 +71,8 @@ def _now_ms() -> int:
 class MessageStore:
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
-        self.root = os.path.abspath(root)
+        # resolved once: the administrator's links above the store; none is followed inside
+        self.root = os.path.realpath(root)
         self._requested = config or StoreConfig()
         self._progress = progress
         self.clock: Callable[[], int] = _now_ms  # store time source; tests pin it
@@ -93,7 +94,8 @@ class MessageStore:
         if fresh and (read_only or not self._create):
             raise StoreError(f"{self.root} holds no store; create one with `mqfs init {self.root}`")
         if fresh:
-            os.makedirs(self.root, exist_ok=True)
+            safefs.makedirs(self.root)
+        safefs.check_store(self.root)  # before a byte is read or written
         kept_ends = self._finish_repair_files(read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
@@ -103,7 +105,7 @@ class MessageStore:
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
         self._lock_file.acquire(shared=read_only)
-        last_exit_ok = not os.path.exists(self.abort_path)
+        last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
                 write_manifest(self.root, cfg)
@@ -114,8 +116,8 @@ class MessageStore:
                 self._load_and_recover(last_exit_ok)
         except BaseException:
             self._release_files()
-            if last_exit_ok and os.path.exists(self.abort_path):
-                os.unlink(self.abort_path)  # refused to open: the files are as we found them
+            if last_exit_ok and os.path.lexists(self.abort_path):
+                safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             raise
         if not read_only:
@@ -212,7 +214,7 @@ class MessageStore:
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
-        crashed_before = os.path.exists(self.abort_path)
+        crashed_before = os.path.lexists(self.abort_path)
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
@@ -229,14 +231,16 @@ class MessageStore:
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
-        if not os.path.isdir(base):
+        try:
+            topics = sorted(safefs.listdir(base))
+        except FileNotFoundError:
             return
-        for topic in sorted(os.listdir(base)):
+        for topic in topics:
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
+            if not safefs.is_dir(tdir):
                 continue
-            for qname in sorted(os.listdir(tdir)):
-                if qname.isdigit() and os.path.isdir(os.path.join(tdir, qname)):
+            for qname in sorted(safefs.listdir(tdir)):
+                if qname.isdigit() and safefs.is_dir(os.path.join(tdir, qname)):
                     cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units,
                                       read_only=read_only)
                     cq.filler_before = self._filler_before
@@ -249,10 +253,7 @@ class MessageStore:
 
     def _write_abort(self) -> None:
         crash_point("abort.create")
-        with open(self.abort_path, "w") as f:
-            f.write(str(os.getpid()))
-            f.flush()
-            os.fsync(f.fileno())
+        safefs.write_new(self.abort_path, str(os.getpid()).encode())
         fsync_dir(self.root)
 
     def close(self) -> None:
@@ -269,7 +270,7 @@ class MessageStore:
         dispatch_state.save(self.root, self.consume_queues, self.index.files,
                             self.checkpoint.commitlog_flushed_offset)
         crash_point("abort.delete")
-        os.unlink(self.abort_path)
+        safefs.unlink(self.abort_path)
         fsync_dir(self.root)
         self._release_files()
         self._lock_file.release()
