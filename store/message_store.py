@@ -220,6 +220,7 @@ class MessageStore:
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
         if crashed_before:
             self._write_abort()
+        self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         self.topic_table.add_found(self.consume_queues)
@@ -446,6 +447,16 @@ class MessageStore:
         dispatcher.put(msg, cq, queue_offset, keys, commitlog_offset, size, store_ts)
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
+
+    def _newest_store_time(self) -> int:
+        """The newest store time the files vouch for (recovery's dispatch saw the records
+        past the checkpoint): a clock stepped back between two opens must not stamp new
+        records before it, or time lookups and IndexFile headers stop making sense."""
+        cp = self.checkpoint
+        newest = max((f.end_timestamp for f in self.index.files), default=0)  # headers checked
+        if cp.checked:  # a torn checkpoint's times are garbage, maybe far in the future
+            newest = max(newest, cp.physic_msg_timestamp, cp.logics_msg_timestamp)
+        return newest
 
     def _store_timestamp(self) -> int:
         """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
