@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .codec import validate_topic
+from .codec import validate_stored_topic
 from .consume_queue import ConsumeQueue
 from .index_file import IndexFile
 from .json_file import read_json, write_json
@@ -61,7 +61,7 @@ def _queue_numbers(data: Any, field: str, what: str) -> dict[tuple[str, int], in
     """A {topic: {queue id: number}} member of the state, checked."""
     out: dict[tuple[str, int], int] = {}
     for topic, counts in json_object(data.get(field, {}), f'"{field}"').items():
-        checked_name(validate_topic, topic)
+        checked_name(validate_stored_topic, topic)
         for q, n in json_object(counts, f"{field} of {topic!r}").items():
             out[(topic, queue_id_key(q, f"{topic!r} queue"))] = json_int(
                 n, f"{topic!r} queue {q} {what}", 0, (1 << 63) - 1)
