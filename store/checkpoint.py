@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import xxhash
 
+from . import safefs
 from .crash_points import crash_point
-from .mapped_file import fsync_dir
+from .safefs import fsync_dir
 
 SIZE = 4096
 _FIELDS = struct.Struct(">qqqqq")
@@ -41,8 +42,7 @@ class Checkpoint:
     def load(cls, path: str) -> Checkpoint:
         cp = cls(path)
         try:
-            with open(path, "rb") as f:
-                raw = f.read(_FIELDS.size + _EXT.size)
+            raw = safefs.read_bytes(path)[:_FIELDS.size + _EXT.size]
         except FileNotFoundError:
             return cp
         if len(raw) >= _FIELDS.size:
@@ -66,8 +66,8 @@ class Checkpoint:
         _EXT.pack_into(buf, _FIELDS.size, self.commitlog_flushed_offset, self.cq_flushed_offset, 0)
         _EXT.pack_into(buf, _FIELDS.size, self.commitlog_flushed_offset, self.cq_flushed_offset,
                        xxhash.xxh32_intdigest(bytes(buf[:56])))
-        created = not os.path.exists(self.path)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        created = not os.path.lexists(self.path)
+        fd = safefs.open_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             crash_point("checkpoint.before")
             os.pwrite(fd, buf, 0)

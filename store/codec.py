@@ -56,6 +56,8 @@ from .layout import (
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"  # a delayed message's level (PROPERTY_DELAY_TIME_LEVEL)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # where a broker keeps delayed messages until due
 PROPERTY_CRC32 = "__CRC32#"  # RocketMQ 5's whole-record checksum trailer (enabledAppendPropCRC)
 _CRC_PLACEHOLDER = CRC_HEAD + b"0" * 10 + b"\x02"
 # Repair writes a filler record over bytes it could not read: a rolled-back transaction (no
@@ -732,6 +734,14 @@ def dispatch_properties(joined: np.ndarray, starts: np.ndarray) -> tuple[list[st
     return _texts(joined, tags_at, len(starts)), _key_spans(joined, keys_at, uniq_at)
 
 
+def property_values(joined: np.ndarray, starts: np.ndarray, name: str) -> list[str]:
+    """Each record's value of property `name` ("" without one), from properties laid out as
+    for `dispatch_properties`."""
+    ends = np.flatnonzero(joined == 0x02)
+    items = np.append(0, ends[:-1] + 1)
+    return _texts(joined, _property_spans(joined, items, ends, starts, name), len(starts))
+
+
 _Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (record, start, end) of values in `joined`
 
 
@@ -838,15 +848,25 @@ class RecordRun:
     topics: list[str]
     tags: list[str]
     keys: KeySpans  # index keys: UNIQ_KEY, then KEYS tokens
+    delays: list[str] | None = None  # DELAY of each record, when one is on SCHEDULE_TOPIC
 
     @classmethod
     def of(cls, msg: StoredMessage) -> RecordRun:
         """A run of one decoded record."""
         def col(v: int) -> np.ndarray:
             return np.array([v], dtype=np.int64)
+        delays = [msg.properties.get(PROPERTY_DELAY, "")] if msg.topic == SCHEDULE_TOPIC else None
         return cls(col(msg.commitlog_offset), col(msg.total_size), col(msg.queue_id),
                    col(msg.queue_offset), col(msg.sys_flag), col(msg.store_timestamp),
-                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()))
+                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()), delays)
+
+    def from_row(self, i: int) -> RecordRun:
+        """The records of the run from row i on."""
+        if i == 0:
+            return self
+        return RecordRun(self.commitlog_offset[i:], self.size[i:], self.queue_id[i:], self.queue_offset[i:],
+                         self.sys_flag[i:], self.store_ts[i:], self.topics[i:], self.tags[i:],
+                         self.keys.from_row(i), None if self.delays is None else self.delays[i:])
 
     def __len__(self) -> int:
         return len(self.commitlog_offset)

@@ -20,6 +20,8 @@ class StoreConfig:
     # limits
     max_message_size: int = 4 * 1024 * 1024
     store_host: str = "127.0.0.1:10911"
+    # the broker's messageDelayLevel: the delay of each level, for delayed messages' units
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     # flushing
     flush_mode: str = "async"  # "async" | "sync"
     transient_pool: bool = False
@@ -56,5 +58,8 @@ class StoreConfig:
             raise ValueError("commitlog_file_size must be at least 4096 bytes")
         if self.retention_hours < 0 or self.retention_bytes < 0:
             raise ValueError("retention_hours and retention_bytes must not be negative")
+        from .dispatcher import parse_delay_levels
+
+        parse_delay_levels(self.message_delay_level)
         if self.index_entries < 2:
             raise ValueError("index_entries must be at least 2 (entry 0 is never used)")

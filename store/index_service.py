@@ -23,7 +23,7 @@ from datetime import datetime
 
 import numpy as np
 
-from . import quarantine
+from . import quarantine, safefs
 from .codec import KeySpans
 from .crash_points import ARMED, crash_point
 from .flavor import Flavor
@@ -79,17 +79,19 @@ class IndexService:
         mqfs checkpoint, written after the index at every clean close) applies the same rule
         after a clean exit too: a crash whose abort file went missing looks clean."""
         self.flushed_end_timestamp = index_msg_timestamp
-        if not self.read_only and os.path.exists(self.reserve_path):
-            os.unlink(self.reserve_path)  # left by a crash; holds nothing
-        if not os.path.isdir(self.directory):
+        if not self.read_only and os.path.lexists(self.reserve_path):
+            safefs.unlink(self.reserve_path)  # left by a crash; holds nothing
+        try:
+            names = sorted(safefs.listdir(self.directory))
+        except FileNotFoundError:
             return
         dropping = False
-        for name in sorted(os.listdir(self.directory)):
+        for name in names:
             path = os.path.join(self.directory, name)
             if not (name.isdigit() and len(name) == 17):
                 continue
-            if os.path.getsize(path) == 0 and not self.read_only:
-                os.unlink(path)  # created but never allocated before a crash: held nothing
+            if safefs.size(path) == 0 and not self.read_only:
+                safefs.unlink(path)  # created but never allocated before a crash: held nothing
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
             prev = self.files[-1] if self.files else None
@@ -121,18 +123,18 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and last.index_count < self.entries:
             return last
-        os.makedirs(self.directory, exist_ok=True)
+        safefs.makedirs(self.directory)
         now = time.time()
         name = _file_name(now)
-        while os.path.exists(os.path.join(self.directory, name)) or (
+        while os.path.lexists(os.path.join(self.directory, name)) or (
             self.files and name <= os.path.basename(self.files[-1].path)
         ):
             now += 0.001
             name = _file_name(now)
         path = os.path.join(self.directory, name)
-        reserved = os.path.exists(self.reserve_path)
+        reserved = os.path.lexists(self.reserve_path)
         if reserved:
-            os.rename(self.reserve_path, path)
+            safefs.rename(self.reserve_path, path)
         f = IndexFile(path, self.slots, self.entries, blank=reserved,
                       end_phy_offset=last.end_phy_offset if last else 0,
                       end_timestamp=last.end_timestamp if last else 0)
@@ -168,7 +170,7 @@ class IndexService:
             return
         with self.lock:
             room = self.entries - self._last_writable().index_count
-            if room < n and not os.path.exists(self.reserve_path):
+            if room < n and not os.path.lexists(self.reserve_path):
                 MappedFile(self.reserve_path, index_file_size(self.slots, self.entries)).close()
 
     def _keys_done(self, commitlog_offset: int) -> int:
@@ -310,5 +312,5 @@ class IndexService:
             for f in self.files:
                 f.close()
             self.files = []
-            if not self.read_only and os.path.exists(self.reserve_path):
-                os.unlink(self.reserve_path)
+            if not self.read_only and os.path.lexists(self.reserve_path):
+                safefs.unlink(self.reserve_path)

@@ -37,6 +37,7 @@ from . import codec, dispatch_state, layout, quarantine, salvage
 from .codec import RecordRun
 from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
 from .crash_points import crash_point
+from .dispatcher import TagsCodes, parse_delay_levels
 from .errors import CodecError, CorruptionError
 from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .mapped_file import MappedFile, offset_to_name
@@ -111,11 +112,12 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     run = r.take(slice(lo, n))
     names, which = layout.topic_names(u8, run.topic_pos, run.topic_len)
     first = int(at[lo])
-    tags, keys = codec.dispatch_properties(data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1],
-                                           at[lo:n] - first)
+    props, starts = data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1], at[lo:n] - first
+    tags, keys = codec.dispatch_properties(props, starts)
+    delays = codec.property_values(props, starts, codec.PROPERTY_DELAY) if codec.SCHEDULE_TOPIC in names else None
     topics = names * len(run) if len(names) == 1 else list(map(names.__getitem__, which.tolist()))
     return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
-                           run.store_ts, topics, tags, keys), more
+                           run.store_ts, topics, tags, keys, delays), more
 
 
 def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
@@ -178,18 +180,10 @@ class Kept:
         done = 0
         for run in self.runs:
             if run.commitlog_offset[-1] >= offset:
-                run = _rows_from(run, int(np.searchsorted(run.commitlog_offset, offset)))
+                run = run.from_row(int(np.searchsorted(run.commitlog_offset, offset)))
                 parts.dispatch(run)
                 done += len(run)
         return done
-
-
-def _rows_from(run: RecordRun, i: int) -> RecordRun:
-    """The records of a run from row i on."""
-    if i == 0:
-        return run
-    return RecordRun(run.commitlog_offset[i:], run.size[i:], run.queue_id[i:], run.queue_offset[i:],
-                     run.sys_flag[i:], run.store_ts[i:], run.topics[i:], run.tags[i:], run.keys.from_row(i))
 
 
 def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
@@ -481,13 +475,14 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
 def _queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
-    tags_code = parts.flavor.tags_code
+    tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
     for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
         if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
             continue
         if layout.in_queue(item.sys_flag):
             found[(item.topic, item.queue_id)].append(
-                (item.queue_offset, item.commitlog_offset, item.total_size, tags_code(item.tags)))
+                (item.queue_offset, item.commitlog_offset, item.total_size,
+                 tags.of(item.topic, item.properties, item.store_timestamp)))
     return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}
 
 

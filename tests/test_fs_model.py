@@ -10,20 +10,20 @@ from datetime import UTC, datetime
 import pytest
 
 from fusefs.errors import FsError
-from fusefs.keynames import key_name, name_key
-from fusefs.model import (
+from fusefs.inodes import (
     GROUPS_INO,
     KEYS_INO,
     MSG_BIT,
-    QUEUE_FIXED,
     ROOT_INO,
     STATUS_INO,
     TOPICS_INO,
-    Model,
     canonical_int,
     message_ino,
     split_ino,
 )
+from fusefs.keynames import key_name, name_key
+from fusefs.listings import QUEUE_FIXED
+from fusefs.model import Model
 from fusefs.spool import SPILL_AT, Budget, Spool
 from fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
 from store import Message, MessageStore, StoreConfig
