@@ -112,9 +112,8 @@ def test_writing_to_a_mounted_store_without_mount_fails_at_once_naming_the_mount
     root, mnt = str(tmp_path / "m"), str(tmp_path / "mnt")
     build_store(root, 5)
     df = spark.createDataFrame([("T", "b")], "topic string, body string")
-    with mounted(root, mnt):
-        with pytest.raises(AnalysisException) as err:
-            df.write.format("mqfs").mode("append").option("lockTimeout", "600").save(root)
+    with mounted(root, mnt), pytest.raises(AnalysisException) as err:
+        df.write.format("mqfs").mode("append").option("lockTimeout", "600").save(root)
     assert cli.one_line(err.value) == (f"the store {root} is mounted at {mnt}, whose daemon holds it: "
                                        f"write through the mount with .option('mount', '{mnt}')")
 
