@@ -12,6 +12,7 @@ import faulthandler
 import logging
 import logging.handlers
 import os
+import resource
 import signal
 import socket
 import sys
@@ -110,6 +111,18 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     root.handlers[:] = [handler]
 
 
+def raise_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: a store of many queues and a mount
+    serving many open files need more than the usual soft 1,024, and the hard limit is what
+    the administrator (or systemd's LimitNOFILE) allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, hard, exc)
+
+
 def serve(store_root: str, mountpoint: str, opts: MountOptions,
           ready: Callable[[], None]) -> int:
     """Open, mount, serve, close. `ready` is called once the kernel has the mount."""
@@ -126,6 +139,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
 
     if not os.path.isdir(mountpoint):
         raise OSError(f"mount point {mountpoint} is not a directory")
+    raise_open_file_limit()
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
                       retention_bytes=opts.retention_bytes)

@@ -243,6 +243,7 @@ class MessageStore:
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         self.topic_table.add_found(self.consume_queues)
+        self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
@@ -286,6 +287,7 @@ class MessageStore:
         self.flush()
         dispatch_state.save(self.root, self.consume_queues, self.index.files,
                             self.checkpoint.commitlog_flushed_offset)
+        self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
         safefs.unlink(self.abort_path)
         fsync_dir(self.root)
@@ -382,7 +384,8 @@ class MessageStore:
             topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
             qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
             flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
-        plan = self.dispatcher.plan(topics, qids, flags, props)
+        with self.topic_table.batch():  # new queues of a batch declared in one append
+            plan = self.dispatcher.plan(topics, qids, flags, props)
         queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         commitlog = self.commitlog

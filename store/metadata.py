@@ -12,9 +12,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from . import topic_log
 from .codec import validate_stored_topic
 from .errors import InvalidMessage, StoreFormatError
 from .json_file import read_json, write_json
@@ -119,6 +121,10 @@ class TopicTable:
         self.queues: dict[str, int]  # queue counts, as topics.json declares them
         self.queues, self._counter = read_json(self.path, ({}, 0), check=_topics_shape,
                                                fix=_TOPICS_FIX)
+        # changes since topics.json was written, in config/topics.log (see store/topic_log.py)
+        self.log_path = topic_log.log_path(root)
+        self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
+        self._batch: list[tuple[str, int]] | None = None
         self.found: dict[str, set[int]] = {}  # queues on disk that topics.json does not declare
 
     def ensure(self, topic: str, queue_id: int, persist: bool = True) -> bool:
@@ -130,9 +136,38 @@ class TopicTable:
             if self.queues.get(topic, 0) > queue_id:
                 return False
             self.queues[topic] = queue_id + 1
+            if persist and self._batch is not None:
+                self._batch.append((topic, queue_id + 1))
+                return True
         if persist:
-            self.persist()
+            self._log([(topic, queue_id + 1)])
         return True
+
+    def _log(self, changes: list[tuple[str, int]]) -> None:
+        """Make changes durable as lines of topics.log, folded into topics.json once the log
+        is as long as the table: each change costs the same whatever the table holds."""
+        topic_log.append(self.log_path, changes)
+        self._logged += len(changes)
+        if self._logged > max(1024, len(self.queues)):
+            self.persist()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Changes made inside are made durable together, in one append, at the end."""
+        with self.lock:
+            self._batch = []
+        try:
+            yield
+        finally:
+            with self.lock:
+                changes, self._batch = self._batch or [], None
+            if changes:
+                self._log(changes)
+
+    def compact(self) -> None:
+        """Fold topics.log into topics.json (a clean close leaves topics.json complete)."""
+        if self._logged or os.path.lexists(self.log_path):
+            self.persist()
 
     def add_found(self, found: Iterable[tuple[str, int]]) -> None:
         """Add queues found as consumequeue/<topic>/<id> directories, in memory only and as
@@ -176,7 +211,9 @@ class TopicTable:
                 for name, n in sorted(self.queues.items())
             }
             data = {"topicConfigTable": table, "dataVersion": _data_version(self._counter)}
-        write_json(self.path, data)
+            write_json(self.path, data)
+            topic_log.remove(self.log_path)
+            self._logged = 0
 
 
 class ConsumerOffsets:
