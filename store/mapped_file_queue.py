@@ -54,6 +54,7 @@ class MappedFileQueue:
         self.read_only = read_only
         self.file_class = LazyMappedFile if lazy else MappedFile  # lazy: ConsumeQueues
         self.files: list[MappedFile] = []
+        self._unsynced: set[str] = set()  # directories whose new entries are not synced yet
         self.flushed_where = 0
         self.committed_where = 0
         self.store_timestamp = 0
@@ -126,7 +127,15 @@ class MappedFileQueue:
         safefs.makedirs(self.directory)
         path = os.path.join(self.directory, offset_to_name(offset))
         mf = self.file_class(path, self.file_size, offset, transient=self.transient)
-        fsync_dir(self.directory)  # a rolled file must survive a power cut (ALICE hazard 2)
+        # a rolled file must survive a power cut (ALICE hazard 2). A ConsumeQueue's names are
+        # synced by its next flush, before any checkpoint counts on them: a batch that makes
+        # thousands of queues then costs one journal commit, not one each
+        if self.file_class is LazyMappedFile:
+            parent = os.path.dirname(self.directory)
+            self._unsynced |= {self.directory} if self.files else \
+                {self.directory, parent, os.path.dirname(parent)}
+        else:
+            fsync_dir(self.directory)
         self.files.append(mf)
         if len(self.files) == 1:
             self.flushed_where = self.committed_where = offset
@@ -155,6 +164,8 @@ class MappedFileQueue:
         own bytes are not all synced. A roll (or, with the transient pool, a commit) can land
         while an older file is being synced, so its tail (records, the BLANK) is not on disk
         even though the newer file's bytes, synced next, are."""
+        while self._unsynced:
+            fsync_dir(self._unsynced.pop())
         files = list(self.files)
         where = self.flushed_where
         prefix = True  # every file so far is synced to its very end
@@ -174,9 +185,10 @@ class MappedFileQueue:
         return self.max_offset - self.flushed_where
 
     # --- truncation and deletion -----------------------------------------------------------
-    def truncate_dirty(self, offset: int) -> None:
+    def truncate_dirty(self, offset: int, zeros_after: bool = False) -> None:
         """Make `offset` the end: positions in its file set, the rest of that file zeroed
-        (so what was cut cannot reappear after a later crash), every later file deleted."""
+        (so what was cut cannot reappear after a later crash; skipped when the caller found
+        it all zeros already: `zeros_after`), every later file deleted."""
         with self._lock:
             keep: list[MappedFile] = []
             for mf in self.files:
@@ -184,7 +196,7 @@ class MappedFileQueue:
                     keep.append(mf)
                 elif mf.file_from_offset <= offset:
                     mf.set_positions(offset - mf.file_from_offset)
-                    if not self.read_only:
+                    if not self.read_only and not zeros_after:
                         _zero_from(mf, offset - mf.file_from_offset)
                     keep.append(mf)
                 elif self.read_only:

@@ -61,13 +61,13 @@ def test_the_scrub_resumes_where_the_last_mount_left_it(tmp_path):
     _fill(root, 20_000, small_config(consume_queue_units=30_000))
     with MessageStore(root, small_config(), create=False) as s:
         assert s._scrub is not None
-        assert s._scrub.step()  # 8192 units of the one queue, then closed
+        assert s._scrub.step()  # 2048 units of the one queue, then closed
         assert s.scrub_status()["queue"] == "t/0"
     state = json.load(open(os.path.join(root, "config", "scrub.json")))
-    assert state["queue"] == "t/0" and state["unit"] == 8192
+    assert state["queue"] == "t/0" and state["unit"] == 2048
     with MessageStore(root, small_config(), create=False) as s:
         s.scrub()
-        assert s.scrub_status()["checked_units"] == 20_000 - 8192
+        assert s.scrub_status()["checked_units"] == 20_000 - 2048
 
 
 def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
