@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import numpy as np
@@ -73,11 +73,14 @@ class IndexService:
         self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
 
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
+             timestamp_at: Callable[[int], int | None] | None = None) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
         mqfs checkpoint, written after the index at every clean close) applies the same rule
-        after a clean exit too: a crash whose abort file went missing looks clean."""
+        after a clean exit too: a crash whose abort file went missing looks clean. A header
+        its entries outgrew (a writer killed before writing it) is made their summary again,
+        `timestamp_at` giving the store time of a record by CommitLog offset."""
         self.flushed_end_timestamp = index_msg_timestamp
         if not self.read_only and os.path.lexists(self.reserve_path):
             safefs.unlink(self.reserve_path)  # left by a crash; holds nothing
@@ -94,6 +97,8 @@ class IndexService:
                 safefs.unlink(path)  # created but never allocated before a crash: held nothing
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
+            if timestamp_at is not None:
+                f.adopt_entries(timestamp_at)
             prev = self.files[-1] if self.files else None
             # a file starts where the one before it ended (it is seeded with those values); its
             # times need not: a broker's clock can step back
