@@ -34,6 +34,7 @@ from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadO
 from .flavor import flavor_named
 from .flush import FlushServices
 from .index_service import IndexService
+from .live import LiveReader
 from .lock import StoreLock
 from .manifest import inspect, is_store, write_manifest
 from .mapped_file import fsync_dir
@@ -107,7 +108,9 @@ class MessageStore:
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
-        self._lock_file.acquire(shared=read_only)
+        # a read-only open takes no lock: it changes nothing and must not keep a broker or a
+        # daemon from writing the store it shows (store/live.py follows what they add)
+        self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
@@ -131,6 +134,10 @@ class MessageStore:
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
+        self.live: LiveReader | None = None
+        if read_only and cfg.live_refresh_ms > 0:
+            self.live = LiveReader(self, cfg.live_refresh_ms)
+            self.live.start()
         self.is_open = True
         if kept_ends is not None:
             self._finish_repair(kept_ends)
@@ -285,6 +292,8 @@ class MessageStore:
             return
         self.is_open = False
         if self.config.read_only:
+            if self.live is not None:
+                self.live.stop()
             self._release_files()
             self._lock_file.release()
             return
