@@ -65,6 +65,9 @@ class LiveReader:
             except (OSError, StoreError, ValueError) as exc:  # a writer mid-roll: next time
                 self.failures += 1
                 log.warning("following the store: %s", exc)
+            except Exception:  # never a silent stop: the mount would freeze unnoticed
+                self.failures += 1
+                log.exception("following the store failed")
 
     def refresh(self) -> None:
         """Take in what the writer added since the last refresh."""
@@ -93,8 +96,8 @@ class LiveReader:
         s = self.store
         for key, want in list(self.pending.items()):
             cq = s.consume_queues.get(key)
-            if cq is None and not has_queue_dir(key[0]):
-                del self.pending[key]
+            if (cq is None and not has_queue_dir(key[0])) or not isinstance(cq, (ConsumeQueue, type(None))):
+                del self.pending[key]  # no directory can hold it, or damaged: served as found
                 continue
             queue = cq.queue if cq is not None else self._queue_files(*key)
             new = queue.new_files()

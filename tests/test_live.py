@@ -64,12 +64,14 @@ def test_a_read_only_open_follows_a_writer_and_reads_every_message_whole(tmp_pat
     root, n = str(tmp_path / "store"), 1200
     MessageStore(root, small_config(index_slots=64, index_entries=1000)).open().close()
     proc = _writer(root, n, small=True)
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    while not os.path.exists(os.path.join(root, "consumequeue", "T1", "0")):
+        time.sleep(0.001)  # opened while the writer is at work: records, units, keys half done
     reader = MessageStore(root, small_config(index_slots=64, index_entries=1000, read_only=True,
                                              live_refresh_ms=20)).open()
     try:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
         seen: set[int] = set()
         nxt = {"T0": 0, "T1": 0}
         deadline = time.monotonic() + 90
@@ -102,8 +104,9 @@ def test_an_ro_mount_of_a_store_being_written_lists_reads_and_follows(tmp_path):
     root, mnt, n = str(tmp_path / "store"), str(tmp_path / "mnt"), 400
     mqfs("init", root, *SMALL)
     proc = _writer(root, n, small=False)
+    log = tmp_path / "mqfs.log"
     try:
-        with mounted(root, mnt, "-o", "ro"):
+        with mounted(root, mnt, "-o", "ro", log=str(log)):
             follow = subprocess.Popen(["head", "-n", str(n // 2), f"{mnt}/topics/T0/0/follow"],
                                       stdout=subprocess.PIPE)
             assert proc.stdin is not None
@@ -131,6 +134,7 @@ def test_an_ro_mount_of_a_store_being_written_lists_reads_and_follows(tmp_path):
             assert status["live"]["commitlog_read_to"] > 0 and status["read_only"]
     finally:
         _finish(proc)
+    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 @needs_fuse
