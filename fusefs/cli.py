@@ -172,7 +172,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         topics = s.topics()
         print(f"topics       {len(topics)}")
         for topic in sorted(topics):
-            for q in range(topics[topic]):
+            for q in s.queue_ids(topic):
                 lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
                 span = f"offsets {lo}..{hi - 1}" if hi > lo else "no messages"
                 print(f"  {topic}/{q}: {span}" + (f" ({_plural(hi - lo, 'message')})"

@@ -41,7 +41,7 @@ def status(model: Model) -> dict:
     topics = store.topics()
     queues = {}
     for t in sorted(topics):
-        for q in range(topics[t]):
+        for q in store.queue_ids(t):
             queues[f"{t}/{q}"] = {"min_offset": store.min_offset(t, q),
                                   "max_offset": store.max_offset(t, q),
                                   "newest_store_time_ms": model.queue_mtime(t, q) // 1_000_000}
@@ -49,7 +49,7 @@ def status(model: Model) -> dict:
     for g, per_topic in sorted(store.groups().items()):
         for t, offsets in sorted(per_topic.items()):
             for q, committed in sorted(offsets.items()):
-                if t in topics and q < topics[t]:
+                if q in store.queue_ids(t):
                     groups[f"{g}@{t}/{q}"] = {"committed": committed,
                                               "lag": store.max_offset(t, q) - committed}
     disk = os.statvfs(store.root)

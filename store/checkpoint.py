@@ -37,6 +37,7 @@ class Checkpoint:
     confirm_phy_offset: int = 0
     commitlog_flushed_offset: int = 0
     cq_flushed_offset: int = 0
+    checked: bool = False  # loaded, and its checksum holds: its times can be trusted
 
     @classmethod
     def load(cls, path: str) -> Checkpoint:
@@ -52,6 +53,7 @@ class Checkpoint:
             cl, cq, digest = _EXT.unpack_from(raw, _FIELDS.size)
             if digest == xxhash.xxh32_intdigest(raw[:56]) and digest != 0:
                 cp.commitlog_flushed_offset, cp.cq_flushed_offset = cl, cq
+                cp.checked = True
         return cp
 
     @property

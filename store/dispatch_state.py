@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .codec import validate_topic
+from .codec import validate_stored_topic
 from .consume_queue import ConsumeQueue
 from .index_file import IndexFile
 from .json_file import read_json, write_json
@@ -61,7 +61,7 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
     json_object(data, "a top level")
     queues: dict[tuple[str, int], int] = {}
     for topic, counts in json_object(data.get("queues"), '"queues"').items():
-        checked_name(validate_topic, topic)
+        checked_name(validate_stored_topic, topic)
         for q, n in json_object(counts, f"queues of {topic!r}").items():
             queues[(topic, queue_id_key(q, f"{topic!r} queue"))] = json_int(
                 n, f"{topic!r} queue {q} count", 0, (1 << 63) - 1)

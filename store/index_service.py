@@ -95,9 +95,9 @@ class IndexService:
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
             prev = self.files[-1] if self.files else None
-            # a file starts where the one before it ended (it is seeded with those values)
-            out_of_chain = prev is not None and (f.begin_phy_offset < prev.end_phy_offset
-                                                 or f.begin_timestamp < prev.end_timestamp)
+            # a file starts where the one before it ended (it is seeded with those values); its
+            # times need not: a broker's clock can step back
+            out_of_chain = prev is not None and f.begin_phy_offset < prev.end_phy_offset
             broken = out_of_chain or not f.header_ok()
             damaged = dropping or broken
             unflushed = f.end_timestamp > index_msg_timestamp and (strict or not last_exit_ok)

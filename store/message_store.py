@@ -29,7 +29,7 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
-from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels
+from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels, takes_unit
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
 from .flavor import flavor_named
 from .flush import FlushServices
@@ -220,13 +220,10 @@ class MessageStore:
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
         if crashed_before:
             self._write_abort()
+        self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
-        changed = False
-        for topic, qid in self.consume_queues:
-            changed |= self.topic_table.ensure(topic, qid, persist=False)
-        if changed:
-            self.topic_table.persist()
+        self.topic_table.add_found(self.consume_queues)
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
@@ -451,6 +448,16 @@ class MessageStore:
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
 
+    def _newest_store_time(self) -> int:
+        """The newest store time the files vouch for (recovery's dispatch saw the records
+        past the checkpoint): a clock stepped back between two opens must not stamp new
+        records before it, or time lookups and IndexFile headers stop making sense."""
+        cp = self.checkpoint
+        newest = max((f.end_timestamp for f in self.index.files), default=0)  # headers checked
+        if cp.checked:  # a torn checkpoint's times are garbage, maybe far in the future
+            newest = max(newest, cp.physic_msg_timestamp, cp.logics_msg_timestamp)
+        return newest
+
     def _store_timestamp(self) -> int:
         """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
         now = self.clock()
@@ -484,8 +491,14 @@ class MessageStore:
         i = bisect.bisect_left(self._fillers, (commitlog_offset, -1))
         return self._fillers[i - 1] if i else None
 
-    def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
-        self.topic_table.ensure(topic, qid, persist=persist)  # refuses bad names and ids first
+    def _create_queue(self, topic: str, qid: int, declare: bool = True) -> ConsumeQueue:
+        """A new queue: declared in topics.json for a put, or known as found on disk for the
+        records recovery dispatches (a broker's delay topic may have queue 2 alone). Bad
+        names and ids are refused first."""
+        if declare:
+            self.topic_table.ensure(topic, qid)
+        else:
+            self.topic_table.add_found([(topic, qid)])
         cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
         cq.filler_before = self._filler_before
         self.consume_queues[(topic, qid)] = cq
@@ -495,12 +508,15 @@ class MessageStore:
         self._writable()
         if not 1 <= queues <= 1024:
             raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
+        codec.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
     def add_queue(self, topic: str, queue_id: int) -> None:
         self._writable()
         if not 0 <= queue_id < 1024:
             raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
+        if topic not in self.topic_table.queues:
+            codec.validate_topic(topic)
         self.topic_table.ensure(topic, queue_id)
 
     # --- flushing --------------------------------------------------------------------------
@@ -631,11 +647,13 @@ class MessageStore:
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
 
     def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
-                  max_n: int = 64) -> list[StoredMessage]:
-        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed."""
+                  max_n: int = 64, queued: bool = False) -> list[StoredMessage]:
+        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed.
+        A prepared transaction is indexed but has no queue unit (its QUEUEOFFSET names
+        another message); `queued` leaves out every record no queue serves."""
         if not key or max_n <= 0:
             return []
-        topics = [topic] if topic is not None else sorted(self.topic_table.queues)
+        topics = [topic] if topic is not None else sorted(self.topic_table.counts())
         hits: dict[int, StoredMessage] = {}
         for t in topics:
             for commitlog_offset in self.index.query(t, key, begin, end, max_n * 2):
@@ -646,7 +664,8 @@ class MessageStore:
                 except (NotFound, CorruptionError):
                     continue
                 if msg.topic == t and key in msg.index_keys() and \
-                        begin <= msg.store_timestamp <= end:
+                        begin <= msg.store_timestamp <= end and \
+                        (not queued or takes_unit(msg.topic, msg.sys_flag)):
                     hits[commitlog_offset] = msg
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
         return found[:max_n]
@@ -662,18 +681,18 @@ class MessageStore:
         return msg
 
     def topics(self) -> dict[str, int]:
-        return dict(self.topic_table.queues)
+        """Topic -> one past its highest queue id (`queue_ids` says which exist)."""
+        return self.topic_table.counts()
 
     def queue_ids(self, topic: str) -> list[int]:
-        n = self.topic_table.queues.get(topic)
-        if n is None:
-            raise NotFound(f"no topic {topic!r}")
-        return list(range(n))
+        """The queues shown for a topic: those topics.json declares and those on disk (a
+        broker's delay topic may hold queue 2 alone); [] for no such topic."""
+        return self.topic_table.queue_ids(topic)
 
     # --- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._writable()
-        if topic not in self.topic_table.queues or queue_id >= self.topic_table.queues[topic]:
+        if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
         end = self.max_offset(topic, queue_id)
         if not isinstance(offset, int) or not 0 <= offset <= end:
