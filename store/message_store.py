@@ -40,6 +40,7 @@ from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
 from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .retention import Retention, record_min_offset
+from .scrub import Scrub
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -79,6 +80,7 @@ class MessageStore:
         self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
+        self._scrub: Scrub | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -101,6 +103,7 @@ class MessageStore:
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
         self.config = cfg = found.config
+        self._scrub = None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
@@ -127,10 +130,26 @@ class MessageStore:
                 self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
+            self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
         self.is_open = True
         if kept_ends is not None:
             self._finish_repair(kept_ends)
         return self
+
+    def start_scrub(self) -> None:
+        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        longer makes. A read-only store has none."""
+        if self._scrub is not None and self.is_open:
+            self._scrub.start()
+
+    def scrub(self) -> None:
+        """Check the whole store now, as the background scrub would, and wait."""
+        if self._scrub is not None:
+            self._scrub.run_pass()
+
+    def scrub_status(self) -> dict | None:
+        """Where the scrub is and what it found (None for a read-only store)."""
+        return self._scrub.status() if self._scrub is not None else None
 
     def _finish_repair_files(self, read_only: bool) -> dict[tuple[str, int], int] | None:
         """An interrupted repair's file steps (its journal), before anything reads the files;
@@ -161,7 +180,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self._open_index(read_only=True).load(True, 0)
+        self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -210,7 +229,8 @@ class MessageStore:
                         "left: recovering as after a crash")
             last_exit_ok = False
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
-                        strict=self.checkpoint.commitlog_flushed_offset > 0)
+                                strict=self.checkpoint.commitlog_flushed_offset > 0,
+                                timestamp_at=self._record_time)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -243,6 +263,14 @@ class MessageStore:
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
 
+    def _record_time(self, commitlog_offset: int) -> int | None:
+        """Store time of the record at an offset; None where no record starts there."""
+        try:
+            msg = self.commitlog.read(commitlog_offset)
+        except StoreError:  # NotFound, CorruptionError
+            return None
+        return msg.store_timestamp if msg.commitlog_offset == commitlog_offset else None
+
     @property
     def abort_path(self) -> str:
         return os.path.join(self.root, "abort")
@@ -260,6 +288,8 @@ class MessageStore:
             self._release_files()
             self._lock_file.release()
             return
+        if self._scrub is not None:
+            self._scrub.stop()
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
