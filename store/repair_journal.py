@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import codec, layout, quarantine
+from . import codec, kept_ends, layout, quarantine
 from .config import StoreConfig
 from .crash_points import crash_point
 from .errors import InvalidMessage, StoreError, StoreFormatError
@@ -28,6 +28,9 @@ from .manifest import inspect, write_manifest
 from .mapped_file import MappedFile, fsync_dir, offset_to_name
 from .retention import record_min_offset
 from .salvage import Damage
+
+if TYPE_CHECKING:
+    from .message_store import MessageStore
 
 NAME = "repair-journal.json"
 # the steps in order; the journal names the next one to run. rename-out moves each misnamed
@@ -147,6 +150,29 @@ def finish_files(root: str) -> dict[tuple[str, int], int]:
         return journal.queue_ends
     finally:
         lock.release()
+
+
+def finish_files_before_open(root: str, read_only: bool) -> dict[tuple[str, int], int] | None:
+    """For an open: an interrupted repair's file steps, before anything reads the files; the
+    queue ends its rebuild must keep, or None when no repair is pending."""
+    if not pending(root):
+        return None
+    if read_only:
+        raise StoreError(f"{root} holds an interrupted repair ({NAME}); nothing was changed: "
+                         f"run `mqfs repair {root}` (or open it read-write) to finish it")
+    return finish_files(root)
+
+
+def finish_rebuild(store: MessageStore, ends: dict[tuple[str, int], int]) -> None:
+    """The open rebuilt the derived files: keep the journal's queue ends taken (and recorded
+    in kept_ends, so no later rebuild gives them out again), make every file and directory
+    durable, and only then drop the journal."""
+    kept_ends.add(store.root, store.keep_queue_ends(ends))
+    store.flush()
+    store.index.flush()
+    for directory, _, _ in os.walk(store.root):
+        fsync_dir(directory)
+    remove(store.root)
 
 
 def _manifest(root: str, journal: Journal) -> None:
