@@ -135,15 +135,17 @@ def encode_properties(props: dict[str, str]) -> bytes:
         raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02."""
+def decode_properties(raw: bytes | memoryview, with_crc: bool = False) -> dict[str, str]:
+    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02.
+    The `__CRC32#` trailer is the record's checksum, not the message's: kept `with_crc`."""
     props: dict[str, str] = {}
     text = bytes(raw).decode("utf-8")
     for item in text.split(PROPERTY_SEP):
         key, sep, value = item.partition(NAME_VALUE_SEP)
         if sep and key and value:
             props[key] = value
-    props.pop(PROPERTY_CRC32, None)  # the record's checksum, not a property of the message
+    if not with_crc:
+        props.pop(PROPERTY_CRC32, None)
     return props
 
 
@@ -318,6 +320,12 @@ class StoredMessage(_WellKnownProperties):
                 raise CodecError(f"properties of the record at {self.commitlog_offset} are not "
                                  "UTF-8") from None
         return self._props
+
+    @property
+    def stored_properties(self) -> dict[str, str]:
+        """The properties as RocketMQ's own read shows them: `__CRC32#` (the record's
+        checksum trailer, ten digits) included when the record has one."""
+        return decode_properties(self._props_raw, with_crc=True)
 
     @property
     def msg_id(self) -> str:
