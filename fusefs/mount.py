@@ -140,7 +140,11 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     try:
         model = Model(store, umask=opts.umask, keys_max=opts.keys_max,
                       budget=Budget(opts.buffer_max))
-        ops = Operations(model, on_ready=ready, uid=opts.uid, gid=opts.gid)
+        def on_ready() -> None:
+            ready()
+            store.start_scrub()  # the whole-store check, once the mount serves
+
+        ops = Operations(model, on_ready=on_ready, uid=opts.uid, gid=opts.gid)
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
         # a full garbage collection stops the event loop too, for as long as it takes to
         # walk every object: what open built (modules, the loaded store) lives as long as

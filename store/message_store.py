@@ -40,6 +40,7 @@ from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
 from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .retention import Retention, record_min_offset
+from .scrub import Scrub
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -79,6 +80,7 @@ class MessageStore:
         self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
+        self._scrub: Scrub | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -101,6 +103,7 @@ class MessageStore:
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
         self.config = cfg = found.config
+        self._scrub = None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
@@ -127,10 +130,26 @@ class MessageStore:
                 self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
+            self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
         self.is_open = True
         if repair_ends is not None:
             repair_journal.finish_rebuild(self, repair_ends)
         return self
+
+    def start_scrub(self) -> None:
+        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        longer makes. A read-only store has none."""
+        if self._scrub is not None and self.is_open:
+            self._scrub.start()
+
+    def scrub(self) -> None:
+        """Check the whole store now, as the background scrub would, and wait."""
+        if self._scrub is not None:
+            self._scrub.run_pass()
+
+    def scrub_status(self) -> dict | None:
+        """Where the scrub is and what it found (None for a read-only store)."""
+        return self._scrub.status() if self._scrub is not None else None
 
     def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
@@ -241,6 +260,8 @@ class MessageStore:
             self._release_files()
             self._lock_file.release()
             return
+        if self._scrub is not None:
+            self._scrub.stop()
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
