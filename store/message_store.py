@@ -159,7 +159,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self._open_index(read_only=True).load(True, 0)
+        self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -208,7 +208,8 @@ class MessageStore:
                         "left: recovering as after a crash")
             last_exit_ok = False
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
-                        strict=self.checkpoint.commitlog_flushed_offset > 0)
+                                strict=self.checkpoint.commitlog_flushed_offset > 0,
+                                timestamp_at=self._record_time)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -242,6 +243,14 @@ class MessageStore:
                     cq.filler_before = self._filler_before
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
+
+    def _record_time(self, commitlog_offset: int) -> int | None:
+        """Store time of the record at an offset; None where no record starts there."""
+        try:
+            msg = self.commitlog.read(commitlog_offset)
+        except StoreError:  # NotFound, CorruptionError
+            return None
+        return msg.store_timestamp if msg.commitlog_offset == commitlog_offset else None
 
     @property
     def abort_path(self) -> str:
