@@ -706,6 +706,11 @@ class MessageStore:
         self._writable()
         if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
+        end = self.max_offset(topic, queue_id)
+        if not isinstance(offset, int) or not 0 <= offset <= end:
+            # a consumer is at most one past the last message (the mount refuses it too)
+            raise InvalidMessage(f"offset {offset!r} is not in 0..{end}, the end of "
+                                 f"{topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
