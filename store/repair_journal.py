@@ -229,7 +229,7 @@ _STEP_RUNNERS = {"manifest": _manifest, "rename-out": _rename_out, "rename-in": 
                  "fillers": _fillers, "head": _head, "derived": _derived}
 
 
-def _filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
+def filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
     """What replaces a damaged range starting at `lo` in its file: (end in the file, bytes).
     A filler record (readers skip it), or to a file's end a filler and the BLANK that ends it."""
     size = cfg.commitlog_file_size
@@ -259,7 +259,7 @@ def replace_damage(root: str, cfg: StoreConfig, d: Damage) -> str:
     file_path = os.path.join(root, "commitlog", offset_to_name(start_of_file))
     created = not os.path.lexists(file_path)
     lo = d.start - start_of_file
-    hi, new = _filler_bytes(cfg, d, lo)
+    hi, new = filler_bytes(cfg, d, lo)
     mf = MappedFile(file_path, size, start_of_file)
     try:
         buf = mf.buffer()

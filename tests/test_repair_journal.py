@@ -121,6 +121,8 @@ def test_a_read_only_open_refuses_a_half_done_repair(tmp_path):
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(StoreError, match="interrupted repair"):
         MessageStore(root, _config(read_only=True), create=False).open()
+    report = verify_store(root)
+    assert not report.ok and any(NAME in line for line in report.lines)
     assert file_hashes(root, skip=("lock",)) == before
 
 
