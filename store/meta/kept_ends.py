@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .codec import validate_topic
-from .consume_queue import ConsumeQueue
-from .errors import StoreFormatError
-from .json_file import read_json, write_json
+from ..errors import StoreFormatError
+from ..files.consume_queue import ConsumeQueue
+from ..files.json_file import read_json, write_json
+from ..format.codec import validate_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "keptQueueEnds.json"
