@@ -25,7 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="mqfs", description="RocketMQ-format message store as a filesystem")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
-    m = sub.add_parser("mount", help="mount a store (returns once the mount is ready)")
+    trust = OneLineParser(add_help=False)
+    trust.add_argument("--trust-owner", metavar="USER", action="append", default=[],
+                       help="also accept a store owned by USER (e.g. root serving a service "
+                            "user's store); links inside it are still never followed")
+    m = sub.add_parser("mount", parents=[trust],
+                       help="mount a store (returns once the mount is ready)")
     m.add_argument("store")
     m.add_argument("mountpoint")
     m.add_argument("-o", dest="options", action="append", default=[],
@@ -60,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("info", "summary of a store that is not mounted (changes nothing)"),
                        ("verify", "check every record, ConsumeQueue and IndexFile entry "
                                   "(changes nothing)")):
-        sub.add_parser(name, help=text).add_argument("store")
-    r = sub.add_parser("repair", help="salvage a damaged store: keep every intact record, "
+        sub.add_parser(name, help=text, parents=[trust]).add_argument("store")
+    r = sub.add_parser("repair", parents=[trust], help="salvage a damaged store: keep every intact record, "
                                       "quarantine damaged bytes, rebuild ConsumeQueues and "
                                       "IndexFiles (shows the plan, then asks)")
     r.add_argument("store")
@@ -71,11 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_mount(a: argparse.Namespace) -> int:
+    from .logfile import check_writable
     from .mount import run_daemon, run_foreground
     from .options import parse_options
 
     opts = parse_options(a.options)
-    store, mnt = os.path.abspath(a.store), os.path.abspath(a.mountpoint)
+    store, mnt = os.path.realpath(a.store), os.path.abspath(a.mountpoint)
+    if a.log not in (None, "syslog", "stderr", "none"):
+        check_writable(a.log)
     if a.foreground or a.systemd:
         return run_foreground(store, mnt, opts, use_systemd=a.systemd, log_target=a.log)
     return run_daemon(store, mnt, opts, log_target=a.log)
@@ -164,7 +172,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         topics = s.topics()
         print(f"topics       {len(topics)}")
         for topic in sorted(topics):
-            for q in range(topics[topic]):
+            for q in s.queue_ids(topic):
                 lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
                 span = f"offsets {lo}..{hi - 1}" if hi > lo else "no messages"
                 print(f"  {topic}/{q}: {span}" + (f" ({_plural(hi - lo, 'message')})"
@@ -227,6 +235,18 @@ def cmd_repair(a: argparse.Namespace) -> int:
     return 0 if after.ok else 1
 
 
+def _trust(owners: list[str]) -> None:
+    import pwd
+
+    from store.safefs import trust_owner
+
+    for owner in owners:
+        try:
+            trust_owner(int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid)
+        except KeyError:
+            raise ValueError(f"--trust-owner {owner}: no such user") from None
+
+
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "pipeline":
         # a separate program: fusefs never imports the pipeline (or Spark); -P: a pipeline/
@@ -235,6 +255,7 @@ def _dispatch(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
+    _trust(getattr(args, "trust_owner", []))
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair}[args.command]
     return handler(args)

@@ -181,7 +181,7 @@ MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
     b"user.sys_flag": lambda m: m.sys_flag,
     b"user.reconsume_times": lambda m: m.reconsume_times,
     b"user.record_size": lambda m: m.total_size,
-    b"user.properties": lambda m: json.dumps(m.properties, sort_keys=True, ensure_ascii=False),
+    b"user.properties": lambda m: json.dumps(m.stored_properties, sort_keys=True, ensure_ascii=False),
     b"user.keys": lambda m: " ".join(m.keys) or None,
     b"user.tags": lambda m: m.tags or None,
 }

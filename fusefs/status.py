@@ -35,13 +35,13 @@ class Recent:
 
 
 def status(model: Model) -> dict:
-    """Queues, groups and their lag, disk, limits, recovery, recent refusals and cut key
-    listings."""
+    """Queues, groups and their lag, disk, limits, recovery, the scrub's progress and
+    findings, recent refusals and cut key listings."""
     store, cfg = model.store, model.store.config
     topics = store.topics()
     queues = {}
     for t in sorted(topics):
-        for q in range(topics[t]):
+        for q in store.queue_ids(t):
             queues[f"{t}/{q}"] = {"min_offset": store.min_offset(t, q),
                                   "max_offset": store.max_offset(t, q),
                                   "newest_store_time_ms": model.queue_mtime(t, q) // 1_000_000}
@@ -49,7 +49,7 @@ def status(model: Model) -> dict:
     for g, per_topic in sorted(store.groups().items()):
         for t, offsets in sorted(per_topic.items()):
             for q, committed in sorted(offsets.items()):
-                if t in topics and q < topics[t]:
+                if q in store.queue_ids(t):
                     groups[f"{g}@{t}/{q}"] = {"committed": committed,
                                               "lag": store.max_offset(t, q) - committed}
     disk = os.statvfs(store.root)
@@ -67,6 +67,7 @@ def status(model: Model) -> dict:
         "followers": model.followers,
         "last_recovery": (None if rec is None else dataclasses.asdict(rec)
                           if dataclasses.is_dataclass(rec) else str(rec)),
+        "scrub": store.scrub_status(),
         "queues": queues, "groups": groups,
         "keys_truncated": list(model.recent.keys_cut),
         "recent_errors": list(model.recent.errors),

@@ -43,7 +43,7 @@ class QueueTimes:
             return self.queue_mtime(node.topic, node.queue)
         topics = self.store.topics()
         wanted = [node.topic] if node.kind == TOPIC else list(topics)
-        return max([self.queue_mtime(t, q) for t in wanted for q in range(topics.get(t, 0))],
+        return max([self.queue_mtime(t, q) for t in wanted for q in self.store.queue_ids(t)],
                    default=self.started_ns)
 
     def note_puts(self, messages: list[Message], results: list[PutResult]) -> list[int]:

@@ -15,6 +15,7 @@ from .errors import (
                      StoreError,
                      StoreFormatError,
                      StoreLocked,
+                     UntrustedStore,
 )
 from .message_store import MessageStore, PutResult
 
@@ -22,5 +23,5 @@ __all__ = [
     "CodecError", "CorruptionError", "FlushTimeout", "InvalidMessage", "Message",
     "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
     "StoreFormatError",
-    "StoreLocked", "StoredMessage",
+    "StoreLocked", "StoredMessage", "UntrustedStore",
 ]

@@ -69,6 +69,8 @@ PROPERTY_SEP = "\x02"
 MAX_PROPERTIES_LEN = 32767
 MAX_TOPIC_LEN = 127
 MAX_RETRY_TOPIC_LEN = 255
+MAX_STORED_TOPIC_LEN = 32767  # a v2 record's TOPICLEN is an int16
+NAME_MAX = 255  # bytes in a file name: a topic longer has no consumequeue/<topic> directory
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 _QUEUE_ID_LIMIT = 1 << 31
 
@@ -83,14 +85,23 @@ assert PHYSICAL_OFFSET_POS == QUEUE_OFFSET_POS + 8
 
 
 def validate_topic(topic: str) -> None:
-    """Refuse topic names Apache RocketMQ refuses (TopicValidator rules)."""
+    """Refuse names for new topics that Apache RocketMQ refuses (TopicValidator rules)."""
+    validate_stored_topic(topic)
+    limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
+    if len(topic) > limit:
+        raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
+
+
+def validate_stored_topic(topic: str) -> None:
+    """Refuse a topic name no broker writes: bad characters (the broker checks them on every
+    put) or longer than a v2 record's TOPICLEN holds. A broker configured for longer topics
+    writes them with the v2 magic: a store holding one is read, not refused."""
     if not topic:
         raise InvalidMessage("topic name is empty")
     if not _TOPIC_PATTERN.fullmatch(topic):
         raise InvalidMessage(f"topic {topic!r} has characters other than letters, digits, %|_-")
-    limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
-    if len(topic) > limit:
-        raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
+    if len(topic) > MAX_STORED_TOPIC_LEN:
+        raise InvalidMessage(f"topic name is {len(topic)} characters, a record holds {MAX_STORED_TOPIC_LEN}")
     if topic.startswith("%") and FILLER_TOPIC.startswith(topic):
         raise InvalidMessage(f"topic name {topic!r} is reserved for damaged ranges")
 
@@ -124,15 +135,17 @@ def encode_properties(props: dict[str, str]) -> bytes:
         raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02."""
+def decode_properties(raw: bytes | memoryview, with_crc: bool = False) -> dict[str, str]:
+    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02.
+    The `__CRC32#` trailer is the record's checksum, not the message's: kept `with_crc`."""
     props: dict[str, str] = {}
     text = bytes(raw).decode("utf-8")
     for item in text.split(PROPERTY_SEP):
         key, sep, value = item.partition(NAME_VALUE_SEP)
         if sep and key and value:
             props[key] = value
-    props.pop(PROPERTY_CRC32, None)  # the record's checksum, not a property of the message
+    if not with_crc:
+        props.pop(PROPERTY_CRC32, None)
     return props
 
 
@@ -307,6 +320,12 @@ class StoredMessage(_WellKnownProperties):
                 raise CodecError(f"properties of the record at {self.commitlog_offset} are not "
                                  "UTF-8") from None
         return self._props
+
+    @property
+    def stored_properties(self) -> dict[str, str]:
+        """The properties as RocketMQ's own read shows them: `__CRC32#` (the record's
+        checksum trailer, ten digits) included when the record has one."""
+        return decode_properties(self._props_raw, with_crc=True)
 
     @property
     def msg_id(self) -> str:

@@ -34,6 +34,9 @@ class StoreConfig:
     # retention: off unless set (0); see store/retention.py
     retention_hours: float = 0.0  # delete CommitLog files whose newest write is older
     retention_bytes: int = 0  # delete the oldest CommitLog files while they pass this size
+    # the background scrub (store/scrub.py), once started: share of one core, hours between passes
+    scrub_share: float = 0.05
+    scrub_interval_hours: float = 24.0
     # access
     read_only: bool = False
     check_crc_on_recover: bool = True
@@ -56,6 +59,8 @@ class StoreConfig:
                 raise ValueError(f"{name} must be positive")
         if self.commitlog_file_size < 4096:
             raise ValueError("commitlog_file_size must be at least 4096 bytes")
+        if not 0 < self.scrub_share <= 1 or self.scrub_interval_hours < 0:
+            raise ValueError("scrub_share must be in (0, 1] and scrub_interval_hours not negative")
         if self.retention_hours < 0 or self.retention_bytes < 0:
             raise ValueError("retention_hours and retention_bytes must not be negative")
         from .dispatcher import parse_delay_levels

@@ -52,6 +52,19 @@ def index_keys(props: dict[str, str]) -> list[str]:
     return keys
 
 
+def has_queue_dir(topic: str) -> bool:
+    """Whether a topic's ConsumeQueues can exist: its name fits a directory entry. A broker
+    configured for longer topics writes their records (v2) but fails to build their queues;
+    such records are read by key and by CommitLog offset."""
+    return len(topic) <= codec.NAME_MAX  # topics are ASCII: one byte a character
+
+
+def takes_unit(topic: str, sys_flag: int) -> bool:
+    """Whether a record has a ConsumeQueue unit: not a prepared or rolled-back transaction,
+    and a topic whose queues can exist."""
+    return layout.in_queue(sys_flag) and has_queue_dir(topic)
+
+
 class TagsCodes:
     """The tagsCode of a ConsumeQueue unit, as the broker computes it
     (CommitLog.checkMessageAndReturnSize): the flavor's hash of TAGS (0 without one), except
@@ -133,12 +146,14 @@ class Dispatcher:
         prepared or rolled-back transaction), its queue offset and its index keys, with room
         made in both, so a full disk refuses the put before the CommitLog is written."""
         topic, qid = msg.topic, msg.queue_id
-        cq = self.consume_queues.get((topic, qid)) or self.create_queue(topic, qid, True)
+        cq = self.consume_queues.get((topic, qid))
+        if cq is None and has_queue_dir(topic):
+            cq = self.create_queue(topic, qid, True)
         sys_flag = msg.sys_flag
         keys = index_keys(msg.properties) if layout.indexed(sys_flag) else []
         queue: ConsumeQueue | None = None
         queue_offset = 0
-        if layout.in_queue(sys_flag):
+        if cq is not None and layout.in_queue(sys_flag):
             queue, queue_offset = cq, cq.next_offset
             cq.ensure_room()
         if keys:
@@ -237,6 +252,8 @@ class Dispatcher:
         for g in np.unique(group).tolist():
             rows = in_queue[group == g]
             topic, qid = names[g >> 32], int(run.queue_id[rows[0]])
+            if not has_queue_dir(topic):
+                continue  # as on the broker: no directory can hold its units
             crash_point("recovery.dispatch")
             cq = self.consume_queues.get((topic, qid))
             if cq is None:

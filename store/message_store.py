@@ -22,14 +22,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, repair_journal
+from . import codec, dispatch_state, layout, repair_journal, safefs
 from .checkpoint import Checkpoint
 from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
-from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels
+from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels, takes_unit
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
 from .flavor import flavor_named
 from .flush import FlushServices
@@ -40,6 +40,7 @@ from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
 from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .retention import Retention, record_min_offset
+from .scrub import Scrub
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -71,13 +72,15 @@ def _now_ms() -> int:
 class MessageStore:
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
-        self.root = os.path.abspath(root)
+        # resolved once: the administrator's links above the store; none is followed inside
+        self.root = os.path.realpath(root)
         self._requested = config or StoreConfig()
         self._progress = progress
         self.clock: Callable[[], int] = _now_ms  # store time source; tests pin it
         self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
+        self._scrub: Scrub | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -93,17 +96,19 @@ class MessageStore:
         if fresh and (read_only or not self._create):
             raise StoreError(f"{self.root} holds no store; create one with `mqfs init {self.root}`")
         if fresh:
-            os.makedirs(self.root, exist_ok=True)
+            safefs.makedirs(self.root)
+        safefs.check_store(self.root)  # before a byte is read or written
         kept_ends = self._finish_repair_files(read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
         self.config = cfg = found.config
+        self._scrub = None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
         self._lock_file.acquire(shared=read_only)
-        last_exit_ok = not os.path.exists(self.abort_path)
+        last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
                 write_manifest(self.root, cfg)
@@ -114,8 +119,8 @@ class MessageStore:
                 self._load_and_recover(last_exit_ok)
         except BaseException:
             self._release_files()
-            if last_exit_ok and os.path.exists(self.abort_path):
-                os.unlink(self.abort_path)  # refused to open: the files are as we found them
+            if last_exit_ok and os.path.lexists(self.abort_path):
+                safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             raise
         if not read_only:
@@ -125,10 +130,26 @@ class MessageStore:
                 self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
+            self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
         self.is_open = True
         if kept_ends is not None:
             self._finish_repair(kept_ends)
         return self
+
+    def start_scrub(self) -> None:
+        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        longer makes. A read-only store has none."""
+        if self._scrub is not None and self.is_open:
+            self._scrub.start()
+
+    def scrub(self) -> None:
+        """Check the whole store now, as the background scrub would, and wait."""
+        if self._scrub is not None:
+            self._scrub.run_pass()
+
+    def scrub_status(self) -> dict | None:
+        """Where the scrub is and what it found (None for a read-only store)."""
+        return self._scrub.status() if self._scrub is not None else None
 
     def _finish_repair_files(self, read_only: bool) -> dict[tuple[str, int], int] | None:
         """An interrupted repair's file steps (its journal), before anything reads the files;
@@ -212,30 +233,29 @@ class MessageStore:
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
-        crashed_before = os.path.exists(self.abort_path)
+        crashed_before = os.path.lexists(self.abort_path)
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
         if crashed_before:
             self._write_abort()
+        self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
-        changed = False
-        for topic, qid in self.consume_queues:
-            changed |= self.topic_table.ensure(topic, qid, persist=False)
-        if changed:
-            self.topic_table.persist()
+        self.topic_table.add_found(self.consume_queues)
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
-        if not os.path.isdir(base):
+        try:
+            topics = sorted(safefs.listdir(base))
+        except FileNotFoundError:
             return
-        for topic in sorted(os.listdir(base)):
+        for topic in topics:
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
+            if not safefs.is_dir(tdir):
                 continue
-            for qname in sorted(os.listdir(tdir)):
-                if qname.isdigit() and os.path.isdir(os.path.join(tdir, qname)):
+            for qname in sorted(safefs.listdir(tdir)):
+                if qname.isdigit() and safefs.is_dir(os.path.join(tdir, qname)):
                     cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units,
                                       read_only=read_only)
                     cq.filler_before = self._filler_before
@@ -248,10 +268,7 @@ class MessageStore:
 
     def _write_abort(self) -> None:
         crash_point("abort.create")
-        with open(self.abort_path, "w") as f:
-            f.write(str(os.getpid()))
-            f.flush()
-            os.fsync(f.fileno())
+        safefs.write_new(self.abort_path, str(os.getpid()).encode())
         fsync_dir(self.root)
 
     def close(self) -> None:
@@ -262,13 +279,15 @@ class MessageStore:
             self._release_files()
             self._lock_file.release()
             return
+        if self._scrub is not None:
+            self._scrub.stop()
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
         dispatch_state.save(self.root, self.consume_queues, self.index.files,
                             self.checkpoint.commitlog_flushed_offset)
         crash_point("abort.delete")
-        os.unlink(self.abort_path)
+        safefs.unlink(self.abort_path)
         fsync_dir(self.root)
         self._release_files()
         self._lock_file.release()
@@ -450,6 +469,16 @@ class MessageStore:
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
 
+    def _newest_store_time(self) -> int:
+        """The newest store time the files vouch for (recovery's dispatch saw the records
+        past the checkpoint): a clock stepped back between two opens must not stamp new
+        records before it, or time lookups and IndexFile headers stop making sense."""
+        cp = self.checkpoint
+        newest = max((f.end_timestamp for f in self.index.files), default=0)  # headers checked
+        if cp.checked:  # a torn checkpoint's times are garbage, maybe far in the future
+            newest = max(newest, cp.physic_msg_timestamp, cp.logics_msg_timestamp)
+        return newest
+
     def _store_timestamp(self) -> int:
         """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
         now = self.clock()
@@ -483,8 +512,14 @@ class MessageStore:
         i = bisect.bisect_left(self._fillers, (commitlog_offset, -1))
         return self._fillers[i - 1] if i else None
 
-    def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
-        self.topic_table.ensure(topic, qid, persist=persist)  # refuses bad names and ids first
+    def _create_queue(self, topic: str, qid: int, declare: bool = True) -> ConsumeQueue:
+        """A new queue: declared in topics.json for a put, or known as found on disk for the
+        records recovery dispatches (a broker's delay topic may have queue 2 alone). Bad
+        names and ids are refused first."""
+        if declare:
+            self.topic_table.ensure(topic, qid)
+        else:
+            self.topic_table.add_found([(topic, qid)])
         cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
         cq.filler_before = self._filler_before
         self.consume_queues[(topic, qid)] = cq
@@ -494,12 +529,15 @@ class MessageStore:
         self._writable()
         if not 1 <= queues <= 1024:
             raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
+        codec.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
     def add_queue(self, topic: str, queue_id: int) -> None:
         self._writable()
         if not 0 <= queue_id < 1024:
             raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
+        if topic not in self.topic_table.queues:
+            codec.validate_topic(topic)
         self.topic_table.ensure(topic, queue_id)
 
     # --- flushing --------------------------------------------------------------------------
@@ -630,11 +668,13 @@ class MessageStore:
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
 
     def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
-                  max_n: int = 64) -> list[StoredMessage]:
-        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed."""
+                  max_n: int = 64, queued: bool = False) -> list[StoredMessage]:
+        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed.
+        A prepared transaction is indexed but has no queue unit (its QUEUEOFFSET names
+        another message); `queued` leaves out every record no queue serves."""
         if not key or max_n <= 0:
             return []
-        topics = [topic] if topic is not None else sorted(self.topic_table.queues)
+        topics = [topic] if topic is not None else sorted(self.topic_table.counts())
         hits: dict[int, StoredMessage] = {}
         for t in topics:
             for commitlog_offset in self.index.query(t, key, begin, end, max_n * 2):
@@ -645,7 +685,8 @@ class MessageStore:
                 except (NotFound, CorruptionError):
                     continue
                 if msg.topic == t and key in msg.index_keys() and \
-                        begin <= msg.store_timestamp <= end:
+                        begin <= msg.store_timestamp <= end and \
+                        (not queued or takes_unit(msg.topic, msg.sys_flag)):
                     hits[commitlog_offset] = msg
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
         return found[:max_n]
@@ -661,18 +702,18 @@ class MessageStore:
         return msg
 
     def topics(self) -> dict[str, int]:
-        return dict(self.topic_table.queues)
+        """Topic -> one past its highest queue id (`queue_ids` says which exist)."""
+        return self.topic_table.counts()
 
     def queue_ids(self, topic: str) -> list[int]:
-        n = self.topic_table.queues.get(topic)
-        if n is None:
-            raise NotFound(f"no topic {topic!r}")
-        return list(range(n))
+        """The queues shown for a topic: those topics.json declares and those on disk (a
+        broker's delay topic may hold queue 2 alone); [] for no such topic."""
+        return self.topic_table.queue_ids(topic)
 
     # --- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._writable()
-        if topic not in self.topic_table.queues or queue_id >= self.topic_table.queues[topic]:
+        if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 

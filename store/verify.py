@@ -17,7 +17,7 @@ from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
-from .dispatcher import TagsCodes, parse_delay_levels
+from .dispatcher import TagsCodes, has_queue_dir, parse_delay_levels
 from .errors import StoreFormatError
 from .flavor import flavor_named
 from .index_file import ENTRY_SIZE, HEADER_SIZE, IndexFile
@@ -179,8 +179,13 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             if lost:
                 report.lines.append(f"note: ConsumeQueue {topic}/{qname} has {lost} entries for "
                                     "messages lost to damage an earlier repair replaced")
-    for key in expected.keys() - seen:
-        report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
+    for key in sorted(expected.keys() - seen):
+        if has_queue_dir(key[0]):
+            report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
+        else:
+            report.lines.append(f"note: {len(expected[key])} records of queue {key[1]} of a topic of "
+                                f"{len(key[0])} characters ({key[0][:40]}...) have no ConsumeQueue (no "
+                                "directory name holds the topic): they are served by key and msgId only")
     return checked
 
 

@@ -2,10 +2,12 @@
 records, IndexFiles. Records are built with the codec the way the broker builds them."""
 
 import os
+import shutil
+import struct
 
 import pytest
 
-from store import Message, MessageStore
+from store import Message, MessageStore, layout
 from store.dispatcher import parse_delay_levels
 from store.repair import apply_repair, plan_repair
 from store.verify import verify_store
@@ -13,6 +15,22 @@ from tests.store_helpers import file_hashes, small_config
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 T0 = 1_700_000_000_000
+LONG = "L" * 200  # a broker with a larger maxTopicLength writes it as a v2 record
+TOO_LONG = "X" * 300  # a v2 record whose queue no directory name can hold
+
+
+def broker_store(root: str, writes) -> None:
+    """A store as a RocketMQ 5 broker leaves it: rocketmq flavor, no whole-record checksum
+    (enabledAppendPropCRC off), no mqfs.json and no config/. `writes(store)` puts what the
+    broker would have put; the encoder is told the long topics a broker's config allows."""
+    # IndexFiles of 4 entries a slot, as a broker's: their size tells the mount their shape
+    cfg = small_config(flavor="rocketmq", record_crc=False, index_slots=64, index_entries=256)
+    with MessageStore(root, cfg) as s:
+        for topic in (LONG, TOO_LONG):
+            s.encoder._topics[topic] = struct.pack(">h", len(topic)) + topic.encode()
+        writes(s)
+    os.unlink(os.path.join(root, "mqfs.json"))
+    shutil.rmtree(os.path.join(root, "config"))
 
 
 def _delayed(level: str, queue_id: int, tags: str | None = "TagA") -> Message:
@@ -68,3 +86,55 @@ def test_verify_accepts_delayed_units_and_a_rebuild_writes_them_again(tmp_path):
     apply_repair(plan)  # what `repair --yes` does when forced: rebuild from the CommitLog
     assert file_hashes(os.path.join(root, "consumequeue")) == queues
     assert verify_store(root).ok
+
+
+def _long_topics(s: MessageStore) -> None:
+    s.put(Message.create("Plain", b"p", keys=["k-plain"]))
+    s.put(Message.create(LONG, b"long", queue_id=1, keys=["k-long"], tags="T"))
+    s.put(Message.create(TOO_LONG, b"too long", keys=["k-too-long"]))
+    s.put_batch([Message.create(LONG, b"b%d" % i, queue_id=1, keys=["k-long"]) for i in range(3)])
+
+
+# a broker leaves no dispatchState.json: a read-write open cannot tell its clean close
+@pytest.mark.allow_logs("not the one the last clean close left")
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_store_with_topics_past_127_characters_opens_and_serves_them(tmp_path, read_only):
+    root = str(tmp_path)
+    broker_store(root, _long_topics)
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        assert sorted(s.topics()) == sorted(["Plain", LONG])  # the other has no queue on disk
+        assert [m.body for m in s.get_range(LONG, 1, 0, 10)] == [b"long", b"b0", b"b1", b"b2"]
+        assert s.get(LONG, 1, 0).magic == -626843477  # v2
+        assert [m.body for m in s.query_key("k-too-long", TOO_LONG)] == [b"too long"]
+        assert len(s.query_key("k-long", LONG)) == 4
+    report = verify_store(root)
+    assert report.ok, report.lines
+    assert any("300 characters" in line and "no ConsumeQueue" in line for line in report.lines)
+
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+@pytest.mark.parametrize("read_only", [True, False])
+def test_the_queues_shown_are_the_queues_on_disk(tmp_path, read_only):
+    """A broker puts level-3 messages on queue 2 of the delay topic alone: no queues 0 and 1."""
+    root = str(tmp_path)
+    broker_store(root, lambda s: s.put_batch([_delayed("3", 2), _delayed("3", 2)]))
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        assert s.queue_ids(SCHEDULE) == [2]
+        assert s.max_offset(SCHEDULE, 2) == 2
+    assert not os.path.exists(os.path.join(root, "consumequeue", SCHEDULE, "0"))
+
+
+def test_a_prepared_record_is_found_by_key_but_never_as_another_message(tmp_path):
+    """A prepared transaction has no queue unit and QUEUEOFFSET 0, which names the message at
+    offset 0 of its queue: RocketMQ's queryMessage returns the prepared record itself; views
+    that show messages by queue offset (queued=True) leave it out."""
+    with MessageStore(str(tmp_path), small_config(flavor="rocketmq")) as s:
+        commit = s.put(Message.create("TxTopic", b"committed", keys=["other"],
+                                      sys_flag=layout.TRANSACTION_COMMIT))
+        s.put(Message.create("TxTopic", b"prepared", keys=["tx-prep-1"], sys_flag=layout.TRANSACTION_PREPARED))
+        s.put(Message.create("TxTopic", b"rolled back", keys=["tx-rb-1"], sys_flag=layout.TRANSACTION_ROLLBACK))
+        [prep] = s.query_key("tx-prep-1")
+        assert prep.body == b"prepared" and prep.queue_offset == 0 == commit.queue_offset
+        assert s.query_key("tx-prep-1", queued=True) == []
+        assert s.query_key("tx-rb-1") == []  # rolled back: never indexed (IndexService)
+        assert s.max_offset("TxTopic", 0) == 1

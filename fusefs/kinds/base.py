@@ -64,8 +64,8 @@ class Kind:
     def mkdir(self, node: Node, name: bytes) -> Attr:
         raise FsError(errno.EPERM, "directories are created only in /topics and /topics/<t>")
 
-    def queue_count(self, topic: str) -> int:
-        return self.fs.store.topics().get(topic, 0)
+    def has_queue(self, topic: str, queue: int) -> bool:
+        return queue in self.fs.store.queue_ids(topic)
 
     def existing_topic(self, name: bytes) -> str:
         """The topic a name spells; ENOENT when the store has no such topic."""
@@ -77,7 +77,7 @@ class Kind:
     def existing_queue(self, topic: str, name: bytes) -> int:
         """The queue of topic a name spells; ENOENT when the topic has no such queue."""
         q = canonical_int(name)
-        if q is None or q >= self.queue_count(topic):
+        if q is None or not self.has_queue(topic, q):
             raise FsError(errno.ENOENT)
         return q
 

@@ -83,7 +83,7 @@ class GroupTopic(Kind):
                                     group=node.group, topic=node.topic, queue=q)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(b"%d" % q, self._queue(node, q).ino) for q in range(self.queue_count(node.topic))]
+        return [(b"%d" % q, self._queue(node, q).ino) for q in self.fs.store.queue_ids(node.topic)]
 
     def path(self, node: Node) -> str:
         return group_path(node)

@@ -116,13 +116,13 @@ class Topic(MovingDir):
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         return [(b"%d" % q, self.fs.nodes.queue(node.topic, q).ino)
-                for q in range(self.queue_count(node.topic))]
+                for q in self.fs.store.queue_ids(node.topic)]
 
     def path(self, node: Node) -> str:
         return f"/topics/{node.topic}"
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
-        return {b"user.queues": b"%d" % self.queue_count(node.topic)}
+        return {b"user.queues": b"%d" % len(self.fs.store.queue_ids(node.topic))}
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
         """mkdir N in /topics/<t> creates queue N."""
@@ -131,7 +131,7 @@ class Topic(MovingDir):
         q = canonical_int(name)
         if q is None:
             raise FsError(errno.EINVAL, "queue directories are named by their number")
-        if q < self.queue_count(node.topic):
+        if self.has_queue(node.topic, q):
             raise FsError(errno.EEXIST)
         self.fs.store.add_queue(node.topic, q)
         return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))

@@ -129,7 +129,7 @@ class Keys(Search):
 
     def lookup(self, node: Node, name: bytes) -> Attr:
         key = name_key(name)
-        if not self.fs.store.query_key(key, max_n=1):
+        if not self.fs.store.query_key(key, max_n=1, queued=True):
             raise FsError(errno.ENOENT)
         return self.fs.node_attr(self.fs.nodes.intern(("k", key), KEYDIR, KEYS_INO, key=key))
 
@@ -145,7 +145,7 @@ class KeyDir(SearchedDir):
 
     def lookup(self, node: Node, name: bytes) -> Attr:
         topic, q, offset = _parse_link_name(name)
-        if q < 0 or q >= self.queue_count(topic):
+        if not self.has_queue(topic, q):
             raise FsError(errno.ENOENT)
         msg = self.fs.messages.get(topic, q, offset)
         if node.key not in msg.index_keys():
@@ -156,7 +156,7 @@ class KeyDir(SearchedDir):
         """The newest `keys_max` true hits of a key, and whether there were more; a cut
         listing is remembered for status.json."""
         keys_max = self.fs.keys_max
-        hits = self.fs.store.query_key(key, max_n=keys_max + 1)
+        hits = self.fs.store.query_key(key, max_n=keys_max + 1, queued=True)
         cut = len(hits) > keys_max
         if cut:
             del hits[keys_max:]
