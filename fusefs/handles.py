@@ -56,6 +56,7 @@ class FollowHandle:
     queue: int
     next: int
     opener: int  # pid of the process that opened it: its signals end a waiting read
+    uid: int  # whose slot it holds
     pending: bytes = b""
     closed: bool = False
 

@@ -180,7 +180,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self._open_index(read_only=True).load(True, 0)
+        self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -229,7 +229,8 @@ class MessageStore:
                         "left: recovering as after a crash")
             last_exit_ok = False
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
-                        strict=self.checkpoint.commitlog_flushed_offset > 0)
+                                strict=self.checkpoint.commitlog_flushed_offset > 0,
+                                timestamp_at=self._record_time)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -261,6 +262,14 @@ class MessageStore:
                     cq.filler_before = self._filler_before
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
+
+    def _record_time(self, commitlog_offset: int) -> int | None:
+        """Store time of the record at an offset; None where no record starts there."""
+        try:
+            msg = self.commitlog.read(commitlog_offset)
+        except StoreError:  # NotFound, CorruptionError
+            return None
+        return msg.store_timestamp if msg.commitlog_offset == commitlog_offset else None
 
     @property
     def abort_path(self) -> str:
@@ -715,6 +724,11 @@ class MessageStore:
         self._writable()
         if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
+        end = self.max_offset(topic, queue_id)
+        if not isinstance(offset, int) or not 0 <= offset <= end:
+            # a consumer is at most one past the last message (the mount refuses it too)
+            raise InvalidMessage(f"offset {offset!r} is not in 0..{end}, the end of "
+                                 f"{topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
