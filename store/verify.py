@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, salvage
+from . import codec, dispatch_state, layout, repair_journal, salvage
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -287,6 +287,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         return report
     if found.problem:
         report.problem(found.problem)
+    if repair_journal.pending(root):
+        report.problem(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
+                       "(or a read-write open) finishes it")
     _check_config(root, report)
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
