@@ -72,6 +72,7 @@ class IndexService:
         self.flushed_end_timestamp = 0  # endTimestamp of the newest full file on disk
         self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
+        self.quarantined: list[str] = []  # damaged files load moved to quarantine/
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
@@ -104,7 +105,8 @@ class IndexService:
                 # a broken one is kept as evidence in quarantine/, the rest is derived data
                 if broken and not unflushed:
                     f.mf.close()
-                    quarantine.move_file(os.path.dirname(self.directory), path, f"index-{name}")
+                    self.quarantined.append(quarantine.move_file(
+                        os.path.dirname(self.directory), path, f"index-{name}"))
                 else:
                     f.destroy()
                 self.lost_files |= damaged or last_exit_ok

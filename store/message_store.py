@@ -196,6 +196,7 @@ class MessageStore:
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
+        self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
         if crashed_before:
             self._write_abort()
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
