@@ -9,6 +9,7 @@ from .errors import (
                      CodecError,
                      CorruptionError,
                      FlushTimeout,
+                     InvalidConfig,
                      InvalidMessage,
                      NotFound,
                      ReadOnlyStore,
@@ -19,7 +20,7 @@ from .errors import (
 from .message_store import MessageStore, PutResult
 
 __all__ = [
-    "CodecError", "CorruptionError", "FlushTimeout", "InvalidMessage", "Message",
+    "CodecError", "CorruptionError", "FlushTimeout", "InvalidConfig", "InvalidMessage", "Message",
     "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
     "StoreFormatError",
     "StoreLocked", "StoredMessage",

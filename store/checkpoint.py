@@ -54,10 +54,6 @@ class Checkpoint:
                 cp.commitlog_flushed_offset, cp.cq_flushed_offset = cl, cq
         return cp
 
-    @property
-    def min_timestamp(self) -> int:
-        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
-
     def flush(self) -> None:
         buf = bytearray(SIZE)
         _FIELDS.pack_into(buf, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,

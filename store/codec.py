@@ -41,7 +41,6 @@ from .layout import (
     STOREHOST_V6_FLAG,
     SYSFLAG_POS,
     TOTALSIZE_POS,
-    TRANSACTION_MASK,
     TRANSACTION_ROLLBACK,
     body_len_pos,
     body_pos,
@@ -309,10 +308,6 @@ class StoredMessage(_WellKnownProperties):
     @property
     def msg_id(self) -> str:
         return msg_id(self.store_host_raw, self.commitlog_offset)
-
-    @property
-    def transaction_type(self) -> int:
-        return self.sys_flag & TRANSACTION_MASK
 
 
 class Encoder:

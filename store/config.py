@@ -47,14 +47,17 @@ class StoreConfig:
                 "consume_queue": self.consume_queue_units * UNIT_SIZE}
 
     def validate(self) -> None:
+        """InvalidConfig (a StoreError) for a value the store cannot work with."""
+        from .errors import InvalidConfig
+
         if self.flush_mode not in ("async", "sync"):
-            raise ValueError(f"flush mode must be async or sync, not {self.flush_mode!r}")
+            raise InvalidConfig(f"flush mode must be async or sync, not {self.flush_mode!r}")
         for name in ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+                raise InvalidConfig(f"{name} must be positive")
         if self.commitlog_file_size < 4096:
-            raise ValueError("commitlog_file_size must be at least 4096 bytes")
+            raise InvalidConfig("commitlog_file_size must be at least 4096 bytes")
         if self.retention_hours < 0 or self.retention_bytes < 0:
-            raise ValueError("retention_hours and retention_bytes must not be negative")
+            raise InvalidConfig("retention_hours and retention_bytes must not be negative")
         if self.index_entries < 2:
-            raise ValueError("index_entries must be at least 2 (entry 0 is never used)")
+            raise InvalidConfig("index_entries must be at least 2 (entry 0 is never used)")

@@ -745,12 +745,6 @@ class MessageStore:
     def topics(self) -> dict[str, int]:
         return dict(self.topic_table.queues)
 
-    def queue_ids(self, topic: str) -> list[int]:
-        n = self.topic_table.queues.get(topic)
-        if n is None:
-            raise NotFound(f"no topic {topic!r}")
-        return list(range(n))
-
     # --- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._writable()
