@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import logging
 import os
 import stat
 import threading
@@ -36,6 +37,8 @@ from .errors import FsError
 from .keynames import check_key, name_key
 from .spool import Budget, Spool
 from .timenames import parse_time
+
+log = logging.getLogger(__name__)
 
 ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO, STATUS_INO = 1, 2, 3, 4, 5
 (ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, APPEND, JSONL, KEYDIR, GROUP, GROUP_TOPIC,
@@ -708,7 +711,7 @@ class Model:
                 raise FsError(errno.EINVAL, str(exc)) from None
             if topic in self.store.topics():
                 raise FsError(errno.EEXIST)
-            self.store.create_topic(topic, 1)
+            self.store.create_topic(topic, 0)  # an empty directory: queues come with mkdir N
             return self.node_attr(self.topic_node(topic))
         if node.kind == TOPIC:
             if len(name) > NAME_MAX:
@@ -716,11 +719,21 @@ class Model:
             q = canonical_int(name)
             if q is None:
                 raise FsError(errno.EINVAL, "queue directories are named by their number")
-            if q < self._queue_count(node.topic):
-                raise FsError(errno.EEXIST)
-            self.store.add_queue(node.topic, q)
-            return self.node_attr(self.queue_node(node.topic, q))
+            return self.node_attr(self.queue_node(node.topic, self._mkdir_queue(node.topic, q)))
         raise FsError(errno.EPERM, "directories are created only in /topics and /topics/<t>")
+
+    def _mkdir_queue(self, topic: str, q: int) -> int:
+        """Queue q of a topic (a new topic has none, so `mkdir T/{0..3}` makes four). Queues
+        are numbered from 0 without gaps (RocketMQ's queue count): asking for q past the next
+        one also makes those between, and the log says so."""
+        count = self._queue_count(topic)
+        if q < count:
+            raise FsError(errno.EEXIST)
+        self.store.add_queue(topic, q)
+        if q > count:
+            log.info("mkdir /topics/%s/%d: made queues %d..%d (a topic's queues are numbered "
+                     "from 0 without gaps)", topic, q, count, q)
+        return q
 
     def key_hits(self, key: str) -> tuple[list[StoredMessage], bool]:
         """The newest `keys_max` true hits of a key, and whether there were more; a cut

@@ -576,9 +576,10 @@ class MessageStore:
         return cq
 
     def create_topic(self, topic: str, queues: int = 1) -> None:
+        """A topic with queues 0..queues-1 (none: queues come with add_queue or a put)."""
         self._writable()
-        if not 1 <= queues <= 1024:
-            raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
+        if not 0 <= queues <= 1024:
+            raise InvalidMessage(f"a topic has 0 to 1024 queues, not {queues}")
         self.topic_table.ensure(topic, queues - 1)
 
     def add_queue(self, topic: str, queue_id: int) -> None:
