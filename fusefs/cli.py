@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="mqfs", description="RocketMQ-format message store as a filesystem")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
-    m = sub.add_parser("mount", help="mount a store (returns once the mount is ready)")
+    trust = OneLineParser(add_help=False)
+    trust.add_argument("--trust-owner", metavar="USER", action="append", default=[],
+                       help="also accept a store owned by USER (e.g. root serving a service "
+                            "user's store); links inside it are still never followed")
+    m = sub.add_parser("mount", parents=[trust],
+                       help="mount a store (returns once the mount is ready)")
     m.add_argument("store", help="the store directory (made by mqfs init)")
     m.add_argument("mountpoint", help="an empty directory")
     m.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
@@ -89,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("info", "summary of a store that is not mounted (changes nothing)"),
                        ("verify", "check every record, ConsumeQueue and IndexFile entry "
                                   "(changes nothing)")):
-        sub.add_parser(name, help=text).add_argument("store", help="the store directory")
-    r = sub.add_parser("repair", help="salvage a damaged store: keep every intact record, "
+        sub.add_parser(name, help=text, parents=[trust]).add_argument(
+            "store", help="the store directory")
+    r = sub.add_parser("repair", parents=[trust], help="salvage a damaged store: keep every intact record, "
                                       "quarantine damaged bytes, rebuild ConsumeQueues and "
                                       "IndexFiles (shows the plan, then asks)")
     r.add_argument("store", help="the store directory (not mounted)")
@@ -100,12 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_mount(a: argparse.Namespace) -> int:
+    from .logfile import check_writable
     from .mount import run_daemon, run_foreground
     from .options import parse_options
 
     opts = parse_options(a.options)
     opts.debug |= a.debug
-    store, mnt = os.path.abspath(a.store), os.path.abspath(a.mountpoint)
+    store, mnt = os.path.realpath(a.store), os.path.abspath(a.mountpoint)
+    if a.log not in (None, "syslog", "stderr", "none"):
+        check_writable(a.log)
     if opts.debug:
         return run_foreground(store, mnt, opts, use_systemd=a.systemd,
                               log_target=a.log or "stderr")
@@ -197,7 +206,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         topics = s.topics()
         print(f"topics       {len(topics)}")
         for topic in sorted(topics):
-            for q in range(topics[topic]):
+            for q in s.queue_ids(topic):
                 lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
                 span = f"offsets {lo}..{hi - 1}" if hi > lo else "no messages"
                 print(f"  {topic}/{q}: {span}" + (f" ({_plural(hi - lo, 'message')})"
@@ -237,16 +246,18 @@ def cmd_repair(a: argparse.Namespace) -> int:
     from .progress import progress_bar
 
     started = time.monotonic()
-    before, _ = _verify(a.store, "repair: verify")
     with progress_bar("repair: plan") as progress:
-        plan = plan_repair(a.store, progress)
+        plan = plan_repair(a.store, progress)  # finishes an interrupted repair first
+    for line in plan.finished:
+        print(line)
+    before, _ = _verify(a.store, "repair: verify")
     if before.ok and not plan.needed:
         print("nothing to repair: verify finds no problem")
         return 0
     for line in before.lines:
         print(line)
     print("repair would:")
-    for line in plan.lines():
+    for line in plan.lines()[len(plan.finished):]:
         print(f"  {line}")
     if not a.yes:
         if not sys.stdin.isatty():
@@ -263,6 +274,18 @@ def cmd_repair(a: argparse.Namespace) -> int:
     return 0 if after.ok else 1
 
 
+def _trust(owners: list[str]) -> None:
+    import pwd
+
+    from store.safefs import trust_owner
+
+    for owner in owners:
+        try:
+            trust_owner(int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid)
+        except KeyError:
+            raise ValueError(f"--trust-owner {owner}: no such user") from None
+
+
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "pipeline":
         # a separate program: fusefs never imports the pipeline (or Spark); -P: a pipeline/
@@ -271,6 +294,7 @@ def _dispatch(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
+    _trust(getattr(args, "trust_owner", []))
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair}[args.command]
     from store.errors import StoreLocked

@@ -71,6 +71,11 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
     cannot be written."""
+    from store import StoreError, safefs
+
+    from .logfile import PrivateLog
+
+    in_store = target is None and not foreground and not read_only
     if target is None:
         target = "stderr" if foreground else default_log(store_root, read_only)
         if not foreground:
@@ -79,9 +84,13 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
             try:
                 if not is_store(store_root):  # never create files where no store is
                     raise FileNotFoundError(store_root)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                open(target, "a").close()
-            except OSError:
+                if in_store:  # never into a store mqfs refuses, and no link followed
+                    safefs.check_store(store_root)
+                    safefs.makedirs(os.path.dirname(target))
+                    os.close(safefs.open_file(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+                else:
+                    os.makedirs(os.path.dirname(target), mode=safefs.DIR_MODE, exist_ok=True)
+            except (OSError, StoreError):  # the store's own check refuses it with one line
                 target = "syslog" if os.path.exists("/dev/log") else "none"
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if debug else logging.INFO)
@@ -93,8 +102,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
         handler = logging.handlers.SysLogHandler("/dev/log")
         handler.setFormatter(logging.Formatter("mqfs[%(process)d]: %(levelname)s %(message)s"))
     else:
-        handler = logging.handlers.RotatingFileHandler(target, maxBytes=LOG_BYTES,
-                                                       backupCount=LOG_KEEP)
+        handler = PrivateLog(target, LOG_BYTES, LOG_KEEP, in_store=in_store)
     if target not in ("syslog",):
         handler.setFormatter(logging.Formatter(
             "%(asctime)s mqfs[%(process)d] %(levelname)s %(name)s: %(message)s"))
@@ -135,7 +143,11 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     try:
         model = Model(store, umask=opts.umask, keys_max=opts.keys_max,
                       budget=Budget(opts.buffer_max))
-        ops = Operations(model, on_ready=ready, uid=opts.uid, gid=opts.gid)
+        def on_ready() -> None:
+            ready()
+            store.start_scrub()  # the whole-store check, once the mount serves
+
+        ops = Operations(model, on_ready=on_ready, uid=opts.uid, gid=opts.gid)
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
         # a full garbage collection stops the event loop too, for as long as it takes to
         # walk every object: what open built (modules, the loaded store) lives as long as

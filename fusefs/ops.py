@@ -44,7 +44,7 @@ from pyfuse3 import (
 from store import Message
 
 from .errors import FsError, errno_for
-from .model import (
+from .inodes import (
     APPEND,
     FOLLOW,
     GROUP_QUEUE,
@@ -55,11 +55,11 @@ from .model import (
     STATUS,
     TMP,
     Attr,
-    Listing,
-    Model,
     Node,
-    Staged,
 )
+from .listings import Listing
+from .model import Model
+from .staged import Staged
 from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")

@@ -117,6 +117,9 @@ def main(argv: list[str]) -> int:
                 r = audit.run(spark, args.store)
                 for line in r["shown"]:
                     print(line)
+                if r["live"]:
+                    print("audit: the store is open (or was not closed cleanly): its ConsumeQueues and "
+                          "IndexFiles are checked as far as they have reached")
                 print(f"audit: {r['cq_units']} ConsumeQueue units, {r['index_entries']} index entries "
                       f"checked, {r['problems']} problems")
                 return 1 if r["problems"] else 0

@@ -14,40 +14,33 @@ counted. Filler records that `repair` writes over damaged ranges (topic %DAMAGED
 
 from __future__ import annotations
 
-import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, decode, fillers, msg_id
+from store.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, fillers, msg_id
 from store.errors import CodecError
 from store.flavor import Flavor
 from store.layout import (
     BORN_HOST_POS,
-    MAGIC_BLANK,
-    MAGIC_BYTES,
-    MAGIC_POS,
     MAGIC_V1,
-    MAGIC_V2,
-    MIN_RECORD_SIZE,
-    PHYSICAL_OFFSET_POS,
     RECORD_CRC_LEN,
-    RECORD_MAGICS,
-    TOTALSIZE_POS,
+    Records,
     checksums_hold,
     fields,
     format_host,
-    gather,
     store_host_pos,
     trailers,
+    walk,
 )
+from store.salvage import next_record_in
 
 from .schema import ARROW_SCHEMA, arrow_schema
 
-_HDR = struct.Struct(">ii")
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.int64)
 _TYPES = {f.name: f.type for f in ARROW_SCHEMA}
@@ -112,74 +105,44 @@ def failed_checks(mv: memoryview, arr: np.ndarray, starts: np.ndarray,
                                   f["body_pos"] + f["body_len"], f["crc"], flavor)
 
 
-@dataclass
-class Walk:
-    starts: list[int]  # positions of whole records in the file
-    next_pos: int  # where the walk stopped
-    state: str  # "more" (limit reached), "blank" (file rolled over), "end" (no more records)
+_WHY = {"malformed": "malformed record", "checksum": "checksum mismatch"}  # else a broken header
 
 
-def resync(buf, pos: int, file_from: int, end: int) -> int:
-    """The first record start at or after pos and before end, found by its magic code and its
-    own PHYSICALOFFSET field (a record names where it lives); end when there is none."""
-    mm = memoryview(buf)
+def checked_runs(buf, file_from: int, start: int, end: int, checks: Checks,
+                 max_records: int, max_bytes: int) -> Iterator[Records]:
+    """The records starting in [start, end) of one mapped CommitLog file, as runs that check
+    out: the store's walker (`layout.walk` with the store's flavor: exactly the records
+    `codec.decode` accepts). Each damaged range between runs goes to `checks` once, and the
+    walk goes on at the next record that checks out (`salvage.next_record_in`), as verify
+    does; a run holds at most max_records records and, unless one record is larger,
+    max_bytes bytes."""
+    u8 = np.frombuffer(buf, np.uint8)
+    pos = start
     while pos < end:
-        at = MAGIC_POS
-        hits = [i for i in (buf.find(m, pos + at, end + at) for m in MAGIC_BYTES) if i >= 0]
-        if not hits:
-            return end
-        cand = min(hits) - at
-        if (cand + PHYSICAL_OFFSET_POS + 8 <= len(buf)
-                and struct.unpack_from(">q", mm, cand + PHYSICAL_OFFSET_POS)[0] == file_from + cand):
-            return cand
-        pos = cand + 1
-    return end
+        w = walk(buf, pos, end, max_records, checks.flavor, u8)
+        r = w.records
+        cut = 0
+        while cut < len(r):
+            upto = max(cut + 1, int(np.searchsorted(r.ends, r.starts[cut] + max_bytes, side="right")))
+            yield r.take(slice(cut, upto))
+            cut = upto
+        pos = w.stop
+        if w.why == "limit":
+            continue
+        if w.why == "blank" or pos >= end:
+            return
+        checks.reject(file_from + pos, file_from, _WHY.get(w.why, "broken record header"))
+        found = next_record_in(buf, file_from, pos + 1, end, checks.flavor)
+        if found is None:
+            return
+        pos = found
 
 
 def record_starts_ok(arr: np.ndarray, pos: np.ndarray, file_from: int) -> np.ndarray:
-    """Which positions hold a record header that names itself: magic, a size that fits, and a
-    PHYSICALOFFSET equal to where it is (how a ConsumeQueue unit is trusted as a record start)."""
-    ok = (pos >= 0) & (pos + MIN_RECORD_SIZE <= len(arr))
-    safe = np.where(ok, pos, 0)
-    total = gather(arr, safe + TOTALSIZE_POS, ">i4").astype(np.int64)
-    magic = gather(arr, safe + MAGIC_POS, ">i4")
-    commitlog_offset = gather(arr, safe + PHYSICAL_OFFSET_POS, ">i8")
-    return (ok & np.isin(magic, RECORD_MAGICS) & (total >= MIN_RECORD_SIZE)
-            & (safe + total <= len(arr)) & (commitlog_offset == safe + file_from))
-
-
-def walk(buf, pos: int, max_records: int, max_bytes: int) -> Walk:
-    """Record starts from pos until a limit, a BLANK filler or the first thing that is not a
-    whole record header (zeros past a live store's end, or garbage)."""
-    starts: list[int] = []
-    limit = len(buf)
-    stop = pos + max_bytes
-    unpack = _HDR.unpack_from
-    while pos + 8 <= limit:
-        size, magic = unpack(buf, pos)
-        if magic in (MAGIC_V1, MAGIC_V2):
-            if size < MIN_RECORD_SIZE or pos + size > limit:
-                break
-            starts.append(pos)
-            pos += size
-            if len(starts) >= max_records or pos >= stop:
-                follows = pos + 8 <= limit and unpack(buf, pos)[1] in (MAGIC_V1, MAGIC_V2, MAGIC_BLANK)
-                return Walk(starts, pos, "more" if follows else "end")
-        elif magic == MAGIC_BLANK:
-            return Walk(starts, pos, "blank")
-        else:
-            break
-    return Walk(starts, pos, "end")
-
-
-def record_whole(buf, pos: int, flavor: Flavor) -> bool:
-    """True when the record at pos decodes with its checksums holding (a live writer may
-    still be copying the record that ends the data)."""
-    try:
-        decode(buf, pos, flavor)
-        return True
-    except CodecError:
-        return False
+    """Which positions hold a well-formed record that names itself (PHYSICALOFFSET equal to
+    where it is): how a ConsumeQueue unit is trusted as a record start."""
+    r = fields(arr, pos)
+    return r.well_formed & (r.commitlog_offset == r.starts + file_from)
 
 
 def _offsets(lens: np.ndarray) -> np.ndarray:
@@ -224,12 +187,11 @@ class FileBatcher:
         dt = np.dtype(fmt)
         return self._fixed(pos, dt.itemsize).view(dt).ravel().astype(dt.newbyteorder("="))
 
-    def _head(self, starts: np.ndarray) -> dict[str, np.ndarray]:
+    def _head(self, r: Records) -> dict[str, np.ndarray]:
         """Fixed fields of every record (`fields`), the positions of its variable
         parts, and `bad`: the records decode would refuse (their other fields are
         meaningless). PROPERTIES leave out the whole-record checksum trailer: it is the
         record's, not a property of the message."""
-        r = fields(self.arr, starts)
         bad = ~r.well_formed
         has_trailer, _ = trailers(self.arr, r.starts, r.ends)
         return {
@@ -252,12 +214,22 @@ class FileBatcher:
               columns: frozenset[str] | None = None) -> pa.RecordBatch | None:
         """The rows for records at these positions that pass the filter and the checks, or None.
         With `columns`, only those are built (the rest of the schema is left out)."""
-        f = self._head(starts)
+        return self._batch(fields(self.arr, starts), flt, columns, checked=False)
+
+    def checked_batch(self, records: Records, flt: RowFilter | None = None,
+                      columns: frozenset[str] | None = None) -> pa.RecordBatch | None:
+        """`batch` for records a checked walk (`checked_runs`) found: not checked again."""
+        return self._batch(records, flt, columns, checked=True)
+
+    def _batch(self, records: Records, flt: RowFilter | None, columns: frozenset[str] | None,
+               checked: bool) -> pa.RecordBatch | None:
+        starts = records.starts
+        f = self._head(records)
         keep = ~f["bad"]
         if not keep.all():
             self._reject(starts, ~keep, "malformed record")
         keep &= self._keep(starts, f, flt or RowFilter())
-        if keep.any():
+        if keep.any() and not checked:
             sel = np.flatnonzero(keep)
             failed = failed_checks(self.mv, self.arr, starts[sel],
                                    {k: f[k][sel] for k in ("body_pos", "body_len", "crc", "total")},

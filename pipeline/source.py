@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -38,9 +39,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from store.errors import StoreError
 from store.flavor import Flavor
+from store.layout import chain, walk
 from store.views import (
-    QueueReader,
     StoreLayout,
     commitlog_files,
     known_record_starts,
@@ -51,10 +53,11 @@ from store.views import (
     store_layout,
 )
 
+from .bounds import kept_bounds
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options
-from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, record_starts_ok, record_whole, resync, walk, warn
+from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, checked_runs, record_starts_ok, warn
 from .schema import message_schema
-from .stream import MqfsStreamReader
+from .stream import MqfsStreamReader, RefusedStream
 from .writer import MqfsWriter
 
 BATCH_RECORDS = 16384
@@ -86,41 +89,32 @@ def read_range(part: RangePartition, checks: Checks,
                columns: frozenset[str] | None) -> Iterator[pa.RecordBatch]:
     """The rows of one planned byte range, in CommitLog order, every record checked."""
     buf = map_readonly(part.path)
-    end = min(part.end, len(buf))
     batcher = FileBatcher(buf, part.file_from, checks)
-    pos = part.start
-    while pos < end:
-        w = walk(buf, pos, BATCH_RECORDS, BATCH_BYTES)
-        starts = [p for p in w.starts if p < end]
-        if starts:
-            batch = batcher.batch(np.array(starts, np.int64), part.flt, columns)
-            if batch is not None:
-                yield batch
-        if len(starts) < len(w.starts) or w.state == "blank":
-            break
-        pos = w.next_pos
-        if w.state == "end" and pos < end:  # a header that is not a record, inside planned data
-            checks.reject(part.file_from + pos, part.file_from, "broken record header")
-            # search from just after the last record start: if its TOTALSIZE was the damaged
-            # field, the records it jumped over are found again
-            pos = resync(buf, (w.starts[-1] if w.starts else pos) + 1, part.file_from, end)
+    for records in checked_runs(buf, part.file_from, part.start, min(part.end, len(buf)), checks,
+                                BATCH_RECORDS, BATCH_BYTES):
+        batch = batcher.checked_batch(records, part.flt, columns)
+        if batch is not None:
+            yield batch
 
 
 def data_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
-    """Where the records of a (possibly live) file end now: walk from the last record start a
-    ConsumeQueue vouches for; a last record still being copied in is not included."""
+    """Where the records of a (possibly live) file end now: where the store's walker stops
+    after the last record start a ConsumeQueue vouches for (a last record still being copied
+    in fails its checks and is not included)."""
     arr = np.frombuffer(buf, np.uint8)
     cand = known[(known >= file_from) & (known < file_from + len(buf))] - file_from
     ok = record_starts_ok(arr, cand, file_from)
     pos = int(cand[ok][-1]) if ok.any() else 0
     while True:
-        w = walk(buf, pos, 1 << 20, 1 << 40)
-        if w.state != "more":
+        starts, stop, why = chain(buf, arr, pos, len(buf), 1 << 20)
+        if why != "limit":
             break
-        pos = w.next_pos
-    if w.state == "end" and w.starts and not record_whole(buf, w.starts[-1], flavor):
-        return w.starts[-1]
-    return w.next_pos
+        pos = stop
+    if starts:  # only the last record of the chain can be a live writer's half-copied one
+        last = walk(buf, starts[-1], len(buf), 1, flavor, arr)
+        if not len(last.records):
+            return starts[-1]
+    return stop
 
 
 def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) -> list[int]:
@@ -187,8 +181,10 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
 
 
 def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], lo: int, hi: int) -> int:
+    """Where a queue's read starts; `lo` is its first message still stored. Asking for offsets
+    before it is data loss: an error with failOnDataLoss (the default), else a warning."""
     if opts.starting_ts is not None:
-        return offset_by_time(layout, key[0], key[1], opts.starting_ts)
+        return max(lo, offset_by_time(layout, key[0], key[1], opts.starting_ts))
     want = (OFFSET_NAMES[opts.starting] if isinstance(opts.starting, str)
             else opts.starting.get(key, EARLIEST))
     if want == EARLIEST:
@@ -196,7 +192,8 @@ def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], 
     if want == LATEST:
         return hi
     if want < lo:
-        text = f"{key[0]}/{key[1]}: offsets {want}..{lo - 1} are gone (the queue starts at {lo})"
+        text = (f"{key[0]}/{key[1]}: offsets {want}..{lo - 1} are gone (the queue's first message "
+                f"left is at offset {lo})")
         if opts.fail_on_data_loss:
             raise ValueError(text + "; use failOnDataLoss=false to start at the first one left")
         warn(text)
@@ -238,8 +235,7 @@ def row_filter(layout: StoreLayout, opts: ReadOptions) -> RowFilter:
     chosen = selected_queues(layout, opts)
     _named_queues_exist(opts, chosen)
     ranges = []
-    for key in chosen:
-        lo, hi = QueueReader(layout.root, key[0], key[1], layout.consume_queue_units).bounds()
+    for key, (lo, hi) in kept_bounds(layout, chosen).items():
         start, end = _start_offset(opts, layout, key, lo, hi), _end_offset(opts, layout, key, hi)
         if end > start:
             ranges.append((key[0], key[1], start, end))
@@ -284,7 +280,8 @@ class MqfsReader(DataSourceReader):
                                flt, self.end_offset)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)  # Spark hands back what partitions() made
+        if not isinstance(partition, RangePartition):  # partitions() planned none: Spark
+            return  # then sends one InputPartition(None), which holds no rows
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
@@ -378,12 +375,16 @@ class MqfsDataSource(DataSource):
         cls = PushdownReader if opts.push_filters else MqfsReader
         return cls(store_layout(store_path(self.options)), opts, getattr(self, "end_offset", None))
 
-    def streamReader(self, schema: StructType):
-        return MqfsStreamReader(store_layout(store_path(self.options)),
-                                read_options(self.options, streaming=True))
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        try:
+            return MqfsStreamReader(store_layout(store_path(self.options)),
+                                    read_options(self.options, streaming=True))
+        except (ValueError, StoreError) as exc:  # raised again by the stream's first call
+            return RefusedStream(exc)
 
     def writer(self, schema: StructType, overwrite: bool):
         check_names(self.options, "write")
         if overwrite:
-            raise ValueError("the mqfs format only appends: use mode('append')")
+            raise ValueError("mode('overwrite') would delete the store's messages, and a store "
+                             "never deletes what it was given: use mode('append')")
         return MqfsWriter(store_path(self.options), schema, self.options)

@@ -25,6 +25,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from store.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
+from .bounds import kept_bounds
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn
 
@@ -54,8 +55,7 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [(t, q) for t, q in queues(self.layout.root) if self.opts.selects(t, q)]
 
     def _bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
-        units = self.layout.consume_queue_units
-        return {(t, q): QueueReader(self.layout.root, t, q, units).bounds() for t, q in self._queues()}
+        return kept_bounds(self.layout, self._queues())
 
     def initialOffset(self) -> Offsets:
         opts = self.opts
@@ -136,11 +136,34 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)  # Spark hands back what partitions() made
+        if not isinstance(partition, QueueRange):  # partitions() planned none: Spark then
+            return  # sends one InputPartition(None), which holds no rows
         yield from read_queue_range(self.layout, partition, self.filter, self.opts)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the store is only read, and progress lives in Spark's checkpoint."""
+
+
+class RefusedStream(DataSourceStreamReader):
+    """A stream whose options or store were refused. PySpark 4.3 loses an error raised while
+    the stream reader is made (its clean-up then fails on the missing reader, and the user
+    sees only `UnboundLocalError: ... 'reader'`), so the error is raised by the first call
+    instead, where Spark reports it as it was raised."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def initialOffset(self) -> Offsets:
+        raise self.error
+
+    def latestOffset(self, start: Offsets | None = None, limit=None) -> Offsets:
+        raise self.error
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
 
 
 def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,

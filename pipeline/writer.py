@@ -82,9 +82,11 @@ class StoreSink:
             try:
                 self.store = MessageStore(root).open()
                 return
-            except StoreLocked:
+            except StoreLocked as exc:
                 if time.monotonic() > deadline:
-                    raise
+                    raise StoreLocked(f"{exc}; waited lockTimeout={lock_timeout:g} s (when a mount "
+                                      "holds the store, write with .option('mount', MOUNTPOINT))"
+                                      ) from None
                 time.sleep(0.1)
 
     def exists(self, msg: Message) -> bool:
@@ -128,12 +130,39 @@ class MountSink:
         pass
 
 
+def _unescape(field: str) -> str:
+    """A /proc/self/mountinfo field: spaces, tabs, newlines and backslashes are octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_points(root: str) -> list[str]:
+    """Where this machine has the store at `root` mounted by mqfs (a FUSE mount whose source
+    is the store directory)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        head, sep, tail = line.partition(" - ")
+        parts, rest = head.split(), tail.split()
+        if sep and len(parts) >= 5 and len(rest) >= 2 and rest[0] == "fuse.mqfs" \
+                and os.path.abspath(_unescape(rest[1])) == root:
+            found.append(_unescape(parts[4]))
+    return found
+
+
 class MqfsWriter(DataSourceWriter):
     def __init__(self, root: str, schema: StructType, options):
         if "topic" not in schema.fieldNames() or "body" not in schema.fieldNames():
             raise ValueError("rows written to mqfs need at least the columns topic and body")
         self.root = root
         self.mount = options.get("mount")
+        mounted = [] if self.mount else mount_points(root)
+        if mounted:  # the mount daemon holds the store: direct appends would wait for nothing
+            raise ValueError(f"the store {root} is mounted at {mounted[0]}, whose daemon holds it: "
+                             f"write through the mount with .option('mount', '{mounted[0]}')")
         self.lock_timeout = float(options.get("lockTimeout") or 300)
         job = options.get("jobId")
         if job is not None and not _JOB_ID.fullmatch(str(job)):

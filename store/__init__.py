@@ -16,6 +16,7 @@ from .errors import (
                      StoreError,
                      StoreFormatError,
                      StoreLocked,
+                     UntrustedStore,
 )
 from .message_store import MessageStore, PutResult
 
@@ -23,5 +24,5 @@ __all__ = [
     "CodecError", "CorruptionError", "FlushTimeout", "InvalidConfig", "InvalidMessage", "Message",
     "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
     "StoreFormatError",
-    "StoreLocked", "StoredMessage",
+    "StoreLocked", "StoredMessage", "UntrustedStore",
 ]

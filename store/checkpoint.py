@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import xxhash
 
+from . import safefs
 from .crash_points import crash_point
-from .mapped_file import fsync_dir
+from .safefs import fsync_dir
 
 SIZE = 4096
 _FIELDS = struct.Struct(">qqqqq")
@@ -36,13 +37,13 @@ class Checkpoint:
     confirm_phy_offset: int = 0
     commitlog_flushed_offset: int = 0
     cq_flushed_offset: int = 0
+    checked: bool = False  # loaded, and its checksum holds: its times can be trusted
 
     @classmethod
     def load(cls, path: str) -> Checkpoint:
         cp = cls(path)
         try:
-            with open(path, "rb") as f:
-                raw = f.read(_FIELDS.size + _EXT.size)
+            raw = safefs.read_bytes(path)[:_FIELDS.size + _EXT.size]
         except FileNotFoundError:
             return cp
         if len(raw) >= _FIELDS.size:
@@ -52,6 +53,7 @@ class Checkpoint:
             cl, cq, digest = _EXT.unpack_from(raw, _FIELDS.size)
             if digest == xxhash.xxh32_intdigest(raw[:56]) and digest != 0:
                 cp.commitlog_flushed_offset, cp.cq_flushed_offset = cl, cq
+                cp.checked = True
         return cp
 
     def flush(self) -> None:
@@ -62,8 +64,8 @@ class Checkpoint:
         _EXT.pack_into(buf, _FIELDS.size, self.commitlog_flushed_offset, self.cq_flushed_offset, 0)
         _EXT.pack_into(buf, _FIELDS.size, self.commitlog_flushed_offset, self.cq_flushed_offset,
                        xxhash.xxh32_intdigest(bytes(buf[:56])))
-        created = not os.path.exists(self.path)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        created = not os.path.lexists(self.path)
+        fd = safefs.open_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             crash_point("checkpoint.before")
             os.pwrite(fd, buf, 0)

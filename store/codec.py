@@ -55,6 +55,8 @@ from .layout import (
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"  # a delayed message's level (PROPERTY_DELAY_TIME_LEVEL)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # where a broker keeps delayed messages until due
 PROPERTY_CRC32 = "__CRC32#"  # RocketMQ 5's whole-record checksum trailer (enabledAppendPropCRC)
 _CRC_PLACEHOLDER = CRC_HEAD + b"0" * 10 + b"\x02"
 # Repair writes a filler record over bytes it could not read: a rolled-back transaction (no
@@ -66,6 +68,8 @@ PROPERTY_SEP = "\x02"
 MAX_PROPERTIES_LEN = 32767
 MAX_TOPIC_LEN = 127
 MAX_RETRY_TOPIC_LEN = 255
+MAX_STORED_TOPIC_LEN = 32767  # a v2 record's TOPICLEN is an int16
+NAME_MAX = 255  # bytes in a file name: a topic longer has no consumequeue/<topic> directory
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 _QUEUE_ID_LIMIT = 1 << 31
 
@@ -80,14 +84,23 @@ assert PHYSICAL_OFFSET_POS == QUEUE_OFFSET_POS + 8
 
 
 def validate_topic(topic: str) -> None:
-    """Refuse topic names Apache RocketMQ refuses (TopicValidator rules)."""
+    """Refuse names for new topics that Apache RocketMQ refuses (TopicValidator rules)."""
+    validate_stored_topic(topic)
+    limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
+    if len(topic) > limit:
+        raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
+
+
+def validate_stored_topic(topic: str) -> None:
+    """Refuse a topic name no broker writes: bad characters (the broker checks them on every
+    put) or longer than a v2 record's TOPICLEN holds. A broker configured for longer topics
+    writes them with the v2 magic: a store holding one is read, not refused."""
     if not topic:
         raise InvalidMessage("topic name is empty")
     if not _TOPIC_PATTERN.fullmatch(topic):
         raise InvalidMessage(f"topic {topic!r} has characters other than letters, digits, %|_-")
-    limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
-    if len(topic) > limit:
-        raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
+    if len(topic) > MAX_STORED_TOPIC_LEN:
+        raise InvalidMessage(f"topic name is {len(topic)} characters, a record holds {MAX_STORED_TOPIC_LEN}")
     if topic.startswith("%") and FILLER_TOPIC.startswith(topic):
         raise InvalidMessage(f"topic name {topic!r} is reserved for damaged ranges")
 
@@ -121,15 +134,17 @@ def encode_properties(props: dict[str, str]) -> bytes:
         raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02."""
+def decode_properties(raw: bytes | memoryview, with_crc: bool = False) -> dict[str, str]:
+    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02.
+    The `__CRC32#` trailer is the record's checksum, not the message's: kept `with_crc`."""
     props: dict[str, str] = {}
     text = bytes(raw).decode("utf-8")
     for item in text.split(PROPERTY_SEP):
         key, sep, value = item.partition(NAME_VALUE_SEP)
         if sep and key and value:
             props[key] = value
-    props.pop(PROPERTY_CRC32, None)  # the record's checksum, not a property of the message
+    if not with_crc:
+        props.pop(PROPERTY_CRC32, None)
     return props
 
 
@@ -304,6 +319,12 @@ class StoredMessage(_WellKnownProperties):
                 raise CodecError(f"properties of the record at {self.commitlog_offset} are not "
                                  "UTF-8") from None
         return self._props
+
+    @property
+    def stored_properties(self) -> dict[str, str]:
+        """The properties as RocketMQ's own read shows them: `__CRC32#` (the record's
+        checksum trailer, ten digits) included when the record has one."""
+        return decode_properties(self._props_raw, with_crc=True)
 
     @property
     def msg_id(self) -> str:
@@ -727,6 +748,14 @@ def dispatch_properties(joined: np.ndarray, starts: np.ndarray) -> tuple[list[st
     return _texts(joined, tags_at, len(starts)), _key_spans(joined, keys_at, uniq_at)
 
 
+def property_values(joined: np.ndarray, starts: np.ndarray, name: str) -> list[str]:
+    """Each record's value of property `name` ("" without one), from properties laid out as
+    for `dispatch_properties`."""
+    ends = np.flatnonzero(joined == 0x02)
+    items = np.append(0, ends[:-1] + 1)
+    return _texts(joined, _property_spans(joined, items, ends, starts, name), len(starts))
+
+
 _Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (record, start, end) of values in `joined`
 
 
@@ -833,15 +862,25 @@ class RecordRun:
     topics: list[str]
     tags: list[str]
     keys: KeySpans  # index keys: UNIQ_KEY, then KEYS tokens
+    delays: list[str] | None = None  # DELAY of each record, when one is on SCHEDULE_TOPIC
 
     @classmethod
     def of(cls, msg: StoredMessage) -> RecordRun:
         """A run of one decoded record."""
         def col(v: int) -> np.ndarray:
             return np.array([v], dtype=np.int64)
+        delays = [msg.properties.get(PROPERTY_DELAY, "")] if msg.topic == SCHEDULE_TOPIC else None
         return cls(col(msg.commitlog_offset), col(msg.total_size), col(msg.queue_id),
                    col(msg.queue_offset), col(msg.sys_flag), col(msg.store_timestamp),
-                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()))
+                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()), delays)
+
+    def from_row(self, i: int) -> RecordRun:
+        """The records of the run from row i on."""
+        if i == 0:
+            return self
+        return RecordRun(self.commitlog_offset[i:], self.size[i:], self.queue_id[i:], self.queue_offset[i:],
+                         self.sys_flag[i:], self.store_ts[i:], self.topics[i:], self.tags[i:],
+                         self.keys.from_row(i), None if self.delays is None else self.delays[i:])
 
     def __len__(self) -> int:
         return len(self.commitlog_offset)

@@ -20,6 +20,8 @@ class StoreConfig:
     # limits
     max_message_size: int = 4 * 1024 * 1024
     store_host: str = "127.0.0.1:10911"
+    # the broker's messageDelayLevel: the delay of each level, for delayed messages' units
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     # flushing
     flush_mode: str = "async"  # "async" | "sync"
     transient_pool: bool = False
@@ -32,6 +34,9 @@ class StoreConfig:
     # retention: off unless set (0); see store/retention.py
     retention_hours: float = 0.0  # delete CommitLog files whose newest write is older
     retention_bytes: int = 0  # delete the oldest CommitLog files while they pass this size
+    # the background scrub (store/scrub.py), once started: share of one core, hours between passes
+    scrub_share: float = 0.05
+    scrub_interval_hours: float = 24.0
     # access
     read_only: bool = False
     check_crc_on_recover: bool = True
@@ -57,7 +62,12 @@ class StoreConfig:
                 raise InvalidConfig(f"{name} must be positive")
         if self.commitlog_file_size < 4096:
             raise InvalidConfig("commitlog_file_size must be at least 4096 bytes")
+        if not 0 < self.scrub_share <= 1 or self.scrub_interval_hours < 0:
+            raise InvalidConfig("scrub_share must be in (0, 1] and scrub_interval_hours not negative")
         if self.retention_hours < 0 or self.retention_bytes < 0:
             raise InvalidConfig("retention_hours and retention_bytes must not be negative")
+        from .dispatcher import parse_delay_levels
+
+        parse_delay_levels(self.message_delay_level)
         if self.index_entries < 2:
             raise InvalidConfig("index_entries must be at least 2 (entry 0 is never used)")

@@ -1,9 +1,11 @@
 """Named crash sites for crash tests: with MQFS_CRASH_AT=site:n in the environment, the n-th
-time the process passes `site` it dies on the spot (os._exit), as a kill -9 would leave it.
+time the process passes `site` it dies on the spot (os._exit), as a kill -9 would leave it;
+with site:n:enospc the call there fails with ENOSPC instead, as a full disk would make it.
 Without the variable `crash_point` is a no-op."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 SITES = (
@@ -11,16 +13,20 @@ SITES = (
     "flush.before", "flush.after", "cq.write", "index.write", "index.roll",
     "checkpoint.before", "checkpoint.after", "abort.create", "abort.delete",
     "recovery.dispatch", "recovery.truncate",
+    "repair.journal", "repair.rename", "repair.filler", "repair.move",
 )
 
 
-def _parse(spec: str | None) -> tuple[str, int] | None:
+def _parse(spec: str | None) -> tuple[str, int, bool] | None:
     if not spec:
         return None
-    site, _, count = spec.partition(":")
+    site, _, rest = spec.partition(":")
+    count, _, how = rest.partition(":")
     if site not in SITES:
         raise ValueError(f"MQFS_CRASH_AT names unknown site {site!r}; sites: {', '.join(SITES)}")
-    return site, int(count or 1)
+    if how not in ("", "enospc"):
+        raise ValueError(f"MQFS_CRASH_AT: {how!r} is not enospc")
+    return site, int(count or 1), how == "enospc"
 
 
 _TARGET = _parse(os.environ.get("MQFS_CRASH_AT"))
@@ -32,6 +38,8 @@ def _crash_point(site: str) -> None:
     if _TARGET is not None and site == _TARGET[0]:
         _seen += 1
         if _seen == _TARGET[1]:
+            if _TARGET[2]:
+                raise OSError(errno.ENOSPC, f"No space left on device (injected at {site})")
             os._exit(137)
 
 

@@ -39,3 +39,8 @@ class FlushTimeout(StoreError):
 
 class ReadOnlyStore(StoreError):
     """A write asked of a store opened read-only."""
+
+
+class UntrustedStore(StoreError):
+    """A store another user could turn against this process: a symbolic link inside it, or a
+    file or directory owned by another user or writable by group or others."""

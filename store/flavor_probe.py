@@ -12,7 +12,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from . import codec
+from . import codec, safefs
 from .errors import CodecError
 from .flavor import FLAVORS
 from .layout import MIN_RECORD_SIZE, RECORD_MAGICS
@@ -51,14 +51,17 @@ def _records(path: str) -> list[bytes]:
     """The first SAMPLE records of a file, as far as their headers hold together."""
     out: list[bytes] = []
     pos = 0
-    with open(path, "rb") as f:
-        size_on_disk = os.fstat(f.fileno()).st_size
+    fd = safefs.open_file(path)
+    try:
+        size_on_disk = os.fstat(fd).st_size
         while len(out) < SAMPLE and pos + 8 <= size_on_disk:
-            size, magic = struct.unpack(">ii", os.pread(f.fileno(), 8, pos))
+            size, magic = struct.unpack(">ii", os.pread(fd, 8, pos))
             if magic not in RECORD_MAGICS or not MIN_RECORD_SIZE <= size <= _MAX_RECORD:
                 break
-            out.append(os.pread(f.fileno(), size, pos))
+            out.append(os.pread(fd, size, pos))
             pos += size
+    finally:
+        os.close(fd)
     return out
 
 
@@ -66,7 +69,7 @@ def probe(root: str) -> Probe:
     directory = os.path.join(root, "commitlog")
     result = Probe(matches={name: 0 for name in FLAVORS})
     try:
-        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+        names = sorted(n for n in safefs.listdir(directory) if len(n) == 20 and n.isdigit())
     except OSError:
         return result
     for name in dict.fromkeys([*names[:1], *names[-1:]]):

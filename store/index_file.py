@@ -58,10 +58,12 @@ class IndexFile:
 
     def header_ok(self) -> bool:
         """False for a header no writer could have left (torn or overwritten): counts out of
-        range, time / offset ranges running backwards, offsets its first and last entries
+        range, an offset range running backwards, offsets its first and last entries
         contradict, or entries past its count. Queries must not trust such a file."""
+        # times may run backwards: a broker whose clock stepped back writes an end before
+        # its begin, and that file is as good as any other
         if not (1 <= self.index_count <= self.entries and 0 <= self.hash_slot_count <= self.slots
-                and 0 <= self.begin_timestamp <= self.end_timestamp
+                and self.begin_timestamp >= 0 and self.end_timestamp >= 0
                 and 0 <= self.begin_phy_offset <= self.end_phy_offset):
             return False
         if self.index_count > 1:
@@ -171,7 +173,9 @@ class IndexFile:
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
-        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+        if fe < fb:  # a clock that stepped back: the header says nothing about the times
+            return True
+        return begin <= fe and end >= fb
 
     def select(self, key_hash: int, begin: int, end: int, max_n: int) -> list[int]:
         """CommitLog offsets of entries with this hash stored about [begin, end], newest first."""
@@ -181,6 +185,7 @@ class IndexFile:
         if cur <= 0 or cur > self.index_count or self.index_count <= 1:
             return found
         base = HEADER_SIZE + self.slots * SLOT_SIZE
+        in_order = self.begin_timestamp <= self.end_timestamp  # else no entry's time says stop
         while len(found) < max_n:
             h, phy, diff, prev = _ENTRY.unpack_from(mm, base + cur * ENTRY_SIZE)
             if diff < 0:
@@ -188,9 +193,12 @@ class IndexFile:
             # timeDiff is truncated to whole seconds: widen by 999 ms so an entry stored in the
             # same second as `begin` is not missed (pitfall 13); callers filter exactly.
             time_read = self.begin_timestamp + diff * 1000
-            if h == key_hash and begin <= time_read + 999 and time_read <= end:
+            # diff 0 may be clamped: a record stored before the file's begin (a clock that
+            # stepped back) reads as the begin, so it may lie before `end` too
+            if h == key_hash and begin <= time_read + 999 and (time_read <= end or diff == 0):
                 found.append(phy)
-            if prev <= 0 or prev > self.index_count or prev == cur or time_read + 999 < begin:
+            if prev <= 0 or prev > self.index_count or prev == cur or \
+                    (time_read + 999 < begin and in_order):
                 break
             cur = prev
         return found

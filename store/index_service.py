@@ -23,7 +23,7 @@ from datetime import datetime
 
 import numpy as np
 
-from . import quarantine
+from . import quarantine, safefs
 from .codec import KeySpans
 from .crash_points import ARMED, crash_point
 from .flavor import Flavor
@@ -73,46 +73,61 @@ class IndexService:
         self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
         self.quarantined: list[str] = []  # damaged files load moved to quarantine/
+        self._pending: list[tuple[str, IndexFile | None, bool]] = []
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
         mqfs checkpoint, written after the index at every clean close) applies the same rule
-        after a clean exit too: a crash whose abort file went missing looks clean."""
+        after a clean exit too: a crash whose abort file went missing looks clean. Files to
+        drop are only set aside here: `drop_pending` removes them once recovery has decided
+        to go on (a refused open changes nothing)."""
         self.flushed_end_timestamp = index_msg_timestamp
-        if not self.read_only and os.path.exists(self.reserve_path):
-            os.unlink(self.reserve_path)  # left by a crash; holds nothing
-        if not os.path.isdir(self.directory):
+        self._pending = []  # (path, file or None, keep a copy in quarantine/)
+        if not self.read_only and os.path.lexists(self.reserve_path):
+            self._pending.append((self.reserve_path, None, False))  # left by a crash; empty
+        try:
+            names = sorted(safefs.listdir(self.directory))
+        except FileNotFoundError:
             return
         dropping = False
-        for name in sorted(os.listdir(self.directory)):
+        for name in names:
             path = os.path.join(self.directory, name)
             if not (name.isdigit() and len(name) == 17):
                 continue
-            if os.path.getsize(path) == 0 and not self.read_only:
-                os.unlink(path)  # created but never allocated before a crash: held nothing
+            if safefs.size(path) == 0 and not self.read_only:
+                # created but never allocated before a crash: held nothing
+                self._pending.append((path, None, False))
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
             prev = self.files[-1] if self.files else None
-            # a file starts where the one before it ended (it is seeded with those values)
-            out_of_chain = prev is not None and (f.begin_phy_offset < prev.end_phy_offset
-                                                 or f.begin_timestamp < prev.end_timestamp)
+            # a file starts where the one before it ended (it is seeded with those values); its
+            # times need not: a broker's clock can step back
+            out_of_chain = prev is not None and f.begin_phy_offset < prev.end_phy_offset
             broken = out_of_chain or not f.header_ok()
             damaged = dropping or broken
             unflushed = f.end_timestamp > index_msg_timestamp and (strict or not last_exit_ok)
             if (damaged or unflushed) and not self.read_only:
                 # keep a prefix of whole files: everything after a dropped one is re-indexed;
                 # a broken one is kept as evidence in quarantine/, the rest is derived data
-                if broken and not unflushed:
-                    f.mf.close()
-                    self.quarantined.append(quarantine.move_file(
-                        os.path.dirname(self.directory), path, f"index-{name}"))
-                else:
-                    f.destroy()
+                self._pending.append((path, f, broken and not unflushed))
                 self.lost_files |= damaged or last_exit_ok
                 dropping = True
                 continue
             self.files.append(f)
+
+    def drop_pending(self) -> None:
+        """Remove the files `load` set aside (a broken one goes to quarantine/)."""
+        for path, f, keep in self._pending:
+            if f is None:
+                safefs.unlink(path)
+            elif keep:
+                f.mf.close()
+                self.quarantined.append(quarantine.move_file(
+                    os.path.dirname(self.directory), path, f"index-{os.path.basename(path)}"))
+            else:
+                f.destroy()
+        self._pending = []
 
     @property
     def end_phy_offset(self) -> int:
@@ -123,18 +138,18 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and last.index_count < self.entries:
             return last
-        os.makedirs(self.directory, exist_ok=True)
+        safefs.makedirs(self.directory)
         now = time.time()
         name = _file_name(now)
-        while os.path.exists(os.path.join(self.directory, name)) or (
+        while os.path.lexists(os.path.join(self.directory, name)) or (
             self.files and name <= os.path.basename(self.files[-1].path)
         ):
             now += 0.001
             name = _file_name(now)
         path = os.path.join(self.directory, name)
-        reserved = os.path.exists(self.reserve_path)
+        reserved = os.path.lexists(self.reserve_path)
         if reserved:
-            os.rename(self.reserve_path, path)
+            safefs.rename(self.reserve_path, path)
         f = IndexFile(path, self.slots, self.entries, blank=reserved,
                       end_phy_offset=last.end_phy_offset if last else 0,
                       end_timestamp=last.end_timestamp if last else 0)
@@ -170,7 +185,7 @@ class IndexService:
             return
         with self.lock:
             room = self.entries - self._last_writable().index_count
-            if room < n and not os.path.exists(self.reserve_path):
+            if room < n and not os.path.lexists(self.reserve_path):
                 MappedFile(self.reserve_path, index_file_size(self.slots, self.entries)).close()
 
     def _keys_done(self, commitlog_offset: int) -> int:
@@ -309,8 +324,9 @@ class IndexService:
 
     def close(self) -> None:
         with self.lock:
-            for f in self.files:
-                f.close()
+            for f in self.files + [p[1] for p in self._pending if p[1] is not None]:
+                f.close()  # files load set aside stay as they are (a refused open)
+            self._pending = []
             self.files = []
-            if not self.read_only and os.path.exists(self.reserve_path):
-                os.unlink(self.reserve_path)
+            if not self.read_only and os.path.lexists(self.reserve_path):
+                safefs.unlink(self.reserve_path)

@@ -12,12 +12,11 @@ import json
 import logging
 import os
 import re
-import shutil
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from . import safefs
 from .errors import StoreFormatError
-from .mapped_file import fsync_dir
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,8 +35,7 @@ def _parse(text: str) -> Any:
 def _load(path: str, check: Callable[[Any], T] | None) -> T:
     """One candidate file parsed and checked; ValueError says what is wrong with it."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = safefs.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("is not UTF-8 text") from None
     except FileNotFoundError:
@@ -85,15 +83,16 @@ def read_json(path: str, default: Any = None, *, check: Callable[[Any], T] | Non
 
 
 def write_json(path: str, data: Any) -> None:
+    """Write .tmp (private, synced), keep the current version as .bak (a second name for it:
+    no copy, and a link planted as .bak is replaced, not written through), rename .tmp over
+    the file, sync the directory."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    if os.path.exists(path):
-        shutil.copy2(path, path + ".bak")
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    safefs.makedirs(directory)
+    tmp, bak = path + ".tmp", path + ".bak"
+    safefs.write_new(tmp, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    if os.path.lexists(path):
+        if os.path.lexists(bak):
+            safefs.unlink(bak)
+        safefs.link(path, bak)
+    safefs.rename(tmp, path)
+    safefs.fsync_dir(directory)

@@ -14,8 +14,10 @@ import mmap
 import os
 import threading
 
+from . import safefs
 from .crash_points import crash_point
 from .errors import StoreFormatError
+from .safefs import fsync_dir
 
 OS_PAGE = 4096
 _PWRITE_MIN = 64 << 10
@@ -25,12 +27,7 @@ def offset_to_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["MappedFile", "fsync_dir", "load_files", "offset_to_name", "OS_PAGE"]
 
 
 def _allocate(fd: int, path: str, size: int) -> None:
@@ -43,7 +40,7 @@ def _allocate(fd: int, path: str, size: int) -> None:
             os.ftruncate(fd, size)
             return
         os.close(fd)
-        os.unlink(path)
+        safefs.unlink(path)
         raise
 
 
@@ -56,9 +53,8 @@ class MappedFile:
         self.file_size = file_size
         self.file_from_offset = file_from_offset
         self.read_only = read_only
-        exists = os.path.exists(path)
-        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
-        self.fd = os.open(path, flags, 0o644)
+        exists = os.path.lexists(path)
+        self.fd = safefs.open_file(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT)
         try:
             size = os.fstat(self.fd).st_size
             if exists and size != file_size:
@@ -192,7 +188,7 @@ class MappedFile:
     def destroy(self) -> None:
         self.close()
         try:
-            os.unlink(self.path)
+            safefs.unlink(self.path)
         except FileNotFoundError:
             pass
 
@@ -201,16 +197,17 @@ def load_files(directory: str, file_size: int, read_only: bool = False) -> list[
     """(start offset, path) of the store files in a directory, in order; RocketMQ's load rules:
     a zero-length last file is removed (skipped when read_only), any other file of the wrong
     size is an error."""
-    if not os.path.isdir(directory):
+    try:
+        names = sorted(n for n in safefs.listdir(directory) if len(n) == 20 and n.isdigit())
+    except FileNotFoundError:
         return []
-    names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
     found: list[tuple[int, str]] = []
     for i, name in enumerate(names):
         path = os.path.join(directory, name)
-        size = os.path.getsize(path)
+        size = safefs.size(path)
         if size == 0 and i == len(names) - 1:
             if not read_only:
-                os.unlink(path)
+                safefs.unlink(path)
             continue
         if size != file_size:
             raise StoreFormatError(

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from . import safefs
 from .mapped_file import OS_PAGE, MappedFile, fsync_dir, load_files, offset_to_name
 
 
@@ -120,7 +121,7 @@ class MappedFileQueue:
             return self._create(start)
 
     def _create(self, offset: int) -> MappedFile:
-        os.makedirs(self.directory, exist_ok=True)
+        safefs.makedirs(self.directory)
         path = os.path.join(self.directory, offset_to_name(offset))
         mf = MappedFile(path, self.file_size, offset, transient=self.transient)
         fsync_dir(self.directory)  # a rolled file must survive a power cut (ALICE hazard 2)

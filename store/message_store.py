@@ -16,19 +16,20 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, layout
+from . import codec, dispatch_state, layout, repair_journal, safefs
 from .checkpoint import Checkpoint
 from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
 from .crash_points import crash_point
+from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels, takes_unit
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
 from .flavor import flavor_named
 from .flush import FlushServices
@@ -39,6 +40,7 @@ from .mapped_file import fsync_dir
 from .metadata import ConsumerOffsets, TopicTable
 from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .retention import Retention, record_min_offset
+from .scrub import Scrub
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -60,17 +62,6 @@ class PutResult(NamedTuple):
         return codec.msg_id(self.store_host_raw, self.commitlog_offset)
 
 
-def _index_keys(props: dict[str, str]) -> list[str]:
-    """Message.index_keys() from the properties in one call (UNIQ_KEY, then KEYS tokens):
-    the put paths run it once per message."""
-    text = props.get(codec.PROPERTY_KEYS)
-    keys = ([text] if " " not in text else [k for k in text.split(" ") if k]) if text else []
-    uniq = props.get(codec.PROPERTY_UNIQ_KEY)
-    if uniq:
-        keys.insert(0, uniq)
-    return keys
-
-
 _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
 
 
@@ -81,13 +72,15 @@ def _now_ms() -> int:
 class MessageStore:
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
-        self.root = os.path.abspath(root)
+        # resolved once: the administrator's links above the store; none is followed inside
+        self.root = os.path.realpath(root)
         self._requested = config or StoreConfig()
         self._progress = progress
         self.clock: Callable[[], int] = _now_ms  # store time source; tests pin it
         self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
+        self._scrub: Scrub | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -103,16 +96,19 @@ class MessageStore:
         if fresh and (read_only or not self._create):
             raise StoreError(f"{self.root} holds no store; create one with `mqfs init {self.root}`")
         if fresh:
-            os.makedirs(self.root, exist_ok=True)
+            safefs.makedirs(self.root)
+        safefs.check_store(self.root)  # before a byte is read or written
+        kept_ends = self._finish_repair_files(read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
         self.config = cfg = found.config
+        self._scrub = None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
         self._lock_file.acquire(shared=read_only)
-        last_exit_ok = not os.path.exists(self.abort_path)
+        last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
                 write_manifest(self.root, cfg)
@@ -123,8 +119,8 @@ class MessageStore:
                 self._load_and_recover(last_exit_ok)
         except BaseException:
             self._release_files()
-            if last_exit_ok and os.path.exists(self.abort_path):
-                os.unlink(self.abort_path)  # refused to open: the files are as we found them
+            if last_exit_ok and os.path.lexists(self.abort_path):
+                safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             raise
         if not read_only:
@@ -134,8 +130,47 @@ class MessageStore:
                 self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
+            self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
         self.is_open = True
+        if kept_ends is not None:
+            self._finish_repair(kept_ends)
         return self
+
+    def start_scrub(self) -> None:
+        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        longer makes. A read-only store has none."""
+        if self._scrub is not None and self.is_open:
+            self._scrub.start()
+
+    def scrub(self) -> None:
+        """Check the whole store now, as the background scrub would, and wait."""
+        if self._scrub is not None:
+            self._scrub.run_pass()
+
+    def scrub_status(self) -> dict | None:
+        """Where the scrub is and what it found (None for a read-only store)."""
+        return self._scrub.status() if self._scrub is not None else None
+
+    def _finish_repair_files(self, read_only: bool) -> dict[tuple[str, int], int] | None:
+        """An interrupted repair's file steps (its journal), before anything reads the files;
+        the queue ends it must keep, or None when no repair is pending."""
+        if not repair_journal.pending(self.root):
+            return None
+        if read_only:
+            raise StoreError(f"{self.root} holds an interrupted repair "
+                             f"({repair_journal.NAME}); nothing was changed: run `mqfs repair "
+                             f"{self.root}` (or open it read-write) to finish it")
+        return repair_journal.finish_files(self.root)
+
+    def _finish_repair(self, kept_ends: dict[tuple[str, int], int]) -> None:
+        """The rebuild of an interrupted repair is done: keep its queue ends taken, make
+        every file and directory durable, and only then drop the journal."""
+        self.keep_queue_ends(kept_ends)
+        self.flush()
+        self.index.flush()
+        for directory, _, _ in os.walk(self.root):
+            fsync_dir(directory)
+        repair_journal.remove(self.root)
 
     def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
@@ -145,9 +180,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor,
-                                  read_only=True)
-        self.index.load(True, 0)
+        self._open_index(read_only=True).load(True, 0)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -162,6 +195,15 @@ class MessageStore:
         self._last_store_ts = 0
         self._dispatched_ts = 0
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
+        self.tags_codes = TagsCodes(self.flavor, parse_delay_levels(cfg.message_delay_level))
+
+    def _open_index(self, **kwargs) -> IndexService:
+        """The IndexService, and the dispatcher that writes into it and the queues."""
+        cfg = self.config
+        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor, **kwargs)
+        self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
+                                     self._create_queue, self._fillers)
+        return self.index
 
     def _parts(self) -> StoreParts:
         return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
@@ -186,37 +228,35 @@ class MessageStore:
             log.warning("no abort file, but the checkpoint is not the one the last clean close "
                         "left: recovering as after a crash")
             last_exit_ok = False
-        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor)
-        self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp,
+        self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                         strict=self.checkpoint.commitlog_flushed_offset > 0)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
-        crashed_before = os.path.exists(self.abort_path)
+        crashed_before = os.path.lexists(self.abort_path)
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
         self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
         if crashed_before:
             self._write_abort()
+        self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
-        changed = False
-        for topic, qid in self.consume_queues:
-            changed |= self.topic_table.ensure(topic, qid, persist=False)
-        if changed:
-            self.topic_table.persist()
+        self.topic_table.add_found(self.consume_queues)
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
-        if not os.path.isdir(base):
+        try:
+            topics = sorted(safefs.listdir(base))
+        except FileNotFoundError:
             return
-        for topic in sorted(os.listdir(base)):
+        for topic in topics:
             tdir = os.path.join(base, topic)
-            if not os.path.isdir(tdir):
+            if not safefs.is_dir(tdir):
                 continue
-            for qname in sorted(os.listdir(tdir)):
-                if qname.isdigit() and os.path.isdir(os.path.join(tdir, qname)):
+            for qname in sorted(safefs.listdir(tdir)):
+                if qname.isdigit() and safefs.is_dir(os.path.join(tdir, qname)):
                     cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units,
                                       read_only=read_only)
                     cq.filler_before = self._filler_before
@@ -229,10 +269,7 @@ class MessageStore:
 
     def _write_abort(self) -> None:
         crash_point("abort.create")
-        with open(self.abort_path, "w") as f:
-            f.write(str(os.getpid()))
-            f.flush()
-            os.fsync(f.fileno())
+        safefs.write_new(self.abort_path, str(os.getpid()).encode())
         fsync_dir(self.root)
 
     def close(self) -> None:
@@ -243,13 +280,15 @@ class MessageStore:
             self._release_files()
             self._lock_file.release()
             return
+        if self._scrub is not None:
+            self._scrub.stop()
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
         dispatch_state.save(self.root, self.consume_queues, self.index.files,
                             self.checkpoint.commitlog_flushed_offset)
         crash_point("abort.delete")
-        os.unlink(self.abort_path)
+        safefs.unlink(self.abort_path)
         fsync_dir(self.root)
         self._release_files()
         self._lock_file.release()
@@ -344,9 +383,8 @@ class MessageStore:
             topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
             qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
             flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
-        queues, queue_offsets = self._queue_offsets(topics, qids, flags)
-        key_rows, key_hashes = self._batch_keys(topics, props, flags)
-        self.index.ensure_room(len(key_rows))
+        plan = self.dispatcher.plan(topics, qids, flags, props)
+        queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         commitlog = self.commitlog
         size_arr = np.array(sizes, dtype=np.int64)
@@ -376,8 +414,8 @@ class MessageStore:
             # a roll that failed (disk full) leaves the records written so far: they are
             # dispatched all the same, so their queue offsets are taken, never given twice
             if done:
-                self._dispatch_batch(done, queues, props, commitlog_offset, size_arr, queue_offsets,
-                                     key_rows, key_hashes, store_ts)
+                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, size_arr, store_ts)
+                self._dispatched_ts = store_ts
         host = self.encoder.store_host_raw
         return list(map(_new_tuple, repeat(PutResult), zip(  # PutResult(*row), built in C
             commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes, repeat(host))))
@@ -401,74 +439,6 @@ class MessageStore:
             used = int(ends[fit - 1]) if fit else 0
             room = self.commitlog.file_size
 
-    def _queue_offsets(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray
-                       ) -> tuple[dict[ConsumeQueue, np.ndarray], np.ndarray]:
-        """The queue offset of every message of a batch (0 for those no ConsumeQueue holds)
-        and, per queue, the rows it takes: each queue's next offsets in batch order, found by
-        sorting rather than by a step per message. Creates missing queues (as a single put
-        does, for every message) and makes room in those that take units, so a bad queue or
-        a full disk refuses before anything is written."""
-        names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
-        group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
-        order = np.argsort(group, kind="stable")
-        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1]))
-        in_queue = layout.in_queue(sys_flags)
-        queue_offsets = np.zeros(len(topics), dtype=np.int64)
-        queues: dict[ConsumeQueue, np.ndarray] = {}
-        topic_of = list(names)
-        for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
-            rows = order[lo:hi]
-            g = int(group[rows[0]])
-            key = (topic_of[g >> 32], g & 0xFFFFFFFF)
-            cq = self.consume_queues.get(key) or self._create_queue(*key)
-            taken = rows[in_queue[rows]]
-            if len(taken):
-                cq.ensure_room()
-                queue_offsets[taken] = cq.next_offset + np.arange(len(taken))
-                queues[cq] = taken
-        return queues, queue_offsets
-
-    def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """The index keys of a batch as (row of each key's message, key hash), in put order:
-        UNIQ_KEY, then KEYS tokens, as `_index_keys`; rolled-back records have none. The
-        common batch (one key a message, no UNIQ_KEY) takes no Python step per message."""
-        n = len(topics)
-        text = list(map(dict.get, props, repeat(codec.PROPERTY_KEYS)))
-        simple = not any(map(dict.__contains__, props, repeat(codec.PROPERTY_UNIQ_KEY))) \
-            and " " not in "".join(filter(None, text))
-        if simple:
-            rows = np.flatnonzero(np.fromiter(map(bool, text), dtype=bool, count=n) & layout.indexed(sys_flags))
-            pick = rows.tolist()
-            keys = cast(list[str], list(map(text.__getitem__, pick)))  # rows with a KEYS text
-        else:
-            per = list(map(_index_keys, props))
-            indexed = layout.indexed(sys_flags).tolist()
-            pick = [i for i, ks in enumerate(per) if indexed[i] for _ in ks]
-            keys = [k for i, ks in enumerate(per) if indexed[i] for k in ks]
-            rows = np.array(pick, dtype=np.int64)
-        topic_at: Callable[[int], str] = topics.__getitem__
-        return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
-
-    def _dispatch_batch(self, done: int, queues: dict[ConsumeQueue, np.ndarray],
-                        props: Sequence[dict[str, str]], commitlog_offset: np.ndarray, sizes: np.ndarray,
-                        queue_offsets: np.ndarray, key_rows: np.ndarray, key_hashes: np.ndarray,
-                        store_ts: int) -> None:
-        """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
-        tags = list(map(dict.get, props[:done], repeat(codec.PROPERTY_TAGS)))
-        codes = {t: self.flavor.tags_code(t) if t else 0 for t in set(tags)}
-        tags_codes = np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=done)
-        for cq, rows in queues.items():
-            rows = rows[rows < done]
-            if len(rows):
-                cq.put_run(commitlog_offset[rows], sizes[rows], tags_codes[rows], queue_offsets[rows])
-        written = key_rows < done
-        rows = key_rows[written]
-        if len(rows):
-            self.index.put_entries(key_hashes[written], commitlog_offset[rows],
-                                   np.full(len(rows), store_ts, dtype=np.int64))
-        self._dispatched_ts = store_ts
-
     def _stamped(self, encoded: list[tuple[bytearray, int]], lo: int, hi: int,
                  commitlog_offset: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> bytes:
         """Records lo..hi-1 encoded one by one, stamped and sealed, as one buffer."""
@@ -491,29 +461,24 @@ class MessageStore:
         """Write one encoded record and its unit and index entries (caller holds put_lock).
         Room in the ConsumeQueue and IndexFile comes first, so a full disk refuses the put
         before its record is written."""
-        topic, qid = msg.topic, msg.queue_id
-        cq = self.consume_queues.get((topic, qid)) or self._create_queue(topic, qid)
-        props = msg.properties
-        sys_flag = msg.sys_flag
-        keys = _index_keys(props) if layout.indexed(sys_flag) else []
-        in_queue = layout.in_queue(sys_flag)
-        if in_queue:
-            queue_offset = cq.next_offset
-            cq.ensure_room()
-        else:
-            queue_offset = 0
-        if keys:
-            self.index.ensure_room(len(keys))
+        dispatcher = self.dispatcher
+        cq, queue_offset, keys = dispatcher.reserve(msg)
         store_ts = self._store_timestamp()
         commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         size = len(rec)
-        if in_queue:
-            tags = props.get(codec.PROPERTY_TAGS)
-            cq.put(commitlog_offset, size, self.flavor.tags_code(tags) if tags else 0, queue_offset)
-        if keys:
-            self.index.build(topic, keys, commitlog_offset, store_ts, sys_flag)
+        dispatcher.put(msg, cq, queue_offset, keys, commitlog_offset, size, store_ts)
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
+
+    def _newest_store_time(self) -> int:
+        """The newest store time the files vouch for (recovery's dispatch saw the records
+        past the checkpoint): a clock stepped back between two opens must not stamp new
+        records before it, or time lookups and IndexFile headers stop making sense."""
+        cp = self.checkpoint
+        newest = max((f.end_timestamp for f in self.index.files), default=0)  # headers checked
+        if cp.checked:  # a torn checkpoint's times are garbage, maybe far in the future
+            newest = max(newest, cp.physic_msg_timestamp, cp.logics_msg_timestamp)
+        return newest
 
     def _store_timestamp(self) -> int:
         """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
@@ -524,28 +489,8 @@ class MessageStore:
 
     def dispatch(self, run: RecordRun) -> None:
         """Build ConsumeQueue and IndexFile entries for records in CommitLog order (recovery,
-        rebuild): each queue's units and the index entries are written in bulk."""
-        in_queue = np.flatnonzero(layout.in_queue(run.sys_flag))
-        topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
-        names = list(topic_ids)
-        if any(codec.is_filler(t, layout.TRANSACTION_ROLLBACK) for t in names):
-            self._fillers += [(int(run.commitlog_offset[i]), int(run.size[i])) for i, t in enumerate(run.topics)
-                              if codec.is_filler(t, int(run.sys_flag[i]))]
-        n = len(run)  # per-record columns through map(): no Python call per record
-        ids = np.fromiter(map(topic_ids.__getitem__, run.topics), dtype=np.int64, count=n)
-        group = ids[in_queue] << 32 | (run.queue_id[in_queue] & 0xFFFFFFFF)
-        codes = {t: self.flavor.tags_code(t) for t in set(run.tags)}
-        tags = np.fromiter(map(codes.__getitem__, run.tags), dtype=np.int64, count=n)
-        for g in np.unique(group).tolist():
-            rows = in_queue[group == g]
-            topic, qid = names[g >> 32], int(run.queue_id[rows[0]])
-            crash_point("recovery.dispatch")
-            cq = self.consume_queues.get((topic, qid))
-            if cq is None:
-                cq = self._create_queue(topic, qid, persist=False)
-            cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
-        crash_point("recovery.dispatch")
-        self.index.build_run(names, ids, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)
+        rebuild)."""
+        self.dispatcher.run(run)
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 
@@ -568,8 +513,14 @@ class MessageStore:
         i = bisect.bisect_left(self._fillers, (commitlog_offset, -1))
         return self._fillers[i - 1] if i else None
 
-    def _create_queue(self, topic: str, qid: int, persist: bool = True) -> ConsumeQueue:
-        self.topic_table.ensure(topic, qid, persist=persist)  # refuses bad names and ids first
+    def _create_queue(self, topic: str, qid: int, declare: bool = True) -> ConsumeQueue:
+        """A new queue: declared in topics.json for a put, or known as found on disk for the
+        records recovery dispatches (a broker's delay topic may have queue 2 alone). Bad
+        names and ids are refused first."""
+        if declare:
+            self.topic_table.ensure(topic, qid)
+        else:
+            self.topic_table.add_found([(topic, qid)])
         cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
         cq.filler_before = self._filler_before
         self.consume_queues[(topic, qid)] = cq
@@ -580,12 +531,15 @@ class MessageStore:
         self._writable()
         if not 0 <= queues <= 1024:
             raise InvalidMessage(f"a topic has 0 to 1024 queues, not {queues}")
+        codec.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
     def add_queue(self, topic: str, queue_id: int) -> None:
         self._writable()
         if not 0 <= queue_id < 1024:
             raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
+        if topic not in self.topic_table.queues:
+            codec.validate_topic(topic)
         self.topic_table.ensure(topic, queue_id)
 
     # --- flushing --------------------------------------------------------------------------
@@ -675,8 +629,11 @@ class MessageStore:
         units = self._cq(topic, queue_id).entries(offset, n)
         wanted = None if tags is None else set(tags)
         if wanted is not None and len(units):
-            codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
-            units = units[np.isin(units["tags"], codes) & (units["offset"] >= 0)]
+            pick = units["offset"] >= 0
+            if self.tags_codes.by_tag(topic):  # else the units hold times: records decide
+                codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
+                pick &= np.isin(units["tags"], codes)
+            units = units[pick]
         out = []
         for commitlog_offset in units["offset"].tolist():
             try:
@@ -713,11 +670,13 @@ class MessageStore:
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
 
     def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
-                  max_n: int = 64) -> list[StoredMessage]:
-        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed."""
+                  max_n: int = 64, queued: bool = False) -> list[StoredMessage]:
+        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed.
+        A prepared transaction is indexed but has no queue unit (its QUEUEOFFSET names
+        another message); `queued` leaves out every record no queue serves."""
         if not key or max_n <= 0:
             return []
-        topics = [topic] if topic is not None else sorted(self.topic_table.queues)
+        topics = [topic] if topic is not None else sorted(self.topic_table.counts())
         hits: dict[int, StoredMessage] = {}
         for t in topics:
             for commitlog_offset in self.index.query(t, key, begin, end, max_n * 2):
@@ -728,7 +687,8 @@ class MessageStore:
                 except (NotFound, CorruptionError):
                     continue
                 if msg.topic == t and key in msg.index_keys() and \
-                        begin <= msg.store_timestamp <= end:
+                        begin <= msg.store_timestamp <= end and \
+                        (not queued or takes_unit(msg.topic, msg.sys_flag)):
                     hits[commitlog_offset] = msg
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
         return found[:max_n]
@@ -744,12 +704,18 @@ class MessageStore:
         return msg
 
     def topics(self) -> dict[str, int]:
-        return dict(self.topic_table.queues)
+        """Topic -> one past its highest queue id (`queue_ids` says which exist)."""
+        return self.topic_table.counts()
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """The queues shown for a topic: those topics.json declares and those on disk (a
+        broker's delay topic may hold queue 2 alone); [] for no such topic."""
+        return self.topic_table.queue_ids(topic)
 
     # --- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._writable()
-        if topic not in self.topic_table.queues or queue_id >= self.topic_table.queues[topic]:
+        if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 

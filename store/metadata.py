@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .codec import validate_topic
+from .codec import validate_stored_topic
 from .errors import InvalidMessage, StoreFormatError
 from .json_file import read_json, write_json
 
@@ -79,7 +79,7 @@ def _topics_shape(data: Any) -> tuple[dict[str, int], int]:
     table = json_object(data.get("topicConfigTable", {}), '"topicConfigTable"')
     queues: dict[str, int] = {}
     for name, cfg in table.items():
-        checked_name(validate_topic, name)
+        checked_name(validate_stored_topic, name)
         json_object(cfg, f"topic {name!r}")
         counts = [json_int(cfg[field], f'{name!r} "{field}"', 0, MAX_QUEUES)
                   for field in ("writeQueueNums", "readQueueNums") if field in cfg]
@@ -100,7 +100,7 @@ def _offsets_shape(data: Any) -> dict[str, dict[int, int]]:
         topic, at, group = tg.partition("@")
         if not at:
             raise ValueError(f"has the key {tg!r}, not topic@group")
-        checked_name(validate_topic, topic)
+        checked_name(validate_stored_topic, topic)
         checked_name(validate_group, group)
         json_object(queues, f"{tg!r}")
         out[tg] = {queue_id_key(q, f"{tg!r} queue"): json_int(o, f"{tg!r} queue {q} offset",
@@ -116,14 +116,15 @@ class TopicTable:
         self.root = root
         self.path = os.path.join(root, "config", "topics.json")
         self.lock = threading.Lock()
-        self.queues: dict[str, int]
+        self.queues: dict[str, int]  # queue counts, as topics.json declares them
         self.queues, self._counter = read_json(self.path, ({}, 0), check=_topics_shape,
                                                fix=_TOPICS_FIX)
+        self.found: dict[str, set[int]] = {}  # queues on disk that topics.json does not declare
 
     def ensure(self, topic: str, queue_id: int, persist: bool = True) -> bool:
         """Make sure topic exists with at least queue_id+1 queues (-1: the topic, with no
         queue yet, if it is new); True when it changed."""
-        validate_topic(topic)
+        validate_stored_topic(topic)
         if not -1 <= queue_id < MAX_QUEUES:
             raise InvalidMessage(f"queue id {queue_id} of {topic} is not in 0..{MAX_QUEUES - 1}")
         with self.lock:
@@ -134,20 +135,37 @@ class TopicTable:
             self.persist()
         return True
 
-    def add_found(self, found: Iterable[tuple[str, int]]) -> bool:
-        """Add queues found as consumequeue/<topic>/<id> directories, in memory only: a store
-        copied from a broker without its config/ (or one whose broker keeps metadata in
-        RocksDB) has no topics.json, so its topics are known from the directories alone.
-        True when any was missing."""
-        changed = False
+    def add_found(self, found: Iterable[tuple[str, int]]) -> None:
+        """Add queues found as consumequeue/<topic>/<id> directories, in memory only and as
+        they are: a store copied from a broker without its config/ (or one whose broker keeps
+        metadata in RocksDB) has no topics.json, so its topics are known from the directories
+        alone, and a broker's delay topic may hold queue 2 without queues 0 and 1."""
         for topic, qid in found:
             try:
-                changed |= self.ensure(topic, qid, persist=False)
+                validate_stored_topic(topic)
+                if not 0 <= qid < MAX_QUEUES:
+                    raise InvalidMessage(f"queue id {qid} is not in 0..{MAX_QUEUES - 1}")
             except InvalidMessage as exc:
                 raise StoreFormatError(
                     f"{os.path.join(self.root, 'consumequeue', topic, str(qid))} is not a queue "
                     f"this store can serve ({exc}); move it out of consumequeue/") from None
-        return changed
+            if qid >= self.queues.get(topic, 0):
+                self.found.setdefault(topic, set()).add(qid)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """The queues of a topic: those topics.json declares and those on disk."""
+        ids = set(range(self.queues.get(topic, 0)))
+        return sorted(ids.union(self.found.get(topic, ())))
+
+    def has(self, topic: str, queue_id: int) -> bool:
+        return 0 <= queue_id < self.queues.get(topic, 0) or queue_id in self.found.get(topic, ())
+
+    def counts(self) -> dict[str, int]:
+        """Topic -> one past its highest queue id."""
+        out = {t: max(ids) + 1 for t, ids in self.found.items()}
+        for t, n in self.queues.items():
+            out[t] = max(n, out.get(t, 0))
+        return out
 
     def persist(self) -> None:
         with self.lock:
@@ -173,7 +191,7 @@ class ConsumerOffsets:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         validate_group(group)
-        validate_topic(topic)
+        validate_stored_topic(topic)
         if not (0 <= offset <= _MAX_OFFSET and 0 <= queue_id < MAX_QUEUES):
             raise InvalidMessage(f"offset {offset} must not be negative and queue {queue_id} "
                                  f"must be in 0..{MAX_QUEUES - 1}")

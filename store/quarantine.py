@@ -1,25 +1,26 @@
 """<store>/quarantine/: where the store puts bytes it takes out of service instead of deleting
 them (a torn tail cut by recovery, damaged ranges repair replaced, ConsumeQueue and IndexFile
 files rebuilt from the CommitLog). Nothing reads them back; they are evidence for a person, who
-deletes them when satisfied."""
+deletes them when satisfied. Copies are private to the store's owner (0600 in a 0700
+directory): they hold message bodies."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from .mapped_file import fsync_dir
+from . import safefs
 
 DIRECTORY = "quarantine"
 
 
 def _target(root: str, name: str) -> str:
     directory = os.path.join(root, DIRECTORY)
-    os.makedirs(directory, exist_ok=True)
+    safefs.makedirs(directory)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     path = os.path.join(directory, f"{stamp}-{name}")
     n = 1
-    while os.path.exists(path):
+    while os.path.lexists(path):
         n += 1
         path = os.path.join(directory, f"{stamp}-{name}.{n}")
     return path
@@ -28,18 +29,23 @@ def _target(root: str, name: str) -> str:
 def save_bytes(root: str, name: str, data: bytes | memoryview) -> str:
     """Write a copy of `data` under quarantine/ (durably) and return its path."""
     path = _target(root, name)
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_dir(os.path.dirname(path))
+    fd = safefs.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    safefs.fsync_dir(os.path.dirname(path))
     return path
 
 
 def move_file(root: str, path: str, name: str) -> str:
     """Move a store file into quarantine/ (same filesystem: a rename) and return its path."""
     target = _target(root, name)
-    os.rename(path, target)
-    fsync_dir(os.path.dirname(target))
-    fsync_dir(os.path.dirname(path))
+    safefs.rename(path, target)
+    safefs.make_private(target)  # a file of an older store may be 0644
+    safefs.fsync_dir(os.path.dirname(target))
+    safefs.fsync_dir(os.path.dirname(path))
     return target

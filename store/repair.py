@@ -13,12 +13,12 @@ messages stay taken (they read as damaged, EIO), so no offset is ever given out 
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import xxhash
 
-from . import codec, dispatch_state, layout, quarantine, salvage
+from . import codec, dispatch_state, layout, repair_journal, salvage
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -26,9 +26,9 @@ from .consume_queue import UNIT_DTYPE, UNIT_SIZE
 from .errors import StoreError, StoreFormatError
 from .flavor import flavor_named
 from .lock import StoreLock
-from .manifest import inspect, is_store, write_manifest
-from .mapped_file import MappedFile, fsync_dir, load_files, offset_to_name
-from .retention import record_min_offset, recorded_min_offset
+from .manifest import inspect, is_store
+from .mapped_file import MappedFile, load_files, offset_to_name
+from .retention import recorded_min_offset
 from .salvage import Damage, Progress
 
 
@@ -43,6 +43,8 @@ class RepairPlan:
     kept: int = 0  # records that check out
     lost_estimate: int = 0  # ConsumeQueue entries that point into damaged ranges
     queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)  # offsets given out
+    fingerprint: str = ""  # of the store as planned: apply refuses a store that changed since
+    finished: list[str] = field(default_factory=list)  # what an interrupted repair still did
 
     @property
     def needed(self) -> bool:
@@ -50,7 +52,7 @@ class RepairPlan:
                     self.accept_head_from is not None)
 
     def lines(self) -> list[str]:
-        out = []
+        out = list(self.finished)
         if self.rewrite_manifest:
             out.append(f"write mqfs.json again: {self.rewrite_manifest}")
         for a, b in self.renames.items():
@@ -69,18 +71,23 @@ class RepairPlan:
 
 
 def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
-    """What repair would do; reads only (a shared lock keeps writers out meanwhile)."""
+    """What repair would do; reads only (a shared lock keeps writers out meanwhile), once an
+    interrupted repair is finished (its journal says what is left to do)."""
     root = os.path.abspath(root)
     if not is_store(root):
         raise StoreError(f"{root} holds no store; create one with `mqfs init {root}`")
+    finished = finish_interrupted(root)
+    _refuse_orphans(root)
     found = inspect(root)
     cfg = found.config
-    plan = RepairPlan(root, cfg, rewrite_manifest=found.problem if found.rewrite else None)
+    plan = RepairPlan(root, cfg, rewrite_manifest=found.problem if found.rewrite else None,
+                      finished=finished)
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     lock = StoreLock(root)
     lock.acquire(shared=True)
     cl = CommitLog(root, cfg.commitlog_file_size, flavor, read_only=True)
     try:
+        plan.fingerprint = fingerprint(root)
         cl.load()
         files = cl.queue.files
         moves = salvage.misnamed(files, flavor)
@@ -98,6 +105,49 @@ def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
         cl.close()
         lock.release()
     return plan
+
+
+def finish_interrupted(root: str) -> list[str]:
+    """Finish a repair a crash interrupted (a read-write open does, from its journal)."""
+    from .message_store import MessageStore
+
+    if not repair_journal.pending(root):
+        return []
+    with MessageStore(root, replace(inspect(root).config, read_only=False), create=False) as s:
+        end = s.commitlog.max_offset
+    return [f"finished an interrupted repair (its journal {repair_journal.NAME}); the CommitLog "
+            f"ends at {end}"]
+
+
+def _refuse_orphans(root: str) -> None:
+    """A *.repair file with no journal is a CommitLog file an older repair left between two
+    names: never count its records as missing."""
+    directory = os.path.join(root, "commitlog")
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".repair")) \
+        if os.path.isdir(directory) else []
+    if names:
+        raise StoreError(f"{os.path.join(directory, names[0])} is a CommitLog file an "
+                         "interrupted repair left under a temporary name, with no journal; "
+                         "nothing was changed: give it back its 20-digit name (the offset of "
+                         "its first record) and run repair again")
+
+
+def fingerprint(root: str) -> str:
+    """What a change to the store between plan and apply would change: every CommitLog
+    file's name, size, inode and modification time, the checkpoint, abort and manifest."""
+    h = xxhash.xxh64()
+    directory = os.path.join(root, "commitlog")
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        st = os.lstat(os.path.join(directory, name))
+        h.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
+    for name in ("checkpoint", "abort", "mqfs.json"):
+        try:
+            st = os.lstat(os.path.join(root, name))
+        except FileNotFoundError:
+            h.update(f"{name}:-;".encode())
+            continue
+        h.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
 
 
 def _with_renames(plan: RepairPlan, progress: Progress | None) -> RepairPlan:
@@ -174,92 +224,29 @@ def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
 
 
 def apply_repair(plan: RepairPlan) -> list[str]:
-    """Carry out a plan (the store must not be open anywhere). Returns what was done."""
+    """Carry out a plan (the store must not be open anywhere), as a transaction: the journal
+    goes down (durably) before the first change, and a read-write open then rolls it forward
+    exactly as it would after a crash. Refuses, changing nothing, when the store is no
+    longer the one planned for. Returns what was done."""
     from .message_store import MessageStore
 
     root, cfg = plan.root, plan.config
     lock = StoreLock(root)
     lock.acquire()
-    done: list[str] = []
     try:
-        if plan.rewrite_manifest:
-            write_manifest(root, cfg)
-            done.append("wrote mqfs.json again")
-        _rename(plan, done)
-        flavor = flavor_named(cfg.flavor, cfg.record_crc)
-        host = codec.encode_host(*codec.parse_host(cfg.store_host))[0]
-        for d in plan.damages:
-            done.append(_replace(root, cfg, flavor, host, d))
-        if plan.accept_head_from is not None:
-            record_min_offset(root, plan.accept_head_from)
-            done.append(f"the CommitLog now starts at {plan.accept_head_from}")
-        for sub in ("consumequeue", "index"):
-            path = os.path.join(root, sub)
-            if os.path.isdir(path):
-                done.append(f"moved {sub}/ to {quarantine.move_file(root, path, sub)}")
-        for name in ("checkpoint", os.path.join("config", "dispatchState.json")):
-            path = os.path.join(root, name)
-            if os.path.exists(path):
-                quarantine.move_file(root, path, os.path.basename(name))
-        abort = os.path.join(root, "abort")
-        if os.path.exists(abort):
-            quarantine.move_file(root, abort, "abort")
+        if repair_journal.pending(root) or fingerprint(root) != plan.fingerprint:
+            raise StoreError(f"{root} changed since this repair was planned (written to, "
+                             "mounted or repaired meanwhile); nothing was changed: run "
+                             "repair again to see a new plan")
+        repair_journal.save(root, repair_journal.Journal(
+            manifest=bool(plan.rewrite_manifest),
+            renames=[(os.path.basename(a), os.path.basename(b)) for a, b in plan.renames.items()],
+            damages=list(plan.damages), head_from=plan.accept_head_from,
+            queue_ends=dict(plan.queue_ends)))
     finally:
         lock.release()
+    done = [line for line in plan.lines()[len(plan.finished):-1]]
     with MessageStore(root, replace(cfg, read_only=False), create=False) as store:
-        store.keep_queue_ends(plan.queue_ends)
         done.append(f"rebuilt {len(store.consume_queues)} ConsumeQueues and the IndexFiles; "
                     f"the CommitLog ends at {store.commitlog.max_offset}")
     return done
-
-
-def _rename(plan: RepairPlan, done: list[str]) -> None:
-    """Move misnamed files to their rightful names (through temporary names: a swap)."""
-    temps = {}
-    for path, target in plan.renames.items():
-        tmp = path + ".repair"
-        os.rename(path, tmp)
-        temps[tmp] = target
-    for tmp, target in temps.items():
-        os.rename(tmp, target)
-        done.append(f"renamed {os.path.basename(tmp[:-7])} to {os.path.basename(target)}")
-    if temps:
-        fsync_dir(os.path.join(plan.root, "commitlog"))
-
-
-def _replace(root: str, cfg: StoreConfig, flavor, host: bytes, d: Damage) -> str:
-    """Copy a damaged range into quarantine/ and put a filler record (or, to a file's end,
-    a BLANK) in its place; a missing file is created as one filler record and a BLANK."""
-    size = cfg.commitlog_file_size
-    start_of_file = d.start - d.start % size
-    path = os.path.join(root, "commitlog", offset_to_name(start_of_file))
-    missing = not os.path.exists(path)
-    mf = MappedFile(path, size, start_of_file)
-    smallest = 112 if flavor.record_crc else 92
-    try:
-        lo, hi = d.start - start_of_file, d.end - start_of_file
-        buf = mf.buffer()
-        saved = "" if missing else quarantine.save_bytes(
-            root, f"commitlog-{offset_to_name(d.start)}-damaged", buf[lo:hi])
-        if d.to_file_end and hi < size:  # the newest file: only zeros follow the range
-            hi = max(hi, lo + smallest)
-        if hi >= size - 8 and d.to_file_end:
-            if size - 8 - lo >= smallest:  # a filler record, then the BLANK that ends the file
-                buf[lo:size - 8] = codec.filler_record(size - 8 - lo, d.start, d.store_ts,
-                                                       host, flavor)
-                buf[size - 8:size] = struct.pack(">ii", 8, layout.MAGIC_BLANK)
-            else:
-                buf[lo:size] = struct.pack(">ii", size - lo, layout.MAGIC_BLANK) + bytes(size - lo - 8)
-        elif hi - lo >= smallest:
-            buf[lo:hi] = codec.filler_record(hi - lo, d.start, d.store_ts, host, flavor)
-        else:
-            raise StoreError(f"the damaged range at {d.start} is {hi - lo} bytes, too small "
-                             "for a filler record; nothing more was changed")
-        mf.set_positions(size)
-        mf.flush()
-    finally:
-        mf.close()
-    if missing:
-        fsync_dir(os.path.dirname(path))
-        return f"created the missing file {os.path.basename(path)} as one filler record"
-    return f"replaced {d.end - d.start} damaged bytes at {d.start} (copy in {saved})"

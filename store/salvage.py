@@ -53,8 +53,17 @@ def next_record(mf: MappedFile, lo: int, hi: int, flavor: Flavor) -> int | None:
     """Position in the file of the first record that checks out starting in [lo, hi). A
     magic code has no zero byte, so only the data regions are searched
     (`MappedFile.data_regions`): an empty preallocated tail is not read."""
-    buf, base = mf.buffer(), mf.file_from_offset
-    for a, b in mf.data_regions(lo + MAGIC_POS, hi + MAGIC_POS):
+    return next_record_in(mf.buffer(), mf.file_from_offset, lo, hi, flavor,
+                          mf.data_regions(lo + MAGIC_POS, hi + MAGIC_POS))
+
+
+def next_record_in(buf, base: int, lo: int, hi: int, flavor: Flavor,
+                   regions: list[tuple[int, int]] | None = None) -> int | None:
+    """`next_record` over any buffer holding one CommitLog file from offset `base` (a reader's
+    read-only map): the first position in [lo, hi) where a record decodes, its checksums
+    hold and its PHYSICALOFFSET names that very position. `regions` (positions of MAGICCODE
+    bytes to search) default to the whole range."""
+    for a, b in regions if regions is not None else [(lo + MAGIC_POS, hi + MAGIC_POS)]:
         best = None
         for magic in MAGIC_BYTES:
             pos = buf.find(magic, a, b)

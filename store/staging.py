@@ -2,17 +2,24 @@
 and large `append` bodies), kept in `<store>/staging/` so they live on the store's disk
 rather than in a process's memory.
 
-Nothing here is part of the store's data: each file is unlinked as soon as it is created
-(a crashed writer leaves no name behind) and `Staging(root)` empties the directory of
-anything an earlier process left (a crash between create and unlink).
+Nothing here is part of the store's data: each file is anonymous (O_TMPFILE, or unlinked as
+soon as it is created where the filesystem lacks O_TMPFILE), so a crashed writer leaves no
+name behind, and `Staging(root)` empties the directory of anything an earlier process left.
+The directory is held open by descriptor and every name in it is reached through that
+descriptor: a `staging` that is (or becomes) a link is refused, so nothing outside the store
+is ever created or deleted here.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import secrets
+
+from . import safefs
 
 STAGING_DIR = "staging"
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Staging:
@@ -20,15 +27,22 @@ class Staging:
 
     def __init__(self, root: str) -> None:
         self.dir = os.path.join(root, STAGING_DIR)
-        os.makedirs(self.dir, exist_ok=True)
-        for name in os.listdir(self.dir):  # leftovers of a process that died mid-create
-            os.unlink(os.path.join(self.dir, name))
+        safefs.makedirs(self.dir)
+        self.dir_fd = safefs.open_dir(self.dir)  # held for the life of the process's mount
+        for name in os.listdir(self.dir_fd):  # leftovers of a process that died mid-create
+            os.unlink(name, dir_fd=self.dir_fd)  # a link is removed, never followed
 
     def create(self) -> StagedFile:
-        fd, path = tempfile.mkstemp(dir=self.dir, prefix="body-")
-        os.unlink(path)
+        try:
+            return StagedFile(os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC,
+                                      safefs.FILE_MODE, dir_fd=self.dir_fd))
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+        name = f"body-{secrets.token_hex(8)}"
+        fd = os.open(name, _CREATE, safefs.FILE_MODE, dir_fd=self.dir_fd)
+        os.unlink(name, dir_fd=self.dir_fd)
         return StagedFile(fd)
-
 
 class StagedFile:
     """An anonymous file: positional reads and writes, truncate, close."""

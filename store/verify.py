@@ -15,7 +15,9 @@ import numpy as np
 from . import codec, dispatch_state, layout, salvage
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
+from .config import StoreConfig
 from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from .dispatcher import TagsCodes, has_queue_dir, parse_delay_levels
 from .errors import StoreFormatError
 from .flavor import flavor_named
 from .index_file import ENTRY_SIZE, HEADER_SIZE, IndexFile
@@ -69,7 +71,7 @@ class _RecordInfo:
     in_queue: bool
 
 
-def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progress | None,
+def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, progress: Progress | None,
                     torn_from: int | None) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
     """Every record that checks out, every damaged range (one problem each, however many
     messages it hides), and where the filler records repair left stand."""
@@ -78,7 +80,7 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
     fillers: set[int] = set()
     flushed = Checkpoint.load(os.path.join(cl.queue.directory, os.pardir, "checkpoint")
                               ).commitlog_flushed_offset
-    for item in salvage.walk_runs(cl.queue.files, flavor, cl.file_size, progress, flushed):
+    for item in salvage.walk_runs(cl.queue.files, tags_codes.flavor, cl.file_size, progress, flushed):
         if isinstance(item, Damage):
             damages.append(item)
             if torn_from is not None and item.start >= torn_from and item.to_file_end:
@@ -87,28 +89,32 @@ def _scan_commitlog(cl: CommitLog, flavor, report: VerifyReport, progress: Progr
             else:
                 report.problem(str(item))
             continue
-        _add_run(item, flavor, records, fillers)
+        _add_run(item, tags_codes, records, fillers)
     return records, damages, fillers
 
 
-def _add_run(run: salvage.Run, flavor, records: dict[int, _RecordInfo], fillers: set[int]) -> None:
+def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _RecordInfo], fillers: set[int]) -> None:
     """The records of a run as _RecordInfo, fillers apart, read as columns: topics, tags and
     keys in bulk (`codec.dispatch_properties`), not by decoding each record."""
     r = run.records
     names, which = layout.topic_names(run.u8, r.topic_pos, r.topic_len)
     filler_names = [i for i, t in enumerate(names) if codec.is_filler(t, layout.TRANSACTION_ROLLBACK)]
     filler = ~layout.indexed(r.sys_flag) & np.isin(which, filler_names)
-    tags, keys = codec.dispatch_properties(*layout.joined(run.u8, r.props_pos, r.props_len))
-    codes = {t: flavor.tags_code(t) for t in set(tags)}
+    props = layout.joined(run.u8, r.props_pos, r.props_len)
+    tags, keys = codec.dispatch_properties(*props)
+    delayed = codec.SCHEDULE_TOPIC in names  # units as the dispatcher writes them
+    topics = list(map(names.__getitem__, which.tolist())) if delayed else []
+    delays = codec.property_values(*props, codec.PROPERTY_DELAY) if delayed else None
+    codes = tags_codes.column(topics, tags, delays, r.store_ts).tolist()
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
-               r.queue_offset.tolist(), r.total.tolist(), tags, keys.lists(len(tags)),
+               r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),
                layout.in_queue(r.sys_flag).tolist())
     for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue in rows:
         if is_filler:
             fillers.add(commitlog_offset)
         else:
             records[commitlog_offset] = _RecordInfo(names[topic], queue_id, queue_offset, size,
-                                                    codes[tag], ks, in_queue)
+                                                    tag, ks, in_queue)
 
 
 def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
@@ -175,8 +181,13 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             if lost:
                 report.lines.append(f"note: ConsumeQueue {topic}/{qname} has {lost} entries for "
                                     "messages lost to damage an earlier repair replaced")
-    for key in expected.keys() - seen:
-        report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
+    for key in sorted(expected.keys() - seen):
+        if has_queue_dir(key[0]):
+            report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
+        else:
+            report.lines.append(f"note: {len(expected[key])} records of queue {key[1]} of a topic of "
+                                f"{len(key[0])} characters ({key[0][:40]}...) have no ConsumeQueue (no "
+                                "directory name holds the topic): they are served by key and msgId only")
     return checked
 
 
@@ -260,15 +271,17 @@ class _Bar:
             self.progress(self.done, self.total)
 
 
-def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
+def verify_store(root: str, progress: Progress | None = None, config: StoreConfig | None = None
+                 ) -> VerifyReport:
     """Check everything, changing nothing and creating no file; the store must not be open
-    for writing elsewhere (a shared lock keeps a writer out while it runs)."""
+    for writing elsewhere (a shared lock keeps a writer out while it runs). `config` gives
+    what the files do not record (the broker's message_delay_level)."""
     report = VerifyReport()
     if not is_store(root):
         report.problem(f"{root} holds no store (no mqfs.json and no commitlog/)")
         return report
     try:
-        found = inspect(root)
+        found = inspect(root, config)
     except StoreFormatError as exc:
         report.problem(str(exc))
         return report
@@ -277,6 +290,7 @@ def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
     _check_config(root, report)
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
+    tags_codes = TagsCodes(flavor, parse_delay_levels(cfg.message_delay_level))
     lock = StoreLock(root)
     lock.acquire(shared=True)
     records: dict[int, _RecordInfo] = {}
@@ -293,7 +307,7 @@ def verify_store(root: str, progress: Progress | None = None) -> VerifyReport:
             cl.load()
             _check_names(root, cl, flavor, report)
             bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
-            records, damages, fillers = _scan_commitlog(cl, flavor, report, bar.commitlog,
+            records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
                                                         torn_from)
         finally:
             cl.close()

@@ -1,6 +1,6 @@
 """Run one crash tier for a given time and count the crash states checked and failed.
 
-  python -m tests.crash_campaign --tier t0|t2|t3|t4|t5 --seconds N [--seed S]
+  python -m tests.crash_campaign --tier t0|t2|t3|t4|t5|t6 --seconds N [--seed S]
 
 Cases come from the same functions the pytest tiers use, seeded S, S+1, ...; every failure is
 printed with the label that replays it (seed, crash site). Exit status 1 on any failure."""
@@ -16,6 +16,8 @@ import tempfile
 import time
 
 from tests.crash_corruption import T5_KINDS, t5_case
+from tests.crash_repair import MODES as T6_MODES
+from tests.crash_repair import t6_case
 from tests.crash_tiers import RECOVERY_SITES, T0_KINDS, T4_KINDS, WRITER_SITES, CaseResult, t0_case, t2_case, t4_case
 
 ONCE_PER_RUN = ("abort.create", "abort.delete", "recovery.truncate")
@@ -43,12 +45,14 @@ def run(tier: str, seconds: float, seed: int) -> int:
     with tempfile.TemporaryDirectory(prefix=f"crash-{tier}-") as workdir, \
             contextlib.ExitStack() as stack:
         image = None
-        if tier == "t3":
-            from tests.crash_ext4 import Ext4Image, t3_case, unavailable
-            reason = unavailable()
-            if reason:
-                print(f"cannot run T3: {reason}")
-                return 2
+        from tests.crash_ext4 import Ext4Image, t3_case, unavailable
+        reason = unavailable() if tier in ("t3", "t6") else None
+        if reason and tier == "t3":
+            print(f"cannot run T3: {reason}")
+            return 2
+        if reason:
+            print(f"T6 without power cuts: {reason}")
+        elif tier in ("t3", "t6"):
             image = stack.enter_context(Ext4Image(workdir))
         while time.monotonic() < deadline:
             rng = random.Random(seed)
@@ -59,6 +63,9 @@ def run(tier: str, seconds: float, seed: int) -> int:
                     result = _t2(workdir, seed)
                 elif tier == "t3":
                     result = t3_case(image, workdir, seed)
+                elif tier == "t6":
+                    modes = T6_MODES if image else [m for m in T6_MODES if "power" not in m]
+                    result = t6_case(workdir, seed, modes[seed % len(modes)], image)
                 elif tier == "t4":
                     result = t4_case(workdir, seed, rng.choice(T4_KINDS))
                 else:
@@ -78,7 +85,7 @@ def run(tier: str, seconds: float, seed: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tier", choices=("t0", "t2", "t3", "t4", "t5"), required=True)
+    ap.add_argument("--tier", choices=("t0", "t2", "t3", "t4", "t5", "t6"), required=True)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args(argv)

@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER_SITES = tuple(s for s in SITES if not s.startswith("recovery."))
 RECOVERY_SITES = tuple(s for s in SITES if s.startswith("recovery."))
 # what recovering a crashed or damaged store says: these tests provoke it on purpose
-RECOVERY_LOGS = (r"^recovery: ", r"^no abort file, but ", r"; using .*\.bak$")
+RECOVERY_LOGS = (r"^recovery: ", r"^scrub: ", r"^no abort file, but ", r"; using .*\.bak$")
 
 
 @dataclass

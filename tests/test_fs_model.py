@@ -10,20 +10,20 @@ from datetime import UTC, datetime
 import pytest
 
 from fusefs.errors import FsError
-from fusefs.keynames import key_name, name_key
-from fusefs.model import (
+from fusefs.inodes import (
     GROUPS_INO,
     KEYS_INO,
     MSG_BIT,
-    QUEUE_FIXED,
     ROOT_INO,
     STATUS_INO,
     TOPICS_INO,
-    Model,
     canonical_int,
     message_ino,
     split_ino,
 )
+from fusefs.keynames import key_name, name_key
+from fusefs.listings import QUEUE_FIXED
+from fusefs.model import Model
 from fusefs.spool import SPILL_AT, Budget, Spool
 from fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
 from store import Message, MessageStore, StoreConfig
@@ -183,7 +183,12 @@ def test_message_xattrs(model, store):
     assert x[b"user.commitlog_offset"] == str(msg.commitlog_offset).encode()
     assert x[b"user.store_timestamp"] == str(msg.store_timestamp).encode()
     assert x[b"user.born_timestamp"] == str(msg.born_timestamp).encode()
-    assert json.loads(x[b"user.properties"])["p"] == "1"
+    props = json.loads(x[b"user.properties"])
+    assert props["p"] == "1"
+    # the checksum trailer shows, as RocketMQ's own read shows it: ten digits, as stored
+    raw = open(os.path.join(store.root, "commitlog", "0" * 20), "rb").read()
+    end = msg.commitlog_offset + msg.total_size
+    assert props["__CRC32#"] == raw[end - 11:end - 1].decode() and "__CRC32#" not in msg.properties
     assert len(x) == 16 and all(model.xattr(ino, name) == value for name, value in x.items())
     untagged = model.lookup(walk(model, "topics", "orders", "0"), b"0").ino
     assert errno_of(model.xattr, untagged, b"user.tags") == errno.ENODATA

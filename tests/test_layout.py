@@ -77,11 +77,11 @@ def stores(draw):
     return bytes(buf), limit, draw(st.sampled_from([None, flavor]))
 
 
-def reference(buf: bytes, limit: int, flavor, max_records: int):
-    """Decode record after record as readers always did, until decode refuses; the records,
-    where it stopped and why, in `layout.Walk`'s words."""
+def reference(buf: bytes, limit: int, flavor, max_records: int, pos: int = 0):
+    """Decode record after record from pos as readers always did, until decode refuses; the
+    records, where it stopped and why, in `layout.Walk`'s words."""
     view = memoryview(buf)[:limit]
-    found, pos = [], 0
+    found = []
     while len(found) < max_records:
         if limit - pos < 8:
             return found, pos, "room"
@@ -127,6 +127,48 @@ def test_walker_agrees_with_the_scalar_decoder(store, max_records):
     data, at = w.properties()
     for i, (_, m) in enumerate(found):
         assert data[at[i]:at[i] + r.props_len[i] + 1].tobytes() == m._props_raw + b"\x02"
+
+
+def names_itself(buf: bytes, pos: int, flavor) -> bool:
+    try:
+        return codec.decode(buf, pos, flavor).commitlog_offset == pos
+    except CodecError:
+        return False
+
+
+@st.composite
+def damaged_stores(draw):
+    """A checked store (see `stores`) with up to three more bytes changed anywhere."""
+    buf, limit, flavor = draw(stores())
+    flavor = flavor or draw(st.sampled_from(_FLAVORS))
+    buf = bytearray(buf)
+    for _ in range(draw(st.integers(0, 3)) if buf else 0):
+        buf[draw(st.integers(0, len(buf) - 1))] ^= draw(st.integers(1, 255))
+    return bytes(buf), limit, flavor
+
+
+@settings(max_examples=300, deadline=None)
+@given(store=damaged_stores(), max_records=st.sampled_from([1, 4, 1000]))
+def test_the_spark_scan_walks_and_resyncs_as_the_scalar_decoder(store, max_records):
+    """The Spark scan (`pipeline.scan.checked_runs`) reads with the store's walker and resync:
+    its rows are the records a record-by-record decode finds, its damaged ranges start where
+    decode refuses, and after each it goes on at the first later position holding a record
+    that decodes and names itself (what verify's salvage walk does)."""
+    from pipeline.scan import Checks, checked_runs
+
+    buf, limit, flavor = store
+    rows, damaged, pos = [], [], 0
+    while pos < limit:
+        found, stop, why = reference(buf, limit, flavor, 1 << 30, pos)
+        rows += [p for p, _ in found]
+        if why == "blank" or stop >= limit:
+            break
+        damaged.append(stop)
+        pos = next((p for p in range(stop + 1, limit) if names_itself(buf[:limit], p, flavor)), limit)
+    checks = Checks(flavor, skip=True)
+    runs = list(checked_runs(buf[:limit], 0, 0, limit, checks, max_records, 1 << 40))
+    assert [p for r in runs for p in r.starts.tolist()] == rows
+    assert [o for o, _ in checks.skipped] == damaged
 
 
 @settings(max_examples=200, deadline=None)

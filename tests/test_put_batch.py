@@ -43,7 +43,8 @@ message = st.builds(
         topic, body, queue_id=q, keys=keys, tags=tags, sys_flag=flag, born_host=host,
         properties={**({"UNIQ_KEY": uniq} if uniq else {}), **extra}, **fields),
     # a v2 record (topic over 127 characters) and an IPv6 host take the per-record encoder
-    st.sampled_from(["TopicA", "TopicB", "C", "TopicA", "%RETRY%" + "g" * 130]),
+    # and the delay topic's units hold delivery times (DELAY among the extra properties)
+    st.sampled_from(["TopicA", "TopicB", "C", "TopicA", "%RETRY%" + "g" * 130, "SCHEDULE_TOPIC_XXXX"]),
     st.integers(0, 2),
     st.binary(max_size=3000),
     st.lists(st.sampled_from(["k1", "k2", "k3", "k4", "ключ", "鍵"]), max_size=3),
@@ -51,7 +52,8 @@ message = st.builds(
     st.sampled_from([0, 0, 0, TRANSACTION_PREPARED, TRANSACTION_ROLLBACK]),
     st.sampled_from([None, "u1", "u2"]),
     st.sampled_from([("127.0.0.1", 1)] * 5 + [("::1", 2)]),
-    st.dictionaries(text, text, max_size=2),
+    st.dictionaries(st.sampled_from(["DELAY"]) | text, st.sampled_from(["1", "3", "99", "0", "x"]) | text,
+                    max_size=2),
     st.fixed_dictionaries({"born_timestamp": st.integers(1, 1 << 62)}, optional={
         "flag": st.integers(-(1 << 31), (1 << 31) - 1), "reconsume_times": st.integers(0, 16),
         "prepared_transaction_offset": st.integers(0, 1 << 40)}))

@@ -266,17 +266,19 @@ def _index_contents(root: str) -> list[bytes]:
 
 _tricky_keys = st.lists(st.sampled_from(["k1", "k2", "ключ", "鍵", "😀x", "a#b", "k1"]), max_size=3)
 _tricky_message = st.builds(
-    lambda topic, keys, raw_keys, uniq, flag, tags: Message.create(
+    lambda topic, keys, raw_keys, uniq, flag, tags, delay: Message.create(
         topic, b"body", keys=keys, tags=tags, sys_flag=flag,
         properties={**({"UNIQ_KEY": uniq} if uniq else {}),
-                    **({"KEYS": raw_keys} if raw_keys and not keys else {})}),
-    st.sampled_from(["TopicA", "TopicA", "B", "%RETRY%" + "g" * 130]),
+                    **({"KEYS": raw_keys} if raw_keys and not keys else {}),
+                    **({"DELAY": delay} if delay else {})}),
+    st.sampled_from(["TopicA", "TopicA", "B", "%RETRY%" + "g" * 130, "SCHEDULE_TOPIC_XXXX"]),
     _tricky_keys,
     st.sampled_from([None, " k1  k2 ", "  ", "鍵 😀"]),  # KEYS text with stray spaces
     st.sampled_from([None, "u1", "k1", "ユニーク"]),
     st.sampled_from([0, 0, layout.TRANSACTION_PREPARED, layout.TRANSACTION_ROLLBACK,
                      layout.TRANSACTION_COMMIT]),
-    st.sampled_from([None, "red", "grün"]))
+    st.sampled_from([None, "red", "grün"]),
+    st.sampled_from([None, "2", "18", "19", "0", "-1", "x"]))  # units hold delivery times
 
 
 @settings(max_examples=30, deadline=None,

@@ -64,6 +64,7 @@ class Finding:
     count: int = 0
     unreadable: int = 0  # units/entries pointing at damaged records (reported by the CommitLog task)
     present: list[tuple[int, int]] = field(default_factory=list)  # runs [a, b) of queue offsets
+    last_offset: int = -1  # the largest CommitLog offset an IndexFile entry points at
 
     def bad(self, text: str) -> None:
         self.count += 1
@@ -184,13 +185,14 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     return f
 
 
-def check_index(layout: StoreLayout, path: str) -> Finding:
+def check_index(layout: StoreLayout, path: str, live: bool = False) -> Finding:
     f = Finding(f"index {path.rsplit('/', 1)[-1]}")
     flavor = layout.checked_flavor
     view = read_index_file(path, layout.index_slots)
     e = view.entries
     n = len(e)
     f.checked = n
+    f.last_offset = int(e["phy"].max()) if n else -1
     hashes, commitlog_offset = e["hash"].astype(np.int64), e["phy"].astype(np.int64)
     diffs, prev = e["diff"].astype(np.int64), e["prev"].astype(np.int64)
     idx = np.arange(1, n + 1)
@@ -202,7 +204,8 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
         f.bad(f"entry {k + 1} links to entry {prev[k]} of another slot")
     newest = np.zeros(layout.index_slots, np.int64)
     newest[slot] = idx  # later entries overwrite earlier ones: the newest per slot remains
-    for s in np.flatnonzero(newest != view.slots):
+    # a live writer's slots may already head entries its header does not count yet
+    for s in np.flatnonzero((newest != view.slots) & ~(live & (view.slots > n))):
         f.bad(f"slot {s} heads entry {view.slots[s]}, its newest entry is {newest[s]}")
     rows = Records(layout.root, layout.checked_flavor).rows(commitlog_offset, None, f)
     begin = int(view.header["begin_ts"])
@@ -222,8 +225,16 @@ def check_index(layout: StoreLayout, path: str) -> Finding:
     return f
 
 
+def is_live(layout: StoreLayout) -> bool:
+    """Whether the store is open now (a mount or a broker holds it) or was not closed cleanly:
+    its `abort` file exists. ConsumeQueues and IndexFiles may then lag the CommitLog (the
+    writer dispatches after appending, and writes an IndexFile header at flush only)."""
+    return os.path.exists(os.path.join(layout.root, "abort"))
+
+
 def run(spark: SparkSession, store: str) -> dict:
     layout = store_layout(store)
+    live = is_live(layout)
     ranges = plan_partitions(layout, None, fail_on_data_loss=False)
     tasks: list[tuple[str, object, int]] = ([("cq", t, q) for t, q in queues(layout.root)]
                                             + [("index", p, 0) for p in index_files(layout.root)]
@@ -234,21 +245,23 @@ def run(spark: SparkSession, store: str) -> dict:
         if isinstance(what, RangePartition):
             return check_commitlog(layout, what)
         assert isinstance(what, str)
-        return check_queue(layout, what, q) if kind == "cq" else check_index(layout, what)
+        return check_queue(layout, what, q) if kind == "cq" else check_index(layout, what, live)
 
     findings = (spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(check).collect()
                 if tasks else [])
     findings.append(_commitlog_gaps(layout))
-    totals = _totals(spark, layout, findings)
+    totals = _totals(spark, layout, findings, live)
     findings.append(totals)
     problems = [p for f in findings for p in f.problems]
     return {"cq_units": sum(f.checked for f in findings if f.what.startswith("consumequeue")),
             "index_entries": sum(f.checked for f in findings if f.what.startswith("index")),
-            "problems": sum(f.count for f in findings), "shown": problems}
+            "problems": sum(f.count for f in findings), "shown": problems, "live": live}
 
 
-def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -> Finding:
-    """Each queue has one unit per queued record; the IndexFiles one entry per indexed key."""
+def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], live: bool) -> Finding:
+    """Each queue has one unit per queued record; the IndexFiles one entry per indexed key.
+    Of a live store, only the records its derived files have reached are counted: per queue
+    those before its last unit, for the IndexFiles those up to the last entry they count."""
     f = Finding("totals")
     df = spark.read.format("mqfs").option("damagedRecords", "skip").load(layout.root)
     # in_queue and .indexed, as Spark column expressions
@@ -261,14 +274,22 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding]) -
     units = {name: f_.checked - f_.unreadable for name, f_ in queue_findings.items()}
     for (t, q), (n, top) in sorted(per_queue.items()):
         have = units.get(f"{t}/{q}", 0)
+        found = queue_findings.get(f"{t}/{q}")
+        if live and have != n:  # records past the queue's last unit are not dispatched yet
+            reached = max((b for _, b in found.present), default=0) if found else 0
+            n -= df.filter(ttype.isin(*IN_QUEUE_TYPES)).where(
+                (F.col("topic") == t) & (F.col("queue_id") == q) & (F.col("queue_offset") >= reached)).count()
         if have != n:
-            found = queue_findings.get(f"{t}/{q}")
             f.bad(f"queue {t}/{q} has {have} units for {n} records (last queue offset {top})"
                   + _without_units(df, t, q, found.present if found else []))
     for name in sorted(set(units) - {f"{t}/{q}" for t, q in per_queue}):
         if units[name]:
             f.bad(f"queue {name} has {units[name]} units and no records")
-    expected = df.filter(ttype != TRANSACTION_ROLLBACK).select(
+    indexed = df.filter(ttype != TRANSACTION_ROLLBACK)
+    if live:  # records after the last entry the IndexFiles count are not indexed yet
+        indexed = indexed.where(F.col("commitlog_offset") <= max(
+            (f_.last_offset for f_ in findings if f_.what.startswith("index")), default=-1))
+    expected = indexed.select(
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).collect()[0][0] or 0
     have = sum(f_.checked - f_.unreadable for f_ in findings if f_.what.startswith("index"))

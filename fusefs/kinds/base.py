@@ -1,0 +1,88 @@
+"""What every kind of named node answers: lookup in it, its attributes, its listing, its path
+(for logs) and its xattrs. One class per kind; `fusefs.kinds` registers them."""
+
+from __future__ import annotations
+
+import errno
+import stat
+from typing import TYPE_CHECKING
+
+from ..errors import FsError
+from ..inodes import Attr, Node, canonical_int, text_name
+from ..listings import Listing, SnapshotListing
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+
+class Kind:
+    """A kind of named node. The defaults are a read-only directory that lists nothing."""
+
+    kind: int  # the Node.kind this class answers for
+    is_dir = True
+    writable = False  # a directory that takes mkdir, create or rename into (0777, not 0555)
+    moving = False  # its mtime is the newest message's: the kernel is told when it moves
+    searches = False  # a lookup in it searches the store's indexes (a worker thread's job)
+    slow_listing = False  # its listing queries the store at opendir (a worker thread's job)
+
+    def __init__(self, fs: Model) -> None:
+        self.fs = fs
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        """The attributes of `name` in this directory (a name of at most NAME_MAX bytes,
+        not "." or "..")."""
+        raise FsError(errno.ENOENT)
+
+    def lookup_slow(self, node: Node, name: bytes) -> bool:
+        """Whether `lookup(node, name)` may wait for the disk."""
+        return self.searches
+
+    def attr(self, node: Node) -> Attr:
+        return Attr(node.ino, self.dir_mode(), 0, self.fs.started_ns, 2)
+
+    def dir_mode(self) -> int:
+        """Modes follow the umask option (writable 0777, the rest 0555, less the umask)."""
+        return stat.S_IFDIR | ((0o777 if self.writable else 0o555) & ~self.fs.umask)
+
+    def file_mode(self, perm: int) -> int:
+        return stat.S_IFREG | (perm & ~self.fs.umask)
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        """(name, inode) of a small directory, taken once per opendir. None by default:
+        keys/, at/ and tags/ are looked up by name (hashes and times), never enumerated."""
+        return []
+
+    def listing(self, node: Node) -> Listing:
+        return SnapshotListing(self.fs, node, self.children(node), self.slow_listing)
+
+    def path(self, node: Node) -> str:
+        raise NotImplementedError
+
+    def xattrs(self, node: Node) -> dict[bytes, bytes]:
+        return {}
+
+    def mkdir(self, node: Node, name: bytes) -> Attr:
+        raise FsError(errno.EPERM, "directories are created only in /topics and /topics/<t>")
+
+    def has_queue(self, topic: str, queue: int) -> bool:
+        return queue in self.fs.store.queue_ids(topic)
+
+    def existing_topic(self, name: bytes) -> str:
+        """The topic a name spells; ENOENT when the store has no such topic."""
+        topic = text_name(name)
+        if topic not in self.fs.store.topics():
+            raise FsError(errno.ENOENT)
+        return topic
+
+    def existing_queue(self, topic: str, name: bytes) -> int:
+        """The queue of topic a name spells; ENOENT when the topic has no such queue."""
+        q = canonical_int(name)
+        if q is None or not self.has_queue(topic, q):
+            raise FsError(errno.ENOENT)
+        return q
+
+
+class File(Kind):
+    """A named file (not a directory)."""
+
+    is_dir = False

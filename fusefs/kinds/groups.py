@@ -1,0 +1,122 @@
+"""/groups: consumer groups' committed offsets, one text file per group, topic and queue."""
+
+from __future__ import annotations
+
+import errno
+import time
+
+from store.errors import InvalidMessage
+from store.metadata import validate_group
+
+from ..errors import FsError
+from ..inodes import (
+    GROUP,
+    GROUP_QUEUE,
+    GROUP_TOPIC,
+    GROUPS,
+    GROUPS_INO,
+    LONG,
+    Attr,
+    Node,
+    text_name,
+)
+from .base import File, Kind
+
+
+def group_path(node: Node) -> str:
+    parts = [node.group, node.topic, "" if node.queue < 0 else str(node.queue)]
+    return "/groups/" + "/".join(p for p in parts if p)
+
+
+class Groups(Kind):
+    """/groups: every valid group name exists; the listing shows groups that committed."""
+
+    kind = GROUPS
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        group = text_name(name)
+        try:
+            validate_group(group)
+        except InvalidMessage:
+            raise FsError(errno.ENOENT) from None
+        return self.fs.node_attr(self._group(group))
+
+    def _group(self, group: str) -> Node:
+        return self.fs.nodes.intern(("g", group), GROUP, GROUPS_INO, group=group)
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return [(g.encode(), self._group(g).ino) for g in sorted(self.fs.store.groups())]
+
+    def path(self, node: Node) -> str:
+        return "/groups"
+
+
+class Group(Kind):
+    """/groups/<g>: a directory per topic."""
+
+    kind = GROUP
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        return self.fs.node_attr(self._topic(node, self.existing_topic(name)))
+
+    def _topic(self, node: Node, topic: str) -> Node:
+        return self.fs.nodes.intern(("gt", node.group, topic), GROUP_TOPIC, node.ino,
+                                    group=node.group, topic=topic)
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return [(t.encode(), self._topic(node, t).ino) for t in sorted(self.fs.store.topics())]
+
+    def path(self, node: Node) -> str:
+        return group_path(node)
+
+
+class GroupTopic(Kind):
+    """/groups/<g>/<t>: an offset file per queue of the topic."""
+
+    kind = GROUP_TOPIC
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        return self.fs.node_attr(self._queue(node, self.existing_queue(node.topic, name)))
+
+    def _queue(self, node: Node, q: int) -> Node:
+        return self.fs.nodes.intern(("gq", node.group, node.topic, q), GROUP_QUEUE, node.ino,
+                                    group=node.group, topic=node.topic, queue=q)
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return [(b"%d" % q, self._queue(node, q).ino) for q in self.fs.store.queue_ids(node.topic)]
+
+    def path(self, node: Node) -> str:
+        return group_path(node)
+
+
+class GroupQueue(File):
+    """/groups/<g>/<t>/<q>: the group's next offset as text; writing a number commits it.
+    Its text also moves with retention, so its attributes are never cached."""
+
+    kind = GROUP_QUEUE
+
+    def attr(self, node: Node) -> Attr:
+        text = self.offset_text(node)
+        when = self.fs.commit_ns.get((node.group, node.topic, node.queue), self.fs.started_ns)
+        return Attr(node.ino, self.file_mode(0o666), len(text), when, 1, LONG, 0.0)
+
+    def path(self, node: Node) -> str:
+        return group_path(node)
+
+    def offset_text(self, node: Node) -> bytes:
+        """The committed offset, or where a new consumer starts (the queue's min offset)."""
+        store = self.fs.store
+        value = store.committed_offset(node.group, node.topic, node.queue)
+        if value is None:
+            value = store.min_offset(node.topic, node.queue)
+        return b"%d\n" % value
+
+    def check_offset(self, node: Node, offset: int) -> None:
+        hi = self.fs.store.max_offset(node.topic, node.queue)
+        if offset > hi:
+            raise FsError(errno.EINVAL, f"offset {offset} is past the end of "
+                                        f"{node.topic}/{node.queue} (max {hi})")
+
+    def commit(self, node: Node, offset: int) -> None:
+        self.fs.store.commit_offset(node.group, node.topic, node.queue, offset)
+        self.fs.commit_ns[(node.group, node.topic, node.queue)] = time.time_ns()

@@ -1,0 +1,123 @@
+"""A queue directory, its files (append, append.jsonl, follow) and its tmp/."""
+
+from __future__ import annotations
+
+import errno
+
+from ..errors import FsError
+from ..inodes import (
+    APPEND,
+    AT,
+    BLKSIZE,
+    FOLLOW,
+    JSONL,
+    OFFSET_MASK,
+    QUEUE,
+    TAGS,
+    TMP,
+    Attr,
+    Node,
+    canonical_int,
+)
+from ..listings import Listing, QueueListing
+from .base import File, Kind
+from .root import MovingDir
+
+SINK_BLKSIZE = 1 << 20  # append files: cat and cp write 1 MiB per request (the most FUSE
+                        # takes in one), so append.jsonl gets ~900 lines of 1 KiB per put
+
+# a queue's named children: name -> (kind, ident tag in the node table); `follow` is never
+# listed, so globs, `grep -r` and `find | xargs cat` do not block on it
+CHILDREN = {b"append": (APPEND, "a"), b"append.jsonl": (JSONL, "j"), b"follow": (FOLLOW, "f"),
+            b"tmp": (TMP, "tmp"), b"at": (AT, "at"), b"tags": (TAGS, "tags")}
+LISTED = (b"append", b"append.jsonl", b"tmp", b"at", b"tags")
+
+
+class InQueue:
+    """A queue directory or one of its children: the path is the queue's plus a tail."""
+
+    tail = ""
+
+    def path(self, node: Node) -> str:
+        return f"/topics/{node.topic}/{node.queue}{self.tail}"
+
+
+class Queue(InQueue, MovingDir):
+    """/topics/<t>/<q>: its files, and the messages named by offset."""
+
+    kind = QUEUE
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        child = CHILDREN.get(name)
+        if child is not None:
+            return self.fs.node_attr(self.fs.nodes.child(node, *child))
+        offset = canonical_int(name)
+        if offset is None:
+            raise FsError(errno.ENOENT)
+        return self.fs.messages.attr(node, offset)
+
+    def lookup_slow(self, node: Node, name: bytes) -> bool:
+        """A message with a large body (see `Messages.cached_if_small`)."""
+        offset = canonical_int(name)
+        if offset is None or offset > OFFSET_MASK:
+            return False
+        return not self.fs.messages.cached_if_small(node, offset)
+
+    def listing(self, node: Node) -> Listing:
+        nodes = self.fs.nodes
+        return QueueListing(self.fs, node,
+                            [(name, nodes.child(node, *CHILDREN[name]).ino) for name in LISTED])
+
+    def xattrs(self, node: Node) -> dict[bytes, bytes]:
+        lo = self.fs.store.min_offset(node.topic, node.queue)
+        hi = self.fs.store.max_offset(node.topic, node.queue)
+        return {b"user.min_offset": b"%d" % lo, b"user.max_offset": b"%d" % hi}
+
+
+class QueueFile(InQueue, File):
+    """A file of a queue, always empty to stat, whose mtime is the queue's."""
+
+    moving = True
+    perm = 0o444
+    blksize = BLKSIZE
+
+    def attr(self, node: Node) -> Attr:
+        return Attr(node.ino, self.file_mode(self.perm), 0,
+                    self.fs.times.queue_mtime(node.topic, node.queue), blksize=self.blksize)
+
+
+class Append(QueueFile):
+    """append: bytes written become a message."""
+
+    kind = APPEND
+    tail = "/append"
+    perm = 0o666
+    blksize = SINK_BLKSIZE
+
+
+class Jsonl(Append):
+    """append.jsonl: as append, one message per JSON line."""
+
+    kind = JSONL
+    tail = "/append.jsonl"
+
+
+class Follow(QueueFile):
+    """follow: streams the bodies of messages stored after the open."""
+
+    kind = FOLLOW
+    tail = "/follow"
+
+
+class Tmp(InQueue, Kind):
+    """tmp/: files being staged (see `fusefs.staged`)."""
+
+    kind = TMP
+    writable = True
+    tail = "/tmp"
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        return self.fs.tmp.lookup(node.ino, name)
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return self.fs.tmp.names(node.ino)

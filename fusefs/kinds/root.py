@@ -1,0 +1,147 @@
+"""The mount root, /status.json, /topics and /topics/<t>."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+
+from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
+from store.errors import InvalidMessage
+
+from ..errors import FsError
+from ..inodes import (
+    GROUPS_INO,
+    KEYS_INO,
+    LONG,
+    NAME_MAX,
+    ROOT,
+    STATUS,
+    STATUS_INO,
+    TOPIC,
+    TOPICS,
+    TOPICS_INO,
+    Attr,
+    Node,
+    canonical_int,
+    text_name,
+)
+from .base import File, Kind
+
+log = logging.getLogger(__name__)
+
+STATUS_NAME = b"status.json"
+ROOT_ENTRIES = [(b"topics", TOPICS_INO), (b"keys", KEYS_INO), (b"groups", GROUPS_INO),
+                (STATUS_NAME, STATUS_INO)]
+
+
+class Root(Kind):
+    kind = ROOT
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        ino = dict(ROOT_ENTRIES).get(name)
+        if ino is None:
+            raise FsError(errno.ENOENT)
+        return self.fs.getattr(ino)
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return list(ROOT_ENTRIES)
+
+    def path(self, node: Node) -> str:
+        return "/"
+
+    def xattrs(self, node: Node) -> dict[bytes, bytes]:
+        store = self.fs.store
+        return {b"user.mqfs.pid": b"%d" % os.getpid(),
+                b"user.mqfs.store": store.root.encode(),
+                b"user.mqfs.flush_mode": store.config.flush_mode.encode()}
+
+
+class Status(File):
+    """/status.json: its text is made at open, so its attributes are never cached."""
+
+    kind = STATUS
+
+    def attr(self, node: Node) -> Attr:
+        return Attr(node.ino, self.file_mode(0o444), 0, time.time_ns(), 1, LONG, 0.0)
+
+    def path(self, node: Node) -> str:
+        return "/status.json"
+
+
+class MovingDir(Kind):
+    """A directory whose mtime is its newest message's (/topics, a topic, a queue): cached
+    by the kernel until a put moves it (a queue directory's attributes are asked for at
+    every name resolved in it: three times per entry of an `ls -l`)."""
+
+    writable = True
+    moving = True
+
+    def attr(self, node: Node) -> Attr:
+        return Attr(node.ino, self.dir_mode(), 0, self.fs.times.dir_mtime(node), 2)
+
+
+class Topics(MovingDir):
+    kind = TOPICS
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        return self.fs.node_attr(self.fs.nodes.topic(self.existing_topic(name)))
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return [(t.encode(), self.fs.nodes.topic(t).ino) for t in sorted(self.fs.store.topics())]
+
+    def path(self, node: Node) -> str:
+        return "/topics"
+
+    def mkdir(self, node: Node, name: bytes) -> Attr:
+        """mkdir in /topics creates a topic: an empty directory, queues come with mkdir N."""
+        topic = text_name(name)
+        limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
+        if len(topic) > limit:
+            raise FsError(errno.ENAMETOOLONG, f"topic names are at most {limit} characters")
+        try:
+            validate_topic(topic)
+        except InvalidMessage as exc:
+            raise FsError(errno.EINVAL, str(exc)) from None
+        if topic in self.fs.store.topics():
+            raise FsError(errno.EEXIST)
+        self.fs.store.create_topic(topic, 0)
+        return self.fs.node_attr(self.fs.nodes.topic(topic))
+
+
+class Topic(MovingDir):
+    kind = TOPIC
+
+    def lookup(self, node: Node, name: bytes) -> Attr:
+        q = self.existing_queue(node.topic, name)
+        return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))
+
+    def children(self, node: Node) -> list[tuple[bytes, int]]:
+        return [(b"%d" % q, self.fs.nodes.queue(node.topic, q).ino)
+                for q in self.fs.store.queue_ids(node.topic)]
+
+    def path(self, node: Node) -> str:
+        return f"/topics/{node.topic}"
+
+    def xattrs(self, node: Node) -> dict[bytes, bytes]:
+        return {b"user.queues": b"%d" % len(self.fs.store.queue_ids(node.topic))}
+
+    def mkdir(self, node: Node, name: bytes) -> Attr:
+        """mkdir N in /topics/<t> creates queue N (a new topic has none, so `mkdir T/{0..3}`
+        makes four). Queues are numbered from 0 without gaps (RocketMQ's queue count): N past
+        the next one makes those between too, and the log says so."""
+        if len(name) > NAME_MAX:
+            raise FsError(errno.ENAMETOOLONG)
+        q = canonical_int(name)
+        if q is None:
+            raise FsError(errno.EINVAL, "queue directories are named by their number")
+        if self.has_queue(node.topic, q):
+            raise FsError(errno.EEXIST)
+        ids = self.fs.store.queue_ids(node.topic)
+        after = ids[-1] + 1 if ids else 0
+        self.fs.store.add_queue(node.topic, q)
+        if q > after:
+            log.info("mkdir /topics/%s/%d: made queues %d..%d (a topic's queues are numbered "
+                     "from 0 without gaps)", node.topic, q, after, q)
+        return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))

@@ -1,0 +1,136 @@
+"""Directory listings: what one opendir sees, served in batches that resume at a cookie."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from .errors import FsError
+from .inodes import MSG_BIT, OFFSET_BITS, OFFSET_MASK, TAG_VIEW, Attr, Node
+
+if TYPE_CHECKING:
+    from .model import Model
+
+QUEUE_FIXED = 7  # ".", "..", append, append.jsonl, tmp, at, tags precede the offsets;
+# `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
+TAG_FIXED = 2  # ".", ".." precede the offsets in tags/<tag>/
+TAG_SCAN = 1 << 16  # ConsumeQueue units compared per step of a tags/<tag>/ search
+READDIR_BATCH = 128
+
+Entry = tuple[bytes, Attr, int]  # name, attributes, cookie of the next entry
+
+
+class Listing:
+    """What one opendir sees; `entries(cookie)` resumes after the entry with that cookie.
+
+    A `slow` listing reads records for its entries: the adapter takes them in batches from a
+    worker thread (`batch`) and says how many the kernel's buffer took (`taken`), so entries
+    read ahead are served at the next readdir instead of read again."""
+
+    slow = False
+
+    def __init__(self) -> None:
+        self._ahead: Iterator[Entry] = iter(())
+        self._back: list[Entry] = []
+        self._next = -1  # the cookie `_back` and `_ahead` continue from
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        raise NotImplementedError
+
+    def batch(self, start: int, n: int) -> list[Entry]:
+        if start != self._next:
+            self._ahead, self._back = self.entries(start), []
+        self._next = start
+        out = self._back[:n]
+        out += islice(self._ahead, n - len(out))
+        self._back = []
+        return out
+
+    def taken(self, batch: list[Entry], count: int) -> None:
+        if count:
+            self._next = batch[count - 1][2]
+        self._back = batch[count:]
+
+
+class SnapshotListing(Listing):
+    """A small directory, listed from the names taken at opendir (cookie = index + 1).
+    `slow`: each entry is a link whose message's record is read."""
+
+    def __init__(self, model: Model, node: Node, children: list[tuple[bytes, int]],
+                 slow: bool = False):
+        super().__init__()
+        self.slow = slow
+        self.model = model
+        self.names = [(b".", node.ino), (b"..", node.parent), *children]
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        for i in range(start, len(self.names)):
+            name, ino = self.names[i]
+            try:
+                attr = self.model.getattr(ino)
+            except FsError:
+                continue  # gone since opendir (e.g. an expired message behind a key link)
+            yield name, attr, i + 1
+
+
+class QueueListing(Listing):
+    """A queue directory, streamed from the store: cookie = offset + QUEUE_FIXED + 1, so
+    a listing resumes at the right message while the queue grows; never built whole."""
+
+    def __init__(self, model: Model, node: Node, fixed: list[tuple[bytes, int]]):
+        super().__init__()
+        self.model = model
+        self.node = node
+        self.fixed = [(b".", node.ino), (b"..", node.parent), *fixed]
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        model, node = self.model, self.node
+        for i in range(start, QUEUE_FIXED):
+            name, ino = self.fixed[i]
+            yield name, model.getattr(ino), i + 1
+        store, topic, queue = model.store, node.topic, node.queue
+        offset = max(start - QUEUE_FIXED, store.min_offset(topic, queue))
+        qbits = MSG_BIT | model.nodes.qidx(topic, queue) << OFFSET_BITS
+        mode = stat.S_IFREG | (0o444 & ~model.umask)
+        while offset < store.max_offset(topic, queue):
+            offsets, lengths, stamps = store.list_entries(topic, queue, offset, READDIR_BATCH)
+            if not len(offsets):
+                return
+            for off, size, ts in zip(offsets.tolist(), lengths.tolist(), stamps.tolist()):
+                if off > OFFSET_MASK:
+                    return
+                yield b"%d" % off, Attr(qbits | off, mode, size, ts * 1_000_000), off + QUEUE_FIXED + 1
+            offset = offsets[-1] + 1
+
+
+class TagListing(Listing):
+    """tags/<tag>/, streamed: candidates from the ConsumeQueue's tagsCode, confirmed by the
+    record; cookie = offset + TAG_FIXED + 1, as in a queue listing."""
+
+    slow = True
+
+    def __init__(self, model: Model, node: Node):
+        super().__init__()
+        self.model = model
+        self.node = node
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        model, node = self.model, self.node
+        for i, ino in enumerate((node.ino, node.parent)):
+            if i >= start:
+                yield (b".", b"..")[i], model.getattr(ino), i + 1
+        store, topic, queue = model.store, node.topic, node.queue
+        qidx = model.nodes.qidx(topic, queue)
+        offset = max(start - TAG_FIXED, store.min_offset(topic, queue))
+        while offset < store.max_offset(topic, queue):
+            found = store.get_range(topic, queue, offset, TAG_SCAN, tags=[node.key],
+                                    skip_damaged=True, limit=READDIR_BATCH)
+            for msg in found:
+                if msg.queue_offset > OFFSET_MASK:
+                    return
+                yield (b"%d" % msg.queue_offset, model.messages.link_attr(qidx, msg, TAG_VIEW),
+                       msg.queue_offset + TAG_FIXED + 1)
+            # a full batch may end before the scanned units do: go on after its last
+            offset = found[-1].queue_offset + 1 if len(found) == READDIR_BATCH else offset + TAG_SCAN

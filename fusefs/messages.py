@@ -1,0 +1,197 @@
+"""Messages and the symlinks to them (computed inodes): attributes, bodies, link targets and
+xattrs read from the store, and the cache that spares a decode when the kernel asks again."""
+
+from __future__ import annotations
+
+import errno
+import json
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from store import MessageStore, StoredMessage
+from store.errors import NotFound, StoreError
+from store.layout import host_text
+
+from .errors import FsError
+from .inodes import (
+    AT_VIEW,
+    LINK_BIT,
+    MSG_BIT,
+    TAG_VIEW,
+    Attr,
+    Node,
+    NodeTable,
+    link_ino,
+    link_view,
+    message_ino,
+    split_ino,
+)
+
+ATTR_CACHE_SIZE = 65_536
+BODY_CACHE_BYTES = 64 << 20  # bodies kept from lookup for the open that usually follows
+SMALL_BODY = 64 << 10  # a body up to this size is copied on the adapter's event loop
+
+
+def link_target(view: int, topic: str, queue: int, offset: int) -> bytes:
+    """Relative targets, so the links work wherever the store is mounted."""
+    if view == AT_VIEW:
+        return b"../%d" % offset  # from <queue>/at/
+    if view == TAG_VIEW:
+        return b"../../%d" % offset  # from <queue>/tags/<tag>/
+    return f"../../topics/{topic}/{queue}/{offset}".encode()
+
+
+class Messages:
+    """What a message or link inode shows. Message attributes and bodies read at lookup are
+    kept (bounded) for the getattr and open that usually follow."""
+
+    def __init__(self, store: MessageStore, nodes: NodeTable, umask: int) -> None:
+        self.store = store
+        self.nodes = nodes
+        self.umask = umask
+        self._attrs: OrderedDict[int, Attr] = OrderedDict()
+        self._bodies: OrderedDict[int, bytes] = OrderedDict()
+        self._body_bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, topic: str, queue: int, offset: int) -> StoredMessage:
+        try:
+            return self.store.get(topic, queue, offset)
+        except NotFound:
+            raise FsError(errno.ENOENT) from None
+
+    def attr(self, queue: Node, offset: int) -> Attr:
+        ino = message_ino(self.nodes.qidx(queue.topic, queue.queue), offset)
+        attr = self._attrs.get(ino)
+        if attr is None:
+            msg = self.get(queue.topic, queue.queue, offset)
+            attr = self._remember(ino, msg)
+        return attr
+
+    def _remember(self, ino: int, msg: StoredMessage) -> Attr:
+        attr = Attr(ino, stat.S_IFREG | (0o444 & ~self.umask), len(msg.body),
+                    msg.store_timestamp * 1_000_000)
+        with self._lock:
+            self._attrs[ino] = attr
+            if len(self._attrs) > ATTR_CACHE_SIZE:
+                self._attrs.popitem(last=False)
+            if ino not in self._bodies:
+                self._bodies[ino] = bytes(msg.body)  # a copy: never pin the store's mmap
+                self._body_bytes += len(msg.body)
+            while self._body_bytes > BODY_CACHE_BYTES:
+                self._body_bytes -= len(self._bodies.popitem(last=False)[1])
+        return attr
+
+    def link_attr(self, qidx: int, msg: StoredMessage, view: int) -> Attr:
+        target = link_target(view, msg.topic, msg.queue_id, msg.queue_offset)
+        return Attr(link_ino(qidx, msg.queue_offset, view), stat.S_IFLNK | 0o777, len(target),
+                    msg.store_timestamp * 1_000_000)
+
+    def getattr(self, ino: int) -> Attr:
+        """Attributes of a message or link inode."""
+        is_link, qidx, offset = split_ino(ino)
+        queue = self.nodes.queue_at(qidx)
+        if is_link:
+            msg = self.get(queue.topic, queue.queue, offset)
+            return self.link_attr(qidx, msg, link_view(ino))
+        return self.attr(queue, offset)
+
+    def message(self, ino: int) -> StoredMessage:
+        """The message a message inode names (for open and xattrs)."""
+        if not ino & MSG_BIT or ino & LINK_BIT:
+            raise FsError(errno.EINVAL)
+        _, qidx, offset = split_ino(ino)
+        queue = self.nodes.queue_at(qidx)
+        return self.get(queue.topic, queue.queue, offset)
+
+    def body(self, ino: int) -> bytes:
+        """A message body for open: from the lookup that just happened, else the store."""
+        with self._lock:
+            body = self._bodies.pop(ino, None)
+            if body is not None:
+                self._body_bytes -= len(body)
+        return body if body is not None else bytes(self.message(ino).body)
+
+    def readlink(self, ino: int) -> bytes:
+        if not ino & LINK_BIT:
+            raise FsError(errno.EINVAL)
+        _, qidx, offset = split_ino(ino)
+        queue = self.nodes.queue_at(qidx)
+        return link_target(link_view(ino), queue.topic, queue.queue, offset)
+
+    def path(self, ino: int) -> str:
+        is_link, qidx, offset = split_ino(ino)
+        q = self.nodes.queue_at(qidx)
+        return f"/topics/{q.topic}/{q.queue}/{offset}" + (" (key link)" if is_link else "")
+
+    def xattrs(self, ino: int) -> dict[bytes, bytes]:
+        return {} if ino & LINK_BIT else message_xattrs(self.message(ino))
+
+    # --- what may wait for the disk --------------------------------------------------------
+    def cached_if_small(self, queue: Node, offset: int) -> bool:
+        """True once the message's attributes (and a small body) are cached: decoding a
+        record from the mapping takes ~10 us, less than a thread hop, so a message not
+        cached is decoded here and kept when its body is at most SMALL_BODY; a larger body's
+        copy is left to a worker thread. Errors are left to the lookup, which reports them."""
+        ino = message_ino(self.nodes.qidx(queue.topic, queue.queue), offset)
+        if ino in self._attrs:
+            return True
+        try:
+            msg = self.store.get(queue.topic, queue.queue, offset)
+        except StoreError:
+            return True
+        if len(msg.body) > SMALL_BODY:
+            return False
+        self._remember(ino, msg)
+        return True
+
+    def getattr_slow(self, ino: int) -> bool:
+        """Links read their message's record, which searches; a message as in lookup."""
+        is_link, qidx, offset = split_ino(ino)
+        if is_link:
+            return True
+        queues = self.nodes.queues
+        queue = queues[qidx] if qidx < len(queues) else None
+        return queue is not None and not self.cached_if_small(queue, offset)
+
+    def body_slow(self, ino: int) -> bool:
+        """Whether `body` would decode a record or copy a large body (not a small one the
+        lookup just copied)."""
+        if ino in self._bodies:
+            return False
+        attr = self._attrs.get(ino)
+        return attr is None or attr.size > SMALL_BODY
+
+
+# A message's attributes, each computed only when asked for (getxattr names one; the
+# properties' JSON costs more than all the others together). None: the message has none.
+MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
+    b"user.msgid": lambda m: m.msg_id,
+    b"user.topic": lambda m: m.topic,
+    b"user.queue_id": lambda m: m.queue_id,
+    b"user.queue_offset": lambda m: m.queue_offset,
+    b"user.commitlog_offset": lambda m: m.commitlog_offset,
+    b"user.born_timestamp": lambda m: m.born_timestamp,
+    b"user.store_timestamp": lambda m: m.store_timestamp,
+    b"user.born_host": lambda m: host_text(*m.born_host),
+    b"user.store_host": lambda m: host_text(*m.store_host),
+    b"user.flag": lambda m: m.flag,
+    b"user.sys_flag": lambda m: m.sys_flag,
+    b"user.reconsume_times": lambda m: m.reconsume_times,
+    b"user.record_size": lambda m: m.total_size,
+    b"user.properties": lambda m: json.dumps(m.stored_properties, sort_keys=True, ensure_ascii=False),
+    b"user.keys": lambda m: " ".join(m.keys) or None,
+    b"user.tags": lambda m: m.tags or None,
+}
+
+
+def message_xattr(m: StoredMessage, name: bytes) -> bytes | None:
+    get = MESSAGE_XATTRS.get(name)
+    value = None if get is None else get(m)
+    return None if value is None else str(value).encode()
+
+
+def message_xattrs(m: StoredMessage) -> dict[bytes, bytes]:
+    return {name: value for name in MESSAGE_XATTRS if (value := message_xattr(m, name)) is not None}

@@ -1,0 +1,65 @@
+"""The times that move with new messages (queues, topics, append files) and which inodes the
+kernel must be told to forget when they move."""
+
+from __future__ import annotations
+
+from store import Message, MessageStore, PutResult
+
+from .inodes import QUEUE, TOPIC, TOPICS_INO, Node, NodeTable
+
+
+class QueueTimes:
+    """Each queue's newest store time, read from the store once and then kept current by
+    `note_puts`: this mount is the store's only writer, and the kernel asks on every path
+    walk through a queue."""
+
+    def __init__(self, store: MessageStore, nodes: NodeTable, started_ns: int) -> None:
+        self.store = store
+        self.nodes = nodes
+        self.started_ns = started_ns
+        self._newest: dict[tuple[str, int], int] = {}
+        # inodes whose moving mtime the kernel may hold: told to forget it when it moves
+        self._shown: set[int] = set()
+
+    def shown(self, ino: int) -> None:
+        """The kernel is about to see this inode's moving time (call before reading it)."""
+        self._shown.add(ino)
+
+    def queue_mtime(self, topic: str, queue: int) -> int:
+        """The store time of the queue's newest message (mount time when it has none)."""
+        when = self._newest.get((topic, queue))
+        if when is None:
+            when = self.started_ns
+            hi = self.store.max_offset(topic, queue)
+            if hi > self.store.min_offset(topic, queue):
+                _, _, stamps = self.store.list_entries(topic, queue, hi - 1, 1)
+                if len(stamps):
+                    when = int(stamps[0]) * 1_000_000
+            self._newest[(topic, queue)] = when
+        return when
+
+    def dir_mtime(self, node: Node) -> int:
+        if node.kind == QUEUE:
+            return self.queue_mtime(node.topic, node.queue)
+        topics = self.store.topics()
+        wanted = [node.topic] if node.kind == TOPIC else list(topics)
+        return max([self.queue_mtime(t, q) for t in wanted for q in self.store.queue_ids(t)],
+                   default=self.started_ns)
+
+    def note_puts(self, messages: list[Message], results: list[PutResult]) -> list[int]:
+        """New times first, then the inodes whose attributes the kernel was shown and must
+        forget: node attributes mark an inode shown before they read the time, so either it
+        reads the new time or its answer is forgotten (the kernel drops a reply that an
+        invalidation overtook)."""
+        queues = set()
+        for msg, res in zip(messages, results):
+            self._newest[(msg.topic, msg.queue_id)] = res.store_timestamp * 1_000_000
+            queues.add((msg.topic, msg.queue_id))
+        idents: list[tuple] = [(tag, t, q) for t, q in queues for tag in ("q", "a", "j", "f")]
+        idents += [("t", t) for t in {t for t, _ in queues}]
+        moved = []
+        for ino in [TOPICS_INO, *map(self.nodes.ino_of, idents)]:
+            if ino in self._shown:
+                self._shown.discard(ino)
+                moved.append(ino)
+        return moved

@@ -1,0 +1,35 @@
+"""Where each queue's messages are: its ConsumeQueue bounds, with the first offset taken from
+the records, not the units. Retention deletes CommitLog files before the ConsumeQueue units
+that point into them, so a queue's first unit is not always its first message; data-loss
+checks (failOnDataLoss) compare against the first message still stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from store.views import QueueReader, StoreLayout, commitlog_files
+
+
+def first_kept(reader: QueueReader, lo: int, hi: int, log_start: int) -> int:
+    """The first queue offset in [lo, hi) whose record starts at or after `log_start` (hi when
+    none), by bisection: units point forward in queue order."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        _, units = reader.read(mid, mid + 1)
+        if len(units) and int(units["offset"][0]) >= log_start:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def kept_bounds(layout: StoreLayout, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per queue: (first offset whose message is still stored, one past the last unit)."""
+    files = commitlog_files(layout.root)
+    start = files[0][0] if files else 1 << 62
+    out = {}
+    for topic, q in keys:
+        reader = QueueReader(layout.root, topic, q, layout.consume_queue_units)
+        lo, hi = reader.bounds()
+        out[(topic, q)] = (first_kept(reader, lo, hi, start), hi)
+    return out

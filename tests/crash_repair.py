@@ -1,0 +1,147 @@
+"""T6: repair interrupted. A store damaged one of the T5 ways is repaired by a process that is
+killed at a crash site (kill -9), fails with ENOSPC at a step, loses the power during or right
+after the repair (loop-mounted ext4), or whose plan goes stale because the store was opened
+and written between plan and apply. Then, each time: repair run again converges (its next
+plan is empty), verify passes, every intact message is served at its acknowledged offsets
+(including those written between plan and apply), and no queue offset is given out twice.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+from store import Message, MessageStore, StoreError
+from store.repair import apply_repair, plan_repair
+from store.verify import verify_store
+from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
+from tests.crash_oracle import crash_config, expected_message
+from tests.crash_tiers import REPO, CaseResult, run_killed
+
+T6_KINDS = ("files-swap", "zero-page", "missing-middle", "missing-oldest", "manifest-flavor",
+            "flip-body", "flip-queueoffset", "flip-topic", "flip-properties")
+KILL_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move",
+              "recovery.dispatch", "cq.write", "index.write", "flush.before", "flush.after",
+              "checkpoint.before", "checkpoint.after", "abort.create", "abort.delete")
+ENOSPC_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move")
+MODES = ("kill", "enospc", "stale", "power-during", "power-after")
+_RUN = ("import sys\nfrom store.repair import apply_repair, plan_repair\n"
+        "print('ready', flush=True)\napply_repair(plan_repair(sys.argv[1]))\n")
+
+
+def repair_cmd(root: str) -> list[str]:
+    """A process that plans and applies a repair of `root` (says `ready` first)."""
+    return [sys.executable, "-c", _RUN, root]
+
+
+def run_repair(root: str, site: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("MQFS_CRASH_AT", None)
+    if site:
+        env["MQFS_CRASH_AT"] = site
+    return subprocess.run(repair_cmd(root), cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:
+    """One interrupted repair; `image` (an Ext4Image) for the power-cut modes."""
+    rng = random.Random(seed)
+    kind = rng.choice(T6_KINDS)
+    base = image.mnt if mode.startswith("power") else workdir
+    label = f"T6 seed={seed} mode={mode} kind={kind}"
+    try:
+        c = _Case(base, seed, kind)
+        _mutate(c)
+    except _Skip:
+        shutil.rmtree(os.path.join(base, f"t5-{seed}-{kind}"), ignore_errors=True)
+        return CaseResult(label, reached=False)
+    os.sync()  # the damage itself must not be undone by a power cut
+    result = CaseResult(label)
+    try:
+        label, result.reached = _interrupt(c, rng, mode, image, result.problems)
+        result.label = f"T6 seed={seed} mode={mode} kind={kind} {label}"
+        _converge(c, result.problems)
+    except Exception as exc:  # a case that blows up is a failed case, with its label
+        result.problems.append(f"raised {exc!r}")
+    finally:
+        shutil.rmtree(c.root, ignore_errors=True)
+    return result
+
+
+def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[str]
+               ) -> tuple[str, bool]:
+    """Disturb one repair; (what was done, whether it hit the repair at all)."""
+    if mode == "kill":
+        site = f"{rng.choice(KILL_SITES)}:{rng.choice((1, 1, 2, 3, 5))}"
+        out = run_repair(c.root, site)
+        if out.returncode not in (0, 137):
+            problems.append(f"killed repair failed otherwise: {out.stderr.strip()[-300:]}")
+        return f"site={site}", out.returncode == 137
+    if mode == "enospc":
+        site = f"{rng.choice(ENOSPC_SITES)}:{rng.choice((1, 1, 2, 3))}:enospc"
+        out = run_repair(c.root, site)
+        hit = "injected" in out.stderr
+        if hit and "Traceback" in out.stderr and "No space left" not in out.stderr:
+            problems.append(f"ENOSPC gave: {out.stderr.strip()[-300:]}")
+        return f"site={site}", hit
+    if mode == "stale":
+        return "concurrent write between plan and apply", _stale(c, rng, problems)
+    if mode == "power-during":
+        delay = rng.uniform(0.0, 0.6)
+        run_killed(repair_cmd(c.root), delay, on_ready=image.power_cut)
+        image.reboot()
+        return f"cut_after={delay:.3f}s", True
+    out = run_repair(c.root, None)  # power-after: the cut right after repair said OK
+    if out.returncode != 0:
+        problems.append(f"repair failed: {out.stderr.strip()[-300:]}")
+    image.power_cut()
+    image.reboot()
+    return "cut right after OK", True
+
+
+def _stale(c: _Case, rng: random.Random, problems: list[str]) -> bool:
+    """Plan; then a writer opens the store and appends acknowledged messages (or, when the
+    damage keeps a read-write open out, another repair runs); applying the old plan must
+    refuse, changing nothing."""
+    plan = plan_repair(c.root)
+    try:
+        with MessageStore(c.root, crash_config(), create=False) as s:
+            for i in range(rng.randint(1, 20)):
+                m = expected_message(c.exp.seed, 1, i, c.exp.max_body)
+                r = s.put(m)
+                c.exp.written[(1, i)] = (r.commitlog_offset, r.queue_offset)
+    except StoreError:
+        apply_repair(plan_repair(c.root))
+    try:
+        apply_repair(plan)
+    except StoreError as exc:
+        if "changed since" not in str(exc):
+            problems.append(f"the stale plan was refused for another reason: {exc}")
+        return True
+    problems.append("a repair applied a plan made before the store changed")
+    return True
+
+
+def _converge(c: _Case, problems: list[str]) -> None:
+    """Repair again until nothing is left to do (at most twice), then check everything."""
+    for _ in range(2):
+        plan = plan_repair(c.root)
+        if not plan.needed:
+            break
+        apply_repair(plan)
+    else:
+        if plan_repair(c.root).needed:
+            problems.append("repair does not converge: a third plan still has work")
+    after = verify_store(c.root)
+    if not after.ok:
+        problems.append("verify after repair: " + "; ".join(after.lines[:4]))
+    with MessageStore(c.root, crash_config(), create=False) as s:
+        _serves(s, c, problems, "after repair")
+        for (topic, qid), end in _queue_ends(c).items():
+            r = s.put(Message.create(topic, b"after repair", queue_id=qid))
+            if r.queue_offset < end:
+                problems.append(f"{topic}/{qid} gave out offset {r.queue_offset} again "
+                                f"(offsets up to {end - 1} were acknowledged)")

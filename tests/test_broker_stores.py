@@ -1,0 +1,140 @@
+"""Stores as a RocketMQ 5 broker writes them: delayed messages' units, long topics, transaction
+records, IndexFiles. Records are built with the codec the way the broker builds them."""
+
+import os
+import shutil
+import struct
+
+import pytest
+
+from store import Message, MessageStore, layout
+from store.dispatcher import parse_delay_levels
+from store.repair import apply_repair, plan_repair
+from store.verify import verify_store
+from tests.store_helpers import file_hashes, small_config
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+T0 = 1_700_000_000_000
+LONG = "L" * 200  # a broker with a larger maxTopicLength writes it as a v2 record
+TOO_LONG = "X" * 300  # a v2 record whose queue no directory name can hold
+
+
+def broker_store(root: str, writes) -> None:
+    """A store as a RocketMQ 5 broker leaves it: rocketmq flavor, no whole-record checksum
+    (enabledAppendPropCRC off), no mqfs.json and no config/. `writes(store)` puts what the
+    broker would have put; the encoder is told the long topics a broker's config allows."""
+    # IndexFiles of 4 entries a slot, as a broker's: their size tells the mount their shape
+    cfg = small_config(flavor="rocketmq", record_crc=False, index_slots=64, index_entries=256)
+    with MessageStore(root, cfg) as s:
+        for topic in (LONG, TOO_LONG):
+            s.encoder._topics[topic] = struct.pack(">h", len(topic)) + topic.encode()
+        writes(s)
+    os.unlink(os.path.join(root, "mqfs.json"))
+    shutil.rmtree(os.path.join(root, "config"))
+
+
+def _delayed(level: str, queue_id: int, tags: str | None = "TagA") -> Message:
+    return Message.create(SCHEDULE, b"later", queue_id=queue_id, tags=tags,
+                          properties={"DELAY": level, "REAL_TOPIC": "Orders", "REAL_QID": "0"})
+
+
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize("level, expect", [
+    ("3", 10_000), ("1", 1_000), ("18", 7_200_000),
+    ("99", 7_200_000),  # past the last level: the last
+    ("0", None), ("-2", None), ("x", None),  # no delivery time: the tag's hash
+])
+def test_a_delayed_unit_holds_its_delivery_time(tmp_path, batch, level, expect):
+    with MessageStore(str(tmp_path), small_config(flavor="rocketmq")) as s:
+        s.clock = lambda: T0
+        msgs = [_delayed(level, 2), Message.create("Orders", b"now", tags="TagA")]
+        (r, plain) = s.put_batch(msgs) if batch else [s.put(m) for m in msgs]
+        unit = s._cq(SCHEDULE, 2).entries(0, 1)[0]
+        tag_hash = s.flavor.tags_code("TagA")
+        assert int(unit["tags"]) == (T0 + expect if expect is not None else tag_hash)
+        assert int(s._cq("Orders", 0).entries(0, 1)[0]["tags"]) == tag_hash
+        # the tag still finds the delayed message: its records decide, not the unit
+        assert [m.body for m in s.get_range(SCHEDULE, 2, 0, 10, tags=["TagA"])] == [b"later"]
+        assert s.get_range(SCHEDULE, 2, 0, 10, tags=["TagB"]) == []
+
+
+def test_message_delay_level_is_configurable_and_checked(tmp_path):
+    assert parse_delay_levels("1s 2m 3h 1d") == (1000, 120_000, 10_800_000, 86_400_000)
+    for bad in ("", "1s  2s", "1w", "s", "1.5s"):
+        with pytest.raises(ValueError, match="message delay level"):
+            parse_delay_levels(bad)
+    with MessageStore(str(tmp_path), small_config(message_delay_level="2s 1d")) as s:
+        s.clock = lambda: T0
+        s.put(_delayed("2", 1))
+        s.put(_delayed("7", 1))
+        assert s._cq(SCHEDULE, 1).entries(0, 2)["tags"].tolist() == [T0 + 86_400_000] * 2
+
+
+def test_verify_accepts_delayed_units_and_a_rebuild_writes_them_again(tmp_path):
+    """The broker's units for delayed messages are right: verify says OK, and a repair that
+    rebuilds every queue writes the same bytes (it used to write tag hashes)."""
+    root = str(tmp_path)
+    with MessageStore(root, small_config(flavor="rocketmq")) as s:
+        for level in ("1", "3", "3", "18", "40", "x"):
+            s.put(_delayed(level, min(int(level) if level.isdigit() else 1, 18) - 1))
+        s.put_batch([_delayed("2", 1), _delayed("2", 1, tags=None)])
+    report = verify_store(root)
+    assert report.ok, report.lines
+    queues = file_hashes(os.path.join(root, "consumequeue"))
+    plan = plan_repair(root)
+    assert not plan.needed
+    apply_repair(plan)  # what `repair --yes` does when forced: rebuild from the CommitLog
+    assert file_hashes(os.path.join(root, "consumequeue")) == queues
+    assert verify_store(root).ok
+
+
+def _long_topics(s: MessageStore) -> None:
+    s.put(Message.create("Plain", b"p", keys=["k-plain"]))
+    s.put(Message.create(LONG, b"long", queue_id=1, keys=["k-long"], tags="T"))
+    s.put(Message.create(TOO_LONG, b"too long", keys=["k-too-long"]))
+    s.put_batch([Message.create(LONG, b"b%d" % i, queue_id=1, keys=["k-long"]) for i in range(3)])
+
+
+# a broker leaves no dispatchState.json: a read-write open cannot tell its clean close
+@pytest.mark.allow_logs("not the one the last clean close left")
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_store_with_topics_past_127_characters_opens_and_serves_them(tmp_path, read_only):
+    root = str(tmp_path)
+    broker_store(root, _long_topics)
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        assert sorted(s.topics()) == sorted(["Plain", LONG])  # the other has no queue on disk
+        assert [m.body for m in s.get_range(LONG, 1, 0, 10)] == [b"long", b"b0", b"b1", b"b2"]
+        assert s.get(LONG, 1, 0).magic == -626843477  # v2
+        assert [m.body for m in s.query_key("k-too-long", TOO_LONG)] == [b"too long"]
+        assert len(s.query_key("k-long", LONG)) == 4
+    report = verify_store(root)
+    assert report.ok, report.lines
+    assert any("300 characters" in line and "no ConsumeQueue" in line for line in report.lines)
+
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+@pytest.mark.parametrize("read_only", [True, False])
+def test_the_queues_shown_are_the_queues_on_disk(tmp_path, read_only):
+    """A broker puts level-3 messages on queue 2 of the delay topic alone: no queues 0 and 1."""
+    root = str(tmp_path)
+    broker_store(root, lambda s: s.put_batch([_delayed("3", 2), _delayed("3", 2)]))
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        assert s.queue_ids(SCHEDULE) == [2]
+        assert s.max_offset(SCHEDULE, 2) == 2
+    assert not os.path.exists(os.path.join(root, "consumequeue", SCHEDULE, "0"))
+
+
+def test_a_prepared_record_is_found_by_key_but_never_as_another_message(tmp_path):
+    """A prepared transaction has no queue unit and QUEUEOFFSET 0, which names the message at
+    offset 0 of its queue: RocketMQ's queryMessage returns the prepared record itself; views
+    that show messages by queue offset (queued=True) leave it out."""
+    with MessageStore(str(tmp_path), small_config(flavor="rocketmq")) as s:
+        commit = s.put(Message.create("TxTopic", b"committed", keys=["other"],
+                                      sys_flag=layout.TRANSACTION_COMMIT))
+        s.put(Message.create("TxTopic", b"prepared", keys=["tx-prep-1"], sys_flag=layout.TRANSACTION_PREPARED))
+        s.put(Message.create("TxTopic", b"rolled back", keys=["tx-rb-1"], sys_flag=layout.TRANSACTION_ROLLBACK))
+        [prep] = s.query_key("tx-prep-1")
+        assert prep.body == b"prepared" and prep.queue_offset == 0 == commit.queue_offset
+        assert s.query_key("tx-prep-1", queued=True) == []
+        assert s.query_key("tx-rb-1") == []  # rolled back: never indexed (IndexService)
+        assert s.max_offset("TxTopic", 0) == 1

@@ -1,0 +1,36 @@
+"""T6: repair interrupted (kill -9 at every repair crash site and the rebuild's, ENOSPC at
+each step, a plan gone stale, power cuts during and right after repair): repair run again
+converges, verify passes, every intact message is served, no queue offset is reused."""
+
+import pytest
+
+from tests.crash_ext4 import Ext4Image, unavailable
+from tests.crash_repair import t6_case
+from tests.crash_tiers import RECOVERY_LOGS
+
+pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    reason = unavailable()
+    if reason:
+        print(f"skipping the power cuts of T6: {reason}")
+        pytest.skip(reason)
+    with Ext4Image(str(tmp_path_factory.mktemp("ext4"))) as img:
+        yield img
+
+
+@pytest.mark.parametrize("mode", ("kill", "enospc", "stale"))
+@pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
+def test_interrupted_repair_converges_and_keeps_every_message(tmp_path, seed, mode):
+    result = t6_case(str(tmp_path), seed, mode)
+    assert result.ok, str(result)
+
+
+@pytest.mark.parametrize("mode", ("power-during", "power-after"))
+@pytest.mark.parametrize("seed", range(3), ids=lambda s: f"seed{s}")
+def test_power_cut_during_or_after_repair(image, tmp_path, seed, mode):
+    result = t6_case(str(tmp_path), seed, mode, image)
+    assert result.ok, str(result)
+

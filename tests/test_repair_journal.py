@@ -1,0 +1,153 @@
+"""Repair as a transaction: a journal before the first change, rolled forward by the next repair
+or read-write open wherever a kill -9 or ENOSPC stopped it; a CommitLog file left between
+two names is never taken for missing data; the offsets of messages lost to damage stay taken;
+a plan applies only to the store it was made for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from store import CorruptionError, Message, MessageStore, StoreError
+from store.repair import apply_repair, plan_repair
+from store.repair_journal import NAME
+from store.verify import verify_store
+from tests.crash_repair import run_repair
+from tests.crash_tiers import RECOVERY_LOGS
+from tests.fs_helpers import MQFS
+from tests.store_helpers import file_hashes, small_config
+
+pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
+SIZE = 4096
+
+
+def _config(**kw):
+    return small_config(commitlog_file_size=SIZE, **kw)
+
+
+def _store(root: str) -> list:
+    """20 messages on T/0 then 10 on U/0, over several CommitLog files."""
+    with MessageStore(root, _config()) as s:
+        return [s.put(Message.create("T" if i < 20 else "U", b"body %03d " % i * 40))
+                for i in range(30)]
+
+
+def _flip_body(root: str, r) -> None:
+    path = os.path.join(root, "commitlog", f"{r.commitlog_offset - r.commitlog_offset % SIZE:020d}")
+    with open(path, "r+b") as f:
+        f.seek(r.commitlog_offset % SIZE + 100)
+        b = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([b ^ 1]))
+
+
+def _swap_files(root: str) -> None:
+    names = sorted(os.listdir(os.path.join(root, "commitlog")))
+    a, b = (os.path.join(root, "commitlog", n) for n in names[1:3])
+    os.rename(a, a + ".x")
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+
+
+def _serves_all(root: str, results, lost=()) -> None:
+    with MessageStore(root, _config(), create=False) as s:
+        for i in range(len(results)):
+            topic, qoff = ("T", i) if i < 20 else ("U", i - 20)
+            if i in lost:
+                with pytest.raises(CorruptionError):
+                    s.get(topic, 0, qoff)
+            else:
+                assert bytes(s.get(topic, 0, qoff).body) == b"body %03d " % i * 40
+
+
+@pytest.mark.parametrize("nth", (1, 2, 3, 4))
+def test_kill_between_rename_passes_loses_nothing(tmp_path, nth):
+    """Issue 20 item 1: killed after its nth rename, the next `mqfs repair --yes` finishes the
+    swap from the journal instead of taking a *.repair file for a missing one."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _swap_files(root)
+    assert run_repair(root, f"repair.rename:{nth}").returncode == 137
+    out = subprocess.run([*MQFS, "repair", "--yes", root], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "finished an interrupted repair" in out.stdout
+    assert not [n for n in os.listdir(os.path.join(root, "commitlog")) if n.endswith(".repair")]
+    assert verify_store(root).ok and not os.path.exists(os.path.join(root, NAME))
+    _serves_all(root, results)
+
+
+def test_a_repair_file_with_no_journal_is_refused_changing_nothing(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)
+    path = os.path.join(root, "commitlog", sorted(os.listdir(os.path.join(root, "commitlog")))[1])
+    os.rename(path, path + ".repair")
+    before = file_hashes(root, skip=("lock",))
+    with pytest.raises(StoreError, match=r"\.repair is a CommitLog file an interrupted repair"):
+        plan_repair(root)
+    assert file_hashes(root, skip=("lock",)) == before
+
+
+@pytest.mark.parametrize("site", ("repair.journal:1", "repair.filler:1", "repair.move:1",
+                                  "repair.move:3", "recovery.dispatch:1", "cq.write:1",
+                                  "checkpoint.before:1", "repair.move:1:enospc",
+                                  "repair.move:3:enospc", "repair.filler:1:enospc"))
+@pytest.mark.parametrize("finisher", ("open", "repair"))
+def test_interrupted_repair_keeps_a_lost_message_offset_taken(tmp_path, site, finisher):
+    """Issue 20 item 2: the last message of T is damaged; however the repair is stopped, the
+    next open or repair finishes it and T's next message gets offset 20, not 19 again."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[19])
+    out = run_repair(root, site)
+    assert out.returncode == 137 or "injected" in out.stderr, out.stderr
+    assert os.path.exists(os.path.join(root, NAME))
+    if finisher == "repair":
+        plan = plan_repair(root)
+        assert plan.finished and not plan.needed
+    with MessageStore(root, _config(), create=False) as s:
+        assert s.put(Message.create("T", b"next")).queue_offset == 20
+    assert verify_store(root).ok and not os.path.exists(os.path.join(root, NAME))
+    _serves_all(root, results, lost={19})
+
+
+def test_a_read_only_open_refuses_a_half_done_repair(tmp_path):
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[5])
+    assert run_repair(root, "repair.move:1").returncode == 137
+    before = file_hashes(root, skip=("lock",))
+    with pytest.raises(StoreError, match="interrupted repair"):
+        MessageStore(root, _config(read_only=True), create=False).open()
+    assert file_hashes(root, skip=("lock",)) == before
+
+
+def test_a_damaged_journal_is_refused_in_one_line(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)
+    with open(os.path.join(root, NAME), "w") as f:
+        f.write('{"format": 1, "step": "fillers", "renames": [["../../etc/passwd", "x"]]}')
+    with pytest.raises(StoreError, match="not 20 digits"):
+        MessageStore(root, _config(), create=False).open()
+
+
+def test_a_plan_made_before_the_store_changed_is_refused(tmp_path):
+    """Issue 20 item 3: the plan is shown, then the store is opened and written; applying
+    the old plan refuses and changes nothing, and a new plan keeps the new messages."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[5])
+    plan = plan_repair(root)
+    with MessageStore(root, _config(), create=False) as s:  # a damaged body: the open serves
+        added = [s.put(Message.create("U", b"added %d" % i)) for i in range(50)]
+    before = file_hashes(root, skip=("lock",))
+    with pytest.raises(StoreError, match="changed since this repair was planned"):
+        apply_repair(plan)
+    assert file_hashes(root, skip=("lock",)) == before
+    apply_repair(plan_repair(root))
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={5})
+    with MessageStore(root, _config(), create=False) as s:
+        assert [bytes(s.get("U", 0, r.queue_offset).body) for r in added] == \
+            [b"added %d" % i for i in range(50)]
