@@ -8,12 +8,14 @@ the child reports the mount ready, or prints the child's one-line error and exit
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import logging
 import logging.handlers
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -109,6 +111,29 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     root.handlers[:] = [handler]
 
 
+def _dead_mount(mountpoint: str) -> OSError:
+    return OSError(f"mount point {mountpoint} is a mount whose daemon is gone (Transport "
+                   f"endpoint is not connected): `mqfs umount {mountpoint}` first")
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    """Refuse, with one line, a mount point that is no directory, is mounted already (a
+    second mount would hide the first), or is a mount whose daemon died."""
+    try:
+        st = os.stat(mountpoint)
+        if os.path.ismount(mountpoint):
+            os.statvfs(mountpoint)  # always asks the filesystem: a dead daemon cannot answer
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise _dead_mount(mountpoint) from None
+        raise OSError(f"mount point {mountpoint}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"mount point {mountpoint} is not a directory")
+    if os.path.ismount(mountpoint):
+        raise OSError(f"mount point {mountpoint} is already mounted: unmount it first "
+                      f"(`mqfs umount {mountpoint}`)")
+
+
 def serve(store_root: str, mountpoint: str, opts: MountOptions,
           ready: Callable[[], None]) -> int:
     """Open, mount, serve, close. `ready` is called once the kernel has the mount."""
@@ -123,8 +148,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     from .ops import Operations
     from .spool import Budget
 
-    if not os.path.isdir(mountpoint):
-        raise OSError(f"mount point {mountpoint} is not a directory")
+    check_mountpoint(mountpoint)
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
                       retention_bytes=opts.retention_bytes)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import numpy as np
@@ -75,13 +75,16 @@ class IndexService:
         self.quarantined: list[str] = []  # damaged files load moved to quarantine/
         self._pending: list[tuple[str, IndexFile | None, bool]] = []
 
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
+             timestamp_at: Callable[[int], int | None] | None = None) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
         mqfs checkpoint, written after the index at every clean close) applies the same rule
         after a clean exit too: a crash whose abort file went missing looks clean. Files to
         drop are only set aside here: `drop_pending` removes them once recovery has decided
-        to go on (a refused open changes nothing)."""
+        to go on (a refused open changes nothing). A header its entries outgrew (a writer
+        killed before writing it) is made their summary again, in memory, `timestamp_at`
+        giving the store time of a record by CommitLog offset."""
         self.flushed_end_timestamp = index_msg_timestamp
         self._pending = []  # (path, file or None, keep a copy in quarantine/)
         if not self.read_only and os.path.lexists(self.reserve_path):
@@ -100,6 +103,8 @@ class IndexService:
                 self._pending.append((path, None, False))
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
+            if timestamp_at is not None:
+                f.adopt_entries(timestamp_at)
             prev = self.files[-1] if self.files else None
             # a file starts where the one before it ended (it is seeded with those values); its
             # times need not: a broker's clock can step back

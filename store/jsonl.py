@@ -44,6 +44,8 @@ def decode_line(line: bytes, topic: str, queue_id: int, limit: int) -> Message:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"not JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise InvalidMessage("nested too deeply to be a message") from None
     return message_of(obj, topic, queue_id, limit)
 
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, repair_journal, safefs
+from . import codec, dispatch_state, kept_ends, layout, repair_journal, safefs
 from .checkpoint import Checkpoint
 from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
 from .commitlog import CommitLog
@@ -98,7 +98,7 @@ class MessageStore:
         if fresh:
             safefs.makedirs(self.root)
         safefs.check_store(self.root)  # before a byte is read or written
-        kept_ends = self._finish_repair_files(read_only)
+        repair_ends = repair_journal.finish_files_before_open(self.root, read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
@@ -132,8 +132,8 @@ class MessageStore:
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
         self.is_open = True
-        if kept_ends is not None:
-            self._finish_repair(kept_ends)
+        if repair_ends is not None:
+            repair_journal.finish_rebuild(self, repair_ends)
         return self
 
     def start_scrub(self) -> None:
@@ -151,27 +151,6 @@ class MessageStore:
         """Where the scrub is and what it found (None for a read-only store)."""
         return self._scrub.status() if self._scrub is not None else None
 
-    def _finish_repair_files(self, read_only: bool) -> dict[tuple[str, int], int] | None:
-        """An interrupted repair's file steps (its journal), before anything reads the files;
-        the queue ends it must keep, or None when no repair is pending."""
-        if not repair_journal.pending(self.root):
-            return None
-        if read_only:
-            raise StoreError(f"{self.root} holds an interrupted repair "
-                             f"({repair_journal.NAME}); nothing was changed: run `mqfs repair "
-                             f"{self.root}` (or open it read-write) to finish it")
-        return repair_journal.finish_files(self.root)
-
-    def _finish_repair(self, kept_ends: dict[tuple[str, int], int]) -> None:
-        """The rebuild of an interrupted repair is done: keep its queue ends taken, make
-        every file and directory durable, and only then drop the journal."""
-        self.keep_queue_ends(kept_ends)
-        self.flush()
-        self.index.flush()
-        for directory, _, _ in os.walk(self.root):
-            fsync_dir(directory)
-        repair_journal.remove(self.root)
-
     def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
         cfg = self.config
@@ -180,7 +159,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self._open_index(read_only=True).load(True, 0)
+        self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -229,7 +208,8 @@ class MessageStore:
                         "left: recovering as after a crash")
             last_exit_ok = False
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
-                        strict=self.checkpoint.commitlog_flushed_offset > 0)
+                                strict=self.checkpoint.commitlog_flushed_offset > 0,
+                                timestamp_at=self._record_time)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -241,6 +221,8 @@ class MessageStore:
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
+        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue):
+            self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         self.topic_table.add_found(self.consume_queues)
@@ -262,6 +244,14 @@ class MessageStore:
                     cq.filler_before = self._filler_before
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
+
+    def _record_time(self, commitlog_offset: int) -> int | None:
+        """Store time of the record at an offset; None where no record starts there."""
+        try:
+            msg = self.commitlog.read(commitlog_offset)
+        except StoreError:  # NotFound, CorruptionError
+            return None
+        return msg.store_timestamp if msg.commitlog_offset == commitlog_offset else None
 
     @property
     def abort_path(self) -> str:
@@ -494,19 +484,20 @@ class MessageStore:
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 
-    def keep_queue_ends(self, ends: dict[tuple[str, int], int]) -> None:
+    def keep_queue_ends(self, ends: dict[tuple[str, int], int]) -> kept_ends.Kept:
         """After a repair: a queue whose newest messages were lost keeps their offsets taken,
-        pointing at the last filler record, so they are never given out again."""
+        pointing at the last filler record, so they are never given out again. Returns
+        the queues it extended, for `kept_ends.add`."""
         with self.put_lock:
-            for key, end in ends.items():
-                cq = self.consume_queues.get(key)
-                if cq is None:
-                    if not end or not self._fillers:
-                        continue
-                    cq = self._create_queue(*key)
-                if cq.max_offset < end and self._fillers:
-                    cq.keep_taken(end, self._fillers[-1])
+            if not self._fillers:
+                return {}
+            wanted = {key: (end, self._fillers[-1]) for key, end in ends.items() if end}
+            extended = {key: value for key, value in wanted.items()
+                        if self.consume_queues.get(key) is None or
+                        self.consume_queues[key].max_offset < value[0]}
+            kept_ends.extend(extended, self.consume_queues, self._create_queue)
         self.flush_logics()
+        return extended
 
     def _filler_before(self, commitlog_offset: int) -> tuple[int, int] | None:
         """The last filler record dispatched before a CommitLog offset."""
@@ -717,6 +708,11 @@ class MessageStore:
         self._writable()
         if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
+        end = self.max_offset(topic, queue_id)
+        if not isinstance(offset, int) or not 0 <= offset <= end:
+            # a consumer is at most one past the last message (the mount refuses it too)
+            raise InvalidMessage(f"offset {offset!r} is not in 0..{end}, the end of "
+                                 f"{topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -238,6 +238,8 @@ def apply_repair(plan: RepairPlan) -> list[str]:
             raise StoreError(f"{root} changed since this repair was planned (written to, "
                              "mounted or repaired meanwhile); nothing was changed: run "
                              "repair again to see a new plan")
+        for d in plan.damages:  # a range no filler fits is refused before the journal exists
+            repair_journal.filler_bytes(cfg, d, d.start % cfg.commitlog_file_size)
         repair_journal.save(root, repair_journal.Journal(
             manifest=bool(plan.rewrite_manifest),
             renames=[(os.path.basename(a), os.path.basename(b)) for a, b in plan.renames.items()],

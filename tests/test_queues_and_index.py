@@ -220,6 +220,7 @@ def test_bad_lookups_are_clear_errors_and_change_nothing(tmp_path, call):
 def test_consumer_offsets_persist_and_read_rocketmq_json(tmp_path):
     with MessageStore(str(tmp_path), small_config()) as s:
         s.create_topic("t", 2)
+        s.put_batch([Message.create("t", b"m", queue_id=1)] * 42)
         s.commit_offset("g1", "t", 1, 42)
         assert s.committed_offset("g1", "t", 1) == 42 and s.committed_offset("g1", "t", 0) is None
     with MessageStore(str(tmp_path)) as s:
