@@ -132,7 +132,7 @@ def cmd_umount(a: argparse.Namespace) -> int:
 
 def cmd_init(a: argparse.Namespace) -> int:
     from store import MessageStore, StoreConfig
-    from store.manifest import is_store
+    from store.meta.manifest import file_sizes, is_store
 
     if is_store(a.store):
         raise ValueError(f"{a.store} already holds a store")
@@ -146,7 +146,7 @@ def cmd_init(a: argparse.Namespace) -> int:
     with MessageStore(a.store, cfg, create=True):
         pass
     print(f"created {os.path.abspath(a.store)} ({cfg.flavor} flavor)")
-    files = cfg.file_sizes()
+    files = file_sizes(cfg)
     print(f"disk use: files are allocated whole as they start: CommitLog "
           f"{_size(files['commitlog'])} each, IndexFile {_size(files['index'])} each, "
           f"ConsumeQueue {_size(files['consume_queue'])} per queue; about "
@@ -220,7 +220,7 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 def _verify(store: str, label: str):
     """verify_store with a progress bar (on a terminal) and its seconds taken."""
-    from store.verify import verify_store
+    from store.integrity.verify import verify_store
 
     from .progress import progress_bar
 
@@ -277,7 +277,7 @@ def cmd_repair(a: argparse.Namespace) -> int:
 def _trust(owners: list[str]) -> None:
     import pwd
 
-    from store.safefs import trust_owner
+    from store.files.safefs import trust_owner
 
     for owner in owners:
         try:

@@ -73,7 +73,8 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
     cannot be written."""
-    from store import StoreError, safefs
+    from store import StoreError
+    from store.files import safefs
 
     from .logfile import PrivateLog
 
@@ -81,7 +82,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     if target is None:
         target = "stderr" if foreground else default_log(store_root, read_only)
         if not foreground:
-            from store.manifest import is_store
+            from store.meta.manifest import is_store
 
             try:
                 if not is_store(store_root):  # never create files where no store is

@@ -22,25 +22,28 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, kept_ends, layout, repair_journal, safefs
-from .checkpoint import Checkpoint
-from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
-from .commitlog import CommitLog
-from .config import StoreConfig
-from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
+from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
-from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels, takes_unit
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
-from .flavor import flavor_named
-from .flush import FlushServices
-from .index_service import IndexService
-from .lock import StoreLock
-from .manifest import inspect, is_store, write_manifest
-from .mapped_file import fsync_dir
-from .metadata import ConsumerOffsets, TopicTable
-from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
-from .retention import Retention, record_min_offset
-from .scrub import Scrub
+from .files import safefs
+from .files.checkpoint import Checkpoint
+from .files.commitlog import CommitLog
+from .files.consume_queue import ConsumeQueue, QueueView, RebuiltQueue
+from .files.dispatcher import Dispatcher, TagsCodes, takes_unit
+from .files.flush import FlushServices
+from .files.index_service import IndexService
+from .files.lock import StoreLock
+from .files.mapped_file import fsync_dir
+from .format import codec, layout
+from .format.codec import Encoder, Message, RecordRun, StoredMessage, parse_host
+from .format.flavor import flavor_named
+from .integrity import repair_journal
+from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
+from .integrity.scrub import Scrub
+from .meta import dispatch_state, kept_ends
+from .meta.manifest import inspect, is_store, write_manifest
+from .meta.metadata import ConsumerOffsets, TopicTable
+from .meta.retention import Retention, record_min_offset
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1

@@ -18,18 +18,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xxhash
 
-from . import codec, dispatch_state, layout, repair_journal, salvage
-from .checkpoint import Checkpoint
-from .commitlog import CommitLog
 from .config import StoreConfig
-from .consume_queue import UNIT_DTYPE, UNIT_SIZE
 from .errors import StoreError, StoreFormatError
-from .flavor import flavor_named
-from .lock import StoreLock
-from .manifest import inspect, is_store
-from .mapped_file import MappedFile, load_files, offset_to_name
-from .retention import recorded_min_offset
-from .salvage import Damage, Progress
+from .files.checkpoint import Checkpoint
+from .files.commitlog import CommitLog
+from .files.consume_queue import UNIT_DTYPE, UNIT_SIZE
+from .files.lock import StoreLock
+from .files.mapped_file import MappedFile, load_files, offset_to_name
+from .format import codec, layout
+from .format.flavor import flavor_named
+from .integrity import repair_journal, salvage
+from .integrity.salvage import Damage, Progress
+from .meta import dispatch_state
+from .meta.manifest import inspect, is_store
+from .meta.retention import recorded_min_offset
 
 
 @dataclass

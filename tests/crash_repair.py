@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 from store import Message, MessageStore, StoreError
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
 from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import REPO, CaseResult, run_killed

@@ -5,8 +5,8 @@ import os
 import random
 
 from store import Message, MessageStore, StoreConfig
-from store.codec import StoredMessage
-from store.salvage import Damage, walk
+from store.format.codec import StoredMessage
+from store.integrity.salvage import Damage, walk
 
 
 def small_config(**overrides) -> StoreConfig:

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from store import Message, MessageStore, layout
-from store.dispatcher import parse_delay_levels
+from store import Message, MessageStore
+from store.config import parse_delay_levels
+from store.format import layout
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
 from tests.store_helpers import file_hashes, files_in, small_config
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"

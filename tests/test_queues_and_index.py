@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError, layout
-from store.codec import KeySpans
-from store.flavor import ROCKETMQ, XXHASH
-from store.index_file import IndexFile
-from store.index_service import IndexService
+from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
+from store.files.index_file import IndexFile
+from store.files.index_service import IndexService
+from store.format import layout
+from store.format.codec import KeySpans
+from store.format.flavor import ROCKETMQ, XXHASH
 from tests.store_helpers import file_hashes, files_in, random_messages, small_config
 
 

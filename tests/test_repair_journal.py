@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from store import CorruptionError, Message, MessageStore, StoreError
+from store.integrity.repair_journal import NAME
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.repair_journal import NAME
-from store.verify import verify_store
 from tests.crash_repair import run_repair
 from tests.crash_tiers import RECOVERY_LOGS
 from tests.fs_helpers import MQFS

@@ -17,20 +17,22 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import codec, kept_ends, layout, quarantine
-from .config import StoreConfig
-from .crash_points import crash_point
-from .errors import InvalidMessage, StoreError, StoreFormatError
-from .flavor import flavor_named
-from .json_file import read_json, write_json
-from .lock import StoreLock
-from .manifest import inspect, write_manifest
-from .mapped_file import MappedFile, fsync_dir, offset_to_name
-from .retention import record_min_offset
+from ..config import StoreConfig
+from ..crash_points import crash_point
+from ..errors import InvalidMessage, StoreError, StoreFormatError
+from ..files import quarantine
+from ..files.json_file import read_json, write_json
+from ..files.lock import StoreLock
+from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
+from ..format import codec, layout
+from ..format.flavor import flavor_named
+from ..meta import kept_ends
+from ..meta.manifest import inspect, write_manifest
+from ..meta.retention import record_min_offset
 from .salvage import Damage
 
 if TYPE_CHECKING:
-    from .message_store import MessageStore
+    from ..message_store import MessageStore
 
 NAME = "repair-journal.json"
 # the steps in order; the journal names the next one to run. rename-out moves each misnamed

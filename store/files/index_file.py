@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .crash_points import ARMED, crash_point
+from ..crash_points import ARMED, crash_point
 from .mapped_file import MappedFile
 
 HEADER_SIZE = 40

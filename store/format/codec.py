@@ -20,7 +20,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from .errors import CodecError, InvalidMessage
+from ..errors import CodecError, InvalidMessage
 from .flavor import CRC_MASK, Flavor
 from .layout import (
     BORN_HOST_POS,

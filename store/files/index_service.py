@@ -23,12 +23,12 @@ from datetime import datetime
 
 import numpy as np
 
+from ..crash_points import ARMED, crash_point
+from ..format.codec import KeySpans
+from ..format.flavor import Flavor
+from ..format.layout import indexed
 from . import quarantine, safefs
-from .codec import KeySpans
-from .crash_points import ARMED, crash_point
-from .flavor import Flavor
 from .index_file import IndexFile, index_file_size
-from .layout import indexed
 from .mapped_file import MappedFile, fsync_dir
 
 RESERVE = "index.reserve"

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import layout, salvage
-from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
-from .dispatcher import TagsCodes, parse_delay_levels
+from ..config import parse_delay_levels
+from ..files.consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
+from ..files.dispatcher import TagsCodes
+from ..format import layout
+from . import salvage
 
 if TYPE_CHECKING:
-    from .commitlog import CommitLog
+    from ..files.commitlog import CommitLog
     from .recovery import StoreParts
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .codec import validate_topic
-from .consume_queue import ConsumeQueue
-from .json_file import read_json, write_json
+from ..files.consume_queue import ConsumeQueue
+from ..files.json_file import read_json, write_json
+from ..format.codec import validate_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "keptQueueEnds.json"

@@ -27,17 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import codec, layout, queue_check, salvage
-from .codec import RecordRun
-from .consume_queue import ConsumeQueue
-from .errors import StoreFormatError
-from .json_file import read_json, write_json
-from .layout import MAGIC_BLANK
-from .mapped_file import offset_to_name
+from ..errors import StoreFormatError
+from ..files.consume_queue import ConsumeQueue
+from ..files.json_file import read_json, write_json
+from ..files.mapped_file import offset_to_name
+from ..format import codec, layout
+from ..format.codec import RecordRun
+from ..format.layout import MAGIC_BLANK
+from . import queue_check, salvage
 from .recovery import NOWHERE, check_run, scan_end, step_record
 
 if TYPE_CHECKING:
-    from .message_store import MessageStore
+    from ..message_store import MessageStore
 
 log = logging.getLogger(__name__)
 

@@ -13,21 +13,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, repair_journal, salvage
-from .checkpoint import Checkpoint
-from .commitlog import CommitLog
-from .config import StoreConfig
-from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
-from .dispatcher import TagsCodes, has_queue_dir, parse_delay_levels
-from .errors import StoreFormatError
-from .flavor import flavor_named
-from .index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
-from .index_service import build_key
-from .lock import StoreLock
-from .manifest import inspect, is_store
-from .mapped_file import MappedFile, load_files
-from .metadata import ConsumerOffsets, TopicTable
-from .retention import recorded_min_offset
+from ..config import StoreConfig, parse_delay_levels
+from ..errors import StoreFormatError
+from ..files.checkpoint import Checkpoint
+from ..files.commitlog import CommitLog
+from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.dispatcher import TagsCodes, has_queue_dir
+from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
+from ..files.index_service import build_key
+from ..files.lock import StoreLock
+from ..files.mapped_file import MappedFile, load_files
+from ..format import codec, layout
+from ..format.flavor import flavor_named
+from ..meta import dispatch_state
+from ..meta.manifest import inspect, is_store
+from ..meta.metadata import ConsumerOffsets, TopicTable
+from ..meta.retention import recorded_min_offset
+from . import repair_journal, salvage
 from .salvage import Damage
 
 Progress = Callable[[int, int], None]

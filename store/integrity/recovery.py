@@ -33,21 +33,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, quarantine, queue_check, salvage
-from .codec import RecordRun
-from .consume_queue import ConsumeQueue
-from .crash_points import crash_point
-from .errors import CodecError, CorruptionError, StoreError
-from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
-from .mapped_file import MappedFile, offset_to_name
-from .retention import recorded_min_offset
+from ..crash_points import crash_point
+from ..errors import CodecError, CorruptionError, StoreError
+from ..files import quarantine
+from ..files.consume_queue import ConsumeQueue
+from ..files.mapped_file import MappedFile, offset_to_name
+from ..format import codec, layout
+from ..format.codec import RecordRun
+from ..format.layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from ..meta import dispatch_state
+from ..meta.retention import recorded_min_offset
+from . import queue_check, salvage
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
-    from .commitlog import CommitLog
-    from .config import StoreConfig
-    from .flavor import Flavor
-    from .index_service import IndexService
+    from ..config import StoreConfig
+    from ..files.checkpoint import Checkpoint
+    from ..files.commitlog import CommitLog
+    from ..files.index_service import IndexService
+    from ..format.flavor import Flavor
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
-from .errors import StoreFormatError
-from .flavor import Flavor, flavor_named
-from .index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
-from .index_service import build_key as build_key  # published: the key an IndexFile hashes
-from .layout import MIN_RECORD_SIZE, store_timestamp_at
-from .manifest import is_store, read_manifest
+from ..errors import StoreFormatError
+from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
+from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
+from ..format.flavor import Flavor, flavor_named
+from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
+from ..meta.manifest import is_store, read_manifest
 
 
 @dataclass(frozen=True)

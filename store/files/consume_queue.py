@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..crash_points import ARMED, crash_point
 from . import quarantine
-from .crash_points import ARMED, crash_point
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 

@@ -13,10 +13,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .codec import validate_stored_topic
-from .consume_queue import ConsumeQueue
-from .index_file import IndexFile
-from .json_file import read_json, write_json
+from ..files.consume_queue import ConsumeQueue
+from ..files.index_file import IndexFile
+from ..files.json_file import read_json, write_json
+from ..format.codec import validate_stored_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "dispatchState.json"
