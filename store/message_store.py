@@ -224,7 +224,8 @@ class MessageStore:
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
-        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue):
+        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue,
+                            self.commitlog.max_offset):
             self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
@@ -498,7 +499,8 @@ class MessageStore:
             extended = {key: value for key, value in wanted.items()
                         if self.consume_queues.get(key) is None or
                         self.consume_queues[key].max_offset < value[0]}
-            kept_ends.extend(extended, self.consume_queues, self._create_queue)
+            kept_ends.extend(extended, self.consume_queues, self._create_queue,
+                             self.commitlog.max_offset)
         self.flush_logics()
         return extended
 

@@ -261,6 +261,9 @@ def replace_damage(root: str, cfg: StoreConfig, d: Damage) -> str:
     file_path = os.path.join(root, "commitlog", offset_to_name(start_of_file))
     created = not os.path.lexists(file_path)
     lo = d.start - start_of_file
+    if d.end - start_of_file > size:
+        raise StoreFormatError(f"{path(root)} names the damaged range {d.start}..{d.end}, "
+                               f"which crosses a CommitLog file's end; {_FIX}")
     hi, new = filler_bytes(cfg, d, lo)
     mf = MappedFile(file_path, size, start_of_file)
     try:
