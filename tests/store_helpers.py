@@ -5,7 +5,7 @@ import os
 import random
 
 from store import Message, MessageStore, StoreConfig
-from store.format.codec import StoredMessage
+from store.format.message import StoredMessage
 from store.integrity.salvage import Damage, walk
 
 
