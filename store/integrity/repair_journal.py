@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import StoreConfig
 from ..crash_points import crash_point
 from ..errors import InvalidMessage, StoreError, StoreFormatError
-from ..files import quarantine
+from ..files import quarantine, safefs
 from ..files.json_file import read_json, write_json
 from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
@@ -133,7 +133,7 @@ def remove(root: str) -> None:
     """The repair is done: its journal goes (the .bak first: it must never stand in for it)."""
     for name in (path(root) + ".bak", path(root)):
         if os.path.lexists(name):
-            os.unlink(name)
+            safefs.unlink(name)
     fsync_dir(root)
 
 
@@ -188,7 +188,7 @@ def _rename_out(root: str, journal: Journal) -> None:
     for name, _ in journal.renames:
         src = os.path.join(directory, name)
         if not os.path.lexists(src + ".repair") and os.path.lexists(src):
-            os.rename(src, src + ".repair")
+            safefs.rename(src, src + ".repair")
             crash_point("repair.rename")
     fsync_dir(directory)
 
@@ -202,7 +202,7 @@ def _rename_in(root: str, journal: Journal) -> None:
             if os.path.lexists(os.path.join(directory, target)):
                 raise StoreError(f"{tmp} cannot go to {target}: that name is taken; the repair "
                                  f"journal {path(root)} keeps what is left to do")
-            os.rename(tmp, os.path.join(directory, target))
+            safefs.rename(tmp, os.path.join(directory, target))
             crash_point("repair.rename")
     fsync_dir(directory)
 
