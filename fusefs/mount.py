@@ -8,6 +8,7 @@ the child reports the mount ready, or prints the child's one-line error and exit
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import logging
 import logging.handlers
@@ -15,11 +16,14 @@ import os
 import resource
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from .options import MountOptions
+from .progress import progress_bar
 
 log = logging.getLogger("mqfs")
 
@@ -36,26 +40,26 @@ def systemd_notify(message: str) -> None:
         sock.sendall(message.encode())
 
 
-class RecoveryProgress:
-    """Recovery progress on stderr, at most a few lines a second."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if total <= 0 or (now - self.last < 0.5 and done < total):
-            return
-        self.last = now
-        end = "\n" if done >= total or not sys.stderr.isatty() else "\r"
-        print(f"mqfs: {self.label} {done}/{total} ({100 * done // total}%)", end=end,
-              file=sys.stderr, flush=True)
+def describe_recovery(report) -> str:
+    """What opening the store found and did, as one line a person reads (the facts: where
+    the CommitLog ends, records indexed again, files moved to quarantine/, notes)."""
+    facts = ["recovered after an unclean shutdown" if report.abnormal else "clean",
+             f"CommitLog ends at offset {report.end_offset}",
+             f"{report.dispatched} records indexed again"]
+    if report.quarantined:
+        facts.append(f"moved to quarantine: {', '.join(report.quarantined)}")
+    if report.corruption:
+        facts.append(f"damage served around: {report.corruption}")
+    facts.extend(report.notes)
+    return "; ".join(facts)
 
 
 LOG_DIR = "logs"  # inside the store directory
 LOG_BYTES = 4 << 20  # mqfs.log is rotated at this size, keeping LOG_KEEP old files
 LOG_KEEP = 3
+
+
+LIVE_REFRESH_MS = 200  # how often an -o ro mount takes in what a broker or daemon wrote
 
 
 def default_log(store_root: str, read_only: bool) -> str:
@@ -69,11 +73,12 @@ def default_log(store_root: str, read_only: bool) -> str:
 
 
 def setup_logging(target: str | None, foreground: bool, store_root: str,
-                  read_only: bool = False) -> None:
+                  read_only: bool = False, debug: bool = False) -> None:
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
     cannot be written."""
-    from store import StoreError, safefs
+    from store import StoreError
+    from store.files import safefs
 
     from .logfile import PrivateLog
 
@@ -81,7 +86,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     if target is None:
         target = "stderr" if foreground else default_log(store_root, read_only)
         if not foreground:
-            from store.manifest import is_store
+            from store.meta.manifest import is_store
 
             try:
                 if not is_store(store_root):  # never create files where no store is
@@ -95,7 +100,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
             except (OSError, StoreError):  # the store's own check refuses it with one line
                 target = "syslog" if os.path.exists("/dev/log") else "none"
     root = logging.getLogger()
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
     if target == "none":
         handler: logging.Handler = logging.NullHandler()
     elif target == "stderr":
@@ -123,6 +128,29 @@ def raise_open_file_limit() -> None:
             log.warning("could not raise the open file limit from %d to %d: %s", soft, hard, exc)
 
 
+def _dead_mount(mountpoint: str) -> OSError:
+    return OSError(f"mount point {mountpoint} is a mount whose daemon is gone (Transport "
+                   f"endpoint is not connected): `mqfs umount {mountpoint}` first")
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    """Refuse, with one line, a mount point that is no directory, is mounted already (a
+    second mount would hide the first), or is a mount whose daemon died."""
+    try:
+        st = os.stat(mountpoint)
+        if os.path.ismount(mountpoint):
+            os.statvfs(mountpoint)  # always asks the filesystem: a dead daemon cannot answer
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise _dead_mount(mountpoint) from None
+        raise OSError(f"mount point {mountpoint}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"mount point {mountpoint} is not a directory")
+    if os.path.ismount(mountpoint):
+        raise OSError(f"mount point {mountpoint} is already mounted: unmount it first "
+                      f"(`mqfs umount {mountpoint}`)")
+
+
 def serve(store_root: str, mountpoint: str, opts: MountOptions,
           ready: Callable[[], None]) -> int:
     """Open, mount, serve, close. `ready` is called once the kernel has the mount."""
@@ -137,19 +165,23 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     from .ops import Operations
     from .spool import Budget
 
-    if not os.path.isdir(mountpoint):
-        raise OSError(f"mount point {mountpoint} is not a directory")
+    check_mountpoint(mountpoint)
     raise_open_file_limit()
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
-                      retention_bytes=opts.retention_bytes)
+                      retention_bytes=opts.retention_bytes,
+                      live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
-    # a clean open only re-checks the tail: quick, and not worth alarming lines
-    progress = RecoveryProgress("recovering after an unclean shutdown:") if crashed else None
-    store = MessageStore(store_root, cfg, progress=progress, create=False)
-    store.open()
+    # a clean open only re-checks the tail: quick, and not worth a bar
+    started = time.monotonic()
+    with progress_bar("recovery") if crashed else nullcontext(None) as progress:
+        store = MessageStore(store_root, cfg, progress=progress, create=False)
+        store.open()
     if store.recovery is not None:
-        log.info("opened %s: %s", store_root, store.recovery)
+        summary = describe_recovery(store.recovery)
+        log.info("opened %s in %.1f s: %s", store_root, time.monotonic() - started, summary)
+        if crashed and sys.stderr.isatty():  # the person who mounted sees what recovery did
+            print(f"mqfs: {summary} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     clean = False
     try:
         model = Model(store, umask=opts.umask, keys_max=opts.keys_max,
@@ -197,7 +229,7 @@ async def _main_loop(ops) -> None:
 
 def run_foreground(store_root: str, mountpoint: str, opts: MountOptions, *,
                    use_systemd: bool, log_target: str | None) -> int:
-    setup_logging(log_target, foreground=True, store_root=store_root)
+    setup_logging(log_target, foreground=True, store_root=store_root, debug=opts.debug)
     faulthandler.register(signal.SIGUSR1)
 
     def ready() -> None:

@@ -21,7 +21,6 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
@@ -44,6 +43,15 @@ from pyfuse3 import (
 from store import Message
 
 from .errors import FsError, errno_for
+from .handles import (
+    FollowHandle,
+    Handles,
+    MessageHandle,
+    OffsetHandle,
+    StagedHandle,
+    TextHandle,
+    WriteHandle,
+)
 from .inodes import (
     APPEND,
     FOLLOW,
@@ -65,6 +73,7 @@ from .writers import AppendWriter, JsonlWriter, OffsetWriter
 log = logging.getLogger("mqfs")
 
 FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
+FOLLOWERS_PER_USER = FOLLOWERS_MAX // 2  # so that one user cannot take every slot
 FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
 SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
 QUIET = (errno.ENOENT, errno.ENODATA)  # answers too common to be worth a log line
@@ -74,69 +83,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@dataclass
-class MessageHandle:
-    body: bytes
-
-
-@dataclass
-class WriteHandle:
-    """An open `append` or `append.jsonl`; writer is None when opened read-only. `lane`
-    keeps the writes and commits of one handle in order while they wait for threads."""
-
-    ino: int
-    writer: AppendWriter | JsonlWriter | None
-    lane: trio.Lock = field(default_factory=trio.Lock)
-
-
-@dataclass
-class OffsetHandle:
-    ino: int
-    text: bytes
-    writer: OffsetWriter | None = None
-
-
-@dataclass
-class StagedHandle:
-    entry: Staged
-
-
-@dataclass
-class TextHandle:
-    """Generated text fixed at open (status.json)."""
-
-    text: bytes
-
-
-@dataclass
-class FollowHandle:
-    """`follow`: the next offset to deliver and bytes delivered in part."""
-
-    ino: int
-    topic: str
-    queue: int
-    next: int
-    opener: int  # pid of the process that opened it: its signals end a waiting read
-    pending: bytes = b""
-    closed: bool = False
-
-
-@dataclass
-class Handles:
-    table: dict[int, Any] = field(default_factory=dict)
-    next: int = 1
-
-    def add(self, obj: Any) -> int:
-        fh = self.next
-        self.next += 1
-        self.table[fh] = obj
-        return fh
-
-    def get(self, fh: int) -> Any:
-        try:
-            return self.table[fh]
-        except KeyError:
-            raise FsError(errno.EBADF) from None
+# handlers whose (parent inode, name) arguments name the entry they act on
+NAMED_HANDLERS = {"lookup", "mkdir", "rmdir", "unlink", "create", "mknod", "symlink", "rename"}
 
 
 def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -156,6 +104,9 @@ def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
             ops = args[0] if args and isinstance(args[0], Operations) else None
             arg = args[1] if len(args) > 1 else None
             where = ops.where(fn.__name__, arg) if ops is not None and isinstance(arg, int) else "?"
+            name = args[2] if len(args) > 2 else None
+            if isinstance(name, bytes) and fn.__name__ in NAMED_HANDLERS:  # the entry, not its parent
+                where = f"{where.rstrip('/')}/{name.decode(errors='replace')}"
             if err is None:
                 log.exception("%s failed unexpectedly on %s; answering EIO", fn.__name__, where)
                 err = errno.EIO
@@ -216,6 +167,7 @@ class Operations(pyfuse3.Operations):
         self.gid = os.getgid() if gid is None else gid
         self.files = Handles()
         self.dirs = Handles()
+        self.following: dict[int, int] = {}  # uid -> open `follow` handles
         self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
         self.closing = False
         # staging-file work of all spools, one thread at a time in arrival order: a spool is
@@ -537,10 +489,15 @@ class Operations(pyfuse3.Operations):
                 raise FsError(errno.EACCES, "follow is read-only")
             if self.model.followers >= FOLLOWERS_MAX:
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
+            mine = self.following.get(ctx.uid, 0)
+            if mine >= FOLLOWERS_PER_USER:
+                raise FsError(errno.EMFILE, f"at most {FOLLOWERS_PER_USER} follow readers per "
+                                            f"user (uid {ctx.uid} has them)")
             node = model.nodes.get(inode)
-            self.model.followers += 1
             handle = FollowHandle(inode, node.topic, node.queue,
-                                  self.store.max_offset(node.topic, node.queue), ctx.pid)
+                                  self.store.max_offset(node.topic, node.queue), ctx.pid, ctx.uid)
+            self.model.followers += 1
+            self.following[ctx.uid] = mine + 1
             return FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
                                     nonseekable=True)
         raise FsError(errno.EISDIR)
@@ -661,6 +618,9 @@ class Operations(pyfuse3.Operations):
         elif isinstance(h, FollowHandle):
             h.closed = True
             self.model.followers -= 1
+            self.following[h.uid] -= 1
+            if not self.following[h.uid]:
+                del self.following[h.uid]
             self.stored()  # wakes a read still waiting for this handle, which then ends
 
     # --- extended attributes ---------------------------------------------------------------

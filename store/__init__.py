@@ -3,12 +3,12 @@
 Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
 """
 
-from .codec import Message, StoredMessage
 from .config import StoreConfig
 from .errors import (
                      CodecError,
                      CorruptionError,
                      FlushTimeout,
+                     InvalidConfig,
                      InvalidMessage,
                      NotFound,
                      ReadOnlyStore,
@@ -17,10 +17,11 @@ from .errors import (
                      StoreLocked,
                      UntrustedStore,
 )
+from .format.message import Message, StoredMessage
 from .message_store import MessageStore, PutResult
 
 __all__ = [
-    "CodecError", "CorruptionError", "FlushTimeout", "InvalidMessage", "Message",
+    "CodecError", "CorruptionError", "FlushTimeout", "InvalidConfig", "InvalidMessage", "Message",
     "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
     "StoreFormatError",
     "StoreLocked", "StoredMessage", "UntrustedStore",

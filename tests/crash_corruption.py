@@ -23,8 +23,8 @@ import shutil
 import struct
 
 from store import CorruptionError, Message, MessageStore, NotFound, StoreError
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import CaseResult, _store_files, write_in_process
 from tests.store_helpers import file_hashes

@@ -3,7 +3,8 @@ killed at a crash site (kill -9), fails with ENOSPC at a step, loses the power d
 after the repair (loop-mounted ext4), or whose plan goes stale because the store was opened
 and written between plan and apply. Then, each time: repair run again converges (its next
 plan is empty), verify passes, every intact message is served at its acknowledged offsets
-(including those written between plan and apply), and no queue offset is given out twice.
+(including those written between plan and apply), and no queue offset is given out twice,
+not even after a later crash that makes an open rebuild every queue from the records.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import subprocess
 import sys
 
 from store import Message, MessageStore, StoreError
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
 from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import REPO, CaseResult, run_killed
@@ -27,7 +28,8 @@ KILL_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move",
               "recovery.dispatch", "cq.write", "index.write", "flush.before", "flush.after",
               "checkpoint.before", "checkpoint.after", "abort.create", "abort.delete")
 ENOSPC_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move")
-MODES = ("kill", "enospc", "stale", "power-during", "power-after")
+MODES = ("kill", "enospc", "stale", "power-during", "power-after", "full-disk")
+ON_IMAGE = ("power-during", "power-after", "full-disk")  # modes that need the ext4 image
 _RUN = ("import sys\nfrom store.repair import apply_repair, plan_repair\n"
         "print('ready', flush=True)\napply_repair(plan_repair(sys.argv[1]))\n")
 
@@ -50,7 +52,7 @@ def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:
     """One interrupted repair; `image` (an Ext4Image) for the power-cut modes."""
     rng = random.Random(seed)
     kind = rng.choice(T6_KINDS)
-    base = image.mnt if mode.startswith("power") else workdir
+    base = image.mnt if mode in ON_IMAGE else workdir
     label = f"T6 seed={seed} mode={mode} kind={kind}"
     try:
         c = _Case(base, seed, kind)
@@ -89,6 +91,8 @@ def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[st
         return f"site={site}", hit
     if mode == "stale":
         return "concurrent write between plan and apply", _stale(c, rng, problems)
+    if mode == "full-disk":
+        return _full_disk(c, rng, image, problems)
     if mode == "power-during":
         delay = rng.uniform(0.0, 0.6)
         run_killed(repair_cmd(c.root), delay, on_ready=image.power_cut)
@@ -100,6 +104,31 @@ def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[st
     image.power_cut()
     image.reboot()
     return "cut right after OK", True
+
+
+def _full_disk(c: _Case, rng: random.Random, image, problems: list[str]) -> tuple[str, bool]:
+    """A real ENOSPC: fill the file system but for a few KiB, repair (it may fail anywhere),
+    then free the space again."""
+    ballast = os.path.join(image.mnt, "ballast")
+    st = os.statvfs(image.mnt)
+    room = rng.choice((0, 0, 4096, 16384, 65536))
+    try:
+        with open(ballast, "wb") as f:
+            want = max(0, st.f_bavail * st.f_frsize - room)
+            while want > 0:
+                try:
+                    os.posix_fallocate(f.fileno(), f.tell(), want)
+                    break
+                except OSError:  # the file system counts metadata too: ask for a bit less
+                    want -= 1 << 20
+        out = run_repair(c.root, None)
+    finally:
+        if os.path.exists(ballast):
+            os.unlink(ballast)
+    hit = out.returncode != 0
+    if hit and "No space left" not in out.stderr and "free disk" not in out.stderr:
+        problems.append(f"repair on a full disk failed otherwise: {out.stderr.strip()[-300:]}")
+    return f"room={room}", hit
 
 
 def _stale(c: _Case, rng: random.Random, problems: list[str]) -> bool:
@@ -138,6 +167,12 @@ def _converge(c: _Case, problems: list[str]) -> None:
     after = verify_store(c.root)
     if not after.ok:
         problems.append("verify after repair: " + "; ".join(after.lines[:4]))
+    # a later crash that lost the checkpoint and the queues: they are rebuilt from the records,
+    # and the offsets the repair kept taken must stay taken all the same
+    shutil.rmtree(os.path.join(c.root, "consumequeue"), ignore_errors=True)
+    os.unlink(os.path.join(c.root, "checkpoint"))
+    with open(os.path.join(c.root, "abort"), "w") as f:
+        f.write("1")
     with MessageStore(c.root, crash_config(), create=False) as s:
         _serves(s, c, problems, "after repair")
         for (topic, qid), end in _queue_ends(c).items():

@@ -18,7 +18,7 @@ from test_pipeline import build_store, expected_rows, read_rows  # noqa: E402
 from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
 from store import MessageStore  # noqa: E402
-from store.views import commitlog_files  # noqa: E402
+from store.offline.views import commitlog_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

@@ -6,14 +6,15 @@ a plan applies only to the store it was made for."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
 
 from store import CorruptionError, Message, MessageStore, StoreError
+from store.integrity.repair_journal import NAME
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.repair_journal import NAME
-from store.verify import verify_store
 from tests.crash_repair import run_repair
 from tests.crash_tiers import RECOVERY_LOGS
 from tests.fs_helpers import MQFS
@@ -120,6 +121,8 @@ def test_a_read_only_open_refuses_a_half_done_repair(tmp_path):
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(StoreError, match="interrupted repair"):
         MessageStore(root, _config(read_only=True), create=False).open()
+    report = verify_store(root)
+    assert not report.ok and any(NAME in line for line in report.lines)
     assert file_hashes(root, skip=("lock",)) == before
 
 
@@ -151,3 +154,41 @@ def test_a_plan_made_before_the_store_changed_is_refused(tmp_path):
     with MessageStore(root, _config(), create=False) as s:
         assert [bytes(s.get("U", 0, r.queue_offset).body) for r in added] == \
             [b"added %d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("loss", ("consumequeue", "checkpoint"))
+def test_offsets_a_repair_kept_stay_taken_after_a_later_rebuild(tmp_path, loss):
+    """The queue units that keep lost offsets taken are derived data; when a later open
+    rebuilds the queue from the records (its files deleted, or a crash that lost the
+    checkpoint), config/keptQueueEnds.json still keeps offset 19 of T taken."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[19])
+    apply_repair(plan_repair(root))
+    if loss == "consumequeue":
+        shutil.rmtree(os.path.join(root, "consumequeue", "T"))
+    else:
+        os.unlink(os.path.join(root, "checkpoint"))
+        with open(os.path.join(root, "abort"), "w") as f:
+            f.write("1")
+    with MessageStore(root, _config(), create=False) as s:
+        assert s.put(Message.create("T", b"next")).queue_offset == 20
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={19})
+
+
+@pytest.mark.parametrize("forged", (
+    ("config/keptQueueEnds.json", '{"T": {"0": {"end": 1000000000000, "filler": [0, 92]}}}',
+     "more messages than the CommitLog could ever have held"),
+    (NAME, '{"format": 1, "step": "fillers", "damages": [{"start": 4000, "end": 9000, '
+     '"file": "x", "storeTs": 0}]}', "crosses a CommitLog file's end")))
+def test_a_forged_kept_end_or_journal_is_refused_in_one_line(tmp_path, forged):
+    """The store directory is input: a kept end past anything the CommitLog could hold
+    would make an open write units until the disk is full."""
+    root = str(tmp_path / "s")
+    _store(root)
+    name, text, message = forged
+    with open(os.path.join(root, name), "w") as f:
+        f.write(text)
+    with pytest.raises(StoreError, match=message):
+        MessageStore(root, _config(), create=False).open()

@@ -103,7 +103,7 @@ def _fds() -> int:
 
 
 def test_queues_hold_no_descriptor_take_64_kib_and_stay_mapped_within_the_limit(tmp_path, monkeypatch):
-    from store import lazy_mapped_file
+    from store.files import lazy_mapped_file
 
     monkeypatch.setattr(lazy_mapped_file, "MAX_MAPPED", 50)
     root = str(tmp_path / "s")

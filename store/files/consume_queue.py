@@ -1,0 +1,431 @@
+"""One ConsumeQueue: 20-byte units (commitlog offset, record size, tagsCode) per topic/queue.
+
+Entry i (the queue offset) lives at logical byte i*20. Files hold `units` entries and are named
+by logical byte offset (docs/format.md). Lookups and time search use numpy views of the mapped
+units instead of Python loops.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import numpy as np
+
+from ..crash_points import ARMED, crash_point
+from . import quarantine
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
+
+UNIT_SIZE = 20
+UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+_UNIT = struct.Struct(">qiq")
+PRE_BLANK = (0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, root: str, topic: str, queue_id: int, units: int, *,
+                 read_only: bool = False):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = units * UNIT_SIZE
+        directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only, lazy=True)
+        self.min_logic_offset = 0
+        self.max_physic_offset = 0  # end (offset + size) of the last entry's record
+        self.hole = False  # a put came for an offset past the end (set during recovery)
+        self.next_offset = 0  # queue offset the next message gets (max_offset, kept cheap)
+        # the filler record repair left before a CommitLog offset, (offset, size) or None:
+        # queue offsets of messages lost to damage point there, so none is given out again
+        self.filler_before: Callable[[int], tuple[int, int] | None] | None = None
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # --- offsets ---------------------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        """One past the last entry."""
+        return self.queue.max_offset // UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return max(self.min_logic_offset, self.queue.min_offset) // UNIT_SIZE
+
+    @property
+    def first_file_offset(self) -> int:
+        """Queue offset the first file starts at (0 unless retention deleted head files)."""
+        return self.queue.min_offset // UNIT_SIZE
+
+    def units(self, file_index: int) -> np.ndarray:
+        """The written units of one file as a structured numpy view."""
+        mf = self.queue.files[file_index]
+        return np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
+
+    # --- writing ---------------------------------------------------------------------------
+    def ensure_room(self, n: int = 1) -> None:
+        """Roll to a new file now if the last is full, and reserve blocks for the next n
+        units, so ENOSPC comes before the CommitLog is written rather than between the
+        CommitLog and its ConsumeQueue entry."""
+        files = self.queue.files
+        if not files or files[-1].wrote_position >= self.file_size:
+            self.queue.last_file_for_append(self.queue.max_wrote_offset)
+        mf = self.queue.files[-1]
+        mf.reserve(min(mf.wrote_position + n * UNIT_SIZE, self.file_size))
+
+    def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Append the unit for queue_offset. Idempotent: an entry already built is skipped.
+        The common case (the next unit of a queue whose last file has room) is packed in
+        place at once; everything else goes through `_put`."""
+        files = self.queue.files
+        if files and commitlog_offset + size > self.max_physic_offset:
+            mf = files[-1]
+            pos = mf.wrote_position
+            if pos < mf.file_size and mf.file_from_offset + pos == queue_offset * UNIT_SIZE:
+                if pos + UNIT_SIZE > mf.allocated:
+                    mf.reserve(pos + UNIT_SIZE)
+                if ARMED:
+                    crash_point("cq.write")
+                _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
+                mf.wrote_position = pos + UNIT_SIZE
+                self.max_physic_offset = commitlog_offset + size
+                self.next_offset = queue_offset + 1
+                return True
+        return self._put(commitlog_offset, size, tags_code, queue_offset)
+
+    def _put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """put() for a first unit, a gap, a full file or an entry built already."""
+        if commitlog_offset + size <= self.max_physic_offset:
+            return True
+        expect = queue_offset * UNIT_SIZE
+        current = self.queue.max_wrote_offset
+        if expect < current:
+            return True  # built already
+        if expect > current and self.queue.files:
+            filler = self.filler_before(commitlog_offset) if self.filler_before else None
+            if filler is None:
+                self.hole = True  # entries before this one are missing: recovery dispatches again
+                return False
+            while current < expect:  # messages repair lost: their offsets read as damaged
+                self.queue.last_file_for_append().append(_UNIT.pack(filler[0], filler[1], 0))
+                current += UNIT_SIZE
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is not None and mf.file_from_offset + mf.wrote_position == expect \
+                and mf.wrote_position < mf.file_size:
+            crash_point("cq.write")
+            mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
+            self.max_physic_offset = commitlog_offset + size
+            self.next_offset = queue_offset + 1
+            return True
+        if not files and expect > 0:
+            self.min_logic_offset = expect
+        mf = self.queue.last_file_for_append(expect)
+        current = mf.file_from_offset + mf.wrote_position
+        while current < expect:  # a queue that starts above 0: pre-blank units, as RocketMQ
+            mf.append(_UNIT.pack(*PRE_BLANK))
+            mf = self.queue.last_file_for_append()
+            current = mf.file_from_offset + mf.wrote_position
+        crash_point("cq.write")
+        mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
+        self.max_physic_offset = commitlog_offset + size
+        self.next_offset = queue_offset + 1
+        return True
+
+    def put_run(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
+                queue_offsets: np.ndarray) -> None:
+        """put() for units in CommitLog order. Once the queue has files and the units left
+        continue it at consecutive offsets, they go in with one copy per file instead of a
+        pack and a write each; until then (a first unit, a gap, entries built already) one
+        by one as put() decides."""
+        keep = offsets + sizes > self.max_physic_offset  # put()'s first test; offsets grow
+        offsets, sizes, tags_codes, queue_offsets = (
+            offsets[keep], sizes[keep], tags_codes[keep], queue_offsets[keep])
+        n = len(offsets)
+        gaps = np.flatnonzero(np.diff(queue_offsets) != 1)
+        consecutive_from = int(gaps[-1]) + 1 if gaps.size else 0
+        for i in range(n):
+            if i >= consecutive_from and self.queue.files and \
+                    int(queue_offsets[i]) * UNIT_SIZE == self.queue.max_wrote_offset:
+                self._append_units(offsets[i:], sizes[i:], tags_codes[i:], queue_offsets[i:])
+                return
+            self.put(int(offsets[i]), int(sizes[i]), int(tags_codes[i]), int(queue_offsets[i]))
+
+    def _append_units(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
+                      queue_offsets: np.ndarray) -> None:
+        """Append units that continue the queue exactly, rolling files as put() does."""
+        units = np.empty(len(offsets), dtype=UNIT_DTYPE)
+        units["offset"], units["size"], units["tags"] = offsets, sizes, tags_codes
+        raw = units.view(np.uint8).data
+        done = 0
+        while done < len(raw):
+            mf = self.queue.last_file_for_append()
+            take = min(len(raw) - done, mf.file_size - mf.wrote_position)
+            crash_point("cq.write")
+            mf.append(raw[done : done + take])
+            done += take
+        self.max_physic_offset = int(offsets[-1] + sizes[-1])
+        self.next_offset = int(queue_offsets[-1]) + 1
+
+    # --- reading ---------------------------------------------------------------------------
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(commitlog offset, size, tagsCode) of an entry, or None outside [min, max)."""
+        if queue_offset < self.min_offset or queue_offset >= self.max_offset:
+            return None
+        logical = queue_offset * UNIT_SIZE
+        mf = self.queue.find(logical)
+        if mf is None:
+            return None
+        return _UNIT.unpack_from(mf.buffer(), logical - mf.file_from_offset)
+
+    def entries(self, queue_offset: int, n: int) -> np.ndarray:
+        """Up to n consecutive units from queue_offset (may cross files)."""
+        out = []
+        offset = max(queue_offset, self.min_offset)
+        stop = min(queue_offset + n, self.max_offset)
+        while offset < stop:
+            logical = offset * UNIT_SIZE
+            mf = self.queue.find(logical)
+            if mf is None:
+                break
+            first = (logical - mf.file_from_offset) // UNIT_SIZE
+            avail = mf.read_position // UNIT_SIZE - first
+            take = min(avail, stop - offset)
+            if take <= 0:
+                break
+            arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=take, offset=first * UNIT_SIZE)
+            out.append(arr)
+            offset += take
+        if not out:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def _record_at(self, queue_offset: int) -> int:
+        """CommitLog offset of an entry in [min, max) (-1 outside)."""
+        entry = self.entry(queue_offset)
+        return entry[0] if entry is not None else -1
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        return self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
+
+    def offset_by_time(self, ts: int, store_time: Callable[[int], int], upper: bool = False) -> int:
+        """First entry stored at or after ts (lower) or last entry at or before ts (upper),
+        clamped into [min, max]; binary search over store times read from the CommitLog."""
+        lo, hi = self.min_offset, self.max_offset
+        if lo >= hi:
+            return lo
+        if upper:
+            # last index with time <= ts
+            a, b = lo, hi
+            while a < b:
+                mid = (a + b) // 2
+                if store_time(self._record_at(mid)) <= ts:
+                    a = mid + 1
+                else:
+                    b = mid
+            return max(lo, a - 1)
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            if store_time(self._record_at(mid)) < ts:
+                a = mid + 1
+            else:
+                b = mid
+        return a
+
+    # --- recovery and cleanup --------------------------------------------------------------
+    def recover(self) -> None:
+        """Find the end: after the last unit that is not all zeros, looked for backwards from
+        the end of the newest data region of the newest file holding data (`last_written`),
+        so a queue's end costs a page or two, not its whole file. A damaged or zero unit
+        before it is recovery's to find (checked against the CommitLog), never cut here."""
+        files = self.queue.files
+        if not files:
+            return
+        end = files[0].file_from_offset
+        for mf in reversed(files):
+            found = last_written(mf)
+            if found is not None:
+                end = mf.file_from_offset + found
+                break
+        self.queue.truncate_dirty(end, zeros_after=True)  # the search read them: all zeros
+        self._refresh_max_physic()
+
+    def keep_taken(self, end: int, filler: tuple[int, int]) -> None:
+        """Extend the queue to `end` with units for messages lost to damage (pointing at a
+        filler record): their offsets were given out, so they stay taken."""
+        while self.max_offset < end:
+            self.queue.last_file_for_append(self.queue.max_wrote_offset).append(
+                _UNIT.pack(filler[0], filler[1], 0))
+        self.next_offset = self.max_offset
+
+    def cut_tail(self, queue_offset: int) -> None:
+        """Drop the units from queue_offset on (a torn tail; dispatch builds them again)."""
+        self.queue.truncate_dirty(queue_offset * UNIT_SIZE)
+        self._refresh_max_physic()
+
+    def move_to_quarantine(self, root: str) -> list[str]:
+        """Take every file out of service into quarantine/ and forget every entry (the
+        queue is rebuilt from the CommitLog); the paths they went to."""
+        moved = []
+        for mf in self.queue.files:
+            mf.close()
+            name = f"consumequeue-{self.topic}-{self.queue_id}-{os.path.basename(mf.path)}"
+            moved.append(quarantine.move_file(root, mf.path, name))
+        self.queue.files = []
+        self.queue.flushed_where = self.queue.committed_where = 0
+        self.min_logic_offset = self.max_physic_offset = self.next_offset = 0
+        self.hole = False
+        return moved
+
+    def _refresh_max_physic(self) -> None:
+        self.next_offset = self.max_offset
+        last = self.last_entry()
+        self.max_physic_offset = (last[0] + last[1]) if last and last[1] != PRE_BLANK[1] else 0
+
+    def truncate_from_physical(self, commitlog_offset: int) -> None:
+        """Drop the entries after the last one whose record starts below commitlog_offset (the
+        CommitLog was cut there). A damaged unit in the middle pointing past commitlog_offset
+        does not hide the good units after it. Looked for from the end a chunk at a time: only
+        the units past the cut (and one chunk) are read."""
+        end = self.queue.min_offset
+        for mf in reversed(self.queue.files):
+            found = _last_below(mf, commitlog_offset)
+            if found is not None:
+                end = mf.file_from_offset + found
+                break
+        if end < self.queue.max_offset:
+            self.queue.truncate_dirty(end)
+        self._refresh_max_physic()
+
+    def correct_min_offset(self, min_commitlog_offset: int) -> None:
+        """Move the minimum past entries whose records were deleted from the CommitLog."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._record_at(mid) < min_commitlog_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.min_logic_offset = lo * UNIT_SIZE
+
+    def delete_expired(self, min_commitlog_offset: int) -> int:
+        """Delete head files whose last unit points below the CommitLog minimum."""
+        deleted = 0
+        while len(self.queue.files) > 1:
+            mf = self.queue.files[0]
+            last = _UNIT.unpack_from(mf.buffer(), self.file_size - UNIT_SIZE)
+            if last[0] >= min_commitlog_offset:
+                break
+            self.queue.delete_first()
+            deleted += 1
+        self.correct_min_offset(min_commitlog_offset)
+        return deleted
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+_CHUNK_UNITS = 4096  # units read at a time when looking for a queue's end from the back
+
+
+def _chunks_back(lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """[a, b) unit-aligned byte ranges covering [lo, hi) of a file, last first."""
+    hi = -(-hi // UNIT_SIZE) * UNIT_SIZE
+    lo -= lo % UNIT_SIZE
+    step = _CHUNK_UNITS * UNIT_SIZE
+    while hi > lo:
+        a = max(lo, hi - step)
+        yield a, hi
+        hi = a
+
+
+def last_written(mf: MappedFile) -> int | None:
+    """End of the last unit of a file that is not all zeros, or None: the data regions
+    (never-written extents and holes are skipped unread) searched from the back."""
+    buf = mf.buffer()
+    for lo, hi in reversed(mf.data_regions(0)):
+        for a, b in _chunks_back(lo, min(hi, mf.file_size)):
+            n = len(buf[a:b].rstrip(b"\0"))  # a copy, but C all the way (numpy's per-row
+            if n:                             # any() took milliseconds a chunk)
+                return a + -(-n // UNIT_SIZE) * UNIT_SIZE
+    return None
+
+
+def _last_below(mf: MappedFile, commitlog_offset: int) -> int | None:
+    """End of the last unit below a file's read position whose record starts below
+    commitlog_offset (or a pre-blank unit), or None; searched from the back."""
+    buf = mf.buffer()
+    for a, b in _chunks_back(0, mf.read_position):
+        arr = np.frombuffer(buf, dtype=UNIT_DTYPE, count=(b - a) // UNIT_SIZE, offset=a)
+        below = np.flatnonzero((arr["offset"] < commitlog_offset) | (arr["size"] == PRE_BLANK[1]))
+        if below.size:
+            return a + (int(below[-1]) + 1) * UNIT_SIZE
+    return None
+
+
+class QueueView(Protocol):
+    """What readers use of a queue: a ConsumeQueue, or one rebuilt in memory."""
+
+    topic: str
+    queue_id: int
+
+    @property
+    def min_offset(self) -> int: ...
+
+    @property
+    def max_offset(self) -> int: ...
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None: ...
+
+    def entries(self, queue_offset: int, n: int) -> np.ndarray: ...
+
+    def offset_by_time(self, ts: int, store_time: Callable[[int], int],
+                       upper: bool = False) -> int: ...
+
+
+class RebuiltQueue:
+    """A queue rebuilt in memory from the CommitLog: what a read-only open serves when a
+    queue's files are damaged (a read-write open rebuilds the files themselves). Offsets no
+    record carries read as missing."""
+
+    def __init__(self, topic: str, queue_id: int, first: int, units: np.ndarray):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.min_offset = first
+        self.max_offset = first + len(units)
+        self._units = units
+
+    @classmethod
+    def of(cls, topic: str, queue_id: int, found: list[tuple[int, int, int, int]]
+           ) -> RebuiltQueue:
+        """From (queue offset, commitlog offset, size, tagsCode) of the queue's records."""
+        if not found:
+            return cls(topic, queue_id, 0, np.empty(0, dtype=UNIT_DTYPE))
+        first = min(f[0] for f in found)
+        units = np.zeros(max(f[0] for f in found) - first + 1, dtype=UNIT_DTYPE)
+        units["offset"] = -1
+        for qoff, commitlog_offset, size, tags in found:
+            units[qoff - first] = (commitlog_offset, size, tags)
+        return cls(topic, queue_id, first, units)
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        if not self.min_offset <= queue_offset < self.max_offset:
+            return None
+        u = self._units[queue_offset - self.min_offset]
+        return int(u["offset"]), int(u["size"]), int(u["tags"])
+
+    def entries(self, queue_offset: int, n: int) -> np.ndarray:
+        lo = max(queue_offset, self.min_offset) - self.min_offset
+        return self._units[lo:max(lo, min(queue_offset + n, self.max_offset) - self.min_offset)]
+
+    offset_by_time = ConsumeQueue.offset_by_time
+    _record_at = ConsumeQueue._record_at
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,253 @@
+"""The dispatcher (RocketMQ's CommitLogDispatcher): what a record adds to its ConsumeQueue and
+to the IndexFiles. Single puts, batches and recovery all come here, so each rule is written
+once: which records take a queue unit (`layout.in_queue`), which are indexed
+(`layout.indexed`), the index keys (UNIQ_KEY, then KEYS tokens) and the unit's tagsCode
+(`TagsCodes`: the tag's hash, or the delivery time of a delayed message).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+
+from ..crash_points import crash_point
+from ..format import codec, layout, message
+from ..format.columns import RecordRun
+from ..format.flavor import Flavor
+from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
+from .consume_queue import ConsumeQueue
+
+if TYPE_CHECKING:
+    from .index_service import IndexService
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")  # what Integer.parseInt reads (range checked after)
+UNKNOWN_LEVEL_MS = 1000  # computeDeliverTimestamp for a level the table lacks
+
+
+
+
+def index_keys(props: dict[str, str]) -> list[str]:
+    """Message.index_keys() from the properties in one call (UNIQ_KEY, then KEYS tokens):
+    the put paths run it once per message."""
+    text = props.get(message.PROPERTY_KEYS)
+    keys = ([text] if " " not in text else [k for k in text.split(" ") if k]) if text else []
+    uniq = props.get(message.PROPERTY_UNIQ_KEY)
+    if uniq:
+        keys.insert(0, uniq)
+    return keys
+
+
+def has_queue_dir(topic: str) -> bool:
+    """Whether a topic's ConsumeQueues can exist: its name fits a directory entry. A broker
+    configured for longer topics writes their records (v2) but fails to build their queues;
+    such records are read by key and by CommitLog offset."""
+    return len(topic) <= message.NAME_MAX  # topics are ASCII: one byte a character
+
+
+def takes_unit(topic: str, sys_flag: int) -> bool:
+    """Whether a record has a ConsumeQueue unit: not a prepared or rolled-back transaction,
+    and a topic whose queues can exist."""
+    return layout.in_queue(sys_flag) and has_queue_dir(topic)
+
+
+class TagsCodes:
+    """The tagsCode of a ConsumeQueue unit, as the broker computes it
+    (CommitLog.checkMessageAndReturnSize): the flavor's hash of TAGS (0 without one), except
+    for a record of SCHEDULE_TOPIC_XXXX with a DELAY level, whose unit holds its delivery
+    time: store time + the level's delay (a level past the last uses the last; a DELAY that
+    is not a number, or a level below 1, keeps the tag hash)."""
+
+    def __init__(self, flavor: Flavor, delay_levels: tuple[int, ...]):
+        self.flavor = flavor
+        self.delay_levels = delay_levels
+
+    def delivery_time(self, delay: str, store_ts: int) -> int | None:
+        """The delivery time of a delayed record, or None when its DELAY makes none."""
+        if not _JAVA_INT.fullmatch(delay) or not -(1 << 31) <= int(delay) < 1 << 31:
+            return None
+        level = min(int(delay), len(self.delay_levels))
+        if level <= 0:
+            return None
+        return store_ts + self.delay_levels[level - 1]
+
+    def of(self, topic: str, props: dict[str, str], store_ts: int) -> int:
+        """The tagsCode of one message."""
+        if topic == SCHEDULE_TOPIC:
+            delay = props.get(PROPERTY_DELAY)
+            due = self.delivery_time(delay, store_ts) if delay else None
+            if due is not None:
+                return due
+        tags = props.get(message.PROPERTY_TAGS)
+        return self.flavor.tags_code(tags) if tags else 0
+
+    def column(self, topics: Sequence[str], tags: Sequence[str | None], delays: Sequence[str | None] | None,
+               store_ts: np.ndarray | int) -> np.ndarray:
+        """tagsCodes of many records: one hash per distinct tag, then the delayed records'
+        delivery times (`delays`: each record's DELAY; None when no record is delayed)."""
+        codes = {t: self.flavor.tags_code(t) if t else 0 for t in set(tags)}
+        out = np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=len(tags))
+        if delays is not None:
+            stamps = np.broadcast_to(np.asarray(store_ts, dtype=np.int64), out.shape)
+            for i, (topic, delay) in enumerate(zip(topics, delays)):
+                due = self.delivery_time(delay, int(stamps[i])) if delay and topic == SCHEDULE_TOPIC else None
+                if due is not None:
+                    out[i] = due
+        return out
+
+    def by_tag(self, topic: str) -> bool:
+        """Whether a queue's units can be picked by a tag's hash: not the delay topic's,
+        whose units hold times."""
+        return topic != SCHEDULE_TOPIC
+
+
+@dataclass
+class BatchPlan:
+    """Where a batch goes before any byte is written: each message's queue offset (0 for
+    those no queue holds), the rows each queue takes, and the index keys as (row, hash)."""
+
+    queues: dict[ConsumeQueue, np.ndarray]
+    queue_offsets: np.ndarray
+    key_rows: np.ndarray
+    key_hashes: np.ndarray
+
+
+class Dispatcher:
+    """Builds ConsumeQueue units and IndexFile entries. `create_queue(topic, qid, persist)`
+    makes a queue the topic table knows; `fillers` collects (offset, size) of the filler
+    records repair left, as they are dispatched."""
+
+    def __init__(self, tags: TagsCodes, consume_queues: dict[tuple[str, int], ConsumeQueue],
+                 index: IndexService, create_queue: Callable[[str, int, bool], ConsumeQueue],
+                 fillers: list[tuple[int, int]]):
+        self.tags = tags
+        self.consume_queues = consume_queues
+        self.index = index
+        self.create_queue = create_queue
+        self.fillers = fillers
+
+    # --- one message ----------------------------------------------------------------------
+    def reserve(self, msg: Message) -> tuple[ConsumeQueue | None, int, list[str]]:
+        """Before a put writes its record: the queue that takes its unit (None for a
+        prepared or rolled-back transaction), its queue offset and its index keys, with room
+        made in both, so a full disk refuses the put before the CommitLog is written."""
+        topic, qid = msg.topic, msg.queue_id
+        cq = self.consume_queues.get((topic, qid))
+        if cq is None and has_queue_dir(topic):
+            cq = self.create_queue(topic, qid, True)
+        sys_flag = msg.sys_flag
+        keys = index_keys(msg.properties) if layout.indexed(sys_flag) else []
+        queue: ConsumeQueue | None = None
+        queue_offset = 0
+        if cq is not None and layout.in_queue(sys_flag):
+            queue, queue_offset = cq, cq.next_offset
+            cq.ensure_room()
+        if keys:
+            self.index.ensure_room(len(keys))
+        return queue, queue_offset, keys
+
+    def put(self, msg: Message, cq: ConsumeQueue | None, queue_offset: int, keys: list[str],
+            commitlog_offset: int, size: int, store_ts: int) -> None:
+        """The unit and index entries of a record `reserve` made room for."""
+        if cq is not None:
+            cq.put(commitlog_offset, size, self.tags.of(msg.topic, msg.properties, store_ts), queue_offset)
+        if keys:
+            self.index.build(msg.topic, keys, commitlog_offset, store_ts, msg.sys_flag)
+
+    # --- a batch --------------------------------------------------------------------------
+    def plan(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray,
+             props: Sequence[dict[str, str]]) -> BatchPlan:
+        """`reserve` for a batch: queue offsets found by sorting rather than a step per
+        message; missing queues created (for every message, as a single put does) and room
+        made, so a bad queue or a full disk refuses before anything is written."""
+        names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+        group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
+        order = np.argsort(group, kind="stable")
+        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1]))
+        in_queue = layout.in_queue(sys_flags)
+        queue_offsets = np.zeros(len(topics), dtype=np.int64)
+        queues: dict[ConsumeQueue, np.ndarray] = {}
+        topic_of = list(names)
+        for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
+            rows = order[lo:hi]
+            g = int(group[rows[0]])
+            key = (topic_of[g >> 32], g & 0xFFFFFFFF)
+            cq = self.consume_queues.get(key) or self.create_queue(*key, True)
+            taken = rows[in_queue[rows]]
+            if len(taken):
+                cq.ensure_room(len(taken))
+                queue_offsets[taken] = cq.next_offset + np.arange(len(taken))
+                queues[cq] = taken
+        key_rows, key_hashes = self._batch_keys(topics, props, sys_flags)
+        self.index.ensure_room(len(key_rows))
+        return BatchPlan(queues, queue_offsets, key_rows, key_hashes)
+
+    def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """The index keys of a batch as (row of each key's message, key hash), in put order;
+        rolled-back records have none. The common batch (one key a message, no UNIQ_KEY)
+        takes no Python step per message."""
+        n = len(topics)
+        text = list(map(dict.get, props, repeat(message.PROPERTY_KEYS)))
+        simple = not any(map(dict.__contains__, props, repeat(message.PROPERTY_UNIQ_KEY))) \
+            and " " not in "".join(filter(None, text))
+        if simple:
+            rows = np.flatnonzero(np.fromiter(map(bool, text), dtype=bool, count=n) & layout.indexed(sys_flags))
+            pick = rows.tolist()
+            keys = cast(list[str], list(map(text.__getitem__, pick)))  # rows with a KEYS text
+        else:
+            per = list(map(index_keys, props))
+            indexed = layout.indexed(sys_flags).tolist()
+            pick = [i for i, ks in enumerate(per) if indexed[i] for _ in ks]
+            keys = [k for i, ks in enumerate(per) if indexed[i] for k in ks]
+            rows = np.array(pick, dtype=np.int64)
+        topic_at: Callable[[int], str] = topics.__getitem__
+        return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
+
+    def batch(self, plan: BatchPlan, done: int, topics: Sequence[str], props: Sequence[dict[str, str]],
+              commitlog_offset: np.ndarray, sizes: np.ndarray, store_ts: int) -> None:
+        """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
+        tags = list(map(dict.get, props[:done], repeat(message.PROPERTY_TAGS)))
+        delays = (list(map(dict.get, props[:done], repeat(PROPERTY_DELAY)))
+                  if SCHEDULE_TOPIC in topics else None)
+        tags_codes = self.tags.column(topics, tags, delays, store_ts)
+        for cq, rows in plan.queues.items():
+            rows = rows[rows < done]
+            if len(rows):
+                cq.put_run(commitlog_offset[rows], sizes[rows], tags_codes[rows], plan.queue_offsets[rows])
+        written = plan.key_rows < done
+        rows = plan.key_rows[written]
+        if len(rows):
+            self.index.put_entries(plan.key_hashes[written], commitlog_offset[rows],
+                                   np.full(len(rows), store_ts, dtype=np.int64))
+
+    # --- records read back from the CommitLog (recovery, rebuild) ------------------------
+    def run(self, run: RecordRun) -> None:
+        """Units and entries of records in CommitLog order, each queue's and the index's in
+        bulk. Units and entries already there are skipped (dispatch is idempotent)."""
+        in_queue = np.flatnonzero(layout.in_queue(run.sys_flag))
+        topic_ids = {t: i for i, t in enumerate(dict.fromkeys(run.topics))}
+        names = list(topic_ids)
+        if any(codec.is_filler(t, layout.TRANSACTION_ROLLBACK) for t in names):
+            self.fillers += [(int(run.commitlog_offset[i]), int(run.size[i])) for i, t in enumerate(run.topics)
+                             if codec.is_filler(t, int(run.sys_flag[i]))]
+        n = len(run)  # per-record columns through map(): no Python call per record
+        ids = np.fromiter(map(topic_ids.__getitem__, run.topics), dtype=np.int64, count=n)
+        group = ids[in_queue] << 32 | (run.queue_id[in_queue] & 0xFFFFFFFF)
+        tags = self.tags.column(run.topics, run.tags, run.delays, run.store_ts)
+        for g in np.unique(group).tolist():
+            rows = in_queue[group == g]
+            topic, qid = names[g >> 32], int(run.queue_id[rows[0]])
+            if not has_queue_dir(topic):
+                continue  # as on the broker: no directory can hold its units
+            crash_point("recovery.dispatch")
+            cq = self.consume_queues.get((topic, qid))
+            if cq is None:
+                cq = self.create_queue(topic, qid, False)
+            cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
+        crash_point("recovery.dispatch")
+        self.index.build_run(names, ids, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)

@@ -1,0 +1,98 @@
+"""Crash-safe JSON files (config/*.json, mqfs.json): temp file, fsync, rename, directory fsync,
+previous version kept as .bak. Reads accept RocketMQ's fastjson output (unquoted integer keys)
+and fall back to .bak when the main file is empty, unparseable or not the shape we write.
+
+Everything a file can hold — garbage, nesting deep enough to exhaust the parser, a valid
+document of the wrong shape — ends as one StoreFormatError line naming the file and what to do,
+never a traceback: these files are edited by hand and restored from backups."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..errors import StoreFormatError
+from . import safefs
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_UNQUOTED_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+_DEFAULT_FIX = "restore it from a backup"
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(_UNQUOTED_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def _load(path: str, check: Callable[[Any], T] | None) -> T:
+    """One candidate file parsed and checked; ValueError says what is wrong with it."""
+    try:
+        text = safefs.read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("is not UTF-8 text") from None
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ValueError(f"cannot be read ({exc.strerror or exc})") from None
+    if not text.strip():
+        raise ValueError("is empty")
+    try:
+        data = _parse(text)
+    except RecursionError:
+        raise ValueError("is nested too deeply to be a config file") from None
+    except MemoryError:
+        raise ValueError("is too large to parse") from None
+    except ValueError as exc:
+        raise ValueError(f"is not JSON ({exc})") from None
+    if check is None:
+        return data
+    try:
+        return check(data)
+    except RecursionError:
+        raise ValueError("is nested too deeply to be a config file") from None
+
+
+def read_json(path: str, default: Any = None, *, check: Callable[[Any], T] | None = None,
+              fix: str = _DEFAULT_FIX) -> Any:
+    """The file parsed and passed through `check` (which raises ValueError on a shape we never
+    write), its .bak when the file is damaged, or `default` when neither exists. `fix` tells
+    the user what to do when neither is usable."""
+    problems = []
+    for candidate in (path, path + ".bak"):
+        try:
+            data = _load(candidate, check)
+        except FileNotFoundError:
+            continue
+        except ValueError as exc:
+            problems.append(f"{candidate} {exc}")
+            continue
+        if problems:
+            log.warning("%s; using %s", problems[0], candidate)
+        return data
+    if problems:
+        raise StoreFormatError("; ".join(problems) + f"; {fix}")
+    return default
+
+
+def write_json(path: str, data: Any) -> None:
+    """Write .tmp (private, synced), keep the current version as .bak (a second name for it:
+    no copy, and a link planted as .bak is replaced, not written through), rename .tmp over
+    the file, sync the directory."""
+    directory = os.path.dirname(path) or "."
+    safefs.makedirs(directory)
+    tmp, bak = path + ".tmp", path + ".bak"
+    safefs.write_new(tmp, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    if os.path.lexists(path):
+        if os.path.lexists(bak):
+            safefs.unlink(bak)
+        safefs.link(path, bak)
+    safefs.rename(tmp, path)
+    safefs.fsync_dir(directory)

@@ -1,0 +1,264 @@
+"""The one way to reach a file inside a store: the store directory is untrusted input.
+
+The daemon may run as root over a directory another user owns, and that user can plant a
+symlink or swap a directory at any moment. So every path is walked one component at a time
+from `/`, each directory opened with O_NOFOLLOW relative to the one before (openat), and the
+file itself opened with O_NOFOLLOW relative to its directory: a symlink anywhere on the way
+is refused, never followed, and there is no window between checking and opening. A store is
+opened by its resolved path (`os.path.realpath`, the administrator's own symlinks), so a
+link found later was put there by someone else.
+
+Everything written to (a file opened for writing, a directory whose entries change) and a
+store as it is opened (`check_store`) is checked the way sshd's StrictModes checks a home
+directory: owned by the daemon's user (or root, or a user the administrator trusts with
+`trust_owner`) and not writable by group or others. Reading alone is not: the pipeline may
+read a store another user writes. Files and directories mqfs creates are private to their
+owner (0600 and 0700), whatever the process umask.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import pwd
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..errors import UntrustedStore
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_trusted: set[int] = set()  # owners besides this process's user and root
+
+
+def trust_owner(uid: int) -> None:
+    """Accept stores (and files in them) owned by `uid` too: a root daemon serving the store of
+    a service user. Links are still never followed inside such a store."""
+    _trusted.add(uid)
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check(st: os.stat_result, path: str) -> None:
+    """Refuse what another user could change under the daemon (UntrustedStore, one line)."""
+    me = os.geteuid()
+    if st.st_uid not in (me, 0) and st.st_uid not in _trusted:
+        raise UntrustedStore(
+            f"{path} is owned by {_user(st.st_uid)}, not by {_user(me)} who runs mqfs: another "
+            f"user's store could be turned against this process; run mqfs as {_user(st.st_uid)}, "
+            f"or `chown -R {_user(me)} STORE`, or pass --trust-owner {_user(st.st_uid)}")
+    if st.st_mode & 0o022:
+        raise UntrustedStore(
+            f"{path} is writable by group or others (mode {stat.filemode(st.st_mode)}): "
+            f"anyone could change the store under mqfs; run `chmod go-w {path}`")
+
+
+def _refuse_link(path: str) -> UntrustedStore:
+    return UntrustedStore(f"{path} is a symbolic link (or not what the store keeps there): "
+                          "mqfs never follows links inside a store; replace it with the real "
+                          "file or directory")
+
+
+def _step(fd: int, name: str, path: str) -> int:
+    try:
+        return os.open(name, _DIR, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refuse_link(path) from None
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
+def _walk(path: str, create: bool = False) -> int:
+    """An fd of directory `path`, reached without following any link; `create` makes the
+    missing ones (0700)."""
+    path = os.path.abspath(path)
+    fd = os.open("/", _DIR)
+    done = ""
+    try:
+        for name in path.split("/"):
+            if not name:
+                continue
+            done += "/" + name
+            if create:
+                try:
+                    os.mkdir(name, DIR_MODE, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nxt = _step(fd, name, done)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_dir(path: str, create: bool = False, write: bool = True) -> int:
+    """A directory fd (O_DIRECTORY, no link on the way), `check`ed when entries are to
+    change (`write`); the caller closes it."""
+    fd = _walk(path, create)
+    if not write:
+        return fd
+    try:
+        check(os.fstat(fd), path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def directory(path: str, create: bool = False, write: bool = True) -> Iterator[int]:
+    fd = open_dir(path, create, write)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def open_file(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
+    """An fd of the regular file at `path` (created `mode` with O_CREAT); a link, a FIFO or a
+    device there, or a link on the way, is refused; the caller closes the fd."""
+    parent, name = os.path.split(os.path.abspath(path))
+    write = bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC))
+    with directory(parent, write=write) as dfd:
+        try:
+            # O_NONBLOCK: a FIFO planted in the store must not hang the open
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode,
+                         dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _refuse_link(path) from None
+            raise OSError(exc.errno, exc.strerror, path) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse_link(path)
+        if write:
+            check(st, path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str) -> bytes:
+    fd = open_file(path)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def write_new(path: str, data: bytes | memoryview, *, sync: bool = True) -> None:
+    """Create (or truncate) `path` with `data`, synced: a private file."""
+    fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def makedirs(path: str) -> None:
+    """Make `path` and its missing parents (0700), refusing a link on the way."""
+    os.close(_walk(path, create=True))
+
+
+def listdir(path: str) -> list[str]:
+    """The names in directory `path` (FileNotFoundError when there is none)."""
+    with directory(path, write=False) as fd:
+        return os.listdir(fd)
+
+
+def is_dir(path: str) -> bool:
+    """A directory at `path`; a link there is refused (UntrustedStore), not taken for one."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISLNK(mode):
+        raise _refuse_link(path)
+    return stat.S_ISDIR(mode)
+
+
+def unlink(path: str) -> None:
+    """Remove the name (a link is removed, never what it points to)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    with directory(parent) as dfd:
+        os.unlink(name, dir_fd=dfd)
+
+
+def rename(src: str, dst: str) -> None:
+    """rename(2) of `src` to `dst`, each reached without following a link."""
+    (sp, sn), (dp, dn) = os.path.split(os.path.abspath(src)), os.path.split(os.path.abspath(dst))
+    with directory(sp) as sfd, directory(dp) as dfd:
+        os.rename(sn, dn, src_dir_fd=sfd, dst_dir_fd=dfd)
+
+
+def link(src: str, dst: str) -> None:
+    """A second name for regular file `src` (never for what a link points to)."""
+    (sp, sn), (dp, dn) = os.path.split(os.path.abspath(src)), os.path.split(os.path.abspath(dst))
+    with directory(sp) as sfd, directory(dp) as dfd:
+        os.link(sn, dn, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
+
+
+def make_private(path: str) -> None:
+    """chmod 0600 (a file) or 0700 (a directory), reached without following a link."""
+    is_directory = is_dir(path)
+    fd = open_dir(path) if is_directory else open_file(path, os.O_RDONLY)
+    try:
+        os.fchmod(fd, DIR_MODE if is_directory else FILE_MODE)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str) -> None:
+    with directory(path) as fd:
+        os.fsync(fd)
+
+
+def size(path: str) -> int:
+    """Bytes of the file at `path` itself (a link's own size, never its target's)."""
+    return os.lstat(path).st_size
+
+
+# the directories whose entries check_store looks at one by one: few files each (a CommitLog
+# file is a GiB); consumequeue/ and quarantine/ may hold thousands and are checked as opened
+_LISTED = ("", "commitlog", "index", "config", "logs", "staging")
+
+
+def check_store(root: str) -> None:
+    """Refuse, before anything is written, a store another user could turn against this
+    process: the directory, its top-level entries and the files of commitlog/, index/,
+    config/, logs/ and staging/ must be owned by a trusted user, not writable by group or
+    others, and not links."""
+    with directory(root):
+        pass  # the store directory itself
+    for sub in _LISTED:
+        base = os.path.join(root, sub) if sub else root
+        try:
+            names = listdir(base)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            path = os.path.join(base, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                raise _refuse_link(path)
+            check(st, path)

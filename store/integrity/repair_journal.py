@@ -1,0 +1,285 @@
+"""Repair as a crash-safe transaction: `<store>/repair-journal.json`.
+
+`mqfs repair` writes the journal (fsynced, with its directory) before its first change. It
+says what the repair will do (manifest, renames, filler records, the new CommitLog start) and
+every queue end the repair must keep (offsets given out, even those of messages lost to
+damage), and which step it is at. Every step can run again from wherever a crash stopped it,
+so whoever comes next, a repair or a read-write open, rolls the journal forward:
+`finish_files` does the file steps, the open rebuilds ConsumeQueues and IndexFiles from the
+CommitLog, keeps the journal's queue ends taken and then `remove`s the journal. Until then a
+read-only open refuses: the files are half-way between two states.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..config import StoreConfig
+from ..crash_points import crash_point
+from ..errors import InvalidMessage, StoreError, StoreFormatError
+from ..files import quarantine, safefs
+from ..files.json_file import read_json, write_json
+from ..files.lock import StoreLock
+from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
+from ..format import codec, layout, message
+from ..format.flavor import flavor_named
+from ..meta import kept_ends
+from ..meta.manifest import inspect, write_manifest
+from ..meta.retention import record_min_offset
+from .salvage import Damage
+
+if TYPE_CHECKING:
+    from ..message_store import MessageStore
+
+NAME = "repair-journal.json"
+# the steps in order; the journal names the next one to run. rename-out moves each misnamed
+# file to <name>.repair, rename-in moves those to their rightful names: between the two a
+# name may be free, so the journal says which pass a crash interrupted.
+STEPS = ("manifest", "rename-out", "rename-in", "fillers", "head", "derived")
+_DERIVED = ("consumequeue", "index", "checkpoint", os.path.join("config", "dispatchState.json"),
+            "abort")
+_FIX = "nothing was changed; restore it from a backup of the journal or ask for help"
+
+
+@dataclass
+class Journal:
+    """What an interrupted repair still has to do."""
+
+    step: str = STEPS[0]
+    manifest: bool = False
+    renames: list[tuple[str, str]] = field(default_factory=list)  # CommitLog file names
+    damages: list[Damage] = field(default_factory=list)
+    head_from: int | None = None
+    queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": 1, "step": self.step, "manifest": self.manifest,
+                "renames": [list(r) for r in self.renames],
+                "damages": [{"start": d.start, "end": d.end, "file": d.file, "reason": d.reason,
+                             "toFileEnd": d.to_file_end, "storeTs": d.store_ts}
+                            for d in self.damages],
+                "headFrom": self.head_from,
+                "queueEnds": [[t, q, end] for (t, q), end in sorted(self.queue_ends.items())]}
+
+
+def path(root: str) -> str:
+    return os.path.join(root, NAME)
+
+
+def pending(root: str) -> bool:
+    """Whether an interrupted repair waits to be finished."""
+    return os.path.lexists(path(root))
+
+
+def _int(value: Any, what: str, low: int = 0) -> int:
+    if type(value) is not int or not low <= value < 1 << 63:
+        raise ValueError(f"has {what} {value!r}, not an integer >= {low}")
+    return value
+
+
+def _file_name(value: Any) -> str:
+    if not (isinstance(value, str) and len(value) == 20 and value.isascii() and value.isdigit()):
+        raise ValueError(f"names the CommitLog file {value!r}, not 20 digits")
+    return value
+
+
+def _checked(data: Any) -> Journal:
+    """The journal as written, or ValueError for any shape `save` never writes."""
+    if not isinstance(data, dict) or data.get("format") != 1 or data.get("step") not in STEPS:
+        raise ValueError("is not a repair journal of format 1")
+    j = Journal(step=data["step"], manifest=data.get("manifest") is True)
+    for pair in data.get("renames") or []:
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise ValueError(f"has the rename {pair!r}")
+        j.renames.append((_file_name(pair[0]), _file_name(pair[1])))
+    for d in data.get("damages") or []:
+        if not isinstance(d, dict) or not isinstance(d.get("file"), str):
+            raise ValueError(f"has the damage {d!r}")
+        start, end = _int(d.get("start"), "a start"), _int(d.get("end"), "an end")
+        if end <= start:
+            raise ValueError(f"has the empty damaged range {start}..{end}")
+        j.damages.append(Damage(start, end, str(d.get("reason", "")), d["file"],
+                                d.get("toFileEnd") is True, _int(d.get("storeTs"), "a time")))
+    if data.get("headFrom") is not None:
+        j.head_from = _int(data["headFrom"], "a CommitLog start")
+    for row in data.get("queueEnds") or []:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)):
+            raise ValueError(f"has the queue end {row!r}")
+        try:
+            message.validate_topic(row[0])
+        except InvalidMessage as exc:
+            raise ValueError(f"has the queue of topic {row[0]!r} ({exc})") from None
+        j.queue_ends[(row[0], _int(row[1], "a queue id"))] = _int(row[2], "a queue end")
+    return j
+
+
+def load(root: str) -> Journal:
+    journal = read_json(path(root), None, check=_checked, fix=_FIX)
+    if journal is None:
+        raise StoreFormatError(f"{path(root)} went away while being read; {_FIX}")
+    return journal
+
+
+def save(root: str, journal: Journal) -> None:
+    """Write the journal durably (temp file, fsync, rename, directory fsync)."""
+    write_json(path(root), journal.to_json())
+    crash_point("repair.journal")
+
+
+def remove(root: str) -> None:
+    """The repair is done: its journal goes (the .bak first: it must never stand in for it)."""
+    for name in (path(root) + ".bak", path(root)):
+        if os.path.lexists(name):
+            safefs.unlink(name)
+    fsync_dir(root)
+
+
+def finish_files(root: str) -> dict[tuple[str, int], int]:
+    """Roll an interrupted repair forward up to the rebuild of the derived files (under the
+    store's lock); returns the queue ends the rebuild must keep."""
+    lock = StoreLock(root)
+    lock.acquire()
+    try:
+        journal = load(root)
+        for step in STEPS[STEPS.index(journal.step):]:
+            if step != journal.step:
+                journal.step = step
+                save(root, journal)
+            _STEP_RUNNERS[step](root, journal)
+        return journal.queue_ends
+    finally:
+        lock.release()
+
+
+def finish_files_before_open(root: str, read_only: bool) -> dict[tuple[str, int], int] | None:
+    """For an open: an interrupted repair's file steps, before anything reads the files; the
+    queue ends its rebuild must keep, or None when no repair is pending."""
+    if not pending(root):
+        return None
+    if read_only:
+        raise StoreError(f"{root} holds an interrupted repair ({NAME}); nothing was changed: "
+                         f"run `mqfs repair {root}` (or open it read-write) to finish it")
+    return finish_files(root)
+
+
+def finish_rebuild(store: MessageStore, ends: dict[tuple[str, int], int]) -> None:
+    """The open rebuilt the derived files: keep the journal's queue ends taken (and recorded
+    in kept_ends, so no later rebuild gives them out again), make every file and directory
+    durable, and only then drop the journal."""
+    kept_ends.add(store.root, store.keep_queue_ends(ends))
+    store.flush()
+    store.index.flush()
+    for directory, _, _ in os.walk(store.root):
+        fsync_dir(directory)
+    remove(store.root)
+
+
+def _manifest(root: str, journal: Journal) -> None:
+    if journal.manifest:
+        write_manifest(root, inspect(root).config)
+
+
+def _rename_out(root: str, journal: Journal) -> None:
+    """First pass: each misnamed file to <name>.repair (a file already there was moved)."""
+    directory = os.path.join(root, "commitlog")
+    for name, _ in journal.renames:
+        src = os.path.join(directory, name)
+        if not os.path.lexists(src + ".repair") and os.path.lexists(src):
+            safefs.rename(src, src + ".repair")
+            crash_point("repair.rename")
+    fsync_dir(directory)
+
+
+def _rename_in(root: str, journal: Journal) -> None:
+    """Second pass: each <name>.repair to its rightful name."""
+    directory = os.path.join(root, "commitlog")
+    for name, target in journal.renames:
+        tmp = os.path.join(directory, name + ".repair")
+        if os.path.lexists(tmp):
+            if os.path.lexists(os.path.join(directory, target)):
+                raise StoreError(f"{tmp} cannot go to {target}: that name is taken; the repair "
+                                 f"journal {path(root)} keeps what is left to do")
+            safefs.rename(tmp, os.path.join(directory, target))
+            crash_point("repair.rename")
+    fsync_dir(directory)
+
+
+def _fillers(root: str, journal: Journal) -> None:
+    cfg = inspect(root).config
+    for d in journal.damages:
+        replace_damage(root, cfg, d)
+
+
+def _head(root: str, journal: Journal) -> None:
+    if journal.head_from is not None:
+        record_min_offset(root, journal.head_from)
+
+
+def _derived(root: str, journal: Journal) -> None:
+    """Move the derived files (and any half-done rebuild of them) to quarantine/."""
+    for name in _DERIVED:
+        full = os.path.join(root, name)
+        if os.path.lexists(full):
+            quarantine.move_file(root, full, os.path.basename(name))
+            crash_point("repair.move")
+
+
+_STEP_RUNNERS = {"manifest": _manifest, "rename-out": _rename_out, "rename-in": _rename_in,
+                 "fillers": _fillers, "head": _head, "derived": _derived}
+
+
+def filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
+    """What replaces a damaged range starting at `lo` in its file: (end in the file, bytes).
+    A filler record (readers skip it), or to a file's end a filler and the BLANK that ends it."""
+    size = cfg.commitlog_file_size
+    flavor = flavor_named(cfg.flavor, cfg.record_crc)
+    host = message.encode_host(*message.parse_host(cfg.store_host))[0]
+    smallest = 112 if flavor.record_crc else 92
+    hi = d.end - (d.start - lo)
+    if d.to_file_end and hi < size:  # the newest file: only zeros follow the range
+        hi = max(hi, lo + smallest)
+    if hi >= size - 8 and d.to_file_end:
+        if size - 8 - lo >= smallest:
+            return size, (codec.filler_record(size - 8 - lo, d.start, d.store_ts, host, flavor)
+                          + struct.pack(">ii", 8, layout.MAGIC_BLANK))
+        return size, struct.pack(">ii", size - lo, layout.MAGIC_BLANK) + bytes(size - lo - 8)
+    if hi - lo >= smallest:
+        return hi, codec.filler_record(hi - lo, d.start, d.store_ts, host, flavor)
+    raise StoreError(f"the damaged range at {d.start} is {hi - lo} bytes, too small for a "
+                     "filler record; nothing more was changed")
+
+
+def replace_damage(root: str, cfg: StoreConfig, d: Damage) -> str:
+    """Copy a damaged range into quarantine/ and put a filler record in its place, synced; a
+    missing file is created as one filler record and a BLANK. Run again, it finds its
+    filler in place and only syncs it."""
+    size = cfg.commitlog_file_size
+    start_of_file = d.start - d.start % size
+    file_path = os.path.join(root, "commitlog", offset_to_name(start_of_file))
+    created = not os.path.lexists(file_path)
+    lo = d.start - start_of_file
+    if d.end - start_of_file > size:
+        raise StoreFormatError(f"{path(root)} names the damaged range {d.start}..{d.end}, "
+                               f"which crosses a CommitLog file's end; {_FIX}")
+    hi, new = filler_bytes(cfg, d, lo)
+    mf = MappedFile(file_path, size, start_of_file)
+    try:
+        buf = mf.buffer()
+        if created:
+            fsync_dir(os.path.dirname(file_path))
+        if bytes(buf[lo:hi]) == new:
+            os.fdatasync(mf.fd)
+            return f"found the filler record at {d.start} in place"
+        saved = "" if d.file.endswith("(missing)") else quarantine.save_bytes(
+            root, f"commitlog-{offset_to_name(d.start)}-damaged", buf[lo:d.end - start_of_file])
+        crash_point("repair.filler")
+        buf[lo:hi] = new
+        os.fdatasync(mf.fd)  # the mapping's dirty pages: a filler that is not on disk is no fix
+    finally:
+        mf.close()
+    if d.file.endswith("(missing)"):
+        return f"created the missing file {os.path.basename(file_path)} as one filler record"
+    return f"replaced {d.end - d.start} damaged bytes at {d.start} (copy in {saved})"

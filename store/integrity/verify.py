@@ -1,0 +1,383 @@
+"""Offline checks of a store that is not open for writing elsewhere: every CommitLog record
+(whole-record checksum included, walking past damage so each damaged range is one problem),
+every ConsumeQueue and IndexFile entry against the records, the config files, file names and
+the oldest file. Changes no byte and creates no file (a shared lock, read-only mappings)."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import StoreConfig, parse_delay_levels
+from ..errors import StoreFormatError
+from ..files.checkpoint import Checkpoint
+from ..files.commitlog import CommitLog
+from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.dispatcher import TagsCodes, has_queue_dir
+from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
+from ..files.index_service import build_key
+from ..files.lock import StoreLock
+from ..files.mapped_file import MappedFile, load_files
+from ..format import codec, columns, layout, message
+from ..format.flavor import flavor_named
+from ..meta import dispatch_state
+from ..meta.manifest import inspect, is_store
+from ..meta.metadata import ConsumerOffsets, TopicTable
+from ..meta.retention import recorded_min_offset
+from . import repair_journal, salvage
+from .salvage import Damage
+
+Progress = Callable[[int, int], None]
+MAX_LISTED = 20
+
+
+@dataclass
+class VerifyReport:
+    lines: list[str] = field(default_factory=list)
+    problems: int = 0
+    crashed: bool = False  # the abort file is there: recovery has yet to run
+    pending: int = 0  # ConsumeQueue/IndexFile mismatches recovery will rebuild (crashed)
+
+    @property
+    def ok(self) -> bool:
+        return self.problems == 0
+
+    def derived(self, text: str) -> None:
+        """A problem in ConsumeQueue or IndexFile files; after a crash only a note, since
+        the next read-write open rebuilds them."""
+        if self.crashed:
+            self.pending += 1
+            if self.pending <= MAX_LISTED:
+                self.lines.append(f"note: {text} (the next read-write open rebuilds it)")
+        else:
+            self.problem(text)
+
+    def problem(self, text: str) -> None:
+        self.problems += 1
+        if self.problems <= MAX_LISTED:
+            self.lines.append("PROBLEM " + text)
+
+
+@dataclass
+class _RecordInfo:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    size: int
+    tags_code: int
+    keys: list[str]
+    in_queue: bool
+    indexed: bool  # not a rolled-back transaction: its keys have entries
+
+
+def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, progress: Progress | None,
+                    torn_from: int | None) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
+    """Every record that checks out, every damaged range (one problem each, however many
+    messages it hides), and where the filler records repair left stand."""
+    records: dict[int, _RecordInfo] = {}
+    damages: list[Damage] = []
+    fillers: set[int] = set()
+    flushed = Checkpoint.load(os.path.join(cl.queue.directory, os.pardir, "checkpoint")
+                              ).commitlog_flushed_offset
+    for item in salvage.walk_runs(cl.queue.files, tags_codes.flavor, cl.file_size, progress, flushed):
+        if isinstance(item, Damage):
+            damages.append(item)
+            if torn_from is not None and item.start >= torn_from and item.to_file_end:
+                report.lines.append(f"note: {item}: a torn tail past the flushed offset; the "
+                                    "next read-write open cuts it, keeping a copy in quarantine/")
+            else:
+                report.problem(str(item))
+            continue
+        _add_run(item, tags_codes, records, fillers)
+    return records, damages, fillers
+
+
+def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _RecordInfo], fillers: set[int]) -> None:
+    """The records of a run as _RecordInfo, fillers apart, read as columns: topics, tags and
+    keys in bulk (`columns.dispatch_properties`), not by decoding each record."""
+    r = run.records
+    names, which = layout.topic_names(run.u8, r.topic_pos, r.topic_len)
+    filler_names = [i for i, t in enumerate(names) if codec.is_filler(t, layout.TRANSACTION_ROLLBACK)]
+    filler = ~layout.indexed(r.sys_flag) & np.isin(which, filler_names)
+    props = layout.joined(run.u8, r.props_pos, r.props_len)
+    tags, keys = columns.dispatch_properties(*props)
+    delayed = message.SCHEDULE_TOPIC in names  # units as the dispatcher writes them
+    topics = list(map(names.__getitem__, which.tolist())) if delayed else []
+    delays = columns.property_values(*props, message.PROPERTY_DELAY) if delayed else None
+    codes = tags_codes.column(topics, tags, delays, r.store_ts).tolist()
+    rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
+               r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),
+               layout.in_queue(r.sys_flag).tolist(), layout.indexed(r.sys_flag).tolist())
+    for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue, indexed in rows:
+        if is_filler:
+            fillers.add(commitlog_offset)
+        else:
+            records[commitlog_offset] = _RecordInfo(names[topic], queue_id, queue_offset, size,
+                                                    tag, ks, in_queue, indexed)
+
+
+def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
+    i = bisect.bisect_right([d.start for d in damages], commitlog_offset) - 1
+    return damages[i] if i >= 0 and damages[i].start <= commitlog_offset < damages[i].end else None
+
+
+def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
+                  damages: list[Damage], fillers: set[int], report: VerifyReport,
+                  advance: Callable[[int], None]) -> int:
+    expected: dict[tuple[str, int], list[int]] = {}
+    for commitlog_offset, r in records.items():
+        if r.in_queue:
+            expected.setdefault((r.topic, r.queue_id), []).append(commitlog_offset)
+    min_commitlog_offset = min(records) if records else 0
+    checked = 0
+    base = os.path.join(root, "consumequeue")
+    seen: set[tuple[str, int]] = set()
+    for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        for qname in sorted(os.listdir(os.path.join(base, topic))):
+            if not qname.isdigit():
+                continue
+            key = (topic, int(qname))
+            seen.add(key)
+            directory = os.path.join(base, topic, qname)
+            arrays = []
+            for start, path in load_files(directory, units * UNIT_SIZE, read_only=True):
+                mf = MappedFile(path, units * UNIT_SIZE, start, read_only=True)
+                arrays.append(np.array(np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)))
+                mf.close()
+                advance(units * UNIT_SIZE)
+            if not arrays:
+                continue
+            first = load_files(directory, units * UNIT_SIZE, read_only=True)[0][0] // UNIT_SIZE
+            arr = np.concatenate(arrays)
+            valid = (arr["offset"] >= 0) & (arr["size"] > 0)
+            n = int(np.argmin(valid)) if not valid.all() else len(arr)
+            arr = arr[:n]
+            want = set(expected.get(key, []))
+            live = (arr["size"] != PRE_BLANK[1]) & (arr["offset"] >= min_commitlog_offset)
+            rows = np.flatnonzero(live)  # columns as lists: no numpy scalar per field
+            lost = 0
+            for qoff, commitlog_offset, size, tags in zip(
+                    (rows + first).tolist(), arr["offset"][rows].tolist(), arr["size"][rows].tolist(),
+                    arr["tags"][rows].tolist()):
+                checked += 1
+                rec = records.get(commitlog_offset)
+                if commitlog_offset in fillers:
+                    lost += 1  # a message repair could not save: reads as damaged
+                elif rec is None:
+                    if _in_damage(damages, commitlog_offset) is None:
+                        report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
+                                       f"{commitlog_offset}, where no record starts")
+                elif (rec.topic, rec.queue_id, rec.queue_offset, rec.size, rec.tags_code) != (
+                        topic, int(qname), qoff, size, tags):
+                    report.derived(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
+                                   f"record at {commitlog_offset} ({rec.topic}/{rec.queue_id}/"
+                                   f"{rec.queue_offset})")
+                else:
+                    want.discard(commitlog_offset)
+            if want:
+                report.derived(f"ConsumeQueue {topic}/{qname} has no entry for {len(want)} of its "
+                               f"records in the CommitLog (the first at {min(want)})")
+            if lost:
+                report.lines.append(f"note: ConsumeQueue {topic}/{qname} has {lost} entries for "
+                                    "messages lost to damage an earlier repair replaced")
+    for key in sorted(expected.keys() - seen):
+        if has_queue_dir(key[0]):
+            report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
+        else:
+            report.lines.append(f"note: {len(expected[key])} records of queue {key[1]} of a topic of "
+                                f"{len(key[0])} characters ({key[0][:40]}...) have no ConsumeQueue (no "
+                                "directory name holds the topic): they are served by key and msgId only")
+    return checked
+
+
+
+
+def _reachable(f: IndexFile, raw: np.ndarray) -> list[bool]:
+    """Which entries a query can reach: walk every bucket's chain from its slot (on lists:
+    a numpy scalar per step cost seconds on a large file)."""
+    heads = np.frombuffer(f.mf.buffer(), dtype=">i4", count=f.slots, offset=HEADER_SIZE)
+    seen = [False] * f.index_count
+    prev = raw["prev"].tolist()
+    for head in heads[(heads > 0) & (heads < f.index_count)].tolist():
+        cur = head
+        while 0 < cur < f.index_count and not seen[cur]:
+            seen[cur] = True
+            cur = prev[cur]
+    return seen
+
+
+def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int, _RecordInfo],
+                 damages: list[Damage], report: VerifyReport, advance: Callable[[int], None]) -> int:
+    directory = os.path.join(root, "index")
+    checked = 0
+    min_commitlog_offset = min(records) if records else 0
+    entries_of: Counter[int] = Counter()  # entries per CommitLog offset
+    index_start: int | None = None
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if not (name.isdigit() and len(name) == 17):
+            continue
+        path = os.path.join(directory, name)
+        advance(os.path.getsize(path))
+        if os.path.getsize(path) != HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE:
+            report.derived(f"IndexFile {name} is {os.path.getsize(path)} bytes, not the "
+                           "configured size")
+            continue
+        f = IndexFile(path, slots, entries, read_only=True)
+        stale = f.written > f.index_count
+        if stale and f.adopt_entries(lambda _: None) and not report.crashed:
+            report.lines.append(f"note: IndexFile {name} holds entries past its header's count "
+                                "(its writer was killed): they are read as its summary")
+        if not f.header_ok():
+            report.derived(f"IndexFile {name} has a damaged header")
+            f.close()
+            continue
+        raw = np.array(np.frombuffer(f.mf.buffer(), dtype=ENTRY_DTYPE, count=f.index_count,
+                                     offset=HEADER_SIZE + slots * 4))
+        reachable = _reachable(f, raw)
+        if index_start is None and f.index_count > 1:
+            index_start = f.begin_phy_offset
+        entries_of.update(raw["phy"][1:].tolist())
+        for idx, h, phy in zip(range(1, f.index_count), raw["hash"][1:].tolist(),
+                               raw["phy"][1:].tolist()):
+            if 0 <= phy < min_commitlog_offset:
+                continue  # the record was deleted by retention (a negative offset is damage)
+            checked += 1
+            r = records.get(phy)
+            if r is None:
+                if _in_damage(damages, phy) is None:
+                    report.derived(f"IndexFile {name} entry {idx} points at {phy}, where no "
+                                   "record starts")
+            elif h not in {flavor.key_hash(build_key(r.topic, k)) for k in r.keys}:
+                report.derived(f"IndexFile {name} entry {idx} hash does not match any key of the "
+                               f"record at {phy}")
+            elif not reachable[idx]:
+                report.derived(f"IndexFile {name} entry {idx} cannot be reached from its hash "
+                               "slot (a damaged slot or chain)")
+        f.close()
+    _check_complete(records, entries_of, index_start, report)
+    return checked
+
+
+def _check_complete(records: dict[int, _RecordInfo], entries_of: Counter[int], index_start: int | None,
+                    report: VerifyReport) -> None:
+    """Every keyed record from the index's first entry on has an entry per key: an IndexFile
+    replaced behind the store's back (a broker's recovery) loses keys no other check sees."""
+    if index_start is None:
+        return
+    missing = [offset for offset, r in records.items()
+               if offset >= index_start and r.indexed and r.keys and entries_of[offset] < len(r.keys)]
+    if missing:
+        report.derived(f"{len(missing)} keyed records since the index's start at {index_start} lack "
+                       f"IndexFile entries (the first at {min(missing)}): queries miss their keys")
+
+
+class _Bar:
+    """One (done, total) progress in bytes over the whole check: the CommitLog files, then
+    the ConsumeQueue and IndexFile files (their sizes summed at the start)."""
+
+    def __init__(self, progress: Progress | None, commitlog_bytes: int, root: str) -> None:
+        self.progress = progress
+        self.done = self.base = commitlog_bytes
+        self.total = commitlog_bytes + sum(  # lstat: a symlink in the store is not followed
+            os.lstat(os.path.join(d, f)).st_size for sub in ("consumequeue", "index")
+            for d, _, names in os.walk(os.path.join(root, sub)) for f in names)
+
+    def commitlog(self, done: int, _total: int) -> None:
+        if self.progress:
+            self.progress(done, self.total)
+
+    def advance(self, size: int) -> None:
+        self.done = min(self.done + size, self.total)
+        if self.progress:
+            self.progress(self.done, self.total)
+
+
+def verify_store(root: str, progress: Progress | None = None, config: StoreConfig | None = None
+                 ) -> VerifyReport:
+    """Check everything, changing nothing and creating no file; the store must not be open
+    for writing elsewhere (a shared lock keeps a writer out while it runs). `config` gives
+    what the files do not record (the broker's message_delay_level)."""
+    report = VerifyReport()
+    if not is_store(root):
+        report.problem(f"{root} holds no store (no mqfs.json and no commitlog/)")
+        return report
+    try:
+        found = inspect(root, config)
+    except StoreFormatError as exc:
+        report.problem(str(exc))
+        return report
+    if found.problem:
+        report.problem(found.problem)
+    if repair_journal.pending(root):
+        report.problem(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
+                       "(or a read-write open) finishes it")
+    _check_config(root, report)
+    cfg = found.config
+    flavor = flavor_named(cfg.flavor, cfg.record_crc)
+    tags_codes = TagsCodes(flavor, parse_delay_levels(cfg.message_delay_level))
+    lock = StoreLock(root)
+    lock.acquire(shared=True)
+    records: dict[int, _RecordInfo] = {}
+    cq_checked = ix_checked = 0
+    try:
+        torn_from = None
+        if os.path.exists(os.path.join(root, "abort")):
+            report.crashed = True
+            torn_from = Checkpoint.load(os.path.join(root, "checkpoint")).commitlog_flushed_offset
+            report.lines.append("note: the store was not closed cleanly (abort file present); "
+                                "opening it for writing runs recovery")
+        cl = CommitLog(root, cfg.commitlog_file_size, flavor, read_only=True)
+        try:
+            cl.load()
+            _check_names(root, cl, flavor, report)
+            bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
+            records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
+                                                        torn_from)
+        finally:
+            cl.close()
+        cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
+                                   fillers, report, bar.advance)
+        ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
+                                  damages, report, bar.advance)
+    except StoreFormatError as exc:
+        report.problem(str(exc))
+    finally:
+        lock.release()
+    if report.problems > MAX_LISTED:
+        report.lines.append(f"... and {report.problems - MAX_LISTED} more problems")
+    if report.pending > MAX_LISTED:
+        report.lines.append(f"note: ... and {report.pending - MAX_LISTED} more the next "
+                            "read-write open rebuilds")
+    report.lines.insert(0, f"{len(records)} CommitLog records, {cq_checked} ConsumeQueue entries, "
+                           f"{ix_checked} IndexFile entries checked ({flavor.name} flavor)")
+    report.lines.append("OK" if report.ok else
+                        f"{report.problems} problems: `mqfs repair {root}` shows what it would do")
+    return report
+
+
+def _check_config(root: str, report: VerifyReport) -> None:
+    """The config files an open reads: each damaged one is a problem naming the file."""
+    checks = (lambda: TopicTable(root), lambda: ConsumerOffsets(root),
+              lambda: dispatch_state.read(root), lambda: recorded_min_offset(root))
+    for check in checks:
+        try:
+            check()
+        except StoreFormatError as exc:
+            report.problem(str(exc))
+
+
+def _check_names(root: str, cl: CommitLog, flavor, report: VerifyReport) -> None:
+    """Files named for other offsets, and an oldest file gone that retention never deleted."""
+    for path, start in salvage.misnamed(cl.queue.files, flavor).items():
+        report.problem(f"CommitLog file {os.path.basename(path)} holds the records of offset "
+                       f"{start} (files swapped or misnamed)")
+    recorded = recorded_min_offset(root)
+    files = cl.queue.files
+    if files and recorded is not None and files[0].file_from_offset > recorded:
+        report.problem(f"CommitLog bytes {recorded}..{files[0].file_from_offset} are missing: "
+                       "the oldest file(s) went, but retention never deleted them")

@@ -1,0 +1,134 @@
+"""mqfs.json: format version, flavor, whole-record checksums and file sizes of a store.
+
+A directory holding RocketMQ files and no manifest was written by Apache RocketMQ: it opens
+with the CommitLog file size found on disk and the flavor its records' checksums show. The
+records are asked on every open: a manifest that was damaged, deleted or edited must never make
+intact records look corrupt (and get cut); a read-write open refuses instead, with the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from ..config import StoreConfig
+from ..errors import StoreFormatError
+from ..files.consume_queue import UNIT_SIZE
+from ..files.index_file import index_file_size
+from ..files.json_file import read_json, write_json
+from .flavor_probe import probe
+
+FORMAT_VERSION = 1
+MANIFEST = "mqfs.json"
+_SIZE_FIELDS = ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries")
+
+
+def manifest_path(root: str) -> str:
+    return os.path.join(root, MANIFEST)
+
+
+def is_store(root: str) -> bool:
+    return os.path.exists(manifest_path(root)) or os.path.isdir(os.path.join(root, "commitlog"))
+
+
+@dataclass
+class StoreFormat:
+    config: StoreConfig  # what to read the store with (the records' flavor where they tell)
+    problem: str | None = None  # why a read-write open must refuse; None when all agrees
+    rewrite: bool = False  # the manifest is damaged or wrong: `repair` writes it again
+
+
+def _parse_manifest(path: str, config: StoreConfig) -> StoreConfig:
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+        raise StoreFormatError(f"it is not a format-{FORMAT_VERSION} manifest")
+    try:
+        fields = {k: data[k] for k in _SIZE_FIELDS}
+        flavor, record_crc = data["flavor"], data.get("record_crc", False)
+    except KeyError as exc:
+        raise StoreFormatError(f"field {exc} is missing") from None
+    for name, value in fields.items():
+        if type(value) is not int or value <= 0:
+            raise StoreFormatError(f"field {name!r} is not a positive integer")
+    if flavor not in ("xxhash", "rocketmq") or type(record_crc) is not bool:
+        raise StoreFormatError("field 'flavor' or 'record_crc' has a bad value")
+    return replace(config, flavor=flavor, record_crc=record_crc, **fields)
+
+
+def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
+    """How to read `root`: the manifest's format fields over `config`, checked against what
+    the records show. Never writes."""
+    config = config or StoreConfig()
+    path = manifest_path(root)
+    found = probe(root)
+    if not os.path.exists(path):
+        inferred = _infer_broker_config(root, config, found.flavor, found.record_crc)
+        return StoreFormat(inferred)
+    try:
+        parsed = _parse_manifest(path, config)
+    except (StoreFormatError, RecursionError, ValueError) as exc:
+        inferred = _infer_broker_config(root, config, found.flavor, found.record_crc)
+        return StoreFormat(inferred, f"{path} is damaged ({exc}); nothing was changed: restore "
+                           f"it, or run `mqfs repair {root}` to write it again from the files "
+                           f"(the records say flavor {inferred.flavor})", rewrite=True)
+    if found.contradicts(parsed.flavor):
+        return StoreFormat(
+            replace(parsed, flavor=found.flavor or parsed.flavor, record_crc=found.record_crc),
+            f"{path} says flavor {parsed.flavor}, but the checksums of {found.sampled} CommitLog "
+            f"records are {found.flavor}; nothing was changed: restore the manifest, or run "
+            f"`mqfs repair {root}` to write it again from the records", rewrite=True)
+    return StoreFormat(parsed)
+
+
+def file_sizes(config: StoreConfig) -> dict[str, int]:
+    """Bytes of one CommitLog file, one IndexFile and one ConsumeQueue file of a store made
+    with this config: what `mqfs init` tells a user about disk use."""
+    return {"commitlog": config.commitlog_file_size,
+            "index": index_file_size(config.index_slots, config.index_entries),
+            "consume_queue": config.consume_queue_units * UNIT_SIZE}
+
+
+def read_manifest(root: str, config: StoreConfig | None = None) -> StoreConfig:
+    """The config to read `root` with (readers: the records' flavor wins over a bad manifest)."""
+    return inspect(root, config).config
+
+
+def _file_sizes(directory: str, name_len: int) -> set[int]:
+    sizes: set[int] = set()
+    for dirpath, _, names in os.walk(directory):
+        sizes.update(os.path.getsize(os.path.join(dirpath, n)) for n in names
+                     if len(n) == name_len and n.isdigit())
+    return sizes - {0}
+
+
+def _one_size(directory: str, name_len: int) -> int | None:
+    sizes = _file_sizes(directory, name_len)
+    if len(sizes) > 1:
+        raise StoreFormatError(f"files of different sizes {sorted(sizes)} under {directory}")
+    return sizes.pop() if sizes else None
+
+
+def _infer_broker_config(root: str, config: StoreConfig, flavor: str | None,
+                         record_crc: bool) -> StoreConfig:
+    """Sizes of a store a RocketMQ broker wrote, read off its files (the broker keeps them in
+    its own config), and the flavor its records show (rocketmq when they tell nothing).
+    IndexFiles are assumed to keep RocketMQ's 4 entries per slot."""
+    commitlog = _one_size(os.path.join(root, "commitlog"), 20)
+    if commitlog is None:
+        return config
+    found: dict = {"flavor": flavor or "rocketmq", "record_crc": record_crc,
+                   "commitlog_file_size": commitlog}
+    cq = _one_size(os.path.join(root, "consumequeue"), 20)
+    if cq is not None:
+        found["consume_queue_units"] = cq // 20
+    index = _one_size(os.path.join(root, "index"), 17)
+    if index is not None and (index - 40) % 84 == 0:
+        found["index_slots"] = (index - 40) // 84
+        found["index_entries"] = 4 * found["index_slots"]
+    return replace(config, **found)
+
+
+def write_manifest(root: str, config: StoreConfig) -> None:
+    data = {"format": FORMAT_VERSION, "flavor": config.flavor, "record_crc": config.record_crc}
+    data.update({k: getattr(config, k) for k in _SIZE_FIELDS})
+    write_json(manifest_path(root), data)

@@ -1,0 +1,254 @@
+"""Topic table (config/topics.json) and consumer offsets (config/consumerOffset.json),
+in the shapes RocketMQ's TopicConfigManager and ConsumerOffsetManager persist.
+
+Both files are checked on load: a shape we never write (and RocketMQ never writes) is refused
+with one line naming the file, because a wrong queue count or offset would be served as truth
+and a huge queue count makes every listing of the topic walk that many queues."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import InvalidMessage, StoreFormatError
+from ..files.json_file import read_json, write_json
+from ..format.message import validate_stored_topic
+from . import topic_log
+
+MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
+_MAX_OFFSET = (1 << 63) - 1
+_GROUP_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
+_TOPICS_FIX = ("move it aside or delete it: topics that hold messages are derived again "
+               "from consumequeue/ at the next open")
+_OFFSETS_FIX = ("restore it from a backup or delete it: consumer groups then start again "
+                "from each queue's first message")
+
+
+def validate_group(group: str) -> None:
+    if not _GROUP_PATTERN.fullmatch(group):
+        raise InvalidMessage(f"consumer group {group!r} must be 1-255 letters, digits or %|_-")
+
+
+def _data_version(counter: int) -> dict:
+    return {"counter": counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+               int: "a number", float: "a number", type(None): "null"}
+
+
+def json_object(value: Any, what: str) -> dict:
+    """value if it is a JSON object; ValueError naming `what` otherwise."""
+    if not isinstance(value, dict):
+        raise ValueError(f"has {what} that is {_JSON_TYPES[type(value)]}, not an object")
+    return value
+
+
+def json_int(value: Any, what: str, low: int, high: int) -> int:
+    """value if it is a whole number in [low, high]; ValueError naming `what` otherwise."""
+    if type(value) is not int:  # bool is an int subclass; true is not a queue count
+        raise ValueError(f"has {what} = {json.dumps(value)[:40]}, not a whole number")
+    if not low <= value <= high:
+        raise ValueError(f"has {what} = {value}, " + (f"below {low}" if value < low else
+                                                      f"above {high}"))
+    return value
+
+
+def queue_id_key(key: str, what: str) -> int:
+    """A queue id written as an object key ("0" or fastjson's unquoted 0)."""
+    if not (key.isascii() and key.isdigit()):
+        raise ValueError(f"has {what} {key!r}, not a queue id")
+    return json_int(int(key), what, 0, MAX_QUEUES - 1)
+
+
+def checked_name(check: Callable[[str], None], name: str) -> None:
+    """check(name) for a name read from a file: ValueError (the file's damage) on refusal."""
+    try:
+        check(name)
+    except InvalidMessage as exc:
+        raise ValueError(f"has an invalid name ({exc})") from None
+
+
+def _topics_shape(data: Any) -> tuple[dict[str, int], int]:
+    """Queue count per topic and the data version counter of a topics.json document."""
+    json_object(data, "a top level")
+    table = json_object(data.get("topicConfigTable", {}), '"topicConfigTable"')
+    queues: dict[str, int] = {}
+    for name, cfg in table.items():
+        checked_name(validate_stored_topic, name)
+        json_object(cfg, f"topic {name!r}")
+        counts = [json_int(cfg[field], f'{name!r} "{field}"', 0, MAX_QUEUES)
+                  for field in ("writeQueueNums", "readQueueNums") if field in cfg]
+        if not isinstance(cfg.get("topicName", name), str):
+            raise ValueError(f'has {name!r} "topicName" that is not a string')
+        queues[name] = max(counts, default=1)  # queues a consumer can read, even if not written
+    version = json_object(data.get("dataVersion", {}), '"dataVersion"')
+    counter = json_int(version.get("counter", 0), '"dataVersion" "counter"', 0, _MAX_OFFSET)
+    return queues, counter
+
+
+def _offsets_shape(data: Any) -> dict[str, dict[int, int]]:
+    """topic@group -> queue -> offset of a consumerOffset.json document."""
+    json_object(data, "a top level")
+    table = json_object(data.get("offsetTable", {}), '"offsetTable"')
+    out: dict[str, dict[int, int]] = {}
+    for tg, queues in table.items():
+        topic, at, group = tg.partition("@")
+        if not at:
+            raise ValueError(f"has the key {tg!r}, not topic@group")
+        checked_name(validate_stored_topic, topic)
+        checked_name(validate_group, group)
+        json_object(queues, f"{tg!r}")
+        out[tg] = {queue_id_key(q, f"{tg!r} queue"): json_int(o, f"{tg!r} queue {q} offset",
+                                                               0, _MAX_OFFSET)
+                   for q, o in queues.items()}
+    return out
+
+
+class TopicTable:
+    """Topics and their queue counts."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.path = os.path.join(root, "config", "topics.json")
+        self.lock = threading.Lock()
+        self.queues: dict[str, int]  # queue counts, as topics.json declares them
+        self.queues, self._counter = read_json(self.path, ({}, 0), check=_topics_shape,
+                                               fix=_TOPICS_FIX)
+        # changes since topics.json was written, in config/topics.log (see store/topic_log.py)
+        self.log_path = topic_log.log_path(root)
+        self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
+        self._batch: list[tuple[str, int]] | None = None
+        self.found: dict[str, set[int]] = {}  # queues on disk that topics.json does not declare
+
+    def ensure(self, topic: str, queue_id: int, persist: bool = True) -> bool:
+        """Make sure topic exists with at least queue_id+1 queues (-1: the topic, with no
+        queue yet, if it is new); True when it changed."""
+        validate_stored_topic(topic)
+        if not -1 <= queue_id < MAX_QUEUES:
+            raise InvalidMessage(f"queue id {queue_id} of {topic} is not in 0..{MAX_QUEUES - 1}")
+        with self.lock:
+            if topic in self.queues and self.queues[topic] > queue_id:
+                return False
+            self.queues[topic] = queue_id + 1
+            if persist and self._batch is not None:
+                self._batch.append((topic, queue_id + 1))
+                return True
+        if persist:
+            self._log([(topic, queue_id + 1)])
+        return True
+
+    def _log(self, changes: list[tuple[str, int]]) -> None:
+        """Make changes durable as lines of topics.log, folded into topics.json once the log
+        is as long as the table: each change costs the same whatever the table holds."""
+        topic_log.append(self.log_path, changes)
+        self._logged += len(changes)
+        if self._logged > max(1024, len(self.queues)):
+            self.persist()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Changes made inside are made durable together, in one append, at the end."""
+        with self.lock:
+            self._batch = []
+        try:
+            yield
+        finally:
+            with self.lock:
+                changes, self._batch = self._batch or [], None
+            if changes:
+                self._log(changes)
+
+    def compact(self) -> None:
+        """Fold topics.log into topics.json (a clean close leaves topics.json complete)."""
+        if self._logged or os.path.lexists(self.log_path):
+            self.persist()
+
+    def add_found(self, found: Iterable[tuple[str, int]]) -> None:
+        """Add queues found as consumequeue/<topic>/<id> directories, in memory only and as
+        they are: a store copied from a broker without its config/ (or one whose broker keeps
+        metadata in RocksDB) has no topics.json, so its topics are known from the directories
+        alone, and a broker's delay topic may hold queue 2 without queues 0 and 1."""
+        for topic, qid in found:
+            try:
+                validate_stored_topic(topic)
+                if not 0 <= qid < MAX_QUEUES:
+                    raise InvalidMessage(f"queue id {qid} is not in 0..{MAX_QUEUES - 1}")
+            except InvalidMessage as exc:
+                raise StoreFormatError(
+                    f"{os.path.join(self.root, 'consumequeue', topic, str(qid))} is not a queue "
+                    f"this store can serve ({exc}); move it out of consumequeue/") from None
+            if qid >= self.queues.get(topic, 0):
+                self.found.setdefault(topic, set()).add(qid)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """The queues of a topic: those topics.json declares and those on disk."""
+        ids = set(range(self.queues.get(topic, 0)))
+        return sorted(ids.union(self.found.get(topic, ())))
+
+    def has(self, topic: str, queue_id: int) -> bool:
+        return 0 <= queue_id < self.queues.get(topic, 0) or queue_id in self.found.get(topic, ())
+
+    def counts(self) -> dict[str, int]:
+        """Topic -> one past its highest queue id."""
+        out = {t: max(ids) + 1 for t, ids in self.found.items()}
+        for t, n in self.queues.items():
+            out[t] = max(n, out.get(t, 0))
+        return out
+
+    def persist(self) -> None:
+        with self.lock:
+            self._counter += 1
+            table = {
+                name: {"topicName": name, "readQueueNums": n, "writeQueueNums": n, "perm": 6,
+                       "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+                       "attributes": {}}
+                for name, n in sorted(self.queues.items())
+            }
+            data = {"topicConfigTable": table, "dataVersion": _data_version(self._counter)}
+            write_json(self.path, data)
+            topic_log.remove(self.log_path)
+            self._logged = 0
+
+
+class ConsumerOffsets:
+    """topic@group -> queue id -> next offset to consume."""
+
+    def __init__(self, root: str):
+        self.path = os.path.join(root, "config", "consumerOffset.json")
+        self.lock = threading.Lock()
+        self.table: dict[str, dict[int, int]] = read_json(self.path, {}, check=_offsets_shape,
+                                                          fix=_OFFSETS_FIX)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        validate_group(group)
+        validate_stored_topic(topic)
+        if not (0 <= offset <= _MAX_OFFSET and 0 <= queue_id < MAX_QUEUES):
+            raise InvalidMessage(f"offset {offset} must not be negative and queue {queue_id} "
+                                 f"must be in 0..{MAX_QUEUES - 1}")
+        with self.lock:
+            self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+        self.persist()
+
+    def get(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.table.get(f"{topic}@{group}", {}).get(queue_id)
+
+    def groups(self) -> dict[str, dict[str, dict[int, int]]]:
+        """group -> topic -> queue -> offset."""
+        out: dict[str, dict[str, dict[int, int]]] = {}
+        for tg, queues in self.table.items():
+            topic, _, group = tg.rpartition("@")
+            out.setdefault(group, {})[topic] = dict(queues)
+        return out
+
+    def persist(self) -> None:
+        with self.lock:
+            data = {"offsetTable": {tg: {str(q): o for q, o in sorted(qs.items())}
+                                    for tg, qs in sorted(self.table.items())}}
+        write_json(self.path, data)

@@ -1,0 +1,109 @@
+"""Retention: opt-in deletion of the oldest CommitLog files, then of the ConsumeQueue and
+IndexFile files that only point below the new CommitLog minimum.
+
+Nothing is deleted unless the store was opened with `retention_hours` (a file whose newest
+write is older) or `retention_bytes` (the store's own CommitLog bytes above it; other programs'
+files on the same disk never count). Never the newest file. Every deletion is logged, and the
+new CommitLog minimum is recorded in config/retention.json *before* the file goes, so an open
+can tell a file retention deleted from one that went missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from ..config import StoreConfig
+from ..errors import StoreFormatError
+from ..files.json_file import read_json, write_json
+from ..files.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+NAME = "retention.json"
+
+
+def _path(root: str) -> str:
+    return os.path.join(root, "config", NAME)
+
+
+def recorded_min_offset(root: str) -> int | None:
+    """The CommitLog minimum retention left (0 for a store mqfs created), or None for a store
+    that never recorded one (written by a broker or an older mqfs)."""
+    path = _path(root)
+    try:
+        data = read_json(path)
+    except (StoreFormatError, RecursionError, ValueError) as exc:
+        raise StoreFormatError(f"{path} is damaged ({exc}); restore it from {path}.bak or "
+                               "delete it (the oldest CommitLog file is then trusted)") from None
+    if data is None:
+        return None
+    value = data.get("commitlogMinOffset") if isinstance(data, dict) else None
+    if type(value) is not int or value < 0:
+        raise StoreFormatError(f"{path} has no valid commitlogMinOffset; restore it from "
+                               f"{path}.bak or delete it (the oldest CommitLog file is then "
+                               "trusted)")
+    return value
+
+
+def record_min_offset(root: str, offset: int) -> None:
+    write_json(_path(root), {"commitlogMinOffset": offset})
+
+
+class Retention:
+    """One store's retention, given the parts it works on: the CommitLog's files, the lock
+    that keeps puts out while the oldest file goes, and a callback that drops ConsumeQueue and
+    IndexFile files below a new CommitLog minimum."""
+
+    def __init__(self, root: str, config: StoreConfig, files: MappedFileQueue,
+                 put_lock: threading.Lock, drop_below: Callable[[int], None]) -> None:
+        self.root = root
+        self.config = config
+        self.files = files
+        self.put_lock = put_lock
+        self.drop_below = drop_below
+
+    @property
+    def enabled(self) -> bool:
+        cfg = self.config
+        return not cfg.read_only and bool(cfg.retention_hours or cfg.retention_bytes)
+
+    def _expired(self, now: float) -> bool:
+        """Is the oldest CommitLog file due for deletion?"""
+        cfg, files = self.config, self.files.files
+        if len(files) <= 1:
+            return False
+        if cfg.retention_bytes and len(files) * cfg.commitlog_file_size > cfg.retention_bytes:
+            return True
+        if cfg.retention_hours:
+            try:
+                mtime = os.path.getmtime(files[0].path)
+            except FileNotFoundError:
+                return True
+            return now >= mtime + cfg.retention_hours * 3600
+        return False
+
+    def run_once(self, now: float | None = None, batch_max: int = 10) -> int:
+        """One retention pass; returns the number of CommitLog files deleted."""
+        if not self.enabled:
+            return 0
+        now = time.time() if now is None else now
+        cfg, queue = self.config, self.files
+        deleted = 0
+        while deleted < batch_max:
+            with self.put_lock:
+                if not self._expired(now):
+                    break
+                head = queue.files[0]
+                record_min_offset(self.root, head.file_from_offset + head.file_size)
+                queue.delete_first()
+            deleted += 1
+            log.warning("retention: deleted CommitLog file %s (offsets %d..%d; "
+                        "retention_hours=%s, retention_bytes=%s)", os.path.basename(head.path),
+                        head.file_from_offset, head.file_from_offset + head.file_size,
+                        cfg.retention_hours, cfg.retention_bytes)
+        if deleted:
+            self.drop_below(queue.min_offset)
+        return deleted

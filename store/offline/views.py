@@ -1,0 +1,231 @@
+"""Read-only views of a store's files for offline readers (the pipeline): list and map
+CommitLog files, read ConsumeQueue units and IndexFile entries as numpy arrays.
+
+Offline readers read stores that may be live (held by a MessageStore or a mount) or written by
+Apache RocketMQ, so nothing here takes the lock or writes, truncates or unlinks anything
+(mapped_file.load_files deletes an empty last file, which is why it is not used).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import StoreFormatError
+from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
+from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
+from ..format.flavor import Flavor, flavor_named
+from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
+from ..meta.manifest import is_store, read_manifest
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """What a reader needs to know about a store: where it is, its flavor and file sizes."""
+
+    root: str
+    flavor: str
+    commitlog_file_size: int
+    consume_queue_units: int
+    index_slots: int
+    index_entries: int
+    record_crc: bool = False  # every record carries the whole-record checksum
+
+    @property
+    def checked_flavor(self) -> Flavor:
+        """The flavor reads check records with (a trailer required where the store has one)."""
+        return flavor_named(self.flavor, self.record_crc)
+
+
+def store_layout(root: str) -> StoreLayout:
+    """mqfs.json when present; a directory without it is a RocketMQ broker's store."""
+    root = os.path.abspath(root)
+    if not is_store(root):
+        raise StoreFormatError(f"{root} is not a store (no mqfs.json and no commitlog/)")
+    cfg = read_manifest(root)
+    return StoreLayout(root, cfg.flavor, cfg.commitlog_file_size, cfg.consume_queue_units,
+                       cfg.index_slots, cfg.index_entries, cfg.record_crc)
+
+
+def numbered_files(directory: str, name_len: int = 20) -> list[tuple[int, str]]:
+    """(number, path) of the non-empty files named by `name_len` digits, in order."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        if len(name) == name_len and name.isdigit():
+            path = os.path.join(directory, name)
+            if os.path.getsize(path) > 0:
+                found.append((int(name), path))
+    return sorted(found)
+
+
+def commitlog_files(root: str) -> list[tuple[int, str]]:
+    return numbered_files(os.path.join(root, "commitlog"))
+
+
+def map_readonly(path: str) -> mmap.mmap:
+    """A read-only shared mapping: sees a live writer's appends, cannot change the file."""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def queues(root: str) -> list[tuple[str, int]]:
+    """Every (topic, queue id) that has a ConsumeQueue directory."""
+    base = os.path.join(root, "consumequeue")
+    found: list[tuple[str, int]] = []
+    for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        tdir = os.path.join(base, topic)
+        if os.path.isdir(tdir):
+            found.extend((topic, int(q)) for q in sorted(os.listdir(tdir), key=lambda s: (len(s), s))
+                         if q.isdigit() and os.path.isdir(os.path.join(tdir, q)))
+    return found
+
+
+def _valid_units(mm: mmap.mmap) -> np.ndarray:
+    """The units of one CQ file up to the first unwritten/invalid one (RocketMQ's test)."""
+    units = np.frombuffer(mm, dtype=UNIT_DTYPE, count=len(mm) // UNIT_SIZE)
+    bad = np.flatnonzero((units["offset"] < 0) | (units["size"] <= 0))
+    return units[: bad[0]] if bad.size else units
+
+
+class QueueReader:
+    """One ConsumeQueue, read-only: its offset range and units by queue offset."""
+
+    def __init__(self, root: str, topic: str, queue_id: int, units: int):
+        self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        self.units_per_file = units
+        self.files = numbered_files(self.directory)
+
+    def _units(self, index: int) -> tuple[int, np.ndarray]:
+        start, path = self.files[index]
+        return start // UNIT_SIZE, _valid_units(map_readonly(path))
+
+    def bounds(self) -> tuple[int, int]:
+        """(first offset with a real entry, one past the last written entry)."""
+        if not self.files:
+            return 0, 0
+        first, units = self._units(0)
+        real = np.flatnonzero(units["size"] != PRE_BLANK[1])
+        lo = first + (int(real[0]) if real.size else len(units))
+        for i in range(len(self.files) - 1, -1, -1):
+            base, units = self._units(i)
+            if len(units) or i == 0:
+                return min(lo, base + len(units)), base + len(units)
+        return lo, lo
+
+    def read(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """(queue offsets, units) for offsets in [start, end), pre-blank units left out."""
+        offsets: list[np.ndarray] = []
+        parts: list[np.ndarray] = []
+        for i, (fstart, _) in enumerate(self.files):
+            base = fstart // UNIT_SIZE
+            if base >= end or base + self.units_per_file <= start:
+                continue
+            _, units = self._units(i)
+            lo, hi = max(start - base, 0), min(end - base, len(units))
+            if hi > lo:
+                parts.append(units[lo:hi].copy())
+                offsets.append(np.arange(base + lo, base + hi, dtype=np.int64))
+        if not parts:
+            return np.empty(0, np.int64), np.empty(0, UNIT_DTYPE)
+        offs, units = np.concatenate(offsets), np.concatenate(parts)
+        keep = units["size"] != PRE_BLANK[1]
+        return offs[keep], units[keep]
+
+
+@dataclass
+class IndexFileView:
+    """One IndexFile's header, slot table and written entries (1..index_count-1)."""
+
+    path: str
+    header: np.void
+    slots: np.ndarray
+    entries: np.ndarray  # entry i of the file is entries[i - 1]
+
+
+def read_index_file(path: str, slots: int) -> IndexFileView:
+    mm = map_readonly(path)
+    header = np.frombuffer(mm, HEADER_DTYPE, count=1)[0]
+    slot_table = np.frombuffer(mm, ">i4", count=slots, offset=HEADER_SIZE).astype(np.int32)
+    capacity = (len(mm) - HEADER_SIZE - slots * SLOT_SIZE) // ENTRY_SIZE
+    # the entries are the truth: a writer killed before it wrote its header left them past
+    # the header's count
+    count = max(int(header["index_count"]), 1, written_count(mm, slots, capacity) if capacity > 0 else 1)
+    if count > capacity:
+        raise StoreFormatError(f"{path}: index count {count} exceeds the file's {capacity} entries")
+    entries = np.frombuffer(mm, ENTRY_DTYPE, count=count - 1,
+                            offset=HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE).copy()
+    return IndexFileView(path, header.copy(), slot_table, entries)
+
+
+def index_files(root: str) -> list[str]:
+    return [p for _, p in numbered_files(os.path.join(root, "index"), 17)]
+
+
+def known_record_starts(root: str, units_per_file: int) -> np.ndarray:
+    """CommitLog offsets that ConsumeQueue units point at, sorted: candidate record starts for
+    planning splits and finding a file's end without walking it from the start. Derived data,
+    so a caller checks each one before trusting it."""
+    parts = [QueueReader(root, t, q, units_per_file).read(0, 1 << 62)[1]["offset"]
+             for t, q in queues(root)]
+    if not parts:
+        return np.empty(0, np.int64)
+    return np.unique(np.concatenate(parts).astype(np.int64))
+
+
+def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
+    """The CommitLog offset of every queue's last unit: recent record starts, cheaply."""
+    found: list[int] = []
+    for t, q in queues(layout.root):
+        reader = QueueReader(layout.root, t, q, layout.consume_queue_units)
+        _, hi = reader.bounds()
+        if hi:
+            found.extend(int(u) for u in reader.read(hi - 1, hi)[1]["offset"])
+    return np.array(sorted(found), np.int64)
+
+
+class StoreTimes:
+    """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is
+    there; each file is mapped once, however many records a search probes."""
+
+    def __init__(self, files: list[tuple[int, str]]):
+        self.files = files
+        self.starts = [s for s, _ in files]
+        self.maps: dict[int, mmap.mmap] = {}
+
+    def at(self, commitlog_offset: int) -> int | None:
+        i = int(np.searchsorted(self.starts, commitlog_offset, side="right")) - 1
+        if i < 0:
+            return None
+        mm = self.maps.get(i)
+        if mm is None:
+            mm = self.maps[i] = map_readonly(self.files[i][1])
+        pos = commitlog_offset - self.starts[i]
+        if pos + MIN_RECORD_SIZE > len(mm):
+            return None
+        return store_timestamp_at(mm, pos)
+
+
+def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int) -> int:
+    """The first queue offset whose record was stored at or after ts_ms (the queue's end when
+    none was): a binary search over the queue's units, as RocketMQ's getOffsetInQueueByTime."""
+    reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+    lo, hi = reader.bounds()
+    offsets, units = reader.read(lo, hi)
+    times = StoreTimes(commitlog_files(layout.root))
+    a, b = 0, len(units)
+    while a < b:
+        mid = (a + b) // 2
+        t = times.at(int(units["offset"][mid]))
+        if t is not None and t >= ts_ms:
+            b = mid
+        else:
+            a = mid + 1
+    return int(offsets[a]) if a < len(offsets) else hi
