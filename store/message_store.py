@@ -149,7 +149,7 @@ class MessageStore:
         return self
 
     def start_scrub(self) -> None:
-        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        """Start the background scrub (store/integrity/scrub.py): the whole-store check an open no
         longer makes. A read-only store has none."""
         if self._scrub is not None and self.is_open:
             self._scrub.start()
