@@ -24,7 +24,7 @@ from ..files import quarantine, safefs
 from ..files.json_file import read_json, write_json
 from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
-from ..format import codec, layout
+from ..format import codec, layout, message
 from ..format.flavor import flavor_named
 from ..meta import kept_ends
 from ..meta.manifest import inspect, write_manifest
@@ -109,7 +109,7 @@ def _checked(data: Any) -> Journal:
         if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)):
             raise ValueError(f"has the queue end {row!r}")
         try:
-            codec.validate_topic(row[0])
+            message.validate_topic(row[0])
         except InvalidMessage as exc:
             raise ValueError(f"has the queue of topic {row[0]!r} ({exc})") from None
         j.queue_ends[(row[0], _int(row[1], "a queue id"))] = _int(row[2], "a queue end")
@@ -236,7 +236,7 @@ def filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
     A filler record (readers skip it), or to a file's end a filler and the BLANK that ends it."""
     size = cfg.commitlog_file_size
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
-    host = codec.encode_host(*codec.parse_host(cfg.store_host))[0]
+    host = message.encode_host(*message.parse_host(cfg.store_host))[0]
     smallest = 112 if flavor.record_crc else 92
     hi = d.end - (d.start - lo)
     if d.to_file_end and hi < size:  # the newest file: only zeros follow the range
