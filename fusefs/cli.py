@@ -81,7 +81,7 @@ def cmd_mount(a: argparse.Namespace) -> int:
     from .options import parse_options
 
     opts = parse_options(a.options)
-    store, mnt = os.path.realpath(a.store), os.path.abspath(a.mountpoint)
+    store, mnt = a.store, os.path.abspath(a.mountpoint)
     if a.log not in (None, "syslog", "stderr", "none"):
         check_writable(a.log)
     if a.foreground or a.systemd:
@@ -256,6 +256,8 @@ def _dispatch(argv: list[str]) -> int:
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
     _trust(getattr(args, "trust_owner", []))
+    if getattr(args, "store", None):  # links on the way to a store are the administrator's:
+        args.store = os.path.realpath(args.store)  # resolved once; none is followed inside
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair}[args.command]
     return handler(args)

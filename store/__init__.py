@@ -16,7 +16,7 @@ from .errors import (
                      StoreLocked,
                      UntrustedStore,
 )
-from .format.codec import Message, StoredMessage
+from .format.message import Message, StoredMessage
 from .message_store import MessageStore, PutResult
 
 __all__ = [

@@ -34,9 +34,11 @@ from .files.flush import FlushServices
 from .files.index_service import IndexService
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
-from .format import codec, layout
-from .format.codec import Encoder, Message, RecordRun, StoredMessage, parse_host
+from .format import codec, layout, message
+from .format.codec import Encoder
+from .format.columns import RecordRun
 from .format.flavor import flavor_named
+from .format.message import Message, StoredMessage, parse_host
 from .integrity import repair_journal
 from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .integrity.scrub import Scrub
@@ -62,7 +64,7 @@ class PutResult(NamedTuple):
 
     @property
     def msg_id(self) -> str:
-        return codec.msg_id(self.store_host_raw, self.commitlog_offset)
+        return message.msg_id(self.store_host_raw, self.commitlog_offset)
 
 
 _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
@@ -525,7 +527,7 @@ class MessageStore:
         self._writable()
         if not 1 <= queues <= 1024:
             raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
-        codec.validate_topic(topic)  # a new topic: what a broker accepts from a producer
+        message.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
     def add_queue(self, topic: str, queue_id: int) -> None:
@@ -533,7 +535,7 @@ class MessageStore:
         if not 0 <= queue_id < 1024:
             raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
         if topic not in self.topic_table.queues:
-            codec.validate_topic(topic)
+            message.validate_topic(topic)
         self.topic_table.ensure(topic, queue_id)
 
     # --- flushing --------------------------------------------------------------------------
@@ -689,7 +691,7 @@ class MessageStore:
 
     def get_by_msgid(self, msg_id: str) -> StoredMessage:
         try:
-            _, _, offset = codec.parse_msg_id(msg_id)
+            _, _, offset = message.parse_msg_id(msg_id)
         except CodecError as exc:
             raise NotFound(str(exc)) from None
         msg = self._read(offset)

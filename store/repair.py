@@ -20,6 +20,7 @@ import xxhash
 
 from .config import StoreConfig
 from .errors import StoreError, StoreFormatError
+from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
 from .files.consume_queue import UNIT_DTYPE, UNIT_SIZE
@@ -75,9 +76,10 @@ class RepairPlan:
 def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
     """What repair would do; reads only (a shared lock keeps writers out meanwhile), once an
     interrupted repair is finished (its journal says what is left to do)."""
-    root = os.path.abspath(root)
+    root = os.path.realpath(root)
     if not is_store(root):
         raise StoreError(f"{root} holds no store; create one with `mqfs init {root}`")
+    safefs.check_store(root)  # before an interrupted repair is finished
     finished = finish_interrupted(root)
     _refuse_orphans(root)
     found = inspect(root)
@@ -208,9 +210,9 @@ def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
     lost = 0
     ends: dict[tuple[str, int], int] = {}
     size = cfg.consume_queue_units * UNIT_SIZE
-    for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        tdir = os.path.join(base, topic)
-        for qname in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+    for topic in sorted(safefs.listdir(base)) if safefs.is_dir(base) else []:
+        tdir = os.path.join(base, topic)  # a link among them is refused, not followed
+        for qname in sorted(safefs.listdir(tdir)) if safefs.is_dir(tdir) else []:
             if not qname.isdigit():
                 continue
             end = 0

@@ -142,7 +142,7 @@ def queue_count(exp: Expectation, key: tuple[str, int]) -> int:
 
 
 def _props(msg) -> bytes:
-    from store.format.codec import encode_properties
+    from store.format.message import encode_properties
     return encode_properties(msg.properties)
 
 

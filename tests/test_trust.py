@@ -98,8 +98,9 @@ LINKS = ["lock", "abort", "checkpoint", "mqfs.json.tmp", "config/topics.json.tmp
          "consumequeue/orders", "index"]
 
 
+@pytest.mark.parametrize("command", ["mount", "repair"])
 @pytest.mark.parametrize("name", LINKS)
-def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, name):
+def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, name, command):
     target = os.path.join(outside, "dir" if name in ("staging", "consumequeue/orders", "index")
                           else "secret" if name == "commitlog/FIRST" else "victim")
     if name == "commitlog/FIRST":
@@ -108,11 +109,21 @@ def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, na
     before = fingerprint(outside)
     mnt = str(tmp_path / "mnt")
     os.makedirs(mnt)
-    proc = mqfs("mount", "--trust-owner", USER, store, mnt, check=False)
+    args = [store, mnt] if command == "mount" else [store, "--yes"]
+    proc = mqfs(command, "--trust-owner", USER, *args, check=False)
     assert proc.returncode == 1 and not os.path.ismount(mnt)
     assert proc.stderr.count("\n") == 1 and "symbolic link" in proc.stderr, proc.stderr
     assert fingerprint(outside) == before
     assert not os.path.exists(os.path.join(store, "quarantine"))
+
+
+def test_a_link_to_the_store_is_the_administrators(store, tmp_path):
+    link = str(tmp_path / "link")
+    os.symlink(store, link)
+    mnt = str(tmp_path / "mnt")
+    with mounted(link, mnt, "--trust-owner", USER):
+        assert sh(f"cat {mnt}/topics/orders/0/0").stdout == b"hello"
+    assert "ok" in mqfs("verify", "--trust-owner", USER, link).stdout.lower()
 
 
 def test_links_planted_while_mounted_are_not_followed(store, outside, tmp_path, uid):

@@ -23,7 +23,6 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store.format.codec import PROPERTY_UNIQ_KEY
 from store.format.flavor import Flavor
 from store.format.layout import (
     IN_QUEUE_TYPES,
@@ -35,6 +34,7 @@ from store.format.layout import (
     TRANSACTION_ROLLBACK,
     gather,
 )
+from store.format.message import PROPERTY_UNIQ_KEY
 from store.offline.views import (
     UNIT_SIZE,
     QueueReader,

@@ -15,10 +15,10 @@ import numpy as np
 
 from ..crash_points import ARMED, crash_point
 from ..errors import CodecError, CorruptionError, InvalidMessage, NotFound
-from ..format import codec, layout
-from ..format.codec import StoredMessage
+from ..format import codec, columns, layout
 from ..format.flavor import Flavor
 from ..format.layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from ..format.message import StoredMessage
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 
@@ -131,7 +131,7 @@ class CommitLog:
 
     def units_match(self, offsets: np.ndarray, sizes: np.ndarray, topic: str, queue_id: int,
                     queue_offsets: np.ndarray) -> np.ndarray:
-        """codec.unit_matches for units anywhere in the log: which describe their record.
+        """columns.unit_matches for units anywhere in the log: which describe their record.
         A unit pointing outside every file does not."""
         ok = np.zeros(len(offsets), dtype=bool)
         if not len(offsets) or not self.queue.files:
@@ -145,7 +145,7 @@ class CommitLog:
                 continue
             sel = np.flatnonzero(starts == start)
             raw = np.frombuffer(mf.buffer(), dtype=np.uint8)
-            ok[sel] = codec.unit_matches(raw, offsets[sel] - start, sizes[sel], topic, queue_id,
+            ok[sel] = columns.unit_matches(raw, offsets[sel] - start, sizes[sel], topic, queue_id,
                                          queue_offsets[sel])
         return ok
 

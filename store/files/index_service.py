@@ -24,7 +24,7 @@ from datetime import datetime
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
-from ..format.codec import KeySpans
+from ..format.columns import KeySpans
 from ..format.flavor import Flavor
 from ..format.layout import indexed
 from . import quarantine, safefs

@@ -38,8 +38,8 @@ from ..errors import CodecError, CorruptionError, StoreError
 from ..files import quarantine
 from ..files.consume_queue import ConsumeQueue
 from ..files.mapped_file import MappedFile, offset_to_name
-from ..format import codec, layout
-from ..format.codec import RecordRun
+from ..format import codec, columns, layout, message
+from ..format.columns import RecordRun
 from ..format.layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from ..meta import dispatch_state
 from ..meta.retention import recorded_min_offset
@@ -115,15 +115,15 @@ def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     names, which = layout.topic_names(u8, run.topic_pos, run.topic_len)
     first = int(at[lo])
     props, starts = data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1], at[lo:n] - first
-    tags, keys = codec.dispatch_properties(props, starts)
-    delays = codec.property_values(props, starts, codec.PROPERTY_DELAY) if codec.SCHEDULE_TOPIC in names else None
+    tags, keys = columns.dispatch_properties(props, starts)
+    delays = columns.property_values(props, starts, message.PROPERTY_DELAY) if message.SCHEDULE_TOPIC in names else None
     topics = names * len(run) if len(names) == 1 else list(map(names.__getitem__, which.tolist()))
     return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
                            run.store_ts, topics, tags, keys, delays), more
 
 
 def step_record(buf: memoryview, pos: int, size_limit: int, base: int, flavor
-          ) -> tuple[codec.StoredMessage | None, str | None]:
+          ) -> tuple[message.StoredMessage | None, str | None]:
     """Check the one record at pos with decode(): (the record, None), or (None, why the
     CommitLog ends here; None for zeros)."""
     if size_limit - pos < 8:

@@ -18,9 +18,9 @@ import numpy as np
 from ..errors import CodecError
 from ..files.mapped_file import MappedFile, offset_to_name
 from ..format import codec, layout
-from ..format.codec import StoredMessage
 from ..format.flavor import Flavor
 from ..format.layout import MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS
+from ..format.message import StoredMessage
 
 Progress = Callable[[int, int], None]
 

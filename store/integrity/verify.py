@@ -23,7 +23,7 @@ from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
 from ..files.index_service import build_key
 from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, load_files
-from ..format import codec, layout
+from ..format import codec, columns, layout, message
 from ..format.flavor import flavor_named
 from ..meta import dispatch_state
 from ..meta.manifest import inspect, is_store
@@ -99,16 +99,16 @@ def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, 
 
 def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _RecordInfo], fillers: set[int]) -> None:
     """The records of a run as _RecordInfo, fillers apart, read as columns: topics, tags and
-    keys in bulk (`codec.dispatch_properties`), not by decoding each record."""
+    keys in bulk (`columns.dispatch_properties`), not by decoding each record."""
     r = run.records
     names, which = layout.topic_names(run.u8, r.topic_pos, r.topic_len)
     filler_names = [i for i, t in enumerate(names) if codec.is_filler(t, layout.TRANSACTION_ROLLBACK)]
     filler = ~layout.indexed(r.sys_flag) & np.isin(which, filler_names)
     props = layout.joined(run.u8, r.props_pos, r.props_len)
-    tags, keys = codec.dispatch_properties(*props)
-    delayed = codec.SCHEDULE_TOPIC in names  # units as the dispatcher writes them
+    tags, keys = columns.dispatch_properties(*props)
+    delayed = message.SCHEDULE_TOPIC in names  # units as the dispatcher writes them
     topics = list(map(names.__getitem__, which.tolist())) if delayed else []
-    delays = codec.property_values(*props, codec.PROPERTY_DELAY) if delayed else None
+    delays = columns.property_values(*props, message.PROPERTY_DELAY) if delayed else None
     codes = tags_codes.column(topics, tags, delays, r.store_ts).tolist()
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
                r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),

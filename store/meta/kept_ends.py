@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import StoreFormatError
 from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
-from ..format.codec import validate_topic
+from ..format.message import validate_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "keptQueueEnds.json"

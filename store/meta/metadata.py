@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidMessage, StoreFormatError
 from ..files.json_file import read_json, write_json
-from ..format.codec import validate_stored_topic
+from ..format.message import validate_stored_topic
 
 MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
 _MAX_OFFSET = (1 << 63) - 1
