@@ -222,6 +222,7 @@ class MessageStore:
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
+        self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
@@ -524,9 +525,10 @@ class MessageStore:
         return cq
 
     def create_topic(self, topic: str, queues: int = 1) -> None:
+        """A topic with queues 0..queues-1 (none: queues come with add_queue or a put)."""
         self._writable()
-        if not 1 <= queues <= 1024:
-            raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
+        if not 0 <= queues <= 1024:
+            raise InvalidMessage(f"a topic has 0 to 1024 queues, not {queues}")
         message.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 

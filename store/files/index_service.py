@@ -72,6 +72,7 @@ class IndexService:
         self.flushed_end_timestamp = 0  # endTimestamp of the newest full file on disk
         self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
+        self.quarantined: list[str] = []  # damaged files load moved to quarantine/
         self._pending: list[tuple[str, IndexFile | None, bool]] = []
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
@@ -127,8 +128,8 @@ class IndexService:
                 safefs.unlink(path)
             elif keep:
                 f.mf.close()
-                quarantine.move_file(os.path.dirname(self.directory), path,
-                                     f"index-{os.path.basename(path)}")
+                self.quarantined.append(quarantine.move_file(
+                    os.path.dirname(self.directory), path, f"index-{os.path.basename(path)}"))
             else:
                 f.destroy()
         self._pending = []

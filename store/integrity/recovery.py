@@ -235,6 +235,8 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
                                         checked)
             if run is not None:
                 take(run, base + pos)
+            if progress:  # per run of records: a big file is not one long silence
+                progress(done + pos, total)
             if more:
                 continue
             msg, reason = step_record(buf, pos, size_limit, base, flavor)
