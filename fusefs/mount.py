@@ -58,6 +58,9 @@ LOG_BYTES = 4 << 20  # mqfs.log is rotated at this size, keeping LOG_KEEP old fi
 LOG_KEEP = 3
 
 
+LIVE_REFRESH_MS = 200  # how often an -o ro mount takes in what a broker or daemon wrote
+
+
 def default_log(store_root: str, read_only: bool) -> str:
     """STORE/logs/mqfs.log; for a read-only mount, which must not write into the store,
     $XDG_STATE_HOME/mqfs/<store path>.log (~/.local/state by default)."""
@@ -152,7 +155,8 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     check_mountpoint(mountpoint)
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
-                      retention_bytes=opts.retention_bytes)
+                      retention_bytes=opts.retention_bytes,
+                      live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
     # a clean open only re-checks the tail: quick, and not worth a bar
     started = time.monotonic()

@@ -39,6 +39,7 @@ class StoreConfig:
     scrub_interval_hours: float = 24.0
     # access
     read_only: bool = False
+    live_refresh_ms: int = 0  # read-only: take in what another process writes, this often
     check_crc_on_recover: bool = True
 
     def validate(self) -> None:

@@ -40,6 +40,7 @@ from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, StoredMessage, parse_host
 from .integrity import repair_journal
+from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .integrity.scrub import Scrub
 from .meta import dispatch_state, kept_ends
@@ -112,7 +113,9 @@ class MessageStore:
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
-        self._lock_file.acquire(shared=read_only)
+        # a read-only open takes no lock: it changes nothing and must not keep a broker or a
+        # daemon from writing the store it shows (store/live.py follows what they add)
+        self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
@@ -136,6 +139,10 @@ class MessageStore:
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
+        self.live: LiveReader | None = None
+        if read_only and cfg.live_refresh_ms > 0:
+            self.live = LiveReader(self, cfg.live_refresh_ms)
+            self.live.start()
         self.is_open = True
         if repair_ends is not None:
             repair_journal.finish_rebuild(self, repair_ends)
@@ -273,6 +280,8 @@ class MessageStore:
             return
         self.is_open = False
         if self.config.read_only:
+            if self.live is not None:
+                self.live.stop()
             self._release_files()
             self._lock_file.release()
             return

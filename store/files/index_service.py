@@ -121,6 +121,27 @@ class IndexService:
                 continue
             self.files.append(f)
 
+    def load_new(self, timestamp_at: Callable[[int], int | None]) -> None:
+        """Read-only, while another process writes: take in the entries added to the newest
+        files and open the files created since (one not yet allocated is left for later)."""
+        with self.lock:
+            files = list(self.files)
+        for f in files[-2:]:
+            f.grow(timestamp_at)
+        last = os.path.basename(files[-1].path) if files else ""
+        try:
+            names = sorted(n for n in safefs.listdir(self.directory) if len(n) == 17 and n.isdigit())
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name <= last or safefs.size(path) != index_file_size(self.slots, self.entries):
+                continue
+            f = IndexFile(path, self.slots, self.entries, read_only=True)
+            f.adopt_entries(timestamp_at)
+            with self.lock:
+                self.files.append(f)
+
     def drop_pending(self) -> None:
         """Remove the files `load` set aside (a broken one goes to quarantine/)."""
         for path, f, keep in self._pending:
