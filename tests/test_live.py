@@ -143,7 +143,7 @@ def test_after_kill_9_of_the_daemon_an_ro_mount_finds_every_key(tmp_path):
     root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
     mqfs("init", root, *SMALL)
     with mounted(root, mnt) as pid:
-        sh(f"cd {mnt}/topics && mkdir T && for i in $(seq 0 299); do "
+        sh(f"cd {mnt}/topics && mkdir -p T/0 && for i in $(seq 0 299); do "
            f"printf '{{\"body\":\"m%d\",\"keys\":[\"key-%d\"]}}\\n' $i $i; done > T/0/append.jsonl")
         sh(f"sync {mnt}/topics/T/0/0")  # the CommitLog is on disk; the IndexFile header is not
         os.kill(daemon_pid(mnt), signal.SIGKILL)

@@ -28,7 +28,7 @@ from ..files.dispatcher import has_queue_dir
 from ..files.mapped_file import MappedFile
 from ..files.mapped_file_queue import MappedFileQueue
 from ..format import layout
-from ..format.codec import RecordRun
+from ..format.columns import RecordRun
 from .recovery import scan_end
 
 if TYPE_CHECKING:
