@@ -126,11 +126,9 @@ def finish_interrupted(root: str) -> list[str]:
 def _refuse_orphans(root: str) -> None:
     """A *.repair file with no journal is a CommitLog file an older repair left between two
     names: never count its records as missing."""
-    directory = os.path.join(root, "commitlog")
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".repair")) \
-        if os.path.isdir(directory) else []
+    names = repair_journal.orphans(root)
     if names:
-        raise StoreError(f"{os.path.join(directory, names[0])} is a CommitLog file an "
+        raise StoreError(f"{os.path.join(root, 'commitlog', names[0])} is a CommitLog file an "
                          "interrupted repair left under a temporary name, with no journal; "
                          "nothing was changed: give it back its 20-digit name (the offset of "
                          "its first record) and run repair again")
