@@ -139,7 +139,7 @@ def fingerprint(root: str) -> str:
     file's name, size, inode and modification time, the checkpoint, abort and manifest."""
     h = xxhash.xxh64()
     directory = os.path.join(root, "commitlog")
-    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+    for name in sorted(safefs.listdir(directory)) if os.path.isdir(directory) else []:
         st = os.lstat(os.path.join(directory, name))
         h.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
     for name in ("checkpoint", "abort", "mqfs.json"):

@@ -77,7 +77,7 @@ def pending(root: str) -> bool:
 def orphans(root: str) -> list[str]:
     """CommitLog files left as <name>.repair (between the two rename passes)."""
     directory = os.path.join(root, "commitlog")
-    return sorted(n for n in os.listdir(directory) if n.endswith(".repair")) \
+    return sorted(n for n in safefs.listdir(directory) if n.endswith(".repair")) \
         if os.path.isdir(directory) else []
 
 
