@@ -83,6 +83,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+# handlers whose (parent inode, name) arguments name the entry they act on
+NAMED_HANDLERS = {"lookup", "mkdir", "rmdir", "unlink", "create", "mknod", "symlink", "rename"}
+
+
 def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
     """Every failure becomes an errno; refusals (other than ENOENT/ENODATA) are logged with
     their reason and the path, and remembered for status.json; bugs are logged with a
@@ -100,6 +104,9 @@ def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
             ops = args[0] if args and isinstance(args[0], Operations) else None
             arg = args[1] if len(args) > 1 else None
             where = ops.where(fn.__name__, arg) if ops is not None and isinstance(arg, int) else "?"
+            name = args[2] if len(args) > 2 else None
+            if isinstance(name, bytes) and fn.__name__ in NAMED_HANDLERS:  # the entry, not its parent
+                where = f"{where.rstrip('/')}/{name.decode(errors='replace')}"
             if err is None:
                 log.exception("%s failed unexpectedly on %s; answering EIO", fn.__name__, where)
                 err = errno.EIO

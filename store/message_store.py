@@ -40,6 +40,7 @@ from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, StoredMessage, parse_host
 from .integrity import repair_journal
+from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .integrity.scrub import Scrub
 from .meta import dispatch_state, kept_ends
@@ -112,7 +113,9 @@ class MessageStore:
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
-        self._lock_file.acquire(shared=read_only)
+        # a read-only open takes no lock: it changes nothing and must not keep a broker or a
+        # daemon from writing the store it shows (store/live.py follows what they add)
+        self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
@@ -136,6 +139,10 @@ class MessageStore:
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
+        self.live: LiveReader | None = None
+        if read_only and cfg.live_refresh_ms > 0:
+            self.live = LiveReader(self, cfg.live_refresh_ms)
+            self.live.start()
         self.is_open = True
         if repair_ends is not None:
             repair_journal.finish_rebuild(self, repair_ends)
@@ -222,6 +229,7 @@ class MessageStore:
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
+        self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
@@ -272,6 +280,8 @@ class MessageStore:
             return
         self.is_open = False
         if self.config.read_only:
+            if self.live is not None:
+                self.live.stop()
             self._release_files()
             self._lock_file.release()
             return
@@ -524,9 +534,10 @@ class MessageStore:
         return cq
 
     def create_topic(self, topic: str, queues: int = 1) -> None:
+        """A topic with queues 0..queues-1 (none: queues come with add_queue or a put)."""
         self._writable()
-        if not 1 <= queues <= 1024:
-            raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
+        if not 0 <= queues <= 1024:
+            raise InvalidMessage(f"a topic has 0 to 1024 queues, not {queues}")
         message.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 
@@ -27,6 +28,8 @@ from ..inodes import (
     text_name,
 )
 from .base import File, Kind
+
+log = logging.getLogger(__name__)
 
 STATUS_NAME = b"status.json"
 ROOT_ENTRIES = [(b"topics", TOPICS_INO), (b"keys", KEYS_INO), (b"groups", GROUPS_INO),
@@ -92,7 +95,7 @@ class Topics(MovingDir):
         return "/topics"
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
-        """mkdir in /topics creates a topic (with one queue)."""
+        """mkdir in /topics creates a topic: an empty directory, queues come with mkdir N."""
         topic = text_name(name)
         limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
         if len(topic) > limit:
@@ -103,7 +106,7 @@ class Topics(MovingDir):
             raise FsError(errno.EINVAL, str(exc)) from None
         if topic in self.fs.store.topics():
             raise FsError(errno.EEXIST)
-        self.fs.store.create_topic(topic, 1)
+        self.fs.store.create_topic(topic, 0)
         return self.fs.node_attr(self.fs.nodes.topic(topic))
 
 
@@ -125,7 +128,9 @@ class Topic(MovingDir):
         return {b"user.queues": b"%d" % len(self.fs.store.queue_ids(node.topic))}
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
-        """mkdir N in /topics/<t> creates queue N."""
+        """mkdir N in /topics/<t> creates queue N (a new topic has none, so `mkdir T/{0..3}`
+        makes four). Queues are numbered from 0 without gaps (RocketMQ's queue count): N past
+        the next one makes those between too, and the log says so."""
         if len(name) > NAME_MAX:
             raise FsError(errno.ENAMETOOLONG)
         q = canonical_int(name)
@@ -133,5 +138,10 @@ class Topic(MovingDir):
             raise FsError(errno.EINVAL, "queue directories are named by their number")
         if self.has_queue(node.topic, q):
             raise FsError(errno.EEXIST)
+        ids = self.fs.store.queue_ids(node.topic)
+        after = ids[-1] + 1 if ids else 0
         self.fs.store.add_queue(node.topic, q)
+        if q > after:
+            log.info("mkdir /topics/%s/%d: made queues %d..%d (a topic's queues are numbered "
+                     "from 0 without gaps)", node.topic, q, after, q)
         return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))

@@ -12,7 +12,6 @@ from functools import lru_cache
 
 from ..errors import CodecError, InvalidMessage
 from .layout import (
-    TRANSACTION_MASK,
     decode_host,
 )
 
@@ -304,7 +303,3 @@ class StoredMessage(_WellKnownProperties):
     @property
     def msg_id(self) -> str:
         return msg_id(self.store_host_raw, self.commitlog_offset)
-
-    @property
-    def transaction_type(self) -> int:
-        return self.sys_flag & TRANSACTION_MASK

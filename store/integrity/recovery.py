@@ -235,6 +235,8 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
                                         checked)
             if run is not None:
                 take(run, base + pos)
+            if progress:  # per run of records: a big file is not one long silence
+                progress(done + pos, total)
             if more:
                 continue
             msg, reason = step_record(buf, pos, size_limit, base, flavor)
@@ -409,12 +411,13 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
+    # units past the end are a torn tail's, or (a store being written) for records still to
+    # come: not shown, and not damage
+    for cq in parts.consume_queues.values():
+        cq.truncate_from_physical(end)
     trusted = parts.checkpoint.cq_flushed_offset if crashed else NOWHERE
     damaged = {(cq.topic, cq.queue_id) for cq, _, _ in queue_check.damaged_queues(parts, trusted)}
     damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues, queue.min_offset))
-    for key, cq in parts.consume_queues.items():
-        if key not in damaged:
-            cq.truncate_from_physical(end)
     if damaged:
         for key, rebuilt in queue_check.queues_from_log(parts, damaged).items():
             parts.consume_queues[key].close()

@@ -203,6 +203,8 @@ def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
         for item in walk_runs_of_file(mf, flavor, last, store_ts, flushed):
             if isinstance(item, Run):
                 store_ts = item.store_ts
+                if progress:  # per run of records: a big file is not one long silence
+                    progress(i * file_size + int(item.records.ends[-1]), total)
             yield item
         if progress:
             progress((i + 1) * file_size, total)

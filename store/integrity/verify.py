@@ -127,7 +127,8 @@ def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
 
 
 def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
-                  damages: list[Damage], fillers: set[int], report: VerifyReport) -> int:
+                  damages: list[Damage], fillers: set[int], report: VerifyReport,
+                  advance: Callable[[int], None]) -> int:
     expected: dict[tuple[str, int], list[int]] = {}
     for commitlog_offset, r in records.items():
         if r.in_queue:
@@ -148,6 +149,7 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                 mf = MappedFile(path, units * UNIT_SIZE, start, read_only=True)
                 arrays.append(np.array(np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)))
                 mf.close()
+                advance(units * UNIT_SIZE)
             if not arrays:
                 continue
             first = load_files(directory, units * UNIT_SIZE, read_only=True)[0][0] // UNIT_SIZE
@@ -210,7 +212,7 @@ def _reachable(f: IndexFile, raw: np.ndarray) -> list[bool]:
 
 
 def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int, _RecordInfo],
-                 damages: list[Damage], report: VerifyReport) -> int:
+                 damages: list[Damage], report: VerifyReport, advance: Callable[[int], None]) -> int:
     directory = os.path.join(root, "index")
     checked = 0
     min_commitlog_offset = min(records) if records else 0
@@ -220,6 +222,7 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
         if not (name.isdigit() and len(name) == 17):
             continue
         path = os.path.join(directory, name)
+        advance(os.path.getsize(path))
         if os.path.getsize(path) != HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE:
             report.derived(f"IndexFile {name} is {os.path.getsize(path)} bytes, not the "
                            "configured size")
@@ -273,6 +276,27 @@ def _check_complete(records: dict[int, _RecordInfo], entries_of: Counter[int], i
                        f"IndexFile entries (the first at {min(missing)}): queries miss their keys")
 
 
+class _Bar:
+    """One (done, total) progress in bytes over the whole check: the CommitLog files, then
+    the ConsumeQueue and IndexFile files (their sizes summed at the start)."""
+
+    def __init__(self, progress: Progress | None, commitlog_bytes: int, root: str) -> None:
+        self.progress = progress
+        self.done = self.base = commitlog_bytes
+        self.total = commitlog_bytes + sum(  # lstat: a symlink in the store is not followed
+            os.lstat(os.path.join(d, f)).st_size for sub in ("consumequeue", "index")
+            for d, _, names in os.walk(os.path.join(root, sub)) for f in names)
+
+    def commitlog(self, done: int, _total: int) -> None:
+        if self.progress:
+            self.progress(done, self.total)
+
+    def advance(self, size: int) -> None:
+        self.done = min(self.done + size, self.total)
+        if self.progress:
+            self.progress(self.done, self.total)
+
+
 def verify_store(root: str, progress: Progress | None = None, config: StoreConfig | None = None
                  ) -> VerifyReport:
     """Check everything, changing nothing and creating no file; the store must not be open
@@ -314,13 +338,15 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         try:
             cl.load()
             _check_names(root, cl, flavor, report)
-            records, damages, fillers = _scan_commitlog(cl, tags_codes, report, progress, torn_from)
+            bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
+            records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
+                                                        torn_from)
         finally:
             cl.close()
         cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
-                                   fillers, report)
+                                   fillers, report, bar.advance)
         ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
-                                  damages, report)
+                                  damages, report, bar.advance)
     except StoreFormatError as exc:
         report.problem(str(exc))
     finally:

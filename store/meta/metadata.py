@@ -122,12 +122,13 @@ class TopicTable:
         self.found: dict[str, set[int]] = {}  # queues on disk that topics.json does not declare
 
     def ensure(self, topic: str, queue_id: int, persist: bool = True) -> bool:
-        """Make sure topic exists with at least queue_id+1 queues; True when it changed."""
+        """Make sure topic exists with at least queue_id+1 queues (-1: the topic, with no
+        queue yet, if it is new); True when it changed."""
         validate_stored_topic(topic)
-        if not 0 <= queue_id < MAX_QUEUES:
+        if not -1 <= queue_id < MAX_QUEUES:
             raise InvalidMessage(f"queue id {queue_id} of {topic} is not in 0..{MAX_QUEUES - 1}")
         with self.lock:
-            if self.queues.get(topic, 0) > queue_id:
+            if topic in self.queues and self.queues[topic] > queue_id:
                 return False
             self.queues[topic] = queue_id + 1
         if persist:
