@@ -24,11 +24,12 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (--dist loadgroup), tests that share a machine-wide resource run on
-    one worker: Spark tests share the session's SparkSession (one JVM per worker otherwise)
-    and the T3 power-cut tests attach loop devices."""
+    """Under pytest-xdist (--dist loadgroup), tests that share something run on one worker:
+    those using the session's SparkSession (one JVM per worker otherwise), and the T3
+    power-cut tests (one loop-mounted image per module). Spark tests that start their own
+    JVMs (the standalone cluster, the CLI) run anywhere."""
     for item in items:
-        if item.get_closest_marker("spark"):
+        if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif item.get_closest_marker("loop_device"):
             item.add_marker(pytest.mark.xdist_group("loop"))
