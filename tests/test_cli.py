@@ -64,16 +64,19 @@ def test_verify_shows_moving_progress_on_a_terminal_and_none_in_a_pipe(multi_fil
 
 @needs_fuse
 @pytest.mark.mount
-def test_info_on_a_mounted_store_names_the_mount_and_what_to_run(tmp_path):
+def test_a_mounted_store_is_named_with_its_mount_and_what_to_run(tmp_path):
     store, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
     mqfs("init", store, *SMALL)
     with mounted(store, mnt):
-        proc = mqfs("info", store, check=False)
-    assert proc.returncode == 1
-    line = proc.stderr.strip()
-    assert "\n" not in line
-    assert f"mounted on {mnt}" in line and f"mqfs umount {mnt}" in line, line
-    assert f"{mnt}/status.json" in line, line
+        info = mqfs("info", store)  # a read-only open: it reads, and says where live figures are
+        refused = [mqfs(command, store, check=False) for command in ("verify", "repair")]
+    assert f"mounted      on {mnt} (live figures: {mnt}/status.json)" in info.stdout, info.stdout
+    for proc in refused:
+        assert proc.returncode == 1
+        line = proc.stderr.strip()
+        assert "\n" not in line
+        assert f"mounted on {mnt}" in line and f"mqfs umount {mnt}" in line, line
+        assert f"{mnt}/status.json" in line, line
 
 
 def test_usage_errors_are_one_line_in_the_pipeline_too():

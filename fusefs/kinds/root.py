@@ -35,13 +35,14 @@ log = logging.getLogger(__name__)
 STATUS_NAME = b"status.json"
 ROOT_ENTRIES = [(b"topics", TOPICS_INO), (b"keys", KEYS_INO), (b"groups", GROUPS_INO),
                 (STATUS_NAME, STATUS_INO)]
+ROOT_NAMES = dict(ROOT_ENTRIES)
 
 
 class Root(Kind):
     kind = ROOT
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        ino = dict(ROOT_ENTRIES).get(name)
+        ino = ROOT_NAMES.get(name)
         if ino is None:
             raise FsError(errno.ENOENT)
         return self.fs.getattr(ino)

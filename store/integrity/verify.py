@@ -316,6 +316,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     if repair_journal.pending(root):
         report.problem(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
                        "(or a read-write open) finishes it")
+    for name in repair_journal.orphans(root):
+        report.problem(f"commitlog/{name} is a CommitLog file an interrupted repair left under "
+                       "a temporary name: its records are not served")
     _check_config(root, report)
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
