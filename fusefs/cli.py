@@ -187,6 +187,9 @@ def cmd_info(a: argparse.Namespace) -> int:
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
         cfg, rec = s.config, s.recovery
         print(f"store        {root}")
+        mnt = mounted_on(root)
+        if mnt is not None:
+            print(f"mounted      on {mnt} (live figures: {mnt}/status.json)")
         print(f"flavor       {cfg.flavor}, whole-record checksums "
               f"{'on' if cfg.record_crc else 'off (records written without them)'}")
         print(f"file sizes   commitlog {cfg.commitlog_file_size}, consume queue "

@@ -64,16 +64,19 @@ def test_verify_shows_moving_progress_on_a_terminal_and_none_in_a_pipe(multi_fil
 
 @needs_fuse
 @pytest.mark.mount
-def test_info_on_a_mounted_store_names_the_mount_and_what_to_run(tmp_path):
+def test_a_mounted_store_is_named_with_its_mount_and_what_to_run(tmp_path):
     store, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
     mqfs("init", store, *SMALL)
     with mounted(store, mnt):
-        proc = mqfs("info", store, check=False)
-    assert proc.returncode == 1
-    line = proc.stderr.strip()
-    assert "\n" not in line
-    assert f"mounted on {mnt}" in line and f"mqfs umount {mnt}" in line, line
-    assert f"{mnt}/status.json" in line, line
+        info = mqfs("info", store)  # a read-only open: it reads, and says where live figures are
+        refused = [mqfs(command, store, check=False) for command in ("verify", "repair")]
+    assert f"mounted      on {mnt} (live figures: {mnt}/status.json)" in info.stdout, info.stdout
+    for proc in refused:
+        assert proc.returncode == 1
+        line = proc.stderr.strip()
+        assert "\n" not in line
+        assert f"mounted on {mnt}" in line and f"mqfs umount {mnt}" in line, line
+        assert f"{mnt}/status.json" in line, line
 
 
 def test_usage_errors_are_one_line_in_the_pipeline_too():
@@ -122,3 +125,20 @@ def test_debug_stays_in_the_foreground_and_traces_requests_on_stderr(tmp_path, f
         trace = err.read()
     assert re.search(r"opcode: (LOOKUP|READDIR)", trace), trace[-2000:]  # libfuse's trace
     assert re.search(rf"INFO mqfs: mounted {re.escape(store)} on {re.escape(mnt)}", trace), trace[-2000:]
+
+
+def test_every_mount_option_is_documented_in_help_and_systemd_readme():
+    from fusefs.options import parse_options
+
+    with pytest.raises(ValueError) as refused:
+        parse_options(["bogus"])
+    known = re.search(r"\(known: (.*)\)", str(refused.value)).group(1).split(", ")
+    names = [k.split("=")[0] for k in known if not k.startswith("flush")] + ["flush"]
+    assert len(names) >= 12, known
+    mount_help = " ".join(mqfs("mount", "--help").stdout.split())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "systemd", "README.md")) as f:
+        readme = f.read()
+    for name in names:
+        assert name in mount_help, name
+        assert f"`{name}" in readme, name
