@@ -125,3 +125,20 @@ def test_debug_stays_in_the_foreground_and_traces_requests_on_stderr(tmp_path, f
         trace = err.read()
     assert re.search(r"opcode: (LOOKUP|READDIR)", trace), trace[-2000:]  # libfuse's trace
     assert re.search(rf"INFO mqfs: mounted {re.escape(store)} on {re.escape(mnt)}", trace), trace[-2000:]
+
+
+def test_every_mount_option_is_documented_in_help_and_systemd_readme():
+    from fusefs.options import parse_options
+
+    with pytest.raises(ValueError) as refused:
+        parse_options(["bogus"])
+    known = re.search(r"\(known: (.*)\)", str(refused.value)).group(1).split(", ")
+    names = [k.split("=")[0] for k in known if not k.startswith("flush")] + ["flush"]
+    assert len(names) >= 12, known
+    mount_help = " ".join(mqfs("mount", "--help").stdout.split())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "systemd", "README.md")) as f:
+        readme = f.read()
+    for name in names:
+        assert name in mount_help, name
+        assert f"`{name}" in readme, name
