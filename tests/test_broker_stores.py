@@ -285,3 +285,11 @@ def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_p
         assert sorted(topics) == sorted([mid, short_form(TOO_LONG)])
         assert os.listdir(f"{mnt}/topics/{short_form(TOO_LONG)}") == ["0"]
         assert sh(f"ls {mnt}/topics/{'X' * 200}~0000000000000000", check=False).returncode != 0
+
+
+def test_the_mount_takes_the_brokers_message_delay_level():
+    from fusefs.options import parse_options
+
+    assert parse_options(["ro,message_delay_level=2s 1d"]).message_delay_level == "2s 1d"
+    with pytest.raises(ValueError, match="message delay level '1w'"):
+        parse_options(["message_delay_level=1s 1w"])
