@@ -276,6 +276,7 @@ def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_p
         s.put(Message.create(mid, b"mid", keys=["k-mid"]))
 
     broker_store(root, writes)
+    os.mkdir(os.path.join(root, "config"), 0o700)
     table = TopicTable(root)
     table.ensure(TOO_LONG, 0)  # what a broker's topics.json may declare
     with mounted(root, mnt, "-o", "ro"):
