@@ -126,11 +126,9 @@ def finish_interrupted(root: str) -> list[str]:
 def _refuse_orphans(root: str) -> None:
     """A *.repair file with no journal is a CommitLog file an older repair left between two
     names: never count its records as missing."""
-    directory = os.path.join(root, "commitlog")
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".repair")) \
-        if os.path.isdir(directory) else []
+    names = repair_journal.orphans(root)
     if names:
-        raise StoreError(f"{os.path.join(directory, names[0])} is a CommitLog file an "
+        raise StoreError(f"{os.path.join(root, 'commitlog', names[0])} is a CommitLog file an "
                          "interrupted repair left under a temporary name, with no journal; "
                          "nothing was changed: give it back its 20-digit name (the offset of "
                          "its first record) and run repair again")
@@ -141,7 +139,7 @@ def fingerprint(root: str) -> str:
     file's name, size, inode and modification time, the checkpoint, abort and manifest."""
     h = xxhash.xxh64()
     directory = os.path.join(root, "commitlog")
-    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+    for name in sorted(safefs.listdir(directory)) if os.path.isdir(directory) else []:
         st = os.lstat(os.path.join(directory, name))
         h.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
     for name in ("checkpoint", "abort", "mqfs.json"):

@@ -19,6 +19,7 @@ from store import Message, MessageStore, StoreError
 from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
 from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
+from tests.crash_ext4 import MOUNT_OPTIONS
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import REPO, CaseResult, run_killed
 
@@ -54,6 +55,10 @@ def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:
     kind = rng.choice(T6_KINDS)
     base = image.mnt if mode in ON_IMAGE else workdir
     label = f"T6 seed={seed} mode={mode} kind={kind}"
+    if mode in ON_IMAGE:
+        options = rng.choice(MOUNT_OPTIONS)
+        image.mount(options)
+        label += f" mount={options or 'default'}"
     try:
         c = _Case(base, seed, kind)
         _mutate(c)
@@ -63,8 +68,8 @@ def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:
     os.sync()  # the damage itself must not be undone by a power cut
     result = CaseResult(label)
     try:
-        label, result.reached = _interrupt(c, rng, mode, image, result.problems)
-        result.label = f"T6 seed={seed} mode={mode} kind={kind} {label}"
+        what, result.reached = _interrupt(c, rng, mode, image, result.problems)
+        result.label = f"{result.label} {what}"
         _converge(c, result.problems)
     except Exception as exc:  # a case that blows up is a failed case, with its label
         result.problems.append(f"raised {exc!r}")
@@ -103,6 +108,10 @@ def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[st
         problems.append(f"repair failed: {out.stderr.strip()[-300:]}")
     image.power_cut()
     image.reboot()
+    after = verify_store(c.root)  # what repair said it did must be on disk: nothing to redo
+    if not after.ok:
+        problems.append("a power cut right after repair's OK undid it: " +
+                        "; ".join(after.lines[:3]))
     return "cut right after OK", True
 
 

@@ -9,12 +9,16 @@ import sys
 
 import pytest
 
+from fusefs.topicnames import short_form
 from store import Message, MessageStore
 from store.config import parse_delay_levels
 from store.format import layout
 from store.integrity.verify import verify_store
+from store.meta.metadata import TopicTable
+from store.offline.rebuild import copy_store, write_queue
+from store.offline.views import store_layout
 from store.repair import apply_repair, plan_repair
-from tests.fs_helpers import mounted, needs_fuse
+from tests.fs_helpers import mounted, needs_fuse, sh
 from tests.store_helpers import file_hashes, files_in, small_config
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
@@ -257,3 +261,53 @@ def test_a_broker_store_verifies_repairs_to_nothing_and_mounts_as_the_broker_ser
         assert _what_a_mount_shows(mnt) == expected
     with mounted(root, mnt):
         assert _what_a_mount_shows(mnt) == expected
+
+
+@needs_fuse
+def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_path):
+    """A topic of 253 characters fits a directory entry but not a key link name with its
+    queue and offset; one of 300 (declared in the broker's topics.json) fits neither: both
+    show as their first 200 characters, `~` and a hash, and can be looked up by it."""
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    mid = "M" * 253
+
+    def writes(s: MessageStore) -> None:
+        s.encoder._topics[mid] = struct.pack(">h", len(mid)) + mid.encode()
+        s.put(Message.create(mid, b"mid", keys=["k-mid"]))
+
+    broker_store(root, writes)
+    table = TopicTable(root)
+    table.ensure(TOO_LONG, 0)  # what a broker's topics.json may declare
+    with mounted(root, mnt, "-o", "ro"):
+        [link] = os.listdir(f"{mnt}/keys/k-mid")
+        assert link == short_form(mid) + ":0:0" and len(link) <= 255
+        assert sh(f"cat {mnt}/keys/k-mid/{link}").stdout == b"mid"
+        assert os.readlink(f"{mnt}/keys/k-mid/{link}") == f"../../topics/{mid}/0/0"
+        topics = os.listdir(f"{mnt}/topics")
+        assert sorted(topics) == sorted([mid, short_form(TOO_LONG)])
+        assert os.listdir(f"{mnt}/topics/{short_form(TOO_LONG)}") == ["0"]
+        assert sh(f"ls {mnt}/topics/{'X' * 200}~0000000000000000", check=False).returncode != 0
+
+
+def test_the_mount_takes_the_brokers_message_delay_level():
+    from fusefs.options import parse_options
+
+    assert parse_options(["ro,message_delay_level=2s 1d"]).message_delay_level == "2s 1d"
+    with pytest.raises(ValueError, match="message delay level '1w'"):
+        parse_options(["message_delay_level=1s 1w"])
+
+
+def test_an_offline_rebuild_writes_the_delay_topics_units_as_the_broker(tmp_path):
+    """store.offline.rebuild (the Spark rebuild job's writer) gives delayed messages' units
+    their delivery time, byte for byte as dispatch wrote them."""
+    root, out = str(tmp_path / "store"), str(tmp_path / "out")
+    with MessageStore(root, small_config(flavor="rocketmq")) as s:
+        for level in ("1", "3", "x", "30"):
+            s.put(_delayed(level, 2))
+        msgs = s.get_range(SCHEDULE, 2, 0, 10)
+    layout = store_layout(root)
+    copy_store(layout, out)
+    units = [(m.queue_offset, m.commitlog_offset, m.total_size, m.tags or None) for m in msgs]
+    assert write_queue(layout, out, SCHEDULE, 2, units) == 4
+    name = os.path.join("consumequeue", SCHEDULE, "2", "0" * 20)
+    assert open(os.path.join(out, name), "rb").read() == open(os.path.join(root, name), "rb").read()

@@ -64,16 +64,19 @@ def test_verify_shows_moving_progress_on_a_terminal_and_none_in_a_pipe(multi_fil
 
 @needs_fuse
 @pytest.mark.mount
-def test_info_on_a_mounted_store_names_the_mount_and_what_to_run(tmp_path):
+def test_a_mounted_store_is_named_with_its_mount_and_what_to_run(tmp_path):
     store, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
     mqfs("init", store, *SMALL)
     with mounted(store, mnt):
-        proc = mqfs("info", store, check=False)
-    assert proc.returncode == 1
-    line = proc.stderr.strip()
-    assert "\n" not in line
-    assert f"mounted on {mnt}" in line and f"mqfs umount {mnt}" in line, line
-    assert f"{mnt}/status.json" in line, line
+        info = mqfs("info", store)  # a read-only open: it reads, and says where live figures are
+        refused = [mqfs(command, store, check=False) for command in ("verify", "repair")]
+    assert f"mounted      on {mnt} (live figures: {mnt}/status.json)" in info.stdout, info.stdout
+    for proc in refused:
+        assert proc.returncode == 1
+        line = proc.stderr.strip()
+        assert "\n" not in line
+        assert f"mounted on {mnt}" in line and f"mqfs umount {mnt}" in line, line
+        assert f"{mnt}/status.json" in line, line
 
 
 def test_usage_errors_are_one_line_in_the_pipeline_too():
@@ -122,3 +125,46 @@ def test_debug_stays_in_the_foreground_and_traces_requests_on_stderr(tmp_path, f
         trace = err.read()
     assert re.search(r"opcode: (LOOKUP|READDIR)", trace), trace[-2000:]  # libfuse's trace
     assert re.search(rf"INFO mqfs: mounted {re.escape(store)} on {re.escape(mnt)}", trace), trace[-2000:]
+
+
+def test_every_mount_option_is_documented_in_help_and_systemd_readme():
+    from fusefs.options import parse_options
+
+    with pytest.raises(ValueError) as refused:
+        parse_options(["bogus"])
+    known = re.search(r"\(known: (.*)\)", str(refused.value)).group(1).split(", ")
+    names = [k.split("=")[0] for k in known if not k.startswith("flush")] + ["flush"]
+    assert len(names) >= 12, known
+    mount_help = " ".join(mqfs("mount", "--help").stdout.split())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "systemd", "README.md")) as f:
+        readme = f.read()
+    for name in names:
+        assert name in mount_help, name
+        assert f"`{name}" in readme, name
+
+
+@pytest.mark.parametrize("job", ["stats", "export", "audit", "rebuild"])
+def test_pipeline_refuses_a_path_with_no_store_before_spark_starts(tmp_path, job):
+    """No Java at all: had Spark been started, the error would be that it cannot start."""
+    missing, out = str(tmp_path / "no-store"), str(tmp_path / "out")
+    args = [job, missing] + ([] if job == "audit" else [out])
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([*MQFS, "pipeline", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"mqfs pipeline {job}: {missing} holds no store (no mqfs.json and no commitlog/)\n"
+    assert not os.path.exists(out) and not os.path.exists(missing)
+
+
+def test_pipeline_refuses_an_output_that_exists_before_spark_starts(multi_file_store, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old").write_text("x")
+    for job in ("export", "rebuild"):
+        proc = subprocess.run([*MQFS, "pipeline", job, multi_file_store, str(out)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
+        assert proc.returncode == 2
+        assert proc.stderr == f"mqfs pipeline {job}: {out} already exists; {job} writes a new directory\n"
+    assert os.listdir(out) == ["old"]

@@ -87,6 +87,7 @@ def test_a_repair_file_with_no_journal_is_refused_changing_nothing(tmp_path):
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(StoreError, match=r"\.repair is a CommitLog file an interrupted repair"):
         plan_repair(root)
+    assert any(".repair is a CommitLog file" in line for line in verify_store(root).lines)
     assert file_hashes(root, skip=("lock",)) == before
 
 

@@ -45,7 +45,7 @@ def store(tmp_path, uid) -> str:
     root = str(tmp_path / "store")
     mqfs("init", root, *SMALL)
     with mounted(root, str(tmp_path / "setup-mnt")) as _:
-        sh(f"mkdir {tmp_path}/setup-mnt/topics/orders && "
+        sh(f"mkdir -p {tmp_path}/setup-mnt/topics/orders/0 && "
            f"printf hello > {tmp_path}/setup-mnt/topics/orders/0/append")
     chown_tree(root, uid)
     return root
@@ -131,8 +131,9 @@ def test_links_planted_while_mounted_are_not_followed(store, outside, tmp_path, 
     before = fingerprint(outside)
     with mounted(store, mnt, "--trust-owner", USER):
         plant(store, "config/topics.json.tmp", os.path.join(outside, "victim"), uid)
-        made = sh(f"mkdir {mnt}/topics/fresh", check=False)
+        made = sh(f"mkdir -p {mnt}/topics/fresh/0", check=False)
         assert made.returncode != 0  # the topic table cannot be written: refused, not followed
+        assert not os.path.exists(f"{mnt}/topics/fresh")  # and what was not saved is not shown
         plant(store, "staging", os.path.join(outside, "dir"), uid)  # the daemon holds the real one
         q = f"{mnt}/topics/orders/0"
         sh(f"printf body > {q}/tmp/x && mv {q}/tmp/x {q}/")
@@ -159,6 +160,20 @@ def test_a_store_another_user_owns_or_can_write_is_refused(store, tmp_path, uid)
         {p: v[0] for p, v in before.items()}  # refused before a byte was written
 
 
+def test_what_root_makes_in_a_trusted_store_belongs_to_its_owner(store, tmp_path, uid):
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt, "--trust-owner", USER):
+        sh(f"mkdir -p {mnt}/topics/fresh/0 && printf new > {mnt}/topics/fresh/0/append")
+        assert sh(f"cat {mnt}/topics/fresh/0/0").stdout == b"new"
+    owners = {}
+    for dirpath, dirs, files in os.walk(store):
+        for name in [*dirs, *files]:
+            owners[os.path.relpath(os.path.join(dirpath, name), store)] = \
+                os.lstat(os.path.join(dirpath, name)).st_uid
+    assert "consumequeue/fresh/0" in owners and "config/topics.json" in owners
+    assert {n: o for n, o in owners.items() if o != uid} == {}
+
+
 def test_removing_the_lock_file_does_not_let_a_second_daemon_in(store, tmp_path):
     mnt, other = str(tmp_path / "mnt"), str(tmp_path / "other")
     os.makedirs(other)
@@ -176,7 +191,7 @@ def test_what_mqfs_creates_is_private(tmp_path):
     mqfs("init", root, *SMALL)
     mnt = str(tmp_path / "mnt")
     with mounted(root, mnt, "-o", "umask=077"):
-        sh(f"mkdir {mnt}/topics/t && printf secret > {mnt}/topics/t/0/append")
+        sh(f"mkdir -p {mnt}/topics/t/0 && printf secret > {mnt}/topics/t/0/append")
     saved = quarantine.save_bytes(root, "evidence", b"bytes")
     assert stat.S_IMODE(os.stat(saved).st_mode) == 0o600
     modes = {}

@@ -27,6 +27,7 @@ from ..inodes import (
     canonical_int,
     text_name,
 )
+from ..topicnames import topic_entry
 from .base import File, Kind
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Topics(MovingDir):
         return self.fs.node_attr(self.fs.nodes.topic(self.existing_topic(name)))
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(t.encode(), self.fs.nodes.topic(t).ino) for t in sorted(self.fs.store.topics())]
+        return [(topic_entry(t).encode(), self.fs.nodes.topic(t).ino) for t in sorted(self.fs.store.topics())]
 
     def path(self, node: Node) -> str:
         return "/topics"
@@ -123,7 +124,7 @@ class Topic(MovingDir):
                 for q in self.fs.store.queue_ids(node.topic)]
 
     def path(self, node: Node) -> str:
-        return f"/topics/{node.topic}"
+        return f"/topics/{topic_entry(node.topic)}"
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
         return {b"user.queues": b"%d" % len(self.fs.store.queue_ids(node.topic))}

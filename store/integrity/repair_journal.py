@@ -74,6 +74,13 @@ def pending(root: str) -> bool:
     return os.path.lexists(path(root))
 
 
+def orphans(root: str) -> list[str]:
+    """CommitLog files left as <name>.repair (between the two rename passes)."""
+    directory = os.path.join(root, "commitlog")
+    return sorted(n for n in safefs.listdir(directory) if n.endswith(".repair")) \
+        if os.path.isdir(directory) else []
+
+
 def _int(value: Any, what: str, low: int = 0) -> int:
     if type(value) is not int or not low <= value < 1 << 63:
         raise ValueError(f"has {what} {value!r}, not an integer >= {low}")

@@ -130,9 +130,18 @@ class TopicTable:
         with self.lock:
             if topic in self.queues and self.queues[topic] > queue_id:
                 return False
+            before = self.queues.get(topic)
             self.queues[topic] = queue_id + 1
         if persist:
-            self.persist()
+            try:
+                self.persist()
+            except BaseException:  # not on disk: not visible either (mkdir -p took it as made)
+                with self.lock:
+                    if before is None:
+                        self.queues.pop(topic, None)
+                    else:
+                        self.queues[topic] = before
+                raise
         return True
 
     def add_found(self, found: Iterable[tuple[str, int]]) -> None:
