@@ -130,7 +130,8 @@ def test_links_planted_while_mounted_are_not_followed(store, outside, tmp_path, 
     mnt = str(tmp_path / "mnt")
     before = fingerprint(outside)
     with mounted(store, mnt, "--trust-owner", USER):
-        plant(store, "config/topics.json.tmp", os.path.join(outside, "victim"), uid)
+        # a new topic is a line appended to config/topics.log (store/meta/topic_log.py)
+        plant(store, "config/topics.log", os.path.join(outside, "victim"), uid)
         made = sh(f"mkdir -p {mnt}/topics/fresh/0", check=False)
         assert made.returncode != 0  # the topic table cannot be written: refused, not followed
         assert not os.path.exists(f"{mnt}/topics/fresh")  # and what was not saved is not shown
