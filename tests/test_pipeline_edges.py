@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from fs_helpers import mounted, needs_fuse  # noqa: E402
 from pyspark.errors import AnalysisException, PythonException, StreamingQueryException  # noqa: E402
-from test_pipeline import build_store, expected_rows, read_rows  # noqa: E402
 
 from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
 from store import MessageStore  # noqa: E402
 from store.offline.views import commitlog_files  # noqa: E402
+from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, read_rows  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
