@@ -338,7 +338,7 @@ def test_mount_t_fuse_mqfs_and_an_fstab_line_work_after_setup(store, mnt, tmp_pa
     """scripts/setup links mqfs where mount(8)'s helper finds it: both forms work with the
     minimal PATH a boot-time mount has."""
     here = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".venv", "bin", "mqfs"))
-    assert os.path.realpath("/usr/local/bin/mqfs") == here, "run scripts/setup (as root)"
+    assert os.path.realpath("/usr/local/bin/mqfs") == here, "run MQFS_RELINK=1 scripts/setup (as root)"
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     sh(f"mount -t fuse.mqfs -o ro {store} {mnt}", env=env)
     try:
