@@ -20,7 +20,7 @@ _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "starting
          "failOnDataLoss", "damagedRecords", "columns")
 _BATCH = (*_READ, "endingOffsets", "endingTimestamp", "minPartitions", "pushFilters")
 _STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger")
-_WRITE = ("mount", "lockTimeout", "jobId")
+_WRITE = ("mount", "lockTimeout", "jobId", "checkpointLocation")  # the last: a stream's
 MODES = {"batch read": _BATCH, "streaming read": _STREAM, "write": _WRITE}
 
 
