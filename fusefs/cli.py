@@ -98,7 +98,7 @@ def cmd_umount(a: argparse.Namespace) -> int:
 
 def cmd_init(a: argparse.Namespace) -> int:
     from store import MessageStore, StoreConfig
-    from store.manifest import is_store
+    from store.meta.manifest import file_sizes, is_store
 
     if is_store(a.store):
         raise ValueError(f"{a.store} already holds a store")
@@ -112,7 +112,7 @@ def cmd_init(a: argparse.Namespace) -> int:
     with MessageStore(a.store, cfg, create=True):
         pass
     print(f"created {os.path.abspath(a.store)} ({cfg.flavor} flavor)")
-    files = cfg.file_sizes()
+    files = file_sizes(cfg)
     print(f"disk use: files are allocated whole as they start: CommitLog "
           f"{_size(files['commitlog'])} each, IndexFile {_size(files['index'])} each, "
           f"ConsumeQueue {_size(files['consume_queue'])} per queue; about "
@@ -196,7 +196,7 @@ def _progress(label: str):
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from store.verify import verify_store
+    from store.integrity.verify import verify_store
 
     report = verify_store(a.store, progress=_progress("verifying"))
     for line in report.lines:
@@ -206,8 +206,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 def cmd_repair(a: argparse.Namespace) -> int:
     """Show the plan; apply it only when confirmed (--yes, or y at a terminal prompt)."""
+    from store.integrity.verify import verify_store
     from store.repair import apply_repair, plan_repair
-    from store.verify import verify_store
 
     plan = plan_repair(a.store)  # finishes an interrupted repair first
     for line in plan.finished:
@@ -238,7 +238,7 @@ def cmd_repair(a: argparse.Namespace) -> int:
 def _trust(owners: list[str]) -> None:
     import pwd
 
-    from store.safefs import trust_owner
+    from store.files.safefs import trust_owner
 
     for owner in owners:
         try:

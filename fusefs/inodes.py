@@ -63,7 +63,7 @@ class Attr:
 
 def message_ino(qidx: int, offset: int) -> int:
     if offset > OFFSET_MASK or qidx > QIDX_MASK:
-        raise FsError(errno.EOVERFLOW, f"offset {offset} does not fit in an inode number")
+        raise FsError(errno.ENOENT, f"offset {offset} is past any queue's end")
     return MSG_BIT | qidx << OFFSET_BITS | offset
 
 

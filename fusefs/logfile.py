@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging.handlers
 import os
 
-from store import safefs
+from store.files import safefs
 
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from store import MessageStore, StoredMessage
 from store.errors import NotFound, StoreError
-from store.layout import host_text
+from store.format.layout import host_text
 
 from .errors import FsError
 from .inodes import (

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import cast
 
 from store import Message, MessageStore, PutResult, StoredMessage
-from store.staging import Staging
+from store.files.staging import Staging
 
 from .errors import FsError
 from .inodes import (

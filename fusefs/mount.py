@@ -8,12 +8,14 @@ the child reports the mount ready, or prints the child's one-line error and exit
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import logging
 import logging.handlers
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -72,7 +74,8 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
     cannot be written."""
-    from store import StoreError, safefs
+    from store import StoreError
+    from store.files import safefs
 
     from .logfile import PrivateLog
 
@@ -80,7 +83,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     if target is None:
         target = "stderr" if foreground else default_log(store_root, read_only)
         if not foreground:
-            from store.manifest import is_store
+            from store.meta.manifest import is_store
 
             try:
                 if not is_store(store_root):  # never create files where no store is
@@ -110,6 +113,29 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     root.handlers[:] = [handler]
 
 
+def _dead_mount(mountpoint: str) -> OSError:
+    return OSError(f"mount point {mountpoint} is a mount whose daemon is gone (Transport "
+                   f"endpoint is not connected): `mqfs umount {mountpoint}` first")
+
+
+def check_mountpoint(mountpoint: str) -> None:
+    """Refuse, with one line, a mount point that is no directory, is mounted already (a
+    second mount would hide the first), or is a mount whose daemon died."""
+    try:
+        st = os.stat(mountpoint)
+        if os.path.ismount(mountpoint):
+            os.statvfs(mountpoint)  # always asks the filesystem: a dead daemon cannot answer
+    except OSError as exc:
+        if exc.errno == errno.ENOTCONN:
+            raise _dead_mount(mountpoint) from None
+        raise OSError(f"mount point {mountpoint}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"mount point {mountpoint} is not a directory")
+    if os.path.ismount(mountpoint):
+        raise OSError(f"mount point {mountpoint} is already mounted: unmount it first "
+                      f"(`mqfs umount {mountpoint}`)")
+
+
 def serve(store_root: str, mountpoint: str, opts: MountOptions,
           ready: Callable[[], None]) -> int:
     """Open, mount, serve, close. `ready` is called once the kernel has the mount."""
@@ -124,8 +150,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     from .ops import Operations
     from .spool import Budget
 
-    if not os.path.isdir(mountpoint):
-        raise OSError(f"mount point {mountpoint} is not a directory")
+    check_mountpoint(mountpoint)
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
                       retention_bytes=opts.retention_bytes)
@@ -140,7 +165,11 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     try:
         model = Model(store, umask=opts.umask, keys_max=opts.keys_max,
                       budget=Budget(opts.buffer_max))
-        ops = Operations(model, on_ready=ready, uid=opts.uid, gid=opts.gid)
+        def on_ready() -> None:
+            ready()
+            store.start_scrub()  # the whole-store check, once the mount serves
+
+        ops = Operations(model, on_ready=on_ready, uid=opts.uid, gid=opts.gid)
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
         # a full garbage collection stops the event loop too, for as long as it takes to
         # walk every object: what open built (modules, the loaded store) lives as long as

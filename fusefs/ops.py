@@ -65,6 +65,7 @@ from .writers import AppendWriter, JsonlWriter, OffsetWriter
 log = logging.getLogger("mqfs")
 
 FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
+FOLLOWERS_PER_USER = FOLLOWERS_MAX // 2  # so that one user cannot take every slot
 FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
 SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
 QUIET = (errno.ENOENT, errno.ENODATA)  # answers too common to be worth a log line
@@ -117,6 +118,7 @@ class FollowHandle:
     queue: int
     next: int
     opener: int  # pid of the process that opened it: its signals end a waiting read
+    uid: int  # whose slot it holds
     pending: bytes = b""
     closed: bool = False
 
@@ -216,6 +218,7 @@ class Operations(pyfuse3.Operations):
         self.gid = os.getgid() if gid is None else gid
         self.files = Handles()
         self.dirs = Handles()
+        self.following: dict[int, int] = {}  # uid -> open `follow` handles
         self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
         self.closing = False
         # staging-file work of all spools, one thread at a time in arrival order: a spool is
@@ -537,10 +540,15 @@ class Operations(pyfuse3.Operations):
                 raise FsError(errno.EACCES, "follow is read-only")
             if self.model.followers >= FOLLOWERS_MAX:
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
+            mine = self.following.get(ctx.uid, 0)
+            if mine >= FOLLOWERS_PER_USER:
+                raise FsError(errno.EMFILE, f"at most {FOLLOWERS_PER_USER} follow readers per "
+                                            f"user (uid {ctx.uid} has them)")
             node = model.nodes.get(inode)
-            self.model.followers += 1
             handle = FollowHandle(inode, node.topic, node.queue,
-                                  self.store.max_offset(node.topic, node.queue), ctx.pid)
+                                  self.store.max_offset(node.topic, node.queue), ctx.pid, ctx.uid)
+            self.model.followers += 1
+            self.following[ctx.uid] = mine + 1
             return FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
                                     nonseekable=True)
         raise FsError(errno.EISDIR)
@@ -661,6 +669,9 @@ class Operations(pyfuse3.Operations):
         elif isinstance(h, FollowHandle):
             h.closed = True
             self.model.followers -= 1
+            self.following[h.uid] -= 1
+            if not self.following[h.uid]:
+                del self.following[h.uid]
             self.stored()  # wakes a read still waiting for this handle, which then ends
 
     # --- extended attributes ---------------------------------------------------------------

@@ -31,6 +31,7 @@ class Staged:
     meta: dict[bytes, bytes] = field(default_factory=dict)
     busy: bool = False  # being published
     gone: bool = False  # published or removed
+    failed: bool = False  # a write or truncate failed: what it holds is not what was written
 
 
 class StagedFiles:
@@ -131,22 +132,34 @@ class StagedFiles:
             raise FsError(errno.ENOENT, "the staged file was published or removed")
         if entry.busy:
             raise FsError(errno.EBUSY, "the staged file is being published")
-        limit = self._limit(entry)
-        if offset + len(data) > limit:
-            raise FsError(errno.EFBIG, f"a message body here is at most {limit} bytes")
-        entry.spool.write(offset, data)
+        try:
+            limit = self._limit(entry)
+            if offset + len(data) > limit:
+                raise FsError(errno.EFBIG, f"a message body here is at most {limit} bytes")
+            entry.spool.write(offset, data)
+        except BaseException:
+            entry.failed = True  # e.g. `cp` of a too large file: never publish its prefix
+            raise
         entry.mtime_ns = time.time_ns()
         return len(data)
 
     def truncate(self, entry: Staged, size: int) -> None:
-        if size > self._limit(entry):
-            raise FsError(errno.EFBIG)
-        entry.spool.truncate(size)
+        try:
+            if size > self._limit(entry):
+                raise FsError(errno.EFBIG)
+            entry.spool.truncate(size)
+        except BaseException:
+            entry.failed = True
+            raise
         entry.mtime_ns = time.time_ns()
 
     @staticmethod
     def message(entry: Staged, topic: str, queue: int) -> Message:
-        """The message a staged file publishes as (read from its spool: a worker thread)."""
+        """The message a staged file publishes as (read from its spool: a worker thread).
+        One whose write ever failed is refused (EIO): half a body is never a message."""
+        if entry.failed:
+            raise FsError(errno.EIO, "a write to this staged file failed, so it holds only part "
+                                     "of what was written; remove it and write it again")
         keys = entry.meta.get(b"user.keys", b"").decode().split()
         tags = entry.meta.get(b"user.tags", b"").decode() or None
         return Message.create(topic, entry.spool.getvalue(), queue_id=queue, keys=keys, tags=tags)

@@ -35,8 +35,8 @@ class Recent:
 
 
 def status(model: Model) -> dict:
-    """Queues, groups and their lag, disk, limits, recovery, recent refusals and cut key
-    listings."""
+    """Queues, groups and their lag, disk, limits, recovery, the scrub's progress and
+    findings, recent refusals and cut key listings."""
     store, cfg = model.store, model.store.config
     topics = store.topics()
     queues = {}
@@ -67,6 +67,7 @@ def status(model: Model) -> dict:
         "followers": model.followers,
         "last_recovery": (None if rec is None else dataclasses.asdict(rec)
                           if dataclasses.is_dataclass(rec) else str(rec)),
+        "scrub": store.scrub_status(),
         "queues": queues, "groups": groups,
         "keys_truncated": list(model.recent.keys_cut),
         "recent_errors": list(model.recent.errors),

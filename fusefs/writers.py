@@ -21,8 +21,8 @@ from collections.abc import Callable
 import orjson
 
 from store import InvalidMessage, Message
-from store.codec import PROPERTY_KEYS
-from store.jsonl import BodyTooLarge, decode_line, message_of
+from store.format.codec import PROPERTY_KEYS
+from store.format.jsonl import BodyTooLarge, decode_line, message_of
 
 from .errors import FsError
 from .keynames import SURELY_FITS, check_key

@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, fillers, msg_id
 from store.errors import CodecError
-from store.flavor import Flavor
-from store.layout import (
+from store.format.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, fillers, msg_id
+from store.format.flavor import Flavor
+from store.format.layout import (
     BORN_HOST_POS,
     MAGIC_V1,
     RECORD_CRC_LEN,
@@ -37,7 +37,7 @@ from store.layout import (
     trailers,
     walk,
 )
-from store.salvage import next_record_in
+from store.integrity.salvage import next_record_in
 
 from .schema import ARROW_SCHEMA, arrow_schema
 

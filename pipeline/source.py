@@ -40,9 +40,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from store.errors import StoreError
-from store.flavor import Flavor
-from store.layout import chain, walk
-from store.views import (
+from store.format.flavor import Flavor
+from store.format.layout import chain, walk
+from store.offline.views import (
     StoreLayout,
     commitlog_files,
     known_record_starts,

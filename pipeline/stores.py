@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from store.manifest import is_store
+from store.meta.manifest import is_store
 
 _MAGIC = re.compile(r"[*?[]")
 

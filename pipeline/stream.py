@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from store.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
+from store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
 from .bounds import kept_bounds
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from store.views import QueueReader, StoreLayout, commitlog_files, queues
+from store.offline.views import QueueReader, StoreLayout, commitlog_files, queues
 
 from .bounds import kept_bounds
 from .options import ReadOptions

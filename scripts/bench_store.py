@@ -25,9 +25,9 @@ import lmdb
 import numpy as np
 
 from store import Message, MessageStore, StoreConfig
-from store.codec import Encoder
-from store.commitlog import CommitLog
-from store.flavor import XXHASH
+from store.files.commitlog import CommitLog
+from store.format.codec import Encoder
+from store.format.flavor import XXHASH
 
 TOPIC = "BenchTopic"
 QUEUES = 4

@@ -3,7 +3,6 @@
 Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
 """
 
-from .codec import Message, StoredMessage
 from .config import StoreConfig
 from .errors import (
                      CodecError,
@@ -17,6 +16,7 @@ from .errors import (
                      StoreLocked,
                      UntrustedStore,
 )
+from .format.codec import Message, StoredMessage
 from .message_store import MessageStore, PutResult
 
 __all__ = [

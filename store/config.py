@@ -31,22 +31,15 @@ class StoreConfig:
     commit_interval_ms: int = 200
     flush_cq_interval_ms: int = 1000
     sync_flush_timeout_ms: int = 5000
-    # retention: off unless set (0); see store/retention.py
+    # retention: off unless set (0); see store/meta/retention.py
     retention_hours: float = 0.0  # delete CommitLog files whose newest write is older
     retention_bytes: int = 0  # delete the oldest CommitLog files while they pass this size
+    # the background scrub (store/scrub.py), once started: share of one core, hours between passes
+    scrub_share: float = 0.05
+    scrub_interval_hours: float = 24.0
     # access
     read_only: bool = False
     check_crc_on_recover: bool = True
-
-    def file_sizes(self) -> dict[str, int]:
-        """Bytes of one CommitLog file, one IndexFile and one ConsumeQueue file: each is
-        allocated whole when it is started, so these say what a new store takes on disk."""
-        from .consume_queue import UNIT_SIZE
-        from .index_file import index_file_size
-
-        return {"commitlog": self.commitlog_file_size,
-                "index": index_file_size(self.index_slots, self.index_entries),
-                "consume_queue": self.consume_queue_units * UNIT_SIZE}
 
     def validate(self) -> None:
         if self.flush_mode not in ("async", "sync"):
@@ -56,10 +49,23 @@ class StoreConfig:
                 raise ValueError(f"{name} must be positive")
         if self.commitlog_file_size < 4096:
             raise ValueError("commitlog_file_size must be at least 4096 bytes")
+        if not 0 < self.scrub_share <= 1 or self.scrub_interval_hours < 0:
+            raise ValueError("scrub_share must be in (0, 1] and scrub_interval_hours not negative")
         if self.retention_hours < 0 or self.retention_bytes < 0:
             raise ValueError("retention_hours and retention_bytes must not be negative")
-        from .dispatcher import parse_delay_levels
-
         parse_delay_levels(self.message_delay_level)
         if self.index_entries < 2:
             raise ValueError("index_entries must be at least 2 (entry 0 is never used)")
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """RocketMQ's messageDelayLevel ("1s 5s ... 2h") as the delay of each level in ms, level 1
+    first (DefaultMessageStore.parseDelayLevel); ValueError naming a bad item."""
+    levels = []
+    for item in text.split(" "):
+        unit, number = _UNIT_MS.get(item[-1:]), item[:-1]
+        if unit is None or not number.isascii() or not number.isdigit():
+            raise ValueError(f"message delay level {item!r} is not a number followed by s, m, h or d")
+        levels.append(int(number) * unit)
+    return tuple(levels)

@@ -22,24 +22,28 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, repair_journal, safefs
-from .checkpoint import Checkpoint
-from .codec import Encoder, Message, RecordRun, StoredMessage, parse_host
-from .commitlog import CommitLog
-from .config import StoreConfig
-from .consume_queue import ConsumeQueue, QueueView, RebuiltQueue
+from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
-from .dispatcher import Dispatcher, TagsCodes, parse_delay_levels, takes_unit
 from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
-from .flavor import flavor_named
-from .flush import FlushServices
-from .index_service import IndexService
-from .lock import StoreLock
-from .manifest import inspect, is_store, write_manifest
-from .mapped_file import fsync_dir
-from .metadata import ConsumerOffsets, TopicTable
-from .recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
-from .retention import Retention, record_min_offset
+from .files import safefs
+from .files.checkpoint import Checkpoint
+from .files.commitlog import CommitLog
+from .files.consume_queue import ConsumeQueue, QueueView, RebuiltQueue
+from .files.dispatcher import Dispatcher, TagsCodes, takes_unit
+from .files.flush import FlushServices
+from .files.index_service import IndexService
+from .files.lock import StoreLock
+from .files.mapped_file import fsync_dir
+from .format import codec, layout
+from .format.codec import Encoder, Message, RecordRun, StoredMessage, parse_host
+from .format.flavor import flavor_named
+from .integrity import repair_journal
+from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
+from .integrity.scrub import Scrub
+from .meta import dispatch_state, kept_ends
+from .meta.manifest import inspect, is_store, write_manifest
+from .meta.metadata import ConsumerOffsets, TopicTable
+from .meta.retention import Retention, record_min_offset
 
 log = logging.getLogger(__name__)
 MAX_TIME = (1 << 63) - 1
@@ -79,6 +83,7 @@ class MessageStore:
         self._create = create
         self.is_open = False
         self.recovery: RecoveryReport | None = None
+        self._scrub: Scrub | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -96,11 +101,12 @@ class MessageStore:
         if fresh:
             safefs.makedirs(self.root)
         safefs.check_store(self.root)  # before a byte is read or written
-        kept_ends = self._finish_repair_files(read_only)
+        repair_ends = repair_journal.finish_files_before_open(self.root, read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
         self.config = cfg = found.config
+        self._scrub = None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
@@ -127,31 +133,26 @@ class MessageStore:
                 self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
+            self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
         self.is_open = True
-        if kept_ends is not None:
-            self._finish_repair(kept_ends)
+        if repair_ends is not None:
+            repair_journal.finish_rebuild(self, repair_ends)
         return self
 
-    def _finish_repair_files(self, read_only: bool) -> dict[tuple[str, int], int] | None:
-        """An interrupted repair's file steps (its journal), before anything reads the files;
-        the queue ends it must keep, or None when no repair is pending."""
-        if not repair_journal.pending(self.root):
-            return None
-        if read_only:
-            raise StoreError(f"{self.root} holds an interrupted repair "
-                             f"({repair_journal.NAME}); nothing was changed: run `mqfs repair "
-                             f"{self.root}` (or open it read-write) to finish it")
-        return repair_journal.finish_files(self.root)
+    def start_scrub(self) -> None:
+        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        longer makes. A read-only store has none."""
+        if self._scrub is not None and self.is_open:
+            self._scrub.start()
 
-    def _finish_repair(self, kept_ends: dict[tuple[str, int], int]) -> None:
-        """The rebuild of an interrupted repair is done: keep its queue ends taken, make
-        every file and directory durable, and only then drop the journal."""
-        self.keep_queue_ends(kept_ends)
-        self.flush()
-        self.index.flush()
-        for directory, _, _ in os.walk(self.root):
-            fsync_dir(directory)
-        repair_journal.remove(self.root)
+    def scrub(self) -> None:
+        """Check the whole store now, as the background scrub would, and wait."""
+        if self._scrub is not None:
+            self._scrub.run_pass()
+
+    def scrub_status(self) -> dict | None:
+        """Where the scrub is and what it found (None for a read-only store)."""
+        return self._scrub.status() if self._scrub is not None else None
 
     def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
@@ -161,7 +162,7 @@ class MessageStore:
         self.commitlog.load()
         self._load_consume_queues(read_only=True)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self._open_index(read_only=True).load(True, 0)
+        self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
 
     def _common_state(self) -> None:
@@ -210,7 +211,8 @@ class MessageStore:
                         "left: recovering as after a crash")
             last_exit_ok = False
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
-                        strict=self.checkpoint.commitlog_flushed_offset > 0)
+                                strict=self.checkpoint.commitlog_flushed_offset > 0,
+                                timestamp_at=self._record_time)
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -221,6 +223,8 @@ class MessageStore:
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
+        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue):
+            self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         self.topic_table.add_found(self.consume_queues)
@@ -243,6 +247,14 @@ class MessageStore:
                     cq.load()
                     self.consume_queues[(topic, int(qname))] = cq
 
+    def _record_time(self, commitlog_offset: int) -> int | None:
+        """Store time of the record at an offset; None where no record starts there."""
+        try:
+            msg = self.commitlog.read(commitlog_offset)
+        except StoreError:  # NotFound, CorruptionError
+            return None
+        return msg.store_timestamp if msg.commitlog_offset == commitlog_offset else None
+
     @property
     def abort_path(self) -> str:
         return os.path.join(self.root, "abort")
@@ -260,6 +272,8 @@ class MessageStore:
             self._release_files()
             self._lock_file.release()
             return
+        if self._scrub is not None:
+            self._scrub.stop()
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
@@ -472,19 +486,20 @@ class MessageStore:
         self._last_store_ts = max(self._last_store_ts, int(run.store_ts.max()))
         self._dispatched_ts = int(run.store_ts[-1])
 
-    def keep_queue_ends(self, ends: dict[tuple[str, int], int]) -> None:
+    def keep_queue_ends(self, ends: dict[tuple[str, int], int]) -> kept_ends.Kept:
         """After a repair: a queue whose newest messages were lost keeps their offsets taken,
-        pointing at the last filler record, so they are never given out again."""
+        pointing at the last filler record, so they are never given out again. Returns
+        the queues it extended, for `kept_ends.add`."""
         with self.put_lock:
-            for key, end in ends.items():
-                cq = self.consume_queues.get(key)
-                if cq is None:
-                    if not end or not self._fillers:
-                        continue
-                    cq = self._create_queue(*key)
-                if cq.max_offset < end and self._fillers:
-                    cq.keep_taken(end, self._fillers[-1])
+            if not self._fillers:
+                return {}
+            wanted = {key: (end, self._fillers[-1]) for key, end in ends.items() if end}
+            extended = {key: value for key, value in wanted.items()
+                        if self.consume_queues.get(key) is None or
+                        self.consume_queues[key].max_offset < value[0]}
+            kept_ends.extend(extended, self.consume_queues, self._create_queue)
         self.flush_logics()
+        return extended
 
     def _filler_before(self, commitlog_offset: int) -> tuple[int, int] | None:
         """The last filler record dispatched before a CommitLog offset."""
@@ -694,6 +709,11 @@ class MessageStore:
         self._writable()
         if not self.topic_table.has(topic, queue_id):
             raise NotFound(f"no queue {topic}/{queue_id}")
+        end = self.max_offset(topic, queue_id)
+        if not isinstance(offset, int) or not 0 <= offset <= end:
+            # a consumer is at most one past the last message (the mount refuses it too)
+            raise InvalidMessage(f"offset {offset!r} is not in 0..{end}, the end of "
+                                 f"{topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -18,18 +18,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xxhash
 
-from . import codec, dispatch_state, layout, repair_journal, salvage
-from .checkpoint import Checkpoint
-from .commitlog import CommitLog
 from .config import StoreConfig
-from .consume_queue import UNIT_DTYPE, UNIT_SIZE
 from .errors import StoreError, StoreFormatError
-from .flavor import flavor_named
-from .lock import StoreLock
-from .manifest import inspect, is_store
-from .mapped_file import MappedFile, load_files, offset_to_name
-from .retention import recorded_min_offset
-from .salvage import Damage, Progress
+from .files.checkpoint import Checkpoint
+from .files.commitlog import CommitLog
+from .files.consume_queue import UNIT_DTYPE, UNIT_SIZE
+from .files.lock import StoreLock
+from .files.mapped_file import MappedFile, load_files, offset_to_name
+from .format import codec, layout
+from .format.flavor import flavor_named
+from .integrity import repair_journal, salvage
+from .integrity.salvage import Damage, Progress
+from .meta import dispatch_state
+from .meta.manifest import inspect, is_store
+from .meta.retention import recorded_min_offset
 
 
 @dataclass
@@ -238,6 +240,8 @@ def apply_repair(plan: RepairPlan) -> list[str]:
             raise StoreError(f"{root} changed since this repair was planned (written to, "
                              "mounted or repaired meanwhile); nothing was changed: run "
                              "repair again to see a new plan")
+        for d in plan.damages:  # a range no filler fits is refused before the journal exists
+            repair_journal.filler_bytes(cfg, d, d.start % cfg.commitlog_file_size)
         repair_journal.save(root, repair_journal.Journal(
             manifest=bool(plan.rewrite_manifest),
             renames=[(os.path.basename(a), os.path.basename(b)) for a, b in plan.renames.items()],

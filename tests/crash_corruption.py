@@ -9,6 +9,9 @@ the promises of "open never destroys":
 - `repair` then `verify` passes; every intact message is back at its CommitLog and queue
   offset; a damaged one reads as CorruptionError (EIO), never as other bytes; a new message
   gets a queue offset past every one given out before.
+The scrub-* kinds damage old, checkpointed data an open does not read (a unit far from its
+queue's end, a record in the oldest CommitLog file): the open succeeds, the scrub reports the
+damage (and rebuilds the queue), and then every intact message is served.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import shutil
 import struct
 
 from store import CorruptionError, Message, MessageStore, NotFound, StoreError
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import CaseResult, _store_files, write_in_process
 from tests.store_helpers import file_hashes
@@ -35,7 +38,8 @@ _FIXED = {"totalsize": (0, 4), "magic": (4, 4), "bodycrc": (8, 4), "queueid": (1
           "storehost": (64, 8), "reconsume": (72, 4), "prepared": (76, 8), "bodylen": (84, 4)}
 T5_KINDS = ("manifest-delete", "manifest-null", "manifest-flavor", "files-swap", "cq-flip",
             "zero-page", "missing-middle", "missing-oldest", "config-json",
-            *(f"flip-{f}" for f in FIELDS))
+            *(f"flip-{f}" for f in FIELDS), "scrub-cq-flip", "scrub-record-flip")
+SCRUB_KINDS = ("scrub-cq-flip", "scrub-record-flip")
 FILE_SIZE = 8192
 
 
@@ -65,7 +69,8 @@ class _Case:
         self.rng = random.Random(seed)
         self.root = os.path.join(workdir, f"t5-{seed}-{kind}")
         self.kind = kind
-        n = self.rng.randint(40, 120)
+        # the scrub kinds need queues longer than an open checks (its last 64 units)
+        n = self.rng.randint(40, 120) if kind not in SCRUB_KINDS else self.rng.randint(700, 900)
         self.exp = write_in_process(self.root, seed, n, 400, commitlog_file_size=FILE_SIZE)
         with MessageStore(self.root, crash_config(read_only=True)) as s:
             self.sizes = {k: s.commitlog.read(commitlog_offset).total_size
@@ -113,6 +118,16 @@ def _mutate(c: _Case) -> None:
             data = f.read()
         written = len(data.rstrip(b"\0"))
         _flip(path, rng.randrange(max(written, 1)), rng.randrange(8))
+    elif kind == "scrub-cq-flip":
+        path = rng.choice([p for p in _store_files(root, "consumequeue")
+                           if p.endswith("0" * 20)])
+        _flip(path, rng.randrange(0, 40 * 20), rng.randrange(8))
+    elif kind == "scrub-record-flip":
+        oldest = [k for k, (o, _) in c.exp.written.items() if o + c.sizes[k] <= FILE_SIZE]
+        k = rng.choice(oldest)
+        commitlog_offset, _ = c.exp.written[k]
+        _flip(c.commitlog(0), commitlog_offset + rng.randrange(c.sizes[k]), rng.randrange(8))
+        c.damaged.add(k)
     elif kind == "zero-page":
         path = rng.choice(files)
         start = int(os.path.basename(path))
@@ -176,6 +191,17 @@ def _serves(store: MessageStore, c: _Case, problems: list[str], where: str) -> N
                             f"moved (at {got.commitlog_offset}, acked at {commitlog_offset})")
 
 
+def _scrubbed(store: MessageStore, c: _Case, problems: list[str]) -> None:
+    """The open did not see the damage (it lies where the checkpoint vouches); a scrub pass
+    finds it."""
+    if store.recovery is not None and store.recovery.notes:
+        problems.append(f"the open found damage meant for the scrub: {store.recovery.notes}")
+    store.scrub()
+    status = store.scrub_status() or {}
+    if not status.get("findings"):
+        problems.append("the scrub found nothing")
+
+
 def _queue_ends(c: _Case) -> dict[tuple[str, int], int]:
     ends: dict[tuple[str, int], int] = {}
     for (p, s), (_, qoff) in c.exp.written.items():
@@ -209,19 +235,24 @@ def _check(c: _Case, problems: list[str]) -> None:
         problems.append("verify changed files")
     if report.ok and c.kind not in ("manifest-delete",):
         problems.append("verify found nothing wrong")
-    # a read-only open serves every intact message and writes nothing
+    # a read-only open serves every intact message and writes nothing (damage in old units
+    # is found by a read-write mount's scrub: until then those messages read as EIO)
     try:
         with MessageStore(c.root, crash_config(read_only=True), create=False) as s:
-            if c.kind not in ("files-swap", "missing-middle", "missing-oldest", "config-json"):
+            if c.kind not in ("files-swap", "missing-middle", "missing-oldest", "config-json",
+                              "scrub-cq-flip"):
                 _serves(s, c, problems, "read-only open")
     except StoreError as exc:
         if c.kind not in ("files-swap", "missing-middle", "missing-oldest", "config-json"):
             problems.append(f"read-only open refused: {exc}")
     if file_hashes(c.root, skip=("lock",)) != before:
         problems.append("a read-only open changed files")
-    # a read-write open refuses changing nothing, or serves everything intact
+    # a read-write open refuses changing nothing, or serves everything intact (after a
+    # scrub, for the damage only the scrub reads)
     try:
         with MessageStore(c.root, crash_config(), create=False) as s:
+            if c.kind in SCRUB_KINDS:
+                _scrubbed(s, c, problems)
             _serves(s, c, problems, "read-write open")
     except StoreError as exc:
         after = file_hashes(c.root, skip=("lock",))

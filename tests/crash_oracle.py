@@ -17,9 +17,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from store import CorruptionError, Message, MessageStore, StoredMessage, StoreError, StoreFormatError
-from store.codec import is_filler
 from store.config import StoreConfig
-from store.verify import verify_store
+from store.format.codec import is_filler
+from store.integrity.verify import verify_store
 from tests.store_helpers import small_config
 
 MAGIC = b"MQFSCRSH"

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from store import CorruptionError, MessageStore, StoreFormatError
 from store.crash_points import SITES
-from store.index_file import ENTRY_SIZE, HEADER_SIZE
+from store.files.index_file import ENTRY_SIZE, HEADER_SIZE
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
 from tests.crash_oracle import Expectation, crash_config, expected_message, full_check, read_acks
 from tests.store_helpers import file_hashes
 
@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER_SITES = tuple(s for s in SITES if not s.startswith("recovery."))
 RECOVERY_SITES = tuple(s for s in SITES if s.startswith("recovery."))
 # what recovering a crashed or damaged store says: these tests provoke it on purpose
-RECOVERY_LOGS = (r"^recovery: ", r"^no abort file, but ", r"; using .*\.bak$")
+RECOVERY_LOGS = (r"^recovery: ", r"^scrub: ", r"^no abort file, but ", r"; using .*\.bak$")
 
 
 @dataclass
@@ -142,7 +142,7 @@ def queue_count(exp: Expectation, key: tuple[str, int]) -> int:
 
 
 def _props(msg) -> bytes:
-    from store.codec import encode_properties
+    from store.format.codec import encode_properties
     return encode_properties(msg.properties)
 
 

@@ -4,14 +4,17 @@ records, IndexFiles. Records are built with the codec the way the broker builds 
 import os
 import shutil
 import struct
+import subprocess
+import sys
 
 import pytest
 
-from store import Message, MessageStore, layout
-from store.dispatcher import parse_delay_levels
+from store import Message, MessageStore
+from store.config import parse_delay_levels
+from store.format import layout
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.verify import verify_store
-from tests.store_helpers import file_hashes, small_config
+from tests.store_helpers import file_hashes, files_in, small_config
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 T0 = 1_700_000_000_000
@@ -138,3 +141,58 @@ def test_a_prepared_record_is_found_by_key_but_never_as_another_message(tmp_path
         assert s.query_key("tx-prep-1", queued=True) == []
         assert s.query_key("tx-rb-1") == []  # rolled back: never indexed (IndexService)
         assert s.max_offset("TxTopic", 0) == 1
+
+
+_KILLED_WRITER = """
+import sys
+from store import Message, MessageStore
+from tests.store_helpers import small_config
+with MessageStore(sys.argv[1], small_config(index_slots=64, index_entries=1000)) as s:
+    s.put_batch([Message.create("T", b"m%d" % i, keys=["key-%d" % i]) for i in range(300)])
+    for i in range(300, 400):
+        s.put(Message.create("T", b"m%d" % i, keys=["key-%d" % i]))
+    s.flush()  # the CommitLog is on disk; the newest IndexFile's header is not
+    print("ready", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.allow_logs("recovering|abort")
+def test_after_kill_9_a_read_only_open_finds_every_key(tmp_path):
+    """kill -9 leaves the newest IndexFile's header as it was created (count 1) with every
+    entry written: the entries are the truth, so a read-only open finds every key, and verify
+    reads them too."""
+    root = str(tmp_path / "store")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, root], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    proc.kill()
+    proc.wait()
+    [newest] = [f for f in files_in(root, "index")][-1:]
+    header = open(os.path.join(root, "index", newest), "rb").read(40)
+    assert struct.unpack(">qqqqii", header)[5] == 1  # the header the writer never updated
+    with MessageStore(root, small_config(index_slots=64, index_entries=1000, read_only=True)) as s:
+        for i in range(400):
+            assert [m.body for m in s.query_key(f"key-{i}")] == [b"m%d" % i], i
+        assert s.query_key("key-5", begin=s.get("T", 0, 5).store_timestamp) != []
+    report = verify_store(root, config=small_config(index_slots=64, index_entries=1000))
+    assert report.ok and not any("damaged header" in line for line in report.lines), report.lines
+
+
+def test_verify_finds_keyed_records_without_index_entries(tmp_path):
+    """An IndexFile replaced behind the store's back by an older copy of itself (a broker's
+    recovery rewrote it): the entries there all point at records, but later keys are gone."""
+    root = str(tmp_path)
+    cfg = small_config(index_slots=64, index_entries=1000)
+    with MessageStore(root, cfg) as s:
+        s.put_batch([Message.create("T", b"a", keys=[f"a{i}"]) for i in range(10)])
+    [name] = files_in(root, "index")
+    older = open(os.path.join(root, "index", name), "rb").read()
+    with MessageStore(root, cfg) as s:
+        s.put_batch([Message.create("T", b"b", keys=[f"b{i}"]) for i in range(5)])
+    assert verify_store(root).ok
+    with open(os.path.join(root, "index", name), "wb") as f:
+        f.write(older)
+    report = verify_store(root)
+    assert not report.ok
+    assert any("5 keyed records" in line and "lack IndexFile entries" in line for line in report.lines)

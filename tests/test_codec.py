@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import codec
-from store.codec import Encoder, Message
 from store.errors import CodecError, InvalidMessage
-from store.flavor import ROCKETMQ, XXHASH, java_string_hash
+from store.format import codec
+from store.format.codec import Encoder, Message
+from store.format.flavor import ROCKETMQ, XXHASH, java_string_hash
 
 # ali-ons test/fixtures/message.bin, bytes 0..131 (format reference §12)
 VECTOR = bytes.fromhex(

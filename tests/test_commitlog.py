@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked, codec, layout
-from store.commitlog import CommitLog
-from store.flavor import XXHASH
+from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked
+from store.files.commitlog import CommitLog
+from store.format import codec, layout
+from store.format.flavor import XXHASH
 from tests.store_helpers import files_in, random_messages, small_config
 
 
@@ -130,7 +131,7 @@ def test_load_rules_zero_length_last_file_removed_wrong_size_refused(tmp_path):
 
 def test_truncate_dirty_zeroes_every_byte_after_the_cut(tmp_path):
     """Bytes a cut leaves behind are zeroed on disk, however far into the file they lie."""
-    from store.mapped_file_queue import MappedFileQueue
+    from store.files.mapped_file_queue import MappedFileQueue
     size = 3 << 20  # more than one of _zero_from's 1 MiB chunks
     q = MappedFileQueue(str(tmp_path / "q"), size)
     q.load()

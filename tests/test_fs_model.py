@@ -27,7 +27,7 @@ from fusefs.model import Model
 from fusefs.spool import SPILL_AT, Budget, Spool
 from fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
 from store import Message, MessageStore, StoreConfig
-from store.staging import Staging
+from store.files.staging import Staging
 
 
 def small() -> StoreConfig:

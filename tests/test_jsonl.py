@@ -1,4 +1,4 @@
-"""store.jsonl: what the pipeline writes into append.jsonl is what the mount reads back, and
+"""store.format.jsonl: what the pipeline writes into append.jsonl is what the mount reads back, and
 the mount's fast reader (fusefs.writers.read_lines) reads lines as decode_line does."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fusefs.writers import read_lines
 from store import InvalidMessage, Message
-from store.jsonl import BodyTooLarge, decode_line, encode_line
+from store.format.jsonl import BodyTooLarge, decode_line, encode_line
 
 
 @pytest.mark.parametrize("body", [b"plain text", "h\u00e9llo \u2603".encode(), b"\x00\xff\x80 bytes",

@@ -63,6 +63,57 @@ def test_store_imports_no_layer_above_it():
                                "trio"}) == []
 
 
+# store's floors, lowest first: a module imports only from its own floor or below. The
+# sub-packages are the floors; the few modules directly in store/ sit at the bottom (errors,
+# config, crash points) or the top (the engine, and repair, which opens the engine). Imports
+# under `if TYPE_CHECKING:` name types for annotations only and load nothing, so they may look up.
+STORE_FLOORS = {"errors": 0, "config": 0, "crash_points": 0, "format": 1, "files": 2, "meta": 3,
+                "offline": 4, "integrity": 4, "message_store": 5, "repair": 5, "__init__": 5}
+
+
+def floor_of(parts: tuple[str, ...]) -> int:
+    """The floor of a module given its path inside store/ (a sub-package's name decides)."""
+    assert parts[0] in STORE_FLOORS, f"store/{'/'.join(parts)}: no floor in STORE_FLOORS"
+    return STORE_FLOORS[parts[0]]
+
+
+def runtime_imports(tree: ast.Module) -> list[ast.ImportFrom]:
+    """Every `from ... import` that runs, at any depth, leaving out `if TYPE_CHECKING:` blocks."""
+    found: list[ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_store_modules_import_only_their_floor_or_below():
+    upward = []
+    for path in sources("store"):
+        parts = path.relative_to(ROOT / "store").with_suffix("").parts
+        package = list(parts[:-1])
+        for node in runtime_imports(ast.parse(path.read_text())):
+            if node.module and top(node.module) == "store":
+                targets = [tuple(node.module.split(".")[1:]) or (a.name,) for a in node.names]
+            elif node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = [*anchor, *(node.module or "").split(".")] if node.module else anchor
+                targets = [tuple(base) if node.module else (*base, a.name) for a in node.names]
+            else:
+                continue
+            upward += [f"{rel(path)}:{node.lineno} imports store.{'.'.join(t)}"
+                       for t in targets if t and floor_of(t) > floor_of(parts)]
+    assert upward == []
+
+
 def test_pipeline_never_imports_fusefs():
     for package in PIPELINE_SIDE:
         assert forbidden(package, {"fusefs"}) == []
@@ -74,7 +125,7 @@ def test_fusefs_never_imports_the_pipeline_or_spark():
 
 def test_the_published_list_names_what_exists():
     table = published()
-    assert {"store", "store.views", "store.rebuild", "store.jsonl"} <= set(table)
+    assert {"store", "store.offline.views", "store.offline.rebuild", "store.format.jsonl"} <= set(table)
     for module, names in table.items():
         loaded = importlib.import_module(module)
         assert [n for n in sorted(names) if not hasattr(loaded, n)] == [], module

@@ -1,4 +1,4 @@
-"""store/layout.py against the scalar reference (codec.decode/Encoder): the columnar walker
+"""store/format/layout.py against the scalar reference (codec.decode/Encoder): the columnar walker
 reads the same records, field for field, and stops where a record-by-record decode stops,
 on random stores with clean, BLANK, torn and garbled tails."""
 
@@ -8,10 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import codec, layout
-from store.codec import Encoder, Message
 from store.errors import CodecError
-from store.flavor import ROCKETMQ, XXHASH
+from store.format import codec, layout
+from store.format.codec import Encoder, Message
+from store.format.flavor import ROCKETMQ, XXHASH
 
 _FLAVORS = [ROCKETMQ, XXHASH, ROCKETMQ.with_record_crc(True), XXHASH.with_record_crc(True)]
 _HOSTS = [("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 80), ("2001:db8::7", 9)]

@@ -16,7 +16,7 @@ from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit, rebuild  # noqa: E402
 from pipeline.writer import MqfsWriter  # noqa: E402
 from store import Message, MessageStore  # noqa: E402
-from store.views import commitlog_files  # noqa: E402
+from store.offline.views import commitlog_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
 TOPICS = ("Orders", "Payments", "Audit_Log")

@@ -28,7 +28,7 @@ from pipeline.options import read_options  # noqa: E402
 from pipeline.source import MqfsReader  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
 from store import MessageStore  # noqa: E402
-from store.views import commitlog_files, queues, store_layout  # noqa: E402
+from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

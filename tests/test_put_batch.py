@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import InvalidMessage, Message, MessageStore
-from store.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
+from store.format.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
 from tests.store_helpers import file_hashes, small_config
 
 STORE_TS = 1_700_000_000_000

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError, layout
-from store.codec import KeySpans
-from store.flavor import ROCKETMQ, XXHASH
-from store.index_file import IndexFile
-from store.index_service import IndexService
+from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
+from store.files.index_file import IndexFile
+from store.files.index_service import IndexService
+from store.format import layout
+from store.format.codec import KeySpans
+from store.format.flavor import ROCKETMQ, XXHASH
 from tests.store_helpers import file_hashes, files_in, random_messages, small_config
 
 
@@ -220,6 +221,7 @@ def test_bad_lookups_are_clear_errors_and_change_nothing(tmp_path, call):
 def test_consumer_offsets_persist_and_read_rocketmq_json(tmp_path):
     with MessageStore(str(tmp_path), small_config()) as s:
         s.create_topic("t", 2)
+        s.put_batch([Message.create("t", b"m", queue_id=1)] * 42)
         s.commit_offset("g1", "t", 1, 42)
         assert s.committed_offset("g1", "t", 1) == 42 and s.committed_offset("g1", "t", 0) is None
     with MessageStore(str(tmp_path)) as s:

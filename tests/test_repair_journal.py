@@ -6,14 +6,15 @@ a plan applies only to the store it was made for."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
 
 from store import CorruptionError, Message, MessageStore, StoreError
+from store.integrity.repair_journal import NAME
+from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
-from store.repair_journal import NAME
-from store.verify import verify_store
 from tests.crash_repair import run_repair
 from tests.crash_tiers import RECOVERY_LOGS
 from tests.fs_helpers import MQFS
@@ -120,6 +121,8 @@ def test_a_read_only_open_refuses_a_half_done_repair(tmp_path):
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(StoreError, match="interrupted repair"):
         MessageStore(root, _config(read_only=True), create=False).open()
+    report = verify_store(root)
+    assert not report.ok and any(NAME in line for line in report.lines)
     assert file_hashes(root, skip=("lock",)) == before
 
 
@@ -151,3 +154,24 @@ def test_a_plan_made_before_the_store_changed_is_refused(tmp_path):
     with MessageStore(root, _config(), create=False) as s:
         assert [bytes(s.get("U", 0, r.queue_offset).body) for r in added] == \
             [b"added %d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("loss", ("consumequeue", "checkpoint"))
+def test_offsets_a_repair_kept_stay_taken_after_a_later_rebuild(tmp_path, loss):
+    """The queue units that keep lost offsets taken are derived data; when a later open
+    rebuilds the queue from the records (its files deleted, or a crash that lost the
+    checkpoint), config/keptQueueEnds.json still keeps offset 19 of T taken."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[19])
+    apply_repair(plan_repair(root))
+    if loss == "consumequeue":
+        shutil.rmtree(os.path.join(root, "consumequeue", "T"))
+    else:
+        os.unlink(os.path.join(root, "checkpoint"))
+        with open(os.path.join(root, "abort"), "w") as f:
+            f.write("1")
+    with MessageStore(root, _config(), create=False) as s:
+        assert s.put(Message.create("T", b"next")).queue_offset == 20
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={19})

@@ -9,7 +9,7 @@ import pytest
 
 from fusefs.options import parse_options
 from store import Message, MessageStore
-from store.retention import recorded_min_offset
+from store.meta.retention import recorded_min_offset
 from tests.store_helpers import files_in, small_config
 
 

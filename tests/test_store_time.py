@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from store import Message, MessageStore
-from store.index_file import IndexFile
+from store.files.index_file import IndexFile
+from store.integrity.verify import verify_store
 from store.repair import plan_repair
-from store.verify import verify_store
 from tests.crash_tiers import RECOVERY_LOGS, REPO
 from tests.store_helpers import small_config
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from store import quarantine
+from store.files import quarantine
 from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse, sh
 
 USER = "mqfs-test"

@@ -6,7 +6,7 @@ import errno
 import time
 
 from store.errors import InvalidMessage
-from store.metadata import validate_group
+from store.meta.metadata import validate_group
 
 from ..errors import FsError
 from ..inodes import (

@@ -6,8 +6,8 @@ import errno
 import os
 import time
 
-from store.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 from store.errors import InvalidMessage
+from store.format.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 
 from ..errors import FsError
 from ..inodes import (

@@ -23,9 +23,9 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store.codec import PROPERTY_UNIQ_KEY
-from store.flavor import Flavor
-from store.layout import (
+from store.format.codec import PROPERTY_UNIQ_KEY
+from store.format.flavor import Flavor
+from store.format.layout import (
     IN_QUEUE_TYPES,
     MAGIC_POS,
     MIN_RECORD_SIZE,
@@ -35,7 +35,7 @@ from store.layout import (
     TRANSACTION_ROLLBACK,
     gather,
 )
-from store.views import (
+from store.offline.views import (
     UNIT_SIZE,
     QueueReader,
     StoreLayout,

@@ -15,19 +15,24 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import codec, layout, quarantine
-from .config import StoreConfig
-from .crash_points import crash_point
-from .errors import InvalidMessage, StoreError, StoreFormatError
-from .flavor import flavor_named
-from .json_file import read_json, write_json
-from .lock import StoreLock
-from .manifest import inspect, write_manifest
-from .mapped_file import MappedFile, fsync_dir, offset_to_name
-from .retention import record_min_offset
+from ..config import StoreConfig
+from ..crash_points import crash_point
+from ..errors import InvalidMessage, StoreError, StoreFormatError
+from ..files import quarantine
+from ..files.json_file import read_json, write_json
+from ..files.lock import StoreLock
+from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
+from ..format import codec, layout
+from ..format.flavor import flavor_named
+from ..meta import kept_ends
+from ..meta.manifest import inspect, write_manifest
+from ..meta.retention import record_min_offset
 from .salvage import Damage
+
+if TYPE_CHECKING:
+    from ..message_store import MessageStore
 
 NAME = "repair-journal.json"
 # the steps in order; the journal names the next one to run. rename-out moves each misnamed
@@ -149,6 +154,29 @@ def finish_files(root: str) -> dict[tuple[str, int], int]:
         lock.release()
 
 
+def finish_files_before_open(root: str, read_only: bool) -> dict[tuple[str, int], int] | None:
+    """For an open: an interrupted repair's file steps, before anything reads the files; the
+    queue ends its rebuild must keep, or None when no repair is pending."""
+    if not pending(root):
+        return None
+    if read_only:
+        raise StoreError(f"{root} holds an interrupted repair ({NAME}); nothing was changed: "
+                         f"run `mqfs repair {root}` (or open it read-write) to finish it")
+    return finish_files(root)
+
+
+def finish_rebuild(store: MessageStore, ends: dict[tuple[str, int], int]) -> None:
+    """The open rebuilt the derived files: keep the journal's queue ends taken (and recorded
+    in kept_ends, so no later rebuild gives them out again), make every file and directory
+    durable, and only then drop the journal."""
+    kept_ends.add(store.root, store.keep_queue_ends(ends))
+    store.flush()
+    store.index.flush()
+    for directory, _, _ in os.walk(store.root):
+        fsync_dir(directory)
+    remove(store.root)
+
+
 def _manifest(root: str, journal: Journal) -> None:
     if journal.manifest:
         write_manifest(root, inspect(root).config)
@@ -203,7 +231,7 @@ _STEP_RUNNERS = {"manifest": _manifest, "rename-out": _rename_out, "rename-in": 
                  "fillers": _fillers, "head": _head, "derived": _derived}
 
 
-def _filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
+def filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
     """What replaces a damaged range starting at `lo` in its file: (end in the file, bytes).
     A filler record (readers skip it), or to a file's end a filler and the BLANK that ends it."""
     size = cfg.commitlog_file_size
@@ -233,7 +261,7 @@ def replace_damage(root: str, cfg: StoreConfig, d: Damage) -> str:
     file_path = os.path.join(root, "commitlog", offset_to_name(start_of_file))
     created = not os.path.lexists(file_path)
     lo = d.start - start_of_file
-    hi, new = _filler_bytes(cfg, d, lo)
+    hi, new = filler_bytes(cfg, d, lo)
     mf = MappedFile(file_path, size, start_of_file)
     try:
         buf = mf.buffer()

@@ -15,30 +15,19 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from . import codec, layout
-from .codec import PROPERTY_DELAY, SCHEDULE_TOPIC, Message, RecordRun
+from ..crash_points import crash_point
+from ..format import codec, layout
+from ..format.codec import PROPERTY_DELAY, SCHEDULE_TOPIC, Message, RecordRun
+from ..format.flavor import Flavor
 from .consume_queue import ConsumeQueue
-from .crash_points import crash_point
-from .flavor import Flavor
 
 if TYPE_CHECKING:
     from .index_service import IndexService
 
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")  # what Integer.parseInt reads (range checked after)
 UNKNOWN_LEVEL_MS = 1000  # computeDeliverTimestamp for a level the table lacks
 
 
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """RocketMQ's messageDelayLevel ("1s 5s ... 2h") as the delay of each level in ms, level 1
-    first (DefaultMessageStore.parseDelayLevel); ValueError naming a bad item."""
-    levels = []
-    for item in text.split(" "):
-        unit, number = _UNIT_MS.get(item[-1:]), item[:-1]
-        if unit is None or not number.isascii() or not number.isdigit():
-            raise ValueError(f"message delay level {item!r} is not a number followed by s, m, h or d")
-        levels.append(int(number) * unit)
-    return tuple(levels)
 
 
 def index_keys(props: dict[str, str]) -> list[str]:

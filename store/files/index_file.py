@@ -3,30 +3,54 @@
 40-byte header, `slots` int32 bucket heads, then `entries` 20-byte entries (keyHash, phyOffset,
 timeDiff in seconds, prevIndex). Entries are 1-based: entry 0 is never written, so a file holds
 entries-1 keys (docs/format.md). The header lives in memory while the file is written and goes
-to disk on flush and close (a crashed store rebuilds its newest index file anyway).
+to disk on flush and close, so after a crash (kill -9) the newest file's header is stale:
+the entries are the truth and the header a summary of them, derived again at open
+(`adopt_entries`). This module owns the header and entry layouts (HEADER_DTYPE, ENTRY_DTYPE):
+verify and the offline views read them from here.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
-from .crash_points import ARMED, crash_point
+from ..crash_points import ARMED, crash_point
 from .mapped_file import MappedFile
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
 ENTRY_SIZE = 20
+HEADER_DTYPE = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phy", ">i8"),
+                         ("end_phy", ">i8"), ("slot_count", ">i4"), ("index_count", ">i4")])
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
-_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+assert _HEADER.size == HEADER_DTYPE.itemsize == HEADER_SIZE and _ENTRY.size == ENTRY_DTYPE.itemsize == ENTRY_SIZE
+_SCAN = 1 << 22  # bytes looked at a step when the last written entry is searched from the end
 _I32 = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
 
 
 def index_file_size(slots: int, entries: int) -> int:
     return HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
+
+
+def written_count(buf, slots: int, entries: int) -> int:
+    """1 + the number of the last entry holding a non-zero byte: what the entries say the
+    count is (they are written in order; the header is only a summary of them). Searched
+    from the end a step at a time, so a full file costs one step."""
+    entries_at = HEADER_SIZE + slots * SLOT_SIZE
+    lo, end = entries_at + ENTRY_SIZE, entries_at + entries * ENTRY_SIZE
+    while end > lo:
+        start = max(lo, end - _SCAN)
+        chunk = np.frombuffer(buf, dtype=np.uint8, offset=start, count=end - start)
+        if np.count_nonzero(chunk):  # count_nonzero is 4x faster than any() on bytes
+            last = start + int(np.flatnonzero(chunk)[-1])
+            return (last - entries_at) // ENTRY_SIZE + 1
+        end = start
+    return 1
 
 
 class IndexFile:
@@ -48,6 +72,7 @@ class IndexFile:
             self.end_phy_offset = end_phy_offset
             self.hash_slot_count = 0
             self.index_count = 1
+            self.written = 1
             self._write_header()
         else:
             (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
@@ -55,6 +80,36 @@ class IndexFile:
              ) = _HEADER.unpack_from(mm, 0)
             if self.index_count <= 0:
                 self.index_count = 1
+            self.written = self._written_count()
+
+    def _written_count(self) -> int:
+        return written_count(self.mf.buffer(), self.slots, self.entries)
+
+    def adopt_entries(self, timestamp_at: Callable[[int], int | None]) -> bool:
+        """Make the header the summary of the entries on disk when they go past its count (a
+        writer killed before it wrote its header): count, offsets and slot count from the
+        entries, times from the records the first and last point at (`timestamp_at`). False,
+        changing nothing, when the entries do not read as a writer leaves them (offsets going
+        back, links forward): then the file is damaged, not stale."""
+        n = self.written
+        if n <= self.index_count:
+            return True
+        entries = np.frombuffer(self.mf.buffer(), dtype=ENTRY_DTYPE, count=n - 1,
+                                offset=self._entries_at + ENTRY_SIZE)
+        phy, prev = entries["phy"].astype(np.int64), entries["prev"].astype(np.int64)
+        if (phy < 0).any() or (np.diff(phy) < 0).any() or (entries["diff"] < 0).any() or \
+                (prev < 0).any() or (prev >= np.arange(1, n)).any():
+            return False
+        begin = timestamp_at(int(phy[0]))
+        if begin is None:
+            begin = self.begin_timestamp
+        end = timestamp_at(int(phy[-1]))
+        self.begin_timestamp = begin
+        self.end_timestamp = end if end is not None else begin + int(entries["diff"].max()) * 1000
+        self.begin_phy_offset, self.end_phy_offset = int(phy[0]), int(phy[-1])
+        self.hash_slot_count = int(np.count_nonzero(prev == 0))
+        self.index_count = n
+        return True
 
     def header_ok(self) -> bool:
         """False for a header no writer could have left (torn or overwritten): counts out of
@@ -75,12 +130,10 @@ class IndexFile:
             last = _ENTRY.unpack_from(mm, self._entries_at + (self.index_count - 1) * ENTRY_SIZE)[1]
             if first != self.begin_phy_offset or last != self.end_phy_offset:
                 return False
-        # the header is written on flush and close only: bytes past its count mean it is
-        # stale (a crash after more keys were added), was zeroed, or garbage landed there
-        start = HEADER_SIZE + self.slots * SLOT_SIZE + self.index_count * ENTRY_SIZE
-        tail = np.frombuffer(self.mf.buffer(), dtype=np.uint8, offset=start,
-                             count=(self.entries - self.index_count) * ENTRY_SIZE)
-        return not np.count_nonzero(tail)  # any() on bytes is 4x slower; every open asks
+        # the header is written on flush and close only: entries past its count mean it is
+        # stale (a crash after more keys were added; `adopt_entries` makes it whole), was
+        # zeroed, or garbage landed there
+        return self.written <= self.index_count
 
     def _write_header(self) -> None:
         _HEADER.pack_into(self.mf.buffer(), 0, self.begin_timestamp, self.end_timestamp,
@@ -129,7 +182,7 @@ class IndexFile:
         _ENTRY.pack_into(mm, self._entries_at + count * ENTRY_SIZE, key_hash, commitlog_offset,
                          time_diff, slot_value)
         _I32.pack_into(mm, slot_pos, count)
-        self.index_count = count + 1
+        self.index_count = self.written = count + 1
         self.end_phy_offset = commitlog_offset
         self.end_timestamp = store_timestamp
         return True
@@ -156,7 +209,7 @@ class IndexFile:
         if first <= 1:  # the first entry sets the begin time the later ones count from
             begin[1:] = store_ts[0]
         diff = np.where(begin <= 0, 0, np.clip((store_ts - begin) // 1000, 0, _INT_MAX))
-        entries = np.frombuffer(mm, dtype=_ENTRY_DTYPE, count=n,
+        entries = np.frombuffer(mm, dtype=ENTRY_DTYPE, count=n,
                                 offset=HEADER_SIZE + self.slots * SLOT_SIZE + first * ENTRY_SIZE)
         entries["hash"], entries["phy"], entries["diff"], entries["prev"] = (
             key_hashes, commitlog_offsets, diff, prev)
@@ -167,6 +220,7 @@ class IndexFile:
             self.begin_timestamp = int(store_ts[0])
         self.hash_slot_count += int(np.count_nonzero(prev == 0))
         self.index_count += n
+        self.written = self.index_count
         self.end_phy_offset = int(commitlog_offsets[-1])
         self.end_timestamp = int(store_ts[-1])
         return n

@@ -18,17 +18,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import numpy as np
 
+from ..crash_points import ARMED, crash_point
+from ..format.codec import KeySpans
+from ..format.flavor import Flavor
+from ..format.layout import indexed
 from . import quarantine, safefs
-from .codec import KeySpans
-from .crash_points import ARMED, crash_point
-from .flavor import Flavor
 from .index_file import IndexFile, index_file_size
-from .layout import indexed
 from .mapped_file import MappedFile, fsync_dir
 
 RESERVE = "index.reserve"
@@ -72,15 +72,22 @@ class IndexService:
         self.flushed_end_timestamp = 0  # endTimestamp of the newest full file on disk
         self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
+        self._pending: list[tuple[str, IndexFile | None, bool]] = []
 
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False) -> None:
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
+             timestamp_at: Callable[[int], int | None] | None = None) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
         mqfs checkpoint, written after the index at every clean close) applies the same rule
-        after a clean exit too: a crash whose abort file went missing looks clean."""
+        after a clean exit too: a crash whose abort file went missing looks clean. Files to
+        drop are only set aside here: `drop_pending` removes them once recovery has decided
+        to go on (a refused open changes nothing). A header its entries outgrew (a writer
+        killed before writing it) is made their summary again, in memory, `timestamp_at`
+        giving the store time of a record by CommitLog offset."""
         self.flushed_end_timestamp = index_msg_timestamp
+        self._pending = []  # (path, file or None, keep a copy in quarantine/)
         if not self.read_only and os.path.lexists(self.reserve_path):
-            safefs.unlink(self.reserve_path)  # left by a crash; holds nothing
+            self._pending.append((self.reserve_path, None, False))  # left by a crash; empty
         try:
             names = sorted(safefs.listdir(self.directory))
         except FileNotFoundError:
@@ -91,9 +98,12 @@ class IndexService:
             if not (name.isdigit() and len(name) == 17):
                 continue
             if safefs.size(path) == 0 and not self.read_only:
-                safefs.unlink(path)  # created but never allocated before a crash: held nothing
+                # created but never allocated before a crash: held nothing
+                self._pending.append((path, None, False))
                 continue
             f = IndexFile(path, self.slots, self.entries, read_only=self.read_only)
+            if timestamp_at is not None:
+                f.adopt_entries(timestamp_at)
             prev = self.files[-1] if self.files else None
             # a file starts where the one before it ended (it is seeded with those values); its
             # times need not: a broker's clock can step back
@@ -104,15 +114,24 @@ class IndexService:
             if (damaged or unflushed) and not self.read_only:
                 # keep a prefix of whole files: everything after a dropped one is re-indexed;
                 # a broken one is kept as evidence in quarantine/, the rest is derived data
-                if broken and not unflushed:
-                    f.mf.close()
-                    quarantine.move_file(os.path.dirname(self.directory), path, f"index-{name}")
-                else:
-                    f.destroy()
+                self._pending.append((path, f, broken and not unflushed))
                 self.lost_files |= damaged or last_exit_ok
                 dropping = True
                 continue
             self.files.append(f)
+
+    def drop_pending(self) -> None:
+        """Remove the files `load` set aside (a broken one goes to quarantine/)."""
+        for path, f, keep in self._pending:
+            if f is None:
+                safefs.unlink(path)
+            elif keep:
+                f.mf.close()
+                quarantine.move_file(os.path.dirname(self.directory), path,
+                                     f"index-{os.path.basename(path)}")
+            else:
+                f.destroy()
+        self._pending = []
 
     @property
     def end_phy_offset(self) -> int:
@@ -309,8 +328,9 @@ class IndexService:
 
     def close(self) -> None:
         with self.lock:
-            for f in self.files:
-                f.close()
+            for f in self.files + [p[1] for p in self._pending if p[1] is not None]:
+                f.close()  # files load set aside stay as they are (a refused open)
+            self._pending = []
             self.files = []
             if not self.read_only and os.path.lexists(self.reserve_path):
                 safefs.unlink(self.reserve_path)

@@ -13,8 +13,8 @@ import binascii
 import json
 from itertools import chain, repeat
 
+from ..errors import InvalidMessage
 from .codec import PROPERTY_KEYS, PROPERTY_TAGS, Message
-from .errors import InvalidMessage
 
 FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
 _NO_KEYS: list[str] = []  # defaults for absent fields: read, never changed
@@ -44,6 +44,8 @@ def decode_line(line: bytes, topic: str, queue_id: int, limit: int) -> Message:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidMessage(f"not JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise InvalidMessage("nested too deeply to be a message") from None
     return message_of(obj, topic, queue_id, limit)
 
 

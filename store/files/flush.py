@@ -18,8 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .config import StoreConfig
-from .errors import FlushTimeout
+from ..config import StoreConfig
+from ..errors import FlushTimeout
 from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from .config import StoreConfig
-from .errors import StoreFormatError
-from .json_file import read_json, write_json
-from .mapped_file_queue import MappedFileQueue
+from ..config import StoreConfig
+from ..errors import StoreFormatError
+from ..files.json_file import read_json, write_json
+from ..files.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 NAME = "retention.json"

@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .errors import UntrustedStore
+from ..errors import UntrustedStore
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700

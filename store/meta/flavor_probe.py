@@ -12,10 +12,11 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from . import codec, safefs
-from .errors import CodecError
-from .flavor import FLAVORS
-from .layout import MIN_RECORD_SIZE, RECORD_MAGICS
+from ..errors import CodecError
+from ..files import safefs
+from ..format import codec
+from ..format.flavor import FLAVORS
+from ..format.layout import MIN_RECORD_SIZE, RECORD_MAGICS
 
 SAMPLE = 8  # records per sampled file
 _MAX_RECORD = 64 << 20

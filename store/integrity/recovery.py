@@ -33,22 +33,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, quarantine, salvage
-from .codec import RecordRun
-from .consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
-from .crash_points import crash_point
-from .dispatcher import TagsCodes, parse_delay_levels
-from .errors import CodecError, CorruptionError
-from .layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
-from .mapped_file import MappedFile, offset_to_name
-from .retention import recorded_min_offset
+from ..crash_points import crash_point
+from ..errors import CodecError, CorruptionError, StoreError
+from ..files import quarantine
+from ..files.consume_queue import ConsumeQueue
+from ..files.mapped_file import MappedFile, offset_to_name
+from ..format import codec, layout
+from ..format.codec import RecordRun
+from ..format.layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from ..meta import dispatch_state
+from ..meta.retention import recorded_min_offset
+from . import queue_check, salvage
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
-    from .commitlog import CommitLog
-    from .config import StoreConfig
-    from .flavor import Flavor
-    from .index_service import IndexService
+    from ..config import StoreConfig
+    from ..files.checkpoint import Checkpoint
+    from ..files.commitlog import CommitLog
+    from ..files.index_service import IndexService
+    from ..format.flavor import Flavor
 
 log = logging.getLogger(__name__)
 
@@ -85,23 +87,23 @@ NOWHERE = 1 << 63  # a dispatch_from past every record: a scan that only checks
 _RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
 
 
-def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
+def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
                dispatch_from: int, checked: tuple[int, int]) -> tuple[int, RecordRun | None, bool]:
     """Walk up to _RUN records from pos with `layout.walk` (decode's checks, checksums
     inline with a flavor), keep the leading ones that also pass recovery's own checks (the
     record names its position; properties never end in NUL), and build the run of those at
     or after dispatch_from. Returns where the accepted records end, the run, and whether the
     walk only stopped for its size limit (walk on). Otherwise the record there goes to
-    `_step`, which decides and says why (it never accepts less). Checksums of records in
+    `step_record`, which decides and says why (it never accepts less). Checksums of records in
     `checked` (CommitLog offsets) are not computed again."""
     w = layout.walk(buf, pos, limit, _RUN, flavor, u8, (checked[0] - base, checked[1] - base))
     r = w.records
     # only the body has a checksum in a store without trailers: properties ending in NUL
-    # are a torn write (see `_step`)
+    # are a torn write (see `step_record`)
     ok = (r.commitlog_offset == base + r.starts) & ~((u8[r.ends - 1] == 0) & (r.props_len > 0))
     n = len(r) if ok.all() else int(np.argmin(ok))
     data, at = w.properties()
-    # decode() rejects properties that are not UTF-8 only with a flavor; either way `_step`
+    # decode() rejects properties that are not UTF-8 only with a flavor; either way `step_record`
     # reads the record as before (and dispatching it fails as it did)
     n = layout.utf8_prefix(data[:int(at[n]) if n < len(at) else len(data)], at[:n])
     stop = int(r.starts[n]) if n < len(r) else w.stop
@@ -120,7 +122,7 @@ def _check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
                            run.store_ts, topics, tags, keys, delays), more
 
 
-def _step(buf: memoryview, pos: int, size_limit: int, base: int, flavor
+def step_record(buf: memoryview, pos: int, size_limit: int, base: int, flavor
           ) -> tuple[codec.StoredMessage | None, str | None]:
     """Check the one record at pos with decode(): (the record, None), or (None, why the
     CommitLog ends here; None for zeros)."""
@@ -198,7 +200,7 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
 
     Records are checked a run at a time with numpy (the fixed fields gathered in bulk, one
     checksum call each); the first record a run check rejects, and the place the walk stopped,
-    are checked by `_step` with decode(), which decides and says why."""
+    are checked by `step_record` with decode(), which decides and says why."""
     commitlog = parts.commitlog
     flavor = parts.flavor if check_crc else None
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
@@ -229,13 +231,13 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
         pos = max(start - base, 0)
         size_limit = mf.file_size
         while True:
-            pos, run, more = _check_run(buf, u8, pos, size_limit, base, flavor, runs_from(),
+            pos, run, more = check_run(buf, u8, pos, size_limit, base, flavor, runs_from(),
                                         checked)
             if run is not None:
                 take(run, base + pos)
             if more:
                 continue
-            msg, reason = _step(buf, pos, size_limit, base, flavor)
+            msg, reason = step_record(buf, pos, size_limit, base, flavor)
             if msg is None:
                 break
             at, pos = base + pos, pos + msg.total_size
@@ -314,55 +316,6 @@ def check_files(parts: StoreParts) -> None:
         raise CorruptionError(
             f"the CommitLog files end at {ends}, but the checkpoint says {flushed} bytes were "
             f"flushed: the newest CommitLog file(s) are missing; {fix}")
-
-
-def _damaged_queues(parts: StoreParts) -> list[tuple[ConsumeQueue, int, bool]]:
-    """Check every ConsumeQueue unit against the record it points at (numpy, per file):
-    (queue, first bad queue offset, True when a good unit follows it) for each queue with
-    a bad unit. Changes nothing on disk."""
-    commitlog = parts.commitlog
-    lowest = commitlog.queue.min_offset
-    found = []
-    for cq in list(parts.consume_queues.values()):
-        first = cq.min_offset
-        units = cq.entries(first, cq.max_offset - first)
-        if not len(units):
-            continue
-        real = units["size"] != PRE_BLANK[1]
-        # a head retention deleted the records of (a negative offset is no record's: damage)
-        below = (units["offset"] >= 0) & (units["offset"] < lowest)
-        expired = int(np.argmin(below)) if not below.all() else len(units)
-        real[:expired] = False
-        ok = ~real
-        ok[real] = commitlog.units_match(
-            units["offset"][real], units["size"][real], cq.topic, cq.queue_id,
-            np.arange(first, first + len(units), dtype=np.int64)[real])
-        if not ok.all():
-            bad = int(np.argmin(ok))
-            found.append((cq, first + bad, bool(ok[bad:].any())))
-    return found
-
-
-def _mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_from: int,
-                 report: RecoveryReport) -> int:
-    """A bad tail is cut and dispatched again; a bad unit with good ones after it means the
-    queue file was damaged: its files go to quarantine/ and the queue is rebuilt from the
-    CommitLog (queue offsets come from the records, so none is lost or reused). Returns the
-    new dispatch_from."""
-    lowest = parts.commitlog.queue.min_offset
-    for cq, bad, good_after in damaged:
-        if not good_after:
-            if bad < cq.max_offset:  # (a crash's ConsumeQueue tail may be cut already)
-                cq.cut_tail(bad)
-            dispatch_from = max(min(dispatch_from, cq.max_physic_offset), lowest)
-            continue
-        report.quarantined += cq.move_to_quarantine(parts.root)
-        note = (f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its "
-                f"record; rebuilt the queue from the CommitLog (old files in quarantine/)")
-        log.warning("recovery: %s", note)
-        report.notes.append(note)
-        dispatch_from = lowest
-    return dispatch_from
 
 
 def _refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> str | None:
@@ -456,12 +409,14 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    damaged = {(cq.topic, cq.queue_id) for cq, _, _ in _damaged_queues(parts)}
+    trusted = parts.checkpoint.cq_flushed_offset if crashed else NOWHERE
+    damaged = {(cq.topic, cq.queue_id) for cq, _, _ in queue_check.damaged_queues(parts, trusted)}
+    damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues, queue.min_offset))
     for key, cq in parts.consume_queues.items():
         if key not in damaged:
             cq.truncate_from_physical(end)
     if damaged:
-        for key, rebuilt in _queues_from_log(parts, damaged).items():
+        for key, rebuilt in queue_check.queues_from_log(parts, damaged).items():
             parts.consume_queues[key].close()
             # the one place a RebuiltQueue stands in for a ConsumeQueue: a read-only store
             # only reads (the QueueView half), and never writes, flushes or recovers it
@@ -470,20 +425,6 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
                                 "CommitLog; a read-write open rebuilds it")
     report.end_offset = end
     return report
-
-
-def _queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
-    """Queues rebuilt in memory from every record of the log that checks out."""
-    found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
-    tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
-    for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
-        if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
-            continue
-        if layout.in_queue(item.sys_flag):
-            found[(item.topic, item.queue_id)].append(
-                (item.queue_offset, item.commitlog_offset, item.total_size,
-                 tags.of(item.topic, item.properties, item.store_timestamp)))
-    return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}
 
 
 def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
@@ -532,90 +473,145 @@ def _no_gc() -> Iterator[None]:
 
 
 def recover(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> RecoveryReport:
-    """Recover a read-write open. Everything that would refuse is decided before anything
-    in the CommitLog changes; the only bytes it may cut are a torn tail (see `_refusal`),
-    copied into quarantine/ first."""
+    """Recover a read-write open in two steps: `decide` reads and changes nothing (every
+    refusal comes from it), `act` makes the ConsumeQueues and IndexFiles match the log and
+    cuts a torn tail (copied into quarantine/ first, see `_refusal`)."""
     with _no_gc():
-        return _recover(parts, last_exit_ok, progress)
+        plan = decide(parts, last_exit_ok, progress)
+        return act(parts, plan)
 
 
-def _recover(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> RecoveryReport:
-    commitlog = parts.commitlog
-    queue = commitlog.queue
+@dataclass
+class Plan:
+    """What `decide` found and `act` carries out."""
+
+    last_exit_ok: bool
+    end: int = 0  # where the valid CommitLog ends
+    reason: str | None = None  # why the scan stopped there (a torn tail to cut), or None
+    probe_from: int = 0  # where the deciding scan started (records from there were checked)
+    damaged: list[tuple[ConsumeQueue, int, bool]] = field(default_factory=list)
+    lost_heads: list[tuple[str, int]] = field(default_factory=list)
+    kept: Kept | None = None
+    empty: bool = False  # no CommitLog file at all
+
+
+def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> Plan:
+    """Everything recovery must know before it changes a byte: refuse (CorruptionError,
+    StoreError) with the files as found, or say what to do. Costs what the checkpoint
+    cannot vouch for: each queue's end found from the back and its last units checked, the
+    CommitLog scanned from the checkpoint (a clean open: its last file) on."""
+    queue = parts.commitlog.queue
     cp = parts.checkpoint
     check_files(parts)
-    cqs = list(parts.consume_queues.values())
-    for cq in cqs:
-        cq.recover()
-    report = RecoveryReport(not last_exit_ok, 0, 0)
+    for cq in parts.consume_queues.values():
+        cq.recover()  # finds the end; writes nothing (the bytes past it are zeros)
+    plan = Plan(last_exit_ok)
     if not queue.files:
         if cp.commitlog_flushed_offset > 0:
             raise CorruptionError(
                 f"the CommitLog files are gone but the checkpoint says "
                 f"{cp.commitlog_flushed_offset} bytes were flushed; nothing was changed: "
                 "restore them from a copy")
-        for cq in cqs:
-            cq.queue.truncate_dirty(0)
-            cq.max_physic_offset = 0
-        return report
-
-    check = parts.config.check_crc_on_recover
+        plan.empty = True
+        return plan
     flushed = cp.commitlog_flushed_offset
-    # 1. decide, changing nothing: where the valid log ends, and whether it may be cut there.
-    # The check covers every record a damaged queue will be dispatched again from.
-    altered = set(dispatch_state.altered_since_close(parts.root, parts.consume_queues))
-    damaged = [d for d in _damaged_queues(parts) if (d[0].topic, d[0].queue_id) not in altered]
-    damaged += [(parts.consume_queues[key], parts.consume_queues[key].min_offset, True)
-                for key in sorted(altered)]
+    plan.damaged = queue_check.damaged_queues(parts, NOWHERE if last_exit_ok else cp.cq_flushed_offset)
+    bad = {(cq.topic, cq.queue_id) for cq, _, _ in plan.damaged}
+    plan.lost_heads = [k for k in dispatch_state.lost_heads(parts.root, parts.consume_queues,
+                                                            queue.min_offset) if k not in bad]
+    plan.damaged += [(parts.consume_queues[k], parts.consume_queues[k].min_offset, True)
+                     for k in plan.lost_heads]
+    # the check covers every record `act` will dispatch
     last_start = queue.files[-1].file_from_offset
     if last_exit_ok:
         probe_from = min(last_start, flushed or last_start)
     else:
         probe_from = max(min(cp.cq_flushed_offset, last_start), queue.min_offset)
-    for cq, bad, good_after in damaged:
-        before = cq.entry(bad - 1) if not good_after and bad > cq.min_offset else None
-        probe_from = min(probe_from, before[0] + before[1] if before else queue.min_offset)
-    probe_from = _start_file(parts, max(probe_from, queue.min_offset))
-    # the records step 2 will most likely dispatch are kept as this scan parses them
-    kept = Kept(max(_dispatch_from(parts, last_exit_ok), probe_from))
-    end, _, reason = scan_end(parts, probe_from, NOWHERE, check, progress, keep=kept)
-    reason = reason or _bytes_past(parts, end)
-    if reason is not None or end < flushed:
-        refusal = _refusal(parts, end, flushed, reason)
+    probe_from = min(probe_from, _lowest_dispatch(parts, plan))
+    plan.probe_from = _start_file(parts, max(probe_from, queue.min_offset))
+    # the records `act` will most likely dispatch are kept as this scan parses them
+    plan.kept = Kept(max(_dispatch_from(parts, last_exit_ok), plan.probe_from))
+    plan.end, _, plan.reason = scan_end(parts, plan.probe_from, NOWHERE,
+                                        parts.config.check_crc_on_recover, progress, keep=plan.kept)
+    plan.reason = plan.reason or _bytes_past(parts, plan.end)
+    if plan.reason is not None or plan.end < flushed:
+        refusal = _refusal(parts, plan.end, flushed, plan.reason)
         if refusal is not None:
             raise CorruptionError(refusal)
+    _check_room(parts, plan)
+    return plan
 
-    # 2. act: ConsumeQueues and IndexFiles to match the log, the torn tail cut
+
+def _lowest_dispatch(parts: StoreParts, plan: Plan) -> int:
+    """The lowest CommitLog offset `act` will dispatch from: what the checkpoint says, moved
+    down for damaged queues, files lost since the last clean close and dropped IndexFiles."""
+    lowest = parts.commitlog.queue.min_offset
+    at = _dispatch_from(parts, plan.last_exit_ok)
+    if plan.last_exit_ok:
+        short, index_lost = dispatch_state.lost_since_close(parts.root, parts.consume_queues,
+                                                            parts.index.files)
+        if short or index_lost:
+            at = lowest
+    for cq, bad_at, good_after in plan.damaged:
+        before = cq.entry(bad_at - 1) if not good_after and bad_at > cq.min_offset else None
+        at = min(at, before[0] + before[1] if before else lowest)
+    if parts.index.lost_files:
+        at = min(at, parts.index.end_phy_offset if parts.index.files else lowest)
+    return max(at, lowest)
+
+
+def _check_room(parts: StoreParts, plan: Plan) -> None:
+    """Refuse before acting when the disk cannot take what `act` writes: the ConsumeQueue
+    units and index entries of the records it dispatches (counted by the deciding scan, or
+    bounded by the bytes past the checkpoint), a torn tail's copy, a new IndexFile."""
+    kept = plan.kept
+    records = kept.records if kept is not None and kept.open else \
+        (plan.end - plan.probe_from) // codec.MIN_RECORD_SIZE
+    need = records * 40 + (parts.commitlog.queue.max_offset - plan.end if plan.reason else 0)
+    if need == 0:
+        return
+    st = os.statvfs(parts.root)
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise StoreError(f"recovery needs about {need >> 20} MiB of free disk to index "
+                         f"{records} records, but {free >> 20} MiB are free; nothing was "
+                         "changed: free some space and open again")
+
+
+def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
+    """Carry out a plan: ConsumeQueues and IndexFiles made to match the log, the torn tail
+    cut. Dispatch is idempotent: a crash here is recovered by running recovery again (the
+    `abort` file is down)."""
+    queue = parts.commitlog.queue
+    last_exit_ok, end, reason = plan.last_exit_ok, plan.end, plan.reason
+    report = RecoveryReport(not last_exit_ok, 0, 0)
+    parts.index.drop_pending()
+    if plan.empty:
+        for cq in parts.consume_queues.values():
+            cq.queue.truncate_dirty(0)
+            cq.max_physic_offset = 0
+        return report
+    check = parts.config.check_crc_on_recover
+    for key in plan.lost_heads:
+        note = (f"ConsumeQueue {key[0]}/{key[1]} lost its first file(s) (it starts at offset "
+                f"{parts.consume_queues[key].first_file_offset}); rebuilt the queue from the "
+                "CommitLog (old files in quarantine/)")
+        log.warning("recovery: %s", note)
+        report.notes.append(note)
     dispatch_from = _dispatch_from(parts, last_exit_ok)
     if last_exit_ok:
         if _rebuild_what_went_missing(parts):
             dispatch_from = queue.min_offset
     else:
-        for cq in cqs:
+        for cq in parts.consume_queues.values():
             cq.truncate_from_physical(dispatch_from)
-    dispatch_from = _mend_queues(parts, damaged, dispatch_from, report)
+    dispatch_from = queue_check.mend_queues(parts, plan.damaged, dispatch_from, report.notes,
+                                            report.quarantined, frozenset(plan.lost_heads))
     if parts.index.lost_files:
         index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
         dispatch_from = max(min(dispatch_from, index_from), queue.min_offset)
-    dispatched, scan_from = 0, _start_file(parts, min(dispatch_from, probe_from))
-    # what step 1 parsed, at once; kept.end is a record's end once a run went in (kept.start,
-    # from the checkpoint, need not be), and nothing at or past `end` is dispatched
-    if dispatch_from >= kept.start and (kept.end > kept.start or kept.start >= end):
-        dispatched, scan_from = kept.dispatch(parts, dispatch_from), kept.end
-    if scan_from < end:
-        # the CommitLog is unchanged since step 1 checked [probe_from, end): not again
-        end2, more, reason2 = scan_end(parts, scan_from, dispatch_from, check, None,
-                                       (probe_from, end))
-        dispatched += more
-        if end2 < end:  # damage in a file older than the ones checked above
-            raise CorruptionError(_refusal(parts, end2, end, reason2))
-    holed = [cq for cq in parts.consume_queues.values() if cq.hole]
-    if holed:  # a queue lost entries below dispatch_from: dispatch again from its end
-        refill_from = max(min(cq.max_physic_offset for cq in holed), queue.min_offset)
-        for cq in holed:
-            cq.hole = False
-        dispatched += scan_end(parts, _start_file(parts, refill_from), refill_from, check, None)[1]
-    report.end_offset, report.dispatched = end, dispatched
+    report.dispatched = _dispatch(parts, plan, dispatch_from)
+    report.end_offset = end
     if reason is not None:
         report.quarantined += _quarantine_tail(parts, end)
         if report.quarantined:
@@ -638,3 +634,32 @@ def _recover(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -
     if not last_exit_ok or reason is not None or report.notes:
         parts.flush_logics()
     return report
+
+
+def _dispatch(parts: StoreParts, plan: Plan, dispatch_from: int) -> int:
+    """Dispatch every record from dispatch_from to the plan's end: those the deciding scan
+    kept at once, the rest walked again (their checksums not taken twice); then refill
+    queues that lost entries below. How many records were dispatched."""
+    queue = parts.commitlog.queue
+    check = parts.config.check_crc_on_recover
+    kept, end, probe_from = plan.kept, plan.end, plan.probe_from
+    dispatched, scan_from = 0, _start_file(parts, min(dispatch_from, probe_from))
+    # kept.end is a record's end once a run went in (kept.start, from the checkpoint, need
+    # not be), and nothing at or past `end` is dispatched
+    if kept is not None and dispatch_from >= kept.start and \
+            (kept.end > kept.start or kept.start >= end):
+        dispatched, scan_from = kept.dispatch(parts, dispatch_from), kept.end
+    if scan_from < end:
+        # the CommitLog is unchanged since `decide` checked [probe_from, end): not again
+        end2, more, reason2 = scan_end(parts, scan_from, dispatch_from, check, None,
+                                       (probe_from, end))
+        dispatched += more
+        if end2 < end:  # damage in a file older than the ones checked above
+            raise CorruptionError(_refusal(parts, end2, end, reason2))
+    holed = [cq for cq in parts.consume_queues.values() if cq.hole]
+    if holed:  # a queue lost entries below dispatch_from: dispatch again from its end
+        refill_from = max(min(cq.max_physic_offset for cq in holed), queue.min_offset)
+        for cq in holed:
+            cq.hole = False
+        dispatched += scan_end(parts, _start_file(parts, refill_from), refill_from, check, None)[1]
+    return dispatched

@@ -17,8 +17,8 @@ import fcntl
 import os
 import struct
 
+from ..errors import StoreLocked
 from . import safefs
-from .errors import StoreLocked
 
 _FLOCK = "hhqqi4x"  # struct flock on Linux x86_64/aarch64: type, whence, start, len, pid
 _HELD_HERE: set[str] = set()  # POSIX locks do not exclude the same process

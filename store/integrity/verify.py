@@ -7,26 +7,29 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec, dispatch_state, layout, salvage
-from .checkpoint import Checkpoint
-from .commitlog import CommitLog
-from .config import StoreConfig
-from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
-from .dispatcher import TagsCodes, has_queue_dir, parse_delay_levels
-from .errors import StoreFormatError
-from .flavor import flavor_named
-from .index_file import ENTRY_SIZE, HEADER_SIZE, IndexFile
-from .index_service import build_key
-from .lock import StoreLock
-from .manifest import inspect, is_store
-from .mapped_file import MappedFile, load_files
-from .metadata import ConsumerOffsets, TopicTable
-from .retention import recorded_min_offset
+from ..config import StoreConfig, parse_delay_levels
+from ..errors import StoreFormatError
+from ..files.checkpoint import Checkpoint
+from ..files.commitlog import CommitLog
+from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.dispatcher import TagsCodes, has_queue_dir
+from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
+from ..files.index_service import build_key
+from ..files.lock import StoreLock
+from ..files.mapped_file import MappedFile, load_files
+from ..format import codec, layout
+from ..format.flavor import flavor_named
+from ..meta import dispatch_state
+from ..meta.manifest import inspect, is_store
+from ..meta.metadata import ConsumerOffsets, TopicTable
+from ..meta.retention import recorded_min_offset
+from . import repair_journal, salvage
 from .salvage import Damage
 
 Progress = Callable[[int, int], None]
@@ -69,6 +72,7 @@ class _RecordInfo:
     tags_code: int
     keys: list[str]
     in_queue: bool
+    indexed: bool  # not a rolled-back transaction: its keys have entries
 
 
 def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, progress: Progress | None,
@@ -108,13 +112,13 @@ def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _Record
     codes = tags_codes.column(topics, tags, delays, r.store_ts).tolist()
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
                r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),
-               layout.in_queue(r.sys_flag).tolist())
-    for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue in rows:
+               layout.in_queue(r.sys_flag).tolist(), layout.indexed(r.sys_flag).tolist())
+    for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue, indexed in rows:
         if is_filler:
             fillers.add(commitlog_offset)
         else:
             records[commitlog_offset] = _RecordInfo(names[topic], queue_id, queue_offset, size,
-                                                    tag, ks, in_queue)
+                                                    tag, ks, in_queue, indexed)
 
 
 def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
@@ -189,7 +193,6 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     return checked
 
 
-_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 
 
 def _reachable(f: IndexFile, raw: np.ndarray) -> list[bool]:
@@ -211,6 +214,8 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
     directory = os.path.join(root, "index")
     checked = 0
     min_commitlog_offset = min(records) if records else 0
+    entries_of: Counter[int] = Counter()  # entries per CommitLog offset
+    index_start: int | None = None
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
         if not (name.isdigit() and len(name) == 17):
             continue
@@ -220,13 +225,20 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
                            "configured size")
             continue
         f = IndexFile(path, slots, entries, read_only=True)
+        stale = f.written > f.index_count
+        if stale and f.adopt_entries(lambda _: None) and not report.crashed:
+            report.lines.append(f"note: IndexFile {name} holds entries past its header's count "
+                                "(its writer was killed): they are read as its summary")
         if not f.header_ok():
             report.derived(f"IndexFile {name} has a damaged header")
             f.close()
             continue
-        raw = np.array(np.frombuffer(f.mf.buffer(), dtype=_ENTRY_DTYPE, count=f.index_count,
+        raw = np.array(np.frombuffer(f.mf.buffer(), dtype=ENTRY_DTYPE, count=f.index_count,
                                      offset=HEADER_SIZE + slots * 4))
         reachable = _reachable(f, raw)
+        if index_start is None and f.index_count > 1:
+            index_start = f.begin_phy_offset
+        entries_of.update(raw["phy"][1:].tolist())
         for idx, h, phy in zip(range(1, f.index_count), raw["hash"][1:].tolist(),
                                raw["phy"][1:].tolist()):
             if 0 <= phy < min_commitlog_offset:
@@ -244,7 +256,21 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
                 report.derived(f"IndexFile {name} entry {idx} cannot be reached from its hash "
                                "slot (a damaged slot or chain)")
         f.close()
+    _check_complete(records, entries_of, index_start, report)
     return checked
+
+
+def _check_complete(records: dict[int, _RecordInfo], entries_of: Counter[int], index_start: int | None,
+                    report: VerifyReport) -> None:
+    """Every keyed record from the index's first entry on has an entry per key: an IndexFile
+    replaced behind the store's back (a broker's recovery) loses keys no other check sees."""
+    if index_start is None:
+        return
+    missing = [offset for offset, r in records.items()
+               if offset >= index_start and r.indexed and r.keys and entries_of[offset] < len(r.keys)]
+    if missing:
+        report.derived(f"{len(missing)} keyed records since the index's start at {index_start} lack "
+                       f"IndexFile entries (the first at {min(missing)}): queries miss their keys")
 
 
 def verify_store(root: str, progress: Progress | None = None, config: StoreConfig | None = None
@@ -263,6 +289,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         return report
     if found.problem:
         report.problem(found.problem)
+    if repair_journal.pending(root):
+        report.problem(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
+                       "(or a read-write open) finishes it")
     _check_config(root, report)
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from .config import StoreConfig
-from .errors import StoreFormatError
+from ..config import StoreConfig
+from ..errors import StoreFormatError
+from ..files.consume_queue import UNIT_SIZE
+from ..files.index_file import index_file_size
+from ..files.json_file import read_json, write_json
 from .flavor_probe import probe
-from .json_file import read_json, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "mqfs.json"
@@ -76,6 +78,14 @@ def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
             f"records are {found.flavor}; nothing was changed: restore the manifest, or run "
             f"`mqfs repair {root}` to write it again from the records", rewrite=True)
     return StoreFormat(parsed)
+
+
+def file_sizes(config: StoreConfig) -> dict[str, int]:
+    """Bytes of one CommitLog file, one IndexFile and one ConsumeQueue file of a store made
+    with this config: what `mqfs init` tells a user about disk use."""
+    return {"commitlog": config.commitlog_file_size,
+            "index": index_file_size(config.index_slots, config.index_entries),
+            "consume_queue": config.consume_queue_units * UNIT_SIZE}
 
 
 def read_manifest(root: str, config: StoreConfig | None = None) -> StoreConfig:

@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..errors import StoreFormatError
 from . import safefs
-from .errors import StoreFormatError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -14,9 +14,9 @@ import mmap
 import os
 import threading
 
+from ..crash_points import crash_point
+from ..errors import StoreFormatError
 from . import safefs
-from .crash_points import crash_point
-from .errors import StoreFormatError
 from .safefs import fsync_dir
 
 OS_PAGE = 4096

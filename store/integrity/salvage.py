@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import codec, layout
-from .codec import StoredMessage
-from .errors import CodecError
-from .flavor import Flavor
-from .layout import MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS
-from .mapped_file import MappedFile, offset_to_name
+from ..errors import CodecError
+from ..files.mapped_file import MappedFile, offset_to_name
+from ..format import codec, layout
+from ..format.codec import StoredMessage
+from ..format.flavor import Flavor
+from ..format.layout import MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS
 
 Progress = Callable[[int, int], None]
 

@@ -14,17 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
-from .errors import StoreFormatError
-from .flavor import Flavor, flavor_named
-from .index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
-from .index_service import build_key as build_key  # published: the key an IndexFile hashes
-from .layout import MIN_RECORD_SIZE, store_timestamp_at
-from .manifest import is_store, read_manifest
-
-INDEX_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
-INDEX_HEADER_DTYPE = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phy", ">i8"),
-                               ("end_phy", ">i8"), ("slot_count", ">i4"), ("index_count", ">i4")])
+from ..errors import StoreFormatError
+from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
+from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
+from ..format.flavor import Flavor, flavor_named
+from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
+from ..meta.manifest import is_store, read_manifest
 
 
 @dataclass(frozen=True)
@@ -156,13 +152,15 @@ class IndexFileView:
 
 def read_index_file(path: str, slots: int) -> IndexFileView:
     mm = map_readonly(path)
-    header = np.frombuffer(mm, INDEX_HEADER_DTYPE, count=1)[0]
+    header = np.frombuffer(mm, HEADER_DTYPE, count=1)[0]
     slot_table = np.frombuffer(mm, ">i4", count=slots, offset=HEADER_SIZE).astype(np.int32)
-    count = max(int(header["index_count"]), 1)
     capacity = (len(mm) - HEADER_SIZE - slots * SLOT_SIZE) // ENTRY_SIZE
+    # the entries are the truth: a writer killed before it wrote its header left them past
+    # the header's count
+    count = max(int(header["index_count"]), 1, written_count(mm, slots, capacity) if capacity > 0 else 1)
     if count > capacity:
         raise StoreFormatError(f"{path}: index count {count} exceeds the file's {capacity} entries")
-    entries = np.frombuffer(mm, INDEX_ENTRY_DTYPE, count=count - 1,
+    entries = np.frombuffer(mm, ENTRY_DTYPE, count=count - 1,
                             offset=HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE).copy()
     return IndexFileView(path, header.copy(), slot_table, entries)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import xxhash
 
+from ..crash_points import crash_point
 from . import safefs
-from .crash_points import crash_point
 from .safefs import fsync_dir
 
 SIZE = 4096

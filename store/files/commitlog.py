@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import codec, layout
-from .codec import StoredMessage
-from .crash_points import ARMED, crash_point
-from .errors import CodecError, CorruptionError, InvalidMessage, NotFound
-from .flavor import Flavor
-from .layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from ..crash_points import ARMED, crash_point
+from ..errors import CodecError, CorruptionError, InvalidMessage, NotFound
+from ..format import codec, layout
+from ..format.codec import StoredMessage
+from ..format.flavor import Flavor
+from ..format.layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 

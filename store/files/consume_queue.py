@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import numpy as np
-import xxhash
 
+from ..crash_points import ARMED, crash_point
 from . import quarantine
-from .crash_points import ARMED, crash_point
+from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 
 UNIT_SIZE = 20
@@ -53,6 +53,11 @@ class ConsumeQueue:
     @property
     def min_offset(self) -> int:
         return max(self.min_logic_offset, self.queue.min_offset) // UNIT_SIZE
+
+    @property
+    def first_file_offset(self) -> int:
+        """Queue offset the first file starts at (0 unless retention deleted head files)."""
+        return self.queue.min_offset // UNIT_SIZE
 
     def units(self, file_index: int) -> np.ndarray:
         """The written units of one file as a structured numpy view."""
@@ -192,18 +197,6 @@ class ConsumeQueue:
             return np.empty(0, dtype=UNIT_DTYPE)
         return out[0] if len(out) == 1 else np.concatenate(out)
 
-    def digest(self, end: int) -> str:
-        """xxh64 of the units from min to `end`: what a clean close records to compare."""
-        h = xxhash.xxh64()
-        offset = self.min_offset
-        while offset < end:
-            units = self.entries(offset, min(1 << 16, end - offset))
-            if not len(units):
-                break
-            h.update(units.tobytes())
-            offset += len(units)
-        return h.hexdigest()
-
     def _record_at(self, queue_offset: int) -> int:
         """CommitLog offset of an entry in [min, max) (-1 outside)."""
         entry = self.entry(queue_offset)
@@ -239,17 +232,18 @@ class ConsumeQueue:
 
     # --- recovery and cleanup --------------------------------------------------------------
     def recover(self) -> None:
-        """Find the end: after the last unit that is not all zeros. A damaged unit before it
-        is found by recovery's check against the CommitLog, never cut here on its own."""
+        """Find the end: after the last unit that is not all zeros, looked for backwards from
+        the end of the newest data region of the newest file holding data (`_last_written`),
+        so a queue's end costs a page or two, not its whole file. A damaged or zero unit
+        before it is recovery's to find (checked against the CommitLog), never cut here."""
         files = self.queue.files
         if not files:
             return
         end = files[0].file_from_offset
         for mf in reversed(files):
-            units = np.frombuffer(mf.buffer(), dtype=np.uint8).reshape(-1, UNIT_SIZE)
-            written = np.flatnonzero(units.any(axis=1))
-            if written.size:
-                end = mf.file_from_offset + (int(written[-1]) + 1) * UNIT_SIZE
+            found = _last_written(mf)
+            if found is not None:
+                end = mf.file_from_offset + found
                 break
         self.queue.truncate_dirty(end)
         self._refresh_max_physic()
@@ -287,16 +281,16 @@ class ConsumeQueue:
         self.max_physic_offset = (last[0] + last[1]) if last and last[1] != PRE_BLANK[1] else 0
 
     def truncate_from_physical(self, commitlog_offset: int) -> None:
-        """Drop the entries after the last one whose record starts below commitlog_offset (the CommitLog
-        was cut there). A damaged unit in the middle pointing past commitlog_offset does not hide the
-        good units after it."""
-        files = self.queue.files
+        """Drop the entries after the last one whose record starts below commitlog_offset (the
+        CommitLog was cut there). A damaged unit in the middle pointing past commitlog_offset
+        does not hide the good units after it. Looked for from the end a chunk at a time: only
+        the units past the cut (and one chunk) are read."""
         end = self.queue.min_offset
-        for mf in files:
-            arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
-            below = np.flatnonzero((arr["offset"] < commitlog_offset) | (arr["size"] == PRE_BLANK[1]))
-            if below.size:
-                end = mf.file_from_offset + (int(below[-1]) + 1) * UNIT_SIZE
+        for mf in reversed(self.queue.files):
+            found = _last_below(mf, commitlog_offset)
+            if found is not None:
+                end = mf.file_from_offset + found
+                break
         if end < self.queue.max_offset:
             self.queue.truncate_dirty(end)
         self._refresh_max_physic()
@@ -330,6 +324,45 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.queue.close()
+
+
+_CHUNK_UNITS = 4096  # units read at a time when looking for a queue's end from the back
+
+
+def _chunks_back(lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    """[a, b) unit-aligned byte ranges covering [lo, hi) of a file, last first."""
+    hi = -(-hi // UNIT_SIZE) * UNIT_SIZE
+    lo -= lo % UNIT_SIZE
+    step = _CHUNK_UNITS * UNIT_SIZE
+    while hi > lo:
+        a = max(lo, hi - step)
+        yield a, hi
+        hi = a
+
+
+def _last_written(mf: MappedFile) -> int | None:
+    """End of the last unit of a file that is not all zeros, or None: the data regions
+    (never-written extents and holes are skipped unread) searched from the back."""
+    buf = mf.buffer()
+    for lo, hi in reversed(mf.data_regions(0)):
+        for a, b in _chunks_back(lo, min(hi, mf.file_size)):
+            units = np.frombuffer(buf, dtype=np.uint8, count=b - a, offset=a).reshape(-1, UNIT_SIZE)
+            written = np.flatnonzero(units.any(axis=1))
+            if written.size:
+                return a + (int(written[-1]) + 1) * UNIT_SIZE
+    return None
+
+
+def _last_below(mf: MappedFile, commitlog_offset: int) -> int | None:
+    """End of the last unit below a file's read position whose record starts below
+    commitlog_offset (or a pre-blank unit), or None; searched from the back."""
+    buf = mf.buffer()
+    for a, b in _chunks_back(0, mf.read_position):
+        arr = np.frombuffer(buf, dtype=UNIT_DTYPE, count=(b - a) // UNIT_SIZE, offset=a)
+        below = np.flatnonzero((arr["offset"] < commitlog_offset) | (arr["size"] == PRE_BLANK[1]))
+        if below.size:
+            return a + (int(below[-1]) + 1) * UNIT_SIZE
+    return None
 
 
 class QueueView(Protocol):

@@ -20,7 +20,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from .errors import CodecError, InvalidMessage
+from ..errors import CodecError, InvalidMessage
 from .flavor import CRC_MASK, Flavor
 from .layout import (
     BORN_HOST_POS,
@@ -108,9 +108,14 @@ def validate_stored_topic(topic: str) -> None:
 
 @lru_cache(maxsize=256)
 def encode_host(host: str, port: int) -> tuple[bytes, bool]:
-    """Address bytes plus an int32 port; True when the address is IPv6."""
-    addr = ipaddress.ip_address(host)
-    return addr.packed + _I32.pack(port), addr.version == 6
+    """Address bytes plus an int32 port; True when the address is IPv6. InvalidMessage for
+    what is no IP address and port."""
+    try:
+        addr = ipaddress.ip_address(host)
+        return addr.packed + _I32.pack(port), addr.version == 6
+    except (ValueError, TypeError, struct.error):
+        raise InvalidMessage(f"born host {host!r}:{port!r} is not an IP address and a port") \
+            from None
 
 
 def parse_host(text: str) -> tuple[str, int]:
@@ -412,12 +417,15 @@ class Encoder:
         topic = msg.topic
         tail = (self._topics.get(topic) or self._topic_part(topic)) + self._properties(msg.properties)
         born_raw, host_bits, head, ts_pos = self._born.get(msg.born_host) or self._hosts(msg.born_host)
-        rec = bytearray(head.pack(
-            head.size + body_len + len(tail), MAGIC_V1 if len(topic) <= MAX_TOPIC_LEN else MAGIC_V2,
-            self._crc_unmasked(body) & CRC_MASK, queue_id, msg.flag, 0, 0,
-            (msg.sys_flag & ~HOST_V6_FLAGS) | host_bits, msg.born_timestamp or time.time_ns() // 1_000_000,
-            born_raw, 0, self.store_host_raw, msg.reconsume_times, msg.prepared_transaction_offset,
-            body_len))
+        try:
+            rec = bytearray(head.pack(
+                head.size + body_len + len(tail), MAGIC_V1 if len(topic) <= MAX_TOPIC_LEN else MAGIC_V2,
+                self._crc_unmasked(body) & CRC_MASK, queue_id, msg.flag, 0, 0,
+                (msg.sys_flag & ~HOST_V6_FLAGS) | host_bits, msg.born_timestamp or time.time_ns() // 1_000_000,
+                born_raw, 0, self.store_host_raw, msg.reconsume_times, msg.prepared_transaction_offset,
+                body_len))
+        except (struct.error, TypeError):
+            raise InvalidMessage(_bad_field(msg)) from None
         rec += body
         rec += tail
         return rec, ts_pos
@@ -455,7 +463,7 @@ class Encoder:
         head["magic"] = MAGIC_V1
         head["body_crc"] = np.fromiter(map(self.flavor.crc_unmasked, bodies), dtype=np.int64, count=n) & CRC_MASK
         head["queue_id"] = queue_id
-        sys_flag = _int_column(sys_flags, "sysflag") & ~HOST_V6_FLAGS
+        sys_flag = _int_column(sys_flags, "sysflag", 32) & ~HOST_V6_FLAGS
         head["sys_flag"] = sys_flag
         born = _int_column(born_ts, "born timestamp")
         if not all(born_ts):
@@ -464,10 +472,11 @@ class Encoder:
         head["born_host"] = [hosts[h][0] for h in born_hosts] if len(hosts) > 1 else \
             hosts[born_hosts[0]][0]
         head["store_host"] = self.store_host_raw
-        for name, values, what in (("flag", flags, "flag"), ("reconsume", reconsume, "reconsume times"),
-                                   ("prepared", prepared, "prepared transaction offset")):
+        for name, values, what, bits in (("flag", flags, "flag", 32),
+                                         ("reconsume", reconsume, "reconsume times", 32),
+                                         ("prepared", prepared, "prepared transaction offset", 64)):
             if any(values):  # mostly all zeros, as np.zeros left them
-                head[name] = _int_column(values, what)
+                head[name] = _int_column(values, what, bits)
         head["body_len"] = body_len
         lens = props_len.astype(">u2").view("V2").tolist()
         return EncodedBatch(head, list(bodies), list(map(bytes.__add__, parts, lens)), props_raw,
@@ -503,12 +512,31 @@ class Encoder:
         return list(map(raw.__getitem__, map(slice, start.tolist(), stop.tolist()))), props_len
 
 
-def _int_column(values: list[int], what: str) -> np.ndarray:
-    """A message field of the whole batch as int64; InvalidMessage for one that is no int64."""
+def _int_column(values: list[int], what: str, bits: int = 64) -> np.ndarray:
+    """A message field of the whole batch as int64; InvalidMessage for one that does not fit
+    the record's `bits`-bit field."""
     try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        column = np.fromiter(values, dtype=np.int64, count=len(values))
     except (TypeError, ValueError, OverflowError):
         raise InvalidMessage(f"a message's {what} is not a 64-bit integer") from None
+    if bits < 64 and ((column < -(1 << bits - 1)) | (column >= 1 << bits - 1)).any():
+        raise InvalidMessage(f"a message's {what} is not a {bits}-bit integer")
+    return column
+
+
+# the header fields a producer sets, with the width of each in the record
+_FIELD_BITS = (("flag", "flag", 32), ("sys_flag", "sysflag", 32),
+               ("born_timestamp", "born timestamp", 64), ("reconsume_times", "reconsume times", 32),
+               ("prepared_transaction_offset", "prepared transaction offset", 64))
+
+
+def _bad_field(msg: Message) -> str:
+    """What is wrong with the header field of `msg` that did not pack."""
+    for attr, what, bits in _FIELD_BITS:
+        value = getattr(msg, attr)
+        if not isinstance(value, int) or not -(1 << bits - 1) <= value < 1 << bits - 1:
+            return f"a message's {what} is not a {bits}-bit integer: {value!r}"
+    return "a message's header fields are not integers of the record's widths"
 
 
 # one getter per field, each mapped over the batch: a column per pass reads the messages

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .codec import validate_stored_topic
-from .errors import InvalidMessage, StoreFormatError
-from .json_file import read_json, write_json
+from ..errors import InvalidMessage, StoreFormatError
+from ..files.json_file import read_json, write_json
+from ..format.codec import validate_stored_topic
 
 MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
 _MAX_OFFSET = (1 << 63) - 1

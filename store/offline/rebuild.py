@@ -18,14 +18,14 @@ import os
 import shutil
 from collections.abc import Iterable
 
-from . import dispatch_state
-from .checkpoint import Checkpoint
-from .codec import keys_to_index
-from .consume_queue import ConsumeQueue
-from .index_file import IndexFile
-from .index_service import IndexService
-from .manifest import MANIFEST
-from .metadata import TopicTable
+from ..files.checkpoint import Checkpoint
+from ..files.consume_queue import ConsumeQueue
+from ..files.index_file import IndexFile
+from ..files.index_service import IndexService
+from ..format.codec import keys_to_index
+from ..meta import dispatch_state
+from ..meta.manifest import MANIFEST
+from ..meta.metadata import TopicTable
 from .views import StoreLayout, commitlog_files, index_files
 
 

@@ -1,9 +1,11 @@
-"""What a clean close leaves for the next open to check: every queue's entry count and a digest
-of its units, and every IndexFile's entry count. Normal recovery trusts the ConsumeQueue and
-IndexFile files, and
-nothing in RocketMQ's format records how many entries a queue had, so a file deleted while the
-store was closed would otherwise go unnoticed. Only read after a clean close; a file of the
-wrong shape is refused rather than skipped, since skipping it silently turns the check off."""
+"""What a clean close leaves for the next open to check: every queue's entry count and the queue
+offset its first file starts at, and every IndexFile's entry count. Normal recovery trusts the
+ConsumeQueue and IndexFile files, and nothing in RocketMQ's format records how many entries a
+queue had or where it started, so a file deleted while the store was closed would otherwise go
+unnoticed. Each check costs one number per queue: the units themselves are checked against
+their records by the background scrub (store/scrub.py), not by the open. A file of the wrong
+shape is refused rather than skipped, since skipping it silently turns the check off.
+(Files an older mqfs wrote also hold a digest of each queue's units; it is no longer read.)"""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .codec import validate_stored_topic
-from .consume_queue import ConsumeQueue
-from .index_file import IndexFile
-from .json_file import read_json, write_json
+from ..files.consume_queue import ConsumeQueue
+from ..files.index_file import IndexFile
+from ..files.json_file import read_json, write_json
+from ..format.codec import validate_stored_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "dispatchState.json"
@@ -32,14 +34,15 @@ Queues = Mapping[tuple[str, int], ConsumeQueue]
 def save(root: str, consume_queues: Queues, index_files: list[IndexFile],
          commitlog_end: int | None = None) -> None:
     """Record the files as a clean close leaves them; `commitlog_end` is the flushed CommitLog
-    offset its checkpoint holds (`clean_close_at`)."""
+    offset its checkpoint holds (`clean_close_at`). One number or two per queue: a close
+    costs the same whatever the queues hold."""
     queues: dict[str, dict[str, int]] = {}
-    digests: dict[str, dict[str, str]] = {}
+    heads: dict[str, dict[str, int]] = {}
     for (topic, qid), cq in consume_queues.items():
         queues.setdefault(topic, {})[str(qid)] = cq.max_offset
-        digests.setdefault(topic, {})[str(qid)] = cq.digest(cq.max_offset)
+        heads.setdefault(topic, {})[str(qid)] = cq.first_file_offset
     index = {os.path.basename(f.path): f.index_count for f in index_files}
-    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "digests": digests}
+    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "heads": heads}
     if commitlog_end is not None:
         state["commitlogEnd"] = commitlog_end
     write_json(_path(root), state)
@@ -54,29 +57,34 @@ def clean_close_at(root: str) -> int | None:
     return end if isinstance(end, int) and not isinstance(end, bool) else None
 
 
-def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
-                              dict[tuple[str, int], str]]:
-    """Entry count per queue and per IndexFile name, and each queue's digest (absent in
-    files an older mqfs wrote), as save() writes them."""
-    json_object(data, "a top level")
-    queues: dict[tuple[str, int], int] = {}
-    for topic, counts in json_object(data.get("queues"), '"queues"').items():
+def _queue_numbers(data: Any, field: str, what: str) -> dict[tuple[str, int], int]:
+    """A {topic: {queue id: number}} member of the state, checked."""
+    out: dict[tuple[str, int], int] = {}
+    for topic, counts in json_object(data.get(field, {}), f'"{field}"').items():
         checked_name(validate_stored_topic, topic)
-        for q, n in json_object(counts, f"queues of {topic!r}").items():
-            queues[(topic, queue_id_key(q, f"{topic!r} queue"))] = json_int(
-                n, f"{topic!r} queue {q} count", 0, (1 << 63) - 1)
+        for q, n in json_object(counts, f"{field} of {topic!r}").items():
+            out[(topic, queue_id_key(q, f"{topic!r} queue"))] = json_int(
+                n, f"{topic!r} queue {q} {what}", 0, (1 << 63) - 1)
+    return out
+
+
+def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
+                              dict[tuple[str, int], int]]:
+    """Entry count per queue, per IndexFile name, and the queue offset each queue's first
+    file starts at (absent in files an older mqfs wrote), as save() writes them."""
+    json_object(data, "a top level")
+    json_object(data.get("queues"), '"queues"')
+    queues = _queue_numbers(data, "queues", "count")
     index: dict[str, int] = {}
     for name, n in json_object(data.get("indexFiles"), '"indexFiles"').items():
         if not (len(name) == 17 and name.isascii() and name.isdigit()):
             raise ValueError(f"has the IndexFile name {name!r}, not 17 digits")
         index[name] = json_int(n, f"IndexFile {name} count", 1, _INT32_MAX)
-    digests: dict[tuple[str, int], str] = {}
     for topic, per_queue in json_object(data.get("digests", {}), '"digests"').items():
         for q, digest in json_object(per_queue, f"digests of {topic!r}").items():
             if not (isinstance(digest, str) and len(digest) == 16):
                 raise ValueError(f"has the digest {digest!r} for {topic!r} queue {q}")
-            digests[(topic, queue_id_key(q, f"{topic!r} queue"))] = digest
-    return queues, index, digests
+    return queues, index, _queue_numbers(data, "heads", "head")
 
 
 def _checked(data: Any) -> dict[str, Any]:
@@ -86,23 +94,23 @@ def _checked(data: Any) -> dict[str, Any]:
 
 
 def read(root: str) -> tuple[dict[tuple[str, int], int], dict[str, int],
-                             dict[tuple[str, int], str]]:
-    """Queue counts, IndexFile counts and queue digests the last clean close left."""
+                             dict[tuple[str, int], int]]:
+    """Queue counts, IndexFile counts and queue heads the last clean close left."""
     return read_json(_path(root), ({}, {}, {}), check=_shape, fix=_FIX)
 
 
-def altered_since_close(root: str, consume_queues: Queues) -> list[tuple[str, int]]:
-    """Queues whose units up to the count of the last clean close are not the ones it left
-    (a flipped bit passes every cheap check: a tags code, say). Units are only appended, so
-    this holds after a later crash too."""
-    counts, _, digests = read(root)
-    altered = []
-    for key, digest in digests.items():
-        cq = consume_queues.get(key)
-        if cq is not None and cq.min_offset == 0 and cq.max_offset >= counts.get(key, 0) and \
-                cq.digest(counts.get(key, 0)) != digest:
-            altered.append(key)
-    return altered
+def lost_heads(root: str | None, consume_queues: Queues, commitlog_min: int) -> list[tuple[str, int]]:
+    """Queues whose first file is gone: their files start later than the last clean close
+    left them (or, for a queue it did not record, later than offset 0) while retention has
+    not deleted any of the CommitLog (only it may take a queue's head files away). One
+    number per queue, read after any exit: a file deleted while the store was down is
+    caught by the open, not only by verify. root None: the state is not read (a read-only
+    open), every queue must start at 0."""
+    if commitlog_min > 0:
+        return []  # retention ran: a head may have gone with the records it pointed at
+    heads = read(root)[2] if root is not None else {}
+    return [key for key, cq in consume_queues.items()
+            if cq.queue.files and cq.first_file_offset > heads.get(key, 0)]
 
 
 def lost_since_close(root: str, consume_queues: Queues, index_files: list[IndexFile]

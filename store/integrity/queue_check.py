@@ -1,0 +1,112 @@
+"""A store's ConsumeQueues checked against the CommitLog, and mended: what recovery checks
+at open (each queue's last units, as far as the checkpoint cannot vouch for them) and what the
+scrub checks after (every unit). Queue offsets come from the records, so a rebuilt queue loses
+or reuses none."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..config import parse_delay_levels
+from ..files.consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
+from ..files.dispatcher import TagsCodes
+from ..format import layout
+from . import salvage
+
+if TYPE_CHECKING:
+    from ..files.commitlog import CommitLog
+    from .recovery import StoreParts
+
+log = logging.getLogger(__name__)
+
+
+def damaged_queues(parts: StoreParts, trusted: int) -> list[tuple[ConsumeQueue, int, bool]]:
+    """Check each ConsumeQueue's units against their records (numpy) from its end backwards,
+    as far as the checkpoint cannot vouch for them (`_check_back`): (queue, first bad queue
+    offset, True when a good unit follows it) for each queue with a bad unit. Changes nothing
+    on disk. Units the checkpoint vouches for are the background scrub's to check."""
+    found = []
+    for cq in list(parts.consume_queues.values()):
+        bad = check_back(parts, cq, trusted)
+        if bad is not None:
+            found.append((cq, *bad))
+    return found
+
+
+def check_back(parts: StoreParts, cq: ConsumeQueue, trusted: int) -> tuple[int, bool] | None:
+    """Check a queue's units a chunk at a time from its end (64 units, then 4x more each
+    time) until a chunk's first unit checks out and its record starts below `trusted`: every
+    unit before it was on disk when the checkpoint was written. So a clean open reads each
+    queue's last units and the records they point at (proving the queue's end), and an
+    abnormal one what was written after the checkpoint. (first bad offset, good unit after)
+    or None."""
+    first, hi, step = cq.min_offset, cq.max_offset, 64
+    checked: list[np.ndarray] = []
+    while hi > first:
+        lo = max(first, hi - step)
+        units = cq.entries(lo, hi - lo)
+        if not len(units):
+            break
+        ok = units_ok(parts.commitlog, cq, lo, units)
+        checked.insert(0, ok)
+        hi, step = lo, min(step * 4, 1 << 16)
+        if ok[0] and (units["size"][0] == PRE_BLANK[1] or units["offset"][0] < trusted):
+            break
+    ok = np.concatenate(checked) if checked else np.ones(0, dtype=bool)
+    if ok.all():
+        return None
+    bad = int(np.argmin(ok))
+    return hi + bad, bool(ok[bad:].any())
+
+
+def units_ok(commitlog: CommitLog, cq: ConsumeQueue, lo: int, units: np.ndarray) -> np.ndarray:
+    """Which of a queue's units from queue offset `lo` describe their record: pre-blank
+    units and a leading run pointing below the CommitLog minimum (a head retention deleted
+    the records of) count as good; a negative offset is no record's."""
+    real = units["size"] != PRE_BLANK[1]
+    below = (units["offset"] >= 0) & (units["offset"] < commitlog.queue.min_offset)
+    real[:int(np.argmin(below)) if not below.all() else len(units)] = False
+    ok = ~real
+    ok[real] = commitlog.units_match(units["offset"][real], units["size"][real], cq.topic,
+                                     cq.queue_id, np.arange(lo, lo + len(units), dtype=np.int64)[real])
+    return ok
+
+
+def mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]], dispatch_from: int,
+                notes: list[str], quarantined: list[str], noted: frozenset = frozenset()) -> int:
+    """A bad tail is cut and dispatched again; a bad unit with good ones after it means the
+    queue file was damaged: its files go to quarantine/ and the queue is rebuilt from the
+    CommitLog (queue offsets come from the records, so none is lost or reused). Returns the
+    new dispatch_from. Queues in `noted` were explained by the caller already."""
+    lowest = parts.commitlog.queue.min_offset
+    for cq, bad, good_after in damaged:
+        if not good_after:
+            if bad < cq.max_offset:  # (a crash's ConsumeQueue tail may be cut already)
+                cq.cut_tail(bad)
+            dispatch_from = max(min(dispatch_from, cq.max_physic_offset), lowest)
+            continue
+        quarantined += cq.move_to_quarantine(parts.root)
+        note = (f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its "
+                f"record; rebuilt the queue from the CommitLog (old files in quarantine/)")
+        if (cq.topic, cq.queue_id) not in noted:
+            log.warning("recovery: %s", note)
+            notes.append(note)
+        dispatch_from = lowest
+    return dispatch_from
+
+
+def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
+    """Queues rebuilt in memory from every record of the log that checks out."""
+    found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
+    tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
+    for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
+        if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
+            continue
+        if layout.in_queue(item.sys_flag):
+            found[(item.topic, item.queue_id)].append(
+                (item.queue_offset, item.commitlog_offset, item.total_size,
+                 tags.of(item.topic, item.properties, item.store_timestamp)))
+    return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}

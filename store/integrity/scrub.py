@@ -1,0 +1,277 @@
+"""The scrub: the whole-store check an open no longer makes, done in the background once the
+store is serving.
+
+An open checks only what the checkpoint cannot vouch for (each queue's last units, the
+CommitLog past the checkpoint), so its cost does not grow with the store. Damage that happens
+to old, flushed data while the store is closed (a flipped bit, a zeroed page) is what the scrub
+looks for: every ConsumeQueue unit against its record, then every flushed CommitLog record
+(checksums included). Reads already refuse a unit that does not describe its record, so until
+the scrub gets there damage costs an error, never a wrong message.
+
+It works in small steps under the put lock (so retention and puts see whole steps), sleeps
+between steps so it takes about `share` of one core, and records where it is in
+config/scrub.json now and then, so the next mount goes on from there. A damaged queue is
+rebuilt from the CommitLog, as an open does (old files to quarantine/); a damaged record is
+reported (reads of it fail; `mqfs repair` salvages). Findings go to the log and to `status()`.
+`mqfs verify` stays the full offline check.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import StoreFormatError
+from ..files.consume_queue import ConsumeQueue
+from ..files.json_file import read_json, write_json
+from ..files.mapped_file import offset_to_name
+from ..format import codec, layout
+from ..format.codec import RecordRun
+from ..format.layout import MAGIC_BLANK
+from . import queue_check, salvage
+from .recovery import NOWHERE, check_run, scan_end, step_record
+
+if TYPE_CHECKING:
+    from ..message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+NAME = "scrub.json"
+_UNITS = 8192  # ConsumeQueue units checked in one step
+_BYTES = 4 << 20  # CommitLog bytes checked in one step
+_SAVE_EVERY = 10.0  # seconds between saves of the position
+_FINDINGS = 20  # findings remembered in the state
+
+
+def _state_shape(data: Any) -> dict[str, Any]:
+    """The saved position, refused (ValueError) when of a shape `_save` never writes."""
+    if not isinstance(data, dict):
+        raise ValueError("is not an object")
+    for name in ("passes", "unit", "commitlog", "started_ms", "completed_ms"):
+        if type(data.get(name, 0)) is not int:
+            raise ValueError(f"has {name} that is not a whole number")
+    if not isinstance(data.get("queue", ""), str) or not isinstance(data.get("findings", []), list):
+        raise ValueError("has a queue or findings of the wrong type")
+    return data
+
+
+class Scrub:
+    """One store's scrub. `run_pass()` checks everything at once (tests, tools); `start()`
+    runs passes in a thread, `interval_s` apart, throttled to `share` of a core."""
+
+    def __init__(self, store: MessageStore, share: float = 0.05, interval_s: float = 86400.0):
+        self.store = store
+        self.share = share
+        self.interval_s = interval_s
+        self.path = os.path.join(store.root, "config", NAME)
+        try:
+            state = read_json(self.path, {}, check=_state_shape, fix="starting a new pass")
+        except StoreFormatError as exc:  # only a position: never a reason to refuse an open
+            log.warning("scrub: %s", exc)
+            state = {}
+        self.passes: int = state.get("passes", 0)
+        self.queue: str = state.get("queue", "")  # "topic/queue" being checked, "" = first
+        self.unit: int = state.get("unit", 0)
+        self.commitlog: int = state.get("commitlog", -1)  # -1: the queues come first
+        self.started_ms: int = state.get("started_ms", 0)
+        self.completed_ms: int = state.get("completed_ms", 0)
+        self.findings: list[str] = list(state.get("findings", []))[-_FINDINGS:]
+        self.checked_units = 0
+        self.checked_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._saved = time.monotonic()
+        self._names: list[str] = []  # "topic/queue" of every queue, sorted
+
+    # --- running -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="mqfs-scrub", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._save()
+
+    def run_pass(self) -> None:
+        """Check everything from where the scrub is to the end of a pass, unthrottled."""
+        while self.step():
+            pass
+        self._save()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if not self.started_ms and self.completed_ms and \
+                        time.time() * 1000 < self.completed_ms + self.interval_s * 1000:
+                    self._stop.wait(min(60.0, self.interval_s))
+                    continue
+                began = time.monotonic()
+                more = self.step()
+                spent = time.monotonic() - began
+                if time.monotonic() - self._saved > _SAVE_EVERY or not more:
+                    self._save()
+                self._stop.wait(spent * (1 - self.share) / self.share if self.share > 0 else 1)
+        except Exception:  # a scrub that fails must not take the mount down: say so, stop
+            log.exception("scrub: stopped")
+
+    def step(self) -> bool:
+        """One bounded step; False when it finished a pass."""
+        if not self.started_ms:
+            self.started_ms = int(time.time() * 1000)
+        if self.commitlog < 0:
+            if self._queue_step():
+                return True
+            self.commitlog = self.store.commitlog.queue.min_offset
+        if self._commitlog_step():
+            return True
+        self.passes += 1
+        self.completed_ms, self.started_ms = int(time.time() * 1000), 0
+        self.queue, self.unit, self.commitlog = "", 0, -1
+        log.info("scrub: pass %d done", self.passes)
+        return False
+
+    # --- ConsumeQueues ---------------------------------------------------------------------
+    def _queue_step(self) -> bool:
+        """Check the next _UNITS units, queue after queue (names in sorted order, so a saved
+        position stays meaningful as queues come); False past the last queue."""
+        store = self.store
+        budget = _UNITS
+        with store.put_lock:
+            if len(self._names) != len(store.consume_queues):
+                self._names = sorted(f"{t}/{q}" for t, q in store.consume_queues)
+            names = self._names
+            while budget > 0:
+                i = bisect.bisect_left(names, self.queue)
+                if i == len(names):
+                    return False
+                if names[i] != self.queue:
+                    self.queue, self.unit = names[i], 0
+                topic, _, qid = self.queue.rpartition("/")
+                cq = store.consume_queues[(topic, int(qid))]
+                lo = max(self.unit, cq.min_offset)
+                units = cq.entries(lo, budget)
+                ok = queue_check.units_ok(store.commitlog, cq, lo, units)
+                self.checked_units += len(units)
+                budget -= max(len(units), 64)  # a queue costs a little even when empty
+                if not ok.all():
+                    self._rebuild(cq, lo + int(np.argmin(ok)))
+                if lo + len(units) >= cq.max_offset or not len(units):
+                    self.queue, self.unit = names[i] + "\0", 0  # sorts just past this queue
+                else:
+                    self.unit = lo + len(units)
+        return True
+
+    def _rebuild(self, cq: ConsumeQueue, bad: int) -> None:
+        """Rebuild a queue with a bad unit from the CommitLog (caller holds the put lock):
+        its units are gathered first, and only if the log yields them whole, up to the
+        queue's end (no offset given out may be given again), do the old files go to
+        quarantine/ and the new units in."""
+        store = self.store
+        what = f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its record"
+        units = _units_from_log(store, cq.topic, cq.queue_id)
+        if units is None or (len(units[3]) and int(units[3][-1]) + 1 < cq.max_offset):
+            self._found(f"{what}; not rebuilt: the CommitLog does not hold every message of "
+                        f"the queue (run `mqfs verify {store.root}` and `mqfs repair`)")
+            return
+        moved = cq.move_to_quarantine(store.root)
+        offsets, sizes, tags, queue_offsets = units
+        if len(offsets):
+            cq.put_run(offsets, sizes, tags, queue_offsets)
+        cq.flush()
+        self._found(f"{what}; rebuilt the queue from the CommitLog (old files: "
+                    f"{', '.join(moved)})")
+
+    # --- CommitLog -------------------------------------------------------------------------
+    def _commitlog_step(self) -> bool:
+        """Check up to _BYTES of flushed records from where the scrub is; False at the end."""
+        store = self.store
+        queue = store.commitlog.queue
+        with store.put_lock:
+            pos = max(self.commitlog, queue.min_offset)
+            end = queue.flushed_where
+            mf = queue.find(pos)
+            if mf is None or pos >= end:
+                return False
+            base = mf.file_from_offset
+            limit = min(end - base, mf.file_size)
+            buf, u8 = memoryview(mf.buffer()), np.frombuffer(mf.buffer(), dtype=np.uint8)
+            at, stop_at = pos - base, min(pos - base + _BYTES, limit)
+            while at < stop_at:
+                at, _, more = check_run(buf, u8, at, limit, base, store.flavor, NOWHERE, (0, 0))
+                if more:
+                    continue
+                if at >= limit or (limit - at >= 8 and codec.peek_header(buf, at)[1] == MAGIC_BLANK):
+                    at = mf.file_size  # a BLANK or the flushed end: the next file
+                    break
+                msg, reason = step_record(buf, at, limit, base, store.flavor)
+                if msg is not None:
+                    at += msg.total_size
+                    continue
+                found = salvage.next_record(mf, at + 1, limit, store.flavor)
+                self._found(f"damaged record at CommitLog offset {base + at} (file "
+                            f"{offset_to_name(base)}): {reason or 'zeros inside flushed data'}; "
+                            f"reads of it fail: run `mqfs verify {store.root}` and `mqfs repair`")
+                at = found if found is not None else mf.file_size
+            self.checked_bytes += at - (pos - base)
+            self.commitlog = base + at
+        return True
+
+    # --- state -----------------------------------------------------------------------------
+    def _found(self, text: str) -> None:
+        log.warning("scrub: %s", text)
+        self.findings = (self.findings + [text])[-_FINDINGS:]
+        self._save()
+
+    def _save(self) -> None:
+        self._saved = time.monotonic()
+        if self.store.config.read_only:
+            return
+        write_json(self.path, {"passes": self.passes, "queue": self.queue, "unit": self.unit,
+                               "commitlog": self.commitlog, "started_ms": self.started_ms,
+                               "completed_ms": self.completed_ms, "findings": self.findings})
+
+    def status(self) -> dict[str, Any]:
+        """Where the scrub is and what it found, for /status.json."""
+        end = self.store.commitlog.queue.flushed_where
+        return {"running": self._thread is not None, "passes": self.passes,
+                "phase": "idle" if not self.started_ms else
+                "consumequeue" if self.commitlog < 0 else "commitlog",
+                "queue": self.queue, "commitlog_offset": max(self.commitlog, 0),
+                "commitlog_end": end, "checked_units": self.checked_units,
+                "checked_bytes": self.checked_bytes, "last_pass_done_ms": self.completed_ms,
+                "findings": list(self.findings)}
+
+
+def _units_from_log(store: MessageStore, topic: str, queue_id: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(CommitLog offsets, sizes, tagsCodes, queue offsets) of one queue's records, from the
+    whole log, or None when the log does not check out to its end or the queue offsets have
+    gaps (messages lost to damage: `mqfs repair` keeps those offsets taken)."""
+    parts = store._parts()
+    cols: list[list[np.ndarray]] = [[], [], [], []]
+
+    def take(run: RecordRun) -> None:
+        mine = np.fromiter((t == topic for t in run.topics), dtype=bool, count=len(run))
+        rows = np.flatnonzero(mine & (run.queue_id == queue_id) & layout.in_queue(run.sys_flag))
+        tags = store.tags_codes.column(run.topics, run.tags, run.delays, run.store_ts)
+        for i, col in enumerate((run.commitlog_offset, run.size, tags, run.queue_offset)):
+            cols[i].append(col[rows].astype(np.int64))
+
+    parts.dispatch = take
+    start = store.commitlog.queue.min_offset
+    end, _, reason = scan_end(parts, start, start, store.config.check_crc_on_recover, None)
+    if end < store.commitlog.queue.max_offset:
+        return None
+    out = tuple(np.concatenate(c) if c else np.empty(0, dtype=np.int64) for c in cols)
+    if len(out[3]) and np.any(np.diff(out[3]) != 1):
+        return None
+    return out  # type: ignore[return-value]

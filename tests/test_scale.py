@@ -1,0 +1,98 @@
+"""What keeps an open's cost bounded by what changed: each queue's end and last units checked
+at open, the rest by the scrub (which resumes across opens), a missing first ConsumeQueue file
+caught at open, and a refused open leaving every file as it found it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from store import CorruptionError, Message, MessageStore, NotFound
+from tests.store_helpers import file_hashes, small_config
+
+pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"^scrub: ")
+
+
+def _fill(root: str, n: int, cfg=None) -> None:
+    with MessageStore(root, cfg or small_config()) as s:
+        s.put_batch([Message.create("t", b"m%d" % i, keys=[f"k{i}"]) for i in range(n)])
+
+
+def _flip(path: str, pos: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ 0x10]))
+
+
+def test_a_deleted_first_consumequeue_file_is_caught_by_the_open(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root, 250)  # 100 units a file: three files
+    os.unlink(os.path.join(root, "consumequeue", "t", "0", "0" * 20))
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert s.min_offset("t", 0) == 0 and bytes(s.get("t", 0, 5).body) == b"m5"
+    with MessageStore(root, small_config(), create=False) as s:
+        assert any("lost its first file" in n for n in s.recovery.notes)
+        assert s.min_offset("t", 0) == 0 and s.max_offset("t", 0) == 250
+        assert [bytes(m.body) for m in s.get_range("t", 0, 0, 3)] == [b"m0", b"m1", b"m2"]
+        assert s.put(Message.create("t", b"next")).queue_offset == 250
+
+
+def test_an_old_damaged_unit_is_left_to_the_scrub_which_rebuilds_the_queue(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root, 250)
+    _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
+    with MessageStore(root, small_config(), create=False) as s:
+        assert not s.recovery.notes  # the open read the last units only
+        with pytest.raises((CorruptionError, NotFound)):
+            s.get("t", 0, 10)  # never another message
+        s.scrub()
+        status = s.scrub_status()
+        assert status["passes"] == 1 and "unit 10 does not match" in status["findings"][0]
+        assert bytes(s.get("t", 0, 10).body) == b"m10" and s.max_offset("t", 0) == 250
+    assert os.listdir(os.path.join(root, "quarantine"))
+
+
+def test_the_scrub_resumes_where_the_last_mount_left_it(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root, 20_000, small_config(consume_queue_units=30_000))
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s._scrub is not None
+        assert s._scrub.step()  # 8192 units of the one queue, then closed
+        assert s.scrub_status()["queue"] == "t/0"
+    state = json.load(open(os.path.join(root, "config", "scrub.json")))
+    assert state["queue"] == "t/0" and state["unit"] == 8192
+    with MessageStore(root, small_config(), create=False) as s:
+        s.scrub()
+        assert s.scrub_status()["checked_units"] == 20_000 - 8192
+
+
+def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root, 3000)  # 64 KiB CommitLog files: many
+    _flip(os.path.join(root, "commitlog", "0" * 20), 1000)
+    with MessageStore(root, small_config(), create=False) as s:
+        assert not s.recovery.notes  # the open checked the last file only
+        s.scrub()
+        findings = s.scrub_status()["findings"]
+        assert any("damaged record at CommitLog offset 976 (file 00000000000000000000)" in f
+                   for f in findings)
+
+
+def test_a_refused_open_leaves_a_broken_indexfile_where_it_was(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root, 3000)
+    index_dir = os.path.join(root, "index")
+    newest = sorted(os.listdir(index_dir))[-1]
+    with open(os.path.join(index_dir, newest), "r+b") as f:
+        f.write(b"\xff" * 16)  # an impossible header: load sets it aside for quarantine
+    # and damage the last CommitLog file inside flushed data, so recovery refuses
+    last = sorted(os.listdir(os.path.join(root, "commitlog")))[-1]
+    _flip(os.path.join(root, "commitlog", last), 300)
+    before = file_hashes(root, skip=("lock",))
+    with pytest.raises(CorruptionError, match="nothing was changed"):
+        MessageStore(root, small_config(), create=False).open()
+    assert file_hashes(root, skip=("lock",)) == before
