@@ -53,8 +53,9 @@ from store.offline.views import (
     store_layout,
 )
 
-from .bounds import kept_bounds
-from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options
+from .bounds import kept_bounds, start_by_time
+from .kafka import kafka_schema, shaped
+from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, checked_runs, record_starts_ok, warn
 from .schema import message_schema, with_store_column
 from .stores import StoresReader, StoresStreamReader, several, store_roots
@@ -185,7 +186,9 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
 def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], lo: int, hi: int) -> int:
     """Where a queue's read starts; `lo` is its first message still stored. Asking for offsets
     before it is data loss: an error with failOnDataLoss (the default), else a warning."""
-    if opts.starting_ts is not None:
+    if opts.starting_by_ts and key in opts.starting_by_ts:
+        return max(lo, start_by_time(layout, key, opts.starting_by_ts[key], hi, opts.ts_strategy))
+    if opts.starting_ts is not None:  # past every message: the queue is read from its end
         return max(lo, offset_by_time(layout, key[0], key[1], opts.starting_ts))
     want = (OFFSET_NAMES[opts.starting] if isinstance(opts.starting, str)
             else opts.starting.get(key, EARLIEST))
@@ -207,8 +210,9 @@ def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], 
 
 
 def _end_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], hi: int) -> int:
-    if opts.ending_ts is not None:
-        return offset_by_time(layout, key[0], key[1], opts.ending_ts)
+    by_time = opts.ending_by_ts.get(key) if opts.ending_by_ts and key in opts.ending_by_ts else opts.ending_ts
+    if by_time is not None:
+        return offset_by_time(layout, key[0], key[1], by_time)
     want = LATEST if isinstance(opts.ending, str) else opts.ending.get(key, LATEST)
     return hi if want == LATEST else min(want, hi)
 
@@ -218,7 +222,9 @@ def selected_queues(layout: StoreLayout, opts: ReadOptions) -> list[tuple[str, i
 
 
 def _named_queues_exist(opts: ReadOptions, present: list[tuple[str, int]]) -> None:
-    for name, given in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
+    for name, given in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending),
+                        ("startingOffsetsByTimestamp", opts.starting_by_ts),
+                        ("endingOffsetsByTimestamp", opts.ending_by_ts)):
         if isinstance(given, dict):
             missing = sorted(set(given) - set(present))
             if missing:
@@ -231,7 +237,8 @@ def row_filter(layout: StoreLayout, opts: ReadOptions) -> RowFilter:
     a pattern or an assignment were given (resolved now, so they too are part of the snapshot)."""
     base = RowFilter(topics=opts.topics, queues=opts.queues, start_ms=opts.start_ms, end_ms=opts.end_ms)
     ranged = (opts.starting != "earliest" or opts.ending != "latest" or opts.starting_ts is not None
-              or opts.ending_ts is not None or opts.pattern is not None or opts.assign is not None)
+              or opts.ending_ts is not None or opts.pattern is not None or opts.assign is not None
+              or opts.starting_by_ts is not None or opts.ending_by_ts is not None)
     if not ranged:
         return base
     chosen = selected_queues(layout, opts)
@@ -287,6 +294,9 @@ class MqfsReader(DataSourceReader):
                                     flt, self.end_offset))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
+
+    def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, UnitRange):
             yield from read_units(self.layout, partition, self.opts)
             return
@@ -380,7 +390,8 @@ class MqfsDataSource(DataSource):
         if getattr(self, "end_offsets", None) is None and (self.options.get("path") or self.options.get("paths")):
             self.roots = store_roots(self.options)
             self.end_offsets = {r: commitlog_end(store_layout(r)) for r in self.roots}
-        schema = message_schema(columns_option(self.options))
+        kafka, headers = shape(self.options)
+        schema = kafka_schema(headers) if kafka else message_schema(columns_option(self.options))
         return with_store_column(schema) if several(self.options) else schema
 
     def _stores(self) -> list[str]:

@@ -27,7 +27,7 @@ from pipeline.jobs import audit  # noqa: E402
 from pipeline.options import read_options  # noqa: E402
 from pipeline.source import MqfsReader  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
-from store import MessageStore  # noqa: E402
+from store import Message, MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -246,3 +246,25 @@ def test_the_streaming_sink_writes_each_batch_once_through_a_driver_kill(tmp_pat
     want = sorted((r["topic"], r["queue_id"], r["body"]) for r in expected_rows(source).values())
     got = sorted((r["topic"], r["queue_id"], r["body"]) for r in expected_rows(target).values())
     assert got == want
+
+
+def test_export_overwrites_and_an_export_of_nothing_is_empty_and_valid(spark, store, tmp_path, capsys):
+    out = str(tmp_path / "exp")
+    assert cli.main(["export", store, out, "--topic", "Nope"]) == 0
+    assert "exported 0 messages: none matched" in capsys.readouterr().out
+    assert "_SUCCESS" in os.listdir(out) and not [n for n in os.listdir(out) if not n.startswith(("_", "."))]
+    assert cli.main(["export", store, out]) == 1  # OUT exists: refused without --overwrite
+    assert cli.main(["export", store, out, "--overwrite", "--topic", "Orders"]) == 0
+    orders = sum(1 for r in expected_rows(store).values() if r["topic"] == "Orders")
+    assert spark.read.parquet(out).count() == orders
+
+
+def test_stats_rate_of_a_burst_is_its_count_per_second(spark, tmp_path, capsys):
+    root, out = str(tmp_path / "burst"), str(tmp_path / "stats")
+    with MessageStore(root) as s:
+        s.clock = lambda: 1_700_000_000_000
+        s.put_batch([Message.create("Burst", b"x") for _ in range(10)])
+    assert cli.main(["stats", root, out]) == 0
+    assert "Burst: 10 messages in 1 queue, " in capsys.readouterr().out
+    with open(os.path.join(out, "stats.json")) as f:
+        assert json.load(f)["topics"][0]["rate_per_s"] == 10.0
