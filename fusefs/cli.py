@@ -9,13 +9,33 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import time
 
 COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "pipeline")
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml is its one source)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("mqfs")
+    except PackageNotFoundError:
+        return "unknown (not installed: run scripts/setup)"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (`mqfs: ...`), like every other error of the command."""
+    """Usage errors as one line (`mqfs: ...`), like every other error of the command; every
+    command and subcommand takes --version."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.add_help:
+            self.add_argument("--version", action="version", version=f"mqfs {version()}",
+                              help="show the version and exit")
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
@@ -31,13 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "user's store); links inside it are still never followed")
     m = sub.add_parser("mount", parents=[trust],
                        help="mount a store (returns once the mount is ready)")
-    m.add_argument("store")
-    m.add_argument("mountpoint")
-    m.add_argument("-o", dest="options", action="append", default=[],
-                   help="flush=async|sync, transient, ro, allow_other, allow_root, uid=N, gid=N, "
-                        "umask=OCTAL, keys_max=N, buffer_max=BYTES "
-                        "(fstab-only options are ignored)")
+    m.add_argument("store", help="the store directory (made by mqfs init)")
+    m.add_argument("mountpoint", help="an empty directory")
+    m.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
+                   help="flush=async|sync (sync: a write returns once on disk), transient, ro, "
+                        "allow_other, allow_root, uid=N, gid=N, umask=OCTAL, keys_max=N "
+                        "(hits listed per key), buffer_max=BYTES (memory for bodies being "
+                        "written), retention_hours=H and retention_bytes=N (delete the oldest "
+                        "CommitLog files; off by default), debug (as -d); fstab-only options "
+                        "are ignored")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
+    m.add_argument("-d", "--debug", action="store_true",
+                   help="foreground, with libfuse's request trace and the debug log on stderr")
     m.add_argument("--systemd", action="store_true",
                    help="foreground, send READY=1 to $NOTIFY_SOCKET (Type=notify)")
     m.add_argument("--log", default=None,
@@ -46,13 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "$XDG_STATE_HOME/mqfs/, never inside the store)")
 
     u = sub.add_parser("umount", help="flush, unmount and wait for the daemon to exit")
-    u.add_argument("mountpoint")
+    u.add_argument("mountpoint", help="where the store is mounted")
     u.add_argument("--timeout", type=float, default=300.0,
                    help="seconds to wait for the daemon; then detach lazily and fail")
 
     i = sub.add_parser("init", help="create an empty store")
-    i.add_argument("store")
-    i.add_argument("--flavor", choices=("xxhash", "rocketmq"), default="xxhash")
+    i.add_argument("store", help="a new or empty directory")
+    i.add_argument("--flavor", choices=("xxhash", "rocketmq"), default="xxhash",
+                   help="the body checksum and key hash: xxhash (default; faster, and "
+                        "smaller default file sizes) or rocketmq (CRC-32 and Java's hashCode, "
+                        "bit for bit what a RocketMQ broker writes and reads, with its 1 GiB "
+                        "CommitLog files); the format is otherwise the same")
     i.add_argument("--commitlog-file-size", type=int,
                    help="bytes per CommitLog file (xxhash: 128 MiB, rocketmq: 1 GiB)")
     i.add_argument("--consume-queue-units", type=int, help="20-byte units per ConsumeQueue file "
@@ -65,11 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("info", "summary of a store that is not mounted (changes nothing)"),
                        ("verify", "check every record, ConsumeQueue and IndexFile entry "
                                   "(changes nothing)")):
-        sub.add_parser(name, help=text, parents=[trust]).add_argument("store")
+        sub.add_parser(name, help=text, parents=[trust]).add_argument(
+            "store", help="the store directory")
     r = sub.add_parser("repair", parents=[trust], help="salvage a damaged store: keep every intact record, "
                                       "quarantine damaged bytes, rebuild ConsumeQueues and "
                                       "IndexFiles (shows the plan, then asks)")
-    r.add_argument("store")
+    r.add_argument("store", help="the store directory (not mounted)")
     r.add_argument("--yes", action="store_true", help="apply the plan without asking")
     sub.add_parser("pipeline", help="PySpark pipeline jobs (mqfs pipeline --help)", add_help=False)
     return p
@@ -81,9 +111,13 @@ def cmd_mount(a: argparse.Namespace) -> int:
     from .options import parse_options
 
     opts = parse_options(a.options)
-    store, mnt = os.path.realpath(a.store), os.path.abspath(a.mountpoint)
+    opts.debug |= a.debug
+    store, mnt = a.store, os.path.abspath(a.mountpoint)
     if a.log not in (None, "syslog", "stderr", "none"):
         check_writable(a.log)
+    if opts.debug:
+        return run_foreground(store, mnt, opts, use_systemd=a.systemd,
+                              log_target=a.log or "stderr")
     if a.foreground or a.systemd:
         return run_foreground(store, mnt, opts, use_systemd=a.systemd, log_target=a.log)
     return run_daemon(store, mnt, opts, log_target=a.log)
@@ -153,6 +187,9 @@ def cmd_info(a: argparse.Namespace) -> int:
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
         cfg, rec = s.config, s.recovery
         print(f"store        {root}")
+        mnt = mounted_on(root)
+        if mnt is not None:
+            print(f"mounted      on {mnt} (live figures: {mnt}/status.json)")
         print(f"flavor       {cfg.flavor}, whole-record checksums "
               f"{'on' if cfg.record_crc else 'off (records written without them)'}")
         print(f"file sizes   commitlog {cfg.commitlog_file_size}, consume queue "
@@ -184,35 +221,39 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(label: str):
-    last = [-1]
+def _verify(store: str, label: str):
+    """verify_store with a progress bar (on a terminal) and its seconds taken."""
+    from store.integrity.verify import verify_store
 
-    def report(done: int, total: int) -> None:
-        pct = 100 * done // total if total else 100
-        if pct != last[0] and (pct % 10 == 0 or done >= total):
-            last[0] = pct
-            print(f"mqfs: {label} {pct}%", file=sys.stderr, flush=True)
-    return report
+    from .progress import progress_bar
+
+    started = time.monotonic()
+    with progress_bar(label) as progress:
+        report = verify_store(store, progress=progress)
+    return report, time.monotonic() - started
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from store.integrity.verify import verify_store
-
-    report = verify_store(a.store, progress=_progress("verifying"))
-    for line in report.lines:
+    report, seconds = _verify(a.store, "verify")
+    counts, *rest = report.lines
+    for line in rest:
         print(line)
+    print(f"{counts} in {seconds:.1f} s")  # the summary: counts and time, last
     return 0 if report.ok else 1
 
 
 def cmd_repair(a: argparse.Namespace) -> int:
     """Show the plan; apply it only when confirmed (--yes, or y at a terminal prompt)."""
-    from store.integrity.verify import verify_store
     from store.repair import apply_repair, plan_repair
 
-    plan = plan_repair(a.store)  # finishes an interrupted repair first
+    from .progress import progress_bar
+
+    started = time.monotonic()
+    with progress_bar("repair: plan") as progress:
+        plan = plan_repair(a.store, progress)  # finishes an interrupted repair first
     for line in plan.finished:
         print(line)
-    before = verify_store(a.store)
+    before, _ = _verify(a.store, "repair: verify")
     if before.ok and not plan.needed:
         print("nothing to repair: verify finds no problem")
         return 0
@@ -230,8 +271,9 @@ def cmd_repair(a: argparse.Namespace) -> int:
             return 1
     for line in apply_repair(plan):
         print(line)
-    after = verify_store(a.store)
+    after, _ = _verify(a.store, "repair: verify again")
     print(after.lines[-1] if after.ok else "\n".join(after.lines))
+    print(f"repair: {after.lines[0]} after repair; done in {time.monotonic() - started:.1f} s")
     return 0 if after.ok else 1
 
 
@@ -256,9 +298,43 @@ def _dispatch(argv: list[str]) -> int:
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
     _trust(getattr(args, "trust_owner", []))
+    if getattr(args, "store", None):  # links on the way to a store are the administrator's:
+        args.store = os.path.realpath(args.store)  # resolved once; none is followed inside
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair}[args.command]
-    return handler(args)
+    from store.errors import StoreLocked
+
+    try:
+        return handler(args)
+    except StoreLocked as exc:
+        raise StoreLocked(f"{exc}; {_what_to_run(args.store)}") from None
+
+
+def mounted_on(store: str) -> str | None:
+    """Where the store is mounted (an mqfs mount names its store as the source), if it is."""
+    root = os.path.realpath(store)
+    try:
+        with open("/proc/self/mounts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        source, target, fstype = (_unescape(f) for f in line.split()[:3])
+        if fstype == "fuse.mqfs" and source == root:
+            return target
+    return None
+
+
+def _unescape(field: str) -> str:
+    """/proc/self/mounts writes space, tab, newline and backslash as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _what_to_run(store: str) -> str:
+    mnt = mounted_on(store)
+    if mnt is None:
+        return "if it is mounted, read MOUNTPOINT/status.json or run `mqfs umount MOUNTPOINT` first"
+    return f"it is mounted on {mnt}: read {mnt}/status.json, or run `mqfs umount {mnt}` first"
 
 
 def _one_line(exc: BaseException) -> str:

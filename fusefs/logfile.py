@@ -2,7 +2,7 @@
 keys and paths).
 
 STORE/logs/mqfs.log lies inside a directory another user may own, so it is opened, rotated
-and replaced only through store.safefs: a link planted as the log, as an old log or as
+and replaced only through store.files.safefs: a link planted as the log, as an old log or as
 `logs/` makes the open fail instead of letting the daemon append to (or rename over) a
 file outside the store. A file the administrator names with --log is theirs: it is opened
 as given.

@@ -28,6 +28,7 @@ from .inodes import (
     message_ino,
     split_ino,
 )
+from .topicnames import topic_entry
 
 ATTR_CACHE_SIZE = 65_536
 BODY_CACHE_BYTES = 64 << 20  # bodies kept from lookup for the open that usually follows
@@ -40,7 +41,7 @@ def link_target(view: int, topic: str, queue: int, offset: int) -> bytes:
         return b"../%d" % offset  # from <queue>/at/
     if view == TAG_VIEW:
         return b"../../%d" % offset  # from <queue>/tags/<tag>/
-    return f"../../topics/{topic}/{queue}/{offset}".encode()
+    return f"../../topics/{topic_entry(topic)}/{queue}/{offset}".encode()
 
 
 class Messages:

@@ -19,8 +19,10 @@ import stat
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from .options import MountOptions
+from .progress import progress_bar
 
 log = logging.getLogger("mqfs")
 
@@ -37,26 +39,26 @@ def systemd_notify(message: str) -> None:
         sock.sendall(message.encode())
 
 
-class RecoveryProgress:
-    """Recovery progress on stderr, at most a few lines a second."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if total <= 0 or (now - self.last < 0.5 and done < total):
-            return
-        self.last = now
-        end = "\n" if done >= total or not sys.stderr.isatty() else "\r"
-        print(f"mqfs: {self.label} {done}/{total} ({100 * done // total}%)", end=end,
-              file=sys.stderr, flush=True)
+def describe_recovery(report) -> str:
+    """What opening the store found and did, as one line a person reads (the facts: where
+    the CommitLog ends, records indexed again, files moved to quarantine/, notes)."""
+    facts = ["recovered after an unclean shutdown" if report.abnormal else "clean",
+             f"CommitLog ends at offset {report.end_offset}",
+             f"{report.dispatched} records indexed again"]
+    if report.quarantined:
+        facts.append(f"moved to quarantine: {', '.join(report.quarantined)}")
+    if report.corruption:
+        facts.append(f"damage served around: {report.corruption}")
+    facts.extend(report.notes)
+    return "; ".join(facts)
 
 
 LOG_DIR = "logs"  # inside the store directory
 LOG_BYTES = 4 << 20  # mqfs.log is rotated at this size, keeping LOG_KEEP old files
 LOG_KEEP = 3
+
+
+LIVE_REFRESH_MS = 200  # how often an -o ro mount takes in what a broker or daemon wrote
 
 
 def default_log(store_root: str, read_only: bool) -> str:
@@ -70,7 +72,7 @@ def default_log(store_root: str, read_only: bool) -> str:
 
 
 def setup_logging(target: str | None, foreground: bool, store_root: str,
-                  read_only: bool = False) -> None:
+                  read_only: bool = False, debug: bool = False) -> None:
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
     cannot be written."""
@@ -97,7 +99,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
             except (OSError, StoreError):  # the store's own check refuses it with one line
                 target = "syslog" if os.path.exists("/dev/log") else "none"
     root = logging.getLogger()
-    root.setLevel(logging.INFO)
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
     if target == "none":
         handler: logging.Handler = logging.NullHandler()
     elif target == "stderr":
@@ -153,14 +155,19 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     check_mountpoint(mountpoint)
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
-                      retention_bytes=opts.retention_bytes)
+                      retention_bytes=opts.retention_bytes,
+                      live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
-    # a clean open only re-checks the tail: quick, and not worth alarming lines
-    progress = RecoveryProgress("recovering after an unclean shutdown:") if crashed else None
-    store = MessageStore(store_root, cfg, progress=progress, create=False)
-    store.open()
+    # a clean open only re-checks the tail: quick, and not worth a bar
+    started = time.monotonic()
+    with progress_bar("recovery") if crashed else nullcontext(None) as progress:
+        store = MessageStore(store_root, cfg, progress=progress, create=False)
+        store.open()
     if store.recovery is not None:
-        log.info("opened %s: %s", store_root, store.recovery)
+        summary = describe_recovery(store.recovery)
+        log.info("opened %s in %.1f s: %s", store_root, time.monotonic() - started, summary)
+        if crashed and sys.stderr.isatty():  # the person who mounted sees what recovery did
+            print(f"mqfs: {summary} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     clean = False
     try:
         model = Model(store, umask=opts.umask, keys_max=opts.keys_max,
@@ -208,7 +215,7 @@ async def _main_loop(ops) -> None:
 
 def run_foreground(store_root: str, mountpoint: str, opts: MountOptions, *,
                    use_systemd: bool, log_target: str | None) -> int:
-    setup_logging(log_target, foreground=True, store_root=store_root)
+    setup_logging(log_target, foreground=True, store_root=store_root, debug=opts.debug)
     faulthandler.register(signal.SIGUSR1)
 
     def ready() -> None:

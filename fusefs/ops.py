@@ -21,7 +21,6 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
@@ -44,6 +43,15 @@ from pyfuse3 import (
 from store import Message
 
 from .errors import FsError, errno_for
+from .handles import (
+    FollowHandle,
+    Handles,
+    MessageHandle,
+    OffsetHandle,
+    StagedHandle,
+    TextHandle,
+    WriteHandle,
+)
 from .inodes import (
     APPEND,
     FOLLOW,
@@ -75,70 +83,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@dataclass
-class MessageHandle:
-    body: bytes
-
-
-@dataclass
-class WriteHandle:
-    """An open `append` or `append.jsonl`; writer is None when opened read-only. `lane`
-    keeps the writes and commits of one handle in order while they wait for threads."""
-
-    ino: int
-    writer: AppendWriter | JsonlWriter | None
-    lane: trio.Lock = field(default_factory=trio.Lock)
-
-
-@dataclass
-class OffsetHandle:
-    ino: int
-    text: bytes
-    writer: OffsetWriter | None = None
-
-
-@dataclass
-class StagedHandle:
-    entry: Staged
-
-
-@dataclass
-class TextHandle:
-    """Generated text fixed at open (status.json)."""
-
-    text: bytes
-
-
-@dataclass
-class FollowHandle:
-    """`follow`: the next offset to deliver and bytes delivered in part."""
-
-    ino: int
-    topic: str
-    queue: int
-    next: int
-    opener: int  # pid of the process that opened it: its signals end a waiting read
-    uid: int  # whose slot it holds
-    pending: bytes = b""
-    closed: bool = False
-
-
-@dataclass
-class Handles:
-    table: dict[int, Any] = field(default_factory=dict)
-    next: int = 1
-
-    def add(self, obj: Any) -> int:
-        fh = self.next
-        self.next += 1
-        self.table[fh] = obj
-        return fh
-
-    def get(self, fh: int) -> Any:
-        try:
-            return self.table[fh]
-        except KeyError:
-            raise FsError(errno.EBADF) from None
+# handlers whose (parent inode, name) arguments name the entry they act on
+NAMED_HANDLERS = {"lookup", "mkdir", "rmdir", "unlink", "create", "mknod", "symlink", "rename"}
 
 
 def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -158,6 +104,9 @@ def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
             ops = args[0] if args and isinstance(args[0], Operations) else None
             arg = args[1] if len(args) > 1 else None
             where = ops.where(fn.__name__, arg) if ops is not None and isinstance(arg, int) else "?"
+            name = args[2] if len(args) > 2 else None
+            if isinstance(name, bytes) and fn.__name__ in NAMED_HANDLERS:  # the entry, not its parent
+                where = f"{where.rstrip('/')}/{name.decode(errors='replace')}"
             if err is None:
                 log.exception("%s failed unexpectedly on %s; answering EIO", fn.__name__, where)
                 err = errno.EIO

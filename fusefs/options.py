@@ -32,6 +32,7 @@ class MountOptions:
     buffer_max: int = BUFFER_MAX
     retention_hours: float = 0.0  # off: CommitLog files are kept until this is set
     retention_bytes: int = 0  # off: no size limit on the store's own CommitLog
+    debug: bool = False  # foreground, libfuse's request trace and the debug log on stderr
 
     def fuse_options(self, store_root: str) -> set[str]:
         fsname = store_root.replace("\\", "\\\\").replace(",", "\\,")
@@ -42,6 +43,8 @@ class MountOptions:
             opts.add("allow_other")
         if self.allow_root:
             opts.add("allow_root")
+        if self.debug:
+            opts.add("debug")
         return opts
 
 
@@ -76,6 +79,8 @@ def parse_options(groups: list[str]) -> MountOptions:
                 opts.allow_other = True
             elif item == "allow_root":
                 opts.allow_root = True
+            elif item == "debug":
+                opts.debug = True
             elif name in ("uid", "gid", "keys_max", "buffer_max", "retention_bytes"):
                 setattr(opts, name, _number(name, value, 10))
             elif name == "retention_hours":
@@ -93,7 +98,7 @@ def parse_options(groups: list[str]) -> MountOptions:
                 raise ValueError(f"unknown mount option {item!r} (known: flush=async|sync, "
                                  "transient, ro, allow_other, allow_root, uid=N, gid=N, "
                                  "umask=OCTAL, keys_max=N, buffer_max=BYTES, retention_hours=H, "
-                                 "retention_bytes=N)")
+                                 "retention_bytes=N, debug)")
     if opts.allow_other and opts.allow_root:
         raise ValueError("allow_other and allow_root exclude each other")
     return opts

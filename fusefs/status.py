@@ -68,6 +68,8 @@ def status(model: Model) -> dict:
         "last_recovery": (None if rec is None else dataclasses.asdict(rec)
                           if dataclasses.is_dataclass(rec) else str(rec)),
         "scrub": store.scrub_status(),
+        # -o ro of a store another process writes: how far the mount has read
+        "live": None if store.live is None else store.live.status(),
         "queues": queues, "groups": groups,
         "keys_truncated": list(model.recent.keys_cut),
         "recent_errors": list(model.recent.errors),

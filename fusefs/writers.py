@@ -21,8 +21,8 @@ from collections.abc import Callable
 import orjson
 
 from store import InvalidMessage, Message
-from store.format.codec import PROPERTY_KEYS
 from store.format.jsonl import BodyTooLarge, decode_line, message_of
+from store.format.message import PROPERTY_KEYS
 
 from .errors import FsError
 from .keynames import SURELY_FITS, check_key

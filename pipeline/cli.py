@@ -20,10 +20,24 @@ import sys
 from pipeline.spark import progress, session
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mqfs pipeline", description="Spark jobs over an mqfs store.")
+class Parser(argparse.ArgumentParser):
+    """As every mqfs command: usage errors in one line, --version on each (sub)command."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from importlib.metadata import version
+
+        self.add_argument("--version", action="version", version=f"mqfs {version('mqfs')}",
+                          help="show the version and exit")
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="mqfs pipeline", description="Spark jobs over an mqfs store.")
     p.add_argument("--master", help="Spark master (default local[*], or spark-submit's)")
-    sub = p.add_subparsers(dest="job", required=True)
+    sub = p.add_subparsers(dest="job", required=True, parser_class=Parser)
 
     def filters(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--topic", help="comma-separated topics")
@@ -81,7 +95,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     from pyspark.sql import SparkSession
     shared = SparkSession.getActiveSession() is not None  # e.g. tests: leave it running
     try:

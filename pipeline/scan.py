@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from store.errors import CodecError
-from store.format.codec import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, fillers, msg_id
+from store.format.columns import fillers
 from store.format.flavor import Flavor
 from store.format.layout import (
     BORN_HOST_POS,
@@ -37,6 +37,7 @@ from store.format.layout import (
     trailers,
     walk,
 )
+from store.format.message import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
 from store.integrity.salvage import next_record_in
 
 from .schema import ARROW_SCHEMA, arrow_schema

@@ -31,8 +31,8 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from store import Message, MessageStore, StoreLocked
-from store.format.codec import PROPERTY_UNIQ_KEY
 from store.format.jsonl import encode_line
+from store.format.message import PROPERTY_UNIQ_KEY
 
 CHUNK = 1000
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

@@ -8,6 +8,7 @@ from .errors import (
                      CodecError,
                      CorruptionError,
                      FlushTimeout,
+                     InvalidConfig,
                      InvalidMessage,
                      NotFound,
                      ReadOnlyStore,
@@ -16,11 +17,11 @@ from .errors import (
                      StoreLocked,
                      UntrustedStore,
 )
-from .format.codec import Message, StoredMessage
+from .format.message import Message, StoredMessage
 from .message_store import MessageStore, PutResult
 
 __all__ = [
-    "CodecError", "CorruptionError", "FlushTimeout", "InvalidMessage", "Message",
+    "CodecError", "CorruptionError", "FlushTimeout", "InvalidConfig", "InvalidMessage", "Message",
     "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
     "StoreFormatError",
     "StoreLocked", "StoredMessage", "UntrustedStore",

@@ -39,23 +39,30 @@ class StoreConfig:
     scrub_interval_hours: float = 24.0
     # access
     read_only: bool = False
+    live_refresh_ms: int = 0  # read-only: take in what another process writes, this often
     check_crc_on_recover: bool = True
 
     def validate(self) -> None:
+        """InvalidConfig (a StoreError) for a value the store cannot work with."""
+        from .errors import InvalidConfig
+
         if self.flush_mode not in ("async", "sync"):
-            raise ValueError(f"flush mode must be async or sync, not {self.flush_mode!r}")
+            raise InvalidConfig(f"flush mode must be async or sync, not {self.flush_mode!r}")
         for name in ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+                raise InvalidConfig(f"{name} must be positive")
         if self.commitlog_file_size < 4096:
-            raise ValueError("commitlog_file_size must be at least 4096 bytes")
+            raise InvalidConfig("commitlog_file_size must be at least 4096 bytes")
         if not 0 < self.scrub_share <= 1 or self.scrub_interval_hours < 0:
-            raise ValueError("scrub_share must be in (0, 1] and scrub_interval_hours not negative")
+            raise InvalidConfig("scrub_share must be in (0, 1] and scrub_interval_hours not negative")
         if self.retention_hours < 0 or self.retention_bytes < 0:
-            raise ValueError("retention_hours and retention_bytes must not be negative")
-        parse_delay_levels(self.message_delay_level)
+            raise InvalidConfig("retention_hours and retention_bytes must not be negative")
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except ValueError as exc:
+            raise InvalidConfig(str(exc)) from None
         if self.index_entries < 2:
-            raise ValueError("index_entries must be at least 2 (entry 0 is never used)")
+            raise InvalidConfig("index_entries must be at least 2 (entry 0 is never used)")
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

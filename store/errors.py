@@ -13,6 +13,10 @@ class InvalidMessage(StoreError, ValueError):
     """A message the store refuses to write (too large, bad topic, bad properties)."""
 
 
+class InvalidConfig(StoreError, ValueError):
+    """A StoreConfig the store cannot work with (a size out of range, an unknown mode)."""
+
+
 class StoreLocked(StoreError):
     """Another process holds the store's lock file."""
 

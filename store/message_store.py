@@ -34,10 +34,13 @@ from .files.flush import FlushServices
 from .files.index_service import IndexService
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
-from .format import codec, layout
-from .format.codec import Encoder, Message, RecordRun, StoredMessage, parse_host
+from .format import codec, layout, message
+from .format.codec import Encoder
+from .format.columns import RecordRun
 from .format.flavor import flavor_named
+from .format.message import Message, StoredMessage, parse_host
 from .integrity import repair_journal
+from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
 from .integrity.scrub import Scrub
 from .meta import dispatch_state, kept_ends
@@ -62,7 +65,7 @@ class PutResult(NamedTuple):
 
     @property
     def msg_id(self) -> str:
-        return codec.msg_id(self.store_host_raw, self.commitlog_offset)
+        return message.msg_id(self.store_host_raw, self.commitlog_offset)
 
 
 _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
@@ -110,7 +113,9 @@ class MessageStore:
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
-        self._lock_file.acquire(shared=read_only)
+        # a read-only open takes no lock: it changes nothing and must not keep a broker or a
+        # daemon from writing the store it shows (store/live.py follows what they add)
+        self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
@@ -134,6 +139,10 @@ class MessageStore:
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
+        self.live: LiveReader | None = None
+        if read_only and cfg.live_refresh_ms > 0:
+            self.live = LiveReader(self, cfg.live_refresh_ms)
+            self.live.start()
         self.is_open = True
         if repair_ends is not None:
             repair_journal.finish_rebuild(self, repair_ends)
@@ -220,10 +229,12 @@ class MessageStore:
         if not crashed_before:
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
+        self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
-        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue):
+        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue,
+                            self.commitlog.max_offset):
             self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
@@ -269,6 +280,8 @@ class MessageStore:
             return
         self.is_open = False
         if self.config.read_only:
+            if self.live is not None:
+                self.live.stop()
             self._release_files()
             self._lock_file.release()
             return
@@ -497,7 +510,8 @@ class MessageStore:
             extended = {key: value for key, value in wanted.items()
                         if self.consume_queues.get(key) is None or
                         self.consume_queues[key].max_offset < value[0]}
-            kept_ends.extend(extended, self.consume_queues, self._create_queue)
+            kept_ends.extend(extended, self.consume_queues, self._create_queue,
+                             self.commitlog.max_offset)
         self.flush_logics()
         return extended
 
@@ -520,10 +534,11 @@ class MessageStore:
         return cq
 
     def create_topic(self, topic: str, queues: int = 1) -> None:
+        """A topic with queues 0..queues-1 (none: queues come with add_queue or a put)."""
         self._writable()
-        if not 1 <= queues <= 1024:
-            raise InvalidMessage(f"a topic has 1 to 1024 queues, not {queues}")
-        codec.validate_topic(topic)  # a new topic: what a broker accepts from a producer
+        if not 0 <= queues <= 1024:
+            raise InvalidMessage(f"a topic has 0 to 1024 queues, not {queues}")
+        message.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
     def add_queue(self, topic: str, queue_id: int) -> None:
@@ -531,7 +546,7 @@ class MessageStore:
         if not 0 <= queue_id < 1024:
             raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
         if topic not in self.topic_table.queues:
-            codec.validate_topic(topic)
+            message.validate_topic(topic)
         self.topic_table.ensure(topic, queue_id)
 
     # --- flushing --------------------------------------------------------------------------
@@ -687,7 +702,7 @@ class MessageStore:
 
     def get_by_msgid(self, msg_id: str) -> StoredMessage:
         try:
-            _, _, offset = codec.parse_msg_id(msg_id)
+            _, _, offset = message.parse_msg_id(msg_id)
         except CodecError as exc:
             raise NotFound(str(exc)) from None
         msg = self._read(offset)

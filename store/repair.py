@@ -20,6 +20,7 @@ import xxhash
 
 from .config import StoreConfig
 from .errors import StoreError, StoreFormatError
+from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
 from .files.consume_queue import UNIT_DTYPE, UNIT_SIZE
@@ -75,9 +76,10 @@ class RepairPlan:
 def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
     """What repair would do; reads only (a shared lock keeps writers out meanwhile), once an
     interrupted repair is finished (its journal says what is left to do)."""
-    root = os.path.abspath(root)
+    root = os.path.realpath(root)
     if not is_store(root):
         raise StoreError(f"{root} holds no store; create one with `mqfs init {root}`")
+    safefs.check_store(root)  # before an interrupted repair is finished
     finished = finish_interrupted(root)
     _refuse_orphans(root)
     found = inspect(root)
@@ -124,11 +126,9 @@ def finish_interrupted(root: str) -> list[str]:
 def _refuse_orphans(root: str) -> None:
     """A *.repair file with no journal is a CommitLog file an older repair left between two
     names: never count its records as missing."""
-    directory = os.path.join(root, "commitlog")
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".repair")) \
-        if os.path.isdir(directory) else []
+    names = repair_journal.orphans(root)
     if names:
-        raise StoreError(f"{os.path.join(directory, names[0])} is a CommitLog file an "
+        raise StoreError(f"{os.path.join(root, 'commitlog', names[0])} is a CommitLog file an "
                          "interrupted repair left under a temporary name, with no journal; "
                          "nothing was changed: give it back its 20-digit name (the offset of "
                          "its first record) and run repair again")
@@ -139,7 +139,7 @@ def fingerprint(root: str) -> str:
     file's name, size, inode and modification time, the checkpoint, abort and manifest."""
     h = xxhash.xxh64()
     directory = os.path.join(root, "commitlog")
-    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+    for name in sorted(safefs.listdir(directory)) if os.path.isdir(directory) else []:
         st = os.lstat(os.path.join(directory, name))
         h.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
     for name in ("checkpoint", "abort", "mqfs.json"):
@@ -208,9 +208,9 @@ def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
     lost = 0
     ends: dict[tuple[str, int], int] = {}
     size = cfg.consume_queue_units * UNIT_SIZE
-    for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        tdir = os.path.join(base, topic)
-        for qname in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else []:
+    for topic in sorted(safefs.listdir(base)) if safefs.is_dir(base) else []:
+        tdir = os.path.join(base, topic)  # a link among them is refused, not followed
+        for qname in sorted(safefs.listdir(tdir)) if safefs.is_dir(tdir) else []:
             if not qname.isdigit():
                 continue
             end = 0

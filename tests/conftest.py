@@ -4,9 +4,35 @@ unexpected warning or error."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_state_home(tmp_path_factory: pytest.TempPathFactory):
+    """Read-only mounts log to $XDG_STATE_HOME/mqfs/: point it at this run's temporary
+    directory, so no test leaves a log in the user's ~/.local/state."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (--dist loadgroup), tests that share something run on one worker:
+    those using the session's SparkSession (one JVM per worker otherwise), and the T3
+    power-cut tests (one loop-mounted image per module). Spark tests that start their own
+    JVMs (the standalone cluster, the CLI) run anywhere."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.get_closest_marker("loop_device"):
+            item.add_marker(pytest.mark.xdist_group("loop"))
 
 
 @pytest.fixture(scope="session")

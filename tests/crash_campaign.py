@@ -17,7 +17,7 @@ import time
 
 from tests.crash_corruption import T5_KINDS, t5_case
 from tests.crash_repair import MODES as T6_MODES
-from tests.crash_repair import t6_case
+from tests.crash_repair import ON_IMAGE, t6_case
 from tests.crash_tiers import RECOVERY_SITES, T0_KINDS, T4_KINDS, WRITER_SITES, CaseResult, t0_case, t2_case, t4_case
 
 ONCE_PER_RUN = ("abort.create", "abort.delete", "recovery.truncate")
@@ -64,7 +64,7 @@ def run(tier: str, seconds: float, seed: int) -> int:
                 elif tier == "t3":
                     result = t3_case(image, workdir, seed)
                 elif tier == "t6":
-                    modes = T6_MODES if image else [m for m in T6_MODES if "power" not in m]
+                    modes = T6_MODES if image else [m for m in T6_MODES if m not in ON_IMAGE]
                     result = t6_case(workdir, seed, modes[seed % len(modes)], image)
                 elif tier == "t4":
                     result = t4_case(workdir, seed, rng.choice(T4_KINDS))

@@ -20,7 +20,7 @@ from store import CorruptionError, Message, MessageStore, StoredMessage, StoreEr
 from store.config import StoreConfig
 from store.format.codec import is_filler
 from store.integrity.verify import verify_store
-from tests.store_helpers import small_config
+from tests.store_helpers import small_config, stored_records
 
 MAGIC = b"MQFSCRSH"
 _HEAD = struct.Struct(">8sHI32s")
@@ -105,14 +105,17 @@ def _records(store: MessageStore, problems: list[str]) -> list[StoredMessage]:
     """Every record of the log but the fillers repair leaves in place of damaged bytes."""
     out = []
     try:
-        for m in store.commitlog.iterate():
-            if is_filler(m.topic, m.sys_flag):
-                continue
-            if store.flavor.body_crc(m.body) != m.body_crc:
-                problems.append(f"record at {m.commitlog_offset} fails its body checksum")
-            out.append(m)
+        records, damages = stored_records(store)
     except StoreError as exc:
         problems.append(f"CommitLog scan after recovery failed: {exc}")
+        return out
+    problems.extend(f"CommitLog scan after recovery found damage: {d}" for d in damages)
+    for m in records:
+        if is_filler(m.topic, m.sys_flag):
+            continue
+        if store.flavor.body_crc(m.body) != m.body_crc:
+            problems.append(f"record at {m.commitlog_offset} fails its body checksum")
+        out.append(m)
     return out
 
 

@@ -19,6 +19,7 @@ from store import Message, MessageStore, StoreError
 from store.integrity.verify import verify_store
 from store.repair import apply_repair, plan_repair
 from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
+from tests.crash_ext4 import MOUNT_OPTIONS
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import REPO, CaseResult, run_killed
 
@@ -28,7 +29,8 @@ KILL_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move",
               "recovery.dispatch", "cq.write", "index.write", "flush.before", "flush.after",
               "checkpoint.before", "checkpoint.after", "abort.create", "abort.delete")
 ENOSPC_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move")
-MODES = ("kill", "enospc", "stale", "power-during", "power-after")
+MODES = ("kill", "enospc", "stale", "power-during", "power-after", "full-disk")
+ON_IMAGE = ("power-during", "power-after", "full-disk")  # modes that need the ext4 image
 _RUN = ("import sys\nfrom store.repair import apply_repair, plan_repair\n"
         "print('ready', flush=True)\napply_repair(plan_repair(sys.argv[1]))\n")
 
@@ -51,8 +53,12 @@ def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:
     """One interrupted repair; `image` (an Ext4Image) for the power-cut modes."""
     rng = random.Random(seed)
     kind = rng.choice(T6_KINDS)
-    base = image.mnt if mode.startswith("power") else workdir
+    base = image.mnt if mode in ON_IMAGE else workdir
     label = f"T6 seed={seed} mode={mode} kind={kind}"
+    if mode in ON_IMAGE:
+        options = rng.choice(MOUNT_OPTIONS)
+        image.mount(options)
+        label += f" mount={options or 'default'}"
     try:
         c = _Case(base, seed, kind)
         _mutate(c)
@@ -62,8 +68,8 @@ def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:
     os.sync()  # the damage itself must not be undone by a power cut
     result = CaseResult(label)
     try:
-        label, result.reached = _interrupt(c, rng, mode, image, result.problems)
-        result.label = f"T6 seed={seed} mode={mode} kind={kind} {label}"
+        what, result.reached = _interrupt(c, rng, mode, image, result.problems)
+        result.label = f"{result.label} {what}"
         _converge(c, result.problems)
     except Exception as exc:  # a case that blows up is a failed case, with its label
         result.problems.append(f"raised {exc!r}")
@@ -90,6 +96,8 @@ def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[st
         return f"site={site}", hit
     if mode == "stale":
         return "concurrent write between plan and apply", _stale(c, rng, problems)
+    if mode == "full-disk":
+        return _full_disk(c, rng, image, problems)
     if mode == "power-during":
         delay = rng.uniform(0.0, 0.6)
         run_killed(repair_cmd(c.root), delay, on_ready=image.power_cut)
@@ -101,6 +109,31 @@ def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[st
     image.power_cut()
     image.reboot()
     return "cut right after OK", True
+
+
+def _full_disk(c: _Case, rng: random.Random, image, problems: list[str]) -> tuple[str, bool]:
+    """A real ENOSPC: fill the file system but for a few KiB, repair (it may fail anywhere),
+    then free the space again."""
+    ballast = os.path.join(image.mnt, "ballast")
+    st = os.statvfs(image.mnt)
+    room = rng.choice((0, 0, 4096, 16384, 65536))
+    try:
+        with open(ballast, "wb") as f:
+            want = max(0, st.f_bavail * st.f_frsize - room)
+            while want > 0:
+                try:
+                    os.posix_fallocate(f.fileno(), f.tell(), want)
+                    break
+                except OSError:  # the file system counts metadata too: ask for a bit less
+                    want -= 1 << 20
+        out = run_repair(c.root, None)
+    finally:
+        if os.path.exists(ballast):
+            os.unlink(ballast)
+    hit = out.returncode != 0
+    if hit and "No space left" not in out.stderr and "free disk" not in out.stderr:
+        problems.append(f"repair on a full disk failed otherwise: {out.stderr.strip()[-300:]}")
+    return f"room={room}", hit
 
 
 def _stale(c: _Case, rng: random.Random, problems: list[str]) -> bool:

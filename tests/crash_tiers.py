@@ -22,7 +22,7 @@ from tests.crash_oracle import Expectation, crash_config, expected_message, full
 from tests.store_helpers import file_hashes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WRITER_SITES = tuple(s for s in SITES if not s.startswith("recovery."))
+WRITER_SITES = tuple(s for s in SITES if not s.startswith(("recovery.", "repair.")))
 RECOVERY_SITES = tuple(s for s in SITES if s.startswith("recovery."))
 # what recovering a crashed or damaged store says: these tests provoke it on purpose
 RECOVERY_LOGS = (r"^recovery: ", r"^scrub: ", r"^no abort file, but ", r"; using .*\.bak$")
@@ -142,7 +142,7 @@ def queue_count(exp: Expectation, key: tuple[str, int]) -> int:
 
 
 def _props(msg) -> bytes:
-    from store.format.codec import encode_properties
+    from store.format.message import encode_properties
     return encode_properties(msg.properties)
 
 

@@ -4,7 +4,9 @@ import hashlib
 import os
 import random
 
-from store import Message, StoreConfig
+from store import Message, MessageStore, StoreConfig
+from store.format.message import StoredMessage
+from store.integrity.salvage import Damage, walk
 
 
 def small_config(**overrides) -> StoreConfig:
@@ -41,3 +43,13 @@ def file_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
             with open(path, "rb") as f:
                 out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
     return out
+
+
+def stored_records(store: MessageStore) -> tuple[list[StoredMessage], list[Damage]]:
+    """Every record of an open store's CommitLog in order, read with the store's own walker
+    (salvage.walk, the one verify and repair use), and every damaged range it met."""
+    records, damages = [], []
+    log = store.commitlog
+    for item in walk(log.queue.files, store.flavor, log.file_size):
+        (damages if isinstance(item, Damage) else records).append(item)
+    return records, damages

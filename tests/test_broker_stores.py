@@ -9,11 +9,14 @@ import sys
 
 import pytest
 
+from fusefs.topicnames import short_form
 from store import Message, MessageStore
 from store.config import parse_delay_levels
 from store.format import layout
 from store.integrity.verify import verify_store
+from store.meta.metadata import TopicTable
 from store.repair import apply_repair, plan_repair
+from tests.fs_helpers import mounted, needs_fuse, sh
 from tests.store_helpers import file_hashes, files_in, small_config
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
@@ -196,3 +199,89 @@ def test_verify_finds_keyed_records_without_index_entries(tmp_path):
     report = verify_store(root)
     assert not report.ok
     assert any("5 keyed records" in line and "lack IndexFile entries" in line for line in report.lines)
+
+
+def _broker_workload(s: MessageStore) -> None:
+    """What a RocketMQ 5 broker writes for transactions (half and op topics, commit, and the
+    older prepared/rollback records), a batch, delayed messages and long topics."""
+    half = s.put(Message.create("RMQ_SYS_TRANS_HALF_TOPIC", b"half", keys=["tx-1"],
+                                properties={"REAL_TOPIC": "TxTopic", "REAL_QID": "0", "TRAN_MSG": "true"}))
+    s.put(Message.create("RMQ_SYS_TRANS_OP_HALF_TOPIC", b"%d" % half.queue_offset, tags="d"))
+    s.put(Message.create("TxTopic", b"committed", keys=["tx-1"], sys_flag=layout.TRANSACTION_COMMIT,
+                         prepared_transaction_offset=half.commitlog_offset))
+    s.put(Message.create("TxTopic", b"prepared", keys=["tx-prep-1"], sys_flag=layout.TRANSACTION_PREPARED))
+    s.put(Message.create("TxTopic", b"rolled back", keys=["tx-rb-1"], sys_flag=layout.TRANSACTION_ROLLBACK))
+    s.put_batch([Message.create("Orders", b"order-%d" % i, keys=[f"o-{i}"], tags="TagA") for i in range(3)])
+    s.put(_delayed("3", 2))
+    s.put(_delayed("3", 2, tags="TagB"))
+    s.put(Message.create(LONG, b"long", queue_id=1, keys=["k-long"]))
+    s.put(Message.create(TOO_LONG, b"too long", keys=["k-too-long"]))
+
+
+def _what_a_mount_shows(mnt: str) -> dict:
+    def ls(path: str) -> list[str] | None:
+        try:
+            return sorted(os.listdir(os.path.join(mnt, path)))
+        except FileNotFoundError:
+            return None
+
+    def cat(path: str) -> bytes:
+        with open(os.path.join(mnt, path), "rb") as f:
+            return f.read()
+
+    return {
+        "topics": ls("topics"), "delay queues": ls(f"topics/{SCHEDULE}"),
+        "delay TagB": ls(f"topics/{SCHEDULE}/2/tags/TagB"), "tx-1": ls("keys/tx-1"),
+        "tx-prep-1": ls("keys/tx-prep-1"), "tx-rb-1": ls("keys/tx-rb-1"),
+        "committed": cat("topics/TxTopic/0/0"), "long": cat(f"topics/{LONG}/1/0"),
+        "orders": [cat(f"topics/Orders/0/{i}") for i in range(3)], "o-2": ls("keys/o-2"),
+        "op": cat("topics/RMQ_SYS_TRANS_OP_HALF_TOPIC/0/0"),
+    }
+
+
+@needs_fuse
+def test_a_broker_store_verifies_repairs_to_nothing_and_mounts_as_the_broker_serves_it(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    broker_store(root, _broker_workload)
+    report = verify_store(root)
+    assert report.ok, report.lines
+    assert not plan_repair(root).needed
+    expected = {
+        "topics": sorted(["RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TxTopic", "Orders",
+                          SCHEDULE, LONG]),
+        "delay queues": ["2"], "delay TagB": ["1"],
+        "tx-1": ["RMQ_SYS_TRANS_HALF_TOPIC:0:0", "TxTopic:0:0"],
+        "tx-prep-1": None, "tx-rb-1": None,  # no queue unit: never shown as another message
+        "committed": b"committed", "long": b"long", "orders": [b"order-0", b"order-1", b"order-2"],
+        "o-2": ["Orders:0:2"], "op": b"0",
+    }
+    with mounted(root, mnt, "-o", "ro"):
+        assert _what_a_mount_shows(mnt) == expected
+    with mounted(root, mnt):
+        assert _what_a_mount_shows(mnt) == expected
+
+
+@needs_fuse
+def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_path):
+    """A topic of 253 characters fits a directory entry but not a key link name with its
+    queue and offset; one of 300 (declared in the broker's topics.json) fits neither: both
+    show as their first 200 characters, `~` and a hash, and can be looked up by it."""
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    mid = "M" * 253
+
+    def writes(s: MessageStore) -> None:
+        s.encoder._topics[mid] = struct.pack(">h", len(mid)) + mid.encode()
+        s.put(Message.create(mid, b"mid", keys=["k-mid"]))
+
+    broker_store(root, writes)
+    table = TopicTable(root)
+    table.ensure(TOO_LONG, 0)  # what a broker's topics.json may declare
+    with mounted(root, mnt, "-o", "ro"):
+        [link] = os.listdir(f"{mnt}/keys/k-mid")
+        assert link == short_form(mid) + ":0:0" and len(link) <= 255
+        assert sh(f"cat {mnt}/keys/k-mid/{link}").stdout == b"mid"
+        assert os.readlink(f"{mnt}/keys/k-mid/{link}") == f"../../topics/{mid}/0/0"
+        topics = os.listdir(f"{mnt}/topics")
+        assert sorted(topics) == sorted([mid, short_form(TOO_LONG)])
+        assert os.listdir(f"{mnt}/topics/{short_form(TOO_LONG)}") == ["0"]
+        assert sh(f"ls {mnt}/topics/{'X' * 200}~0000000000000000", check=False).returncode != 0

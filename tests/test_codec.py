@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.errors import CodecError, InvalidMessage
-from store.format import codec
-from store.format.codec import Encoder, Message
+from store.format import codec, message
+from store.format.codec import Encoder
 from store.format.flavor import ROCKETMQ, XXHASH, java_string_hash
+from store.format.message import Message
 
 # ali-ons test/fixtures/message.bin, bytes 0..131 (format reference §12)
 VECTOR = bytes.fromhex(
@@ -121,8 +122,8 @@ def test_create_joins_keys_and_sets_tags_after_the_properties():
 
 def test_properties_decoding_drops_empty_keys_and_values():
     raw = b"A\x011\x02\x01x\x02B\x01\x02C\x013"
-    assert codec.decode_properties(raw) == {"A": "1", "C": "3"}
-    assert codec.decode_properties(b"") == {}
+    assert message.decode_properties(raw) == {"A": "1", "C": "3"}
+    assert message.decode_properties(b"") == {}
 
 
 def test_compression_flag_is_carried_through():
@@ -132,12 +133,12 @@ def test_compression_flag_is_carried_through():
 
 
 def test_msg_id_round_trip_and_malformed_ids():
-    raw_host, _ = codec.encode_host("10.0.0.1", 10911)
-    mid = codec.msg_id(raw_host, 123456)
-    assert codec.parse_msg_id(mid) == ("10.0.0.1", 10911, 123456)
+    raw_host, _ = message.encode_host("10.0.0.1", 10911)
+    mid = message.msg_id(raw_host, 123456)
+    assert message.parse_msg_id(mid) == ("10.0.0.1", 10911, 123456)
     for bad in ["", "XYZ", "0" * 31, "G" * 32]:
         with pytest.raises(CodecError):
-            codec.parse_msg_id(bad)
+            message.parse_msg_id(bad)
 
 
 _text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
@@ -149,12 +150,12 @@ _hosts = st.sampled_from([("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 80), ("
 def messages(draw):
     topic = draw(st.one_of(st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True),
                            st.from_regex(r"%RETRY%[a-z]{121,248}", fullmatch=True))
-                 .filter(lambda t: not (t.startswith("%") and codec.FILLER_TOPIC.startswith(t))))
+                 .filter(lambda t: not (t.startswith("%") and message.FILLER_TOPIC.startswith(t))))
     return Message(
         topic=topic,
         body=draw(st.binary(max_size=2000)),
         queue_id=draw(st.integers(0, 2**31 - 1)),
-        properties=draw(st.dictionaries(_text.filter(lambda k: k != codec.PROPERTY_CRC32), _text,
+        properties=draw(st.dictionaries(_text.filter(lambda k: k != message.PROPERTY_CRC32), _text,
                                         max_size=5)),
         flag=draw(st.integers(-2**31, 2**31 - 1)),
         sys_flag=draw(st.sampled_from([0, 1, 4, 8, 0x301])),  # plain, compressed, tx types
@@ -243,7 +244,7 @@ def test_filler_records_have_the_exact_size_and_are_skipped(flavor, size):
         with pytest.raises(InvalidMessage):
             codec.filler_record(size, 4096, 1, bytes(8), flavor)
         return
-    rec = codec.filler_record(size, 4096, 1, codec.encode_host("127.0.0.1", 1)[0], flavor)
+    rec = codec.filler_record(size, 4096, 1, message.encode_host("127.0.0.1", 1)[0], flavor)
     m = codec.decode(bytes(rec), 0, flavor)
     assert (m.total_size, m.commitlog_offset) == (size, 4096)
     assert codec.is_filler(m.topic, m.sys_flag)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from store import InvalidMessage, Message, MessageStore, StoreFormatError
+from store import InvalidConfig, InvalidMessage, Message, MessageStore, StoreError, StoreFormatError
 from tests.store_helpers import file_hashes, small_config
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -148,3 +148,15 @@ def test_queue_ids_past_the_limit_are_refused_before_anything_is_written(tmp_pat
         s.put(Message.create("T", b"y", queue_id=1023))
     with MessageStore(str(tmp_path), small_config(read_only=True)) as s:  # our own file reads
         assert s.topics() == {"T": 1024}
+
+
+@pytest.mark.parametrize("field, value", [("commitlog_file_size", 100), ("index_entries", 1),
+                                          ("flush_mode", "never"), ("retention_bytes", -1)])
+def test_a_config_the_store_cannot_use_is_a_store_error(tmp_path, field, value):
+    cfg = small_config(**{field: value})
+    with pytest.raises(InvalidConfig) as caught:
+        cfg.validate()
+    assert isinstance(caught.value, StoreError)
+    with pytest.raises(InvalidConfig):
+        MessageStore(str(tmp_path), cfg).open()
+    assert not os.path.exists(tmp_path / "commitlog")

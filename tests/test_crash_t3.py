@@ -8,7 +8,7 @@ import pytest
 from tests.crash_ext4 import Ext4Image, t3_case, unavailable
 from tests.crash_tiers import RECOVERY_LOGS
 
-pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
+pytestmark = [pytest.mark.crash, pytest.mark.loop_device, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,9 @@ def test_interrupted_repair_converges_and_keeps_every_message(tmp_path, seed, mo
     assert result.ok, str(result)
 
 
-@pytest.mark.parametrize("mode", ("power-during", "power-after"))
+@pytest.mark.parametrize("mode", ("power-during", "power-after", "full-disk"))
 @pytest.mark.parametrize("seed", range(3), ids=lambda s: f"seed{s}")
-def test_power_cut_during_or_after_repair(image, tmp_path, seed, mode):
+def test_power_cut_or_full_disk_during_repair(image, tmp_path, seed, mode):
     result = t6_case(str(tmp_path), seed, mode, image)
     assert result.ok, str(result)
 

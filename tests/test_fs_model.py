@@ -22,6 +22,7 @@ from fusefs.inodes import (
     split_ino,
 )
 from fusefs.keynames import key_name, name_key
+from fusefs.kinds import KINDS
 from fusefs.listings import QUEUE_FIXED
 from fusefs.model import Model
 from fusefs.spool import SPILL_AT, Budget, Spool
@@ -115,7 +116,8 @@ def test_mkdir_topic_refusals_change_nothing(model, store, name, err):
 
 def test_mkdir_creates_topics_and_queues(model, store):
     t = model.mkdir(TOPICS_INO, b"fresh").ino
-    assert store.topics()["fresh"] == 1
+    assert store.topics()["fresh"] == 0  # an empty directory
+    assert errno_of(model.lookup, t, b"0") == errno.ENOENT
     assert model.mkdir(t, b"2").ino == walk(model, "topics", "fresh", "2")
     assert store.topics()["fresh"] == 3
     assert errno_of(model.mkdir, t, b"x") == errno.EINVAL
@@ -551,3 +553,34 @@ def test_what_may_wait_for_the_disk_is_told_apart_from_cached_answers(model, sto
     assert model.body_slow(big_ino) and model.xattrs_slow(big_ino)
     link = model.lookup(model.lookup(KEYS_INO, b"k0").ino, b"orders:0:0").ino
     assert model.getattr_slow(link) and not model.xattrs_slow(q)
+
+
+def test_every_kind_of_node_has_one_class_that_names_its_path(model):
+    """Each kind is answered by the one class registered for it (kinds/__init__.py), and
+    log lines name every inode by its mount path."""
+    assert sorted(cls.kind for cls in KINDS) == sorted(set(cls.kind for cls in KINDS))
+    queue = ("topics", "orders", "1")
+    paths = {(): "/", ("status.json",): "/status.json", ("topics",): "/topics",
+             ("keys",): "/keys", ("groups",): "/groups", queue[:2]: "/topics/orders",
+             queue: "/topics/orders/1", (*queue, "2"): "/topics/orders/1/2",
+             (*queue, "append"): "/topics/orders/1/append",
+             (*queue, "append.jsonl"): "/topics/orders/1/append.jsonl",
+             (*queue, "follow"): "/topics/orders/1/follow", (*queue, "tmp"): "/topics/orders/1/tmp",
+             (*queue, "at"): "/topics/orders/1/at", (*queue, "tags"): "/topics/orders/1/tags",
+             (*queue, "tags", "TagA"): "/topics/orders/1/tags/TagA",
+             (*queue, "tags", "TagA", "2"): "/topics/orders/1/2 (key link)",
+             ("keys", "k1"): "/keys/k1", ("keys", "k1", "orders:1:0"): "/topics/orders/1/0 (key link)",
+             ("groups", "g"): "/groups/g", ("groups", "g", "orders"): "/groups/g/orders",
+             ("groups", "g", "orders", "1"): "/groups/g/orders/1"}
+    seen = set()
+    for names, path in paths.items():
+        ino = walk(model, *names)
+        assert model.path(ino) == path
+        seen.add(model.kind(ino))
+    assert set(model.kinds) <= seen
+    tmp = walk(model, *queue, "tmp")
+    staged = model.tmp_create(tmp, b"draft").ino
+    assert model.path(staged) == "/topics/orders/1/tmp/draft"
+    model.tmp_unlink(tmp, b"draft")
+    assert model.path(staged) == "(staged file 1, gone)"
+    assert model.path(999) == "(inode 999)"

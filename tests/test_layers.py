@@ -1,4 +1,4 @@
-"""The import directions of /work/shared/DESIGN.md, read from the source with ast: fusefs -> store
+"""The import directions of README.md (Layout): fusefs -> store
 and pipeline -> store, never the other way or across, and through store only the names
 docs/store-api.md publishes. Imports inside functions count as much as those at the top."""
 

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.errors import CodecError
-from store.format import codec, layout
-from store.format.codec import Encoder, Message
+from store.format import codec, columns, layout, message
+from store.format.codec import Encoder
 from store.format.flavor import ROCKETMQ, XXHASH
+from store.format.message import Message
 
 _FLAVORS = [ROCKETMQ, XXHASH, ROCKETMQ.with_record_crc(True), XXHASH.with_record_crc(True)]
 _HOSTS = [("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 80), ("2001:db8::7", 9)]
@@ -28,7 +29,7 @@ def messages(draw):
     return Message.create(
         topic, draw(st.binary(max_size=300)), queue_id=draw(st.integers(0, 7)),
         keys=draw(st.lists(_words, max_size=3)), tags=draw(st.one_of(st.none(), _words)),
-        properties=draw(st.dictionaries(_words.filter(lambda k: k != codec.PROPERTY_CRC32),
+        properties=draw(st.dictionaries(_words.filter(lambda k: k != message.PROPERTY_CRC32),
                                         _words, max_size=3)),
         sys_flag=draw(st.sampled_from(_TX)), born_timestamp=draw(st.integers(1, 2**62)),
         born_host=draw(st.sampled_from(_HOSTS)))
@@ -296,7 +297,7 @@ def test_joined_strings_each_followed_by_a_separator(strings, gap):
     assert at.tolist() == [sum(len(s) + 1 for s in strings[:i]) for i in range(len(strings))]
 
 
-_item_names = st.sampled_from([codec.PROPERTY_TAGS, codec.PROPERTY_KEYS, codec.PROPERTY_UNIQ_KEY,
+_item_names = st.sampled_from([message.PROPERTY_TAGS, message.PROPERTY_KEYS, message.PROPERTY_UNIQ_KEY,
                                "X", "KEYSX", ""])
 _values = st.text(st.sampled_from("ab \x01é"), max_size=6)
 
@@ -311,10 +312,10 @@ def test_dispatch_properties_agree_with_decoded_properties(records):
     u8 = np.frombuffer(b"".join(raws) or b"\0", dtype=np.uint8)
     lens = np.array([len(r) for r in raws], dtype=np.int64)
     data, at = layout.joined(u8, np.cumsum(lens) - lens, lens)
-    tags, spans = codec.dispatch_properties(data, at)
+    tags, spans = columns.dispatch_properties(data, at)
     keys = spans.lists(len(records))
-    want = [codec.decode_properties(r) for r in raws]
-    assert tags == [p.get(codec.PROPERTY_TAGS, "") for p in want]
-    assert keys == [codec.keys_to_index(p.get(codec.PROPERTY_UNIQ_KEY),
-                                        [k for k in p.get(codec.PROPERTY_KEYS, "").split(" ") if k])
+    want = [message.decode_properties(r) for r in raws]
+    assert tags == [p.get(message.PROPERTY_TAGS, "") for p in want]
+    assert keys == [message.keys_to_index(p.get(message.PROPERTY_UNIQ_KEY),
+                                        [k for k in p.get(message.PROPERTY_KEYS, "").split(" ") if k])
                     for p in want]

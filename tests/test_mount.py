@@ -125,6 +125,23 @@ def test_mkdir_creates_topics_and_queues(live):
     assert open(f"{live}/topics/fresh/2/0").read() == "hi\n"
 
 
+def test_mkdir_brace_expansion_over_queue_ids_works_and_gaps_are_said(live, tmp_path):
+    """The shell expands T/{0..3} to four mkdirs; a new topic is an empty directory."""
+    sh("mkdir topics/T", cwd=live)
+    assert out("ls topics/T", live).split() == []
+    sh("mkdir topics/T/{0..3}", cwd=live)  # bash's brace expansion
+    assert out("ls topics/T", live).split() == ["0", "1", "2", "3"]
+    sh("mkdir topics/T/7", cwd=live)  # queues are numbered without gaps: 4-6 come too...
+    assert out("ls topics/T", live).split() == [str(q) for q in range(8)]
+    sh("echo x > topics/T/0/append", cwd=live)
+    for q in (0, 3):  # an existing queue (0 once it holds a message) is EEXIST
+        proc = sh(f"mkdir topics/T/{q}", cwd=live, check=False)
+        assert proc.returncode == 1 and b"File exists" in proc.stderr, proc.stderr
+    assert os.getxattr(f"{live}/topics/T", "user.queues") == b"8"
+    with open(tmp_path / "mqfs.log") as f:  # ...and the log says so
+        assert "mkdir /topics/T/7: made queues 4..7" in f.read()
+
+
 def test_large_messages_round_trip_and_too_large_fails(live, tmp_path):
     q = f"{live}/topics/audit/0"
     src = tmp_path / "big"
@@ -369,7 +386,7 @@ def test_mounting_a_path_with_no_store_refuses_until_init(tmp_path, mnt):
     assert proc.stderr.count("\n") == 1 and not os.path.exists(root)
     mqfs("init", root, *SMALL)
     with mounted(root, mnt):
-        os.mkdir(f"{mnt}/topics/t")
+        os.makedirs(f"{mnt}/topics/t/0")
         sh(f"echo hi > {mnt}/topics/t/0/append")
     assert os.path.exists(f"{root}/mqfs.json")
     with MessageStore(root) as s:

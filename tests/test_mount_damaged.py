@@ -9,7 +9,7 @@ import os
 import pytest
 
 from store import Message, MessageStore
-from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse, sh
+from tests.fs_helpers import MQFS, SMALL, mounted, mqfs, needs_fuse, sh
 from tests.store_helpers import file_hashes
 
 pytestmark = [pytest.mark.mount, needs_fuse]
@@ -57,3 +57,53 @@ def test_damaged_store_refuses_rw_serves_ro_and_repairs(tmp_path):
         sh(f"echo new > {mnt}/topics/T/0/append")
         assert sh(f"cat {mnt}/topics/T/0/30").stdout == b"new\n"
     assert any(n.endswith("-damaged") for n in os.listdir(os.path.join(root, "quarantine")))
+
+
+def test_a_stale_interactive_repair_plan_is_refused_after_a_mount_wrote(tmp_path):
+    """Issue 20 item 3, as a person meets it: `mqfs repair` shows its plan and waits for y at
+    a terminal; meanwhile the store is mounted and 200 messages appended and synced; the y
+    then refuses in one line and changes nothing, and the next repair keeps all 200."""
+    import pty
+
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    mqfs("init", root, *SMALL)
+    with MessageStore(root) as s:  # 100 KiB each: the damaged one is in an older file
+        damaged = [s.put(Message.create("T", b"%d\n" % i * 30000)) for i in range(100)][12]
+    size = int(SMALL[1])
+    start = damaged.commitlog_offset - damaged.commitlog_offset % size
+    with open(os.path.join(root, "commitlog", f"{start:020d}"), "r+b") as f:
+        f.seek(damaged.commitlog_offset % size + 100)  # a bit of the body: the mount serves
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 0x01]))
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: `mqfs repair` at a terminal
+        os.execv(MQFS[0], [*MQFS, "repair", root])
+    out = b""
+    while b"apply? [y/N]" not in out:
+        try:
+            out += os.read(fd, 4096)
+        except OSError:
+            raise AssertionError(f"repair did not ask: {out!r}") from None
+    with mounted(root, mnt):
+        sh(f"for i in $(seq 100 299); do echo message $i > {mnt}/topics/T/0/append; done; "
+           f"sync {mnt}/topics/T/0")
+    before = file_hashes(root, skip=SKIP)
+    os.write(fd, b"y\n")
+    rest = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the child is gone: EIO on the pty
+            break
+        if not chunk:
+            break
+        rest += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) != 0
+    assert b"changed since this repair was planned" in rest and rest.count(b"mqfs:") == 1
+    assert file_hashes(root, skip=SKIP) == before
+    mqfs("repair", root, "--yes")
+    with MessageStore(root, create=False) as s:
+        assert [bytes(s.get("T", 0, i).body) for i in range(100, 300)] == \
+            [b"message %d\n" % i for i in range(100, 300)]

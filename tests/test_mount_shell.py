@@ -139,7 +139,7 @@ def test_too_large_for_the_commitlog_file_fails_the_write(tmp_path):
     mqfs("init", root, "--commitlog-file-size", str(1 << 20))
     mnt = str(tmp_path / "mnt")
     with mounted(root, mnt):
-        os.mkdir(f"{mnt}/topics/t")
+        os.makedirs(f"{mnt}/topics/t/0")  # a new topic has no queue until mkdir N
         q = f"{mnt}/topics/t/0"
         for target in ("append", "tmp/x"):
             bad = run(f"head -c 2000000 /dev/zero > {target}", q, check=False)

@@ -16,7 +16,7 @@ from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatE
 from store.files.index_file import IndexFile
 from store.files.index_service import IndexService
 from store.format import layout
-from store.format.codec import KeySpans
+from store.format.columns import KeySpans
 from store.format.flavor import ROCKETMQ, XXHASH
 from tests.store_helpers import file_hashes, files_in, random_messages, small_config
 

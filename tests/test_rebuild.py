@@ -10,7 +10,7 @@ import random
 import pytest
 
 from store import MessageStore, StoredMessage
-from store.format.codec import PROPERTY_UNIQ_KEY
+from store.format.message import PROPERTY_UNIQ_KEY
 from store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
 from store.offline.views import store_layout
 from tests.store_helpers import random_messages, small_config

@@ -87,6 +87,7 @@ def test_a_repair_file_with_no_journal_is_refused_changing_nothing(tmp_path):
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(StoreError, match=r"\.repair is a CommitLog file an interrupted repair"):
         plan_repair(root)
+    assert any(".repair is a CommitLog file" in line for line in verify_store(root).lines)
     assert file_hashes(root, skip=("lock",)) == before
 
 
@@ -175,3 +176,20 @@ def test_offsets_a_repair_kept_stay_taken_after_a_later_rebuild(tmp_path, loss):
         assert s.put(Message.create("T", b"next")).queue_offset == 20
     assert verify_store(root).ok
     _serves_all(root, results, lost={19})
+
+
+@pytest.mark.parametrize("forged", (
+    ("config/keptQueueEnds.json", '{"T": {"0": {"end": 1000000000000, "filler": [0, 92]}}}',
+     "more messages than the CommitLog could ever have held"),
+    (NAME, '{"format": 1, "step": "fillers", "damages": [{"start": 4000, "end": 9000, '
+     '"file": "x", "storeTs": 0}]}', "crosses a CommitLog file's end")))
+def test_a_forged_kept_end_or_journal_is_refused_in_one_line(tmp_path, forged):
+    """The store directory is input: a kept end past anything the CommitLog could hold
+    would make an open write units until the disk is full."""
+    root = str(tmp_path / "s")
+    _store(root)
+    name, text, message = forged
+    with open(os.path.join(root, name), "w") as f:
+        f.write(text)
+    with pytest.raises(StoreError, match=message):
+        MessageStore(root, _config(), create=False).open()

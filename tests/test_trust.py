@@ -45,7 +45,7 @@ def store(tmp_path, uid) -> str:
     root = str(tmp_path / "store")
     mqfs("init", root, *SMALL)
     with mounted(root, str(tmp_path / "setup-mnt")) as _:
-        sh(f"mkdir {tmp_path}/setup-mnt/topics/orders && "
+        sh(f"mkdir -p {tmp_path}/setup-mnt/topics/orders/0 && "
            f"printf hello > {tmp_path}/setup-mnt/topics/orders/0/append")
     chown_tree(root, uid)
     return root
@@ -98,8 +98,9 @@ LINKS = ["lock", "abort", "checkpoint", "mqfs.json.tmp", "config/topics.json.tmp
          "consumequeue/orders", "index"]
 
 
+@pytest.mark.parametrize("command", ["mount", "repair"])
 @pytest.mark.parametrize("name", LINKS)
-def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, name):
+def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, name, command):
     target = os.path.join(outside, "dir" if name in ("staging", "consumequeue/orders", "index")
                           else "secret" if name == "commitlog/FIRST" else "victim")
     if name == "commitlog/FIRST":
@@ -108,11 +109,21 @@ def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, na
     before = fingerprint(outside)
     mnt = str(tmp_path / "mnt")
     os.makedirs(mnt)
-    proc = mqfs("mount", "--trust-owner", USER, store, mnt, check=False)
+    args = [store, mnt] if command == "mount" else [store, "--yes"]
+    proc = mqfs(command, "--trust-owner", USER, *args, check=False)
     assert proc.returncode == 1 and not os.path.ismount(mnt)
     assert proc.stderr.count("\n") == 1 and "symbolic link" in proc.stderr, proc.stderr
     assert fingerprint(outside) == before
     assert not os.path.exists(os.path.join(store, "quarantine"))
+
+
+def test_a_link_to_the_store_is_the_administrators(store, tmp_path):
+    link = str(tmp_path / "link")
+    os.symlink(store, link)
+    mnt = str(tmp_path / "mnt")
+    with mounted(link, mnt, "--trust-owner", USER):
+        assert sh(f"cat {mnt}/topics/orders/0/0").stdout == b"hello"
+    assert "ok" in mqfs("verify", "--trust-owner", USER, link).stdout.lower()
 
 
 def test_links_planted_while_mounted_are_not_followed(store, outside, tmp_path, uid):
@@ -120,8 +131,9 @@ def test_links_planted_while_mounted_are_not_followed(store, outside, tmp_path, 
     before = fingerprint(outside)
     with mounted(store, mnt, "--trust-owner", USER):
         plant(store, "config/topics.json.tmp", os.path.join(outside, "victim"), uid)
-        made = sh(f"mkdir {mnt}/topics/fresh", check=False)
+        made = sh(f"mkdir -p {mnt}/topics/fresh/0", check=False)
         assert made.returncode != 0  # the topic table cannot be written: refused, not followed
+        assert not os.path.exists(f"{mnt}/topics/fresh")  # and what was not saved is not shown
         plant(store, "staging", os.path.join(outside, "dir"), uid)  # the daemon holds the real one
         q = f"{mnt}/topics/orders/0"
         sh(f"printf body > {q}/tmp/x && mv {q}/tmp/x {q}/")
@@ -165,7 +177,7 @@ def test_what_mqfs_creates_is_private(tmp_path):
     mqfs("init", root, *SMALL)
     mnt = str(tmp_path / "mnt")
     with mounted(root, mnt, "-o", "umask=077"):
-        sh(f"mkdir {mnt}/topics/t && printf secret > {mnt}/topics/t/0/append")
+        sh(f"mkdir -p {mnt}/topics/t/0 && printf secret > {mnt}/topics/t/0/append")
     saved = quarantine.save_bytes(root, "evidence", b"bytes")
     assert stat.S_IMODE(os.stat(saved).st_mode) == 0o600
     modes = {}

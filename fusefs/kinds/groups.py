@@ -20,6 +20,7 @@ from ..inodes import (
     Node,
     text_name,
 )
+from ..topicnames import topic_entry
 from .base import File, Kind
 
 
@@ -64,7 +65,7 @@ class Group(Kind):
                                     group=node.group, topic=topic)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(t.encode(), self._topic(node, t).ino) for t in sorted(self.fs.store.topics())]
+        return [(topic_entry(t).encode(), self._topic(node, t).ino) for t in sorted(self.fs.store.topics())]
 
     def path(self, node: Node) -> str:
         return group_path(node)

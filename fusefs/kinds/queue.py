@@ -20,6 +20,7 @@ from ..inodes import (
     canonical_int,
 )
 from ..listings import Listing, QueueListing
+from ..topicnames import topic_entry
 from .base import File, Kind
 from .root import MovingDir
 
@@ -39,7 +40,7 @@ class InQueue:
     tail = ""
 
     def path(self, node: Node) -> str:
-        return f"/topics/{node.topic}/{node.queue}{self.tail}"
+        return f"/topics/{topic_entry(node.topic)}/{node.queue}{self.tail}"
 
 
 class Queue(InQueue, MovingDir):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 
 from store.errors import InvalidMessage
-from store.format.codec import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
+from store.format.message import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 
 from ..errors import FsError
 from ..inodes import (
@@ -26,18 +27,22 @@ from ..inodes import (
     canonical_int,
     text_name,
 )
+from ..topicnames import topic_entry
 from .base import File, Kind
+
+log = logging.getLogger(__name__)
 
 STATUS_NAME = b"status.json"
 ROOT_ENTRIES = [(b"topics", TOPICS_INO), (b"keys", KEYS_INO), (b"groups", GROUPS_INO),
                 (STATUS_NAME, STATUS_INO)]
+ROOT_NAMES = dict(ROOT_ENTRIES)
 
 
 class Root(Kind):
     kind = ROOT
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        ino = dict(ROOT_ENTRIES).get(name)
+        ino = ROOT_NAMES.get(name)
         if ino is None:
             raise FsError(errno.ENOENT)
         return self.fs.getattr(ino)
@@ -86,13 +91,13 @@ class Topics(MovingDir):
         return self.fs.node_attr(self.fs.nodes.topic(self.existing_topic(name)))
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(t.encode(), self.fs.nodes.topic(t).ino) for t in sorted(self.fs.store.topics())]
+        return [(topic_entry(t).encode(), self.fs.nodes.topic(t).ino) for t in sorted(self.fs.store.topics())]
 
     def path(self, node: Node) -> str:
         return "/topics"
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
-        """mkdir in /topics creates a topic (with one queue)."""
+        """mkdir in /topics creates a topic: an empty directory, queues come with mkdir N."""
         topic = text_name(name)
         limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
         if len(topic) > limit:
@@ -103,7 +108,7 @@ class Topics(MovingDir):
             raise FsError(errno.EINVAL, str(exc)) from None
         if topic in self.fs.store.topics():
             raise FsError(errno.EEXIST)
-        self.fs.store.create_topic(topic, 1)
+        self.fs.store.create_topic(topic, 0)
         return self.fs.node_attr(self.fs.nodes.topic(topic))
 
 
@@ -119,13 +124,15 @@ class Topic(MovingDir):
                 for q in self.fs.store.queue_ids(node.topic)]
 
     def path(self, node: Node) -> str:
-        return f"/topics/{node.topic}"
+        return f"/topics/{topic_entry(node.topic)}"
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
         return {b"user.queues": b"%d" % len(self.fs.store.queue_ids(node.topic))}
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
-        """mkdir N in /topics/<t> creates queue N."""
+        """mkdir N in /topics/<t> creates queue N (a new topic has none, so `mkdir T/{0..3}`
+        makes four). Queues are numbered from 0 without gaps (RocketMQ's queue count): N past
+        the next one makes those between too, and the log says so."""
         if len(name) > NAME_MAX:
             raise FsError(errno.ENAMETOOLONG)
         q = canonical_int(name)
@@ -133,5 +140,10 @@ class Topic(MovingDir):
             raise FsError(errno.EINVAL, "queue directories are named by their number")
         if self.has_queue(node.topic, q):
             raise FsError(errno.EEXIST)
+        ids = self.fs.store.queue_ids(node.topic)
+        after = ids[-1] + 1 if ids else 0
         self.fs.store.add_queue(node.topic, q)
+        if q > after:
+            log.info("mkdir /topics/%s/%d: made queues %d..%d (a topic's queues are numbered "
+                     "from 0 without gaps)", node.topic, q, after, q)
         return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))

@@ -4,6 +4,7 @@ Their lookups may wait for the disk, so the adapter runs them in worker threads.
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterable
 
 from store import StoredMessage
 
@@ -27,6 +28,7 @@ from ..inodes import (
 from ..keynames import name_key
 from ..listings import TAG_SCAN, Listing, TagListing
 from ..timenames import parse_time
+from ..topicnames import link_entry, topic_named
 from .base import Kind
 from .queue import InQueue
 
@@ -144,7 +146,7 @@ class KeyDir(SearchedDir):
     slow_listing = True  # a query of the IndexFiles, made at opendir
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        topic, q, offset = _parse_link_name(name)
+        topic, q, offset = _parse_link_name(name, self.fs.store.topics())
         if not self.has_queue(topic, q):
             raise FsError(errno.ENOENT)
         msg = self.fs.messages.get(topic, q, offset)
@@ -166,7 +168,7 @@ class KeyDir(SearchedDir):
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         hits, _ = self.hits(node.key)
         hits.sort(key=lambda m: (m.topic, m.queue_id, m.queue_offset))
-        return [(f"{m.topic}:{m.queue_id}:{m.queue_offset}".encode(),
+        return [(link_entry(m.topic, m.queue_id, m.queue_offset).encode(),
                  link_ino(self.fs.nodes.qidx(m.topic, m.queue_id), m.queue_offset, KEY_VIEW))
                 for m in hits]
 
@@ -179,7 +181,7 @@ class KeyDir(SearchedDir):
                 b"user.truncated": b"1" if cut else b"0"}
 
 
-def _parse_link_name(name: bytes) -> tuple[str, int, int]:
+def _parse_link_name(name: bytes, topics: Iterable[str]) -> tuple[str, int, int]:
     """'<topic>:<queue>:<offset>' -> parts, ENOENT when it is not one."""
     parts = name.split(b":")
     if len(parts) != 3:
@@ -187,4 +189,7 @@ def _parse_link_name(name: bytes) -> tuple[str, int, int]:
     q, offset = canonical_int(parts[1]), canonical_int(parts[2])
     if q is None or offset is None:
         raise FsError(errno.ENOENT)
-    return text_name(parts[0]), q, offset
+    topic = topic_named(text_name(parts[0]), topics)
+    if topic is None:
+        raise FsError(errno.ENOENT)
+    return topic, q, offset

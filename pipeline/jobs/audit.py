@@ -27,7 +27,6 @@ from pyspark.sql import functions as F
 from store import StoreConfig
 from store.config import parse_delay_levels
 from store.files.dispatcher import TagsCodes
-from store.format.codec import PROPERTY_UNIQ_KEY
 from store.format.flavor import Flavor
 from store.format.layout import (
     IN_QUEUE_TYPES,
@@ -39,6 +38,7 @@ from store.format.layout import (
     TRANSACTION_ROLLBACK,
     gather,
 )
+from store.format.message import PROPERTY_UNIQ_KEY
 from store.offline.views import (
     UNIT_SIZE,
     QueueReader,

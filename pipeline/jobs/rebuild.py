@@ -13,8 +13,8 @@ import os
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store.format.codec import PROPERTY_UNIQ_KEY
 from store.format.layout import IN_QUEUE_TYPES, TRANSACTION_MASK
+from store.format.message import PROPERTY_UNIQ_KEY
 from store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
 from store.offline.views import commitlog_files, store_layout
 

@@ -56,10 +56,6 @@ class Checkpoint:
                 cp.checked = True
         return cp
 
-    @property
-    def min_timestamp(self) -> int:
-        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
-
     def flush(self) -> None:
         buf = bytearray(SIZE)
         _FIELDS.pack_into(buf, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,

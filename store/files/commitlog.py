@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
 
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
 from ..errors import CodecError, CorruptionError, InvalidMessage, NotFound
-from ..format import codec, layout
-from ..format.codec import StoredMessage
+from ..format import codec, columns, layout
 from ..format.flavor import Flavor
-from ..format.layout import END_FILE_MIN_BLANK, MAGIC_BLANK, MAGIC_V1, MAGIC_V2
+from ..format.layout import END_FILE_MIN_BLANK, MAGIC_BLANK
+from ..format.message import StoredMessage
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 
@@ -131,7 +130,7 @@ class CommitLog:
 
     def units_match(self, offsets: np.ndarray, sizes: np.ndarray, topic: str, queue_id: int,
                     queue_offsets: np.ndarray) -> np.ndarray:
-        """codec.unit_matches for units anywhere in the log: which describe their record.
+        """columns.unit_matches for units anywhere in the log: which describe their record.
         A unit pointing outside every file does not."""
         ok = np.zeros(len(offsets), dtype=bool)
         if not len(offsets) or not self.queue.files:
@@ -145,7 +144,7 @@ class CommitLog:
                 continue
             sel = np.flatnonzero(starts == start)
             raw = np.frombuffer(mf.buffer(), dtype=np.uint8)
-            ok[sel] = codec.unit_matches(raw, offsets[sel] - start, sizes[sel], topic, queue_id,
+            ok[sel] = columns.unit_matches(raw, offsets[sel] - start, sizes[sel], topic, queue_id,
                                          queue_offsets[sel])
         return ok
 
@@ -155,27 +154,6 @@ class CommitLog:
         if mf is None:
             return -1
         return layout.store_timestamp_at(mf.buffer(), offset - mf.file_from_offset)
-
-    def iterate(self, start: int | None = None, end: int | None = None) -> Iterator[StoredMessage]:
-        """Every message from `start` (a record boundary) up to `end`, crossing BLANKs.
-        A malformed record before the end raises CodecError naming its offset."""
-        offset = self.min_offset if start is None else start
-        end = self.max_offset if end is None else min(end, self.max_offset)
-        while offset < end:
-            mf = self.queue.find(offset)
-            if mf is None:
-                return
-            view = memoryview(mf.buffer())[: mf.read_position]
-            pos = offset - mf.file_from_offset
-            while pos < len(view) and mf.file_from_offset + pos < end:
-                size, magic = codec.peek_header(view, pos)
-                if magic == MAGIC_BLANK:
-                    break
-                if magic not in (MAGIC_V1, MAGIC_V2):
-                    raise CodecError(f"bad magic at CommitLog offset {mf.file_from_offset + pos}")
-                yield codec.decode(view, pos)
-                pos += size
-            offset = mf.file_from_offset + self.file_size
 
     def close(self) -> None:
         self.queue.close()

@@ -233,7 +233,7 @@ class ConsumeQueue:
     # --- recovery and cleanup --------------------------------------------------------------
     def recover(self) -> None:
         """Find the end: after the last unit that is not all zeros, looked for backwards from
-        the end of the newest data region of the newest file holding data (`_last_written`),
+        the end of the newest data region of the newest file holding data (`last_written`),
         so a queue's end costs a page or two, not its whole file. A damaged or zero unit
         before it is recovery's to find (checked against the CommitLog), never cut here."""
         files = self.queue.files
@@ -241,7 +241,7 @@ class ConsumeQueue:
             return
         end = files[0].file_from_offset
         for mf in reversed(files):
-            found = _last_written(mf)
+            found = last_written(mf)
             if found is not None:
                 end = mf.file_from_offset + found
                 break
@@ -340,7 +340,7 @@ def _chunks_back(lo: int, hi: int) -> Iterator[tuple[int, int]]:
         hi = a
 
 
-def _last_written(mf: MappedFile) -> int | None:
+def last_written(mf: MappedFile) -> int | None:
     """End of the last unit of a file that is not all zeros, or None: the data regions
     (never-written extents and holes are skipped unread) searched from the back."""
     buf = mf.buffer()

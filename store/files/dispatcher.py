@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from ..crash_points import crash_point
-from ..format import codec, layout
-from ..format.codec import PROPERTY_DELAY, SCHEDULE_TOPIC, Message, RecordRun
+from ..format import codec, layout, message
+from ..format.columns import RecordRun
 from ..format.flavor import Flavor
+from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
 from .consume_queue import ConsumeQueue
 
 if TYPE_CHECKING:
@@ -33,9 +34,9 @@ UNKNOWN_LEVEL_MS = 1000  # computeDeliverTimestamp for a level the table lacks
 def index_keys(props: dict[str, str]) -> list[str]:
     """Message.index_keys() from the properties in one call (UNIQ_KEY, then KEYS tokens):
     the put paths run it once per message."""
-    text = props.get(codec.PROPERTY_KEYS)
+    text = props.get(message.PROPERTY_KEYS)
     keys = ([text] if " " not in text else [k for k in text.split(" ") if k]) if text else []
-    uniq = props.get(codec.PROPERTY_UNIQ_KEY)
+    uniq = props.get(message.PROPERTY_UNIQ_KEY)
     if uniq:
         keys.insert(0, uniq)
     return keys
@@ -45,7 +46,7 @@ def has_queue_dir(topic: str) -> bool:
     """Whether a topic's ConsumeQueues can exist: its name fits a directory entry. A broker
     configured for longer topics writes their records (v2) but fails to build their queues;
     such records are read by key and by CommitLog offset."""
-    return len(topic) <= codec.NAME_MAX  # topics are ASCII: one byte a character
+    return len(topic) <= message.NAME_MAX  # topics are ASCII: one byte a character
 
 
 def takes_unit(topic: str, sys_flag: int) -> bool:
@@ -81,7 +82,7 @@ class TagsCodes:
             due = self.delivery_time(delay, store_ts) if delay else None
             if due is not None:
                 return due
-        tags = props.get(codec.PROPERTY_TAGS)
+        tags = props.get(message.PROPERTY_TAGS)
         return self.flavor.tags_code(tags) if tags else 0
 
     def column(self, topics: Sequence[str], tags: Sequence[str | None], delays: Sequence[str | None] | None,
@@ -191,8 +192,8 @@ class Dispatcher:
         rolled-back records have none. The common batch (one key a message, no UNIQ_KEY)
         takes no Python step per message."""
         n = len(topics)
-        text = list(map(dict.get, props, repeat(codec.PROPERTY_KEYS)))
-        simple = not any(map(dict.__contains__, props, repeat(codec.PROPERTY_UNIQ_KEY))) \
+        text = list(map(dict.get, props, repeat(message.PROPERTY_KEYS)))
+        simple = not any(map(dict.__contains__, props, repeat(message.PROPERTY_UNIQ_KEY))) \
             and " " not in "".join(filter(None, text))
         if simple:
             rows = np.flatnonzero(np.fromiter(map(bool, text), dtype=bool, count=n) & layout.indexed(sys_flags))
@@ -210,7 +211,7 @@ class Dispatcher:
     def batch(self, plan: BatchPlan, done: int, topics: Sequence[str], props: Sequence[dict[str, str]],
               commitlog_offset: np.ndarray, sizes: np.ndarray, store_ts: int) -> None:
         """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
-        tags = list(map(dict.get, props[:done], repeat(codec.PROPERTY_TAGS)))
+        tags = list(map(dict.get, props[:done], repeat(message.PROPERTY_TAGS)))
         delays = (list(map(dict.get, props[:done], repeat(PROPERTY_DELAY)))
                   if SCHEDULE_TOPIC in topics else None)
         tags_codes = self.tags.column(topics, tags, delays, store_ts)

@@ -1,16 +1,16 @@
-"""Background services that move bytes toward the disk, as RocketMQ's flush services do.
+"""Background services that move bytes toward the disk, as RocketMQ's flush services do;
+each is a `_Service` thread of `FlushServices`, named as below.
 
-- CommitService (transient pool only): copies write buffers into the files; puts wait for it,
+- mqfs-commit (transient pool only): copies write buffers into the files; puts wait for it,
   so a message is readable (committed) when put returns.
-- CommitLogFlushService: flushes every interval when enough pages are dirty (or a thorough
-  interval passed).
-- GroupCommit (sync mode): waiting puts share one disk sync, led by one of them; a put that is
-  not covered within the timeout gets FlushTimeout.
-- LogicsFlushService: ConsumeQueues and the checkpoint every second.
-- RetentionService (only when retention is configured): a retention pass every 10 s, as
+- mqfs-flush: flushes the CommitLog every interval when enough pages are dirty (or a
+  thorough interval passed).
+- GroupCommit (sync mode, no thread): waiting puts share one disk sync, led by one of them; a
+  put that is not covered within the timeout gets FlushTimeout.
+- mqfs-logics: ConsumeQueues and the checkpoint every second.
+- mqfs-retention (only when retention is configured): a retention pass every 10 s, as
   RocketMQ's CleanCommitLogService runs.
 """
-
 from __future__ import annotations
 
 import logging

@@ -28,6 +28,7 @@ ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 assert _HEADER.size == HEADER_DTYPE.itemsize == HEADER_SIZE and _ENTRY.size == ENTRY_DTYPE.itemsize == ENTRY_SIZE
+_GROW_STEP = 4096  # entries looked at a step when a live file is followed
 _SCAN = 1 << 22  # bytes looked at a step when the last written entry is searched from the end
 _I32 = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
@@ -84,6 +85,22 @@ class IndexFile:
 
     def _written_count(self) -> int:
         return written_count(self.mf.buffer(), self.slots, self.entries)
+
+    def grow(self, timestamp_at: Callable[[int], int | None]) -> None:
+        """Read-only, while another process writes the file: take in the entries written
+        since (they go in order, so the first zero entry past the count ends them), looking
+        at those only."""
+        buf = self.mf.buffer()
+        count = self.index_count
+        while count < self.entries:
+            n = min(_GROW_STEP, self.entries - count)
+            new = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=n, offset=self._entries_at + count * ENTRY_SIZE)
+            zero = np.flatnonzero((new["hash"] == 0) & (new["phy"] == 0) & (new["prev"] == 0))
+            count += int(zero[0]) if len(zero) else n
+            if len(zero):
+                break
+        self.written = count
+        self.adopt_entries(timestamp_at)
 
     def adopt_entries(self, timestamp_at: Callable[[int], int | None]) -> bool:
         """Make the header the summary of the entries on disk when they go past its count (a

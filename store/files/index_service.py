@@ -24,7 +24,7 @@ from datetime import datetime
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
-from ..format.codec import KeySpans
+from ..format.columns import KeySpans
 from ..format.flavor import Flavor
 from ..format.layout import indexed
 from . import quarantine, safefs
@@ -72,6 +72,7 @@ class IndexService:
         self.flushed_end_timestamp = 0  # endTimestamp of the newest full file on disk
         self.sealed: list[IndexFile] = []  # full files not yet synced (flush_sealed does)
         self.lost_files = False  # load dropped a damaged file: recovery must index again
+        self.quarantined: list[str] = []  # damaged files load moved to quarantine/
         self._pending: list[tuple[str, IndexFile | None, bool]] = []
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
@@ -120,6 +121,27 @@ class IndexService:
                 continue
             self.files.append(f)
 
+    def load_new(self, timestamp_at: Callable[[int], int | None]) -> None:
+        """Read-only, while another process writes: take in the entries added to the newest
+        files and open the files created since (one not yet allocated is left for later)."""
+        with self.lock:
+            files = list(self.files)
+        for f in files[-2:]:
+            f.grow(timestamp_at)
+        last = os.path.basename(files[-1].path) if files else ""
+        try:
+            names = sorted(n for n in safefs.listdir(self.directory) if len(n) == 17 and n.isdigit())
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if name <= last or safefs.size(path) != index_file_size(self.slots, self.entries):
+                continue
+            f = IndexFile(path, self.slots, self.entries, read_only=True)
+            f.adopt_entries(timestamp_at)
+            with self.lock:
+                self.files.append(f)
+
     def drop_pending(self) -> None:
         """Remove the files `load` set aside (a broken one goes to quarantine/)."""
         for path, f, keep in self._pending:
@@ -127,8 +149,8 @@ class IndexService:
                 safefs.unlink(path)
             elif keep:
                 f.mf.close()
-                quarantine.move_file(os.path.dirname(self.directory), path,
-                                     f"index-{os.path.basename(path)}")
+                self.quarantined.append(quarantine.move_file(
+                    os.path.dirname(self.directory), path, f"index-{os.path.basename(path)}"))
             else:
                 f.destroy()
         self._pending = []

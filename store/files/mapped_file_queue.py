@@ -65,6 +65,32 @@ class MappedFileQueue:
             mf.set_positions(self.file_size)
             self.files.append(mf)
 
+    def new_files(self) -> list[MappedFile]:
+        """Read-only, while another process writes: the files created after the last one
+        mapped, mapped (positions 0) but not added; one not yet allocated to its full size
+        is left for a later call."""
+        last = self.files[-1].file_from_offset if self.files else -1
+        try:
+            names = sorted(n for n in safefs.listdir(self.directory) if len(n) == 20 and n.isdigit())
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if int(name) > last and safefs.size(path) == self.file_size:
+                mf = MappedFile(path, self.file_size, int(name), read_only=True)
+                mf.set_positions(0)
+                found.append(mf)
+        return found
+
+    def show_to(self, offset: int, new: list[MappedFile] | None = None) -> None:
+        """Read-only: reads stop at `offset` (files past it stay mapped, showing nothing),
+        with the `new` files added after. Positions only grow, in file order, so a reader
+        meanwhile never sees past `offset`."""
+        for mf in [*self.files, *(new or ())]:
+            mf.set_positions(min(max(offset - mf.file_from_offset, 0), self.file_size))
+        self.files.extend(new or ())
+
     # --- lookup ----------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:

@@ -1,4 +1,4 @@
-"""Encode and decode CommitLog records, byte for byte as Apache RocketMQ writes them: the
+"""Encode and decode whole CommitLog records, byte for byte as Apache RocketMQ writes them: the
 scalar reference that store/layout.py's columnar walker must agree with (tests/test_layout.py).
 
 Layout (big-endian; docs/format.md, "CommitLog record"; positions and sizes in store/layout.py):
@@ -9,12 +9,9 @@ TOPICLEN(1|2) TOPIC PROPERTIESLEN PROPERTIES
 
 from __future__ import annotations
 
-import ipaddress
-import re
 import struct
 import time
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter
 
@@ -30,128 +27,52 @@ from .layout import (
     HOST_V6_FLAGS,
     IPV4_HOST_LEN,
     IPV6_HOST_LEN,
-    MAGIC_POS,
     MAGIC_V1,
     MAGIC_V2,
     MIN_RECORD_SIZE,
     PHYSICAL_OFFSET_POS,
-    QUEUE_ID_POS,
     QUEUE_OFFSET_POS,
     RECORD_CRC_LEN,
     STOREHOST_V6_FLAG,
-    SYSFLAG_POS,
-    TOTALSIZE_POS,
-    TRANSACTION_MASK,
     TRANSACTION_ROLLBACK,
-    body_len_pos,
     body_pos,
     born_host_len,
-    decode_host,
-    gather,
     indexed,
     store_host_len,
     store_timestamp_pos,
 )
+from .message import (
+    _I16,
+    _I32,
+    _I64,
+    _QUEUE_ID_LIMIT,
+    FILLER_TOPIC,
+    MAX_PROPERTIES_LEN,
+    MAX_TOPIC_LEN,
+    NAME_VALUE_SEP,
+    PROPERTY_CRC32,
+    PROPERTY_SEP,
+    Message,
+    StoredMessage,
+    decode_properties,
+    encode_host,
+    encode_properties,
+    validate_topic,
+)
 
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_DELAY = "DELAY"  # a delayed message's level (PROPERTY_DELAY_TIME_LEVEL)
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # where a broker keeps delayed messages until due
-PROPERTY_CRC32 = "__CRC32#"  # RocketMQ 5's whole-record checksum trailer (enabledAppendPropCRC)
 _CRC_PLACEHOLDER = CRC_HEAD + b"0" * 10 + b"\x02"
-# Repair writes a filler record over bytes it could not read: a rolled-back transaction (no
-# queue entry, not indexed, skipped by every reader) on a reserved topic
-FILLER_TOPIC = "%DAMAGED"
-NAME_VALUE_SEP = "\x01"
-PROPERTY_SEP = "\x02"
 
-MAX_PROPERTIES_LEN = 32767
-MAX_TOPIC_LEN = 127
-MAX_RETRY_TOPIC_LEN = 255
-MAX_STORED_TOPIC_LEN = 32767  # a v2 record's TOPICLEN is an int16
-NAME_MAX = 255  # bytes in a file name: a topic longer has no consumequeue/<topic> directory
-DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-_QUEUE_ID_LIMIT = 1 << 31
 
-_TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 _HEAD = struct.Struct(">iiiiiqqiq")  # up to and including BORNTIMESTAMP (48 bytes)
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_I16 = struct.Struct(">h")
+
+
 _TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPAREDTXOFFSET, BODYLEN
+
+
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET and PHYSICALOFFSET, adjacent in every record
+
+
 assert PHYSICAL_OFFSET_POS == QUEUE_OFFSET_POS + 8
-
-
-def validate_topic(topic: str) -> None:
-    """Refuse names for new topics that Apache RocketMQ refuses (TopicValidator rules)."""
-    validate_stored_topic(topic)
-    limit = MAX_RETRY_TOPIC_LEN if topic.startswith("%RETRY%") else MAX_TOPIC_LEN
-    if len(topic) > limit:
-        raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
-
-
-def validate_stored_topic(topic: str) -> None:
-    """Refuse a topic name no broker writes: bad characters (the broker checks them on every
-    put) or longer than a v2 record's TOPICLEN holds. A broker configured for longer topics
-    writes them with the v2 magic: a store holding one is read, not refused."""
-    if not topic:
-        raise InvalidMessage("topic name is empty")
-    if not _TOPIC_PATTERN.fullmatch(topic):
-        raise InvalidMessage(f"topic {topic!r} has characters other than letters, digits, %|_-")
-    if len(topic) > MAX_STORED_TOPIC_LEN:
-        raise InvalidMessage(f"topic name is {len(topic)} characters, a record holds {MAX_STORED_TOPIC_LEN}")
-    if topic.startswith("%") and FILLER_TOPIC.startswith(topic):
-        raise InvalidMessage(f"topic name {topic!r} is reserved for damaged ranges")
-
-
-@lru_cache(maxsize=256)
-def encode_host(host: str, port: int) -> tuple[bytes, bool]:
-    """Address bytes plus an int32 port; True when the address is IPv6. InvalidMessage for
-    what is no IP address and port."""
-    try:
-        addr = ipaddress.ip_address(host)
-        return addr.packed + _I32.pack(port), addr.version == 6
-    except (ValueError, TypeError, struct.error):
-        raise InvalidMessage(f"born host {host!r}:{port!r} is not an IP address and a port") \
-            from None
-
-
-def parse_host(text: str) -> tuple[str, int]:
-    """'1.2.3.4:10911' or '[::1]:10911' -> (host, port)."""
-    host, _, port = text.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def encode_properties(props: dict[str, str]) -> bytes:
-    """PROPERTIES as RocketMQ writes them; InvalidMessage for a name or value holding a
-    separator or text that is not valid UTF-8 (a lone surrogate)."""
-    if not props:
-        return b""
-    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
-    n = len(props)
-    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
-        bad = [k for k, v in props.items() if set(f"{k}{v}") & {NAME_VALUE_SEP, PROPERTY_SEP}]
-        raise InvalidMessage(f"property {bad[0]!r} contains a \\x01 or \\x02 separator byte")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
-
-
-def decode_properties(raw: bytes | memoryview, with_crc: bool = False) -> dict[str, str]:
-    """string2messageProperties: drops empty keys and empty values, tolerates no trailing 0x02.
-    The `__CRC32#` trailer is the record's checksum, not the message's: kept `with_crc`."""
-    props: dict[str, str] = {}
-    text = bytes(raw).decode("utf-8")
-    for item in text.split(PROPERTY_SEP):
-        key, sep, value = item.partition(NAME_VALUE_SEP)
-        if sep and key and value:
-            props[key] = value
-    if not with_crc:
-        props.pop(PROPERTY_CRC32, None)
-    return props
 
 
 def crc_digits(value: int) -> bytes:
@@ -177,168 +98,6 @@ def seal(rec: bytearray, flavor: Flavor) -> None:
     checksum of every byte before it, taken after the store stamped its fields."""
     n = len(rec) - RECORD_CRC_LEN
     rec[n + 9 : n + 19] = crc_digits(flavor.crc_unmasked(memoryview(rec)[:n]) & CRC_MASK)
-
-
-def join_keys(keys: list[str] | tuple[str, ...]) -> str:
-    """KEYS: the keys joined by spaces, so none may be empty or hold a space (checked on
-    the joined text, which has one space fewer than keys exactly when none does)."""
-    try:
-        text = " ".join(keys)
-        if text.count(" ") == len(keys) - 1 and "" not in keys:
-            return text
-    except TypeError:  # a key that is not text: the loop says which
-        pass
-    for k in keys:
-        if not k or " " in k:
-            raise InvalidMessage(f"message key {k!r} is empty or contains a space")
-    return " ".join(keys)
-
-
-def msg_id(store_host: bytes, commitlog_offset: int) -> str:
-    """offsetMsgId: store host bytes, int32 port, int64 commitlog offset, upper-case hex."""
-    return (store_host + _I64.pack(commitlog_offset)).hex().upper()
-
-
-def parse_msg_id(text: str) -> tuple[str, int, int]:
-    """offsetMsgId -> (store host, port, commitlog offset); CodecError when malformed."""
-    if len(text) not in (32, 56):
-        raise CodecError(f"message id {text!r} is not 32 or 56 hex digits")
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        raise CodecError(f"message id {text!r} is not hexadecimal") from None
-    host, port = decode_host(raw[:-8])
-    return host, port, _I64.unpack(raw[-8:])[0]
-
-
-def keys_to_index(uniq: str | None, keys: list[str]) -> list[str]:
-    """What the IndexFile indexes for a message, in RocketMQ's order: UNIQ_KEY, then every
-    KEYS token."""
-    return [uniq, *keys] if uniq else list(keys)
-
-
-class _WellKnownProperties:
-    """KEYS and TAGS read from a `properties` mapping, for producer and stored messages."""
-
-    __slots__ = ()
-    properties: dict[str, str]
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get(PROPERTY_KEYS, "").split(" ") if k]
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get(PROPERTY_TAGS, "")
-
-    def index_keys(self) -> list[str]:
-        return keys_to_index(self.properties.get(PROPERTY_UNIQ_KEY), self.keys)
-
-
-@dataclass
-class Message(_WellKnownProperties):
-    """A message as a producer hands it to the store."""
-
-    topic: str
-    body: bytes
-    queue_id: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[str, int] = ("127.0.0.1", 0)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-
-    @classmethod
-    def create(
-        cls,
-        topic: str,
-        body: bytes,
-        queue_id: int = 0,
-        keys: list[str] | tuple[str, ...] = (),
-        tags: str | None = None,
-        properties: dict[str, str] | None = None,
-        **fields,
-    ) -> Message:
-        props = dict(properties) if properties else {}
-        if keys:
-            props[PROPERTY_KEYS] = join_keys(keys)
-        if tags:
-            props[PROPERTY_TAGS] = tags
-        if fields:
-            return cls(topic, body, queue_id, props, **fields)
-        return cls(topic, body, queue_id, props)  # a call without ** is a third cheaper
-
-
-class StoredMessage(_WellKnownProperties):
-    """A record decoded from the CommitLog. Hosts and properties are decoded on first use:
-    most reads (cat of a message, a ConsumeQueue check) never look at them."""
-
-    __slots__ = ("total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
-                 "commitlog_offset", "sys_flag", "born_timestamp", "store_timestamp",
-                 "reconsume_times", "prepared_transaction_offset", "body", "topic",
-                 "born_host_raw", "store_host_raw", "_props_raw", "_props")
-
-    def __init__(self, total_size: int, magic: int, body_crc: int, queue_id: int, flag: int,
-                 queue_offset: int, commitlog_offset: int, sys_flag: int, born_timestamp: int,
-                 born_host_raw: bytes, store_timestamp: int, store_host_raw: bytes,
-                 reconsume_times: int, prepared_transaction_offset: int,
-                 body: bytes | memoryview, topic: str, props_raw: bytes):
-        self.total_size = total_size
-        self.magic = magic
-        self.body_crc = body_crc
-        self.queue_id = queue_id
-        self.flag = flag
-        self.queue_offset = queue_offset
-        self.commitlog_offset = commitlog_offset
-        self.sys_flag = sys_flag
-        self.born_timestamp = born_timestamp
-        self.born_host_raw = born_host_raw
-        self.store_timestamp = store_timestamp
-        self.store_host_raw = store_host_raw
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
-        self.body = body
-        self.topic = topic
-        self._props_raw = props_raw
-        self._props: dict[str, str] | None = None
-
-    def __repr__(self) -> str:
-        return (f"StoredMessage({self.topic}/{self.queue_id}/{self.queue_offset} "
-                f"@{self.commitlog_offset}, {len(self.body)} bytes)")
-
-    @property
-    def born_host(self) -> tuple[str, int]:
-        return decode_host(self.born_host_raw)
-
-    @property
-    def store_host(self) -> tuple[str, int]:
-        return decode_host(self.store_host_raw)
-
-    @property
-    def properties(self) -> dict[str, str]:  # type: ignore[override]  # read-only, decoded late
-        if self._props is None:
-            try:
-                self._props = decode_properties(self._props_raw)
-            except UnicodeDecodeError:
-                raise CodecError(f"properties of the record at {self.commitlog_offset} are not "
-                                 "UTF-8") from None
-        return self._props
-
-    @property
-    def stored_properties(self) -> dict[str, str]:
-        """The properties as RocketMQ's own read shows them: `__CRC32#` (the record's
-        checksum trailer, ten digits) included when the record has one."""
-        return decode_properties(self._props_raw, with_crc=True)
-
-    @property
-    def msg_id(self) -> str:
-        return msg_id(self.store_host_raw, self.commitlog_offset)
-
-    @property
-    def transaction_type(self) -> int:
-        return self.sys_flag & TRANSACTION_MASK
 
 
 class Encoder:
@@ -544,6 +303,8 @@ def _bad_field(msg: Message) -> str:
 _MESSAGE_FIELDS = tuple(map(attrgetter, (
     "topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp", "born_host",
     "reconsume_times", "prepared_transaction_offset")))
+
+
 _POWERS_OF_TEN = 10 ** np.arange(10, dtype=np.int64)
 
 
@@ -716,204 +477,3 @@ def filler_record(size: int, commitlog_offset: int, store_ts: int, store_host: b
     if flavor.record_crc:
         seal(rec, flavor)
     return rec
-
-
-def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, queue_id: int,
-                 queue_offset: np.ndarray) -> np.ndarray:
-    """Which ConsumeQueue units describe the record at their position of one file (`u8`):
-    magic, TOTALSIZE, QUEUEID, QUEUEOFFSET and topic agree, and the record fits in the file;
-    or the unit stands for a message lost to damage and points at a filler record."""
-    pos = pos.astype(np.int64)
-    size = size.astype(np.int64)
-    fits = (pos >= 0) & (size >= MIN_RECORD_SIZE) & (pos + size <= len(u8))
-    total = gather(u8, pos + TOTALSIZE_POS, ">i4").astype(np.int64)
-    magic = gather(u8, pos + MAGIC_POS, ">i4")
-    sys_flag = gather(u8, pos + SYSFLAG_POS, ">i4").astype(np.int64)
-    bh, sh = born_host_len(sys_flag), store_host_len(sys_flag)
-    body_len = gather(u8, pos + body_len_pos(bh, sh), ">i4").astype(np.int64)
-    topic_at = pos + body_pos(bh, sh) + np.maximum(body_len, 0)
-    raw = topic.encode("ascii")
-    wide = len(raw) > MAX_TOPIC_LEN
-    prefix = (_I16.pack(len(raw)) if wide else bytes([len(raw)])) + raw
-    same = ((magic == (MAGIC_V2 if wide else MAGIC_V1))
-            & (gather(u8, pos + QUEUE_ID_POS, ">i4") == queue_id)
-            & (gather(u8, pos + QUEUE_OFFSET_POS, ">i8") == queue_offset)
-            & (gather(u8, topic_at, f"V{len(prefix)}") == np.void(prefix)))
-    filler = fillers(u8, topic_at, sys_flag) & (magic == MAGIC_V1)
-    return fits & (total == size) & (same | filler)
-
-
-def fillers(u8: np.ndarray, topic_len_at: np.ndarray, sys_flag: np.ndarray) -> np.ndarray:
-    """Which records (v1, TOPICLEN at `topic_len_at`) are filler records (`is_filler`)."""
-    filler = ~indexed(sys_flag)  # rolled back
-    if filler.any():
-        seen = np.zeros(len(topic_len_at), dtype=bool)
-        for n in range(1, len(FILLER_TOPIC) + 1):
-            want = bytes([n]) + FILLER_TOPIC[:n].encode("ascii")
-            seen |= gather(u8, topic_len_at, f"V{len(want)}") == np.void(want)
-        filler &= seen
-    return filler
-
-
-_DISPATCH_NAMES = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
-
-
-def _starts_with(joined: np.ndarray, pos: np.ndarray, prefix: bytes) -> np.ndarray:
-    """Which positions of `joined` start with `prefix` (each has room for it): one gather of
-    the prefix as a single value per position, through a one-byte-stride view."""
-    if not len(pos):
-        return np.zeros(0, dtype=bool)
-    dt = np.dtype(f"V{len(prefix)}")
-    view = np.ndarray((len(joined) - dt.itemsize + 1,), dtype=dt, buffer=joined, strides=(1,))
-    return view[pos] == np.void(prefix)
-
-
-def dispatch_properties(joined: np.ndarray, starts: np.ndarray) -> tuple[list[str], KeySpans]:
-    """TAGS and index keys (UNIQ_KEY, then KEYS tokens) of many records at once. `joined`
-    holds their valid UTF-8 properties, each record's followed by 0x02, and `starts` where
-    each begins. Items are found with numpy instead of a dict per record; the result is what
-    `properties` gives (empty names and values dropped, the last item of a name wins). Keys
-    stay spans of `joined`: recovery hashes their bytes without a str or list per key."""
-    ends = np.flatnonzero(joined == 0x02)  # every item ends at one, the last record's too
-    items = np.append(0, ends[:-1] + 1)
-    tags_at, keys_at, uniq_at = (_property_spans(joined, items, ends, starts, name)
-                                 for name in _DISPATCH_NAMES)
-    return _texts(joined, tags_at, len(starts)), _key_spans(joined, keys_at, uniq_at)
-
-
-def property_values(joined: np.ndarray, starts: np.ndarray, name: str) -> list[str]:
-    """Each record's value of property `name` ("" without one), from properties laid out as
-    for `dispatch_properties`."""
-    ends = np.flatnonzero(joined == 0x02)
-    items = np.append(0, ends[:-1] + 1)
-    return _texts(joined, _property_spans(joined, items, ends, starts, name), len(starts))
-
-
-_Spans = tuple[np.ndarray, np.ndarray, np.ndarray]  # (record, start, end) of values in `joined`
-
-
-def _property_spans(joined: np.ndarray, items: np.ndarray, ends: np.ndarray, starts: np.ndarray,
-                    name: str) -> _Spans:
-    """Where each record's value of property `name` lies in `joined` (records without one
-    left out), found with numpy: no Python call per record."""
-    prefix = name.encode() + b"\x01"
-    rows = np.flatnonzero(ends - items > len(prefix))  # long enough for a value
-    rows = rows[_starts_with(joined, items[rows], prefix)]
-    owner = np.searchsorted(starts, items[rows], "right") - 1
-    last = np.ones(len(rows), dtype=bool)  # a record's last item of the name wins
-    last[:-1] = owner[1:] != owner[:-1]
-    rows = rows[last]
-    return owner[last], items[rows] + len(prefix), ends[rows]
-
-
-def _texts(joined: np.ndarray, spans: _Spans, n: int) -> list[str]:
-    """The values at `spans` as text, "" for the records of n without one; cut with C-level
-    iteration."""
-    owner, lo, hi = spans
-    if not len(owner):
-        return [""] * n
-    raw = joined.tobytes()
-    cuts = map(slice, lo.tolist(), hi.tolist())
-    values = (list(map(raw.decode("ascii").__getitem__, cuts)) if raw.isascii() else
-              [raw[cut].decode("utf-8") for cut in cuts])
-    if len(values) == n:  # every record has one (owners are distinct and sorted)
-        return values
-    column = np.full(n, "", dtype=object)
-    column[owner] = values
-    return column.tolist()
-
-
-def _key_spans(joined: np.ndarray, keys_at: _Spans, uniq_at: _Spans) -> KeySpans:
-    """Index keys as spans of `joined` in RocketMQ's order: a record's UNIQ_KEY, then its
-    KEYS value split on spaces with empty tokens dropped (as `keys`). UTF-8 never holds a
-    0x20 byte inside a character, so the split works on bytes."""
-    owner, lo, hi = keys_at
-    if _any_within(np.flatnonzero(joined == 0x20), lo, hi):  # else each value is one token
-        edge = np.zeros(len(joined) + 1, dtype=np.int8)
-        edge[lo], edge[hi] = 1, -1  # values never touch: 0x02 ends each one
-        word = np.zeros(len(joined) + 2, dtype=np.int8)
-        word[1:-1] = (np.cumsum(edge[:-1]) > 0) & (joined != 0x20)
-        bounds = np.diff(word)
-        lo, hi = np.flatnonzero(bounds == 1), np.flatnonzero(bounds == -1)
-        owner = owner[np.searchsorted(keys_at[1], lo, "right") - 1]
-    if len(uniq_at[0]):
-        owner, lo, hi = (np.concatenate((u, k)) for u, k in zip(uniq_at, (owner, lo, hi)))
-        order = np.argsort(owner, kind="stable")  # a record's UNIQ_KEY before its KEYS tokens
-        owner, lo, hi = owner[order], lo[order], hi[order]
-    return KeySpans(joined, lo, hi, owner)
-
-
-def _any_within(pos: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> bool:
-    """Whether any position lies in one of the sorted, disjoint spans [lo, hi)."""
-    span = np.searchsorted(lo, pos, "right") - 1
-    return bool(len(lo) and ((span >= 0) & (pos < hi[span])).any())
-
-
-@dataclass
-class KeySpans:
-    """The index keys of a run of records, key i being the UTF-8 bytes data[start[i]:end[i]]
-    of record row[i]; rows never decrease, and a record's keys are in index order (UNIQ_KEY,
-    then KEYS tokens). Recovery indexes every record: columns instead of a list of str per
-    record let it hash the keys' bytes in bulk."""
-
-    data: np.ndarray  # uint8
-    start: np.ndarray  # int64
-    end: np.ndarray  # int64
-    row: np.ndarray  # int64
-
-    @classmethod
-    def of(cls, keys: list[str]) -> KeySpans:
-        """The keys of one record."""
-        lens = np.array([len(k.encode()) for k in keys], dtype=np.int64)
-        data = np.frombuffer("".join(keys).encode(), dtype=np.uint8)
-        return cls(data, np.cumsum(lens) - lens, np.cumsum(lens), np.zeros(len(keys), dtype=np.int64))
-
-    def from_row(self, i: int) -> KeySpans:
-        """The keys of records i on, numbered from i."""
-        k = int(np.searchsorted(self.row, i))
-        return KeySpans(self.data, self.start[k:], self.end[k:], self.row[k:] - i)
-
-    def lists(self, n: int) -> list[list[str]]:
-        """Each of n records' keys as text."""
-        raw = self.data.tobytes()
-        keys = [raw[a:b].decode("utf-8") for a, b in zip(self.start.tolist(), self.end.tolist())]
-        bounds = np.searchsorted(self.row, np.arange(n + 1)).tolist()
-        return [keys[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-@dataclass
-class RecordRun:
-    """Consecutive validated records, in CommitLog order, as columns: what dispatch needs to
-    build their ConsumeQueue units and IndexFile entries without a StoredMessage each."""
-
-    commitlog_offset: np.ndarray  # int64 CommitLog offsets
-    size: np.ndarray  # int64 TOTALSIZE
-    queue_id: np.ndarray  # int64
-    queue_offset: np.ndarray  # int64
-    sys_flag: np.ndarray  # int64
-    store_ts: np.ndarray  # int64
-    topics: list[str]
-    tags: list[str]
-    keys: KeySpans  # index keys: UNIQ_KEY, then KEYS tokens
-    delays: list[str] | None = None  # DELAY of each record, when one is on SCHEDULE_TOPIC
-
-    @classmethod
-    def of(cls, msg: StoredMessage) -> RecordRun:
-        """A run of one decoded record."""
-        def col(v: int) -> np.ndarray:
-            return np.array([v], dtype=np.int64)
-        delays = [msg.properties.get(PROPERTY_DELAY, "")] if msg.topic == SCHEDULE_TOPIC else None
-        return cls(col(msg.commitlog_offset), col(msg.total_size), col(msg.queue_id),
-                   col(msg.queue_offset), col(msg.sys_flag), col(msg.store_timestamp),
-                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()), delays)
-
-    def from_row(self, i: int) -> RecordRun:
-        """The records of the run from row i on."""
-        if i == 0:
-            return self
-        return RecordRun(self.commitlog_offset[i:], self.size[i:], self.queue_id[i:], self.queue_offset[i:],
-                         self.sys_flag[i:], self.store_ts[i:], self.topics[i:], self.tags[i:],
-                         self.keys.from_row(i), None if self.delays is None else self.delays[i:])
-
-    def __len__(self) -> int:
-        return len(self.commitlog_offset)

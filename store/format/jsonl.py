@@ -14,7 +14,7 @@ import json
 from itertools import chain, repeat
 
 from ..errors import InvalidMessage
-from .codec import PROPERTY_KEYS, PROPERTY_TAGS, Message
+from .message import PROPERTY_KEYS, PROPERTY_TAGS, Message
 
 FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
 _NO_KEYS: list[str] = []  # defaults for absent fields: read, never changed

@@ -38,8 +38,8 @@ from ..errors import CodecError, CorruptionError, StoreError
 from ..files import quarantine
 from ..files.consume_queue import ConsumeQueue
 from ..files.mapped_file import MappedFile, offset_to_name
-from ..format import codec, layout
-from ..format.codec import RecordRun
+from ..format import codec, columns, layout, message
+from ..format.columns import RecordRun
 from ..format.layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from ..meta import dispatch_state
 from ..meta.retention import recorded_min_offset
@@ -115,15 +115,15 @@ def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     names, which = layout.topic_names(u8, run.topic_pos, run.topic_len)
     first = int(at[lo])
     props, starts = data[first:int(at[n - 1]) + int(run.props_len[-1]) + 1], at[lo:n] - first
-    tags, keys = codec.dispatch_properties(props, starts)
-    delays = codec.property_values(props, starts, codec.PROPERTY_DELAY) if codec.SCHEDULE_TOPIC in names else None
+    tags, keys = columns.dispatch_properties(props, starts)
+    delays = columns.property_values(props, starts, message.PROPERTY_DELAY) if message.SCHEDULE_TOPIC in names else None
     topics = names * len(run) if len(names) == 1 else list(map(names.__getitem__, which.tolist()))
     return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
                            run.store_ts, topics, tags, keys, delays), more
 
 
 def step_record(buf: memoryview, pos: int, size_limit: int, base: int, flavor
-          ) -> tuple[codec.StoredMessage | None, str | None]:
+          ) -> tuple[message.StoredMessage | None, str | None]:
     """Check the one record at pos with decode(): (the record, None), or (None, why the
     CommitLog ends here; None for zeros)."""
     if size_limit - pos < 8:
@@ -235,6 +235,8 @@ def scan_end(parts: StoreParts, start: int, dispatch_from: int, check_crc: bool,
                                         checked)
             if run is not None:
                 take(run, base + pos)
+            if progress:  # per run of records: a big file is not one long silence
+                progress(done + pos, total)
             if more:
                 continue
             msg, reason = step_record(buf, pos, size_limit, base, flavor)
@@ -409,12 +411,13 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
+    # units past the end are a torn tail's, or (a store being written) for records still to
+    # come: not shown, and not damage
+    for cq in parts.consume_queues.values():
+        cq.truncate_from_physical(end)
     trusted = parts.checkpoint.cq_flushed_offset if crashed else NOWHERE
     damaged = {(cq.topic, cq.queue_id) for cq, _, _ in queue_check.damaged_queues(parts, trusted)}
     damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues, queue.min_offset))
-    for key, cq in parts.consume_queues.items():
-        if key not in damaged:
-            cq.truncate_from_physical(end)
     if damaged:
         for key, rebuilt in queue_check.queues_from_log(parts, damaged).items():
             parts.consume_queues[key].close()

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from ..config import StoreConfig
 from ..crash_points import crash_point
 from ..errors import InvalidMessage, StoreError, StoreFormatError
-from ..files import quarantine
+from ..files import quarantine, safefs
 from ..files.json_file import read_json, write_json
 from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
-from ..format import codec, layout
+from ..format import codec, layout, message
 from ..format.flavor import flavor_named
 from ..meta import kept_ends
 from ..meta.manifest import inspect, write_manifest
@@ -74,6 +74,13 @@ def pending(root: str) -> bool:
     return os.path.lexists(path(root))
 
 
+def orphans(root: str) -> list[str]:
+    """CommitLog files left as <name>.repair (between the two rename passes)."""
+    directory = os.path.join(root, "commitlog")
+    return sorted(n for n in safefs.listdir(directory) if n.endswith(".repair")) \
+        if os.path.isdir(directory) else []
+
+
 def _int(value: Any, what: str, low: int = 0) -> int:
     if type(value) is not int or not low <= value < 1 << 63:
         raise ValueError(f"has {what} {value!r}, not an integer >= {low}")
@@ -109,7 +116,7 @@ def _checked(data: Any) -> Journal:
         if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)):
             raise ValueError(f"has the queue end {row!r}")
         try:
-            codec.validate_topic(row[0])
+            message.validate_topic(row[0])
         except InvalidMessage as exc:
             raise ValueError(f"has the queue of topic {row[0]!r} ({exc})") from None
         j.queue_ends[(row[0], _int(row[1], "a queue id"))] = _int(row[2], "a queue end")
@@ -133,7 +140,7 @@ def remove(root: str) -> None:
     """The repair is done: its journal goes (the .bak first: it must never stand in for it)."""
     for name in (path(root) + ".bak", path(root)):
         if os.path.lexists(name):
-            os.unlink(name)
+            safefs.unlink(name)
     fsync_dir(root)
 
 
@@ -188,7 +195,7 @@ def _rename_out(root: str, journal: Journal) -> None:
     for name, _ in journal.renames:
         src = os.path.join(directory, name)
         if not os.path.lexists(src + ".repair") and os.path.lexists(src):
-            os.rename(src, src + ".repair")
+            safefs.rename(src, src + ".repair")
             crash_point("repair.rename")
     fsync_dir(directory)
 
@@ -202,7 +209,7 @@ def _rename_in(root: str, journal: Journal) -> None:
             if os.path.lexists(os.path.join(directory, target)):
                 raise StoreError(f"{tmp} cannot go to {target}: that name is taken; the repair "
                                  f"journal {path(root)} keeps what is left to do")
-            os.rename(tmp, os.path.join(directory, target))
+            safefs.rename(tmp, os.path.join(directory, target))
             crash_point("repair.rename")
     fsync_dir(directory)
 
@@ -236,7 +243,7 @@ def filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
     A filler record (readers skip it), or to a file's end a filler and the BLANK that ends it."""
     size = cfg.commitlog_file_size
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
-    host = codec.encode_host(*codec.parse_host(cfg.store_host))[0]
+    host = message.encode_host(*message.parse_host(cfg.store_host))[0]
     smallest = 112 if flavor.record_crc else 92
     hi = d.end - (d.start - lo)
     if d.to_file_end and hi < size:  # the newest file: only zeros follow the range
@@ -261,6 +268,9 @@ def replace_damage(root: str, cfg: StoreConfig, d: Damage) -> str:
     file_path = os.path.join(root, "commitlog", offset_to_name(start_of_file))
     created = not os.path.lexists(file_path)
     lo = d.start - start_of_file
+    if d.end - start_of_file > size:
+        raise StoreFormatError(f"{path(root)} names the damaged range {d.start}..{d.end}, "
+                               f"which crosses a CommitLog file's end; {_FIX}")
     hi, new = filler_bytes(cfg, d, lo)
     mf = MappedFile(file_path, size, start_of_file)
     try:

@@ -18,9 +18,9 @@ import numpy as np
 from ..errors import CodecError
 from ..files.mapped_file import MappedFile, offset_to_name
 from ..format import codec, layout
-from ..format.codec import StoredMessage
 from ..format.flavor import Flavor
 from ..format.layout import MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS
+from ..format.message import StoredMessage
 
 Progress = Callable[[int, int], None]
 
@@ -64,6 +64,9 @@ def next_record_in(buf, base: int, lo: int, hi: int, flavor: Flavor,
     hold and its PHYSICALOFFSET names that very position. `regions` (positions of MAGICCODE
     bytes to search) default to the whole range."""
     for a, b in regions if regions is not None else [(lo + MAGIC_POS, hi + MAGIC_POS)]:
+        # mmap.find of Debian 12's CPython 3.11.2 reads past a range that ends at the end of
+        # the map (a segfault on a page-sized file); a magic there starts no record anyway
+        b = min(b, len(buf) - 1)
         best = None
         for magic in MAGIC_BYTES:
             pos = buf.find(magic, a, b)
@@ -203,6 +206,8 @@ def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
         for item in walk_runs_of_file(mf, flavor, last, store_ts, flushed):
             if isinstance(item, Run):
                 store_ts = item.store_ts
+                if progress:  # per run of records: a big file is not one long silence
+                    progress(i * file_size + int(item.records.ends[-1]), total)
             yield item
         if progress:
             progress((i + 1) * file_size, total)

@@ -32,7 +32,7 @@ from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
 from ..format import codec, layout
-from ..format.codec import RecordRun
+from ..format.columns import RecordRun
 from ..format.layout import MAGIC_BLANK
 from . import queue_check, salvage
 from .recovery import NOWHERE, check_run, scan_end, step_record

@@ -23,7 +23,7 @@ from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
 from ..files.index_service import build_key
 from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, load_files
-from ..format import codec, layout
+from ..format import codec, columns, layout, message
 from ..format.flavor import flavor_named
 from ..meta import dispatch_state
 from ..meta.manifest import inspect, is_store
@@ -99,16 +99,16 @@ def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, 
 
 def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _RecordInfo], fillers: set[int]) -> None:
     """The records of a run as _RecordInfo, fillers apart, read as columns: topics, tags and
-    keys in bulk (`codec.dispatch_properties`), not by decoding each record."""
+    keys in bulk (`columns.dispatch_properties`), not by decoding each record."""
     r = run.records
     names, which = layout.topic_names(run.u8, r.topic_pos, r.topic_len)
     filler_names = [i for i, t in enumerate(names) if codec.is_filler(t, layout.TRANSACTION_ROLLBACK)]
     filler = ~layout.indexed(r.sys_flag) & np.isin(which, filler_names)
     props = layout.joined(run.u8, r.props_pos, r.props_len)
-    tags, keys = codec.dispatch_properties(*props)
-    delayed = codec.SCHEDULE_TOPIC in names  # units as the dispatcher writes them
+    tags, keys = columns.dispatch_properties(*props)
+    delayed = message.SCHEDULE_TOPIC in names  # units as the dispatcher writes them
     topics = list(map(names.__getitem__, which.tolist())) if delayed else []
-    delays = codec.property_values(*props, codec.PROPERTY_DELAY) if delayed else None
+    delays = columns.property_values(*props, message.PROPERTY_DELAY) if delayed else None
     codes = tags_codes.column(topics, tags, delays, r.store_ts).tolist()
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
                r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),
@@ -127,7 +127,8 @@ def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
 
 
 def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
-                  damages: list[Damage], fillers: set[int], report: VerifyReport) -> int:
+                  damages: list[Damage], fillers: set[int], report: VerifyReport,
+                  advance: Callable[[int], None]) -> int:
     expected: dict[tuple[str, int], list[int]] = {}
     for commitlog_offset, r in records.items():
         if r.in_queue:
@@ -148,6 +149,7 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                 mf = MappedFile(path, units * UNIT_SIZE, start, read_only=True)
                 arrays.append(np.array(np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)))
                 mf.close()
+                advance(units * UNIT_SIZE)
             if not arrays:
                 continue
             first = load_files(directory, units * UNIT_SIZE, read_only=True)[0][0] // UNIT_SIZE
@@ -210,7 +212,7 @@ def _reachable(f: IndexFile, raw: np.ndarray) -> list[bool]:
 
 
 def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int, _RecordInfo],
-                 damages: list[Damage], report: VerifyReport) -> int:
+                 damages: list[Damage], report: VerifyReport, advance: Callable[[int], None]) -> int:
     directory = os.path.join(root, "index")
     checked = 0
     min_commitlog_offset = min(records) if records else 0
@@ -220,6 +222,7 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
         if not (name.isdigit() and len(name) == 17):
             continue
         path = os.path.join(directory, name)
+        advance(os.path.getsize(path))
         if os.path.getsize(path) != HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE:
             report.derived(f"IndexFile {name} is {os.path.getsize(path)} bytes, not the "
                            "configured size")
@@ -273,6 +276,27 @@ def _check_complete(records: dict[int, _RecordInfo], entries_of: Counter[int], i
                        f"IndexFile entries (the first at {min(missing)}): queries miss their keys")
 
 
+class _Bar:
+    """One (done, total) progress in bytes over the whole check: the CommitLog files, then
+    the ConsumeQueue and IndexFile files (their sizes summed at the start)."""
+
+    def __init__(self, progress: Progress | None, commitlog_bytes: int, root: str) -> None:
+        self.progress = progress
+        self.done = self.base = commitlog_bytes
+        self.total = commitlog_bytes + sum(  # lstat: a symlink in the store is not followed
+            os.lstat(os.path.join(d, f)).st_size for sub in ("consumequeue", "index")
+            for d, _, names in os.walk(os.path.join(root, sub)) for f in names)
+
+    def commitlog(self, done: int, _total: int) -> None:
+        if self.progress:
+            self.progress(done, self.total)
+
+    def advance(self, size: int) -> None:
+        self.done = min(self.done + size, self.total)
+        if self.progress:
+            self.progress(self.done, self.total)
+
+
 def verify_store(root: str, progress: Progress | None = None, config: StoreConfig | None = None
                  ) -> VerifyReport:
     """Check everything, changing nothing and creating no file; the store must not be open
@@ -292,6 +316,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     if repair_journal.pending(root):
         report.problem(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
                        "(or a read-write open) finishes it")
+    for name in repair_journal.orphans(root):
+        report.problem(f"commitlog/{name} is a CommitLog file an interrupted repair left under "
+                       "a temporary name: its records are not served")
     _check_config(root, report)
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
@@ -311,13 +338,15 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         try:
             cl.load()
             _check_names(root, cl, flavor, report)
-            records, damages, fillers = _scan_commitlog(cl, tags_codes, report, progress, torn_from)
+            bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
+            records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
+                                                        torn_from)
         finally:
             cl.close()
         cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
-                                   fillers, report)
+                                   fillers, report, bar.advance)
         ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
-                                  damages, report)
+                                  damages, report, bar.advance)
     except StoreFormatError as exc:
         report.problem(str(exc))
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 from ..files.consume_queue import ConsumeQueue
 from ..files.index_file import IndexFile
 from ..files.json_file import read_json, write_json
-from ..format.codec import validate_stored_topic
+from ..format.message import validate_stored_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "dispatchState.json"

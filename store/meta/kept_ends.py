@@ -15,15 +15,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import StoreFormatError
 from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
-from ..format.codec import validate_topic
+from ..format.message import validate_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "keptQueueEnds.json"
-_FIX = ("restore it from its .bak; without it, offsets of messages an earlier repair lost "
-        "could be given out again")
+_FIX = (f"restore config/{NAME} from its .bak; without it, offsets of messages an earlier "
+        "repair lost could be given out again")
 _MAX = (1 << 63) - 1
+_SMALLEST_RECORD = 92  # a one-letter topic, no body, no properties
 Kept = dict[tuple[str, int], tuple[int, tuple[int, int]]]  # queue -> (end, filler offset, size)
 
 
@@ -67,9 +69,17 @@ def add(root: str, more: Kept) -> None:
 
 
 def extend(kept: Kept, queues: dict[tuple[str, int], ConsumeQueue],
-           create: Callable[[str, int], ConsumeQueue]) -> bool:
+           create: Callable[[str, int], ConsumeQueue], commitlog_end: int) -> bool:
     """Give every queue shorter than its kept end units up to it (pointing at the filler);
-    True when any queue changed (the caller flushes them)."""
+    True when any queue changed (the caller flushes them). An end past what a CommitLog of
+    `commitlog_end` bytes could ever have held is refused: the file is damaged or forged,
+    and following it would fill the disk with units."""
+    most = commitlog_end // _SMALLEST_RECORD + 1
+    for (topic, q), (end, _) in kept.items():
+        if end > most:
+            raise StoreFormatError(f"the queue end {end} kept for {topic}/{q} is more messages "
+                                   f"than the CommitLog could ever have held ({most}); "
+                                   f"nothing more was changed: {_FIX}")
     changed = False
     for key, (end, filler) in kept.items():
         cq = queues.get(key)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidMessage, StoreFormatError
 from ..files.json_file import read_json, write_json
-from ..format.codec import validate_stored_topic
+from ..format.message import validate_stored_topic
 
 MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
 _MAX_OFFSET = (1 << 63) - 1
@@ -122,16 +122,26 @@ class TopicTable:
         self.found: dict[str, set[int]] = {}  # queues on disk that topics.json does not declare
 
     def ensure(self, topic: str, queue_id: int, persist: bool = True) -> bool:
-        """Make sure topic exists with at least queue_id+1 queues; True when it changed."""
+        """Make sure topic exists with at least queue_id+1 queues (-1: the topic, with no
+        queue yet, if it is new); True when it changed."""
         validate_stored_topic(topic)
-        if not 0 <= queue_id < MAX_QUEUES:
+        if not -1 <= queue_id < MAX_QUEUES:
             raise InvalidMessage(f"queue id {queue_id} of {topic} is not in 0..{MAX_QUEUES - 1}")
         with self.lock:
-            if self.queues.get(topic, 0) > queue_id:
+            if topic in self.queues and self.queues[topic] > queue_id:
                 return False
+            before = self.queues.get(topic)
             self.queues[topic] = queue_id + 1
         if persist:
-            self.persist()
+            try:
+                self.persist()
+            except BaseException:  # not on disk: not visible either (mkdir -p took it as made)
+                with self.lock:
+                    if before is None:
+                        self.queues.pop(topic, None)
+                    else:
+                        self.queues[topic] = before
+                raise
         return True
 
     def add_found(self, found: Iterable[tuple[str, int]]) -> None:

@@ -22,7 +22,7 @@ from ..files.checkpoint import Checkpoint
 from ..files.consume_queue import ConsumeQueue
 from ..files.index_file import IndexFile
 from ..files.index_service import IndexService
-from ..format.codec import keys_to_index
+from ..format.message import keys_to_index
 from ..meta import dispatch_state
 from ..meta.manifest import MANIFEST
 from ..meta.metadata import TopicTable

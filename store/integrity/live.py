@@ -1,0 +1,145 @@
+"""Following a store another process is writing: a read-only open of a running broker's (or
+mqfs daemon's) store takes no lock and, with `StoreConfig.live_refresh_ms`, a thread takes in
+what the writer adds a few times a second.
+
+Each refresh walks the CommitLog from where the last one stopped with recovery's checks
+(structure, checksums, the record naming its own offset) and moves the readable end to the
+last record that passes: a record the writer is still copying, or a torn one, is never
+served. The queues the new records belong to are then followed until their units appear
+(the writer dispatches after it appends), each shown only up to units whose records were
+checked; the IndexFiles take in their new entries. Cost follows what was added: only new
+records are walked, only queues they name looked at, only new index entries read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import StoreError
+from ..files.consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue, last_written
+from ..files.dispatcher import has_queue_dir
+from ..files.mapped_file import MappedFile
+from ..files.mapped_file_queue import MappedFileQueue
+from ..format import layout
+from ..format.columns import RecordRun
+from .recovery import scan_end
+
+if TYPE_CHECKING:
+    from ..message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class LiveReader:
+    """The refresh thread of a read-only store and what it has read so far."""
+
+    def __init__(self, store: MessageStore, interval_ms: int):
+        self.store = store
+        self.interval = interval_ms / 1000
+        self.read_to = store.commitlog.queue.max_offset  # records below it were checked
+        self.pending: dict[tuple[str, int], int] = {}  # queue -> units it must reach
+        self.refreshed_ms = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mqfs-live", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.refresh()
+            except (OSError, StoreError, ValueError) as exc:  # a writer mid-roll: next time
+                self.failures += 1
+                log.warning("following the store: %s", exc)
+            except Exception:  # never a silent stop: the mount would freeze unnoticed
+                self.failures += 1
+                log.exception("following the store failed")
+
+    def refresh(self) -> None:
+        """Take in what the writer added since the last refresh."""
+        s = self.store
+        with s.put_lock:  # one refresh at a time; readers go on meanwhile
+            queue = s.commitlog.queue
+            queue.show_to(self.read_to, queue.new_files())
+            parts = dataclasses.replace(s._parts(), dispatch=self._note)
+            end, _, _ = scan_end(parts, self.read_to, self.read_to, True, None)
+            queue.show_to(end)
+            self.read_to = max(self.read_to, end)
+            self._follow_queues()
+            s.index.load_new(s._record_time)
+            self.refreshed_ms = time.time_ns() // 1_000_000
+
+    def _note(self, run: RecordRun) -> None:
+        """New records: remember which queues must grow to which offset."""
+        rows = np.flatnonzero(layout.in_queue(run.sys_flag))
+        for i in rows.tolist():
+            key = (run.topics[i], int(run.queue_id[i]))
+            self.pending[key] = max(self.pending.get(key, 0), int(run.queue_offset[i]) + 1)
+
+    def _follow_queues(self) -> None:
+        """Show the units the writer added to the queues new records name, up to those whose
+        records were checked."""
+        s = self.store
+        for key, want in list(self.pending.items()):
+            cq = s.consume_queues.get(key)
+            if (cq is None and not has_queue_dir(key[0])) or not isinstance(cq, (ConsumeQueue, type(None))):
+                del self.pending[key]  # no directory can hold it, or damaged: served as found
+                continue
+            queue = cq.queue if cq is not None else self._queue_files(*key)
+            new = queue.new_files()
+            end = _units_end([*queue.files, *new], self.read_to)
+            if end is None:
+                continue  # no unit written yet
+            queue.show_to(max(end, queue.max_offset), new)
+            if cq is None:
+                cq = self._add_queue(key, queue)
+            if cq.max_offset >= want:
+                del self.pending[key]
+
+    def _queue_files(self, topic: str, queue_id: int) -> MappedFileQueue:
+        """The files of a queue this store has not shown yet (none while it has no directory)."""
+        s = self.store
+        directory = os.path.join(s.root, "consumequeue", topic, str(queue_id))
+        return MappedFileQueue(directory, s.config.consume_queue_units * UNIT_SIZE, read_only=True)
+
+    def _add_queue(self, key: tuple[str, int], queue: MappedFileQueue) -> ConsumeQueue:
+        s = self.store
+        cq = ConsumeQueue(s.root, key[0], key[1], s.config.consume_queue_units, read_only=True)
+        cq.queue = queue
+        cq.filler_before = s._filler_before
+        s.topic_table.add_found([key])
+        s.consume_queues[key] = cq
+        return cq
+
+    def status(self) -> dict:
+        """How far the follower has read, for status.json."""
+        return {"commitlog_read_to": self.read_to, "refreshed_ms": self.refreshed_ms,
+                "queues_awaiting_units": len(self.pending), "refresh_failures": self.failures,
+                "interval_ms": int(self.interval * 1000)}
+
+
+def _units_end(files: list[MappedFile], read_to: int) -> int | None:
+    """Where a queue's written units end, counting only those whose records start below
+    `read_to` (checked): the newest file holding a unit, its units read by content (a
+    queue's units grow with the CommitLog offset, so a search finds the cut)."""
+    for mf in reversed(files):
+        found = last_written(mf)
+        if found is not None:
+            units = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=found // UNIT_SIZE)
+            below = int(np.searchsorted(units["offset"], read_to))
+            return mf.file_from_offset + below * UNIT_SIZE
+    return None
