@@ -58,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "allow_other, allow_root, uid=N, gid=N, umask=OCTAL, keys_max=N "
                         "(hits listed per key), buffer_max=BYTES (memory for bodies being "
                         "written), retention_hours=H and retention_bytes=N (delete the oldest "
-                        "CommitLog files; off by default), debug (as -d); fstab-only options "
+                        "CommitLog files; off by default), message_delay_level='1s 5s ... 2h' "
+                        "(the broker's messageDelayLevel, for delayed messages' units), "
+                        "debug (as -d); fstab-only options "
                         "are ignored")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-d", "--debug", action="store_true",

@@ -13,6 +13,7 @@ import faulthandler
 import logging
 import logging.handlers
 import os
+import resource
 import signal
 import socket
 import stat
@@ -115,6 +116,18 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     root.handlers[:] = [handler]
 
 
+def raise_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: a store of many queues and a mount
+    serving many open files need more than the usual soft 1,024, and the hard limit is what
+    the administrator (or systemd's LimitNOFILE) allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, hard, exc)
+
+
 def _dead_mount(mountpoint: str) -> OSError:
     return OSError(f"mount point {mountpoint} is a mount whose daemon is gone (Transport "
                    f"endpoint is not connected): `mqfs umount {mountpoint}` first")
@@ -153,9 +166,11 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     from .spool import Budget
 
     check_mountpoint(mountpoint)
+    raise_open_file_limit()
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
                       retention_bytes=opts.retention_bytes,
+                      message_delay_level=opts.message_delay_level or StoreConfig.message_delay_level,
                       live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
     # a clean open only re-checks the tail: quick, and not worth a bar

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from store.config import parse_delay_levels
+
 from .model import KEY_HITS_MAX
 from .spool import BUFFER_MAX
 
@@ -32,6 +34,7 @@ class MountOptions:
     buffer_max: int = BUFFER_MAX
     retention_hours: float = 0.0  # off: CommitLog files are kept until this is set
     retention_bytes: int = 0  # off: no size limit on the store's own CommitLog
+    message_delay_level: str | None = None  # the broker's messageDelayLevel, when not the default
     debug: bool = False  # foreground, libfuse's request trace and the debug log on stderr
 
     def fuse_options(self, store_root: str) -> set[str]:
@@ -90,6 +93,9 @@ def parse_options(groups: list[str]) -> MountOptions:
                     raise ValueError(f"retention_hours must be a number, not {value!r}") from None
                 if not 0 <= opts.retention_hours < 1e6:
                     raise ValueError(f"retention_hours must be 0 (off) to 999999, not {value!r}")
+            elif name == "message_delay_level":
+                parse_delay_levels(value)  # ValueError naming the bad item
+                opts.message_delay_level = value
             elif name == "umask":
                 opts.umask = _number(name, value, 8)
                 if opts.umask > 0o777:
@@ -98,7 +104,7 @@ def parse_options(groups: list[str]) -> MountOptions:
                 raise ValueError(f"unknown mount option {item!r} (known: flush=async|sync, "
                                  "transient, ro, allow_other, allow_root, uid=N, gid=N, "
                                  "umask=OCTAL, keys_max=N, buffer_max=BYTES, retention_hours=H, "
-                                 "retention_bytes=N, debug)")
+                                 "retention_bytes=N, message_delay_level='1s 5s ...', debug)")
     if opts.allow_other and opts.allow_root:
         raise ValueError("allow_other and allow_root exclude each other")
     return opts

@@ -94,8 +94,32 @@ def one_line(exc: BaseException) -> str:
     return first[:300]
 
 
+def check_inputs(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, found before Spark starts (a typo must not cost a
+    Spark start-up, or leave an output directory behind); None when nothing is."""
+    import os
+
+    from store.meta.manifest import is_store
+
+    for store in [p.strip() for p in args.store.split(",") if p.strip()] or [args.store]:
+        if not is_store(store):
+            return f"{store} holds no store (no mqfs.json and no commitlog/)"
+    out = getattr(args, "out", None)
+    if out is None or not os.path.exists(out):
+        return None
+    if not os.path.isdir(out):
+        return f"{out} exists and is not a directory"
+    if args.job == "export" or (args.job == "rebuild" and os.listdir(out)):
+        return f"{out} already exists; {args.job} writes a new directory"
+    return None
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    problem = check_inputs(args)
+    if problem:
+        _say(f"mqfs pipeline {args.job}: {problem}")
+        return 2
     from pyspark.sql import SparkSession
     shared = SparkSession.getActiveSession() is not None  # e.g. tests: leave it running
     try:

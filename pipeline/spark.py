@@ -82,27 +82,38 @@ def session(master: str | None = None, app: str = "mqfs",
     return spark
 
 
+def _tasks(tracker, group: str) -> tuple[int, int, int]:
+    """(completed tasks, tasks, stages) of the jobs of a job group so far."""
+    done = total = stages = 0
+    for jid in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(jid)
+        for sid in job.stageIds if job else ():
+            info = tracker.getStageInfo(sid)
+            if info:
+                done, total, stages = done + info.numCompletedTasks, total + info.numTasks, stages + 1
+    return done, total, stages
+
+
 @contextmanager
-def progress(spark: SparkSession, label: str, interval: float = 1.0) -> Iterator[None]:
-    """Print '<label>: stage S, done/total tasks' on stderr while the block runs."""
-    tracker = spark.sparkContext.statusTracker()
+def progress(spark: SparkSession, label: str, interval: float = 0.5) -> Iterator[None]:
+    """A tqdm bar of the job's Spark tasks on stderr while the block runs (on a terminal
+    only), then '<label>: N tasks in S stages, done in T s' if it succeeded. The block's
+    Spark jobs run in a job group of their own, which is what is counted."""
+    from tqdm import tqdm
+
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    group = f"mqfs-{label}-{os.getpid()}-{time.monotonic_ns()}"
+    sc.setJobGroup(group, label)
     stop = threading.Event()
-    tty = sys.stderr.isatty()
 
     def report() -> None:
-        last = ""
-        while not stop.wait(interval):
-            parts = []
-            for sid in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(sid)
-                if info:
-                    parts.append(f"stage {sid} {info.numCompletedTasks}/{info.numTasks} tasks")
-            line = f"{label}: {', '.join(parts)}" if parts else ""
-            if line and line != last:
-                print(("\r" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
-                last = line
-        if tty and last:
-            print(file=sys.stderr)
+        with tqdm(total=0, desc=label, unit="task", disable=None, file=sys.stderr,
+                  dynamic_ncols=True, leave=False) as bar:
+            while not stop.wait(interval):
+                done, total, _ = _tasks(tracker, group)
+                bar.total = total
+                bar.update(done - bar.n)
 
     thread = threading.Thread(target=report, daemon=True)
     started = time.monotonic()
@@ -112,4 +123,7 @@ def progress(spark: SparkSession, label: str, interval: float = 1.0) -> Iterator
     finally:
         stop.set()
         thread.join()
-        print(f"{label}: done in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    _, tasks, stages = _tasks(tracker, group)
+    print(f"{label}: {tasks} tasks in {stages} stages, done in "
+          f"{time.monotonic() - started:.1f} s", file=sys.stderr)

@@ -34,7 +34,7 @@ class StoreConfig:
     # retention: off unless set (0); see store/meta/retention.py
     retention_hours: float = 0.0  # delete CommitLog files whose newest write is older
     retention_bytes: int = 0  # delete the oldest CommitLog files while they pass this size
-    # the background scrub (store/scrub.py), once started: share of one core, hours between passes
+    # the background scrub (store/integrity/scrub.py), once started: share of one core, hours between passes
     scrub_share: float = 0.05
     scrub_interval_hours: float = 24.0
     # access

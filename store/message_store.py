@@ -149,7 +149,7 @@ class MessageStore:
         return self
 
     def start_scrub(self) -> None:
-        """Start the background scrub (store/scrub.py): the whole-store check an open no
+        """Start the background scrub (store/integrity/scrub.py): the whole-store check an open no
         longer makes. A read-only store has none."""
         if self._scrub is not None and self.is_open:
             self._scrub.start()
@@ -239,6 +239,7 @@ class MessageStore:
         for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
             cq.correct_min_offset(self.commitlog.min_offset)
         self.topic_table.add_found(self.consume_queues)
+        self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
@@ -292,6 +293,7 @@ class MessageStore:
         self.flush()
         dispatch_state.save(self.root, self.consume_queues, self.index.files,
                             self.checkpoint.commitlog_flushed_offset)
+        self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
         safefs.unlink(self.abort_path)
         fsync_dir(self.root)
@@ -388,7 +390,8 @@ class MessageStore:
             topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
             qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
             flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
-        plan = self.dispatcher.plan(topics, qids, flags, props)
+        with self.topic_table.batch():  # new queues of a batch declared in one append
+            plan = self.dispatcher.plan(topics, qids, flags, props)
         queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         commitlog = self.commitlog

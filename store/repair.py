@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from .config import StoreConfig
-from .errors import StoreError, StoreFormatError
+from .errors import InvalidMessage, StoreError, StoreFormatError
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
@@ -28,6 +28,7 @@ from .files.lock import StoreLock
 from .files.mapped_file import MappedFile, load_files, offset_to_name
 from .format import codec, layout
 from .format.flavor import flavor_named
+from .format.message import validate_stored_topic
 from .integrity import repair_journal, salvage
 from .integrity.salvage import Damage, Progress
 from .meta import dispatch_state
@@ -210,6 +211,13 @@ def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
     size = cfg.consume_queue_units * UNIT_SIZE
     for topic in sorted(safefs.listdir(base)) if safefs.is_dir(base) else []:
         tdir = os.path.join(base, topic)  # a link among them is refused, not followed
+        if safefs.is_dir(tdir):
+            try:
+                validate_stored_topic(topic)
+            except InvalidMessage as exc:  # refused before the journal could record it
+                raise StoreFormatError(f"{tdir} is not a queue directory this store can serve "
+                                       f"({exc}); nothing was changed: move it out of "
+                                       "consumequeue/") from None
         for qname in sorted(safefs.listdir(tdir)) if safefs.is_dir(tdir) else []:
             if not qname.isdigit():
                 continue

@@ -15,6 +15,8 @@ from store.config import parse_delay_levels
 from store.format import layout
 from store.integrity.verify import verify_store
 from store.meta.metadata import TopicTable
+from store.offline.rebuild import copy_store, write_queue
+from store.offline.views import store_layout
 from store.repair import apply_repair, plan_repair
 from tests.fs_helpers import mounted, needs_fuse, sh
 from tests.store_helpers import file_hashes, files_in, small_config
@@ -274,6 +276,7 @@ def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_p
         s.put(Message.create(mid, b"mid", keys=["k-mid"]))
 
     broker_store(root, writes)
+    os.mkdir(os.path.join(root, "config"), 0o700)
     table = TopicTable(root)
     table.ensure(TOO_LONG, 0)  # what a broker's topics.json may declare
     with mounted(root, mnt, "-o", "ro"):
@@ -285,3 +288,47 @@ def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_p
         assert sorted(topics) == sorted([mid, short_form(TOO_LONG)])
         assert os.listdir(f"{mnt}/topics/{short_form(TOO_LONG)}") == ["0"]
         assert sh(f"ls {mnt}/topics/{'X' * 200}~0000000000000000", check=False).returncode != 0
+
+
+def test_the_mount_takes_the_brokers_message_delay_level():
+    from fusefs.options import parse_options
+
+    assert parse_options(["ro,message_delay_level=2s 1d"]).message_delay_level == "2s 1d"
+    with pytest.raises(ValueError, match="message delay level '1w'"):
+        parse_options(["message_delay_level=1s 1w"])
+
+
+def test_an_offline_rebuild_writes_the_delay_topics_units_as_the_broker(tmp_path):
+    """store.offline.rebuild (the Spark rebuild job's writer) gives delayed messages' units
+    their delivery time, byte for byte as dispatch wrote them."""
+    root, out = str(tmp_path / "store"), str(tmp_path / "out")
+    with MessageStore(root, small_config(flavor="rocketmq")) as s:
+        for level in ("1", "3", "x", "30"):
+            s.put(_delayed(level, 2))
+        msgs = s.get_range(SCHEDULE, 2, 0, 10)
+    layout = store_layout(root)
+    copy_store(layout, out)
+    units = [(m.queue_offset, m.commitlog_offset, m.total_size, m.tags or None) for m in msgs]
+    assert write_queue(layout, out, SCHEDULE, 2, units) == 4
+    name = os.path.join("consumequeue", SCHEDULE, "2", "0" * 20)
+    assert open(os.path.join(out, name), "rb").read() == open(os.path.join(root, name), "rb").read()
+
+
+@pytest.mark.allow_logs("IndexFile|index")
+def test_an_index_file_replaced_behind_the_stores_back_is_rebuilt_at_open(tmp_path):
+    """A broker started on the store rewrote the newest IndexFile: as many entries as the
+    clean close left, but not the same ones. The open sees its end moved and rebuilds the
+    index, so every key is found again (verify said the keys were missing)."""
+    cfg = small_config(index_slots=64, index_entries=1000)
+    root, other = str(tmp_path / "store"), str(tmp_path / "other")
+    with MessageStore(other, cfg) as s:  # older than the store's own: times do not betray it
+        s.put_batch([Message.create("T", b"longer body %d" % i, keys=[f"b{i}"]) for i in range(15)])
+    with MessageStore(root, cfg) as s:
+        s.put_batch([Message.create("T", b"a%d" % i, keys=[f"a{i}"]) for i in range(15)])
+    [name] = files_in(root, "index")
+    [theirs] = files_in(other, "index")
+    shutil.copyfile(os.path.join(other, "index", theirs), os.path.join(root, "index", name))
+    assert not verify_store(root).ok
+    with MessageStore(root, cfg) as s:
+        assert all(s.query_key(f"a{i}") for i in range(15))
+    assert verify_store(root).ok

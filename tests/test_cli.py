@@ -142,3 +142,29 @@ def test_every_mount_option_is_documented_in_help_and_systemd_readme():
     for name in names:
         assert name in mount_help, name
         assert f"`{name}" in readme, name
+
+
+@pytest.mark.parametrize("job", ["stats", "export", "audit", "rebuild"])
+def test_pipeline_refuses_a_path_with_no_store_before_spark_starts(tmp_path, job):
+    """No Java at all: had Spark been started, the error would be that it cannot start."""
+    missing, out = str(tmp_path / "no-store"), str(tmp_path / "out")
+    args = [job, missing] + ([] if job == "audit" else [out])
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([*MQFS, "pipeline", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"mqfs pipeline {job}: {missing} holds no store (no mqfs.json and no commitlog/)\n"
+    assert not os.path.exists(out) and not os.path.exists(missing)
+
+
+def test_pipeline_refuses_an_output_that_exists_before_spark_starts(multi_file_store, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old").write_text("x")
+    for job in ("export", "rebuild"):
+        proc = subprocess.run([*MQFS, "pipeline", job, multi_file_store, str(out)],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
+        assert proc.returncode == 2
+        assert proc.stderr == f"mqfs pipeline {job}: {out} already exists; {job} writes a new directory\n"
+    assert os.listdir(out) == ["old"]

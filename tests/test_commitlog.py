@@ -82,6 +82,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, msg, match):
 def test_second_process_gets_a_clear_error_naming_the_pid(tmp_path):
     with MessageStore(str(tmp_path), small_config()) as s:
         s.put(Message(topic="t", body=b"x"))
+        s.flush()  # the flush service would write the checkpoint in its own time, mid-test
         listing = sorted(os.listdir(tmp_path))
         code = ("import sys; from store import MessageStore, StoreLocked\n"
                 "try:\n MessageStore(sys.argv[1]).open()\n"

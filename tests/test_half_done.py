@@ -155,3 +155,16 @@ def test_commit_offset_past_the_queue_end_is_refused(tmp_path):
             with pytest.raises(InvalidMessage):
                 s.commit_offset("g", "t", 0, offset)
         assert s.committed_offset("g", "t", 0) == 3
+
+
+def test_repair_refuses_a_stray_queue_directory_before_journaling_it(store):
+    """A directory in consumequeue/ named like no topic was written into repair's journal,
+    which the next repair and every open then refused: the store could not be used at all."""
+    cq = os.path.join(store, "consumequeue")
+    os.rename(os.path.join(cq, "orders"), os.path.join(cq, "orders.old"))
+    proc = mqfs("repair", "--yes", store, check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "move it out of consumequeue/" in proc.stderr
+    assert not os.path.exists(os.path.join(store, "repair-journal.json"))
+    os.rename(os.path.join(cq, "orders.old"), os.path.join(cq, "orders"))
+    assert mqfs("verify", store).returncode == 0

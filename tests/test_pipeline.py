@@ -10,71 +10,14 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_fixtures import small_store_config  # noqa: E402
-
 from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit, rebuild  # noqa: E402
 from pipeline.writer import MqfsWriter  # noqa: E402
-from store import Message, MessageStore  # noqa: E402
+from store import MessageStore  # noqa: E402
 from store.offline.views import commitlog_files  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 pytestmark = pytest.mark.spark
-TOPICS = ("Orders", "Payments", "Audit_Log")
-
-
-def make_messages(rng: random.Random, n: int, start: int = 0) -> list[Message]:
-    out = []
-    for i in range(start, start + n):
-        size = rng.choice([0, 5, 12, 13, 300, 1500, rng.randint(0, 4000)])
-        keys = [f"k{i}", f"g{i % 11}"][: rng.randint(0, 2)]
-        props = {"seq": str(i), "src": rng.choice(["a", "b"])} if i % 3 else {}
-        born = ("::1", 4000 + i % 3) if i % 17 == 0 else (f"10.0.0.{i % 5}", 5000)
-        out.append(Message.create(rng.choice(TOPICS), rng.randbytes(size), queue_id=rng.randrange(3),
-                                  keys=keys, tags=f"t{i % 4}" if i % 5 else None,
-                                  properties=props, flag=i % 7, born_host=born,
-                                  born_timestamp=1_700_000_000_000 + i))
-    return out
-
-
-def build_store(root: str, n: int, seed: int = 1, **cfg) -> None:
-    with MessageStore(root, small_store_config(**cfg)) as s:
-        msgs = make_messages(random.Random(seed), n)
-        for i in range(0, n, 250):
-            s.put_batch(msgs[i:i + 250])
-
-
-def host(h: tuple[str, int]) -> str:
-    return f"[{h[0]}]:{h[1]}" if ":" in h[0] else f"{h[0]}:{h[1]}"
-
-
-def expected_rows(root: str) -> dict[int, dict]:
-    """Every message as the store's own API returns it, keyed by CommitLog offset."""
-    rows = {}
-    with MessageStore(root) as s:
-        for topic, nq in s.topics().items():
-            for q in range(nq):
-                for m in s.get_range(topic, q, s.min_offset(topic, q), 1 << 30):
-                    rows[m.commitlog_offset] = {
-                        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-                        "commitlog_offset": m.commitlog_offset, "size": m.total_size,
-                        "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
-                        "born_host": host(m.born_host), "store_host": host(m.store_host),
-                        "msg_id": m.msg_id, "keys": m.keys, "tags": m.tags or None,
-                        "properties": dict(m.properties), "flag": m.flag, "sys_flag": m.sys_flag,
-                        "body": bytes(m.body)}
-    return rows
-
-
-def read_rows(df) -> dict[int, dict]:
-    rows = {}
-    for r in df.collect():
-        d = r.asDict()
-        d["store_timestamp"] = round(d["store_timestamp"].timestamp() * 1000)
-        d["born_timestamp"] = round(d["born_timestamp"].timestamp() * 1000)
-        d["properties"] = dict(d["properties"])
-        d["body"] = bytes(d["body"])
-        rows[d["commitlog_offset"]] = d
-    return rows
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from test_pipeline import build_store  # noqa: E402
-from test_pipeline_kafka import flip_body_byte  # noqa: E402
+from tests.spark_helpers import build_store, flip_body_byte  # noqa: E402
 
 pytestmark = pytest.mark.spark
 SPARK_CLASS = os.path.join(os.path.dirname(__import__("pyspark").__file__), "bin", "spark-class")

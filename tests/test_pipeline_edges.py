@@ -17,9 +17,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from fs_helpers import mounted, needs_fuse  # noqa: E402
 from pyspark.errors import AnalysisException, PythonException, StreamingQueryException  # noqa: E402
-from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 from pipeline import cli  # noqa: E402
 from pipeline.bounds import kept_bounds  # noqa: E402
@@ -29,6 +27,8 @@ from pipeline.source import MqfsReader  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
 from store import Message, MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
+from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

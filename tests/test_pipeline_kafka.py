@@ -13,11 +13,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from fs_helpers import mounted, needs_fuse  # noqa: E402
 from pyspark.errors import AnalysisException, PythonException  # noqa: E402
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
-from spark_fixtures import small_store_config  # noqa: E402
-from test_pipeline import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
@@ -26,6 +23,15 @@ from pipeline.source import PushdownReader  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
 from store import MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, store_layout  # noqa: E402
+from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
+from tests.spark_helpers import (  # noqa: E402
+    build_store,
+    expected_rows,
+    flip_body_byte,
+    make_messages,
+    read_rows,
+    small_store_config,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -119,21 +125,6 @@ def test_cli_errors_are_one_line(store, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("mqfs pipeline export: startTime='yesterday' is not epoch")
     assert "Traceback" not in "\n".join(err)
-
-
-def flip_body_byte(root: str) -> tuple[str, int, int]:
-    """Damage one body byte of a record in the middle of the CommitLog: (file, position, offset)."""
-    rows = expected_rows(root)
-    commitlog_offset = sorted(o for o, r in rows.items() if len(r["body"]) > 100)[len(rows) // 3]
-    start, path = [(s, p) for s, p in commitlog_files(root) if s <= commitlog_offset][-1]
-    with open(path, "r+b") as f:
-        f.seek(commitlog_offset - start)
-        record = f.read(rows[commitlog_offset]["size"])
-        f.seek(commitlog_offset - start + record.index(rows[commitlog_offset]["body"]) + 50)  # inside the body
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0x40]))
-    return path, commitlog_offset - start, commitlog_offset
 
 
 def test_a_damaged_body_fails_the_read_or_is_skipped(spark, store, tmp_path):

@@ -5,16 +5,17 @@ options whose concepts exist here: by-timestamp offsets, the streaming default s
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 pytest.importorskip("pyspark")
 
 from pyspark.errors import AnalysisException  # noqa: E402
-from test_pipeline import build_store, expected_rows  # noqa: E402
-from test_pipeline_edges import append  # noqa: E402
 
 from pipeline import cli  # noqa: E402
+from store import MessageStore  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, make_messages  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -78,7 +79,8 @@ def test_a_stream_starts_at_the_end_by_default_as_kafka_does(spark, tmp_path):
          .format("parquet").option("path", out).option("checkpointLocation", ckpt).start())
     try:
         q.processAllAvailable()  # started at the end: nothing to read
-        append(root, 50, seed=33, start=200)
+        with MessageStore(root) as s:
+            s.put_batch(make_messages(random.Random(33), 50, start=200))
         q.processAllAvailable()
     finally:
         q.stop()

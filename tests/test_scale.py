@@ -61,13 +61,13 @@ def test_the_scrub_resumes_where_the_last_mount_left_it(tmp_path):
     _fill(root, 20_000, small_config(consume_queue_units=30_000))
     with MessageStore(root, small_config(), create=False) as s:
         assert s._scrub is not None
-        assert s._scrub.step()  # 8192 units of the one queue, then closed
+        assert s._scrub.step()  # 2048 units of the one queue, then closed
         assert s.scrub_status()["queue"] == "t/0"
     state = json.load(open(os.path.join(root, "config", "scrub.json")))
-    assert state["queue"] == "t/0" and state["unit"] == 8192
+    assert state["queue"] == "t/0" and state["unit"] == 2048
     with MessageStore(root, small_config(), create=False) as s:
         s.scrub()
-        assert s.scrub_status()["checked_units"] == 20_000 - 8192
+        assert s.scrub_status()["checked_units"] == 20_000 - 2048
 
 
 def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
@@ -96,3 +96,52 @@ def test_a_refused_open_leaves_a_broken_indexfile_where_it_was(tmp_path):
     with pytest.raises(CorruptionError, match="nothing was changed"):
         MessageStore(root, small_config(), create=False).open()
     assert file_hashes(root, skip=("lock",)) == before
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_queues_hold_no_descriptor_take_64_kib_and_stay_mapped_within_the_limit(tmp_path, monkeypatch):
+    from store.files import lazy_mapped_file
+
+    monkeypatch.setattr(lazy_mapped_file, "MAX_MAPPED", 50)
+    root = str(tmp_path / "s")
+    cfg = small_config(consume_queue_units=300_000)  # 6 MB files, as RocketMQ's
+    with MessageStore(root, cfg) as s:
+        before = _fds()
+        s.put_batch([Message.create(f"t{i}", b"m%d" % i) for i in range(300)])
+        assert _fds() - before <= 50 + 5  # the mapped ones, not one (or two) per queue
+        assert len(lazy_mapped_file._lru) <= 50
+        assert [bytes(s.get(f"t{i}", 0, 0).body) for i in range(300)] == \
+            [b"m%d" % i for i in range(300)]  # mapped again after eviction
+    cq_file = os.path.join(root, "consumequeue", "t7", "0", "0" * 20)
+    st = os.stat(cq_file)
+    assert st.st_size == 300_000 * 20 and st.st_blocks * 512 <= 64 << 10  # sparse
+    with MessageStore(root, cfg, create=False) as s:  # the ends found again, from the back
+        assert all(s.max_offset(f"t{i}", 0) == 1 for i in range(300))
+        assert s.put(Message.create("t7", b"again")).queue_offset == 1
+
+
+def test_new_topics_are_lines_of_topics_log_folded_into_topics_json_at_close(tmp_path):
+    root = str(tmp_path / "s")
+    config = os.path.join(root, "config")
+    with MessageStore(root, small_config()) as s:
+        s.create_topic("a", 4)
+        s.create_topic("b")
+        lines = open(os.path.join(config, "topics.log")).read().splitlines()
+        assert [json.loads(x) for x in lines] == [{"topic": "a", "queues": 4},
+                                                  {"topic": "b", "queues": 1}]
+        # what a crash leaves: the log, a torn last line, and topics.json without them
+        log_copy = open(os.path.join(config, "topics.log")).read() + '{"topic": "c", "qu'
+    assert not os.path.exists(os.path.join(config, "topics.log"))
+    table = json.load(open(os.path.join(config, "topics.json")))["topicConfigTable"]
+    assert table["a"]["writeQueueNums"] == 4 and "b" in table
+    os.unlink(os.path.join(config, "topics.json"))
+    with open(os.path.join(config, "topics.log"), "w") as f:
+        f.write(log_copy)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert s.topics() == {"a": 4, "b": 1}  # replayed; the torn line was never acknowledged
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.topics() == {"a": 4, "b": 1}
+        assert not os.path.exists(os.path.join(config, "topics.log"))  # folded in at open

@@ -130,7 +130,8 @@ def test_links_planted_while_mounted_are_not_followed(store, outside, tmp_path, 
     mnt = str(tmp_path / "mnt")
     before = fingerprint(outside)
     with mounted(store, mnt, "--trust-owner", USER):
-        plant(store, "config/topics.json.tmp", os.path.join(outside, "victim"), uid)
+        # a new topic is a line appended to config/topics.log (store/meta/topic_log.py)
+        plant(store, "config/topics.log", os.path.join(outside, "victim"), uid)
         made = sh(f"mkdir -p {mnt}/topics/fresh/0", check=False)
         assert made.returncode != 0  # the topic table cannot be written: refused, not followed
         assert not os.path.exists(f"{mnt}/topics/fresh")  # and what was not saved is not shown
@@ -158,6 +159,20 @@ def test_a_store_another_user_owns_or_can_write_is_refused(store, tmp_path, uid)
     os.chmod(os.path.join(store, "config"), 0o700)
     assert {p: v[0] for p, v in fingerprint(store).items()} == \
         {p: v[0] for p, v in before.items()}  # refused before a byte was written
+
+
+def test_what_root_makes_in_a_trusted_store_belongs_to_its_owner(store, tmp_path, uid):
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt, "--trust-owner", USER):
+        sh(f"mkdir -p {mnt}/topics/fresh/0 && printf new > {mnt}/topics/fresh/0/append")
+        assert sh(f"cat {mnt}/topics/fresh/0/0").stdout == b"new"
+    owners = {}
+    for dirpath, dirs, files in os.walk(store):
+        for name in [*dirs, *files]:
+            owners[os.path.relpath(os.path.join(dirpath, name), store)] = \
+                os.lstat(os.path.join(dirpath, name)).st_uid
+    assert "consumequeue/fresh/0" in owners and "config/topics.json" in owners
+    assert {n: o for n, o in owners.items() if o != uid} == {}
 
 
 def test_removing_the_lock_file_does_not_let_a_second_daemon_in(store, tmp_path):

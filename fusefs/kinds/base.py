@@ -21,13 +21,14 @@ class Kind:
 
     kind: int  # the Node.kind this class answers for
     is_dir = True
-    writable = False  # a directory that takes mkdir, create or rename into (0777, not 0555)
+    perm = 0o555  # less the umask option (0o777: takes mkdir, create or rename into)
     moving = False  # its mtime is the newest message's: the kernel is told when it moves
     searches = False  # a lookup in it searches the store's indexes (a worker thread's job)
     slow_listing = False  # its listing queries the store at opendir (a worker thread's job)
 
     def __init__(self, fs: Model) -> None:
         self.fs = fs
+        self.mode = (stat.S_IFDIR if self.is_dir else stat.S_IFREG) | (self.perm & ~fs.umask)
 
     def lookup(self, node: Node, name: bytes) -> Attr:
         """The attributes of `name` in this directory (a name of at most NAME_MAX bytes,
@@ -39,14 +40,7 @@ class Kind:
         return self.searches
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.dir_mode(), 0, self.fs.started_ns, 2)
-
-    def dir_mode(self) -> int:
-        """Modes follow the umask option (writable 0777, the rest 0555, less the umask)."""
-        return stat.S_IFDIR | ((0o777 if self.writable else 0o555) & ~self.fs.umask)
-
-    def file_mode(self, perm: int) -> int:
-        return stat.S_IFREG | (perm & ~self.fs.umask)
+        return Attr(node.ino, self.mode, 0, self.fs.started_ns, 2)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         """(name, inode) of a small directory, taken once per opendir. None by default:
@@ -87,3 +81,4 @@ class File(Kind):
     """A named file (not a directory)."""
 
     is_dir = False
+    perm = 0o444

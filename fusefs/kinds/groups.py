@@ -95,11 +95,12 @@ class GroupQueue(File):
     Its text also moves with retention, so its attributes are never cached."""
 
     kind = GROUP_QUEUE
+    perm = 0o666
 
     def attr(self, node: Node) -> Attr:
         text = self.offset_text(node)
         when = self.fs.commit_ns.get((node.group, node.topic, node.queue), self.fs.started_ns)
-        return Attr(node.ino, self.file_mode(0o666), len(text), when, 1, LONG, 0.0)
+        return Attr(node.ino, self.mode, len(text), when, 1, LONG, 0.0)
 
     def path(self, node: Node) -> str:
         return group_path(node)

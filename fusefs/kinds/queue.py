@@ -79,11 +79,10 @@ class QueueFile(InQueue, File):
     """A file of a queue, always empty to stat, whose mtime is the queue's."""
 
     moving = True
-    perm = 0o444
     blksize = BLKSIZE
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.file_mode(self.perm), 0,
+        return Attr(node.ino, self.mode, 0,
                     self.fs.times.queue_mtime(node.topic, node.queue), blksize=self.blksize)
 
 
@@ -114,7 +113,7 @@ class Tmp(InQueue, Kind):
     """tmp/: files being staged (see `fusefs.staged`)."""
 
     kind = TMP
-    writable = True
+    perm = 0o777
     tail = "/tmp"
 
     def lookup(self, node: Node, name: bytes) -> Attr:

@@ -66,7 +66,7 @@ class Status(File):
     kind = STATUS
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.file_mode(0o444), 0, time.time_ns(), 1, LONG, 0.0)
+        return Attr(node.ino, self.mode, 0, time.time_ns(), 1, LONG, 0.0)
 
     def path(self, node: Node) -> str:
         return "/status.json"
@@ -77,11 +77,11 @@ class MovingDir(Kind):
     by the kernel until a put moves it (a queue directory's attributes are asked for at
     every name resolved in it: three times per entry of an `ls -l`)."""
 
-    writable = True
+    perm = 0o777
     moving = True
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.dir_mode(), 0, self.fs.times.dir_mtime(node), 2)
+        return Attr(node.ino, self.mode, 0, self.fs.times.dir_mtime(node), 2)
 
 
 class Topics(MovingDir):

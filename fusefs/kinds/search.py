@@ -46,7 +46,7 @@ class SearchedDir(Search):
     entry) must not search the index every time. Listings are never cached."""
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.dir_mode(), 0, self.fs.started_ns, 2, SEARCHED_DIR_TIMEOUT,
+        return Attr(node.ino, self.mode, 0, self.fs.started_ns, 2, SEARCHED_DIR_TIMEOUT,
                     SEARCHED_DIR_TIMEOUT)
 
 

@@ -179,7 +179,7 @@ class Dispatcher:
             cq = self.consume_queues.get(key) or self.create_queue(*key, True)
             taken = rows[in_queue[rows]]
             if len(taken):
-                cq.ensure_room()
+                cq.ensure_room(len(taken))
                 queue_offsets[taken] = cq.next_offset + np.arange(len(taken))
                 queues[cq] = taken
         key_rows, key_hashes = self._batch_keys(topics, props, sys_flags)

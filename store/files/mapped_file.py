@@ -13,6 +13,8 @@ import errno
 import mmap
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ..crash_points import crash_point
 from ..errors import StoreFormatError
@@ -72,6 +74,7 @@ class MappedFile:
                 pass
             raise
         self.created = not exists
+        self.allocated = file_size  # bytes with blocks reserved (a LazyMappedFile grows it)
         self.write_buffer: bytearray | None = bytearray(file_size) if transient else None
         self.wrote_position = 0
         self.committed_position = 0
@@ -105,6 +108,8 @@ class MappedFile:
         """Write at the wrote position and return where it landed. Caller checks the space."""
         pos = self.wrote_position
         end = pos + len(data)
+        if end > self.allocated:
+            self.reserve(end)
         if self.write_buffer is not None:
             self.write_buffer[pos:end] = data
         elif end - pos >= _PWRITE_MIN:
@@ -143,6 +148,14 @@ class MappedFile:
     def dirty_pages(self) -> int:
         return self.read_position // OS_PAGE - self.flushed_position // OS_PAGE
 
+    def reserve(self, end: int) -> None:
+        """Blocks for bytes [0, end) are reserved (every file but a LazyMappedFile has all)."""
+
+    @contextmanager
+    def io_fd(self) -> Iterator[int]:
+        """A descriptor of the file for lseek, pread, fadvise and syncs: this file's own."""
+        yield self.fd
+
     # --- reading ---------------------------------------------------------------------------
     def view(self, pos: int, size: int) -> memoryview:
         """A zero-copy view of committed bytes [pos, pos+size)."""
@@ -161,18 +174,19 @@ class MappedFile:
         hi = self.file_size if hi is None else hi
         found = []
         pos = lo
-        while pos < hi:
-            try:
-                pos = os.lseek(self.fd, pos, os.SEEK_DATA)
-                stop = min(os.lseek(self.fd, pos, os.SEEK_HOLE), hi)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:
-                    break  # nothing but holes up to the end
-                stop = hi
-            if pos >= hi:
-                break
-            found.append((pos, stop))
-            pos = stop
+        with self.io_fd() as fd:
+            while pos < hi:
+                try:
+                    pos = os.lseek(fd, pos, os.SEEK_DATA)
+                    stop = min(os.lseek(fd, pos, os.SEEK_HOLE), hi)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:
+                        break  # nothing but holes up to the end
+                    stop = hi
+                if pos >= hi:
+                    break
+                found.append((pos, stop))
+                pos = stop
         return found
 
     # --- lifecycle -------------------------------------------------------------------------

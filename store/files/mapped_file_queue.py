@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from . import safefs
+from .lazy_mapped_file import LazyMappedFile
 from .mapped_file import OS_PAGE, MappedFile, fsync_dir, load_files, offset_to_name
 
 
@@ -24,34 +25,36 @@ def _zero_from(mf: MappedFile, pos: int) -> None:
     numpy, so a mostly empty 1 GiB file costs little."""
     step = 1 << 20
     chunk = bytearray(step)
-    for start, stop in mf.data_regions(pos):
-        while start < stop:
-            end = min(start + step - start % step, stop)
-            got = os.preadv(mf.fd, [memoryview(chunk)[:end - start]], start)
-            if np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8, count=got)):
-                mm = mf.buffer()
-                mm[start:end] = bytes(end - start)
-                mm.flush(start - start % OS_PAGE, end - start + start % OS_PAGE)
-            else:
-                _forget(mf, start, end)
-            start = end
-
-
-def _forget(mf: MappedFile, start: int, end: int) -> None:
-    """Drop the (zero) pages of [start, end) from the page cache. Reading a never-written
-    extent puts zero pages there, and SEEK_DATA counts them as data: left in, they made
-    every later open read the whole empty tail of the file again."""
-    os.posix_fadvise(mf.fd, start, end - start, os.POSIX_FADV_DONTNEED)
+    regions = mf.data_regions(pos)
+    if not regions:
+        return
+    with mf.io_fd() as fd:
+        for start, stop in regions:
+            while start < stop:
+                end = min(start + step - start % step, stop)
+                got = os.preadv(fd, [memoryview(chunk)[:end - start]], start)
+                if np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8, count=got)):
+                    mm = mf.buffer()
+                    mm[start:end] = bytes(end - start)
+                    mm.flush(start - start % OS_PAGE, end - start + start % OS_PAGE)
+                else:
+                    # drop the (zero) pages from the page cache: reading a never-written
+                    # extent puts zero pages there, and SEEK_DATA counts them as data (left
+                    # in, every later open read the whole empty tail of the file again)
+                    os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+                start = end
 
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, transient: bool = False,
-                 read_only: bool = False):
+                 read_only: bool = False, lazy: bool = False):
         self.directory = directory
         self.file_size = file_size
         self.transient = transient
         self.read_only = read_only
+        self.file_class = LazyMappedFile if lazy else MappedFile  # lazy: ConsumeQueues
         self.files: list[MappedFile] = []
+        self._unsynced: set[str] = set()  # directories whose new entries are not synced yet
         self.flushed_where = 0
         self.committed_where = 0
         self.store_timestamp = 0
@@ -61,7 +64,7 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every file; each counts as full until recovery sets the real end."""
         for start, path in load_files(self.directory, self.file_size, self.read_only):
-            mf = MappedFile(path, self.file_size, start, read_only=self.read_only)
+            mf = self.file_class(path, self.file_size, start, read_only=self.read_only)
             mf.set_positions(self.file_size)
             self.files.append(mf)
 
@@ -149,8 +152,16 @@ class MappedFileQueue:
     def _create(self, offset: int) -> MappedFile:
         safefs.makedirs(self.directory)
         path = os.path.join(self.directory, offset_to_name(offset))
-        mf = MappedFile(path, self.file_size, offset, transient=self.transient)
-        fsync_dir(self.directory)  # a rolled file must survive a power cut (ALICE hazard 2)
+        mf = self.file_class(path, self.file_size, offset, transient=self.transient)
+        # a rolled file must survive a power cut (ALICE hazard 2). A ConsumeQueue's names are
+        # synced by its next flush, before any checkpoint counts on them: a batch that makes
+        # thousands of queues then costs one journal commit, not one each
+        if self.file_class is LazyMappedFile:
+            parent = os.path.dirname(self.directory)
+            self._unsynced |= {self.directory} if self.files else \
+                {self.directory, parent, os.path.dirname(parent)}
+        else:
+            fsync_dir(self.directory)
         self.files.append(mf)
         if len(self.files) == 1:
             self.flushed_where = self.committed_where = offset
@@ -179,6 +190,8 @@ class MappedFileQueue:
         own bytes are not all synced. A roll (or, with the transient pool, a commit) can land
         while an older file is being synced, so its tail (records, the BLANK) is not on disk
         even though the newer file's bytes, synced next, are."""
+        while self._unsynced:
+            fsync_dir(self._unsynced.pop())
         files = list(self.files)
         where = self.flushed_where
         prefix = True  # every file so far is synced to its very end
@@ -198,9 +211,10 @@ class MappedFileQueue:
         return self.max_offset - self.flushed_where
 
     # --- truncation and deletion -----------------------------------------------------------
-    def truncate_dirty(self, offset: int) -> None:
+    def truncate_dirty(self, offset: int, zeros_after: bool = False) -> None:
         """Make `offset` the end: positions in its file set, the rest of that file zeroed
-        (so what was cut cannot reappear after a later crash), every later file deleted."""
+        (so what was cut cannot reappear after a later crash; skipped when the caller found
+        it all zeros already: `zeros_after`), every later file deleted."""
         with self._lock:
             keep: list[MappedFile] = []
             for mf in self.files:
@@ -208,7 +222,7 @@ class MappedFileQueue:
                     keep.append(mf)
                 elif mf.file_from_offset <= offset:
                     mf.set_positions(offset - mf.file_from_offset)
-                    if not self.read_only:
+                    if not self.read_only and not zeros_after:
                         _zero_from(mf, offset - mf.file_from_offset)
                     keep.append(mf)
                 elif self.read_only:

@@ -41,6 +41,14 @@ def trust_owner(uid: int) -> None:
     _trusted.add(uid)
 
 
+def _give_to_owner(fd: int, parent: os.stat_result) -> None:
+    """What root creates in a store it serves for a trusted user belongs to that user (as the
+    directory it is in does), so the user's own tools (a broker) can still use it."""
+    if parent.st_uid in _trusted and parent.st_uid != 0 and os.geteuid() == 0 \
+            and os.fstat(fd).st_uid == 0:
+        os.fchown(fd, parent.st_uid, parent.st_gid)
+
+
 def _user(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
@@ -116,12 +124,16 @@ def _walk(path: str, create: bool = False) -> int:
             if not name:
                 continue
             done += "/" + name
+            made = False
             if create:
                 try:
                     os.mkdir(name, DIR_MODE, dir_fd=fd)
+                    made = True
                 except FileExistsError:
                     pass
             nxt = _step(fd, name, done)
+            if made and _trusted:
+                _give_to_owner(nxt, os.fstat(fd))
             os.close(fd)
             fd = nxt
         return fd
@@ -173,6 +185,8 @@ def open_file(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int
                 if exc.errno == errno.ELOOP:
                     raise _refuse_link(path) from None
                 raise OSError(exc.errno, exc.strerror, path) from None
+            if _trusted and flags & os.O_CREAT:
+                _give_to_owner(fd, os.fstat(dfd))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

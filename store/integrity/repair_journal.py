@@ -116,7 +116,7 @@ def _checked(data: Any) -> Journal:
         if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)):
             raise ValueError(f"has the queue end {row!r}")
         try:
-            message.validate_topic(row[0])
+            message.validate_stored_topic(row[0])  # a broker's long (v2) topics too
         except InvalidMessage as exc:
             raise ValueError(f"has the queue of topic {row[0]!r} ({exc})") from None
         j.queue_ends[(row[0], _int(row[1], "a queue id"))] = _int(row[2], "a queue end")

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "scrub.json"
-_UNITS = 8192  # ConsumeQueue units checked in one step
+_UNITS = 2048  # ConsumeQueue units checked in one step (a decode each, for the tagsCode)
 _BYTES = 4 << 20  # CommitLog bytes checked in one step
 _SAVE_EVERY = 10.0  # seconds between saves of the position
 _FINDINGS = 20  # findings remembered in the state
@@ -160,6 +160,7 @@ class Scrub:
                 lo = max(self.unit, cq.min_offset)
                 units = cq.entries(lo, budget)
                 ok = queue_check.units_ok(store.commitlog, cq, lo, units)
+                ok = queue_check.tags_ok(store.commitlog, store.tags_codes, units, ok)
                 self.checked_units += len(units)
                 budget -= max(len(units), 64)  # a queue costs a little even when empty
                 if not ok.all():

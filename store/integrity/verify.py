@@ -189,7 +189,8 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
         if has_queue_dir(key[0]):
             report.derived(f"no ConsumeQueue for {key[0]}/{key[1]} ({len(expected[key])} records)")
         else:
-            report.lines.append(f"note: {len(expected[key])} records of queue {key[1]} of a topic of "
+            n = len(expected[key])
+            report.lines.append(f"note: {n} record{'s' if n != 1 else ''} of queue {key[1]} of a topic of "
                                 f"{len(key[0])} characters ({key[0][:40]}...) have no ConsumeQueue (no "
                                 "directory name holds the topic): they are served by key and msgId only")
     return checked

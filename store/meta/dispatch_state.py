@@ -3,7 +3,7 @@ offset its first file starts at, and every IndexFile's entry count. Normal recov
 ConsumeQueue and IndexFile files, and nothing in RocketMQ's format records how many entries a
 queue had or where it started, so a file deleted while the store was closed would otherwise go
 unnoticed. Each check costs one number per queue: the units themselves are checked against
-their records by the background scrub (store/scrub.py), not by the open. A file of the wrong
+their records by the background scrub (store/integrity/scrub.py), not by the open. A file of the wrong
 shape is refused rather than skipped, since skipping it silently turns the check off.
 (Files an older mqfs wrote also hold a digest of each queue's units; it is no longer read.)"""
 
@@ -42,7 +42,8 @@ def save(root: str, consume_queues: Queues, index_files: list[IndexFile],
         queues.setdefault(topic, {})[str(qid)] = cq.max_offset
         heads.setdefault(topic, {})[str(qid)] = cq.first_file_offset
     index = {os.path.basename(f.path): f.index_count for f in index_files}
-    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "heads": heads}
+    ends = {os.path.basename(f.path): f.end_phy_offset for f in index_files}
+    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "indexEnds": ends, "heads": heads}
     if commitlog_end is not None:
         state["commitlogEnd"] = commitlog_end
     write_json(_path(root), state)
@@ -80,6 +81,8 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
         if not (len(name) == 17 and name.isascii() and name.isdigit()):
             raise ValueError(f"has the IndexFile name {name!r}, not 17 digits")
         index[name] = json_int(n, f"IndexFile {name} count", 1, _INT32_MAX)
+    for name, end in json_object(data.get("indexEnds", {}), '"indexEnds"').items():
+        json_int(end, f"IndexFile {name} end", 0, (1 << 63) - 1)
     for topic, per_queue in json_object(data.get("digests", {}), '"digests"').items():
         for q, digest in json_object(per_queue, f"digests of {topic!r}").items():
             if not (isinstance(digest, str) and len(digest) == 16):
@@ -122,6 +125,12 @@ def lost_since_close(root: str, consume_queues: Queues, index_files: list[IndexF
         cq = consume_queues.get((topic, qid))
         if (cq.max_offset if cq is not None else 0) < count:
             short.append((topic, qid))
-    present = {os.path.basename(f.path): f.index_count for f in index_files}
-    index_lost = any(present.get(name, 0) < count for name, count in recorded.items())
+    present = {os.path.basename(f.path): f for f in index_files}
+    index_lost = any(name not in present or present[name].index_count < count
+                     for name, count in recorded.items())
+    # a file replaced behind the store's back (a broker's recovery rewrites the newest one)
+    # may hold as many entries but not the ones the close left: its end tells
+    data = read_json(_path(root), None, check=_checked, fix=_FIX)
+    ends = data.get("indexEnds", {}) if data is not None else {}
+    index_lost |= any(name in present and present[name].end_phy_offset != end for name, end in ends.items())
     return short, index_lost

@@ -8,17 +8,21 @@ and a huge queue count makes every listing of the topic walk that many queues.""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InvalidMessage, StoreFormatError
 from ..files.json_file import read_json, write_json
 from ..format.message import validate_stored_topic
+from . import topic_log
 
+log = logging.getLogger(__name__)
 MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
 _MAX_OFFSET = (1 << 63) - 1
 _GROUP_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
@@ -119,6 +123,10 @@ class TopicTable:
         self.queues: dict[str, int]  # queue counts, as topics.json declares them
         self.queues, self._counter = read_json(self.path, ({}, 0), check=_topics_shape,
                                                fix=_TOPICS_FIX)
+        # changes since topics.json was written, in config/topics.log (see store/topic_log.py)
+        self.log_path = topic_log.log_path(root)
+        self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
+        self._batch: list[tuple[str, int, int | None]] | None = None
         self.found: dict[str, set[int]] = {}  # queues on disk that topics.json does not declare
 
     def ensure(self, topic: str, queue_id: int, persist: bool = True) -> bool:
@@ -132,17 +140,58 @@ class TopicTable:
                 return False
             before = self.queues.get(topic)
             self.queues[topic] = queue_id + 1
+            if persist and self._batch is not None:
+                self._batch.append((topic, queue_id + 1, before))
+                return True
         if persist:
             try:
-                self.persist()
+                self._log([(topic, queue_id + 1)])
             except BaseException:  # not on disk: not visible either (mkdir -p took it as made)
-                with self.lock:
-                    if before is None:
-                        self.queues.pop(topic, None)
-                    else:
-                        self.queues[topic] = before
+                self._undo([(topic, before)])
                 raise
         return True
+
+    def _log(self, changes: list[tuple[str, int]]) -> None:
+        """Make changes durable as lines of topics.log, folded into topics.json once the log
+        is as long as the table: each change costs the same whatever the table holds."""
+        topic_log.append(self.log_path, changes)
+        self._logged += len(changes)
+        if self._logged > max(1024, len(self.queues)):
+            try:
+                self.persist()
+            except OSError as exc:  # the changes are durable in the log: fold them in later
+                log.warning("could not fold %s into topics.json: %s", self.log_path, exc)
+
+    def _undo(self, changes: list[tuple[str, int | None]]) -> None:
+        """Take back changes that did not reach the disk (topic, count before or None)."""
+        with self.lock:
+            for topic, before in reversed(changes):
+                if before is None:
+                    self.queues.pop(topic, None)
+                else:
+                    self.queues[topic] = before
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Changes made inside are made durable together, in one append, at the end."""
+        with self.lock:
+            self._batch = []
+        try:
+            yield
+        finally:
+            with self.lock:
+                changes, self._batch = self._batch or [], None
+            if changes:
+                try:
+                    self._log([(t, n) for t, n, _ in changes])
+                except BaseException:
+                    self._undo([(t, before) for t, _, before in changes])
+                    raise
+
+    def compact(self) -> None:
+        """Fold topics.log into topics.json (a clean close leaves topics.json complete)."""
+        if self._logged or os.path.lexists(self.log_path):
+            self.persist()
 
     def add_found(self, found: Iterable[tuple[str, int]]) -> None:
         """Add queues found as consumequeue/<topic>/<id> directories, in memory only and as
@@ -186,7 +235,9 @@ class TopicTable:
                 for name, n in sorted(self.queues.items())
             }
             data = {"topicConfigTable": table, "dataVersion": _data_version(self._counter)}
-        write_json(self.path, data)
+            write_json(self.path, data)
+            topic_log.remove(self.log_path)
+            self._logged = 0
 
 
 class ConsumerOffsets:

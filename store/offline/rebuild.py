@@ -14,19 +14,23 @@ instead of deciding they went missing and re-indexing. Steps, in order:
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 from collections.abc import Iterable
 
+from ..config import StoreConfig, parse_delay_levels
 from ..files.checkpoint import Checkpoint
 from ..files.consume_queue import ConsumeQueue
+from ..files.dispatcher import TagsCodes
 from ..files.index_file import IndexFile
 from ..files.index_service import IndexService
-from ..format.message import keys_to_index
+from ..format.codec import decode
+from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC, keys_to_index
 from ..meta import dispatch_state
 from ..meta.manifest import MANIFEST
 from ..meta.metadata import TopicTable
-from .views import StoreLayout, commitlog_files, index_files
+from .views import StoreLayout, commitlog_files, index_files, map_readonly
 
 
 def copy_store(layout: StoreLayout, out: str, copy: bool = False) -> None:
@@ -53,20 +57,51 @@ def copy_store(layout: StoreLayout, out: str, copy: bool = False) -> None:
 
 
 def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
-                units: Iterable[tuple[int, int, int, str | None]]) -> int:
+                units: Iterable[tuple[int, int, int, str | None]],
+                message_delay_level: str = StoreConfig.message_delay_level) -> int:
     """Write one queue's units, (queue offset, CommitLog offset, size, tags) in queue-offset
-    order; returns how many were written."""
-    tags_code = layout.checked_flavor.tags_code
+    order; returns how many were written. Units get the tagsCode the broker gives them
+    (`TagsCodes`): on the delay topic a record's delivery time, so there each record is read
+    for its DELAY level and store time."""
+    rule = TagsCodes(layout.checked_flavor, parse_delay_levels(message_delay_level))
+    delayed = _DelayedRecords(layout) if topic == SCHEDULE_TOPIC else None
     cq = ConsumeQueue(out, topic, queue_id, layout.consume_queue_units)
     n = 0
     try:
         for queue_offset, commitlog_offset, size, tags in units:
-            cq.put(commitlog_offset, size, tags_code(tags or ""), queue_offset)
+            if delayed is not None:
+                props, store_ts = delayed.at(commitlog_offset)
+                code = rule.of(topic, props, store_ts)
+            else:
+                code = rule.of(topic, {PROPERTY_TAGS: tags} if tags else {}, 0)
+            cq.put(commitlog_offset, size, code, queue_offset)
             n += 1
         cq.flush()
     finally:
         cq.close()
+        if delayed is not None:
+            delayed.close()
     return n
+
+
+class _DelayedRecords:
+    """Properties and store time of records by CommitLog offset, from read-only mappings."""
+
+    def __init__(self, layout: StoreLayout):
+        self.size = layout.commitlog_file_size
+        self.files = dict(commitlog_files(layout.root))
+        self.maps: dict[int, mmap.mmap] = {}
+
+    def at(self, commitlog_offset: int) -> tuple[dict[str, str], int]:
+        start = commitlog_offset - commitlog_offset % self.size
+        if start not in self.maps:
+            self.maps[start] = map_readonly(self.files[start])
+        msg = decode(self.maps[start], commitlog_offset - start)
+        return msg.properties, msg.store_timestamp
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
 
 
 class IndexWriter:

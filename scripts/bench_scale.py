@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Scale benchmark (`scripts/bench scale [--quick]`): what a store costs as it grows, each
+figure next to a baseline measured in the same run, as a ratio (issue 19's "Must show").
+
+1. Opens: a clean open of a big store against a small one with the same queues (page cache
+   dropped before each), and an abnormal open of each with the same bytes written after the
+   checkpoint (a writer killed before its next checkpoint).
+2. Many queues, through a mount: topics made with mkdir (the last 1,000 against the first
+   1,000), one message put to every queue with put_batch (against put_batch into one queue),
+   the mount's reopen time, its descriptors, its RssAnon, and the disk a queue takes.
+
+Full scale (the default): 1 GB and 8 GB stores, 20,000 topics x 4 queues; --quick: 128 MB
+and 1 GB, 2,000 x 4. Stores use the rocketmq flavor (1 GiB CommitLog files, 300,000-unit
+ConsumeQueues) unless --flavor says otherwise. Needs root for drop_caches (else the page cache
+stays warm and the line says so). A timing report, not a test: it never fails on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from store import Message, MessageStore, StoreConfig  # noqa: E402
+
+BODY = 1000
+BATCH = 2000
+
+
+def drop_caches() -> bool:
+    """Write back and drop the page cache: the next read comes from the disk."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def fill(root: str, flavor: str, total: int, queues: int, config: dict | None = None) -> None:
+    """Put `total` bytes of 1 KiB messages round-robin over `queues` queues, closed cleanly."""
+    with MessageStore(root, StoreConfig(flavor=flavor, **(config or {}))) as s:
+        body = b"x" * BODY
+        n = total // (BODY + 100)
+        for lo in range(0, n, BATCH):
+            s.put_batch([Message.create("bench", body, queue_id=i % queues, keys=[f"k{i}"])
+                         for i in range(lo, min(n, lo + BATCH))])
+
+
+def _crash_writer(root: str, flavor: str, total: int, queues: int) -> None:
+    """Child: write `total` bytes after the last checkpoint, then die without closing."""
+    never = 3_600_000
+    cfg = dict(flush_interval_ms=never, flush_thorough_interval_ms=never,
+               flush_cq_interval_ms=never, commit_interval_ms=never)
+    s = MessageStore(root, StoreConfig(flavor=flavor, **cfg)).open()
+    body = b"y" * BODY
+    for lo in range(0, total // (BODY + 100), BATCH):
+        s.put_batch([Message.create("bench", body, queue_id=i % queues, keys=[f"c{lo}-{i}"])
+                     for i in range(BATCH)])
+    os._exit(0)  # no close: the abort file stays, the checkpoint is the open's
+
+
+def timed_open(root: str, flavor: str) -> tuple[float, bool]:
+    cold = drop_caches()
+    t0 = time.perf_counter()
+    s = MessageStore(root, StoreConfig(flavor=flavor), create=False).open()
+    took = time.perf_counter() - t0
+    s.close()
+    return took, cold
+
+
+def bench_opens(work: str, flavor: str, small: int, big: int, after: int, queues: int) -> list[str]:
+    out = []
+    roots = {size: os.path.join(work, f"open-{size >> 20}M") for size in (small, big)}
+    for size, root in roots.items():
+        fill(root, flavor, size, queues)
+    clean = {size: timed_open(root, flavor) for size, root in roots.items()}
+    cold = all(c for _, c in clean.values())
+    out.append(_row(f"clean open, {big >> 20} MB store vs {small >> 20} MB, {queues} queues"
+                    f"{'' if cold else ' (cache WARM: not root)'}", clean[big][0], clean[small][0],
+                    "<= 1.5x"))
+    abnormal = {}
+    for size, root in roots.items():
+        child = subprocess.run([sys.executable, __file__, "--crash-writer", root, flavor,
+                                str(after), str(queues)])
+        if child.returncode != 0 or not os.path.exists(os.path.join(root, "abort")):
+            raise SystemExit("bench: the crash writer did not leave a crashed store")
+        abnormal[size] = timed_open(root, flavor)
+    out.append(_row(f"abnormal open, {big >> 20} MB vs {small >> 20} MB store, {after >> 20} MB "
+                    "after the checkpoint", abnormal[big][0], abnormal[small][0], "<= 2x"))
+    for root in roots.values():
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _row(what: str, value: float, base: float, target: str) -> str:
+    return f"{what:<78} {value:8.3f} s vs {base:8.3f} s  ratio {value / base:6.2f}  (want {target})"
+
+
+def _mount(store: str, mnt: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "fusefs", "mount", store, mnt], check=True, cwd=ROOT)
+    return time.perf_counter() - t0
+
+
+def _umount(mnt: str) -> None:
+    subprocess.run([sys.executable, "-m", "fusefs", "umount", mnt], check=True, cwd=ROOT)
+
+
+def _daemon(mnt: str) -> int:
+    return int(os.getxattr(mnt, "user.mqfs.pid"))
+
+
+def _rss_anon_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _du(path: str) -> int:
+    return int(subprocess.run(["du", "-sk", path], capture_output=True, text=True,
+                              check=True).stdout.split()[0]) << 10
+
+
+def bench_queues(work: str, flavor: str, topics: int, per_topic: int) -> list[str]:
+    out = []
+    store, mnt = os.path.join(work, "queues"), os.path.join(work, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "fusefs", "init", "--flavor", flavor, store],
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    _mount(store, mnt)
+    try:
+        times = []
+        for t in range(topics):
+            t0 = time.perf_counter()
+            os.mkdir(f"{mnt}/topics/t{t}")
+            for q in range(1, per_topic):
+                os.mkdir(f"{mnt}/topics/t{t}/{q}")
+            times.append(time.perf_counter() - t0)
+        first, last = sum(times[:1000]), sum(times[-1000:])
+        out.append(_row(f"the last 1,000 of {topics:,} topics x {per_topic} queues made with mkdir"
+                        " vs the first 1,000", last, first, "<= 2x"))
+    finally:
+        _umount(mnt)
+    n = topics * per_topic
+    body = b"z" * 100
+    with MessageStore(store, StoreConfig(flavor=flavor), create=False) as s:
+        msgs = [Message.create(f"t{i // per_topic}", body, queue_id=i % per_topic)
+                for i in range(n)]
+        t0 = time.perf_counter()
+        s.put_batch(msgs)
+        spread = time.perf_counter() - t0
+        one = [Message.create("one", body) for _ in range(n)]
+        t0 = time.perf_counter()
+        s.put_batch(one)
+        single = time.perf_counter() - t0
+    spread_rate, single_rate = n / spread, n / single
+    what = f"put_batch, one message to each of {n:,} queues vs as many into one queue"
+    out.append(f"{what:<78} {spread_rate:8.0f}/s vs {single_rate:8.0f}/s  ratio "
+               f"{spread_rate / single_rate:6.2f}  (want >= 0.5x)")
+    cold = drop_caches()
+    took = _mount(store, mnt)
+    try:
+        pid = _daemon(mnt)
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        rss = _rss_anon_mb(pid)
+    finally:
+        _umount(mnt)
+    out.append(f"{f'reopen of the {n:,}-queue store (mount returns)' + ('' if cold else ' (cache WARM)'):<78} "
+               f"{took:8.3f} s  (want <= 5 s)")
+    out.append(f"{'descriptors the daemon holds after that mount':<78} {fds:8d}  (want <= 300)")
+    out.append(f"{'RssAnon of the daemon after that mount':<78} {rss:8.1f} MB  (want <= 300 MB)")
+    cq = _du(os.path.join(store, "consumequeue"))
+    out.append(f"{'disk of consumequeue/ per queue (du)':<78} {cq / n / 1024:8.1f} KiB  "
+               f"(want <= 64 KiB; whole store {_du(store) >> 20} MB)")
+    shutil.rmtree(store, ignore_errors=True)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="128 MB / 1 GB stores, 2,000 topics")
+    p.add_argument("--flavor", default="rocketmq", choices=("rocketmq", "xxhash"))
+    p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--only", choices=("opens", "queues"))
+    p.add_argument("--crash-writer", nargs=4, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.crash_writer:
+        root, flavor, total, queues = a.crash_writer
+        _crash_writer(root, flavor, int(total), int(queues))
+        return 0
+    mb = 1 << 20
+    small, big, after, topics = ((128 * mb, 1024 * mb, 12 * mb, 2_000) if a.quick else
+                                 (1024 * mb, 8192 * mb, 100 * mb, 20_000))
+    work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-scale-")
+    rows = []
+    try:
+        if a.only in (None, "opens"):
+            rows += bench_opens(work, a.flavor, small, big, after, queues=16)
+        if a.only in (None, "queues"):
+            rows += bench_queues(work, a.flavor, topics, per_topic=4)
+    finally:
+        if not a.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"scale benchmark ({a.flavor} flavor{', quick' if a.quick else ''}):")
+    for row in rows:
+        print("  " + row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

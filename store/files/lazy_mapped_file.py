@@ -1,0 +1,152 @@
+"""The MappedFile of a ConsumeQueue: a store may hold tens of thousands of queues, so their
+files cost neither a file descriptor, a mapping nor disk blocks each.
+
+- Sparse and growing: a new file is cut to its full size (a hole, as RocketMQ's files are
+  until written) and blocks are reserved with fallocate GROW bytes at a time, ahead of the
+  writes, so a full disk is still ENOSPC at a reservation, never SIGBUS on a store into the
+  mapping. A queue of one message takes 64 KiB, not 6 MB.
+- No descriptor of its own is held: the file is opened to map it (or to sync, reserve or
+  seek) and closed at once.
+- Mapped on first use and kept in one process-wide LRU of at most `MAX_MAPPED` mappings.
+  Python's mmap keeps a duplicate descriptor for each mapping (3.13's trackfd=False would
+  drop it), and the kernel allows about 65,000 mappings a process, so the LRU is what
+  bounds both, whatever the number of queues. An evicted file is mapped again when next
+  used; its dirty pages stay in the page cache, and a later sync of the file writes them.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..crash_points import crash_point
+from ..errors import StoreFormatError
+from . import safefs
+from .mapped_file import MappedFile
+
+GROW = 64 << 10  # blocks reserved at a time
+MAX_MAPPED = 192  # mappings (each with a descriptor) kept at once by the whole process
+
+_lru: OrderedDict[LazyMappedFile, None] = OrderedDict()
+_lru_lock = threading.Lock()
+
+
+class LazyMappedFile(MappedFile):
+    """A MappedFile without a held descriptor or mapping, whose blocks grow with its data."""
+
+    def __init__(self, path: str, file_size: int, file_from_offset: int = 0,
+                 *, transient: bool = False, read_only: bool = False):
+        if transient:
+            raise ValueError("a LazyMappedFile has no transient buffer")
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = file_from_offset
+        self.read_only = read_only
+        self.fd = -1
+        self._mm: mmap.mmap | None = None
+        exists = os.path.lexists(path)
+        fd = safefs.open_file(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            if exists and size != file_size:
+                raise StoreFormatError(
+                    f"{path} is {size} bytes but this store's files are {file_size} bytes")
+            self.allocated = 0  # unknown for a file found: reserved again before a write
+            if not exists:
+                os.ftruncate(fd, file_size)
+                self._fallocate(fd, min(GROW, file_size))
+        except BaseException:
+            os.close(fd)
+            if not exists and os.path.lexists(path):
+                safefs.unlink(path)
+            raise
+        os.close(fd)
+        self.created = not exists
+        self.write_buffer = None
+        self.wrote_position = self.committed_position = self.flushed_position = 0
+        self.store_timestamp = 0
+        self._flush_lock = threading.Lock()
+
+    # --- the mapping ---------------------------------------------------------------------------
+    @property
+    def mm(self) -> mmap.mmap:  # type: ignore[override]
+        mm = self._mm
+        if mm is not None:
+            with _lru_lock:
+                _lru.move_to_end(self)
+            return mm
+        with self.io_fd() as fd:
+            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+            mm = self._mm = mmap.mmap(fd, self.file_size, access=access)
+        with _lru_lock:
+            _lru[self] = None
+            while len(_lru) > MAX_MAPPED:
+                oldest = next(iter(_lru))
+                if oldest is self:
+                    break
+                del _lru[oldest]
+                oldest._unmap()
+        return mm
+
+    def _unmap(self) -> None:
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a reader still holds a view; the mapping goes with the last view
+
+    @contextmanager
+    def io_fd(self) -> Iterator[int]:
+        """The file opened for this one use (no descriptor is held between uses)."""
+        fd = safefs.open_file(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    # --- blocks ----------------------------------------------------------------------------
+    def _fallocate(self, fd: int, end: int) -> None:
+        try:
+            os.posix_fallocate(fd, self.allocated, end - self.allocated)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+        self.allocated = end
+
+    def reserve(self, end: int) -> None:
+        """Reserve blocks up to `end`, rounded up to GROW: ENOSPC here, before the write."""
+        if end > self.allocated and not self.read_only:
+            with self.io_fd() as fd:
+                self._fallocate(fd, min(self.file_size, -(-end // GROW) * GROW))
+
+    # --- writing and syncing -------------------------------------------------------------------
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.allocated:
+            self.reserve(end)
+        self.mm[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def flush(self) -> int:
+        with self._flush_lock:
+            target = self.read_position
+            if target > self.flushed_position:
+                with self.io_fd() as fd:
+                    crash_point("flush.before")
+                    os.fdatasync(fd)  # every dirty page of the file, whichever mapping
+                    crash_point("flush.after")
+                self.flushed_position = target
+            return self.flushed_position
+
+    def close(self) -> None:
+        with _lru_lock:
+            _lru.pop(self, None)
+        self._unmap()
