@@ -109,7 +109,9 @@ def check_inputs(args: argparse.Namespace) -> str | None:
         return None
     if not os.path.isdir(out):
         return f"{out} exists and is not a directory"
-    if args.job == "export" or (args.job == "rebuild" and os.listdir(out)):
+    if args.job == "export" and not args.overwrite:
+        return f"{out} already exists; export writes a new directory (--overwrite replaces it)"
+    if args.job == "rebuild" and os.listdir(out):
         return f"{out} already exists; {args.job} writes a new directory"
     return None
 

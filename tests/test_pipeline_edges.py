@@ -253,7 +253,7 @@ def test_export_overwrites_and_an_export_of_nothing_is_empty_and_valid(spark, st
     assert cli.main(["export", store, out, "--topic", "Nope"]) == 0
     assert "exported 0 messages: none matched" in capsys.readouterr().out
     assert "_SUCCESS" in os.listdir(out) and not [n for n in os.listdir(out) if not n.startswith(("_", "."))]
-    assert cli.main(["export", store, out]) == 1  # OUT exists: refused without --overwrite
+    assert cli.main(["export", store, out]) == 2  # OUT exists: refused without --overwrite
     assert cli.main(["export", store, out, "--overwrite", "--topic", "Orders"]) == 0
     orders = sum(1 for r in expected_rows(store).values() if r["topic"] == "Orders")
     assert spark.read.parquet(out).count() == orders
