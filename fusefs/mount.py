@@ -45,7 +45,7 @@ def describe_recovery(report) -> str:
     the CommitLog ends, records indexed again, files moved to quarantine/, notes)."""
     facts = ["recovered after an unclean shutdown" if report.abnormal else "clean",
              f"CommitLog ends at offset {report.end_offset}",
-             f"{report.dispatched} records indexed again"]
+             f"{report.dispatched} record{'' if report.dispatched == 1 else 's'} indexed again"]
     if report.quarantined:
         facts.append(f"moved to quarantine: {', '.join(report.quarantined)}")
     if report.corruption:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -169,3 +170,22 @@ def test_pipeline_refuses_an_output_that_exists_before_spark_starts(multi_file_s
         hint = " (--overwrite replaces it)" if job == "export" else ""
         assert proc.stderr == f"mqfs pipeline {job}: {out} already exists; {job} writes a new directory{hint}\n"
     assert os.listdir(out) == ["old"]
+
+
+@needs_fuse
+@pytest.mark.mount
+def test_a_mount_that_recovers_shows_progress_and_what_it_did_on_a_terminal(multi_file_store,
+                                                                            tmp_path):
+    store, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    shutil.copytree(multi_file_store, store)
+    os.mkdir(mnt)
+    os.close(os.open(os.path.join(store, "abort"), os.O_WRONLY | os.O_CREAT, 0o600))  # a crash
+    try:
+        screen = _on_a_terminal(f"TQDM_MININTERVAL=0 {' '.join(MQFS)} mount {store} {mnt}")
+    finally:
+        if os.path.ismount(mnt):
+            mqfs("umount", mnt)
+    states = [int(p) for p in re.findall(r"recovery:\s+(\d+)%\|", screen)]
+    assert states and states[-1] == 100 and states == sorted(states), screen
+    assert re.search(r"mqfs: recovered after an unclean shutdown; CommitLog ends at offset \d+; "
+                     r"\d+ records? indexed again \(\d+\.\d s\)", screen), screen

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -247,7 +248,7 @@ def test_concurrent_appends_are_whole_and_counted(live):
     assert set(bodies) == expected
 
 
-def test_fsync_survives_kill9_and_remount_recovers(store, mnt):
+def test_fsync_survives_kill9_and_remount_recovers(store, mnt, tmp_path):
     with mounted(store, mnt) as pid:
         fd = os.open(f"{mnt}/topics/audit/0/append", os.O_WRONLY)
         os.write(fd, b"durable")
@@ -257,13 +258,25 @@ def test_fsync_survives_kill9_and_remount_recovers(store, mnt):
         wait_gone(pid)
         force_unmount(mnt)
     assert os.path.exists(f"{store}/abort")
-    with mounted(store, mnt):
+    with mounted(store, mnt, log=str(tmp_path / "mqfs.log")):
         assert open(f"{mnt}/topics/audit/0/0", "rb").read() == b"durable"
         assert open(f"{mnt}/topics/orders/1/4").read() == "order 9\n"
         sh(f"echo after > {mnt}/topics/audit/0/append")
     assert not os.path.exists(f"{store}/abort")
     with MessageStore(store) as s:
         assert bytes(s.get("audit", 0, 1).body) == b"after\n"
+    # what recovery did, as one line of facts a person reads (not the report's repr)
+    opened = [line for line in (tmp_path / "mqfs.log").read_text().splitlines() if " opened " in line]
+    assert len(opened) == 1, opened
+    assert re.search(r"INFO mqfs: opened \S+ in \d+\.\d s: recovered after an unclean shutdown; "
+                     r"CommitLog ends at offset \d+; \d+ records indexed again", opened[0]), opened
+
+
+def test_a_refused_unlink_is_logged_with_the_entry_it_names(live, tmp_path):
+    proc = sh("rm topics/orders/0/0", cwd=live, check=False)
+    assert proc.returncode == 1 and b"Operation not permitted" in proc.stderr
+    log = (tmp_path / "mqfs.log").read_text()
+    assert "unlink /topics/orders/0/0: EPERM (messages are removed only by retention)" in log, log
 
 
 def test_umount_waits_and_removes_abort(store, mnt):
@@ -325,7 +338,7 @@ def test_mount_t_fuse_mqfs_and_an_fstab_line_work_after_setup(store, mnt, tmp_pa
     """scripts/setup links mqfs where mount(8)'s helper finds it: both forms work with the
     minimal PATH a boot-time mount has."""
     here = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".venv", "bin", "mqfs"))
-    assert os.path.realpath("/usr/local/bin/mqfs") == here, "run scripts/setup (as root)"
+    assert os.path.realpath("/usr/local/bin/mqfs") == here, "run MQFS_RELINK=1 scripts/setup (as root)"
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     sh(f"mount -t fuse.mqfs -o ro {store} {mnt}", env=env)
     try:

@@ -311,3 +311,22 @@ def test_recovery_rebuilds_the_index_and_queues_puts_wrote(tmp_path_factory, bat
         assert s.recovery.abnormal and s.recovery.dispatched == sum(map(len, batches))
     assert _index_contents(root) == index
     assert file_hashes(os.path.join(root, "consumequeue")) == queues
+
+
+@pytest.mark.allow_logs(r"IndexFiles went missing")
+def test_an_indexfile_moved_to_quarantine_is_in_the_recovery_report(tmp_path):
+    """The report of the open says which files went to quarantine/, IndexFiles included (it
+    said none while a damaged IndexFile had just been moved there)."""
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        for i in range(50):
+            s.put(Message.create("T", b"m%d" % i, keys=[f"k{i}"]))
+    first = files_in(root, "index")[0]
+    with open(os.path.join(root, "index", first), "r+b") as f:
+        f.seek(16)  # beginPhyOffset past endPhyOffset: a header no writer leaves
+        f.write((1 << 40).to_bytes(8, "big"))
+    with MessageStore(root, small_config()) as s:
+        moved = [p for p in s.recovery.quarantined if "-index-" in os.path.basename(p)]
+        assert len(moved) == 1 and os.path.exists(moved[0]), s.recovery.quarantined
+        assert moved[0].startswith(os.path.join(root, "quarantine"))
+        assert [m.body for m in s.query_key("k7")] == [b"m7"]  # indexed again

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
 from store import CorruptionError, Message, MessageStore, NotFound
+from tests.fs_helpers import mounted, needs_fuse
 from tests.store_helpers import file_hashes, small_config
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"^scrub: ")
@@ -145,3 +147,23 @@ def test_new_topics_are_lines_of_topics_log_folded_into_topics_json_at_close(tmp
     with MessageStore(root, small_config(), create=False) as s:
         assert s.topics() == {"a": 4, "b": 1}
         assert not os.path.exists(os.path.join(config, "topics.log"))  # folded in at open
+
+
+@pytest.mark.mount
+@needs_fuse
+def test_a_mount_scrubs_in_the_background_and_shows_it_in_status_json(tmp_path):
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _fill(root, 250)
+    _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
+    with mounted(root, mnt, log=str(tmp_path / "log")):
+        deadline = time.monotonic() + 60
+        while True:  # the scrub is throttled: wait for its first pass to be reported
+            scrub = json.load(open(f"{mnt}/status.json"))["scrub"]
+            if scrub["passes"] >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert scrub["running"] and scrub["passes"] == 1, scrub
+        assert "unit 10 does not match" in scrub["findings"][0]
+        assert open(f"{mnt}/topics/t/0/10", "rb").read() == b"m10"
+    assert "scrub: ConsumeQueue t/0 unit 10" in open(tmp_path / "log").read()
+    assert json.load(open(os.path.join(root, "config", "scrub.json")))["passes"] == 1
