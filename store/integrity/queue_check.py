@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import parse_delay_levels
-from ..errors import CorruptionError, NotFound
+from ..errors import CodecError, CorruptionError, NotFound
 from ..files.consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
 from ..format import codec, layout
@@ -118,11 +118,11 @@ def tags_ok(commitlog: CommitLog, tags: TagsCodes, units: np.ndarray, ok: np.nda
     for i in np.flatnonzero(ok & (units["size"] != PRE_BLANK[1])).tolist():
         try:
             msg = commitlog.read(int(units["offset"][i]))
-        except (CorruptionError, NotFound):
+            if codec.is_filler(msg.topic, msg.sys_flag):
+                continue
+            out[i] = tags.of(msg.topic, msg.properties, msg.store_timestamp) == int(units["tags"][i])
+        except (CorruptionError, NotFound, CodecError):
             continue  # the record's own damage: reads and the CommitLog checks report it
-        if codec.is_filler(msg.topic, msg.sys_flag):
-            continue
-        out[i] = tags.of(msg.topic, msg.properties, msg.store_timestamp) == int(units["tags"][i])
     return out
 
 
