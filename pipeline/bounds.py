@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from store.offline.views import QueueReader, StoreLayout, commitlog_files
+from store.offline.views import QueueReader, StoreLayout, commitlog_files, offset_by_time
 
 
 def first_kept(reader: QueueReader, lo: int, hi: int, log_start: int) -> int:
@@ -33,3 +33,14 @@ def kept_bounds(layout: StoreLayout, keys: Iterable[tuple[str, int]]) -> dict[tu
         lo, hi = reader.bounds()
         out[(topic, q)] = (first_kept(reader, lo, hi, start), hi)
     return out
+
+
+def start_by_time(layout: StoreLayout, key: tuple[str, int], ts_ms: int, hi: int, strategy: str) -> int:
+    """Kafka's startingOffsetsByTimestamp for one queue: the first offset stored at or after
+    ts_ms; when there is none, fail (strategy "error", Kafka's default) or start at the end
+    ("latest")."""
+    found = offset_by_time(layout, key[0], key[1], ts_ms)
+    if found >= hi and strategy == "error":
+        raise ValueError(f"{key[0]}/{key[1]} has no message stored at or after {ts_ms}; "
+                         "startingOffsetsByTimestampStrategy=latest starts such queues at the end")
+    return found

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("export", help="messages to Parquet, partitioned by topic")
     sp.add_argument("store")
     sp.add_argument("out")
+    sp.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     filters(sp)
     sp = sub.add_parser("stats", help="per topic/queue statistics, rate chart (PNG)")
     sp.add_argument("store")
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _options(args: argparse.Namespace) -> dict[str, str]:
     names = {"topic": "topic", "queue": "queue", "start": "startTime", "end": "endTime"}
     return {opt: str(getattr(args, a)) for a, opt in names.items() if getattr(args, a, None)}
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _say(text: str) -> None:
@@ -104,7 +109,9 @@ def check_inputs(args: argparse.Namespace) -> str | None:
         return None
     if not os.path.isdir(out):
         return f"{out} exists and is not a directory"
-    if args.job == "export" or (args.job == "rebuild" and os.listdir(out)):
+    if args.job == "export" and not args.overwrite:
+        return f"{out} already exists; export writes a new directory (--overwrite replaces it)"
+    if args.job == "rebuild" and os.listdir(out):
         return f"{out} already exists; {args.job} writes a new directory"
     return None
 
@@ -127,15 +134,18 @@ def main(argv: list[str]) -> int:
         with progress(spark, args.job):
             if args.job == "export":
                 from pipeline.jobs import export
-                r = export.run(spark, args.store, args.out, _options(args))
-                print(f"exported {r['rows']} messages of {len(r['topics'])} topics to {r['out']}")
+                r = export.run(spark, args.store, args.out, _options(args), args.overwrite)
+                if not r["rows"]:
+                    print(f"exported 0 messages: none matched; {r['out']} holds an empty export")
+                else:
+                    print(f"exported {r['rows']} messages of {_count(len(r['topics']), 'topic')} to {r['out']}")
             elif args.job == "stats":
                 from pipeline.jobs import stats
                 r = stats.run(spark, args.store, args.out, _options(args), args.top, args.bucket)
                 for t in r["topics"]:
-                    print(f"{t['topic']}: {t['messages']} messages in {t['queues']} "
-                          f"queue{'' if t['queues'] == 1 else 's'}, "
-                          f"{t['bytes']} bytes, {t['rate_per_s']:.1f} msg/s")
+                    print(f"{t['topic']}: {_count(t['messages'], 'message')} in "
+                          f"{_count(t['queues'], 'queue')}, {t['bytes']} bytes, {t['rate_per_s']:.1f} msg/s "
+                          "(average over the store-time span, at least 1 s)")
                 print(f"details in {r['json']}, chart in {r['chart']}")
             elif args.job == "audit":
                 from pipeline.jobs import audit

@@ -17,10 +17,13 @@ OFFSET_NAMES = {"earliest": EARLIEST, "latest": LATEST}  # the codes startingOff
 
 _SELECT = ("topic", "subscribe", "subscribePattern", "assign")
 _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "startingTimestamp",
+         "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "shape", "includeHeaders",
          "failOnDataLoss", "damagedRecords", "columns")
-_BATCH = (*_READ, "endingOffsets", "endingTimestamp", "minPartitions", "pushFilters")
-_STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger")
-_WRITE = ("mount", "lockTimeout", "jobId")
+_BATCH = (*_READ, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "minPartitions",
+          "pushFilters")
+_STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger",
+           "maxTriggerDelay")
+_WRITE = ("mount", "lockTimeout", "jobId", "checkpointLocation")  # the last: a stream's
 MODES = {"batch read": _BATCH, "streaming read": _STREAM, "write": _WRITE}
 
 
@@ -89,6 +92,44 @@ def columns_option(options: Mapping[str, str]) -> frozenset[str] | None:
     return columns
 
 
+def shape(options: Mapping[str, str]) -> tuple[bool, bool]:
+    """(Kafka's columns, with headers) from the options `shape` and `includeHeaders`."""
+    kafka = _choice(options, "shape", ("mqfs", "kafka")) == "kafka"
+    headers = _choice(options, "includeHeaders", ("false", "true")) == "true"
+    if headers and not kafka:
+        raise ValueError("includeHeaders=true needs shape=kafka (the mqfs shape has a properties column)")
+    if kafka and options.get("columns"):
+        raise ValueError("give shape=kafka or columns, not both")
+    return kafka, headers
+
+
+def parse_by_timestamp(options: Mapping[str, str], name: str) -> dict[tuple[str, int], int] | None:
+    """JSON {"topic": {"0": epoch ms}}, Kafka's startingOffsetsByTimestamp form."""
+    text = options.get(name)
+    if not text:
+        return None
+    try:
+        out = {(str(t), int(q)): ms for t, qs in json.loads(text).items() for q, ms in qs.items()}
+        if not all(isinstance(ms, int) and not isinstance(ms, bool) and ms >= 0 for ms in out.values()):
+            raise TypeError
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{name}={text!r}: give JSON like " '{"topic": {"0": 1700000000000}}') from None
+    return out
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay(text: str | None, name: str, default_ms: int) -> int:
+    """A duration as Spark writes them ('15m', '30s', '500ms', '1h') in milliseconds."""
+    if not text:
+        return default_ms
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", str(text))
+    if not m:
+        raise ValueError(f"{name}={text!r}: give a duration like 15m, 30s or 500ms")
+    return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
+
+
 def parse_offsets(text: str, name: str, allowed: tuple[str, ...]) -> str | dict[tuple[str, int], int]:
     """'earliest' / 'latest' (those in `allowed`) or JSON {"topic": {"queue": offset}} with
     Kafka's -2 (earliest) and -1 (latest)."""
@@ -135,6 +176,13 @@ class ReadOptions:
     max_per_trigger: int | None
     columns: frozenset[str] | None
     push_filters: bool
+    kafka: bool = False  # shape=kafka: Kafka's columns (pipeline/kafka.py)
+    headers: bool = False  # includeHeaders
+    starting_by_ts: dict[tuple[str, int], int] | None = None  # startingOffsetsByTimestamp
+    ending_by_ts: dict[tuple[str, int], int] | None = None  # endingOffsetsByTimestamp
+    ts_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
+    min_per_trigger: int | None = None  # minOffsetsPerTrigger
+    max_trigger_delay_ms: int = 15 * 60_000  # maxTriggerDelay (Kafka's default 15m)
 
     def selects(self, topic: str, queue: int) -> bool:
         """Whether this queue is read."""
@@ -170,7 +218,11 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         queues = frozenset(int(q) for q in _list(options, "queue")) or None
     except ValueError:
         raise ValueError(f"queue={options.get('queue')!r} must be comma-separated queue ids") from None
+    kafka, headers = shape(options)
     columns = columns_option(options)
+    if kafka:
+        from .kafka import source_columns
+        columns = source_columns(headers)
     per_trigger = _int(options, "maxOffsetsPerTrigger")
     alias = _int(options, "maxMessagesPerTrigger")
     if per_trigger is not None and alias is not None and per_trigger != alias:
@@ -184,7 +236,8 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         topics=topics, pattern=pattern, assign=assign, queues=queues,
         start_ms=parse_time(options["startTime"], "startTime") if options.get("startTime") else None,
         end_ms=parse_time(options["endTime"], "endTime") if options.get("endTime") else None,
-        starting=parse_offsets(options.get("startingOffsets") or "earliest", "startingOffsets",
+        starting=parse_offsets(options.get("startingOffsets") or ("latest" if streaming else "earliest"),
+                               "startingOffsets",
                                allowed_start),
         ending=parse_offsets(options.get("endingOffsets") or "latest", "endingOffsets", ("latest",)),
         starting_ts=(parse_time(options["startingTimestamp"], "startingTimestamp")
@@ -197,4 +250,10 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         max_per_trigger=per_trigger if per_trigger is not None else alias,
         columns=columns,
         push_filters=_choice(options, "pushFilters", ("false", "true")) == "true",
+        kafka=kafka, headers=headers,
+        starting_by_ts=parse_by_timestamp(options, "startingOffsetsByTimestamp"),
+        ending_by_ts=parse_by_timestamp(options, "endingOffsetsByTimestamp"),
+        ts_strategy=_choice(options, "startingOffsetsByTimestampStrategy", ("error", "latest")),
+        min_per_trigger=_int(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=parse_delay(options.get("maxTriggerDelay"), "maxTriggerDelay", 15 * 60_000),
     )

@@ -53,3 +53,8 @@ def arrow_schema(columns: frozenset[str] | None = None) -> pa.Schema:
     if columns is None:
         return ARROW_SCHEMA
     return pa.schema([f for f in ARROW_SCHEMA if f.name in columns])
+
+
+def with_store_column(schema: StructType) -> StructType:
+    """The schema of a read of several stores: `store` names the directory of each row."""
+    return StructType([*schema.fields, StructField("store", StringType(), False)])

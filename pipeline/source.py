@@ -53,12 +53,15 @@ from store.offline.views import (
     store_layout,
 )
 
-from .bounds import kept_bounds
-from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options
+from .bounds import kept_bounds, start_by_time
+from .kafka import kafka_schema, shaped
+from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, checked_runs, record_starts_ok, warn
-from .schema import message_schema
+from .schema import message_schema, with_store_column
+from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
-from .writer import MqfsWriter
+from .units import UnitRange, plan_units, read_units
+from .writer import MqfsStreamWriter, MqfsWriter
 
 BATCH_RECORDS = 16384
 BATCH_BYTES = 32 << 20
@@ -165,7 +168,7 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
     ends = {s: min(os.path.getsize(p), end_offset - s) for s, p in files}
     target = SPLIT_BYTES
     if min_partitions:
-        target = max(1 << 16, min(target, math.ceil(sum(ends.values()) / min_partitions)))
+        target = max(1, min(target, math.ceil(sum(ends.values()) / min_partitions)))
     known = (known_record_starts(layout.root, layout.consume_queue_units)
              if any(e > target for e in ends.values()) else None)
     parts: list[RangePartition] = []
@@ -183,7 +186,9 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
 def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], lo: int, hi: int) -> int:
     """Where a queue's read starts; `lo` is its first message still stored. Asking for offsets
     before it is data loss: an error with failOnDataLoss (the default), else a warning."""
-    if opts.starting_ts is not None:
+    if opts.starting_by_ts and key in opts.starting_by_ts:
+        return max(lo, start_by_time(layout, key, opts.starting_by_ts[key], hi, opts.ts_strategy))
+    if opts.starting_ts is not None:  # past every message: the queue is read from its end
         return max(lo, offset_by_time(layout, key[0], key[1], opts.starting_ts))
     want = (OFFSET_NAMES[opts.starting] if isinstance(opts.starting, str)
             else opts.starting.get(key, EARLIEST))
@@ -205,8 +210,9 @@ def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], 
 
 
 def _end_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], hi: int) -> int:
-    if opts.ending_ts is not None:
-        return offset_by_time(layout, key[0], key[1], opts.ending_ts)
+    by_time = opts.ending_by_ts.get(key) if opts.ending_by_ts and key in opts.ending_by_ts else opts.ending_ts
+    if by_time is not None:
+        return offset_by_time(layout, key[0], key[1], by_time)
     want = LATEST if isinstance(opts.ending, str) else opts.ending.get(key, LATEST)
     return hi if want == LATEST else min(want, hi)
 
@@ -216,7 +222,9 @@ def selected_queues(layout: StoreLayout, opts: ReadOptions) -> list[tuple[str, i
 
 
 def _named_queues_exist(opts: ReadOptions, present: list[tuple[str, int]]) -> None:
-    for name, given in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
+    for name, given in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending),
+                        ("startingOffsetsByTimestamp", opts.starting_by_ts),
+                        ("endingOffsetsByTimestamp", opts.ending_by_ts)):
         if isinstance(given, dict):
             missing = sorted(set(given) - set(present))
             if missing:
@@ -229,7 +237,8 @@ def row_filter(layout: StoreLayout, opts: ReadOptions) -> RowFilter:
     a pattern or an assignment were given (resolved now, so they too are part of the snapshot)."""
     base = RowFilter(topics=opts.topics, queues=opts.queues, start_ms=opts.start_ms, end_ms=opts.end_ms)
     ranged = (opts.starting != "earliest" or opts.ending != "latest" or opts.starting_ts is not None
-              or opts.ending_ts is not None or opts.pattern is not None or opts.assign is not None)
+              or opts.ending_ts is not None or opts.pattern is not None or opts.assign is not None
+              or opts.starting_by_ts is not None or opts.ending_by_ts is not None)
     if not ranged:
         return base
     chosen = selected_queues(layout, opts)
@@ -270,16 +279,27 @@ class MqfsReader(DataSourceReader):
     def _filter(self) -> RowFilter:
         return row_filter(self.layout, self.opts)
 
-    def partitions(self) -> list[RangePartition]:
-        """Every partition's byte range and the row filter with every offset resolved are fixed
-        here; Spark keeps them for the DataFrame."""
+    def partitions(self) -> list[InputPartition]:
+        """Every partition's byte range (or queue offsets, `units.plan_units`) and the row
+        filter with every offset resolved are fixed here; Spark keeps them for the DataFrame."""
         flt = self._filter()
         if frozenset() in (flt.topics, flt.queues) or flt.queue_ranges == ():
             return []
-        return plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
-                               flt, self.end_offset)
+        if self.end_offset is None:
+            self.end_offset = commitlog_end(self.layout)
+        by_units = plan_units(self.layout, flt, self.opts.min_partitions, self.end_offset)
+        if by_units is not None:
+            return list(by_units)
+        return list(plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
+                                    flt, self.end_offset))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
+
+    def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, UnitRange):
+            yield from read_units(self.layout, partition, self.opts)
+            return
         if not isinstance(partition, RangePartition):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
@@ -365,26 +385,47 @@ class MqfsDataSource(DataSource):
 
     def schema(self) -> StructType:
         """Also pins the snapshot: Spark calls this once when the DataFrame is created and keeps
-        this object, so every query planned from the DataFrame reads the same records."""
-        if getattr(self, "end_offset", None) is None and self.options.get("path"):
-            self.end_offset = commitlog_end(store_layout(store_path(self.options)))
-        return message_schema(columns_option(self.options))
+        this object, so every query planned from the DataFrame reads the same records (of the
+        same stores, when a glob names them)."""
+        if getattr(self, "end_offsets", None) is None and (self.options.get("path") or self.options.get("paths")):
+            self.roots = store_roots(self.options)
+            self.end_offsets = {r: commitlog_end(store_layout(r)) for r in self.roots}
+        kafka, headers = shape(self.options)
+        schema = kafka_schema(headers) if kafka else message_schema(columns_option(self.options))
+        return with_store_column(schema) if several(self.options) else schema
 
-    def reader(self, schema: StructType) -> MqfsReader:
+    def _stores(self) -> list[str]:
+        return getattr(self, "roots", None) or store_roots(self.options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
         opts = read_options(self.options, streaming=False)
         cls = PushdownReader if opts.push_filters else MqfsReader
-        return cls(store_layout(store_path(self.options)), opts, getattr(self, "end_offset", None))
+        pinned = getattr(self, "end_offsets", None) or {}
+        roots = self._stores()
+        readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
+        return StoresReader(roots, readers) if several(self.options) else readers[0]
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
-            return MqfsStreamReader(store_layout(store_path(self.options)),
-                                    read_options(self.options, streaming=True))
+            opts = read_options(self.options, streaming=True)
+            roots = self._stores()
+            readers = [MqfsStreamReader(store_layout(r), opts) for r in roots]
         except (ValueError, StoreError) as exc:  # raised again by the stream's first call
             return RefusedStream(exc)
+        return StoresStreamReader(roots, readers) if several(self.options) else readers[0]
 
-    def writer(self, schema: StructType, overwrite: bool):
+    def _write_root(self, overwrite: bool) -> str:
         check_names(self.options, "write")
+        if several(self.options):
+            raise ValueError("a write goes to one store: give one store directory, not a list or a glob")
         if overwrite:
             raise ValueError("mode('overwrite') would delete the store's messages, and a store "
                              "never deletes what it was given: use mode('append')")
-        return MqfsWriter(store_path(self.options), schema, self.options)
+        return store_path(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> MqfsWriter:
+        return MqfsWriter(self._write_root(overwrite), schema, self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> MqfsStreamWriter:
+        """`writeStream.format("mqfs")`, output mode append (a store cannot take rows back)."""
+        return MqfsStreamWriter(self._write_root(overwrite), schema, self.options)

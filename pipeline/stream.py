@@ -16,6 +16,7 @@ starts (SupportsTriggerAvailableNow), in micro-batches no larger than the rate l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -25,7 +26,8 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
-from .bounds import kept_bounds
+from .bounds import kept_bounds, start_by_time
+from .kafka import shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn
 
@@ -50,6 +52,7 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.filter = RowFilter(start_ms=opts.start_ms, end_ms=opts.end_ms)
         self.max_per_trigger = opts.max_per_trigger
         self.target: dict[tuple[str, int], int] | None = None  # set for Trigger.AvailableNow
+        self.last_batch = time.monotonic()
 
     def _queues(self) -> list[tuple[str, int]]:
         return [(t, q) for t, q in queues(self.layout.root) if self.opts.selects(t, q)]
@@ -61,8 +64,11 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         out = {}
         for key, (lo, hi) in self._bounds().items():
+            if opts.starting_by_ts and key in opts.starting_by_ts:
+                out[key] = max(lo, start_by_time(self.layout, key, opts.starting_by_ts[key], hi, opts.ts_strategy))
+                continue
             if opts.starting_ts is not None:
-                out[key] = offset_by_time(self.layout, key[0], key[1], opts.starting_ts)
+                out[key] = max(lo, offset_by_time(self.layout, key[0], key[1], opts.starting_ts))
                 continue
             want = (OFFSET_NAMES[opts.starting]
                     if isinstance(opts.starting, str) else opts.starting.get(key, EARLIEST))
@@ -106,6 +112,8 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {k: max(begin[k], min(e, self.target.get(k, begin[k]))) for k, e in end.items()}
         cap = self._cap(limit)
         backlog = sum(end[k] - begin[k] for k in end)
+        if self._waits(backlog):
+            return _pack(begin)  # no new batch yet: Spark runs one when the offsets move
         if cap is not None and backlog > cap:
             share = {k: (end[k] - begin[k]) * cap // backlog for k in end}
             spare = cap - sum(share.values())
@@ -115,6 +123,16 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 spare -= extra
             end = {k: begin[k] + share[k] for k in end}
         return _pack(end)
+
+    def _waits(self, backlog: int) -> bool:
+        """minOffsetsPerTrigger: hold a trigger back while fewer rows than that are waiting,
+        for at most maxTriggerDelay since the last batch (not under Trigger.AvailableNow)."""
+        now = time.monotonic()
+        if (self.target is None and self.opts.min_per_trigger and 0 < backlog < self.opts.min_per_trigger
+                and (now - self.last_batch) * 1000 < self.opts.max_trigger_delay_ms):
+            return True
+        self.last_batch = now
+        return False
 
     def _cap(self, limit) -> int | None:
         if limit is None:
@@ -138,7 +156,8 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):  # partitions() planned none: Spark then
             return  # sends one InputPartition(None), which holds no rows
-        yield from read_queue_range(self.layout, partition, self.filter, self.opts)
+        yield from shaped(read_queue_range(self.layout, partition, self.filter, self.opts),
+                          self.opts.kafka, self.opts.headers)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the store is only read, and progress lives in Spark's checkpoint."""

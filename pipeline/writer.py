@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from store import Message, MessageStore, StoreLocked
@@ -170,9 +170,13 @@ class MqfsWriter(DataSourceWriter):
         self.job = str(job) if job else uuid.uuid4().hex[:16]  # same for every task attempt
 
     def write(self, iterator: Iterator) -> WriteSummary:
+        return self.write_job(iterator, self.job)
+
+    def write_job(self, iterator: Iterator, job: str) -> WriteSummary:
+        """One task's rows, each with UNIQ_KEY mqfs-<job>-<partition>-<row>."""
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx else 0
-        messages = (to_message(row, f"mqfs-{self.job}-{part}-{i}") for i, row in enumerate(iterator))
+        messages = (to_message(row, f"mqfs-{job}-{part}-{i}") for i, row in enumerate(iterator))
         sink = MountSink(self.mount) if self.mount else StoreSink(self.root, self.lock_timeout)
         written = skipped = 0
         checking = True
@@ -194,3 +198,28 @@ class MqfsWriter(DataSourceWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Appends of tasks that succeeded stay in the store: a store cannot take them back."""
+
+
+class MqfsStreamWriter(DataSourceStreamWriter):
+    """`writeStream.format("mqfs")`: every micro-batch appended exactly once. The job id of a
+    batch is `<query id>-<batch id>` (Spark hands both to every task; the query id is kept in
+    the checkpoint), so a batch run again after a failure or a driver crash finds the rows an
+    earlier attempt wrote by their UNIQ_KEY and writes only the rest, as a jobId rerun does.
+    Like any Spark retry, it needs each partition's rows in a deterministic order."""
+
+    def __init__(self, root: str, schema: StructType, options):
+        self.batch_writer = MqfsWriter(root, schema, options)
+
+    def write(self, iterator: Iterator) -> WriteSummary:
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        if not query or batch is None:
+            raise RuntimeError("the mqfs sink runs only inside a streaming query (no query or batch id)")
+        return self.batch_writer.write_job(iterator, f"{query}-{batch}")
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Rows are already in the store when a task succeeds; nothing is staged."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Appends of tasks that succeeded stay: the batch runs again and skips them."""

@@ -3,14 +3,18 @@
 
 Builds a store of N messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to
 Parquet, then times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
-a full scan (every column materialised by the `noop` sink), count(), `select topic,
-queue_offset` (for mqfs also with option columns=topic,queue_offset, the header-only path) and
-sum(length(body)); prints rows/s and the ratio to Parquet. Run as `scripts/bench pipeline`.
+count of sha2(body) (every body read and hashed), a full scan (every column materialised by the
+`noop` sink), count(), `select topic, queue_offset` (for mqfs also with option
+columns=topic,queue_offset, the header-only path) and sum(length(body)); prints rows/s and the
+ratio to Parquet. Then one queue's 10k offsets (options subscribe/queue/startingOffsets/
+endingOffsets, read through the ConsumeQueue) timed next to the full scan of the same store.
+Run as `scripts/bench pipeline`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -76,6 +80,8 @@ def main(argv: list[str]) -> int:
             return spark.read.parquet(parquet)
 
         queries = [
+            ("count of sha2(body)", lambda df: df.select(F.sha2("body", 256).alias("h"))
+             .where("h is not null").count(), mqfs()),
             ("full scan (noop sink)", lambda df: df.write.format("noop").mode("overwrite").save(), mqfs()),
             ("count()", lambda df: df.count(), mqfs()),
             ("select topic, queue_offset", lambda df: df.select("topic", "queue_offset").write
@@ -91,6 +97,12 @@ def main(argv: list[str]) -> int:
             mq = best(lambda action=action, source=source: action(source()), a.runs)
             pt = best(lambda action=action: action(pq()), a.runs)
             print(f"  {name:36} {n / mq:12,.0f} {n / pt:15,.0f} {pt / mq:6.2f}")
+        one = json.dumps({"topic1": {"1": n // 16}}), json.dumps({"topic1": {"1": n // 16 + 10_000}})
+        noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
+        part = best(lambda: noop(mqfs(subscribe="topic1", queue="1", startingOffsets=one[0],
+                                      endingOffsets=one[1])()), a.runs)
+        full = best(lambda: noop(mqfs()()), a.runs)
+        print(f"  one queue's 10k offsets: {part:.2f} s, full scan {full:.2f} s, ratio {part / full:.3f}")
         spark.stop()
     finally:
         if not a.dir:

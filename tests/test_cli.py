@@ -167,7 +167,8 @@ def test_pipeline_refuses_an_output_that_exists_before_spark_starts(multi_file_s
                               capture_output=True, text=True, timeout=120,
                               env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
         assert proc.returncode == 2
-        assert proc.stderr == f"mqfs pipeline {job}: {out} already exists; {job} writes a new directory\n"
+        hint = " (--overwrite replaces it)" if job == "export" else ""
+        assert proc.stderr == f"mqfs pipeline {job}: {out} already exists; {job} writes a new directory{hint}\n"
     assert os.listdir(out) == ["old"]
 
 

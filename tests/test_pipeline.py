@@ -66,7 +66,7 @@ def test_streaming_available_now_delivers_appended_messages_once(spark, tmp_path
     build_store(root, 500, seed=3)
 
     def run() -> None:
-        q = (spark.readStream.format("mqfs").option("topic", "Orders,Payments").load(root)
+        q = (spark.readStream.format("mqfs").options(startingOffsets="earliest", topic="Orders,Payments").load(root)
              .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
              .trigger(availableNow=True).start())
         q.awaitTermination(120)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,11 +20,15 @@ pytest.importorskip("pyspark")
 from pyspark.errors import AnalysisException, PythonException, StreamingQueryException  # noqa: E402
 
 from pipeline import cli  # noqa: E402
+from pipeline.bounds import kept_bounds  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
-from store import MessageStore  # noqa: E402
-from store.offline.views import commitlog_files  # noqa: E402
+from pipeline.options import read_options  # noqa: E402
+from pipeline.source import MqfsReader  # noqa: E402
+from pipeline.units import UnitRange  # noqa: E402
+from store import Message, MessageStore  # noqa: E402
+from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
 from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
-from tests.spark_helpers import build_store, expected_rows, read_rows  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -133,3 +143,128 @@ def test_audit_of_a_mounted_store_reports_no_false_problems(spark, tmp_path):
     r = audit.run(spark, root)
     assert not r["live"] and r["problems"] == 0, r["shown"]
     assert r["cq_units"] == 405
+
+
+def test_a_few_queues_are_read_through_their_consume_queues(spark, store):
+    """One queue's offsets are read at the records its units point at, not by walking the
+    CommitLog files its records are interleaved in; the rows are the same."""
+    options = {"subscribe": "Orders", "queue": "1", "startingOffsets": json.dumps({"Orders": {"1": 5}}),
+               "minPartitions": "3"}
+    parts = MqfsReader(store_layout(store), read_options(options, streaming=False), None).partitions()
+    assert len(parts) >= 3 and all(isinstance(p, UnitRange) for p in parts)
+    got = read_rows(spark.read.format("mqfs").options(**options).load(store))
+    assert got == {k: r for k, r in expected_rows(store).items()
+                   if (r["topic"], r["queue_id"]) == ("Orders", 1) and r["queue_offset"] >= 5}
+    everything = MqfsReader(store_layout(store), read_options({}, streaming=False), None).partitions()
+    assert not any(isinstance(p, UnitRange) for p in everything)
+
+
+def test_min_partitions_is_honoured_on_a_small_store(spark, tmp_path):
+    root = str(tmp_path / "small")
+    build_store(root, 40, seed=23)
+    df = spark.read.format("mqfs").option("minPartitions", "4").load(root)
+    assert df.rdd.getNumPartitions() >= 4
+    assert read_rows(df) == expected_rows(root)
+
+
+def test_several_stores_read_as_one_with_a_store_column(spark, store, tmp_path):
+    brokers = tmp_path / "brokers"
+    a, b = str(brokers / "a" / "store"), str(brokers / "b" / "store")
+    build_store(a, 300, seed=24)
+    build_store(b, 200, seed=25)
+    os.makedirs(brokers / "c" / "store")  # not a store: a glob passes over it
+    want = {(root, k): r for root in (a, b) for k, r in expected_rows(root).items()}
+
+    def rows(df) -> dict:
+        return {(r.pop("store"), r["commitlog_offset"]): r for r in read_rows_by_store(df)}
+
+    listed = spark.read.format("mqfs").load([a, b])
+    assert listed.columns[-1] == "store"
+    assert rows(listed) == want
+    globbed = spark.read.format("mqfs").load(str(brokers / "*" / "store"))
+    assert rows(globbed) == want
+    one_topic = spark.read.format("mqfs").option("subscribe", "Orders").load([a, b])
+    assert rows(one_topic) == {k: r for k, r in want.items() if r["topic"] == "Orders"}
+    with pytest.raises(AnalysisException, match="matches no store directory"):
+        spark.read.format("mqfs").load(str(tmp_path / "nothing-*")).count()
+
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def stream():
+        q = (spark.readStream.format("mqfs").option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "150")
+             .load(str(brokers / "*" / "store")).writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+
+    stream()
+    append(b, 100, seed=26, start=200)
+    stream()  # one checkpoint: the second run reads only what the first did not
+    got = [(r.store, r.topic, r.queue_id, r.queue_offset) for r in spark.read.parquet(out).collect()]
+    assert len(got) == len(set(got)) == 600
+    assert {(s, t, q) for s, t, q, _ in got} == {(root, r["topic"], r["queue_id"])
+                                                for root in (a, b) for r in expected_rows(root).values()}
+
+
+def read_rows_by_store(df) -> Iterator[dict]:
+    """Rows as `read_rows` gives them, with their `store` column (commitlog offsets repeat)."""
+    for r in df.collect():
+        d = r.asDict()
+        d["store_timestamp"] = round(d["store_timestamp"].timestamp() * 1000)
+        d["born_timestamp"] = round(d["born_timestamp"].timestamp() * 1000)
+        d["properties"] = dict(d["properties"])
+        d["body"] = bytes(d["body"])
+        yield d
+
+
+def append(root: str, n: int, seed: int, start: int) -> None:
+    with MessageStore(root) as s:
+        s.put_batch(make_messages(random.Random(seed), n, start=start))
+
+
+def test_the_streaming_sink_writes_each_batch_once_through_a_driver_kill(tmp_path):
+    """Stream a store into another with writeStream.format("mqfs"); kill -9 the whole driver
+    (Python and JVM) once rows arrive, start it again on the same checkpoint: every message
+    is in the target exactly once."""
+    source, target, ckpt = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "ckpt")
+    build_store(source, 3000, seed=27)
+    build_store(target, 0)
+    driver = [sys.executable, os.path.join(os.path.dirname(__file__), "sink_driver.py"), source, target, ckpt]
+
+    def written() -> int:
+        return sum(hi - lo for lo, hi in kept_bounds(store_layout(target), queues(target)).values())
+
+    proc = subprocess.Popen(driver, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while written() < 600 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the target's ConsumeQueues, not a stand-in for readiness
+    assert proc.poll() is None and 0 < written() < 3000, "the driver ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    again = subprocess.run(driver, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    want = sorted((r["topic"], r["queue_id"], r["body"]) for r in expected_rows(source).values())
+    got = sorted((r["topic"], r["queue_id"], r["body"]) for r in expected_rows(target).values())
+    assert got == want
+
+
+def test_export_overwrites_and_an_export_of_nothing_is_empty_and_valid(spark, store, tmp_path, capsys):
+    out = str(tmp_path / "exp")
+    assert cli.main(["export", store, out, "--topic", "Nope"]) == 0
+    assert "exported 0 messages: none matched" in capsys.readouterr().out
+    assert "_SUCCESS" in os.listdir(out) and not [n for n in os.listdir(out) if not n.startswith(("_", "."))]
+    assert cli.main(["export", store, out]) == 2  # OUT exists: refused without --overwrite
+    assert cli.main(["export", store, out, "--overwrite", "--topic", "Orders"]) == 0
+    orders = sum(1 for r in expected_rows(store).values() if r["topic"] == "Orders")
+    assert spark.read.parquet(out).count() == orders
+
+
+def test_stats_rate_of_a_burst_is_its_count_per_second(spark, tmp_path, capsys):
+    root, out = str(tmp_path / "burst"), str(tmp_path / "stats")
+    with MessageStore(root) as s:
+        s.clock = lambda: 1_700_000_000_000
+        s.put_batch([Message.create("Burst", b"x") for _ in range(10)])
+    assert cli.main(["stats", root, out]) == 0
+    assert "Burst: 10 messages in 1 queue, " in capsys.readouterr().out
+    with open(os.path.join(out, "stats.json")) as f:
+        assert json.load(f)["topics"][0]["rate_per_s"] == 10.0

@@ -14,11 +14,15 @@ import pytest
 pytest.importorskip("pyspark")
 
 from pyspark.errors import AnalysisException, PythonException  # noqa: E402
+from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
 
 from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
+from pipeline.options import read_options  # noqa: E402
+from pipeline.source import PushdownReader  # noqa: E402
+from pipeline.units import UnitRange  # noqa: E402
 from store import MessageStore  # noqa: E402
-from store.offline.views import commitlog_files  # noqa: E402
+from store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
 from tests.spark_helpers import (  # noqa: E402
     build_store,
@@ -205,7 +209,13 @@ def test_filters_are_pushed_down_and_do_less_work(spark, store):
     assert got == {k: r for k, r in want.items() if r["topic"] in ("Orders", "Payments")
                    and r["queue_id"] == 1 and r["queue_offset"] >= 20 and k >= mid
                    and r["store_timestamp"] >= t}
-    assert df.rdd.getNumPartitions() < spark.read.format("mqfs").load(store).rdd.getNumPartitions()
+    reader = PushdownReader(store_layout(store), read_options({"pushFilters": "true"}, False), None)
+    assert not list(reader.pushFilters([In(("topic",), ("Orders", "Payments")), EqualTo(("queue_id",), 1),
+                                        GreaterThanOrEqual(("commitlog_offset",), mid)]))
+    parts = reader.partitions()  # the ConsumeQueues say where: only those records are read
+    assert all(isinstance(p, UnitRange) for p in parts)
+    assert sum(p.end - p.start for p in parts) == sum(
+        1 for k, r in want.items() if r["topic"] in ("Orders", "Payments") and r["queue_id"] == 1 and k >= mid)
     unpushed = spark.read.format("mqfs").option("pushFilters", "true").load(store).where("length(body) > 100")
     assert "Filter" in unpushed._jdf.queryExecution().executedPlan().toString()
 
@@ -234,6 +244,7 @@ def test_min_partitions_splits_files_at_record_starts(spark, store):
 
 
 def stream_to(spark, root: str, out: str, ckpt: str, **options):
+    options.setdefault("startingOffsets", "earliest")  # a stream's default, as Kafka's, is latest
     q = (spark.readStream.format("mqfs").options(**options).load(root)
          .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
@@ -266,7 +277,7 @@ def test_available_now_finishes_after_a_crash(spark, store, tmp_path):
         seen.append(batch_id)
 
     def run():
-        q = (spark.readStream.format("mqfs").option("maxOffsetsPerTrigger", "200").load(store)
+        q = (spark.readStream.format("mqfs").options(startingOffsets="earliest", maxOffsetsPerTrigger="200").load(store)
              .writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
              .trigger(availableNow=True).start())
         try:

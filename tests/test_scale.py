@@ -167,3 +167,25 @@ def test_a_mount_scrubs_in_the_background_and_shows_it_in_status_json(tmp_path):
         assert open(f"{mnt}/topics/t/0/10", "rb").read() == b"m10"
     assert "scrub: ConsumeQueue t/0 unit 10" in open(tmp_path / "log").read()
     assert json.load(open(os.path.join(root, "config", "scrub.json")))["passes"] == 1
+
+
+def test_a_clean_open_checks_the_tail_of_the_last_file_not_all_of_it(tmp_path, monkeypatch):
+    from store.integrity import recovery
+
+    monkeypatch.setattr(recovery, "_TAIL", 64 << 10)
+    root = str(tmp_path / "s")
+    cfg = small_config(commitlog_file_size=1 << 20)
+    with MessageStore(root, cfg) as s:  # ~600 KB in one file, over three queues
+        s.put_batch([Message.create("t", b"x" * 500, queue_id=i % 3) for i in range(1000)])
+        end = s.commitlog.max_offset
+    path = os.path.join(root, "commitlog", "0" * 20)
+    _flip(path, 100_000)  # old: left to the scrub
+    with MessageStore(root, cfg, create=False) as s:
+        assert not s.recovery.notes
+        s.scrub()
+        assert any("damaged record" in f for f in s.scrub_status()["findings"])
+    _flip(path, end - 300)  # in the last record: the open still refuses, changing nothing
+    before = file_hashes(root, skip=("lock",))
+    with pytest.raises(CorruptionError, match="inside flushed data"):
+        MessageStore(root, cfg, create=False).open()
+    assert file_hashes(root, skip=("lock",)) == before

@@ -7,8 +7,9 @@ are not counted again. Missing CommitLog and ConsumeQueue files are named with t
 held, and a queue short of units lists the queue offsets that have none.
 
 A CQ unit must point at a whole record of its size whose topic, queue id and queue offset are
-the unit's, with the tagsCode of its TAGS. An IndexFile entry must point at a record one of
-whose index keys (UNIQ_KEY, KEYS tokens) hashes to the entry's hash, with a timeDiff that
+the unit's, with its tagsCode (the broker's rule: TAGS, or a delayed record's delivery time).
+An IndexFile entry must point at a record one of whose index keys (UNIQ_KEY, KEYS tokens)
+hashes to the entry's hash, with a timeDiff that
 matches its store time and a chain link to an older entry in the same slot; every slot must
 head its newest entry. Totals: each queue holds one unit per queued record, the IndexFiles one
 entry per indexed key.
@@ -23,6 +24,9 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from store import StoreConfig
+from store.config import parse_delay_levels
+from store.files.dispatcher import TagsCodes
 from store.format.flavor import Flavor
 from store.format.layout import (
     IN_QUEUE_TYPES,
@@ -164,7 +168,8 @@ def _commitlog_gaps(layout: StoreLayout) -> Finding:
 
 def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     f = Finding(f"consumequeue {topic}/{queue_id}")
-    flavor = layout.checked_flavor
+    # the broker's rule (delay-topic units hold delivery times), with the default delay levels
+    codes = TagsCodes(layout.checked_flavor, parse_delay_levels(StoreConfig().message_delay_level))
     reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     _missing_queue_files(reader, f)
     qoffs, units = reader.read(0, 1 << 62)
@@ -179,9 +184,9 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
         if (r["topic"], r["queue_id"], r["queue_offset"]) != (topic, queue_id, qo):
             f.bad(f"unit {qo} points at offset {off}, a record of {r['topic']}/{r['queue_id']} "
                   f"at queue offset {r['queue_offset']}")
-        elif tags_code != flavor.tags_code(r["tags"] or ""):
-            f.bad(f"unit {qo} has tagsCode {tags_code}, the record's tags give "
-                  f"{flavor.tags_code(r['tags'] or '')}")
+        elif tags_code != (want := codes.of(r["topic"], dict(r["properties"]),
+                                            round(r["store_timestamp"].timestamp() * 1000))):
+            f.bad(f"unit {qo} has tagsCode {tags_code}, the record gives {want}")
     return f
 
 

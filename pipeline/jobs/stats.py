@@ -74,7 +74,9 @@ def run(spark: SparkSession, store: str, out: str, options: dict[str, str], top:
 
 
 def _rate(n: int, first_ms: int, last_ms: int) -> float:
-    return n / max((last_ms - first_ms) / 1000, 0.001)
+    """Messages per second of store time between the first and the last message, over at
+    least one second: a burst stored within a second reads as its count, not as count/span."""
+    return n / max((last_ms - first_ms) / 1000, 1.0)
 
 
 def _chart(series: dict[str, list[tuple[int, int]]], step: int, path: str) -> None:

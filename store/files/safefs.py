@@ -306,7 +306,10 @@ def check_store(root: str) -> None:
             continue
         for name in names:
             path = os.path.join(base, name)
-            st = os.lstat(path)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:  # removed since listed (a writer closing: abort, lock)
+                continue
             if stat.S_ISLNK(st.st_mode):
                 raise _refuse_link(path)
             check(st, path)

@@ -67,6 +67,33 @@ def check_back(parts: StoreParts, cq: ConsumeQueue, trusted: int) -> tuple[int, 
     return hi + bad, bool(ok[bad:].any())
 
 
+def tail_start(parts: StoreParts, target: int) -> int:
+    """A record boundary at or below CommitLog offset `target`, as close as the queues
+    know one: per queue, a bisection over its units (offsets grow within a queue) finds
+    the last unit below it, and only a unit that describes its record counts. 0 when none
+    does. Stops at the first queue with one within 1 MiB of the target."""
+    best = 0
+    for cq in list(parts.consume_queues.values()):
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = cq.entry(mid)
+            if entry is not None and 0 <= entry[0] <= target:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo <= cq.min_offset:
+            continue
+        units = cq.entries(lo - 1, 1)
+        if len(units) and max(best, parts.commitlog.queue.min_offset - 1) < \
+                int(units["offset"][0]) <= target and \
+                units_ok(parts.commitlog, cq, lo - 1, units).all():
+            best = int(units["offset"][0])
+            if best >= target - (1 << 20):
+                break
+    return best
+
+
 def units_ok(commitlog: CommitLog, cq: ConsumeQueue, lo: int, units: np.ndarray) -> np.ndarray:
     """Which of a queue's units from queue offset `lo` describe their record: pre-blank
     units and a leading run pointing below the CommitLog minimum (a head retention deleted

@@ -84,6 +84,7 @@ class RecoveryReport:
 
 
 NOWHERE = 1 << 63  # a dispatch_from past every record: a scan that only checks
+_TAIL = 8 << 20  # CommitLog bytes before its end a clean open checks
 _RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
 
 
@@ -530,8 +531,14 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
         probe_from = min(last_start, flushed or last_start)
     else:
         probe_from = max(min(cp.cq_flushed_offset, last_start), queue.min_offset)
-    probe_from = min(probe_from, _lowest_dispatch(parts, plan))
+    lowest = _lowest_dispatch(parts, plan)
+    probe_from = min(probe_from, lowest)
     plan.probe_from = _start_file(parts, max(probe_from, queue.min_offset))
+    if last_exit_ok and flushed > plan.probe_from:
+        # a clean close flushed everything: the last _TAIL bytes are checked, not the whole
+        # last file (up to 1 GiB); older records are the scrub's
+        plan.probe_from = max(plan.probe_from,
+                              min(queue_check.tail_start(parts, flushed - _TAIL), lowest))
     # the records `act` will most likely dispatch are kept as this scan parses them
     plan.kept = Kept(max(_dispatch_from(parts, last_exit_ok), plan.probe_from))
     plan.end, _, plan.reason = scan_end(parts, plan.probe_from, NOWHERE,

@@ -1,0 +1,124 @@
+"""Several stores read as one: `load([a, b])` and globs (`load("/data/broker-*/store")`), one
+store per broker. Each store is read exactly as alone (its own snapshot, checks and plan); the
+rows get a `store` column naming the directory they came from. A stream over several stores
+keeps one checkpoint: its offsets are `{store: {topic: {queue: next}}}`."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from store.meta.manifest import is_store
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def several(options: Mapping[str, str]) -> bool:
+    """Whether a read names stores by a list or a glob (its rows then say which store)."""
+    return bool(options.get("paths")) or bool(_MAGIC.search(options.get("path") or ""))
+
+
+def store_roots(options: Mapping[str, str]) -> list[str]:
+    """The store directories of `path` or `paths`, globs expanded (to the directories that
+    hold a store), in order, each once."""
+    given = json.loads(options["paths"]) if options.get("paths") else [options.get("path")]
+    roots: list[str] = []
+    for path in given:
+        if not path:
+            raise ValueError('give the store directory: spark.read.format("mqfs").load("/path/to/store")')
+        matches = [path]
+        if _MAGIC.search(path):
+            matches = sorted(m for m in glob.glob(path) if is_store(m))
+            if not matches:
+                raise ValueError(f"{path!r} matches no store directory")
+        roots += [os.path.abspath(m) for m in matches if os.path.abspath(m) not in roots]
+    return roots
+
+
+class StorePartition(InputPartition):
+    """A partition of the store at index `store` of the read's stores."""
+
+    def __init__(self, store: int, inner: InputPartition):
+        super().__init__((store, inner.value))
+        self.store, self.inner = store, inner
+
+
+def _with_store(batches: Iterable[pa.RecordBatch], root: str) -> Iterator[pa.RecordBatch]:
+    for b in batches:
+        yield b.append_column(pa.field("store", pa.string(), False), pa.array([root] * b.num_rows, pa.string()))
+
+
+class StoresReader(DataSourceReader):
+    """Batch reads of several stores: every store's own reader, partitions side by side."""
+
+    def __init__(self, roots: list[str], readers: list):
+        self.roots, self.readers = roots, readers
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Each store's reader takes the same filters (they are the same kind of reader)."""
+        left = None
+        for r in self.readers:
+            left = list(r.pushFilters(filters))
+        return filters if left is None else left
+
+    def partitions(self) -> list[InputPartition]:
+        return [StorePartition(i, p) for i, r in enumerate(self.readers) for p in r.partitions()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, StorePartition):  # nothing planned: InputPartition(None)
+            return
+        yield from _with_store(self.readers[partition.store].read(partition.inner), self.roots[partition.store])
+
+
+Offsets = dict[str, dict]
+
+
+class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream over several stores; a rate limit is shared out evenly between them."""
+
+    def __init__(self, roots: list[str], readers: list):
+        self.roots, self.readers = roots, readers
+
+    def initialOffset(self) -> Offsets:
+        return {root: r.initialOffset() for root, r in zip(self.roots, self.readers)}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        for r in self.readers:
+            r.prepareForTriggerAvailableNow()
+
+    def getDefaultReadLimit(self):
+        return self.readers[0].getDefaultReadLimit()
+
+    def latestOffset(self, start: Offsets | None = None, limit=None) -> Offsets:
+        cap = self.readers[0]._cap(limit)
+        share = None if cap is None else max(1, cap // len(self.readers))
+        out = {}
+        for root, r in zip(self.roots, self.readers):
+            out[root] = r.latestOffset((start or {}).get(root), _Rows(share) if share else None)
+        return out
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        return [StorePartition(i, p) for i, (root, r) in enumerate(zip(self.roots, self.readers))
+                for p in r.partitions(start.get(root, {}), end.get(root, {}))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, StorePartition):
+            return
+        yield from _with_store(self.readers[partition.store].read(partition.inner), self.roots[partition.store])
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: the stores are only read; progress lives in Spark's checkpoint."""
+
+
+class _Rows:
+    """A row limit handed to one store's reader (read like Spark's ReadMaxRows)."""
+
+    def __init__(self, max_rows: int):
+        self.max_rows = max_rows
