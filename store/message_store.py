@@ -24,12 +24,12 @@ import numpy as np
 
 from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
-from .errors import CodecError, CorruptionError, InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
+from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
-from .files.consume_queue import ConsumeQueue, QueueView, RebuiltQueue
-from .files.dispatcher import Dispatcher, TagsCodes, takes_unit
+from .files.consume_queue import ConsumeQueue
+from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
 from .files.index_service import IndexService
 from .files.lock import StoreLock
@@ -38,7 +38,7 @@ from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
-from .format.message import Message, StoredMessage, parse_host
+from .format.message import Message, parse_host
 from .integrity import repair_journal
 from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
@@ -47,9 +47,9 @@ from .meta import dispatch_state, kept_ends
 from .meta.manifest import inspect, is_store, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .meta.retention import Retention, record_min_offset
+from .reads import StoreReads
 
 log = logging.getLogger(__name__)
-MAX_TIME = (1 << 63) - 1
 Progress = Callable[[int, int], None]
 
 
@@ -75,7 +75,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class MessageStore:
+class MessageStore(StoreReads):
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
         # resolved once: the administrator's links above the store; none is followed inside
@@ -595,132 +595,6 @@ class MessageStore:
         for cq in list(self.consume_queues.values()):
             cq.delete_expired(min_commitlog_offset)
         self.index.delete_expired(min_commitlog_offset)
-
-    # --- reading ---------------------------------------------------------------------------
-    def _cq(self, topic: str, queue_id: int) -> QueueView:
-        cq = self.consume_queues.get((topic, queue_id))
-        if cq is None:
-            if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:
-                return RebuiltQueue.of(topic, queue_id, [])  # declared, no message yet
-            raise NotFound(f"no queue {topic}/{queue_id}")
-        return cq
-
-    def _read(self, commitlog_offset: int) -> StoredMessage:
-        """The checked record at commitlog_offset: CorruptionError for damaged bytes and for a message
-        lost to damage (a filler record repair left in its place)."""
-        msg = self.commitlog.read(commitlog_offset, check_crc=True)
-        if codec.is_filler(msg.topic, msg.sys_flag):
-            raise CorruptionError(f"the message at CommitLog offset {commitlog_offset} was lost to damage; "
-                                  "`mqfs repair` kept its bytes in quarantine/")
-        return msg
-
-    def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
-        cq = self._cq(topic, queue_id)
-        entry = cq.entry(offset)
-        if entry is None:
-            raise NotFound(f"no message at {topic}/{queue_id}/{offset} "
-                           f"(offsets {cq.min_offset}..{cq.max_offset - 1})")
-        msg = self._read(entry[0])
-        if msg.topic != topic or msg.queue_id != queue_id or msg.queue_offset != offset:
-            raise CorruptionError(f"ConsumeQueue {topic}/{queue_id} entry {offset} points at "
-                                  f"{msg.topic}/{msg.queue_id}/{msg.queue_offset}")
-        return msg
-
-    def get_range(self, topic: str, queue_id: int, offset: int, n: int,
-                  tags: Iterable[str] | None = None, skip_damaged: bool = False,
-                  limit: int | None = None) -> list[StoredMessage]:
-        """The messages at queue offsets [offset, offset + n), at most `limit` of them. With
-        `tags`, only those whose tag is one of them: the ConsumeQueue's tagsCode picks
-        candidates without reading the CommitLog and the record confirms (hash collisions
-        left out). `skip_damaged` leaves out what would raise CorruptionError, for listings
-        that must go on past damage."""
-        if offset < 0 or n < 0:
-            raise NotFound(f"offset {offset} and count {n} must not be negative")
-        units = self._cq(topic, queue_id).entries(offset, n)
-        wanted = None if tags is None else set(tags)
-        if wanted is not None and len(units):
-            pick = units["offset"] >= 0
-            if self.tags_codes.by_tag(topic):  # else the units hold times: records decide
-                codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
-                pick &= np.isin(units["tags"], codes)
-            units = units[pick]
-        out = []
-        for commitlog_offset in units["offset"].tolist():
-            try:
-                msg = self._read(commitlog_offset)
-            except CorruptionError:
-                if skip_damaged:
-                    continue
-                raise
-            if wanted is None or msg.tags in wanted:
-                out.append(msg)
-                if len(out) == limit:
-                    break
-        return out
-
-    def list_entries(self, topic: str, queue_id: int, offset: int, n: int
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(queue offsets, body lengths, store timestamps) of up to n messages from offset,
-        read from ConsumeQueue units and record headers only: a listing of a million
-        messages must not decode a million records."""
-        units = self._cq(topic, queue_id).entries(max(offset, 0), n)
-        first = max(offset, self._cq(topic, queue_id).min_offset)
-        queue_offsets = np.arange(first, first + len(units), dtype=np.int64)
-        lengths, stamps = self.commitlog.body_sizes_and_times(units["offset"].astype(np.int64))
-        return queue_offsets, lengths, stamps
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        return self._cq(topic, queue_id).min_offset
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._cq(topic, queue_id).max_offset
-
-    def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
-        cq = self._cq(topic, queue_id)
-        return cq.offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
-
-    def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
-                  max_n: int = 64, queued: bool = False) -> list[StoredMessage]:
-        """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed.
-        A prepared transaction is indexed but has no queue unit (its QUEUEOFFSET names
-        another message); `queued` leaves out every record no queue serves."""
-        if not key or max_n <= 0:
-            return []
-        topics = [topic] if topic is not None else sorted(self.topic_table.counts())
-        hits: dict[int, StoredMessage] = {}
-        for t in topics:
-            for commitlog_offset in self.index.query(t, key, begin, end, max_n * 2):
-                if commitlog_offset in hits:
-                    continue
-                try:
-                    msg = self._read(commitlog_offset)
-                except (NotFound, CorruptionError):
-                    continue
-                if msg.topic == t and key in msg.index_keys() and \
-                        begin <= msg.store_timestamp <= end and \
-                        (not queued or takes_unit(msg.topic, msg.sys_flag)):
-                    hits[commitlog_offset] = msg
-        found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
-        return found[:max_n]
-
-    def get_by_msgid(self, msg_id: str) -> StoredMessage:
-        try:
-            _, _, offset = message.parse_msg_id(msg_id)
-        except CodecError as exc:
-            raise NotFound(str(exc)) from None
-        msg = self._read(offset)
-        if msg.msg_id != msg_id.upper():
-            raise NotFound(f"no message with id {msg_id} (offset {offset} holds {msg.msg_id})")
-        return msg
-
-    def topics(self) -> dict[str, int]:
-        """Topic -> one past its highest queue id (`queue_ids` says which exist)."""
-        return self.topic_table.counts()
-
-    def queue_ids(self, topic: str) -> list[int]:
-        """The queues shown for a topic: those topics.json declares and those on disk (a
-        broker's delay topic may hold queue 2 alone); [] for no such topic."""
-        return self.topic_table.queue_ids(topic)
 
     # --- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:

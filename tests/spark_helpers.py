@@ -64,16 +64,21 @@ def expected_rows(root: str) -> dict[int, dict]:
     return rows
 
 
-def read_rows(df) -> dict[int, dict]:
-    rows = {}
+def plain_rows(df) -> list[dict]:
+    """A DataFrame's rows as dicts with times in ms, properties a dict and the body bytes."""
+    rows = []
     for r in df.collect():
         d = r.asDict()
         d["store_timestamp"] = round(d["store_timestamp"].timestamp() * 1000)
         d["born_timestamp"] = round(d["born_timestamp"].timestamp() * 1000)
         d["properties"] = dict(d["properties"])
         d["body"] = bytes(d["body"])
-        rows[d["commitlog_offset"]] = d
+        rows.append(d)
     return rows
+
+
+def read_rows(df) -> dict[int, dict]:
+    return {d["commitlog_offset"]: d for d in plain_rows(df)}
 
 
 def flip_body_byte(root: str) -> tuple[str, int, int]:

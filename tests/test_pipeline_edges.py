@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,7 +27,7 @@ from pipeline.units import UnitRange  # noqa: E402
 from store import Message, MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
 from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
-from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, make_messages, plain_rows, read_rows  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -176,7 +175,7 @@ def test_several_stores_read_as_one_with_a_store_column(spark, store, tmp_path):
     want = {(root, k): r for root in (a, b) for k, r in expected_rows(root).items()}
 
     def rows(df) -> dict:
-        return {(r.pop("store"), r["commitlog_offset"]): r for r in read_rows_by_store(df)}
+        return {(r.pop("store"), r["commitlog_offset"]): r for r in plain_rows(df)}
 
     listed = spark.read.format("mqfs").load([a, b])
     assert listed.columns[-1] == "store"
@@ -204,17 +203,6 @@ def test_several_stores_read_as_one_with_a_store_column(spark, store, tmp_path):
     assert len(got) == len(set(got)) == 600
     assert {(s, t, q) for s, t, q, _ in got} == {(root, r["topic"], r["queue_id"])
                                                 for root in (a, b) for r in expected_rows(root).values()}
-
-
-def read_rows_by_store(df) -> Iterator[dict]:
-    """Rows as `read_rows` gives them, with their `store` column (commitlog offsets repeat)."""
-    for r in df.collect():
-        d = r.asDict()
-        d["store_timestamp"] = round(d["store_timestamp"].timestamp() * 1000)
-        d["born_timestamp"] = round(d["born_timestamp"].timestamp() * 1000)
-        d["properties"] = dict(d["properties"])
-        d["body"] = bytes(d["body"])
-        yield d
 
 
 def append(root: str, n: int, seed: int, start: int) -> None:
