@@ -168,3 +168,18 @@ def test_the_time_search_scans_only_on_evidence_of_disorder():
     assert calls == []
     assert search_time(len(STEPPED), STEPPED.__getitem__, times_of(STEPPED), T1 + 5000) == 5
     assert calls
+
+
+def test_an_index_file_prunes_by_time_only_when_its_entries_went_in_in_order(tmp_path):
+    path = str(tmp_path / "20231114221320000")
+    f = IndexFile(path, 64, 100)
+    f.put_keys(np.array([7, 8], dtype=np.int64), np.array([100, 200], dtype=np.int64),
+               np.array([T1, T1 + 5000], dtype=np.int64))
+    assert f.put_key(9, 300, T1 + 9000) and f.times_in_order()
+    assert not f.is_time_matched(T1 + 20_000, T1 + 30_000)  # in order: the header answers
+    assert f.put_key(9, 400, T1 + 2000) and not f.times_in_order()  # the clock stepped back
+    assert f.put_key(9, 500, T1 + 10_000) and f.is_time_matched(T1 + 20_000, T1 + 30_000)
+    f.close()
+    again = IndexFile(path, 64, 100, read_only=True)  # entries found on disk: not vouched for
+    assert not again.times_in_order() and 400 in again.select(9, T1 + 2000, T1 + 2000, 10)
+    again.close()

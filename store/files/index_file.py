@@ -64,8 +64,6 @@ class IndexFile:
         self.entries = entries
         self.mf = MappedFile(path, index_file_size(slots, entries), read_only=read_only)
         self._entries_at = HEADER_SIZE + slots * SLOT_SIZE  # where entry 0 would be
-        self._order_checked = 1  # entries [1, this) were checked for times_in_order
-        self._in_order = True
         mm = self.mf.buffer()
         if self.mf.created or blank:
             # a new file starts from the previous file's end values (a RocketMQ quirk)
@@ -84,6 +82,9 @@ class IndexFile:
             if self.index_count <= 0:
                 self.index_count = 1
             self.written = self._written_count()
+        # entries [1, this) went in here, in time order (times_in_order); the newest's time
+        self._ordered_upto = self.index_count if self.index_count <= 1 else 0
+        self._newest_ts = 0
 
     def _written_count(self) -> int:
         return written_count(self.mf.buffer(), self.slots, self.entries)
@@ -204,6 +205,8 @@ class IndexFile:
         self.index_count = self.written = count + 1
         self.end_phy_offset = commitlog_offset
         self.end_timestamp = store_timestamp
+        if self._ordered_upto == count and store_timestamp >= self._newest_ts:
+            self._ordered_upto, self._newest_ts = count + 1, store_timestamp
         return True
 
     def put_keys(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
@@ -242,22 +245,17 @@ class IndexFile:
         self.written = self.index_count
         self.end_phy_offset = int(commitlog_offsets[-1])
         self.end_timestamp = int(store_ts[-1])
+        if self._ordered_upto == first and store_ts[0] >= self._newest_ts \
+                and bool(np.all(store_ts[1:] >= store_ts[:-1])):
+            self._ordered_upto, self._newest_ts = first + n, int(store_ts[-1])
         return n
 
     def times_in_order(self) -> bool:
-        """Whether the entries' times never go backwards (then the header's begin and end
-        bound them all, and a hash chain, newest first, runs back in time). A broker whose
-        clock stepped back breaks it. Checked with numpy once per entry, when first needed."""
-        if self.end_timestamp < self.begin_timestamp:
-            return False
-        start, n = self._order_checked, self.index_count
-        if start < n and self._in_order:
-            first = max(1, start - 1)  # the last entry checked, to compare the new ones with
-            diffs = np.frombuffer(self.mf.buffer(), dtype=ENTRY_DTYPE, count=n - first,
-                                  offset=self._entries_at + first * ENTRY_SIZE)["diff"]
-            self._in_order = bool(np.all(diffs[1:] >= diffs[:-1]))
-            self._order_checked = n
-        return self._in_order
+        """Whether this process saw every entry go in with a store time never behind the one
+        before (then the header's begin and end bound them all, and a hash chain, newest
+        first, runs back in time). Entries found on disk are not vouched for: a broker whose
+        clock stepped back writes them out of order, and proving it would read the file."""
+        return self._ordered_upto == self.index_count and self.begin_timestamp <= self.end_timestamp
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """May the file hold an entry stored in [begin, end]? The header answers no only for
