@@ -111,7 +111,9 @@ class StoreReads:
 
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
         cq = self._cq(topic, queue_id)
-        return cq.offset_by_time(ts, self.commitlog.store_timestamp_at, upper)
+        return cq.offset_by_time(ts, self.commitlog.store_timestamp_at,
+                                 lambda offsets: self.commitlog.body_sizes_and_times(offsets)[1],
+                                 upper)
 
     def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
                   max_n: int = 64, queued: bool = False) -> list[StoredMessage]:

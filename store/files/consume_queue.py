@@ -18,6 +18,7 @@ from ..crash_points import ARMED, crash_point
 from . import quarantine
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
+from .time_search import search_time
 
 UNIT_SIZE = 20
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
@@ -210,30 +211,16 @@ class ConsumeQueue:
     def last_entry(self) -> tuple[int, int, int] | None:
         return self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
 
-    def offset_by_time(self, ts: int, store_time: Callable[[int], int], upper: bool = False) -> int:
+    def offset_by_time(self, ts: int, store_time: Callable[[int], int],
+                       store_times: Callable[[np.ndarray], np.ndarray], upper: bool = False) -> int:
         """First entry stored at or after ts (lower) or last entry at or before ts (upper),
-        clamped into [min, max]; binary search over store times read from the CommitLog."""
-        lo, hi = self.min_offset, self.max_offset
-        if lo >= hi:
-            return lo
-        if upper:
-            # last index with time <= ts
-            a, b = lo, hi
-            while a < b:
-                mid = (a + b) // 2
-                if store_time(self._record_at(mid)) <= ts:
-                    a = mid + 1
-                else:
-                    b = mid
-            return max(lo, a - 1)
-        a, b = lo, hi
-        while a < b:
-            mid = (a + b) // 2
-            if store_time(self._record_at(mid)) < ts:
-                a = mid + 1
-            else:
-                b = mid
-        return a
+        clamped into [min, max]; store times read from the CommitLog (store_time: one
+        record's, store_times: many records' at once), right even when out of order."""
+        lo = self.min_offset
+        return lo + search_time(
+            self.max_offset - lo, lambda i: store_time(self._record_at(lo + i)),
+            lambda i, k: store_times(self.entries(lo + i, k)["offset"].astype(np.int64)),
+            ts, upper)
 
     # --- recovery and cleanup --------------------------------------------------------------
     def recover(self) -> None:
@@ -386,6 +373,7 @@ class QueueView(Protocol):
     def entries(self, queue_offset: int, n: int) -> np.ndarray: ...
 
     def offset_by_time(self, ts: int, store_time: Callable[[int], int],
+                       store_times: Callable[[np.ndarray], np.ndarray],
                        upper: bool = False) -> int: ...
 
 

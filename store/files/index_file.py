@@ -64,6 +64,8 @@ class IndexFile:
         self.entries = entries
         self.mf = MappedFile(path, index_file_size(slots, entries), read_only=read_only)
         self._entries_at = HEADER_SIZE + slots * SLOT_SIZE  # where entry 0 would be
+        self._order_checked = 1  # entries [1, this) were checked for times_in_order
+        self._in_order = True
         mm = self.mf.buffer()
         if self.mf.created or blank:
             # a new file starts from the previous file's end values (a RocketMQ quirk)
@@ -242,11 +244,26 @@ class IndexFile:
         self.end_timestamp = int(store_ts[-1])
         return n
 
+    def times_in_order(self) -> bool:
+        """Whether the entries' times never go backwards (then the header's begin and end
+        bound them all, and a hash chain, newest first, runs back in time). A broker whose
+        clock stepped back breaks it. Checked with numpy once per entry, when first needed."""
+        if self.end_timestamp < self.begin_timestamp:
+            return False
+        start, n = self._order_checked, self.index_count
+        if start < n and self._in_order:
+            first = max(1, start - 1)  # the last entry checked, to compare the new ones with
+            diffs = np.frombuffer(self.mf.buffer(), dtype=ENTRY_DTYPE, count=n - first,
+                                  offset=self._entries_at + first * ENTRY_SIZE)["diff"]
+            self._in_order = bool(np.all(diffs[1:] >= diffs[:-1]))
+            self._order_checked = n
+        return self._in_order
+
     def is_time_matched(self, begin: int, end: int) -> bool:
+        """May the file hold an entry stored in [begin, end]? The header answers no only for
+        a file whose times are in order."""
         fb, fe = self.begin_timestamp, self.end_timestamp
-        if fe < fb:  # a clock that stepped back: the header says nothing about the times
-            return True
-        return begin <= fe and end >= fb
+        return (begin <= fe and end >= fb) or not self.times_in_order()
 
     def select(self, key_hash: int, begin: int, end: int, max_n: int) -> list[int]:
         """CommitLog offsets of entries with this hash stored about [begin, end], newest first."""
@@ -256,7 +273,6 @@ class IndexFile:
         if cur <= 0 or cur > self.index_count or self.index_count <= 1:
             return found
         base = HEADER_SIZE + self.slots * SLOT_SIZE
-        in_order = self.begin_timestamp <= self.end_timestamp  # else no entry's time says stop
         while len(found) < max_n:
             h, phy, diff, prev = _ENTRY.unpack_from(mm, base + cur * ENTRY_SIZE)
             if diff < 0:
@@ -269,7 +285,7 @@ class IndexFile:
             if h == key_hash and begin <= time_read + 999 and (time_read <= end or diff == 0):
                 found.append(phy)
             if prev <= 0 or prev > self.index_count or prev == cur or \
-                    (time_read + 999 < begin and in_order):
+                    (time_read + 999 < begin and self.times_in_order()):  # older: earlier
                 break
             cur = prev
         return found

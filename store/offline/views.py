@@ -18,6 +18,7 @@ from ..errors import StoreFormatError
 from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
 from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
+from ..files.time_search import search_time
 from ..format.flavor import Flavor, flavor_named
 from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
 from ..meta.manifest import is_store, read_manifest
@@ -215,17 +216,18 @@ class StoreTimes:
 
 def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int) -> int:
     """The first queue offset whose record was stored at or after ts_ms (the queue's end when
-    none was): a binary search over the queue's units, as RocketMQ's getOffsetInQueueByTime."""
+    none was), as RocketMQ's getOffsetInQueueByTime but right for out-of-order times too."""
     reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     lo, hi = reader.bounds()
     offsets, units = reader.read(lo, hi)
     times = StoreTimes(commitlog_files(layout.root))
-    a, b = 0, len(units)
-    while a < b:
-        mid = (a + b) // 2
-        t = times.at(int(units["offset"][mid]))
-        if t is not None and t >= ts_ms:
-            b = mid
-        else:
-            a = mid + 1
+
+    def time_at(i: int) -> int:
+        t = times.at(int(units["offset"][i]))
+        return -1 if t is None else t
+
+    def times_of(i: int, k: int) -> np.ndarray:
+        return np.array([time_at(j) for j in range(i, i + k)], dtype=np.int64)
+
+    a = search_time(len(units), time_at, times_of, ts_ms)
     return int(offsets[a]) if a < len(offsets) else hi
