@@ -20,7 +20,7 @@ _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "starting
          "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "shape", "includeHeaders",
          "failOnDataLoss", "damagedRecords", "columns")
 _BATCH = (*_READ, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "minPartitions",
-          "pushFilters")
+          "pushFilters", "records")
 _STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger",
            "maxTriggerDelay")
 _WRITE = ("mount", "lockTimeout", "jobId", "checkpointLocation")  # the last: a stream's
@@ -183,6 +183,7 @@ class ReadOptions:
     ts_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
     min_per_trigger: int | None = None  # minOffsetsPerTrigger
     max_trigger_delay_ms: int = 15 * 60_000  # maxTriggerDelay (Kafka's default 15m)
+    all_records: bool = False  # records=all: prepared and rolled-back transaction records too
 
     def selects(self, topic: str, queue: int) -> bool:
         """Whether this queue is read."""
@@ -250,6 +251,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         max_per_trigger=per_trigger if per_trigger is not None else alias,
         columns=columns,
         push_filters=_choice(options, "pushFilters", ("false", "true")) == "true",
+        all_records=_choice(options, "records", ("queued", "all")) == "all",
         kafka=kafka, headers=headers,
         starting_by_ts=parse_by_timestamp(options, "startingOffsetsByTimestamp"),
         ending_by_ts=parse_by_timestamp(options, "endingOffsetsByTimestamp"),

@@ -33,6 +33,7 @@ from store.format.layout import (
     checksums_hold,
     fields,
     format_host,
+    in_queue,
     store_host_pos,
     trailers,
     walk,
@@ -65,6 +66,7 @@ class RowFilter:
     queue_offsets: Range = (None, None)
     commitlog_offsets: Range = (None, None)
     queue_ranges: tuple[tuple[str, int, int, int], ...] | None = None
+    all_records: bool = False  # else only queued ones: what a broker serves a consumer
 
 
 ALL_ROWS = RowFilter()
@@ -296,6 +298,8 @@ class FileBatcher:
 
     def _keep(self, starts: np.ndarray, f: dict[str, np.ndarray], flt: RowFilter) -> np.ndarray:
         keep = ~f["bad"] & ~f["filler"]  # repair's fillers stand for lost bytes: no message
+        if not flt.all_records:  # prepared and rolled-back transactions are never consumed
+            keep &= in_queue(f["sys_flag"])
         if flt.queues is not None:
             keep &= np.isin(f["queue_id"], np.fromiter(flt.queues, np.int64))
         if flt.start_ms is not None:

@@ -235,7 +235,8 @@ def _named_queues_exist(opts: ReadOptions, present: list[tuple[str, int]]) -> No
 def row_filter(layout: StoreLayout, opts: ReadOptions) -> RowFilter:
     """Topics/queues and time as a RowFilter; per-queue offset ranges when offsets, timestamps,
     a pattern or an assignment were given (resolved now, so they too are part of the snapshot)."""
-    base = RowFilter(topics=opts.topics, queues=opts.queues, start_ms=opts.start_ms, end_ms=opts.end_ms)
+    base = RowFilter(topics=opts.topics, queues=opts.queues, start_ms=opts.start_ms, end_ms=opts.end_ms,
+                     all_records=opts.all_records)
     ranged = (opts.starting != "earliest" or opts.ending != "latest" or opts.starting_ts is not None
               or opts.ending_ts is not None or opts.pattern is not None or opts.assign is not None
               or opts.starting_by_ts is not None or opts.ending_by_ts is not None)
@@ -287,7 +288,9 @@ class MqfsReader(DataSourceReader):
             return []
         if self.end_offset is None:
             self.end_offset = commitlog_end(self.layout)
-        by_units = plan_units(self.layout, flt, self.opts.min_partitions, self.end_offset)
+        # units point at queued records only: a read of every record walks the CommitLog
+        by_units = (None if flt.all_records else
+                    plan_units(self.layout, flt, self.opts.min_partitions, self.end_offset))
         if by_units is not None:
             return list(by_units)
         return list(plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,

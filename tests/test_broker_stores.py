@@ -332,3 +332,38 @@ def test_an_index_file_replaced_behind_the_stores_back_is_rebuilt_at_open(tmp_pa
     with MessageStore(root, cfg) as s:
         assert all(s.query_key(f"a{i}") for i in range(15))
     assert verify_store(root).ok
+
+
+def _served(root: str) -> set[tuple]:
+    """Every message a broker would hand a consumer: each queue's units, read through them."""
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        return {(m.topic, m.queue_id, m.queue_offset, m.body) for t in s.topics()
+                for q in s.queue_ids(t) for m in s.get_range(t, q, 0, 1_000)}
+
+
+def test_the_spark_source_reads_a_broker_store_as_the_broker_serves_it(tmp_path, spark):
+    """The rows are the messages the broker serves (prepared and rolled-back transaction
+    records are no rows), whichever way the read is planned; `records=all` adds those two,
+    marked by sys_flag's transaction bits. The audit finds nothing wrong."""
+    from pipeline.jobs import audit
+
+    root = str(tmp_path / "store")
+    broker_store(root, _broker_workload)
+    df = spark.read.format("mqfs").load(root)
+    rows = {(r.topic, r.queue_id, r.queue_offset, bytes(r.body))
+            for r in df.select("topic", "queue_id", "queue_offset", "body").collect()}
+    # a topic no directory name can hold has no queue (verify notes it) but is a stored message
+    assert rows - {(TOO_LONG, 0, 0, b"too long")} == _served(root)
+    assert (LONG, 1, 0, b"long") in rows and (TOO_LONG, 0, 0, b"too long") in rows
+    assert {(r[2], r[3]) for r in rows if r[0] == SCHEDULE} == {(0, b"later"), (1, b"later")}
+    assert {r[3] for r in rows if r[0] == "Orders"} == {b"order-0", b"order-1", b"order-2"}
+    assert {r[3] for r in rows if r[0] == "TxTopic"} == {b"committed"}
+    # a read of a few queues is planned through their units: the same rows
+    tx = spark.read.format("mqfs").option("subscribe", "TxTopic").load(root)
+    assert [bytes(r.body) for r in tx.collect()] == [b"committed"]
+    every = spark.read.format("mqfs").option("records", "all").option("subscribe", "TxTopic").load(root)
+    assert sorted((bytes(r.body), r.sys_flag & layout.TRANSACTION_MASK) for r in every.collect()) == [
+        (b"committed", layout.TRANSACTION_COMMIT), (b"prepared", layout.TRANSACTION_PREPARED),
+        (b"rolled back", layout.TRANSACTION_ROLLBACK)]
+    report = audit.run(spark, root)
+    assert report["problems"] == 0 and not report["live"], report["shown"]

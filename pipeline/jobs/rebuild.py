@@ -23,7 +23,7 @@ def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
     layout = store_layout(store)
     out = os.path.abspath(out)
     copy_store(layout, out, copy)
-    df = spark.read.format("mqfs").load(out)
+    df = spark.read.format("mqfs").option("records", "all").load(out)  # prepared ones are indexed
     # layout.in_queue as a Spark column expression
     queued = (df.filter(F.col("sys_flag").bitwiseAND(TRANSACTION_MASK).isin(*IN_QUEUE_TYPES))
               .select("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags"))
