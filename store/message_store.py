@@ -28,7 +28,7 @@ from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFo
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
-from .files.consume_queue import ConsumeQueue
+from .files.consume_queue import ConsumeQueue, QueueView
 from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
 from .files.index_service import IndexService
@@ -180,6 +180,7 @@ class MessageStore(StoreReads):
         self.put_lock = threading.Lock()
         self.flush_lock = threading.Lock()
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.queue_stand_ins: dict[tuple[str, int], QueueView] = {}
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
         self.topic_table = TopicTable(self.root)
         self.offsets = ConsumerOffsets(self.root)

@@ -26,12 +26,16 @@ class StoreReads:
 
     commitlog: CommitLog
     consume_queues: dict[tuple[str, int], ConsumeQueue]
+    queue_stand_ins: dict[tuple[str, int], QueueView]  # what reads see while a queue's files are replaced
     index: IndexService
     topic_table: TopicTable
     tags_codes: TagsCodes
     flavor: Flavor
 
     def _cq(self, topic: str, queue_id: int) -> QueueView:
+        stand_in = self.queue_stand_ins.get((topic, queue_id))
+        if stand_in is not None:  # its files are being replaced (the scrub's rebuild)
+            return stand_in
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:

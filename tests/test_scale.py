@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -147,6 +148,37 @@ def test_new_topics_are_lines_of_topics_log_folded_into_topics_json_at_close(tmp
     with MessageStore(root, small_config(), create=False) as s:
         assert s.topics() == {"a": 4, "b": 1}
         assert not os.path.exists(os.path.join(config, "topics.log"))  # folded in at open
+
+
+def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
+    """Reads take no lock: while the scrub replaces a damaged queue's files they must see its
+    units (rebuilt), never an emptied queue or a closed mapping (a status.json read during a
+    rebuild failed with ENOENT)."""
+    root = str(tmp_path / "s")
+    _fill(root, 250)
+    _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
+    errors: list[str] = []
+    with MessageStore(root, small_config(), create=False) as s:
+        done = threading.Event()
+
+        def read() -> None:
+            while not done.is_set():
+                try:
+                    assert (s.min_offset("t", 0), s.max_offset("t", 0)) == (0, 250)
+                    assert bytes(s.get("t", 0, 5).body) == b"m5"
+                except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                    errors.append(repr(exc))
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for t in readers:
+            t.start()
+        try:
+            s.scrub()
+        finally:
+            done.set()
+            for t in readers:
+                t.join()
+        assert "unit 10 does not match" in s.scrub_status()["findings"][0]
+    assert errors == []
 
 
 @pytest.mark.mount

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import StoreFormatError
-from ..files.consume_queue import ConsumeQueue
+from ..files.consume_queue import ConsumeQueue, RebuiltQueue
 from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
 from ..format import codec, layout
@@ -183,11 +183,19 @@ class Scrub:
             self._found(f"{what}; not rebuilt: the CommitLog does not hold every message of "
                         f"the queue (run `mqfs verify {store.root}` and `mqfs repair`)")
             return
-        moved = cq.move_to_quarantine(store.root)
         offsets, sizes, tags, queue_offsets = units
-        if len(offsets):
-            cq.put_run(offsets, sizes, tags, queue_offsets)
-        cq.flush()
+        key = (cq.topic, cq.queue_id)
+        # reads take no lock: while the files are replaced they see the rebuilt units in
+        # memory, never an emptied queue or a closed mapping
+        store.queue_stand_ins[key] = RebuiltQueue.of(cq.topic, cq.queue_id, list(zip(
+            queue_offsets.tolist(), offsets.tolist(), sizes.tolist(), tags.tolist())))
+        try:
+            moved = cq.move_to_quarantine(store.root)
+            if len(offsets):
+                cq.put_run(offsets, sizes, tags, queue_offsets)
+            cq.flush()
+        finally:
+            del store.queue_stand_ins[key]
         self._found(f"{what}; rebuilt the queue from the CommitLog (old files: "
                     f"{', '.join(moved)})")
 
