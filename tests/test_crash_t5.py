@@ -18,10 +18,12 @@ def test_damaged_store_is_refused_or_served_and_repaired(tmp_path, seed, kind):
     assert result.ok, str(result)
 
 
-@pytest.mark.parametrize("seed, kind", [(90855, "cq-flip")])
+@pytest.mark.parametrize("seed, kind", [(90855, "cq-flip"), (9812, "cq-flip")])
 def test_campaign_finds_stay_fixed(tmp_path, seed, kind):
     """Cases a campaign failed once. 90855: the sign bit of a queue's first unit flipped, and
     the negative offset passed for a unit retention had expired, so the message was lost to
-    the read-only open instead of served from the CommitLog."""
+    the read-only open instead of served from the CommitLog. 9812: a flip sent a queue's last
+    unit past the CommitLog's end, and the read-only open dropped it as a writer's next unit
+    before the damage check, so the message was not served."""
     result = t5_case(str(tmp_path), seed, kind)
     assert result.ok, str(result)

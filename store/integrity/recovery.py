@@ -412,12 +412,15 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    # units past the end are a torn tail's, or (a store being written) for records still to
-    # come: not shown, and not damage
-    for cq in parts.consume_queues.values():
-        cq.truncate_from_physical(end)
+    # after a crash, or in a store being written, units past the end are a torn tail's or
+    # for records still to come: not shown, and not damage. After a clean close nothing can
+    # come: a unit pointing past the end is damage, and its queue is served from the log
+    if crashed:
+        _cut_units_past(parts, end)
     trusted = parts.checkpoint.cq_flushed_offset if crashed else NOWHERE
     damaged = {(cq.topic, cq.queue_id) for cq, _, _ in queue_check.damaged_queues(parts, trusted)}
+    if not crashed:
+        _cut_units_past(parts, end)
     damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues, queue.min_offset))
     if damaged:
         for key, rebuilt in queue_check.queues_from_log(parts, damaged).items():
@@ -429,6 +432,12 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
                                 "CommitLog; a read-write open rebuilds it")
     report.end_offset = end
     return report
+
+
+def _cut_units_past(parts: StoreParts, end: int) -> None:
+    """Read-only: drop (in memory) each queue's units whose records start at or past end."""
+    for cq in parts.consume_queues.values():
+        cq.truncate_from_physical(end)
 
 
 def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
