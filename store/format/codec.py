@@ -42,16 +42,16 @@ from .layout import (
     store_timestamp_pos,
 )
 from .message import (
-    _I16,
-    _I32,
-    _I64,
-    _QUEUE_ID_LIMIT,
     FILLER_TOPIC,
+    I16,
+    I32,
+    I64,
     MAX_PROPERTIES_LEN,
     MAX_TOPIC_LEN,
     NAME_VALUE_SEP,
     PROPERTY_CRC32,
     PROPERTY_SEP,
+    QUEUE_ID_LIMIT,
     Message,
     StoredMessage,
     decode_properties,
@@ -116,7 +116,7 @@ class Encoder:
         self._born: dict[tuple[str, int], tuple[bytes, int, struct.Struct, int]] = {}
         self._crc_unmasked = flavor.crc_unmasked
         self._crc_tail = _CRC_PLACEHOLDER if flavor.record_crc else b""
-        self._no_props = _I16.pack(len(self._crc_tail)) + self._crc_tail
+        self._no_props = I16.pack(len(self._crc_tail)) + self._crc_tail
 
     def _topic_part(self, topic: str) -> bytes:
         """TOPICLEN + TOPIC bytes, validated once per topic name."""
@@ -124,7 +124,7 @@ class Encoder:
         if part is None:
             validate_topic(topic)
             raw = topic.encode("ascii")
-            part = (_I16.pack(len(raw)) if len(raw) > MAX_TOPIC_LEN else bytes([len(raw)])) + raw
+            part = (I16.pack(len(raw)) if len(raw) > MAX_TOPIC_LEN else bytes([len(raw)])) + raw
             if len(self._topics) < 100_000:
                 self._topics[topic] = part
         return part
@@ -160,7 +160,7 @@ class Encoder:
         raw = encode_properties(props) + self._crc_tail
         if len(raw) > MAX_PROPERTIES_LEN:
             raise InvalidMessage(f"properties are {len(raw)} bytes, the limit is {MAX_PROPERTIES_LEN}")
-        return _I16.pack(len(raw)) + raw
+        return I16.pack(len(raw)) + raw
 
     def encode(self, msg: Message) -> tuple[bytearray, int]:
         """The record with QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP still zero, and the
@@ -171,7 +171,7 @@ class Encoder:
         if body_len > self.max_message_size:
             raise InvalidMessage(f"message body is {body_len} bytes, the limit is {self.max_message_size}")
         queue_id = msg.queue_id
-        if not 0 <= queue_id < _QUEUE_ID_LIMIT:
+        if not 0 <= queue_id < QUEUE_ID_LIMIT:
             raise InvalidMessage(f"queue id {queue_id} is out of range")
         topic = msg.topic
         tail = (self._topics.get(topic) or self._topic_part(topic)) + self._properties(msg.properties)
@@ -211,8 +211,8 @@ class Encoder:
             raise InvalidMessage(f"message body is {body_len.max()} bytes, the limit is "
                                  f"{self.max_message_size}")
         queue_id = _int_column(qids, "queue id")
-        if ((queue_id < 0) | (queue_id >= _QUEUE_ID_LIMIT)).any():
-            raise InvalidMessage(f"queue id {queue_id[(queue_id < 0) | (queue_id >= _QUEUE_ID_LIMIT)][0]} "
+        if ((queue_id < 0) | (queue_id >= QUEUE_ID_LIMIT)).any():
+            raise InvalidMessage(f"queue id {queue_id[(queue_id < 0) | (queue_id >= QUEUE_ID_LIMIT)][0]} "
                                  "is out of range")
         props_raw, props_len = self._batch_properties(props)
         parts = list(map(topic_parts.__getitem__, topics))
@@ -356,7 +356,7 @@ def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, commitlog_offset
     """Patch the three fields RocketMQ fills inside the put lock (QUEUEOFFSET and
     PHYSICALOFFSET are adjacent: one pack)."""
     _OFFSETS.pack_into(rec, QUEUE_OFFSET_POS, queue_offset, commitlog_offset)
-    _I64.pack_into(rec, store_ts_pos, store_ts)
+    I64.pack_into(rec, store_ts_pos, store_ts)
 
 
 def peek_header(buf, pos: int) -> tuple[int, int]:
@@ -393,7 +393,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
             p = pos + BORN_HOST_POS
             born_raw = bytes(view[p : p + bh])
             p += bh
-            (store_ts,) = _I64.unpack_from(view, p)
+            (store_ts,) = I64.unpack_from(view, p)
             p += 8
             store_raw = bytes(view[p : p + sh])
             p += sh
@@ -405,7 +405,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
         body = view[p : p + body_len]
         p += body_len
         if magic == MAGIC_V2:
-            (topic_len,) = _I16.unpack_from(view, p)
+            (topic_len,) = I16.unpack_from(view, p)
             p += 2
         else:
             topic_len = view[p]
@@ -414,7 +414,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
             raise CodecError(f"topic length {topic_len} at {pos} overruns the record")
         topic = str(view[p : p + topic_len], "ascii")
         p += topic_len
-        (props_len,) = _I16.unpack_from(view, p)
+        (props_len,) = I16.unpack_from(view, p)
         p += 2
         if props_len < 0 or p + props_len != end:
             raise CodecError(f"properties length {props_len} at {pos} does not end the record")
@@ -470,10 +470,10 @@ def filler_record(size: int, commitlog_offset: int, store_ts: int, store_host: b
     rec = bytearray(fixed_part.pack(
         size, MAGIC_V1, flavor.body_crc(body), 0, 0, 0, commitlog_offset,
         TRANSACTION_ROLLBACK | (STOREHOST_V6_FLAG if v6 else 0), store_ts,
-        bytes(4) + _I32.pack(0), store_ts, store_host, 0, 0, body_len))
+        bytes(4) + I32.pack(0), store_ts, store_host, 0, 0, body_len))
     rec += body
     rec += bytes([len(topic)]) + topic
-    rec += _I16.pack(len(props)) + props
+    rec += I16.pack(len(props)) + props
     if flavor.record_crc:
         seal(rec, flavor)
     return rec

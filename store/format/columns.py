@@ -26,8 +26,8 @@ from .layout import (
     store_host_len,
 )
 from .message import (
-    _I16,
     FILLER_TOPIC,
+    I16,
     MAX_TOPIC_LEN,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -54,7 +54,7 @@ def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, 
     topic_at = pos + body_pos(bh, sh) + np.maximum(body_len, 0)
     raw = topic.encode("ascii")
     wide = len(raw) > MAX_TOPIC_LEN
-    prefix = (_I16.pack(len(raw)) if wide else bytes([len(raw)])) + raw
+    prefix = (I16.pack(len(raw)) if wide else bytes([len(raw)])) + raw
     same = ((magic == (MAGIC_V2 if wide else MAGIC_V1))
             & (gather(u8, pos + QUEUE_ID_POS, ">i4") == queue_id)
             & (gather(u8, pos + QUEUE_OFFSET_POS, ">i8") == queue_offset)

@@ -62,19 +62,19 @@ NAME_MAX = 255  # bytes in a file name: a topic longer has no consumequeue/<topi
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
-_QUEUE_ID_LIMIT = 1 << 31
+QUEUE_ID_LIMIT = 1 << 31
 
 
 _TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
-_I32 = struct.Struct(">i")
+I32 = struct.Struct(">i")
 
 
-_I64 = struct.Struct(">q")
+I64 = struct.Struct(">q")
 
 
-_I16 = struct.Struct(">h")
+I16 = struct.Struct(">h")
 
 
 def validate_topic(topic: str) -> None:
@@ -105,7 +105,7 @@ def encode_host(host: str, port: int) -> tuple[bytes, bool]:
     what is no IP address and port."""
     try:
         addr = ipaddress.ip_address(host)
-        return addr.packed + _I32.pack(port), addr.version == 6
+        return addr.packed + I32.pack(port), addr.version == 6
     except (ValueError, TypeError, struct.error):
         raise InvalidMessage(f"born host {host!r}:{port!r} is not an IP address and a port") \
             from None
@@ -164,7 +164,7 @@ def join_keys(keys: list[str] | tuple[str, ...]) -> str:
 
 def msg_id(store_host: bytes, commitlog_offset: int) -> str:
     """offsetMsgId: store host bytes, int32 port, int64 commitlog offset, upper-case hex."""
-    return (store_host + _I64.pack(commitlog_offset)).hex().upper()
+    return (store_host + I64.pack(commitlog_offset)).hex().upper()
 
 
 def parse_msg_id(text: str) -> tuple[str, int, int]:
@@ -176,7 +176,7 @@ def parse_msg_id(text: str) -> tuple[str, int, int]:
     except ValueError:
         raise CodecError(f"message id {text!r} is not hexadecimal") from None
     host, port = decode_host(raw[:-8])
-    return host, port, _I64.unpack(raw[-8:])[0]
+    return host, port, I64.unpack(raw[-8:])[0]
 
 
 def keys_to_index(uniq: str | None, keys: list[str]) -> list[str]:
