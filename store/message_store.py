@@ -34,6 +34,7 @@ from .files.flush import FlushServices
 from .files.index_service import IndexService
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
+from .files.unit_flush import UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
@@ -193,8 +194,9 @@ class MessageStore(StoreReads):
         """The IndexService, and the dispatcher that writes into it and the queues."""
         cfg = self.config
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor, **kwargs)
+        self.unit_flush = UnitFlush(self.root, self.put_lock)
         self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
-                                     self._create_queue, self._fillers)
+                                     self._create_queue, self._fillers, self.unit_flush)
         return self.index
 
     def _parts(self) -> StoreParts:
@@ -570,8 +572,7 @@ class MessageStore(StoreReads):
                 queue.flush()
                 self.flush_services.flushed.advance(queue.flushed_where)
                 self.flush_services.committed.advance(queue.max_offset)
-            for cq in list(self.consume_queues.values()):
-                cq.flush()
+            self.unit_flush.flush()  # the units put since the last checkpoint, written and synced
             cp = self.checkpoint
             cp.commitlog_flushed_offset = queue.flushed_where
             cp.confirm_phy_offset = queue.flushed_where
@@ -587,8 +588,7 @@ class MessageStore(StoreReads):
 
     def flush_logics(self) -> None:
         """After recovery rebuilt entries: make them durable before anything else happens."""
-        for cq in self.consume_queues.values():
-            cq.flush()
+        self.unit_flush.flush(list(self.consume_queues.values()))
         self.index.flush()
 
     def _drop_below(self, min_commitlog_offset: int) -> None:
