@@ -208,7 +208,8 @@ def test_several_stores_read_as_one_with_a_store_column(spark, store, tmp_path):
 
 def _moved(start: dict, end: dict) -> int:
     """Rows between two offsets of a stream over several stores."""
-    return sum(o - start[root].get(t, {}).get(q, 0) for root, ts in end.items() for t, qs in ts.items() for q, o in qs.items())
+    return sum(o - start[root].get(t, {}).get(q, 0)
+               for root, ts in end.items() for t, qs in ts.items() for q, o in qs.items())
 
 
 def test_a_stream_over_several_stores_shares_its_limits_by_backlog(tmp_path):
