@@ -96,17 +96,37 @@ def bench_opens(work: str, flavor: str, small: int, big: int, after: int, queues
                     "<= 1.5x"))
     abnormal = {}
     for size, root in roots.items():
-        child = subprocess.run([sys.executable, __file__, "--crash-writer", root, flavor,
-                                str(after), str(queues)])
-        if child.returncode != 0 or not os.path.exists(os.path.join(root, "abort")):
-            raise SystemExit("bench: the crash writer did not leave a crashed store")
+        _crash(root, flavor, after, queues)
         abnormal[size] = timed_open(root, flavor)
     out.append(_row(f"abnormal open, {big >> 20} MB vs {small >> 20} MB store, {after >> 20} MB "
                     "after the checkpoint", abnormal[big][0], abnormal[small][0], "<= 2x"))
+    rss = {size: _abnormal_mount_rss(root, flavor, after, queues, work) for size, root in roots.items()}
+    out.append(f"{f'RssAnon of the daemon after an abnormal mount, {big >> 20} MB vs {small >> 20} MB store':<78} "
+               f"{rss[big]:8.1f} MB vs {rss[small]:8.1f} MB  (want <= 300 MB, not growing with the store)")
     if not keep:
         for root in roots.values():
             shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _crash(root: str, flavor: str, after: int, queues: int) -> None:
+    """Leave `root` as a writer killed `after` bytes past its last checkpoint leaves it."""
+    child = subprocess.run([sys.executable, __file__, "--crash-writer", root, flavor,
+                            str(after), str(queues)])
+    if child.returncode != 0 or not os.path.exists(os.path.join(root, "abort")):
+        raise SystemExit("bench: the crash writer did not leave a crashed store")
+
+
+def _abnormal_mount_rss(root: str, flavor: str, after: int, queues: int, work: str) -> float:
+    """RssAnon of a daemon whose mount recovered from a crash (issue 19: it grew with the store)."""
+    _crash(root, flavor, after, queues)
+    mnt = os.path.join(work, "mnt-abnormal")
+    os.makedirs(mnt, exist_ok=True)
+    _mount(root, mnt)
+    try:
+        return _rss_anon_mb(_daemon(mnt))
+    finally:
+        _umount(mnt)
 
 
 def _row(what: str, value: float, base: float, target: str) -> str:
