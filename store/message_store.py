@@ -226,7 +226,8 @@ class MessageStore(StoreReads):
         self._register_queues(last_exit_ok)
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                                 strict=self.checkpoint.commitlog_flushed_offset > 0,
-                                timestamp_at=self._record_time)
+                                timestamp_at=self._record_time,
+                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count))
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -601,6 +602,7 @@ class MessageStore(StoreReads):
             with self.put_lock:
                 dispatched = self.commitlog.queue.max_wrote_offset
                 logics_ts = self._dispatched_ts
+                newest_index = self.index.newest()
             queue = self.commitlog.queue
             if flush_commitlog:
                 queue.commit()
@@ -622,6 +624,7 @@ class MessageStore(StoreReads):
                 cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
             self.index.flush_sealed()
             cp.index_msg_timestamp = self.index.flushed_end_timestamp
+            cp.index_file, cp.index_count = self.index.sync_newest(newest_index, cp.commitlog_flushed_offset)
             cp.flush()
 
     def flush_logics(self) -> None:
