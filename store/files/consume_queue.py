@@ -390,6 +390,11 @@ class ConsumeQueue:
         """Sync the files (the tail is `write_out`'s, under the put lock)."""
         self.queue.flush()
 
+    def settled(self) -> bool:
+        """Every unit written is on disk: the object may be dropped and the queue opened
+        again from its files (`QueueRegistry.trim`); never while units wait in the tail."""
+        return not self._tail[1] and self.queue.synced()
+
     def close(self) -> None:
         self.queue.close()
 

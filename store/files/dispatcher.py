@@ -21,6 +21,7 @@ from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
 from .consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
+from .queue_registry import QueueRegistry
 from .unit_flush import UnitFlush
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class Dispatcher:
     records repair left, as they are dispatched; `units` is the ConsumeQueue flush, told
     of every queue a put adds units to."""
 
-    def __init__(self, tags: TagsCodes, consume_queues: dict[tuple[str, int], ConsumeQueue],
+    def __init__(self, tags: TagsCodes, consume_queues: QueueRegistry,
                  index: IndexService, create_queue: Callable[[str, int, bool], ConsumeQueue],
                  fillers: list[tuple[int, int]], units: UnitFlush):
         self.units = units

@@ -207,6 +207,11 @@ class MappedFileQueue:
         self.flushed_where = where
         return where
 
+    def synced(self) -> bool:
+        """Every byte written and every new name is on disk."""
+        return not self._unsynced and all(mf.flushed_position >= mf.wrote_position
+                                          for mf in self.files)
+
     def sync_marks(self) -> tuple[set[str], list[tuple[MappedFile, int]]]:
         """What a sync of the whole file system made now will cover (`mark_synced` takes
         it after): the directories with new entries, and each file's read position."""

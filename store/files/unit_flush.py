@@ -70,9 +70,10 @@ class UnitFlush:
             self.added = 0
         try:
             for cq in queues:
-                with self.lock:
-                    cq.write_out()
-            self._sync(queues)
+                if cq.buffered:  # a put before this flush set it under the lock: seen here
+                    with self.lock:
+                        cq.write_out()
+            self._sync([cq for cq in queues if not cq.queue.synced()])
         except BaseException:
             with self.lock:
                 self.touched = {**dict.fromkeys(queues), **self.touched}
