@@ -78,10 +78,11 @@ class ConsumeQueue:
         return np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
 
     # --- writing ---------------------------------------------------------------------------
-    # A new unit that continues the queue goes to the in-memory tail; write_out() puts the
-    # tail into the files (making the directory and file of a new queue then): the
-    # ConsumeQueue flush does, and a put once the tail would pass TAIL_MAX. A put into a
-    # new queue thus costs no file system call at all.
+    # A put's unit that continues the queue goes to the in-memory tail (`put_buffered`,
+    # `append_units`); write_out() puts the tail into the files (making the directory and
+    # file of a new queue then): the ConsumeQueue flush does, and a put once the tail would
+    # pass TAIL_MAX. A put into a new queue thus costs no file system call at all. Recovery
+    # and rebuilds write straight into the files (`put`, `put_run`).
     def ensure_room(self, n: int = 1) -> None:
         """Before a put writes its record: when the tail and n more units would pass
         TAIL_MAX, write the tail out and reserve blocks for the n units now, so ENOSPC comes
@@ -126,11 +127,10 @@ class ConsumeQueue:
         start, data = self._tail
         return start + len(data) if data else self.queue.max_wrote_offset
 
-    def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """Append the unit for queue_offset. Idempotent: an entry already built is skipped.
-        The common case (the next unit of the queue) goes to the tail; everything else
-        (a first unit above 0, a gap, an entry built already) goes through `_put` once the
-        tail is written."""
+    def put_buffered(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """A put's unit for queue_offset (caller holds the put lock): the next unit of the
+        queue goes to the tail; anything else (a first unit above 0, a gap, an entry built
+        already) through `put` once the tail is written."""
         start, data = self._tail
         end = start + len(data) if data else self.queue.max_wrote_offset
         if queue_offset * UNIT_SIZE == end and commitlog_offset + size > self.max_physic_offset:
@@ -140,7 +140,29 @@ class ConsumeQueue:
             self.max_physic_offset = commitlog_offset + size
             self.next_offset = queue_offset + 1
             return True
-        self.write_out()
+        return self.put(commitlog_offset, size, tags_code, queue_offset)
+
+    def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Write the unit for queue_offset into the files (recovery, rebuilds; the tail is
+        written first). Idempotent: an entry already built is skipped. The common case (the
+        next unit of a queue whose last file has room) is packed in place at once;
+        everything else goes through `_put`."""
+        if self._tail[1]:
+            self.write_out()
+        files = self.queue.files
+        if files and commitlog_offset + size > self.max_physic_offset:
+            mf = files[-1]
+            pos = mf.wrote_position
+            if pos < mf.file_size and mf.file_from_offset + pos == queue_offset * UNIT_SIZE:
+                if pos + UNIT_SIZE > mf.allocated:
+                    mf.reserve(pos + UNIT_SIZE)
+                if ARMED:
+                    crash_point("cq.write")
+                _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
+                mf.wrote_position = pos + UNIT_SIZE
+                self.max_physic_offset = commitlog_offset + size
+                self.next_offset = queue_offset + 1
+                return True
         return self._put(commitlog_offset, size, tags_code, queue_offset)
 
     def append_units(self, raw: bytes, first: int, end_physic: int) -> bool:
@@ -200,7 +222,7 @@ class ConsumeQueue:
         """put() for units in CommitLog order (recovery, rebuild), straight into the files:
         once the queue has files and the units left continue it at consecutive offsets, with
         one copy per file instead of a pack and a write each; until then (a first unit, a
-        gap, entries built already) one by one as `_put` decides."""
+        gap, entries built already) one by one as put() decides."""
         self.write_out()
         keep = offsets + sizes > self.max_physic_offset  # put()'s first test; offsets grow
         offsets, sizes, tags_codes, queue_offsets = (
@@ -213,7 +235,7 @@ class ConsumeQueue:
                     int(queue_offsets[i]) * UNIT_SIZE == self.queue.max_wrote_offset:
                 self._append_units(offsets[i:], sizes[i:], tags_codes[i:], queue_offsets[i:])
                 return
-            self._put(int(offsets[i]), int(sizes[i]), int(tags_codes[i]), int(queue_offsets[i]))
+            self.put(int(offsets[i]), int(sizes[i]), int(tags_codes[i]), int(queue_offsets[i]))
 
     def _append_units(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
                       queue_offsets: np.ndarray) -> None:

@@ -163,7 +163,8 @@ class Dispatcher:
             commitlog_offset: int, size: int, store_ts: int) -> None:
         """The unit and index entries of a record `reserve` made room for."""
         if cq is not None:
-            cq.put(commitlog_offset, size, self.tags.of(msg.topic, msg.properties, store_ts), queue_offset)
+            cq.put_buffered(commitlog_offset, size, self.tags.of(msg.topic, msg.properties, store_ts),
+                            queue_offset)
             self.units.add(cq, UNIT_SIZE)
         if keys:
             self.index.build(msg.topic, keys, commitlog_offset, store_ts, msg.sys_flag)
