@@ -34,7 +34,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = units * UNIT_SIZE
-        directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        directory = f"{root.rstrip('/')}/consumequeue/{topic}/{queue_id}"  # join: 4x the time
         self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only, lazy=True)
         self.min_logic_offset = 0
         self.max_physic_offset = 0  # end (offset + size) of the last entry's record
