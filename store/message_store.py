@@ -626,7 +626,9 @@ class MessageStore(StoreReads):
                 cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
             self.index.flush_sealed()
             cp.index_msg_timestamp = self.index.flushed_end_timestamp
-            cp.index_file, cp.index_count = self.index.sync_newest(newest_index, cp.commitlog_flushed_offset)
+            cp.index_file, cp.index_count = self.index.sync_newest(
+                newest_index, cp.commitlog_flushed_offset,
+                0.0 if flush_commitlog else self.config.flush_thorough_interval_ms / 1000)
             cp.flush()
 
     def flush_logics(self) -> None:
