@@ -188,3 +188,23 @@ def test_time_filters_with_topics_and_kafka_names_prune_too(spark, timed_store):
     parts = plan(timed_store, {"shape": "kafka"}, [GreaterThanOrEqual(("timestamp",), at(BASE + 8000))])
     assert all(isinstance(p, UnitRange) for p in parts)
     assert sum(p.end - p.start for p in parts) == sum(1 for r in want.values() if r["store_timestamp"] >= BASE + 8000)
+
+
+def test_no_jar_from_a_shared_cache_or_a_source_javac_refuses(tmp_path, monkeypatch, capfd):
+    """Sessions still start then, with pushdown opt-in; a jar is code the JVM runs, so it is
+    never taken from or built in a directory others can write."""
+    from pipeline import scoped
+
+    shared = tmp_path / "shared"
+    (shared / "mqfs").mkdir(parents=True)
+    os.chmod(shared / "mqfs", 0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
+    assert scoped.scoped_scans_jar() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "own"))
+    bad = tmp_path / "ScopedScans.java"
+    bad.write_text("class ScopedScans { not java }\n")
+    monkeypatch.setattr(scoped, "_SOURCE", str(bad))
+    assert scoped.scoped_scans_jar() is None
+    assert "javac failed" in capfd.readouterr().err
+    assert oct(os.stat(tmp_path / "own" / "mqfs").st_mode & 0o777) == "0o700"
+    assert os.listdir(tmp_path / "own" / "mqfs") == []
