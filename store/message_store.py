@@ -211,6 +211,7 @@ class MessageStore(StoreReads):
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
                                    transient=cfg.transient_pool)
         self.commitlog.load()
+        self.consume_queues.commitlog = self.commitlog
         if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
@@ -257,8 +258,8 @@ class MessageStore(StoreReads):
         if self._vouched is None:
             self._load_consume_queues()
             return
-        self.consume_queues.record({key: Recorded(count, head)
-                                    for key, (count, head) in self._vouched.queues.items()})
+        self.consume_queues.record({key: Recorded(count, head, newest=newest)
+                                    for key, (count, head, newest) in self._vouched.queues.items()})
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
@@ -612,7 +613,8 @@ class MessageStore(StoreReads):
             for cq in self.consume_queues.opened().values():
                 cq.flush()
             with self.put_lock:  # no queue is between a reservation and its write
-                self.consume_queues.trim()
+                dropped = self.consume_queues.trim()
+            self.consume_queues.note_times(dropped)
             cp = self.checkpoint
             cp.commitlog_flushed_offset = queue.flushed_where
             cp.confirm_phy_offset = queue.flushed_where
