@@ -28,7 +28,7 @@ from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFo
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
-from .files.consume_queue import ConsumeQueue, QueueView
+from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
 from .files.index_service import IndexService
@@ -184,7 +184,6 @@ class MessageStore(StoreReads):
         self.consume_queues = QueueRegistry(self._open_recorded)
         self._vouched: dispatch_state.Vouched | None = None
         self._kept: kept_ends.Kept = {}
-        self.queue_stand_ins: dict[tuple[str, int], QueueView] = {}
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
         self.topic_table = TopicTable(self.root)
         self.offsets = ConsumerOffsets(self.root)

@@ -175,13 +175,15 @@ def test_new_topics_are_lines_of_topics_log_folded_into_topics_json_at_close(tmp
 
 def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
     """Reads take no lock: while the scrub replaces a damaged queue's files they must see its
-    units (rebuilt), never an emptied queue or a closed mapping (a status.json read during a
-    rebuild failed with ENOENT)."""
+    units (old or rebuilt), never an emptied queue or a closed mapping (a status.json read
+    during a rebuild failed with ENOENT), and a read that took the queue before the swap
+    goes on reading it after."""
     root = str(tmp_path / "s")
     _fill(root, 250)
     _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
     errors: list[str] = []
     with MessageStore(root, small_config(), create=False) as s:
+        taken = s.consume_queues[("t", 0)]  # as a read that took the queue just before
         done = threading.Event()
 
         def read() -> None:
@@ -201,6 +203,8 @@ def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
             for t in readers:
                 t.join()
         assert "unit 10 does not match" in s.scrub_status()["findings"][0]
+        assert s.consume_queues[("t", 0)] is not taken  # a new object took its place
+        assert taken.entry(5) == s.consume_queues[("t", 0)].entry(5)  # the old one still reads
     assert errors == []
 
 

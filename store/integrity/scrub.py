@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import StoreFormatError
-from ..files.consume_queue import ConsumeQueue, RebuiltQueue
+from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
 from ..format import codec
 from ..format.layout import MAGIC_BLANK
 from . import first_use, queue_check, salvage
+from .queue_swap import swap_in
 from .recovery import NOWHERE, check_run, step_record
 
 if TYPE_CHECKING:
@@ -58,8 +59,6 @@ def _state_shape(data: Any) -> dict[str, Any]:
     if not isinstance(data.get("queue", ""), str) or not isinstance(data.get("findings", []), list):
         raise ValueError("has a queue or findings of the wrong type")
     return data
-
-_READ_GRACE_S = 0.05  # how long the scrub waits for reads begun before a stand-in
 
 class Scrub:
     """One store's scrub. `run_pass()` checks everything at once (tests, tools); `start()`
@@ -174,8 +173,8 @@ class Scrub:
     def _rebuild(self, cq: ConsumeQueue, bad: int) -> None:
         """Rebuild a queue with a bad unit from the CommitLog (caller holds the put lock):
         its units are gathered first, and only if the log yields them whole, up to the
-        queue's end (no offset given out may be given again), do the old files go to
-        quarantine/ and the new units in."""
+        queue's end (no offset given out may be given again), do the new units go in and
+        the old files to quarantine/ (`swap_in`: reads going on meanwhile see it whole)."""
         store = self.store
         what = f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its record"
         units = first_use.units_from_log(store._parts(), store.tags_codes, cq.topic, cq.queue_id)
@@ -183,22 +182,7 @@ class Scrub:
             self._found(f"{what}; not rebuilt: the CommitLog does not hold every message of "
                         f"the queue (run `mqfs verify {store.root}` and `mqfs repair`)")
             return
-        offsets, sizes, tags, queue_offsets = units
-        key = (cq.topic, cq.queue_id)
-        # reads take no lock: while the files are replaced they see the rebuilt units in
-        # memory, never an emptied queue or a closed mapping
-        store.queue_stand_ins[key] = RebuiltQueue.of(cq.topic, cq.queue_id, list(zip(
-            queue_offsets.tolist(), offsets.tolist(), sizes.tolist(), tags.tolist())))
-        # a read that looked the queue up just before takes microseconds: let it finish on
-        # the old files before they close (a grace period, not a proof: see the issue 19 note)
-        time.sleep(_READ_GRACE_S)
-        try:
-            moved = cq.move_to_quarantine(store.root)
-            if len(offsets):
-                cq.put_run(offsets, sizes, tags, queue_offsets)
-            cq.flush()
-        finally:
-            del store.queue_stand_ins[key]
+        moved = swap_in(store.root, store.consume_queues, cq, units)
         self._found(f"{what}; rebuilt the queue from the CommitLog (old files: "
                     f"{', '.join(moved)})")
 
