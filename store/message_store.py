@@ -32,6 +32,7 @@ from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
 from .files.index_service import IndexService
+from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.queue_registry import QueueRegistry, Recorded
@@ -346,6 +347,7 @@ class MessageStore(StoreReads):
         queues = getattr(self, "consume_queues", None)
         if queues is not None:
             queues.close()
+            close_under(os.path.join(self.root, "consumequeue"))  # queues dropped unclosed
 
     # --- writing ---------------------------------------------------------------------------
     def _writable(self) -> None:
