@@ -56,7 +56,16 @@ from store.offline.views import (
 from .bounds import kept_bounds, start_by_time
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
-from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, checked_runs, record_starts_ok, warn
+from .scan import (
+    ALL_ROWS,
+    Checks,
+    FileBatcher,
+    RowFilter,
+    checked_runs,
+    header_only,
+    record_starts_ok,
+    warn,
+)
 from .schema import message_schema, with_store_column
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
@@ -316,7 +325,8 @@ class MqfsReader(DataSourceReader):
             return
         if not isinstance(partition, RangePartition):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows
-        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
+        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
+                        checksums=not header_only(self.opts.columns))
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
