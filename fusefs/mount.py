@@ -8,6 +8,8 @@ the child reports the mount ready, or prints the child's one-line error and exit
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import faulthandler
 import logging
@@ -128,6 +130,16 @@ def raise_open_file_limit() -> None:
             log.warning("could not raise the open file limit from %d to %d: %s", soft, hard, exc)
 
 
+def release_freed_heap() -> None:
+    """Hand back to the kernel the heap a recovery freed. Recovery's arrays for what it
+    re-dispatches are freed when it ends, but glibc keeps the pages it had for them, so a
+    daemon that recovered 1 GB held ~125 MB it no longer used for the whole mount."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to hand back this way
+        pass
+
+
 def _dead_mount(mountpoint: str) -> OSError:
     return OSError(f"mount point {mountpoint} is a mount whose daemon is gone (Transport "
                    f"endpoint is not connected): `mqfs umount {mountpoint}` first")
@@ -178,6 +190,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     with progress_bar("recovery") if crashed else nullcontext(None) as progress:
         store = MessageStore(store_root, cfg, progress=progress, create=False)
         store.open()
+    release_freed_heap()
     if store.recovery is not None:
         summary = describe_recovery(store.recovery)
         log.info("opened %s in %.1f s: %s", store_root, time.monotonic() - started, summary)

@@ -17,6 +17,8 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from store.meta.manifest import is_store
 
+from .stream import backlog, pack, share_out
+
 _MAGIC = re.compile(r"[*?[]")
 
 
@@ -81,7 +83,7 @@ Offsets = dict[str, dict]
 
 
 class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """A stream over several stores; a rate limit is shared out evenly between them."""
+    """A stream over several stores, limited and held back as one."""
 
     def __init__(self, roots: list[str], readers: list):
         self.roots, self.readers = roots, readers
@@ -97,12 +99,19 @@ class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.readers[0].getDefaultReadLimit()
 
     def latestOffset(self, start: Offsets | None = None, limit=None) -> Offsets:
-        cap = self.readers[0]._cap(limit)
-        share = None if cap is None else max(1, cap // len(self.readers))
-        out = {}
-        for root, r in zip(self.roots, self.readers):
-            out[root] = r.latestOffset((start or {}).get(root), _Rows(share) if share else None)
-        return out
+        """Every store's queues as one set: a row limit is shared out in proportion to each
+        queue's backlog and minOffsetsPerTrigger counts the rows waiting in all stores, as
+        Kafka's source does over the partitions of all its topics."""
+        begin: dict[tuple[int, str, int], int] = {}
+        end: dict[tuple[int, str, int], int] = {}
+        for i, (root, r) in enumerate(zip(self.roots, self.readers)):
+            b, e = r.span((start or {}).get(root))
+            begin.update({(i, *k): v for k, v in b.items()})
+            end.update({(i, *k): v for k, v in e.items()})
+        first = self.readers[0]
+        upto = begin if first.waits(backlog(begin, end)) else share_out(begin, end, first.cap(limit))
+        return {root: pack({k[1:]: v for k, v in upto.items() if k[0] == i})
+                for i, root in enumerate(self.roots)}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         return [StorePartition(i, p) for i, (root, r) in enumerate(zip(self.roots, self.readers))
@@ -116,9 +125,3 @@ class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the stores are only read; progress lives in Spark's checkpoint."""
 
-
-class _Rows:
-    """A row limit handed to one store's reader (read like Spark's ReadMaxRows)."""
-
-    def __init__(self, max_rows: int):
-        self.max_rows = max_rows

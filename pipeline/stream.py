@@ -17,7 +17,8 @@ starts (SupportsTriggerAvailableNow), in micro-batches no larger than the rate l
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +33,7 @@ from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn
 
 Offsets = dict[str, dict[str, int]]
+K = TypeVar("K", bound=Hashable)
 SPLIT = 200_000  # queue entries per task
 
 
@@ -81,7 +83,7 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 out[key] = hi
             else:
                 out[key] = self._after_loss(key, want, lo)
-        return _pack(out)
+        return pack(out)
 
     def _after_loss(self, key: tuple[str, int], want: int, lo: int) -> int:
         """Where to go on when offsets [want, lo) are gone: fail (failOnDataLoss, the default)
@@ -104,27 +106,23 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of every queue (or the AvailableNow target); with a row limit
         (maxOffsetsPerTrigger, or the limit Spark passes), the queues' backlogs are cut in
         proportion so every queue advances."""
+        begin, end = self.span(start)
+        if self.waits(backlog(begin, end)):
+            return pack(begin)  # no new batch yet: Spark runs one when the offsets move
+        return pack(share_out(begin, end, self.cap(limit)))
+
+    def span(self, start: Offsets | None) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """Where each queue's next batch begins, and the end it may read to (the queue's end,
+        or the AvailableNow target), before any row limit."""
         bounds = self._bounds()
         given = _unpack(start or {})
         begin = {k: self._after_loss(k, given[k], lo) if k in given else lo for k, (lo, _) in bounds.items()}
         end = {k: max(hi, begin[k]) for k, (_, hi) in bounds.items()}
         if self.target is not None:
             end = {k: max(begin[k], min(e, self.target.get(k, begin[k]))) for k, e in end.items()}
-        cap = self._cap(limit)
-        backlog = sum(end[k] - begin[k] for k in end)
-        if self._waits(backlog):
-            return _pack(begin)  # no new batch yet: Spark runs one when the offsets move
-        if cap is not None and backlog > cap:
-            share = {k: (end[k] - begin[k]) * cap // backlog for k in end}
-            spare = cap - sum(share.values())
-            for k in sorted(end, key=lambda k: begin[k] - end[k]):
-                extra = min(spare, end[k] - begin[k] - share[k])
-                share[k] += extra
-                spare -= extra
-            end = {k: begin[k] + share[k] for k in end}
-        return _pack(end)
+        return begin, end
 
-    def _waits(self, backlog: int) -> bool:
+    def waits(self, backlog: int) -> bool:
         """minOffsetsPerTrigger: hold a trigger back while fewer rows than that are waiting,
         for at most maxTriggerDelay since the last batch (not under Trigger.AvailableNow)."""
         now = time.monotonic()
@@ -134,7 +132,7 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.last_batch = now
         return False
 
-    def _cap(self, limit) -> int | None:
+    def cap(self, limit) -> int | None:
         if limit is None:
             return self.max_per_trigger
         rows = getattr(limit, "max_rows", None)
@@ -217,11 +215,30 @@ def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
             warn(f"skipped {len(checks.skipped)} damaged records in {path}")
 
 
+def backlog(begin: dict[K, int], end: dict[K, int]) -> int:
+    return sum(end[k] - begin[k] for k in end)
+
+
+def share_out(begin: dict[K, int], end: dict[K, int], cap: int | None) -> dict[K, int]:
+    """The ends a batch of at most `cap` rows reads to: each queue's backlog cut in proportion,
+    the rows rounding leaves over given to the longest backlogs, so every queue advances."""
+    waiting = backlog(begin, end)
+    if cap is None or waiting <= cap:
+        return end
+    share = {k: (end[k] - begin[k]) * cap // waiting for k in end}
+    spare = cap - sum(share.values())
+    for k in sorted(end, key=lambda k: begin[k] - end[k]):
+        extra = min(spare, end[k] - begin[k] - share[k])
+        share[k] += extra
+        spare -= extra
+    return {k: begin[k] + share[k] for k in end}
+
+
 def _unpack(offsets: Offsets) -> dict[tuple[str, int], int]:
     return {(t, int(q)): int(o) for t, qs in offsets.items() for q, o in qs.items()}
 
 
-def _pack(offsets: dict[tuple[str, int], int]) -> Offsets:
+def pack(offsets: dict[tuple[str, int], int]) -> Offsets:
     out: Offsets = {}
     for (t, q), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(q)] = int(o)

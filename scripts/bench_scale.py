@@ -77,11 +77,18 @@ def timed_open(root: str, flavor: str) -> tuple[float, bool]:
     return took, cold
 
 
-def bench_opens(work: str, flavor: str, small: int, big: int, after: int, queues: int) -> list[str]:
+def bench_opens(work: str, flavor: str, small: int, big: int, after: int, queues: int,
+                keep: bool) -> list[str]:
+    """`keep` (a --dir given): the filled stores stay for the next run, which reuses them
+    (each run adds its `after` bytes to both)."""
     out = []
-    roots = {size: os.path.join(work, f"open-{size >> 20}M") for size in (small, big)}
+    roots = {size: os.path.join(work, f"open-{size >> 20}M-{flavor}") for size in (small, big)}
     for size, root in roots.items():
-        fill(root, flavor, size, queues)
+        filled = os.path.join(work, os.path.basename(root) + ".filled")
+        if not (keep and os.path.exists(filled)):
+            shutil.rmtree(root, ignore_errors=True)
+            fill(root, flavor, size, queues)
+            open(filled, "w").close()
     clean = {size: timed_open(root, flavor) for size, root in roots.items()}
     cold = all(c for _, c in clean.values())
     out.append(_row(f"clean open, {big >> 20} MB store vs {small >> 20} MB, {queues} queues"
@@ -89,16 +96,37 @@ def bench_opens(work: str, flavor: str, small: int, big: int, after: int, queues
                     "<= 1.5x"))
     abnormal = {}
     for size, root in roots.items():
-        child = subprocess.run([sys.executable, __file__, "--crash-writer", root, flavor,
-                                str(after), str(queues)])
-        if child.returncode != 0 or not os.path.exists(os.path.join(root, "abort")):
-            raise SystemExit("bench: the crash writer did not leave a crashed store")
+        _crash(root, flavor, after, queues)
         abnormal[size] = timed_open(root, flavor)
     out.append(_row(f"abnormal open, {big >> 20} MB vs {small >> 20} MB store, {after >> 20} MB "
                     "after the checkpoint", abnormal[big][0], abnormal[small][0], "<= 2x"))
-    for root in roots.values():
-        shutil.rmtree(root, ignore_errors=True)
+    rss = {size: _abnormal_mount_rss(root, flavor, after, queues, work) for size, root in roots.items()}
+    out.append(f"{f'RssAnon of the daemon after an abnormal mount, {big >> 20} MB vs {small >> 20} MB store':<78} "
+               f"{rss[big]:8.1f} MB vs {rss[small]:8.1f} MB  (want <= 300 MB, not growing with the store)")
+    if not keep:
+        for root in roots.values():
+            shutil.rmtree(root, ignore_errors=True)
     return out
+
+
+def _crash(root: str, flavor: str, after: int, queues: int) -> None:
+    """Leave `root` as a writer killed `after` bytes past its last checkpoint leaves it."""
+    child = subprocess.run([sys.executable, __file__, "--crash-writer", root, flavor,
+                            str(after), str(queues)])
+    if child.returncode != 0 or not os.path.exists(os.path.join(root, "abort")):
+        raise SystemExit("bench: the crash writer did not leave a crashed store")
+
+
+def _abnormal_mount_rss(root: str, flavor: str, after: int, queues: int, work: str) -> float:
+    """RssAnon of a daemon whose mount recovered from a crash (issue 19: it grew with the store)."""
+    _crash(root, flavor, after, queues)
+    mnt = os.path.join(work, "mnt-abnormal")
+    os.makedirs(mnt, exist_ok=True)
+    _mount(root, mnt)
+    try:
+        return _rss_anon_mb(_daemon(mnt))
+    finally:
+        _umount(mnt)
 
 
 def _row(what: str, value: float, base: float, target: str) -> str:
@@ -190,7 +218,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="128 MB / 1 GB stores, 2,000 topics")
     p.add_argument("--flavor", default="rocketmq", choices=("rocketmq", "xxhash"))
-    p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--dir", help="work directory, kept: its filled stores are reused by the next "
+                   "run (default: a new one under /tmp, removed)")
     p.add_argument("--only", choices=("opens", "queues"))
     p.add_argument("--crash-writer", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -205,7 +234,7 @@ def main() -> int:
     rows = []
     try:
         if a.only in (None, "opens"):
-            rows += bench_opens(work, a.flavor, small, big, after, queues=16)
+            rows += bench_opens(work, a.flavor, small, big, after, queues=16, keep=bool(a.dir))
         if a.only in (None, "queues"):
             rows += bench_queues(work, a.flavor, topics, per_topic=4)
     finally:

@@ -34,14 +34,16 @@ from .files.flush import FlushServices
 from .files.index_service import IndexService
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
+from .files.queue_registry import QueueRegistry, Recorded
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, parse_host
-from .integrity import repair_journal
+from .integrity import first_use, repair_journal
+from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
-from .integrity.recovery import RecoveryReport, StoreParts, grew_after_checkpoint, open_read_only, recover
+from .integrity.recovery import RecoveryReport, StoreParts, open_read_only, recover, tail_record
 from .integrity.scrub import Scrub
 from .meta import dispatch_state, kept_ends
 from .meta.manifest import inspect, is_store, write_manifest
@@ -179,7 +181,9 @@ class MessageStore(StoreReads):
         self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
         self.put_lock = threading.Lock()
         self.flush_lock = threading.Lock()
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.consume_queues = QueueRegistry(self._open_recorded)
+        self._vouched: dispatch_state.Vouched | None = None
+        self._kept: kept_ends.Kept = {}
         self.queue_stand_ins: dict[tuple[str, int], QueueView] = {}
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
         self.topic_table = TopicTable(self.root)
@@ -199,7 +203,7 @@ class MessageStore(StoreReads):
 
     def _parts(self) -> StoreParts:
         return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
-                          self.index, self.checkpoint, self.dispatch, self.flush_logics)
+                          self.index, self.checkpoint, self.dispatch, self.flush_logics, self._vouched)
 
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
@@ -207,7 +211,6 @@ class MessageStore(StoreReads):
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
                                    transient=cfg.transient_pool)
         self.commitlog.load()
-        self._load_consume_queues()
         if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
@@ -220,9 +223,11 @@ class MessageStore(StoreReads):
             log.warning("no abort file, but the checkpoint is not the one the last clean close "
                         "left: recovering as after a crash")
             last_exit_ok = False
+        self._register_queues(last_exit_ok)
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                                 strict=self.checkpoint.commitlog_flushed_offset > 0,
-                                timestamp_at=self._record_time)
+                                timestamp_at=self._record_time,
+                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count))
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -234,13 +239,44 @@ class MessageStore(StoreReads):
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
-        if kept_ends.extend(kept_ends.read(self.root), self.consume_queues, self._create_queue,
+        if kept_ends.extend(self._kept, self.consume_queues, self._create_queue,
                             self.commitlog.max_offset):
             self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
-        for cq in self.consume_queues.values():  # retention may have cut the CommitLog head
+        for cq in self.consume_queues.opened().values():  # retention may have cut the head
             cq.correct_min_offset(self.commitlog.min_offset)
         self.topic_table.add_found(self.consume_queues)
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
+
+    def _register_queues(self, last_exit_ok: bool) -> None:
+        """Know every queue: after a clean close that recorded them all, from that record,
+        opening none (each is proven at its first use: `_open_recorded`); otherwise opened
+        from what is on disk, for recovery to check."""
+        self._kept = kept_ends.read(self.root)
+        if last_exit_ok:
+            self._vouched = dispatch_state.vouched(self.root, self.checkpoint.commitlog_flushed_offset)
+        if self._vouched is None:
+            self._load_consume_queues()
+            return
+        self.consume_queues.record({key: Recorded(count, head)
+                                    for key, (count, head) in self._vouched.queues.items()})
+
+    def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
+        """A queue known from a record, opened at its first use and its end proven
+        (store/integrity/first_use.py); the caller holds the put lock (or is the open)."""
+        cq = ConsumeQueue(self.root, key[0], key[1], self.config.consume_queue_units)
+        cq.filler_before = self._filler_before
+        try:
+            first_use.prove(self._parts(), self.tags_codes, cq, rec, self._kept, self._noted)
+        except BaseException:
+            cq.close()
+            raise
+        return cq
+
+    def _noted(self, what: str, quarantined: list[str]) -> None:
+        """What a queue's first use mended, shown with what recovery did (status.json)."""
+        if self.recovery is not None:
+            self.recovery.notes.append(what)
+            self.recovery.quarantined += quarantined
 
     def _load_consume_queues(self, read_only: bool = False) -> None:
         base = os.path.join(self.root, "consumequeue")
@@ -292,8 +328,9 @@ class MessageStore(StoreReads):
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
-        dispatch_state.save(self.root, self.consume_queues, self.index.files,
-                            self.checkpoint.commitlog_flushed_offset)
+        dispatch_state.save(self.root, self.consume_queues.ends(), self.index.files,
+                            self.checkpoint.commitlog_flushed_offset,
+                            tail_record(self._parts(), self.checkpoint.commitlog_flushed_offset))
         self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
         safefs.unlink(self.abort_path)
@@ -306,8 +343,9 @@ class MessageStore(StoreReads):
             obj = getattr(self, part, None)
             if obj is not None:
                 obj.close()
-        for cq in getattr(self, "consume_queues", {}).values():
-            cq.close()
+        queues = getattr(self, "consume_queues", None)
+        if queues is not None:
+            queues.close()
 
     # --- writing ---------------------------------------------------------------------------
     def _writable(self) -> None:
@@ -564,14 +602,17 @@ class MessageStore(StoreReads):
             with self.put_lock:
                 dispatched = self.commitlog.queue.max_wrote_offset
                 logics_ts = self._dispatched_ts
+                newest_index = self.index.newest()
             queue = self.commitlog.queue
             if flush_commitlog:
                 queue.commit()
                 queue.flush()
                 self.flush_services.flushed.advance(queue.flushed_where)
                 self.flush_services.committed.advance(queue.max_offset)
-            for cq in list(self.consume_queues.values()):
+            for cq in self.consume_queues.opened().values():
                 cq.flush()
+            with self.put_lock:  # no queue is between a reservation and its write
+                self.consume_queues.trim()
             cp = self.checkpoint
             cp.commitlog_flushed_offset = queue.flushed_where
             cp.confirm_phy_offset = queue.flushed_where
@@ -583,17 +624,18 @@ class MessageStore(StoreReads):
                 cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
             self.index.flush_sealed()
             cp.index_msg_timestamp = self.index.flushed_end_timestamp
+            cp.index_file, cp.index_count = self.index.sync_newest(newest_index, cp.commitlog_flushed_offset)
             cp.flush()
 
     def flush_logics(self) -> None:
         """After recovery rebuilt entries: make them durable before anything else happens."""
-        for cq in self.consume_queues.values():
+        for cq in self.consume_queues.opened().values():
             cq.flush()
         self.index.flush()
 
     def _drop_below(self, min_commitlog_offset: int) -> None:
         """ConsumeQueue and IndexFile files that only point below what retention left."""
-        for cq in list(self.consume_queues.values()):
+        for cq in self.consume_queues.opened().values():  # the others: at their first use
             cq.delete_expired(min_commitlog_offset)
         self.index.delete_expired(min_commitlog_offset)
 

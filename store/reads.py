@@ -4,15 +4,17 @@ damaged unit never serves another message."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 
 import numpy as np
 
 from .errors import CodecError, CorruptionError, NotFound
 from .files.commitlog import CommitLog
-from .files.consume_queue import ConsumeQueue, QueueView, RebuiltQueue
+from .files.consume_queue import QueueView, RebuiltQueue
 from .files.dispatcher import TagsCodes, takes_unit
 from .files.index_service import IndexService
+from .files.queue_registry import QueueRegistry
 from .format import codec, message
 from .format.flavor import Flavor
 from .format.message import StoredMessage
@@ -25,7 +27,8 @@ class StoreReads:
     """Reads over an open store's files; MessageStore owns the files and their lifecycle."""
 
     commitlog: CommitLog
-    consume_queues: dict[tuple[str, int], ConsumeQueue]
+    consume_queues: QueueRegistry
+    put_lock: threading.Lock
     queue_stand_ins: dict[tuple[str, int], QueueView]  # what reads see while a queue's files are replaced
     index: IndexService
     topic_table: TopicTable
@@ -36,7 +39,11 @@ class StoreReads:
         stand_in = self.queue_stand_ins.get((topic, queue_id))
         if stand_in is not None:  # its files are being replaced (the scrub's rebuild)
             return stand_in
-        cq = self.consume_queues.get((topic, queue_id))
+        key = (topic, queue_id)
+        cq = self.consume_queues.peek(key)
+        if cq is None and key in self.consume_queues:
+            with self.put_lock:  # its first use: opened and its end proven, the log still
+                cq = self.consume_queues.get(key)
         if cq is None:
             if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:
                 return RebuiltQueue.of(topic, queue_id, [])  # declared, no message yet
@@ -108,9 +115,15 @@ class StoreReads:
         return queue_offsets, lengths, stamps
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        rec = self.consume_queues.recorded((topic, queue_id))
+        if rec is not None and self.commitlog.queue.min_offset == 0:
+            return rec.min_offset  # a queue not open: as recorded (retention never cut the log)
         return self._cq(topic, queue_id).min_offset
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        rec = self.consume_queues.recorded((topic, queue_id))
+        if rec is not None:
+            return rec.entries  # a queue not open: as recorded (a put opens it and proves its end)
         return self._cq(topic, queue_id).max_offset
 
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:

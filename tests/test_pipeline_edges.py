@@ -22,7 +22,7 @@ from pipeline import cli  # noqa: E402
 from pipeline.bounds import kept_bounds  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
 from pipeline.options import read_options  # noqa: E402
-from pipeline.source import MqfsReader  # noqa: E402
+from pipeline.source import MqfsDataSource, MqfsReader  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
 from store import Message, MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
@@ -203,6 +203,35 @@ def test_several_stores_read_as_one_with_a_store_column(spark, store, tmp_path):
     assert len(got) == len(set(got)) == 600
     assert {(s, t, q) for s, t, q, _ in got} == {(root, r["topic"], r["queue_id"])
                                                 for root in (a, b) for r in expected_rows(root).values()}
+
+
+
+def _moved(start: dict, end: dict) -> int:
+    """Rows between two offsets of a stream over several stores."""
+    return sum(o - start[root].get(t, {}).get(q, 0)
+               for root, ts in end.items() for t, qs in ts.items() for q, o in qs.items())
+
+
+def test_a_stream_over_several_stores_shares_its_limits_by_backlog(tmp_path):
+    """maxOffsetsPerTrigger is one limit over every store's queues, shared by backlog (a
+    store with little waiting does not halve the rate of one with much), and
+    minOffsetsPerTrigger counts the rows waiting in all stores, as Kafka's source does."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    build_store(a, 1000, seed=40)
+    build_store(b, 10, seed=41)
+    options = {"paths": json.dumps([a, b]), "startingOffsets": "earliest", "maxOffsetsPerTrigger": "200",
+               "minOffsetsPerTrigger": "50", "maxTriggerDelay": "1h"}
+    reader = MqfsDataSource(options).streamReader(None)
+    limit = reader.getDefaultReadLimit()
+    at, steps = reader.initialOffset(), []
+    while (nxt := reader.latestOffset(at, limit)) != at:
+        steps.append(_moved(at, nxt))
+        at = nxt
+    assert steps == [200] * 5  # 1010 waiting: full batches; the last 10 (< 50) are held back
+    append(a, 30, seed=42, start=1000)
+    append(b, 30, seed=43, start=10)
+    nxt = reader.latestOffset(at, limit)  # 10 + 30 + 30 waiting >= 50, though < 50 in each store
+    assert _moved(at, nxt) == 70
 
 
 def append(root: str, n: int, seed: int, start: int) -> None:

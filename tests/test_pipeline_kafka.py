@@ -19,7 +19,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
 from pipeline import cli  # noqa: E402
 from pipeline.jobs import audit  # noqa: E402
 from pipeline.options import read_options  # noqa: E402
-from pipeline.source import PushdownReader  # noqa: E402
+from pipeline.source import MqfsDataSource, PushdownReader  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
 from store import MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, store_layout  # noqa: E402
@@ -356,3 +356,62 @@ def test_a_stream_starting_past_the_end_starts_at_the_end(spark, tmp_path):
     want = {(r["queue_id"], r["queue_offset"]) for r in expected_rows(root).values()
             if r["topic"] == "Orders" and (r["queue_id"] != 0 or r["queue_offset"] >= end)}
     assert got == want and any(qid == 0 for qid, _ in got)
+
+
+def _trigger_times(q) -> list[tuple[float, int]]:
+    """(trigger start in seconds since the epoch, rows) of every batch that read rows."""
+    from datetime import datetime
+    return [(datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp(),
+             p["numInputRows"]) for p in q.recentProgress if p["numInputRows"]]
+
+
+def test_min_offsets_per_trigger_holds_a_small_backlog_for_max_trigger_delay(tmp_path):
+    """The stream reader alone, as Spark calls it each trigger: a backlog under
+    minOffsetsPerTrigger is held back until maxTriggerDelay has passed since the last batch."""
+    import time
+    root = str(tmp_path / "store")
+    build_store(root, 300, seed=5)
+    reader = MqfsDataSource({"path": root, "startingOffsets": "earliest", "minOffsetsPerTrigger": "100",
+                             "maxTriggerDelay": "2s"}).streamReader(None)
+    limit = reader.getDefaultReadLimit()
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, limit)
+    batch_at = time.monotonic()
+    assert first != start  # 300 waiting >= 100: no wait
+    append(root, 20, seed=6, start=300)
+    while (second := reader.latestOffset(first, limit)) == first:
+        assert time.monotonic() - batch_at < 60, "the held rows never came"
+        time.sleep(0.05)  # polls as Spark's trigger does
+    assert time.monotonic() - batch_at >= 2.0
+    moved = sum(o - first[t][q] for t, qs in second.items() for q, o in qs.items())
+    assert moved == 20
+
+
+def test_a_stream_with_min_offsets_per_trigger_runs_the_held_batch_after_the_delay(spark, tmp_path):
+    import time
+    root = str(tmp_path / "store")
+    build_store(root, 300, seed=5)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    started = time.time()  # the reader counts its delay from when the query made it
+    q = (spark.readStream.format("mqfs")
+         .options(startingOffsets="latest", minOffsetsPerTrigger="100", maxTriggerDelay="12s")
+         .load(root).writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", ckpt).trigger(processingTime="100 milliseconds").start())
+    try:
+        q.processAllAvailable()
+        append(root, 20, seed=6, start=300)  # 20 < 100: held back, at most maxTriggerDelay
+        while not _trigger_times(q):
+            assert q.exception() is None and q.isActive
+            q.awaitTermination(0.2)
+    finally:
+        q.stop()
+    [(at, rows)] = _trigger_times(q)
+    assert rows == 20 and at - started >= 11.5
+    assert spark.read.parquet(out).count() == 20
+
+
+def test_available_now_ignores_min_offsets_per_trigger(spark, store, tmp_path):
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    q = stream_to(spark, store, out, ckpt, minOffsetsPerTrigger="1000000", maxTriggerDelay="1h")
+    assert q.exception() is None
+    assert spark.read.parquet(out).count() == len(expected_rows(store))

@@ -38,9 +38,10 @@ def test_a_deleted_first_consumequeue_file_is_caught_by_the_open(tmp_path):
     with MessageStore(root, small_config(read_only=True), create=False) as s:
         assert s.min_offset("t", 0) == 0 and bytes(s.get("t", 0, 5).body) == b"m5"
     with MessageStore(root, small_config(), create=False) as s:
+        assert not s.recovery.notes  # the open opened no queue: the first use proves it
+        assert [bytes(m.body) for m in s.get_range("t", 0, 0, 3)] == [b"m0", b"m1", b"m2"]
         assert any("lost its first file" in n for n in s.recovery.notes)
         assert s.min_offset("t", 0) == 0 and s.max_offset("t", 0) == 250
-        assert [bytes(m.body) for m in s.get_range("t", 0, 0, 3)] == [b"m0", b"m1", b"m2"]
         assert s.put(Message.create("t", b"next")).queue_offset == 250
 
 

@@ -314,6 +314,11 @@ class ConsumeQueue:
     def flush(self) -> None:
         self.queue.flush()
 
+    def settled(self) -> bool:
+        """Every unit written is on disk: the object may be dropped and the queue opened
+        again from its files (`QueueRegistry.trim`)."""
+        return self.queue.synced()
+
     def close(self) -> None:
         self.queue.close()
 

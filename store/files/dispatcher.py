@@ -21,6 +21,7 @@ from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
 from .consume_queue import ConsumeQueue
+from .queue_registry import QueueRegistry
 
 if TYPE_CHECKING:
     from .index_service import IndexService
@@ -121,7 +122,7 @@ class Dispatcher:
     makes a queue the topic table knows; `fillers` collects (offset, size) of the filler
     records repair left, as they are dispatched."""
 
-    def __init__(self, tags: TagsCodes, consume_queues: dict[tuple[str, int], ConsumeQueue],
+    def __init__(self, tags: TagsCodes, consume_queues: QueueRegistry,
                  index: IndexService, create_queue: Callable[[str, int, bool], ConsumeQueue],
                  fillers: list[tuple[int, int]]):
         self.tags = tags

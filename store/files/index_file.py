@@ -11,8 +11,10 @@ verify and the offline views read them from here.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +34,18 @@ _GROW_STEP = 4096  # entries looked at a step when a live file is followed
 _SCAN = 1 << 22  # bytes looked at a step when the last written entry is searched from the end
 _I32 = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
+_SECTOR = 512  # a power cut may tear a write at this granularity
+
+
+@dataclass
+class Mend:
+    """What `kept_upto` found to change on disk, done once recovery goes on: the entries
+    past the vouched count zeroed, and the bucket heads that point at them set back."""
+
+    first: int  # entries [first, stop) are zeroed
+    stop: int
+    slots: np.ndarray  # bucket heads to set back
+    heads: np.ndarray  # to these values
 
 
 def index_file_size(slots: int, entries: int) -> int:
@@ -131,10 +145,69 @@ class IndexFile:
         self.index_count = n
         return True
 
-    def header_ok(self) -> bool:
+    def kept_upto(self, n: int, timestamp_at: Callable[[int], int | None]) -> Mend | None:
+        """After a crash: this file as the checkpoint vouched for it, entries 1..n-1 (synced
+        before the checkpoint was written), the summary in memory made theirs. What must
+        change on disk follows (`Mend`): entries written after the checkpoint are dropped
+        and the bucket heads that point at them set back to the chains' older entries.
+        Costs the entries past n and one look at the bucket heads, not the file. None,
+        changing nothing, when the part past n does not read as a writer left it (a sector
+        a power cut lost, damage): the caller then indexes the whole file again."""
+        if not 1 <= n <= min(self.written, self.entries) or not self.header_ok(stale=True):
+            return None
+        if n == self.written == self.index_count:  # a clean close: the header says it all
+            return Mend(n, n, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        buf = self.mf.buffer()
+        every = np.frombuffer(buf, dtype=ENTRY_DTYPE, count=self.entries, offset=self._entries_at)
+        if n > 1 and (int(every["phy"][n - 1]) < int(every["phy"][1])
+                      or not every[n - 1].tobytes().strip(b"\0") or not every[1].tobytes().strip(b"\0")):
+            return None  # the first or last vouched entry is zeros, or they run backwards
+        heads = np.frombuffer(buf, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
+        fix = _heads_before(every, heads, n, self.written, self.slots, self._entries_at)
+        if fix is None:
+            return None
+        slots, restored = fix
+        self.index_count = n
+        self.hash_slot_count = int(np.count_nonzero(heads)) - int(np.count_nonzero(restored == 0))
+        if n > 1:
+            self.begin_phy_offset, self.end_phy_offset = int(every["phy"][1]), int(every["phy"][n - 1])
+            begin, end = timestamp_at(self.begin_phy_offset), timestamp_at(self.end_phy_offset)
+            if begin is not None:
+                self.begin_timestamp = begin
+            self.end_timestamp = end if end is not None else \
+                self.begin_timestamp + int(every["diff"][n - 1]) * 1000
+        mend = Mend(n, self.written, slots, restored)
+        self.written = n
+        return mend
+
+    def mend(self, m: Mend) -> None:
+        """Carry out what `kept_upto` found (recovery goes on)."""
+        buf = self.mf.buffer()
+        start, stop = self._entries_at + m.first * ENTRY_SIZE, self._entries_at + m.stop * ENTRY_SIZE
+        buf[start:stop] = bytes(stop - start)
+        heads = np.frombuffer(buf, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
+        heads[m.slots] = m.heads
+        self._write_header()
+
+    def count_below(self, n: int, commitlog_offset: int) -> int:
+        """1 + how many of entries 1..n-1 point below commitlog_offset (they go up in
+        order): what a checkpoint that flushed the CommitLog to there can vouch for."""
+        if n <= 1:
+            return max(n, 1)
+        phy = np.frombuffer(self.mf.buffer(), dtype=ENTRY_DTYPE, count=n - 1,
+                            offset=self._entries_at + ENTRY_SIZE)["phy"]
+        return 1 + int(np.searchsorted(phy, commitlog_offset, "left"))
+
+    def sync(self) -> None:
+        """Entries and bucket heads to disk, the header left as it is (puts may be writing
+        it): what a checkpoint vouches for through its own count."""
+        os.fdatasync(self.mf.fd)
+
+    def header_ok(self, stale: bool = False) -> bool:
         """False for a header no writer could have left (torn or overwritten): counts out of
         range, an offset range running backwards, offsets its first and last entries
-        contradict, or entries past its count. Queries must not trust such a file."""
+        contradict, or entries past its count. Queries must not trust such a file. `stale`:
+        one a crash left, which entries may have outgrown but not fallen short of."""
         # times may run backwards: a broker whose clock stepped back writes an end before
         # its begin, and that file is as good as any other
         if not (1 <= self.index_count <= self.entries and 0 <= self.hash_slot_count <= self.slots
@@ -153,7 +226,7 @@ class IndexFile:
         # the header is written on flush and close only: entries past its count mean it is
         # stale (a crash after more keys were added; `adopt_entries` makes it whole), was
         # zeroed, or garbage landed there
-        return self.written <= self.index_count
+        return self.index_count <= self.written if stale else self.written <= self.index_count
 
     def _write_header(self) -> None:
         _HEADER.pack_into(self.mf.buffer(), 0, self.begin_timestamp, self.end_timestamp,
@@ -306,3 +379,58 @@ class IndexFile:
 
     def destroy(self) -> None:
         self.mf.destroy()
+
+
+def _heads_before(every: np.ndarray, heads: np.ndarray, n: int, written: int, slots: int,
+                  entries_at: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The bucket heads as they were when entry n was next (`kept_upto`): (slots to set
+    back, their values), or None when the entries past n do not read as a writer left them.
+
+    A head below n is already right: the checkpoint synced the heads after entry n-1 went
+    in, and a later write-back only moves one on. A head at or past n must point at the
+    newest of the entries past n in its slot, every such entry must link to the one before
+    it in the slot, and the slot's first one links to the head wanted (below n, an entry of
+    the same slot, or 0). Entries past n are whole (none all zeros: a lost sector leaves
+    whole zero entries), go up in CommitLog offset from entry n-1's, and the last one,
+    which a lost sector could cut in two without zeroing a whole entry, must not straddle
+    a sector when it is the one a head is set back from."""
+    tail = every[n:written]
+    numbers = np.arange(n, written, dtype=np.int64)
+    past = np.flatnonzero(heads >= n)
+    if not len(tail):
+        return (past, np.zeros(0, dtype=np.int64)) if not len(past) else None
+    phy, prev = tail["phy"].astype(np.int64), tail["prev"].astype(np.int64)
+    floor = int(every["phy"][n - 1]) if n > 1 else 0
+    blank = (tail["hash"] == 0) & (phy == 0) & (tail["diff"] == 0) & (prev == 0)
+    if blank.any() or phy[0] < floor or (np.diff(phy) < 0).any() or (tail["diff"] < 0).any() \
+            or (prev < 0).any() or (prev >= numbers).any() or (heads >= written).any():
+        return None
+    slot = tail["hash"].astype(np.int64) % slots
+    order = np.argsort(slot, kind="stable")
+    s_sorted = slot[order]
+    first = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+    later = np.flatnonzero(~first)
+    if (prev[order[later]] != numbers[order[later - 1]]).any():
+        return None  # a link inside a slot's chain past n is wrong
+    last = np.r_[s_sorted[1:] != s_sorted[:-1], True]
+    group_slot, group_first, group_last = s_sorted[first], order[first], order[last]
+    wanted = prev[group_first]  # each slot's head when entry n was next
+    if (wanted >= n).any():
+        return None
+    older = wanted[wanted > 0]
+    if (every["hash"][older].astype(np.int64) % slots != group_slot[wanted > 0]).any():
+        return None
+    at = np.searchsorted(group_slot, past)
+    if (at >= len(group_slot)).any() or (group_slot[np.minimum(at, len(group_slot) - 1)] != past).any():
+        return None  # a head past n no entry past n explains
+    if (heads[past].astype(np.int64) != numbers[group_last[at]]).any():
+        return None
+    settled = np.ones(len(group_slot), dtype=bool)
+    settled[at] = False
+    if (heads[group_slot[settled]].astype(np.int64) != wanted[settled]).any():
+        return None  # a head below n that the slot's first entry past n contradicts
+    edge = entries_at + (written - 1) * ENTRY_SIZE
+    if edge // _SECTOR != (edge + ENTRY_SIZE - 1) // _SECTOR and prev[-1] == 0 \
+            and (group_first[at] == len(tail) - 1).any():
+        return None  # the last entry may be cut in two by a lost sector: its link unproven
+    return past, wanted[at]

@@ -207,6 +207,11 @@ class MappedFileQueue:
         self.flushed_where = where
         return where
 
+    def synced(self) -> bool:
+        """Every byte written and every new name is on disk."""
+        return not self._unsynced and all(mf.flushed_position >= mf.wrote_position
+                                          for mf in self.files)
+
     def unflushed_bytes(self) -> int:
         return self.max_offset - self.flushed_where
 

@@ -30,7 +30,7 @@ def damaged_queues(parts: StoreParts, trusted: int) -> list[tuple[ConsumeQueue, 
     offset, True when a good unit follows it) for each queue with a bad unit. Changes nothing
     on disk. Units the checkpoint vouches for are the background scrub's to check."""
     found = []
-    for cq in list(parts.consume_queues.values()):
+    for cq in parts.consume_queues.opened().values():
         bad = check_back(parts, cq, trusted)
         if bad is not None:
             found.append((cq, *bad))
@@ -73,7 +73,7 @@ def tail_start(parts: StoreParts, target: int) -> int:
     the last unit below it, and only a unit that describes its record counts. 0 when none
     does. Stops at the first queue with one within 1 MiB of the target."""
     best = 0
-    for cq in list(parts.consume_queues.values()):
+    for cq in parts.consume_queues.opened().values():
         lo, hi = cq.min_offset, cq.max_offset
         while lo < hi:
             mid = (lo + hi) // 2

@@ -38,12 +38,12 @@ from ..errors import CodecError, CorruptionError, StoreError
 from ..files import quarantine
 from ..files.consume_queue import ConsumeQueue
 from ..files.mapped_file import MappedFile, offset_to_name
+from ..files.queue_registry import QueueRegistry
 from ..format import codec, columns, layout, message
 from ..format.columns import RecordRun
 from ..format.layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from ..meta import dispatch_state
-from ..meta.retention import recorded_min_offset
-from . import queue_check, salvage
+from . import commitlog_files, queue_check, salvage
 
 if TYPE_CHECKING:
     from ..config import StoreConfig
@@ -66,11 +66,14 @@ class StoreParts:
     config: StoreConfig
     flavor: Flavor
     commitlog: CommitLog
-    consume_queues: dict[tuple[str, int], ConsumeQueue]
+    consume_queues: QueueRegistry
     index: IndexService
     checkpoint: Checkpoint
     dispatch: Callable[[RecordRun], None]
     flush_logics: Callable[[], None]
+    # the last clean close's record, when the open trusts it: queues not opened yet are
+    # proven at their first use (store/integrity/first_use.py), not here
+    vouched: dispatch_state.Vouched | None = None
 
 
 @dataclass
@@ -289,38 +292,6 @@ def _file_name_at(parts: StoreParts, offset: int) -> str:
     return os.path.basename(mf.path) if mf is not None else f"(no file holds offset {offset})"
 
 
-def check_files(parts: StoreParts) -> None:
-    """Refuse to open when a CommitLog file is missing: a gap between files, or the oldest
-    file gone while retention never deleted it (config/retention.json says where the log
-    starts)."""
-    files = parts.commitlog.queue.files
-    size = parts.config.commitlog_file_size
-    fix = (f"nothing was changed: restore the file, or run `mqfs repair {parts.root}` to "
-           "accept the loss")
-    for before, after in zip(files, files[1:]):
-        if after.file_from_offset != before.file_from_offset + size:
-            raise CorruptionError(
-                f"CommitLog file {offset_to_name(before.file_from_offset + size)} is missing "
-                f"(offsets {before.file_from_offset + size}..{after.file_from_offset} lie "
-                f"between {os.path.basename(before.path)} and "
-                f"{os.path.basename(after.path)}); {fix}")
-    for mf in files:
-        if mf.file_from_offset % size:
-            raise CorruptionError(f"CommitLog file {os.path.basename(mf.path)} is not named by a "
-                                  f"multiple of the file size {size}; nothing was changed")
-    recorded = recorded_min_offset(parts.root)
-    if files and recorded is not None and files[0].file_from_offset > recorded:
-        raise CorruptionError(
-            f"CommitLog file {offset_to_name(recorded)} is missing: the log starts at "
-            f"{files[0].file_from_offset}, but retention only deleted up to {recorded}; {fix}")
-    flushed = parts.checkpoint.commitlog_flushed_offset
-    ends = files[-1].file_from_offset + size if files else 0
-    if flushed > ends and (files or recorded is not None):
-        raise CorruptionError(
-            f"the CommitLog files end at {ends}, but the checkpoint says {flushed} bytes were "
-            f"flushed: the newest CommitLog file(s) are missing; {fix}")
-
-
 def _refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> str | None:
     """Why the CommitLog may not be cut at `end`: it may cut only a torn tail, bytes after
     the offset the checkpoint says were flushed (or, with no such offset, after which no
@@ -371,26 +342,13 @@ def _quarantine_tail(parts: StoreParts, end: int) -> list[str]:
             for mf, lo, hi in _data_past(parts, end)]
 
 
-def grew_after_checkpoint(commitlog: CommitLog, checkpoint: Checkpoint) -> bool:
-    """A clean close leaves the checkpoint's flushed offset at the very end of the CommitLog,
-    followed by zeros (never written, or zeroed by recovery). Anything else there means the log
-    was written after the last checkpoint: the exit was not clean, whatever the missing
-    `abort` file says."""
-    flushed = checkpoint.commitlog_flushed_offset
-    mf = commitlog.queue.find(flushed) if flushed > 0 else None
-    if mf is None or mf.file_size - (flushed - mf.file_from_offset) < 8:
-        return False
-    pos = flushed - mf.file_from_offset
-    return mf.buffer()[pos : pos + 8] != bytes(8)
-
-
 def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
     """A read-only open: find the ends in memory, write nothing. Damage inside flushed data
     does not stop it (reads of damaged records fail, every intact one is served); after a
     crash, what a read-write open would do is reported, and records no ConsumeQueue holds
     yet are not shown."""
     report = RecoveryReport(crashed, 0, 0)
-    for cq in parts.consume_queues.values():
+    for cq in parts.consume_queues.opened().values():
         cq.recover()
     queue = parts.commitlog.queue
     if not queue.files:
@@ -407,7 +365,7 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
         report.notes.append(f"a read-write open would cut a torn tail at CommitLog offset {end} "
                             f"({reason}), keeping a copy in quarantine/")
     if crashed:
-        lowest = min((cq.max_physic_offset for cq in parts.consume_queues.values()), default=end)
+        lowest = min((cq.max_physic_offset for cq in parts.consume_queues.opened().values()), default=end)
         if lowest < end:
             report.notes.append(f"a read-write open would index records from CommitLog offset "
                                 f"about {lowest} to {end}; until then they are not listed")
@@ -421,7 +379,7 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
     damaged = {(cq.topic, cq.queue_id) for cq, _, _ in queue_check.damaged_queues(parts, trusted)}
     if not crashed:
         _cut_units_past(parts, end)
-    damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues, queue.min_offset))
+    damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues.opened(), queue.min_offset))
     if damaged:
         for key, rebuilt in queue_check.queues_from_log(parts, damaged).items():
             parts.consume_queues[key].close()
@@ -436,7 +394,7 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
 
 def _cut_units_past(parts: StoreParts, end: int) -> None:
     """Read-only: drop (in memory) each queue's units whose records start at or past end."""
-    for cq in parts.consume_queues.values():
+    for cq in parts.consume_queues.opened().values():
         cq.truncate_from_physical(end)
 
 
@@ -446,17 +404,45 @@ def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
     checkpoint says the queues flushed and where the kept IndexFiles end."""
     queue = parts.commitlog.queue
     if last_exit_ok:
-        ends = (cq.max_physic_offset for cq in parts.consume_queues.values())
-        return max(max(ends, default=0), queue.min_offset)
+        ends = (cq.max_physic_offset for cq in parts.consume_queues.opened().values())
+        # queues not opened hold every record up to where the checkpoint says they flushed
+        recorded = parts.checkpoint.cq_flushed_offset if parts.vouched is not None else 0
+        return max(max(ends, default=0), recorded, queue.min_offset)
     index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
     return max(min(parts.checkpoint.cq_flushed_offset, index_from), queue.min_offset)
+
+
+def _unproven(parts: StoreParts) -> dict[tuple[str, int], ConsumeQueue] | None:
+    """The queues the open checks against the last clean close's counts: all of them, or
+    None when they are proven at their first use instead."""
+    return parts.consume_queues.opened() if parts.vouched is None else None
+
+
+def _tail_start(parts: StoreParts, target: int) -> int:
+    """A record's start at or below CommitLog offset `target`: the one the last clean close
+    recorded (when a record starts there) or one the open queues know, the nearer."""
+    best = queue_check.tail_start(parts, target)
+    at = parts.vouched.tail_record if parts.vouched is not None else None
+    mf = parts.commitlog.queue.find(at) if at is not None and best < at <= target else None
+    if at is not None and mf is not None:
+        msg, _ = step_record(memoryview(mf.buffer()), at - mf.file_from_offset, mf.file_size,
+                             mf.file_from_offset, parts.flavor)
+        if msg is not None:
+            return at
+    return best
+
+
+def tail_record(parts: StoreParts, flushed: int) -> int | None:
+    """For a clean close's record: a record's start _TAIL bytes or more before `flushed`,
+    where the next clean open's check of the CommitLog's tail may begin."""
+    return _tail_start(parts, flushed - _TAIL) or None
 
 
 def _rebuild_what_went_missing(parts: StoreParts) -> bool:
     """After a clean close, files deleted since are found by the state the close left: the
     queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
     whole CommitLog. True when something must be dispatched again."""
-    short, index_lost = dispatch_state.lost_since_close(parts.root, parts.consume_queues,
+    short, index_lost = dispatch_state.lost_since_close(parts.root, _unproven(parts),
                                                         parts.index.files)
     for topic, qid in short:
         log.warning("recovery: ConsumeQueue %s/%d lost entries since the last close; rebuilding",
@@ -515,8 +501,8 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
     CommitLog scanned from the checkpoint (a clean open: its last file) on."""
     queue = parts.commitlog.queue
     cp = parts.checkpoint
-    check_files(parts)
-    for cq in parts.consume_queues.values():
+    commitlog_files.check_files(parts)
+    for cq in parts.consume_queues.opened().values():
         cq.recover()  # finds the end; writes nothing (the bytes past it are zeros)
     plan = Plan(last_exit_ok)
     if not queue.files:
@@ -530,7 +516,7 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
     flushed = cp.commitlog_flushed_offset
     plan.damaged = queue_check.damaged_queues(parts, NOWHERE if last_exit_ok else cp.cq_flushed_offset)
     bad = {(cq.topic, cq.queue_id) for cq, _, _ in plan.damaged}
-    plan.lost_heads = [k for k in dispatch_state.lost_heads(parts.root, parts.consume_queues,
+    plan.lost_heads = [k for k in dispatch_state.lost_heads(parts.root, parts.consume_queues.opened(),
                                                             queue.min_offset) if k not in bad]
     plan.damaged += [(parts.consume_queues[k], parts.consume_queues[k].min_offset, True)
                      for k in plan.lost_heads]
@@ -547,7 +533,7 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
         # a clean close flushed everything: the last _TAIL bytes are checked, not the whole
         # last file (up to 1 GiB); older records are the scrub's
         plan.probe_from = max(plan.probe_from,
-                              min(queue_check.tail_start(parts, flushed - _TAIL), lowest))
+                              min(_tail_start(parts, flushed - _TAIL), lowest))
     # the records `act` will most likely dispatch are kept as this scan parses them
     plan.kept = Kept(max(_dispatch_from(parts, last_exit_ok), plan.probe_from))
     plan.end, _, plan.reason = scan_end(parts, plan.probe_from, NOWHERE,
@@ -567,7 +553,7 @@ def _lowest_dispatch(parts: StoreParts, plan: Plan) -> int:
     lowest = parts.commitlog.queue.min_offset
     at = _dispatch_from(parts, plan.last_exit_ok)
     if plan.last_exit_ok:
-        short, index_lost = dispatch_state.lost_since_close(parts.root, parts.consume_queues,
+        short, index_lost = dispatch_state.lost_since_close(parts.root, _unproven(parts),
                                                             parts.index.files)
         if short or index_lost:
             at = lowest
@@ -606,7 +592,7 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
     report = RecoveryReport(not last_exit_ok, 0, 0)
     parts.index.drop_pending()
     if plan.empty:
-        for cq in parts.consume_queues.values():
+        for cq in parts.consume_queues.opened().values():
             cq.queue.truncate_dirty(0)
             cq.max_physic_offset = 0
         return report
@@ -622,7 +608,7 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
         if _rebuild_what_went_missing(parts):
             dispatch_from = queue.min_offset
     else:
-        for cq in parts.consume_queues.values():
+        for cq in parts.consume_queues.opened().values():
             cq.truncate_from_physical(dispatch_from)
     dispatch_from = queue_check.mend_queues(parts, plan.damaged, dispatch_from, report.notes,
                                             report.quarantined, frozenset(plan.lost_heads))
@@ -642,7 +628,7 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
             log.info("recovery: CommitLog ends at %d (%s)", end, reason)
 
     crash_point("recovery.truncate")
-    for cq in parts.consume_queues.values():
+    for cq in parts.consume_queues.opened().values():
         cq.truncate_from_physical(end)
     index_cut = parts.index.truncate_from_physical(end)
     queue.truncate_dirty(end)
@@ -675,7 +661,7 @@ def _dispatch(parts: StoreParts, plan: Plan, dispatch_from: int) -> int:
         dispatched += more
         if end2 < end:  # damage in a file older than the ones checked above
             raise CorruptionError(_refusal(parts, end2, end, reason2))
-    holed = [cq for cq in parts.consume_queues.values() if cq.hole]
+    holed = [cq for cq in parts.consume_queues.opened().values() if cq.hole]
     if holed:  # a queue lost entries below dispatch_from: dispatch again from its end
         refill_from = max(min(cq.max_physic_offset for cq in holed), queue.min_offset)
         for cq in holed:

@@ -31,11 +31,10 @@ from ..errors import StoreFormatError
 from ..files.consume_queue import ConsumeQueue, RebuiltQueue
 from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
-from ..format import codec, layout
-from ..format.columns import RecordRun
+from ..format import codec
 from ..format.layout import MAGIC_BLANK
-from . import queue_check, salvage
-from .recovery import NOWHERE, check_run, scan_end, step_record
+from . import first_use, queue_check, salvage
+from .recovery import NOWHERE, check_run, step_record
 
 if TYPE_CHECKING:
     from ..message_store import MessageStore
@@ -179,7 +178,7 @@ class Scrub:
         quarantine/ and the new units in."""
         store = self.store
         what = f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its record"
-        units = _units_from_log(store, cq.topic, cq.queue_id)
+        units = first_use.units_from_log(store._parts(), store.tags_codes, cq.topic, cq.queue_id)
         if units is None or (len(units[3]) and int(units[3][-1]) + 1 < cq.max_offset):
             self._found(f"{what}; not rebuilt: the CommitLog does not hold every message of "
                         f"the queue (run `mqfs verify {store.root}` and `mqfs repair`)")
@@ -262,29 +261,3 @@ class Scrub:
                 "commitlog_end": end, "checked_units": self.checked_units,
                 "checked_bytes": self.checked_bytes, "last_pass_done_ms": self.completed_ms,
                 "findings": list(self.findings)}
-
-
-def _units_from_log(store: MessageStore, topic: str, queue_id: int
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(CommitLog offsets, sizes, tagsCodes, queue offsets) of one queue's records, from the
-    whole log, or None when the log does not check out to its end or the queue offsets have
-    gaps (messages lost to damage: `mqfs repair` keeps those offsets taken)."""
-    parts = store._parts()
-    cols: list[list[np.ndarray]] = [[], [], [], []]
-
-    def take(run: RecordRun) -> None:
-        mine = np.fromiter((t == topic for t in run.topics), dtype=bool, count=len(run))
-        rows = np.flatnonzero(mine & (run.queue_id == queue_id) & layout.in_queue(run.sys_flag))
-        tags = store.tags_codes.column(run.topics, run.tags, run.delays, run.store_ts)
-        for i, col in enumerate((run.commitlog_offset, run.size, tags, run.queue_offset)):
-            cols[i].append(col[rows].astype(np.int64))
-
-    parts.dispatch = take
-    start = store.commitlog.queue.min_offset
-    end, _, reason = scan_end(parts, start, start, store.config.check_crc_on_recover, None)
-    if end < store.commitlog.queue.max_offset:
-        return None
-    out = tuple(np.concatenate(c) if c else np.empty(0, dtype=np.int64) for c in cols)
-    if len(out[3]) and np.any(np.diff(out[3]) != 1):
-        return None
-    return out  # type: ignore[return-value]

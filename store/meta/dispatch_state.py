@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..files.consume_queue import ConsumeQueue
@@ -29,24 +30,58 @@ def _path(root: str) -> str:
 
 
 Queues = Mapping[tuple[str, int], ConsumeQueue]
+Ends = Mapping[tuple[str, int], tuple[int, int]]  # queue -> (entry count, first file's queue offset)
 
 
-def save(root: str, consume_queues: Queues, index_files: list[IndexFile],
-         commitlog_end: int | None = None) -> None:
+def ends_of(consume_queues: Queues) -> dict[tuple[str, int], tuple[int, int]]:
+    """What `save` records of open ConsumeQueue objects."""
+    return {key: (cq.max_offset, cq.first_file_offset) for key, cq in consume_queues.items()}
+
+
+def save(root: str, ends: Ends, index_files: list[IndexFile],
+         commitlog_end: int | None = None, tail_record: int | None = None) -> None:
     """Record the files as a clean close leaves them; `commitlog_end` is the flushed CommitLog
-    offset its checkpoint holds (`clean_close_at`). One number or two per queue: a close
-    costs the same whatever the queues hold."""
+    offset its checkpoint holds (`clean_close_at`), `tail_record` a record's start at least
+    8 MiB before it (where the next clean open's check of the CommitLog's tail may begin).
+    One number or two per queue: a close costs the same whatever the queues hold."""
     queues: dict[str, dict[str, int]] = {}
     heads: dict[str, dict[str, int]] = {}
-    for (topic, qid), cq in consume_queues.items():
-        queues.setdefault(topic, {})[str(qid)] = cq.max_offset
-        heads.setdefault(topic, {})[str(qid)] = cq.first_file_offset
+    for (topic, qid), (count, head) in ends.items():
+        queues.setdefault(topic, {})[str(qid)] = count
+        heads.setdefault(topic, {})[str(qid)] = head
     index = {os.path.basename(f.path): f.index_count for f in index_files}
-    ends = {os.path.basename(f.path): f.end_phy_offset for f in index_files}
-    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "indexEnds": ends, "heads": heads}
+    ends_at = {os.path.basename(f.path): f.end_phy_offset for f in index_files}
+    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "indexEnds": ends_at, "heads": heads}
     if commitlog_end is not None:
         state["commitlogEnd"] = commitlog_end
+    if tail_record is not None:
+        state["tailRecord"] = tail_record
     write_json(_path(root), state)
+
+
+@dataclass
+class Vouched:
+    """What a clean close recorded, read once by an open that trusts it: each queue's (entry
+    count, first file's queue offset), and a record start near the CommitLog's end (or None)."""
+
+    queues: dict[tuple[str, int], tuple[int, int]]
+    tail_record: int | None
+
+
+def vouched(root: str, checkpoint_flushed: int) -> Vouched | None:
+    """The last clean close's record of every queue, when it is the record of the session the
+    checkpoint belongs to (its `commitlogEnd` is the checkpoint's flushed offset) and names
+    every queue's first file; None otherwise (the open then looks at what is on disk)."""
+    found = read_json(_path(root), None, check=lambda d: (d, _shape(d)), fix=_FIX)
+    if found is None:
+        return None
+    data, (counts, _, heads) = found
+    if data.get("commitlogEnd") != checkpoint_flushed or "heads" not in data or \
+            counts.keys() != heads.keys():
+        return None
+    tail = data.get("tailRecord")
+    return Vouched({key: (count, heads[key]) for key, count in counts.items()},
+                   tail if isinstance(tail, int) and not isinstance(tail, bool) and tail >= 0 else None)
 
 
 def clean_close_at(root: str) -> int | None:
@@ -116,12 +151,15 @@ def lost_heads(root: str | None, consume_queues: Queues, commitlog_min: int) -> 
             if cq.queue.files and cq.first_file_offset > heads.get(key, 0)]
 
 
-def lost_since_close(root: str, consume_queues: Queues, index_files: list[IndexFile]
+def lost_since_close(root: str, consume_queues: Queues | None, index_files: list[IndexFile]
                      ) -> tuple[list[tuple[str, int]], bool]:
-    """Queues with fewer entries than at the last clean close, and whether IndexFiles went."""
+    """Queues with fewer entries than at the last clean close, and whether IndexFiles went.
+    consume_queues None: the queues are checked as they are opened (`queue_check.prove`)."""
     queues, recorded, _ = read(root)
     short = []
     for (topic, qid), count in queues.items():
+        if consume_queues is None:
+            break
         cq = consume_queues.get((topic, qid))
         if (cq.max_offset if cq is not None else 0) < count:
             short.append((topic, qid))

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import StoreFormatError
 from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
+from ..files.queue_registry import QueueRegistry
 from ..format.message import validate_topic
 from .metadata import checked_name, json_int, json_object, queue_id_key
 
@@ -68,7 +69,7 @@ def add(root: str, more: Kept) -> None:
     write_json(_path(root), data)
 
 
-def extend(kept: Kept, queues: dict[tuple[str, int], ConsumeQueue],
+def extend(kept: Kept, queues: QueueRegistry,
            create: Callable[[str, int], ConsumeQueue], commitlog_end: int) -> bool:
     """Give every queue shorter than its kept end units up to it (pointing at the filler);
     True when any queue changed (the caller flushes them). An end past what a CommitLog of

@@ -146,7 +146,7 @@ def finish(layout: StoreLayout, out: str, queues: Iterable[tuple[str, int]],
         for cq in cqs.values():
             cq.load()
             cq.recover()
-        dispatch_state.save(out, cqs, indexes)
+        dispatch_state.save(out, dispatch_state.ends_of(cqs), indexes)
     finally:
         for cq in cqs.values():
             cq.close()

@@ -1,0 +1,158 @@
+"""Every ConsumeQueue of an open store by (topic, queue id), opened on first use.
+
+A store may hold tens of thousands of queues. After a clean close that recorded them
+(config/dispatchState.json), an open knows each queue by two numbers, its entry count and the
+queue offset its first file starts at, and opens nothing: a queue becomes a ConsumeQueue
+object when it is first used (a read, a put, its offsets), and its end is proven then
+(`open_queue`, given by the store). Otherwise (after a crash, or without such a record) every
+queue found on disk is opened up front and recovery checks them all, as before.
+
+Opened queues stay in a least-recently-used order; `trim` drops the oldest whose every byte is
+on disk once more than `cache` are open, remembering their proven end, so memory grows with
+the queues in use, not with the store. A dropped object is not closed: a reader that still
+holds it sees it whole (its mappings go with the process-wide mapping LRU).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from .consume_queue import ConsumeQueue
+
+Key = tuple[str, int]
+
+
+class Recorded(NamedTuple):
+    """A queue known but not open: its entry count and first file's queue offset, as a clean
+    close recorded them (`proven` False) or as this process last saw it open (True)."""
+
+    entries: int
+    head: int
+    proven: bool = False
+    low: int | None = None  # its minimum offset when last open (None: its head)
+
+    @property
+    def min_offset(self) -> int:
+        return self.head if self.low is None else self.low
+
+
+class QueueRegistry:
+    """The queues of a store: open ones (ConsumeQueue) and recorded ones, one map."""
+
+    def __init__(self, open_queue: Callable[[Key, Recorded], ConsumeQueue], cache: int = 4096):
+        self._open_queue = open_queue
+        self.cache = cache
+        self._open: OrderedDict[Key, ConsumeQueue] = OrderedDict()
+        self._recorded: dict[Key, Recorded] = {}
+        self._lock = threading.RLock()
+
+    def record(self, recorded: dict[Key, Recorded]) -> None:
+        """Queues known from a clean close's record, to be opened on first use."""
+        with self._lock:
+            self._recorded.update(recorded)
+
+    # --- the mapping -----------------------------------------------------------------------
+    def get(self, key: Key, default: ConsumeQueue | None = None) -> ConsumeQueue | None:
+        """The queue, opened (its end proven) if it was only recorded; `default` if unknown."""
+        cq = self.peek(key)
+        if cq is not None:
+            return cq
+        with self._lock:
+            cq = self._open.get(key)
+            if cq is None:
+                rec = self._recorded.get(key)
+                if rec is None:
+                    return default
+                cq = self._open_queue(key, rec)
+                self._open[key] = cq
+                del self._recorded[key]
+            return cq
+
+    def peek(self, key: Key) -> ConsumeQueue | None:
+        """The queue if it is open now; None otherwise (nothing is opened)."""
+        cq = self._open.get(key)
+        if cq is not None:
+            with self._lock:
+                if key in self._open:
+                    self._open.move_to_end(key)
+        return cq
+
+    def __getitem__(self, key: Key) -> ConsumeQueue:
+        cq = self.get(key)
+        if cq is None:
+            raise KeyError(key)
+        return cq
+
+    def __setitem__(self, key: Key, cq: ConsumeQueue) -> None:
+        with self._lock:
+            self._recorded.pop(key, None)
+            self._open[key] = cq
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._open or key in self._recorded
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open) + len(self._recorded)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.keys())
+
+    def keys(self) -> list[Key]:
+        """Every queue's key, open or not (no queue is opened)."""
+        with self._lock:
+            return [*self._open, *self._recorded]
+
+    def values(self) -> list[ConsumeQueue]:
+        """Every queue, opened: for whole-store checks and tests, not for hot paths."""
+        return [cq for key in self.keys() if (cq := self.get(key)) is not None]
+
+    def items(self) -> list[tuple[Key, ConsumeQueue]]:
+        return [(key, cq) for key in self.keys() if (cq := self.get(key)) is not None]
+
+    # --- what costs nothing per untouched queue --------------------------------------------
+    def opened(self) -> dict[Key, ConsumeQueue]:
+        """The queues open now: what flushing, recovery and cleanup loops walk (a queue only
+        recorded has nothing unflushed and nothing to recover)."""
+        with self._lock:
+            return dict(self._open)
+
+    def recorded(self, key: Key) -> Recorded | None:
+        """What is known of a queue not open now (None when it is open or unknown)."""
+        return self._recorded.get(key)
+
+    def ends(self) -> dict[Key, tuple[int, int]]:
+        """(entry count, first file's queue offset) of every queue, for a clean close's record."""
+        with self._lock:
+            out = {key: (rec.entries, rec.head) for key, rec in self._recorded.items()}
+            out.update((key, (cq.max_offset, cq.first_file_offset)) for key, cq in self._open.items())
+            return out
+
+    def trim(self) -> int:
+        """Drop the least recently used open queues past `cache` whose every byte is on disk
+        (the caller holds the put lock, so none is between a reservation and its write);
+        how many were dropped."""
+        dropped = 0
+        with self._lock:
+            excess = len(self._open) - self.cache
+            for key in list(self._open):
+                if excess <= 0:
+                    break
+                cq = self._open[key]
+                if cq.settled():
+                    del self._open[key]
+                    self._recorded[key] = Recorded(cq.max_offset, cq.first_file_offset, True,
+                                                   cq.min_offset)
+                    excess -= 1
+                    dropped += 1
+        return dropped
+
+    def close(self) -> None:
+        with self._lock:
+            for cq in self._open.values():
+                cq.close()
+            self._open.clear()
+            self._recorded.clear()

@@ -1,0 +1,119 @@
+"""A queue's first use in a store opened lazily: the check an open used to make of every queue,
+made of one queue when it is first needed (`files.queue_registry`).
+
+The queue's end is found from the back of its files and proven: its last units (and the
+tagsCodes of the last few) must describe their records, its first file must be where the
+last clean close left it, and it must hold at least the entries that close counted. A queue
+that fails is rebuilt from the CommitLog (old files to quarantine/), as an open rebuilds it;
+when the log does not hold every message the queue gave an offset to, its use is refused
+(offsets are never given out twice, a damaged unit never serves another message) and nothing
+is changed. The caller holds the put lock: the log does not move meanwhile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import CorruptionError
+from ..files.consume_queue import UNIT_SIZE, ConsumeQueue
+from ..files.dispatcher import TagsCodes
+from ..files.queue_registry import Recorded
+from ..format import layout
+from ..format.columns import RecordRun
+from ..meta import kept_ends
+from . import queue_check
+from .recovery import NOWHERE, StoreParts, scan_end
+
+if TYPE_CHECKING:
+    Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+log = logging.getLogger(__name__)
+Note = Callable[[str, list[str]], None]  # (what was done, files put in quarantine/)
+
+
+def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
+          kept: kept_ends.Kept, note: Note) -> None:
+    """Load a queue known from a record, find its end and prove it (see the module)."""
+    cq.load()
+    cq.recover()
+    min_commitlog = parts.commitlog.queue.min_offset
+    if rec.proven and cq.max_offset == rec.entries and cq.first_file_offset == rec.head:
+        cq.min_logic_offset = rec.min_offset * UNIT_SIZE  # as this process left it (its end proven then)
+    else:
+        why = _problem(parts, cq, rec, min_commitlog)
+        if why is not None:
+            _rebuild(parts, tags, cq, rec, why, kept.get((cq.topic, cq.queue_id)), note)
+    if min_commitlog > 0:  # what retention did to the queues open then
+        cq.delete_expired(min_commitlog)
+    cq.correct_min_offset(min_commitlog)
+
+
+def _problem(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, min_commitlog: int) -> str | None:
+    """What is wrong with a queue just loaded, or None."""
+    bad = queue_check.check_back(parts, cq, NOWHERE)
+    if bad is not None:
+        return f"unit {bad[0]} does not match its record"
+    if min_commitlog == 0 and cq.queue.files and cq.first_file_offset > rec.head:
+        return f"lost its first file(s) (it starts at offset {cq.first_file_offset})"
+    if cq.max_offset < rec.entries:
+        return f"holds {cq.max_offset} entries, {rec.entries} at the last clean close"
+    return None
+
+
+def _rebuild(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded, why: str,
+             kept: tuple[int, tuple[int, int]] | None, note: Note) -> None:
+    """Rebuild a queue from the log when the log yields every offset it gave out."""
+    what = f"ConsumeQueue {cq.topic}/{cq.queue_id} {why}"
+    units = units_from_log(parts, tags, cq.topic, cq.queue_id)
+    end = int(units[3][-1]) + 1 if units is not None and len(units[3]) else 0
+    if units is None or end < rec.entries and (kept is None or kept[0] < rec.entries):
+        advice = f"run `mqfs verify {parts.root}`, then `mqfs repair {parts.root}`"
+        if cq.max_offset < rec.entries:  # a put would give out an offset given out before
+            raise CorruptionError(f"{what}, and the CommitLog does not hold every message of "
+                                  f"the queue; nothing was changed: {advice}")
+        # as the scrub does: reads check each record against its unit, so a bad unit fails
+        # alone and the intact messages are served
+        text = (f"{what}; not rebuilt: the CommitLog does not hold every message of the "
+                f"queue, served as found ({advice})")
+        log.warning("recovery: %s", text)
+        note(text, [])
+        return
+    moved = cq.move_to_quarantine(parts.root)
+    offsets, sizes, tags_codes, queue_offsets = units
+    if len(offsets):
+        cq.put_run(offsets, sizes, tags_codes, queue_offsets)
+    if kept is not None and cq.max_offset < kept[0]:
+        cq.keep_taken(*kept)
+    cq.flush()
+    text = f"{what}: rebuilt it from the CommitLog at its first use (old files in quarantine/)"
+    log.warning("recovery: %s", text)
+    note(text, moved)
+
+
+def units_from_log(parts: StoreParts, tags: TagsCodes, topic: str, queue_id: int) -> Units | None:
+    """(CommitLog offsets, sizes, tagsCodes, queue offsets) of one queue's records, from the
+    whole log, or None when the log does not check out to its end or the queue offsets have
+    gaps (messages lost to damage: `mqfs repair` keeps those offsets taken)."""
+    cols: list[list[np.ndarray]] = [[], [], [], []]
+
+    def take(run: RecordRun) -> None:
+        mine = np.fromiter((t == topic for t in run.topics), dtype=bool, count=len(run))
+        rows = np.flatnonzero(mine & (run.queue_id == queue_id) & layout.in_queue(run.sys_flag))
+        codes = tags.column(run.topics, run.tags, run.delays, run.store_ts)
+        for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
+            cols[i].append(col[rows].astype(np.int64))
+
+    mine = dataclasses.replace(parts, dispatch=take)
+    start = parts.commitlog.queue.min_offset
+    end, _, _ = scan_end(mine, start, start, parts.config.check_crc_on_recover, None)
+    if end < parts.commitlog.queue.max_offset:
+        return None
+    out = tuple(np.concatenate(c) if c else np.empty(0, dtype=np.int64) for c in cols)
+    if len(out[3]) and np.any(np.diff(out[3]) != 1):
+        return None
+    return out  # type: ignore[return-value]
