@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .schema import MESSAGE_SCHEMA
+from .scoped import MARKER
 
 EARLIEST, LATEST = -2, -1  # Kafka's codes inside offset JSON
 OFFSET_NAMES = {"earliest": EARLIEST, "latest": LATEST}  # the codes startingOffsets names
@@ -32,7 +33,7 @@ def check_names(options: Mapping[str, str], mode: str) -> None:
     valid = MODES[mode]
     known = {n.lower(): n for n in valid}
     for name in options:
-        if name.lower() in ("path", "paths"):
+        if name.lower() in ("path", "paths", MARKER.lower()):
             continue
         if name.lower() not in known:
             others = [m for m, names in MODES.items() if m != mode and
@@ -250,7 +251,8 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         min_partitions=_int(options, "minPartitions"),
         max_per_trigger=per_trigger if per_trigger is not None else alias,
         columns=columns,
-        push_filters=_choice(options, "pushFilters", ("false", "true")) == "true",
+        push_filters=_choice(options, "pushFilters", ("true", "false") if options.get(MARKER) else
+                             ("false", "true")) == "true",
         all_records=_choice(options, "records", ("queued", "all")) == "all",
         kafka=kafka, headers=headers,
         starting_by_ts=parse_by_timestamp(options, "startingOffsetsByTimestamp"),

@@ -9,8 +9,9 @@ record belongs to the partition its start falls in. The CommitLog end is pinned 
 DataFrame is created (`MqfsDataSource.schema`), so queries planned later read the same records.
 
 The options topic/queue/startTime/endTime/offsets drop records before their bodies are touched;
-with pushFilters=true, Spark's filters on topic, queue_id, queue_offset, commitlog_offset and
-store_timestamp do too, and commitlog_offset ranges drop whole partitions. Every row is checked
+with pushFilters (the default under pipeline.spark.session()), Spark's filters on topic,
+queue_id, queue_offset, commitlog_offset and store_timestamp do too, and commitlog_offset ranges
+drop whole partitions. Every row is checked
 (`scan.failed_checks`); a damaged record fails the read unless damagedRecords=skip.
 """
 
@@ -334,11 +335,10 @@ class MqfsReader(DataSourceReader):
 
 
 class PushdownReader(MqfsReader):
-    """MqfsReader that also takes Spark's filters (option pushFilters=true): topic/queue_id
-    equality and IN, ranges on queue_offset, commitlog_offset and store_timestamp. Opt-in
-    because Spark 4.3.0 keeps the last pushed-down read on the DataFrame's relation and reuses
-    it for a later query with no pushable filter, which then gets only the earlier query's rows
-    (see pipeline/README.md)."""
+    """MqfsReader that also takes Spark's filters (pushFilters, on by default when the JVM
+    provider of pipeline/scoped.py created the source): topic/queue_id equality and IN, ranges
+    on queue_offset, commitlog_offset and store_timestamp. Without that provider Spark 4.3.0
+    hands a pushed-down read to later scans of the relation (see pipeline/README.md)."""
 
     def __init__(self, layout: StoreLayout, opts: ReadOptions, end_offset: int | None):
         super().__init__(layout, opts, end_offset)

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from .scoped import scoped_scans_jar
+
 _LOG4J = """rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
@@ -70,7 +72,12 @@ def session(master: str | None = None, app: str = "mqfs",
                .config("spark.sql.session.timeZone", "UTC")
                # the mqfs reader pushes filters down; Spark refuses such readers without this
                .config("spark.sql.python.filterPushdown.enabled", "true"))
-    for key, value in (conf or {}).items():
+    conf = dict(conf or {})
+    jar = None if submitted else scoped_scans_jar()
+    if jar:  # every scan its own planned read, so filters are pushed by default (scoped.py)
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(
+            p for p in (conf.get("spark.driver.extraClassPath"), jar) if p)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level.upper())

@@ -262,7 +262,7 @@ class MessageStore(StoreReads):
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
-        (store/integrity/first_use.py); the caller holds the put lock (or is the open)."""
+        (store/integrity/first_use.py), under the registry's lock."""
         cq = ConsumeQueue(self.root, key[0], key[1], self.config.consume_queue_units)
         cq.filler_before = self._filler_before
         try:

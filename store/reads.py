@@ -4,7 +4,6 @@ damaged unit never serves another message."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 
 import numpy as np
@@ -28,7 +27,6 @@ class StoreReads:
 
     commitlog: CommitLog
     consume_queues: QueueRegistry
-    put_lock: threading.Lock
     queue_stand_ins: dict[tuple[str, int], QueueView]  # what reads see while a queue's files are replaced
     index: IndexService
     topic_table: TopicTable
@@ -40,10 +38,7 @@ class StoreReads:
         if stand_in is not None:  # its files are being replaced (the scrub's rebuild)
             return stand_in
         key = (topic, queue_id)
-        cq = self.consume_queues.peek(key)
-        if cq is None and key in self.consume_queues:
-            with self.put_lock:  # its first use: opened and its end proven, the log still
-                cq = self.consume_queues.get(key)
+        cq = self.consume_queues.get(key)  # opened and its end proven at its first use
         if cq is None:
             if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:
                 return RebuiltQueue.of(topic, queue_id, [])  # declared, no message yet

@@ -6,6 +6,7 @@ are dropped once flushed."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -120,3 +121,29 @@ def test_opened_queues_beyond_the_cache_are_dropped_once_flushed(tmp_path):
     with MessageStore(root, small_config(), create=False) as s:
         assert s.max_offset("t0", 0) == 5 and s.max_offset("t1", 0) == 4
         assert bytes(s.get("t0", 0, 4).body) == b"after"
+
+
+def test_first_uses_by_readers_and_puts_at_once_need_no_store_lock(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root)
+    with MessageStore(root, small_config(), create=False) as s:
+        errors: list[BaseException] = []
+
+        def read(lo: int) -> None:
+            try:
+                for t in range(lo, TOPICS, 2):
+                    for q in range(4):
+                        assert bytes(s.get(f"t{t}", q, 2).body) == b"%d/%d/2" % (t, q)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                errors.append(exc)
+
+        readers = [threading.Thread(target=read, args=(lo,)) for lo in (0, 1)]
+        for r in readers:
+            r.start()
+        results = [s.put(Message.create(f"t{t}", b"new", queue_id=3)) for t in range(TOPICS)]
+        for r in readers:
+            r.join()
+        assert not errors and {r.queue_offset for r in results} == {3}
+        assert len(s.consume_queues.opened()) == TOPICS * 4
+        assert all(cq.max_offset == (4 if q == 3 else 3)
+                   for (_, q), cq in s.consume_queues.opened().items())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 
@@ -84,6 +85,27 @@ def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
         findings = s.scrub_status()["findings"]
         assert any("damaged record at CommitLog offset 976 (file 00000000000000000000)" in f
                    for f in findings)
+
+
+def test_an_abnormal_open_reads_the_commitlog_from_the_checkpoint_not_from_its_file(tmp_path):
+    """After a crash the open checks and dispatches the records from the checkpoint's on (it
+    scanned from the start of the checkpoint's file: up to 1 GiB more with RocketMQ's
+    sizes); damage in an older record of that file is the scrub's to find."""
+    never = 3_600_000
+    cfg = small_config(commitlog_file_size=1 << 20, flush_interval_ms=never, commit_interval_ms=never,
+                       flush_thorough_interval_ms=never, flush_cq_interval_ms=never)
+    root, crashed = str(tmp_path / "s"), str(tmp_path / "crashed")
+    with MessageStore(root, cfg) as s:
+        s.put_batch([Message.create("t", b"m%d" % i, keys=[f"k{i}"]) for i in range(200)])
+        s.flush()
+        s.put_batch([Message.create("t", b"m%d" % i, keys=[f"k{i}"]) for i in range(200, 250)])
+        shutil.copytree(root, crashed, ignore=shutil.ignore_patterns("lock"))
+    _flip(os.path.join(crashed, "commitlog", "0" * 20), 1000)  # in the 10th or so record
+    with MessageStore(crashed, cfg, create=False) as s:
+        assert s.recovery.abnormal and s.recovery.dispatched <= 51
+        assert [bytes(m.body) for m in s.query_key("k230")] == [b"m230"]
+        s.scrub()
+        assert any("damaged record at CommitLog offset" in f for f in s.scrub_status()["findings"])
 
 
 def test_a_refused_open_leaves_a_broken_indexfile_where_it_was(tmp_path):

@@ -7,7 +7,9 @@ last clean close left it, and it must hold at least the entries that close count
 that fails is rebuilt from the CommitLog (old files to quarantine/), as an open rebuilds it;
 when the log does not hold every message the queue gave an offset to, its use is refused
 (offsets are never given out twice, a damaged unit never serves another message) and nothing
-is changed. The caller holds the put lock: the log does not move meanwhile.
+is changed. No store lock is needed: until the queue is open no put can write to it (a put
+opens it first, through the registry, whose lock the proof holds), and records already in the
+log do not change.
 """
 
 from __future__ import annotations
@@ -109,9 +111,9 @@ def units_from_log(parts: StoreParts, tags: TagsCodes, topic: str, queue_id: int
             cols[i].append(col[rows].astype(np.int64))
 
     mine = dataclasses.replace(parts, dispatch=take)
-    start = parts.commitlog.queue.min_offset
+    start, whole_to = parts.commitlog.queue.min_offset, parts.commitlog.queue.max_offset
     end, _, _ = scan_end(mine, start, start, parts.config.check_crc_on_recover, None)
-    if end < parts.commitlog.queue.max_offset:
+    if end < whole_to:  # (puts of other queues may be writing past whole_to meanwhile)
         return None
     out = tuple(np.concatenate(c) if c else np.empty(0, dtype=np.int64) for c in cols)
     if len(out[3]) and np.any(np.diff(out[3]) != 1):

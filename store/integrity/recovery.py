@@ -275,6 +275,14 @@ def _start_file(parts: StoreParts, offset: int) -> int:
     return mf.file_from_offset
 
 
+def _record_at(parts: StoreParts, offset: int) -> bool:
+    """Whether a whole record that checks out (position field included) starts at offset."""
+    mf = parts.commitlog.queue.find(offset)
+    at = offset - mf.file_from_offset if mf is not None else -1
+    # the search window holds a whole MAGICCODE (4 bytes) only from `at`
+    return mf is not None and salvage.next_record(mf, at, at + 4, parts.flavor) == at
+
+
 def _valid_record_in(parts: StoreParts, lo: int, hi: int) -> int | None:
     """Offset of the first whole record that checks out (position field included) starting
     in (lo, hi), or None: what tells damage in the middle of the log from a torn tail."""
@@ -522,13 +530,13 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
                      for k in plan.lost_heads]
     # the check covers every record `act` will dispatch
     last_start = queue.files[-1].file_from_offset
-    if last_exit_ok:
-        probe_from = min(last_start, flushed or last_start)
-    else:
-        probe_from = max(min(cp.cq_flushed_offset, last_start), queue.min_offset)
+    probe_from = min(last_start, flushed or last_start) if last_exit_ok else cp.cq_flushed_offset
     lowest = _lowest_dispatch(parts, plan)
-    probe_from = min(probe_from, lowest)
-    plan.probe_from = _start_file(parts, max(probe_from, queue.min_offset))
+    probe_from = max(min(probe_from, lowest), queue.min_offset)
+    # after a crash, from the checkpoint's own record (not its file's start: up to 1 GiB
+    # more) when one checks out there; older records are the scrub's
+    plan.probe_from = probe_from if not last_exit_ok and _record_at(parts, probe_from) \
+        else _start_file(parts, probe_from)
     if last_exit_ok and flushed > plan.probe_from:
         # a clean close flushed everything: the last _TAIL bytes are checked, not the whole
         # last file (up to 1 GiB); older records are the scrub's
