@@ -28,13 +28,14 @@ from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFo
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
-from .files.consume_queue import ConsumeQueue, QueueView
+from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
 from .files.index_service import IndexService
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.queue_registry import QueueRegistry, Recorded
+from .files.unit_flush import UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
@@ -184,7 +185,6 @@ class MessageStore(StoreReads):
         self.consume_queues = QueueRegistry(self._open_recorded)
         self._vouched: dispatch_state.Vouched | None = None
         self._kept: kept_ends.Kept = {}
-        self.queue_stand_ins: dict[tuple[str, int], QueueView] = {}
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
         self.topic_table = TopicTable(self.root)
         self.offsets = ConsumerOffsets(self.root)
@@ -197,8 +197,9 @@ class MessageStore(StoreReads):
         """The IndexService, and the dispatcher that writes into it and the queues."""
         cfg = self.config
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor, **kwargs)
+        self.unit_flush = UnitFlush(self.root, self.put_lock)
         self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
-                                     self._create_queue, self._fillers)
+                                     self._create_queue, self._fillers, self.unit_flush)
         return self.index
 
     def _parts(self) -> StoreParts:
@@ -609,8 +610,9 @@ class MessageStore(StoreReads):
                 queue.flush()
                 self.flush_services.flushed.advance(queue.flushed_where)
                 self.flush_services.committed.advance(queue.max_offset)
-            for cq in self.consume_queues.opened().values():
-                cq.flush()
+            # the units put since the last checkpoint, written and synced, and any open
+            # queue's files something else wrote (a rebuild at first use)
+            self.unit_flush.flush(self.consume_queues.opened().values())
             with self.put_lock:  # no queue is between a reservation and its write
                 self.consume_queues.trim()
             cp = self.checkpoint
@@ -629,8 +631,7 @@ class MessageStore(StoreReads):
 
     def flush_logics(self) -> None:
         """After recovery rebuilt entries: make them durable before anything else happens."""
-        for cq in self.consume_queues.opened().values():
-            cq.flush()
+        self.unit_flush.flush(self.consume_queues.opened().values())
         self.index.flush()
 
     def _drop_below(self, min_commitlog_offset: int) -> None:

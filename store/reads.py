@@ -27,16 +27,12 @@ class StoreReads:
 
     commitlog: CommitLog
     consume_queues: QueueRegistry
-    queue_stand_ins: dict[tuple[str, int], QueueView]  # what reads see while a queue's files are replaced
     index: IndexService
     topic_table: TopicTable
     tags_codes: TagsCodes
     flavor: Flavor
 
     def _cq(self, topic: str, queue_id: int) -> QueueView:
-        stand_in = self.queue_stand_ins.get((topic, queue_id))
-        if stand_in is not None:  # its files are being replaced (the scrub's rebuild)
-            return stand_in
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)  # opened and its end proven at its first use
         if cq is None:

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
+from ..errors import StoreError
 from . import quarantine
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
@@ -24,6 +25,7 @@ UNIT_SIZE = 20
 UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _UNIT = struct.Struct(">qiq")
 PRE_BLANK = (0, 0x7FFFFFFF, 0)
+TAIL_MAX = 4096  # bytes of units a queue holds in memory before they go to its files
 
 
 class ConsumeQueue:
@@ -41,6 +43,10 @@ class ConsumeQueue:
         # the filler record repair left before a CommitLog offset, (offset, size) or None:
         # queue offsets of messages lost to damage point there, so none is given out again
         self.filler_before: Callable[[int], tuple[int, int] | None] | None = None
+        # units past the files' end, not written yet: (logical byte they start at, units).
+        # One immutable pair, replaced whole, so a read without the put lock sees a
+        # consistent tail; puts and write_out replace it under the store's put lock
+        self._tail: tuple[int, bytes] = (0, b"")
 
     def load(self) -> None:
         self.queue.load()
@@ -48,8 +54,14 @@ class ConsumeQueue:
     # --- offsets ---------------------------------------------------------------------------
     @property
     def max_offset(self) -> int:
-        """One past the last entry."""
-        return self.queue.max_offset // UNIT_SIZE
+        """One past the last entry (buffered units included)."""
+        start, data = self._tail
+        return (start + len(data) if data else self.queue.max_offset) // UNIT_SIZE
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of units held in memory, not yet written to the files."""
+        return len(self._tail[1])
 
     @property
     def min_offset(self) -> int:
@@ -66,20 +78,77 @@ class ConsumeQueue:
         return np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=mf.read_position // UNIT_SIZE)
 
     # --- writing ---------------------------------------------------------------------------
+    # A put's unit that continues the queue goes to the in-memory tail (`put_buffered`,
+    # `append_units`); write_out() puts the tail into the files (making the directory and
+    # file of a new queue then): the ConsumeQueue flush does, and a put once the tail would
+    # pass TAIL_MAX. A put into a new queue thus costs no file system call at all. Recovery
+    # and rebuilds write straight into the files (`put`, `put_run`).
     def ensure_room(self, n: int = 1) -> None:
-        """Roll to a new file now if the last is full, and reserve blocks for the next n
-        units, so ENOSPC comes before the CommitLog is written rather than between the
-        CommitLog and its ConsumeQueue entry."""
+        """Before a put writes its record: when the tail and n more units would pass
+        TAIL_MAX, write the tail out and reserve blocks for the n units now, so ENOSPC comes
+        before the CommitLog is written rather than between the CommitLog and its unit."""
+        if len(self._tail[1]) + n * UNIT_SIZE <= TAIL_MAX:
+            return
+        self.write_out()
         files = self.queue.files
         if not files or files[-1].wrote_position >= self.file_size:
             self.queue.last_file_for_append(self.queue.max_wrote_offset)
         mf = self.queue.files[-1]
         mf.reserve(min(mf.wrote_position + n * UNIT_SIZE, self.file_size))
 
+    def write_out(self) -> int:
+        """Write the tail into the files, rolling and creating them as needed (caller holds
+        the store's put lock); the bytes written. A failure (ENOSPC) keeps the rest of the
+        tail in memory, still served, for a later try."""
+        start, data = self._tail
+        if not data:
+            return 0
+        done = 0
+        view = memoryview(data)
+        try:
+            while done < len(data):
+                mf = self.queue.last_file_for_append(start + done)
+                if mf.file_from_offset + mf.wrote_position != start + done:
+                    raise StoreError(f"ConsumeQueue {self.topic}/{self.queue_id}: its files end at "
+                                     f"{mf.file_from_offset + mf.wrote_position}, not at "
+                                     f"{start + done} where its buffered units start")
+                take = min(len(data) - done, mf.file_size - mf.wrote_position)
+                crash_point("cq.write")
+                mf.append(view[done : done + take])
+                done += take
+        finally:
+            view.release()
+            if done:
+                self._tail = (start + done, data[done:])
+        return done
+
+    def _end(self) -> int:
+        """Logical byte the next unit goes to: past the tail, or the files' end."""
+        start, data = self._tail
+        return start + len(data) if data else self.queue.max_wrote_offset
+
+    def put_buffered(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """A put's unit for queue_offset (caller holds the put lock): the next unit of the
+        queue goes to the tail; anything else (a first unit above 0, a gap, an entry built
+        already) through `put` once the tail is written."""
+        start, data = self._tail
+        end = start + len(data) if data else self.queue.max_wrote_offset
+        if queue_offset * UNIT_SIZE == end and commitlog_offset + size > self.max_physic_offset:
+            if ARMED:
+                crash_point("cq.write")
+            self._tail = (end - len(data), data + _UNIT.pack(commitlog_offset, size, tags_code))
+            self.max_physic_offset = commitlog_offset + size
+            self.next_offset = queue_offset + 1
+            return True
+        return self.put(commitlog_offset, size, tags_code, queue_offset)
+
     def put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """Append the unit for queue_offset. Idempotent: an entry already built is skipped.
-        The common case (the next unit of a queue whose last file has room) is packed in
-        place at once; everything else goes through `_put`."""
+        """Write the unit for queue_offset into the files (recovery, rebuilds; the tail is
+        written first). Idempotent: an entry already built is skipped. The common case (the
+        next unit of a queue whose last file has room) is packed in place at once;
+        everything else goes through `_put`."""
+        if self._tail[1]:
+            self.write_out()
         files = self.queue.files
         if files and commitlog_offset + size > self.max_physic_offset:
             mf = files[-1]
@@ -95,6 +164,19 @@ class ConsumeQueue:
                 self.next_offset = queue_offset + 1
                 return True
         return self._put(commitlog_offset, size, tags_code, queue_offset)
+
+    def append_units(self, raw: bytes, first: int, end_physic: int) -> bool:
+        """A put_batch's units for this queue (packed, consecutive from queue offset
+        `first`, their last record ending at `end_physic`) added to the tail; False (nothing
+        done) when they do not continue the queue exactly."""
+        start, data = self._tail
+        end = start + len(data) if data else self.queue.max_wrote_offset
+        if first * UNIT_SIZE != end:
+            return False
+        self._tail = (end - len(data), data + raw)
+        self.max_physic_offset = end_physic
+        self.next_offset = first + len(raw) // UNIT_SIZE
+        return True
 
     def _put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """put() for a first unit, a gap, a full file or an entry built already."""
@@ -137,10 +219,11 @@ class ConsumeQueue:
 
     def put_run(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
                 queue_offsets: np.ndarray) -> None:
-        """put() for units in CommitLog order. Once the queue has files and the units left
-        continue it at consecutive offsets, they go in with one copy per file instead of a
-        pack and a write each; until then (a first unit, a gap, entries built already) one
-        by one as put() decides."""
+        """put() for units in CommitLog order (recovery, rebuild), straight into the files:
+        once the queue has files and the units left continue it at consecutive offsets, with
+        one copy per file instead of a pack and a write each; until then (a first unit, a
+        gap, entries built already) one by one as put() decides."""
+        self.write_out()
         keep = offsets + sizes > self.max_physic_offset  # put()'s first test; offsets grow
         offsets, sizes, tags_codes, queue_offsets = (
             offsets[keep], sizes[keep], tags_codes[keep], queue_offsets[keep])
@@ -176,29 +259,39 @@ class ConsumeQueue:
         if queue_offset < self.min_offset or queue_offset >= self.max_offset:
             return None
         logical = queue_offset * UNIT_SIZE
+        start, data = self._tail
+        if data and logical >= start:
+            if logical - start >= len(data):
+                return None
+            return _UNIT.unpack_from(data, logical - start)
         mf = self.queue.find(logical)
         if mf is None:
             return None
         return _UNIT.unpack_from(mf.buffer(), logical - mf.file_from_offset)
 
     def entries(self, queue_offset: int, n: int) -> np.ndarray:
-        """Up to n consecutive units from queue_offset (may cross files)."""
+        """Up to n consecutive units from queue_offset (may cross files and the tail)."""
         out = []
+        start, data = self._tail
         offset = max(queue_offset, self.min_offset)
-        stop = min(queue_offset + n, self.max_offset)
-        while offset < stop:
+        stop = min(queue_offset + n, (start + len(data)) // UNIT_SIZE if data else self.max_offset)
+        files_stop = min(stop, start // UNIT_SIZE) if data else stop
+        while offset < files_stop:
             logical = offset * UNIT_SIZE
             mf = self.queue.find(logical)
             if mf is None:
                 break
             first = (logical - mf.file_from_offset) // UNIT_SIZE
             avail = mf.read_position // UNIT_SIZE - first
-            take = min(avail, stop - offset)
+            take = min(avail, files_stop - offset)
             if take <= 0:
                 break
             arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=take, offset=first * UNIT_SIZE)
             out.append(arr)
             offset += take
+        if data and start // UNIT_SIZE <= offset < stop:  # bytes are immutable: no copy
+            out.append(np.frombuffer(data, dtype=UNIT_DTYPE, count=stop - offset,
+                                     offset=offset * UNIT_SIZE - start))
         if not out:
             return np.empty(0, dtype=UNIT_DTYPE)
         return out[0] if len(out) == 1 else np.concatenate(out)
@@ -243,6 +336,7 @@ class ConsumeQueue:
     def keep_taken(self, end: int, filler: tuple[int, int]) -> None:
         """Extend the queue to `end` with units for messages lost to damage (pointing at a
         filler record): their offsets were given out, so they stay taken."""
+        self.write_out()
         while self.max_offset < end:
             self.queue.last_file_for_append(self.queue.max_wrote_offset).append(
                 _UNIT.pack(filler[0], filler[1], 0))
@@ -250,6 +344,7 @@ class ConsumeQueue:
 
     def cut_tail(self, queue_offset: int) -> None:
         """Drop the units from queue_offset on (a torn tail; dispatch builds them again)."""
+        self.write_out()
         self.queue.truncate_dirty(queue_offset * UNIT_SIZE)
         self._refresh_max_physic()
 
@@ -262,6 +357,7 @@ class ConsumeQueue:
             name = f"consumequeue-{self.topic}-{self.queue_id}-{os.path.basename(mf.path)}"
             moved.append(quarantine.move_file(root, mf.path, name))
         self.queue.files = []
+        self._tail = (0, b"")  # the rebuild puts its units back from the CommitLog
         self.queue.flushed_where = self.queue.committed_where = 0
         self.min_logic_offset = self.max_physic_offset = self.next_offset = 0
         self.hole = False
@@ -277,6 +373,7 @@ class ConsumeQueue:
         CommitLog was cut there). A damaged unit in the middle pointing past commitlog_offset
         does not hide the good units after it. Looked for from the end a chunk at a time: only
         the units past the cut (and one chunk) are read."""
+        self.write_out()
         end = self.queue.min_offset
         for mf in reversed(self.queue.files):
             found = _last_below(mf, commitlog_offset)
@@ -312,12 +409,13 @@ class ConsumeQueue:
         return deleted
 
     def flush(self) -> None:
+        """Sync the files (the tail is `write_out`'s, under the put lock)."""
         self.queue.flush()
 
     def settled(self) -> bool:
         """Every unit written is on disk: the object may be dropped and the queue opened
-        again from its files (`QueueRegistry.trim`)."""
-        return self.queue.synced()
+        again from its files (`QueueRegistry.trim`); never while units wait in the tail."""
+        return not self._tail[1] and self.queue.synced()
 
     def close(self) -> None:
         self.queue.close()

@@ -20,8 +20,9 @@ from ..format import codec, layout, message
 from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
-from .consume_queue import ConsumeQueue
+from .consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
 from .queue_registry import QueueRegistry
+from .unit_flush import UnitFlush
 
 if TYPE_CHECKING:
     from .index_service import IndexService
@@ -109,9 +110,13 @@ class TagsCodes:
 @dataclass
 class BatchPlan:
     """Where a batch goes before any byte is written: each message's queue offset (0 for
-    those no queue holds), the rows each queue takes, and the index keys as (row, hash)."""
+    those no queue holds), the rows that take a unit grouped by queue (`rows`, the queues
+    in `queues` taking `counts` of them each, in that order), and the index keys as
+    (row, hash)."""
 
-    queues: dict[ConsumeQueue, np.ndarray]
+    queues: list[ConsumeQueue]
+    counts: np.ndarray
+    rows: np.ndarray
     queue_offsets: np.ndarray
     key_rows: np.ndarray
     key_hashes: np.ndarray
@@ -120,11 +125,13 @@ class BatchPlan:
 class Dispatcher:
     """Builds ConsumeQueue units and IndexFile entries. `create_queue(topic, qid, persist)`
     makes a queue the topic table knows; `fillers` collects (offset, size) of the filler
-    records repair left, as they are dispatched."""
+    records repair left, as they are dispatched; `units` is the ConsumeQueue flush, told
+    of every queue a put adds units to."""
 
     def __init__(self, tags: TagsCodes, consume_queues: QueueRegistry,
                  index: IndexService, create_queue: Callable[[str, int, bool], ConsumeQueue],
-                 fillers: list[tuple[int, int]]):
+                 fillers: list[tuple[int, int]], units: UnitFlush):
+        self.units = units
         self.tags = tags
         self.consume_queues = consume_queues
         self.index = index
@@ -145,6 +152,7 @@ class Dispatcher:
         queue: ConsumeQueue | None = None
         queue_offset = 0
         if cq is not None and layout.in_queue(sys_flag):
+            self.units.make_room(UNIT_SIZE)
             queue, queue_offset = cq, cq.next_offset
             cq.ensure_room()
         if keys:
@@ -155,7 +163,9 @@ class Dispatcher:
             commitlog_offset: int, size: int, store_ts: int) -> None:
         """The unit and index entries of a record `reserve` made room for."""
         if cq is not None:
-            cq.put(commitlog_offset, size, self.tags.of(msg.topic, msg.properties, store_ts), queue_offset)
+            cq.put_buffered(commitlog_offset, size, self.tags.of(msg.topic, msg.properties, store_ts),
+                            queue_offset)
+            self.units.add(cq, UNIT_SIZE)
         if keys:
             self.index.build(msg.topic, keys, commitlog_offset, store_ts, msg.sys_flag)
 
@@ -163,29 +173,37 @@ class Dispatcher:
     def plan(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray,
              props: Sequence[dict[str, str]]) -> BatchPlan:
         """`reserve` for a batch: queue offsets found by sorting rather than a step per
-        message; missing queues created (for every message, as a single put does) and room
-        made, so a bad queue or a full disk refuses before anything is written."""
+        message, and one short step per queue (found or created, room made), so a bad queue
+        or a full disk refuses before anything is written and a batch over 80,000 queues
+        costs little more than one into a single queue."""
         names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
         group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
         order = np.argsort(group, kind="stable")
-        firsts = np.flatnonzero(np.append(True, group[order][1:] != group[order][:-1]))
-        in_queue = layout.in_queue(sys_flags)
-        queue_offsets = np.zeros(len(topics), dtype=np.int64)
-        queues: dict[ConsumeQueue, np.ndarray] = {}
+        ordered = group[order]
+        firsts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))
+        taken = layout.in_queue(sys_flags)[order]
+        counts = np.add.reduceat(taken.astype(np.int64), firsts)
+        self.units.make_room(int(counts.sum()) * UNIT_SIZE)
         topic_of = list(names)
-        for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
-            rows = order[lo:hi]
-            g = int(group[rows[0]])
+        get, create = self.consume_queues.get, self.create_queue
+        queues, bases = [], []
+        for g, n in zip(ordered[firsts].tolist(), counts.tolist()):
             key = (topic_of[g >> 32], g & 0xFFFFFFFF)
-            cq = self.consume_queues.get(key) or self.create_queue(*key, True)
-            taken = rows[in_queue[rows]]
-            if len(taken):
-                cq.ensure_room(len(taken))
-                queue_offsets[taken] = cq.next_offset + np.arange(len(taken))
-                queues[cq] = taken
+            cq = get(key) or create(*key, True)
+            if n:
+                cq.ensure_room(n)
+            queues.append(cq)
+            bases.append(cq.next_offset)
+        # a taken row's offset: its queue's next offset + the taken rows before it in its queue
+        seen = np.cumsum(taken)
+        before = np.repeat((seen - taken)[firsts], np.diff(np.append(firsts, len(order))))
+        rows = order[taken]
+        queue_offsets = np.zeros(len(topics), dtype=np.int64)
+        queue_offsets[rows] = (np.repeat(np.array(bases, dtype=np.int64), counts)
+                               + (seen - before - 1)[taken])
         key_rows, key_hashes = self._batch_keys(topics, props, sys_flags)
         self.index.ensure_room(len(key_rows))
-        return BatchPlan(queues, queue_offsets, key_rows, key_hashes)
+        return BatchPlan(queues, counts, rows, queue_offsets, key_rows, key_hashes)
 
     def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -216,15 +234,39 @@ class Dispatcher:
         delays = (list(map(dict.get, props[:done], repeat(PROPERTY_DELAY)))
                   if SCHEDULE_TOPIC in topics else None)
         tags_codes = self.tags.column(topics, tags, delays, store_ts)
-        for cq, rows in plan.queues.items():
-            rows = rows[rows < done]
-            if len(rows):
-                cq.put_run(commitlog_offset[rows], sizes[rows], tags_codes[rows], plan.queue_offsets[rows])
+        self._batch_units(plan, done, commitlog_offset, sizes, tags_codes)
         written = plan.key_rows < done
         rows = plan.key_rows[written]
         if len(rows):
             self.index.put_entries(plan.key_hashes[written], commitlog_offset[rows],
                                    np.full(len(rows), store_ts, dtype=np.int64))
+
+    def _batch_units(self, plan: BatchPlan, done: int, commitlog_offset: np.ndarray,
+                     sizes: np.ndarray, tags_codes: np.ndarray) -> None:
+        """The units of the first `done` records of a batch: packed at once, then each
+        queue's slice added to its tail (one short step per queue)."""
+        rows, counts = plan.rows, plan.counts
+        if done < len(commitlog_offset):  # a full disk stopped the batch: rows past it are out
+            written = np.append(0, np.cumsum(rows < done))
+            ends = np.cumsum(counts)
+            counts = written[ends] - written[ends - counts]
+            rows = rows[rows < done]
+        units = np.empty(len(rows), dtype=UNIT_DTYPE)
+        units["offset"], units["size"], units["tags"] = commitlog_offset[rows], sizes[rows], tags_codes[rows]
+        raw = units.tobytes()
+        ends = np.cumsum(counts)
+        nonempty = np.flatnonzero(counts)
+        ends = ends[nonempty]
+        starts = ends - counts[nonempty]
+        firsts = plan.queue_offsets[rows[starts]].tolist()
+        last = rows[ends - 1]
+        end_physic = (commitlog_offset[last] + sizes[last]).tolist()
+        queues = [plan.queues[i] for i in nonempty.tolist()]
+        for cq, lo, hi, first, physic in zip(queues, starts.tolist(), ends.tolist(), firsts, end_physic):
+            if not cq.append_units(raw[lo * UNIT_SIZE:hi * UNIT_SIZE], first, physic):
+                part = rows[lo:hi]
+                cq.put_run(commitlog_offset[part], sizes[part], tags_codes[part], plan.queue_offsets[part])
+        self.units.add_many(queues, len(raw))
 
     # --- records read back from the CommitLog (recovery, rebuild) ------------------------
     def run(self, run: RecordRun) -> None:
@@ -250,5 +292,6 @@ class Dispatcher:
             if cq is None:
                 cq = self.create_queue(topic, qid, False)
             cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
+            self.units.touched[cq] = None  # synced by the next flush
         crash_point("recovery.dispatch")
         self.index.build_run(names, ids, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)

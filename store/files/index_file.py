@@ -355,7 +355,8 @@ class IndexFile:
             # stepped back) reads as the begin, so it may lie before `end` too
             if h == key_hash and begin <= time_read + 999 and (time_read <= end or diff == 0):
                 found.append(phy)
-            if prev <= 0 or prev > self.index_count or prev == cur or \
+            # entries link to older ones only: a link forward (damage) could go round forever
+            if prev <= 0 or prev >= cur or \
                     (time_read + 999 < begin and self.times_in_order()):  # older: earlier
                 break
             cur = prev

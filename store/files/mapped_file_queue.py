@@ -212,6 +212,26 @@ class MappedFileQueue:
         return not self._unsynced and all(mf.flushed_position >= mf.wrote_position
                                           for mf in self.files)
 
+    def sync_marks(self) -> tuple[set[str], list[tuple[MappedFile, int]]]:
+        """What a sync of the whole file system made now will cover (`mark_synced` takes
+        it after): the directories with new entries, and each file's read position."""
+        return set(self._unsynced), [(mf, mf.read_position) for mf in self.files]
+
+    def mark_synced(self, marks: tuple[set[str], list[tuple[MappedFile, int]]]) -> None:
+        """After a sync of the whole file system: what `sync_marks` saw before it counts as
+        flushed, as if `flush` had synced each file and directory."""
+        dirs, positions = marks
+        with self._flush_lock:
+            self._unsynced -= dirs
+            for mf, pos in positions:
+                mf.flushed_position = max(mf.flushed_position, pos)
+            where, prefix = self.flushed_where, True
+            for mf in list(self.files):
+                if prefix:
+                    where = max(where, mf.file_from_offset + mf.flushed_position)
+                    prefix = mf.flushed_position >= mf.file_size
+            self.flushed_where = where
+
     def unflushed_bytes(self) -> int:
         return self.max_offset - self.flushed_where
 

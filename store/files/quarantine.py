@@ -41,6 +41,24 @@ def save_bytes(root: str, name: str, data: bytes | memoryview) -> str:
     return path
 
 
+def link_file(root: str, path: str, name: str) -> str:
+    """A second name for a store file in quarantine/, which stays in service until the
+    caller replaces it (rename over it: the copy keeps the old bytes); its path."""
+    target = _target(root, name)
+    safefs.link(path, target)
+    safefs.make_private(target)
+    safefs.fsync_dir(os.path.dirname(target))
+    return target
+
+
+def scratch_dir(root: str, name: str) -> str:
+    """A new, empty directory under quarantine/ to build files in before they go into
+    service by rename (same filesystem); what a crash leaves there is never read back."""
+    path = _target(root, name)
+    safefs.makedirs(path)
+    return path
+
+
 def move_file(root: str, path: str, name: str) -> str:
     """Move a store file into quarantine/ (same filesystem: a rename) and return its path."""
     target = _target(root, name)

@@ -67,13 +67,14 @@ def check_back(parts: StoreParts, cq: ConsumeQueue, trusted: int) -> tuple[int, 
     return hi + bad, bool(ok[bad:].any())
 
 
-def tail_start(parts: StoreParts, target: int) -> int:
-    """A record boundary at or below CommitLog offset `target`, as close as the queues
-    know one: per queue, a bisection over its units (offsets grow within a queue) finds
-    the last unit below it, and only a unit that describes its record counts. 0 when none
-    does. Stops at the first queue with one within 1 MiB of the target."""
+def tail_start(parts: StoreParts, target: int, limit: int | None = None) -> int:
+    """A record boundary at or below CommitLog offset `target`, as close as the open queues
+    (the `limit` most recently used, or all) know one: per queue, a bisection over its units
+    (offsets grow within a queue) finds the last unit below it, and only a unit that
+    describes its record counts. 0 when none does. Stops at the first queue with one within
+    1 MiB of the target."""
     best = 0
-    for cq in parts.consume_queues.opened().values():
+    for cq in list(reversed(parts.consume_queues.opened().values()))[:limit]:
         lo, hi = cq.min_offset, cq.max_offset
         while lo < hi:
             mid = (lo + hi) // 2

@@ -88,6 +88,7 @@ class RecoveryReport:
 
 NOWHERE = 1 << 63  # a dispatch_from past every record: a scan that only checks
 _TAIL = 8 << 20  # CommitLog bytes before its end a clean open checks
+_TAIL_QUEUES = 1024  # the most recently used queues a close asks for a record start near it
 _RUN = 4096  # records checked and dispatched together: numpy's per-call cost stays small
 
 
@@ -426,10 +427,10 @@ def _unproven(parts: StoreParts) -> dict[tuple[str, int], ConsumeQueue] | None:
     return parts.consume_queues.opened() if parts.vouched is None else None
 
 
-def _tail_start(parts: StoreParts, target: int) -> int:
+def _tail_start(parts: StoreParts, target: int, limit: int | None = None) -> int:
     """A record's start at or below CommitLog offset `target`: the one the last clean close
     recorded (when a record starts there) or one the open queues know, the nearer."""
-    best = queue_check.tail_start(parts, target)
+    best = queue_check.tail_start(parts, target, limit)
     at = parts.vouched.tail_record if parts.vouched is not None else None
     mf = parts.commitlog.queue.find(at) if at is not None and best < at <= target else None
     if at is not None and mf is not None:
@@ -443,7 +444,7 @@ def _tail_start(parts: StoreParts, target: int) -> int:
 def tail_record(parts: StoreParts, flushed: int) -> int | None:
     """For a clean close's record: a record's start _TAIL bytes or more before `flushed`,
     where the next clean open's check of the CommitLog's tail may begin."""
-    return _tail_start(parts, flushed - _TAIL) or None
+    return _tail_start(parts, flushed - _TAIL, _TAIL_QUEUES) or None
 
 
 def _rebuild_what_went_missing(parts: StoreParts) -> bool:
