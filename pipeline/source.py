@@ -58,7 +58,16 @@ from store.offline.views import (
 from .bounds import kept_bounds, start_by_time
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
-from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, checked_runs, record_starts_ok, warn
+from .scan import (
+    ALL_ROWS,
+    Checks,
+    FileBatcher,
+    RowFilter,
+    checked_runs,
+    header_only,
+    record_starts_ok,
+    warn,
+)
 from .schema import message_schema, with_store_column
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
@@ -126,13 +135,24 @@ def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) 
     """Record starts near every `target` bytes of [0, end), from the checked known starts."""
     arr = np.frombuffer(buf, np.uint8)
     cand = known[(known >= file_from) & (known < file_from + end)] - file_from
-    cand = cand[record_starts_ok(arr, cand, file_from)]
     points: list[int] = []
     for nominal in range(target, end, target):
-        i = int(np.searchsorted(cand, nominal))
-        if i < len(cand) and (not points or cand[i] > points[-1]):
-            points.append(int(cand[i]))
+        found = _first_record_start(arr, cand, int(np.searchsorted(cand, nominal)), file_from)
+        if found is not None and (not points or found > points[-1]):
+            points.append(found)
     return points
+
+
+def _first_record_start(arr: np.ndarray, cand: np.ndarray, i: int, file_from: int) -> int | None:
+    """The first of cand[i:] that checks out as a record start, checking a few at a time:
+    planning reads the records near each split, not every record of the file."""
+    while i < len(cand):
+        few = cand[i:i + 64]
+        ok = record_starts_ok(arr, few, file_from)
+        if ok.any():
+            return int(few[int(np.argmax(ok))])
+        i += len(few)
+    return None
 
 
 def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
@@ -310,7 +330,8 @@ class MqfsReader(DataSourceReader):
             return
         if not isinstance(partition, RangePartition):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows
-        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
+        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
+                        checksums=not header_only(self.opts.columns))
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
