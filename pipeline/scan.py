@@ -50,6 +50,13 @@ _KEYS = np.frombuffer(PROPERTY_KEYS.encode(), np.uint8)
 _TAGS = np.frombuffer(PROPERTY_TAGS.encode(), np.uint8)
 _FILLER = np.frombuffer(FILLER_TOPIC.encode("ascii"), np.uint8)
 Range = tuple[int | None, int | None]  # [lo, hi), None = unbounded
+BODY_COLUMNS = frozenset({"body", "keys", "tags", "properties"})  # read from the body onwards
+
+
+def header_only(columns: frozenset[str] | None) -> bool:
+    """Whether a read of these columns needs nothing of a record past its header and topic:
+    such a read never touches bodies, so it cannot check their checksums (`Checks`)."""
+    return columns is not None and not columns & BODY_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,16 @@ class DamagedRecord(CodecError):
 
 @dataclass
 class Checks:
-    """How a read treats damaged records: fail (default) or skip and count them."""
+    """How a read treats damaged records: fail (default) or skip and count them. With
+    `checksums` off (header-only reads) a record is checked as far as its header goes: its
+    magic, its size, and field lengths that add up to it with an ASCII topic (the walk's
+    structural checks, what `codec.decode` checks before any checksum); the checksums, which
+    cover the body, are not computed."""
 
     flavor: Flavor
     path: str = ""
     skip: bool = False
+    checksums: bool = True
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (CommitLog offset, reason)
 
     def reject(self, commitlog_offset: int, file_from: int, reason: str) -> None:
@@ -120,9 +132,10 @@ def checked_runs(buf, file_from: int, start: int, end: int, checks: Checks,
     does; a run holds at most max_records records and, unless one record is larger,
     max_bytes bytes."""
     u8 = np.frombuffer(buf, np.uint8)
+    flavor = checks.flavor if checks.checksums else None
     pos = start
     while pos < end:
-        w = walk(buf, pos, end, max_records, checks.flavor, u8)
+        w = walk(buf, pos, end, max_records, flavor, u8)
         r = w.records
         cut = 0
         while cut < len(r):
@@ -190,13 +203,13 @@ class FileBatcher:
         dt = np.dtype(fmt)
         return self._fixed(pos, dt.itemsize).view(dt).ravel().astype(dt.newbyteorder("="))
 
-    def _head(self, r: Records) -> dict[str, np.ndarray]:
+    def _head(self, r: Records, properties: bool = True) -> dict[str, np.ndarray]:
         """Fixed fields of every record (`fields`), the positions of its variable
         parts, and `bad`: the records decode would refuse (their other fields are
         meaningless). PROPERTIES leave out the whole-record checksum trailer: it is the
-        record's, not a property of the message."""
+        record's, not a property of the message (found only when `properties` are read)."""
         bad = ~r.well_formed
-        has_trailer, _ = trailers(self.arr, r.starts, r.ends)
+        has_trailer = trailers(self.arr, r.starts, r.ends)[0] if properties else False
         return {
             "total": r.total, "magic": r.magic, "crc": r.body_crc, "queue_id": r.queue_id,
             "flag": r.flag, "queue_offset": r.queue_offset, "sys_flag": r.sys_flag,
@@ -227,7 +240,7 @@ class FileBatcher:
     def _batch(self, records: Records, flt: RowFilter | None, columns: frozenset[str] | None,
                checked: bool) -> pa.RecordBatch | None:
         starts = records.starts
-        f = self._head(records)
+        f = self._head(records, not header_only(columns))
         keep = ~f["bad"]
         if not keep.all():
             self._reject(starts, ~keep, "malformed record")

@@ -35,6 +35,7 @@ from pyspark.sql.datasource import (
     GreaterThanOrEqual,
     In,
     InputPartition,
+    IsNotNull,
     LessThan,
     LessThanOrEqual,
 )
@@ -57,11 +58,20 @@ from store.offline.views import (
 from .bounds import kept_bounds, start_by_time
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
-from .scan import ALL_ROWS, Checks, FileBatcher, RowFilter, checked_runs, record_starts_ok, warn
+from .scan import (
+    ALL_ROWS,
+    Checks,
+    FileBatcher,
+    RowFilter,
+    checked_runs,
+    header_only,
+    record_starts_ok,
+    warn,
+)
 from .schema import message_schema, with_store_column
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
-from .units import UnitRange, plan_units, read_units
+from .units import UnitPlan, UnitRange, plan_units, read_units
 from .writer import MqfsStreamWriter, MqfsWriter
 
 BATCH_RECORDS = 16384
@@ -125,13 +135,24 @@ def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) 
     """Record starts near every `target` bytes of [0, end), from the checked known starts."""
     arr = np.frombuffer(buf, np.uint8)
     cand = known[(known >= file_from) & (known < file_from + end)] - file_from
-    cand = cand[record_starts_ok(arr, cand, file_from)]
     points: list[int] = []
     for nominal in range(target, end, target):
-        i = int(np.searchsorted(cand, nominal))
-        if i < len(cand) and (not points or cand[i] > points[-1]):
-            points.append(int(cand[i]))
+        found = _first_record_start(arr, cand, int(np.searchsorted(cand, nominal)), file_from)
+        if found is not None and (not points or found > points[-1]):
+            points.append(found)
     return points
+
+
+def _first_record_start(arr: np.ndarray, cand: np.ndarray, i: int, file_from: int) -> int | None:
+    """The first of cand[i:] that checks out as a record start, checking a few at a time:
+    planning reads the records near each split, not every record of the file."""
+    while i < len(cand):
+        few = cand[i:i + 64]
+        ok = record_starts_ok(arr, few, file_from)
+        if ok.any():
+            return int(few[int(np.argmax(ok))])
+        i += len(few)
+    return None
 
 
 def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
@@ -156,15 +177,18 @@ def commitlog_end(layout: StoreLayout) -> int:
 
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
-                    flt: RowFilter = ALL_ROWS, end_offset: int | None = None) -> list[RangePartition]:
+                    flt: RowFilter = ALL_ROWS, end_offset: int | None = None,
+                    span: tuple[int | None, int | None] = (None, None)) -> list[RangePartition]:
     """Byte ranges of the records before `end_offset` (the CommitLog end now when None),
-    split at record starts, fixed for the partitions' lifetime."""
+    split at record starts, fixed for the partitions' lifetime; only those that overlap the
+    filter's CommitLog offsets and `span` (where the units say the selected records are)."""
     files = commitlog_files(layout.root)
     _check_continuity(files, fail_on_data_loss)
     if end_offset is None:
         end_offset = commitlog_end(layout)
-    lo, hi = flt.commitlog_offsets
-    hi = end_offset if hi is None else min(hi, end_offset)
+    lo = _tightest(max, flt.commitlog_offsets[0], span[0])
+    hi = _tightest(min, flt.commitlog_offsets[1], span[1], end_offset)
+    assert hi is not None
     files = [(s, p) for s, p in files if s < hi and (lo is None or s + os.path.getsize(p) > lo)]
     ends = {s: min(os.path.getsize(p), end_offset - s) for s, p in files}
     target = SPLIT_BYTES
@@ -290,12 +314,12 @@ class MqfsReader(DataSourceReader):
         if self.end_offset is None:
             self.end_offset = commitlog_end(self.layout)
         # units point at queued records only: a read of every record walks the CommitLog
-        by_units = (None if flt.all_records else
-                    plan_units(self.layout, flt, self.opts.min_partitions, self.end_offset))
-        if by_units is not None:
-            return list(by_units)
+        plan = UnitPlan(None) if flt.all_records else plan_units(
+            self.layout, flt, self.opts.min_partitions, self.end_offset)
+        if plan.parts is not None:
+            return list(plan.parts)
         return list(plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
-                                    flt, self.end_offset))
+                                    flt, self.end_offset, plan.span))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
@@ -306,11 +330,15 @@ class MqfsReader(DataSourceReader):
             return
         if not isinstance(partition, RangePartition):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows
-        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged)
+        checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
+                        checksums=not header_only(self.opts.columns))
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
                  f"CommitLog offset {checks.skipped[0][0]}: {checks.skipped[0][1]})")
+
+
+_KAFKA_NAMES = {"partition": "queue_id", "offset": "queue_offset", "timestamp": "store_timestamp"}
 
 
 class PushdownReader(MqfsReader):
@@ -333,6 +361,10 @@ class PushdownReader(MqfsReader):
     def _push(self, f: Filter) -> bool:
         column: tuple[str, ...] = getattr(f, "attribute", ())  # Not, And, Or name no column
         name = column[0] if len(column) == 1 else None
+        if self.opts.kafka:  # Kafka's names for the same columns; its others are not pushed
+            name = _KAFKA_NAMES.get(name or "", "topic" if name == "topic" else None)
+        if isinstance(f, IsNotNull):  # Kafka's columns are nullable; these are never null
+            return name in self.pushed or name in self.bounds
         if name in self.pushed and isinstance(f, (EqualTo, In)):
             values = f.value if isinstance(f, In) else (f.value,)
             kind = str if name == "topic" else int

@@ -10,8 +10,10 @@ the promises of "open never destroys":
   offset; a damaged one reads as CorruptionError (EIO), never as other bytes; a new message
   gets a queue offset past every one given out before.
 The scrub-* kinds damage old, checkpointed data an open does not read (a unit far from its
-queue's end, a record in the oldest CommitLog file): the open succeeds, the scrub reports the
-damage (and rebuilds the queue), and then every intact message is served.
+queue's end, a record in the oldest CommitLog file, an entry inside the oldest IndexFile): the
+open succeeds, the scrub reports the damage (and rebuilds the queue), and then every intact
+message is served; a key read never serves a message without that key, and after repair
+every key is found again.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ _FIXED = {"totalsize": (0, 4), "magic": (4, 4), "bodycrc": (8, 4), "queueid": (1
           "storehost": (64, 8), "reconsume": (72, 4), "prepared": (76, 8), "bodylen": (84, 4)}
 T5_KINDS = ("manifest-delete", "manifest-null", "manifest-flavor", "files-swap", "cq-flip",
             "zero-page", "missing-middle", "missing-oldest", "config-json",
-            *(f"flip-{f}" for f in FIELDS), "scrub-cq-flip", "scrub-record-flip")
-SCRUB_KINDS = ("scrub-cq-flip", "scrub-record-flip")
+            *(f"flip-{f}" for f in FIELDS), "scrub-cq-flip", "scrub-record-flip",
+            "scrub-index-flip")
+SCRUB_KINDS = ("scrub-cq-flip", "scrub-record-flip", "scrub-index-flip")
+_ENTRY_BYTES = (*range(0, 12), *range(16, 20))  # an entry's hash, phy and prev (not timeDiff)
 FILE_SIZE = 8192
 
 
@@ -122,6 +126,17 @@ def _mutate(c: _Case) -> None:
         path = rng.choice([p for p in _store_files(root, "consumequeue")
                            if p.endswith("0" * 20)])
         _flip(path, rng.randrange(0, 40 * 20), rng.randrange(8))
+    elif kind == "scrub-index-flip":
+        names = _store_files(root, "index")
+        if len(names) < 2:
+            raise _Skip
+        with open(names[0], "rb") as f:
+            count = struct.unpack_from(">i", f.read(40), 36)[0]
+        if count < 5:
+            raise _Skip
+        slots = crash_config().index_slots
+        entry = rng.randrange(2, count - 2)  # not the first or last: the header vouches for those
+        _flip(names[0], 40 + slots * 4 + entry * 20 + rng.choice(_ENTRY_BYTES), rng.randrange(8))
     elif kind == "scrub-record-flip":
         oldest = [k for k, (o, _) in c.exp.written.items() if o + c.sizes[k] <= FILE_SIZE]
         k = rng.choice(oldest)
@@ -200,6 +215,21 @@ def _scrubbed(store: MessageStore, c: _Case, problems: list[str]) -> None:
     status = store.scrub_status() or {}
     if not status.get("findings"):
         problems.append("the scrub found nothing")
+    if c.kind == "scrub-index-flip":
+        _keys_served(store, c, problems, "after the scrub", whole=False)
+
+
+def _keys_served(store: MessageStore, c: _Case, problems: list[str], where: str,
+                 whole: bool) -> None:
+    """Key reads never serve a message without the key; `whole`: every intact one is found."""
+    for k, (commitlog_offset, _) in c.intact().items():
+        want = expected_message(c.exp.seed, *k, c.exp.max_body)
+        for key in want.keys:
+            got = store.query_key(key, want.topic, max_n=1000)
+            if any(key not in m.keys for m in got):
+                problems.append(f"{where}: key {key} served a message without it")
+            if whole and commitlog_offset not in {m.commitlog_offset for m in got}:
+                problems.append(f"{where}: key {key} of the message at {commitlog_offset} not found")
 
 
 def _queue_ends(c: _Case) -> dict[tuple[str, int], int]:
@@ -273,6 +303,8 @@ def _check(c: _Case, problems: list[str]) -> None:
         problems.append("verify after repair: " + "; ".join(after.lines[:4]))
     with MessageStore(c.root, crash_config(), create=False) as s:
         _serves(s, c, problems, "after repair")
+        if c.kind == "scrub-index-flip":
+            _keys_served(s, c, problems, "after repair", whole=True)
         for (topic, qid), end in _queue_ends(c).items():
             r = s.put(Message.create(topic, b"after repair", queue_id=qid))
             if r.queue_offset < end:

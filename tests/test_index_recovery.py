@@ -6,12 +6,15 @@ A crash is a copy of a live store (abort file and all): what a kill -9 leaves on
 
 import os
 import shutil
+import struct
 
 import pytest
 
 from store import Message, MessageStore
 from store.files.checkpoint import Checkpoint
 from store.files.index_file import ENTRY_SIZE, HEADER_SIZE
+from store.files.index_service import IndexService
+from store.format.flavor import XXHASH
 from tests.store_helpers import files_in, small_config
 
 NEVER = 3_600_000
@@ -107,3 +110,20 @@ def test_a_checkpoint_without_the_index_block_vouches_for_nothing(tmp_path):
     back = Checkpoint.load(path)
     assert (back.index_file, back.index_count) == (0, 0)
     assert (back.index_msg_timestamp, back.commitlog_flushed_offset, back.checked) == (3, 6, True)
+
+
+def test_a_chain_damaged_into_a_loop_ends_a_key_query(tmp_path):
+    """Entries link to older ones only: a flipped link pointing forward used to send a query
+    round the chain forever (one bucket, entry 3 linked to entry 5: 5, 4, 3, 5, ...)."""
+    svc = IndexService(str(tmp_path), 1, 10, XXHASH)
+    for i in range(5):
+        svc.build("t", [f"k{i}"], 100 * (i + 1), 1_700_000_000_000 + i, 0)
+    f = svc.files[0]
+    struct.pack_into(">i", f.mf.buffer(), _entry_at_slots(1, 3) + 16, 5)
+    assert svc.query("t", "k0", 0, 2**62, 64) == []  # k0's entry is behind the broken link
+    assert svc.query("t", "k4", 0, 2**62, 64) == [500]
+    svc.close()
+
+
+def _entry_at_slots(slots: int, n: int) -> int:
+    return HEADER_SIZE + slots * 4 + n * ENTRY_SIZE

@@ -13,6 +13,9 @@ import time
 import pytest
 
 from store import CorruptionError, Message, MessageStore, NotFound
+from store.files.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from store.integrity.verify import verify_store
+from store.repair import apply_repair, plan_repair
 from tests.fs_helpers import mounted, needs_fuse
 from tests.store_helpers import file_hashes, small_config
 
@@ -85,6 +88,29 @@ def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
         findings = s.scrub_status()["findings"]
         assert any("damaged record at CommitLog offset 976 (file 00000000000000000000)" in f
                    for f in findings)
+
+
+@pytest.mark.parametrize("field,byte", [("hash", 3), ("phy", 11), ("prev", 19)])
+def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served(tmp_path, field, byte):
+    """A flipped bit in an entry of an old IndexFile: the open does not read it (its header
+    and ends hold), key reads never serve another message for it, the scrub reports the
+    entry, verify finds it, and repair makes every key found again."""
+    root = str(tmp_path / "s")
+    _fill(root, 1000)  # 200 entries a file: five files
+    oldest = sorted(os.listdir(os.path.join(root, "index")))[0]
+    _flip(os.path.join(root, "index", oldest), HEADER_SIZE + 64 * SLOT_SIZE + 50 * ENTRY_SIZE + byte)
+    with MessageStore(root, small_config(), create=False) as s:
+        assert not s.recovery.notes and not s.recovery.quarantined
+        for i in range(1000):
+            assert all(bytes(m.body) == b"m%d" % i for m in s.query_key(f"k{i}")), i
+        s.scrub()
+        findings = s.scrub_status()["findings"]
+        assert any(f"IndexFile {oldest} entry 50 " in f for f in findings), findings
+    assert not verify_store(root).ok
+    apply_repair(plan_repair(root))
+    with MessageStore(root, small_config(), create=False) as s:
+        for i in range(1000):
+            assert [bytes(m.body) for m in s.query_key(f"k{i}")] == [b"m%d" % i], i
 
 
 def test_an_abnormal_open_reads_the_commitlog_from_the_checkpoint_not_from_its_file(tmp_path):

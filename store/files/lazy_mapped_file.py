@@ -165,3 +165,13 @@ class LazyMappedFile(MappedFile):
         with _lru_lock:
             _lru.pop(self, None)
         self._unmap()
+
+
+def close_under(directory: str) -> None:
+    """Unmap every file under a directory still mapped: those of queue objects a store
+    dropped without closing (readers may have held them), when the store closes."""
+    prefix = os.path.join(directory, "")
+    with _lru_lock:
+        going = [mf for mf in _lru if mf.path.startswith(prefix)]
+    for mf in going:
+        mf.close()

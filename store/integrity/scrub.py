@@ -5,15 +5,17 @@ An open checks only what the checkpoint cannot vouch for (each queue's last unit
 CommitLog past the checkpoint), so its cost does not grow with the store. Damage that happens
 to old, flushed data while the store is closed (a flipped bit, a zeroed page) is what the scrub
 looks for: every ConsumeQueue unit against its record, then every flushed CommitLog record
-(checksums included). Reads already refuse a unit that does not describe its record, so until
-the scrub gets there damage costs an error, never a wrong message.
+(checksums included), then every IndexFile entry against its record and its hash chain.
+Reads already refuse a unit that does not describe its record, and key reads check the
+record's keys, so until the scrub gets there damage costs an error or a missed key, never a
+wrong message.
 
 It works in small steps under the put lock (so retention and puts see whole steps), sleeps
 between steps so it takes about `share` of one core, and records where it is in
 config/scrub.json now and then, so the next mount goes on from there. A damaged queue is
-rebuilt from the CommitLog, as an open does (old files to quarantine/); a damaged record is
-reported (reads of it fail; `mqfs repair` salvages). Findings go to the log and to `status()`.
-`mqfs verify` stays the full offline check.
+rebuilt from the CommitLog, as an open does (old files to quarantine/); a damaged record or
+IndexFile entry is reported (reads of it fail, or key lookups may miss it; `mqfs repair`).
+Findings go to the log and to `status()`. `mqfs verify` stays the full offline check.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
 from ..format import codec
 from ..format.layout import MAGIC_BLANK
-from . import first_use, queue_check, salvage
+from . import first_use, index_check, queue_check, salvage
 from .queue_swap import swap_in
 from .recovery import NOWHERE, check_run, step_record
 
@@ -45,6 +47,7 @@ log = logging.getLogger(__name__)
 NAME = "scrub.json"
 _UNITS = 2048  # ConsumeQueue units checked in one step (a decode each, for the tagsCode)
 _BYTES = 4 << 20  # CommitLog bytes checked in one step
+_ENTRIES = 1024  # IndexFile entries checked in one step (a record decode each)
 _SAVE_EVERY = 10.0  # seconds between saves of the position
 _FINDINGS = 20  # findings remembered in the state
 
@@ -53,11 +56,12 @@ def _state_shape(data: Any) -> dict[str, Any]:
     """The saved position, refused (ValueError) when of a shape `_save` never writes."""
     if not isinstance(data, dict):
         raise ValueError("is not an object")
-    for name in ("passes", "unit", "commitlog", "started_ms", "completed_ms"):
+    for name in ("passes", "unit", "commitlog", "entry", "started_ms", "completed_ms"):
         if type(data.get(name, 0)) is not int:
             raise ValueError(f"has {name} that is not a whole number")
-    if not isinstance(data.get("queue", ""), str) or not isinstance(data.get("findings", []), list):
-        raise ValueError("has a queue or findings of the wrong type")
+    if not isinstance(data.get("queue", ""), str) or not isinstance(data.get("index", ""), str) \
+            or not isinstance(data.get("findings", []), list):
+        raise ValueError("has a queue, index or findings of the wrong type")
     return data
 
 class Scrub:
@@ -78,11 +82,16 @@ class Scrub:
         self.queue: str = state.get("queue", "")  # "topic/queue" being checked, "" = first
         self.unit: int = state.get("unit", 0)
         self.commitlog: int = state.get("commitlog", -1)  # -1: the queues come first
+        # the IndexFile being checked once the CommitLog is done ("" until then, "0" before
+        # the first file), and the entry
+        self.index: str = state.get("index", "")
+        self.entry: int = state.get("entry", 0)
         self.started_ms: int = state.get("started_ms", 0)
         self.completed_ms: int = state.get("completed_ms", 0)
         self.findings: list[str] = list(state.get("findings", []))[-_FINDINGS:]
         self.checked_units = 0
         self.checked_bytes = 0
+        self.checked_entries = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._saved = time.monotonic()
@@ -130,11 +139,15 @@ class Scrub:
             if self._queue_step():
                 return True
             self.commitlog = self.store.commitlog.queue.min_offset
-        if self._commitlog_step():
+        if not self.index:
+            if self._commitlog_step():
+                return True
+            self.index, self.entry = "0", 0
+        if self._index_step():
             return True
         self.passes += 1
         self.completed_ms, self.started_ms = int(time.time() * 1000), 0
-        self.queue, self.unit, self.commitlog = "", 0, -1
+        self.queue, self.unit, self.commitlog, self.index, self.entry = "", 0, -1, "", 0
         log.info("scrub: pass %d done", self.passes)
         return False
 
@@ -221,6 +234,38 @@ class Scrub:
             self.commitlog = base + at
         return True
 
+    # --- IndexFiles ------------------------------------------------------------------------
+    def _index_step(self) -> bool:
+        """Check the next _ENTRIES IndexFile entries, file after file (by name), up to the
+        newest file's count when the step began; False past it. A damaged entry is
+        reported, not mended: rebuilding IndexFiles means indexing their records again
+        under the put lock (`mqfs repair` moves them aside, the next open rebuilds them)."""
+        store = self.store
+        with store.put_lock:
+            files = list(store.index.files)
+            names = [os.path.basename(f.path) for f in files]
+            i = bisect.bisect_left(names, self.index)
+            if i == len(names):
+                return False
+            if names[i] != self.index:
+                self.index, self.entry = names[i], 1
+            f = files[i]
+            lo = max(self.entry, 1)
+            hi = min(f.index_count, lo + _ENTRIES)
+            bad = index_check.bad_entries(f, lo, hi, store.commitlog, store.flavor)
+            self.checked_entries += hi - lo
+            if bad:
+                idx, why = bad[0]
+                more = f" (and {len(bad) - 1} more entries of this step)" if len(bad) > 1 else ""
+                self._found(f"IndexFile {names[i]} entry {idx} {why}{more}: key lookups may "
+                            f"miss keys; reads never serve a wrong message. Run `mqfs verify "
+                            f"{store.root}` and `mqfs repair` to rebuild the IndexFiles")
+            if hi >= f.index_count:
+                self.index, self.entry = names[i] + "\0", 0  # sorts just past this file
+            else:
+                self.entry = hi
+        return True
+
     # --- state -----------------------------------------------------------------------------
     def _found(self, text: str) -> None:
         log.warning("scrub: %s", text)
@@ -232,7 +277,8 @@ class Scrub:
         if self.store.config.read_only:
             return
         write_json(self.path, {"passes": self.passes, "queue": self.queue, "unit": self.unit,
-                               "commitlog": self.commitlog, "started_ms": self.started_ms,
+                               "commitlog": self.commitlog, "index": self.index,
+                               "entry": self.entry, "started_ms": self.started_ms,
                                "completed_ms": self.completed_ms, "findings": self.findings})
 
     def status(self) -> dict[str, Any]:
@@ -240,8 +286,10 @@ class Scrub:
         end = self.store.commitlog.queue.flushed_where
         return {"running": self._thread is not None, "passes": self.passes,
                 "phase": "idle" if not self.started_ms else
-                "consumequeue" if self.commitlog < 0 else "commitlog",
+                "consumequeue" if self.commitlog < 0 else "commitlog" if not self.index else
+                "index",
                 "queue": self.queue, "commitlog_offset": max(self.commitlog, 0),
                 "commitlog_end": end, "checked_units": self.checked_units,
-                "checked_bytes": self.checked_bytes, "last_pass_done_ms": self.completed_ms,
+                "checked_bytes": self.checked_bytes, "checked_entries": self.checked_entries,
+                "last_pass_done_ms": self.completed_ms,
                 "findings": list(self.findings)}

@@ -243,8 +243,11 @@ def _check_index(root: str, slots: int, entries: int, flavor, records: dict[int,
         if index_start is None and f.index_count > 1:
             index_start = f.begin_phy_offset
         entries_of.update(raw["phy"][1:].tolist())
-        for idx, h, phy in zip(range(1, f.index_count), raw["hash"][1:].tolist(),
-                               raw["phy"][1:].tolist()):
+        for idx, h, phy, prev in zip(range(1, f.index_count), raw["hash"][1:].tolist(),
+                                     raw["phy"][1:].tolist(), raw["prev"][1:].tolist()):
+            if not 0 <= prev < idx or (prev and raw["hash"][prev] % slots != h % slots):
+                report.derived(f"IndexFile {name} entry {idx} links to entry {prev}, not to an "
+                               "older one of its hash bucket (a damaged chain)")
             if 0 <= phy < min_commitlog_offset:
                 continue  # the record was deleted by retention (a negative offset is damage)
             checked += 1
