@@ -46,7 +46,7 @@ from .integrity import first_use, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, open_read_only, recover, tail_record
-from .integrity.scrub import Scrub
+from .integrity.scrub import Scrub, damaged_index_files
 from .meta import dispatch_state, kept_ends
 from .meta.manifest import inspect, is_store, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
@@ -230,7 +230,8 @@ class MessageStore(StoreReads):
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                                 strict=self.checkpoint.commitlog_flushed_offset > 0,
                                 timestamp_at=self._record_time,
-                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count))
+                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count),
+                                scrub_found=frozenset(damaged_index_files(self.root)))
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)

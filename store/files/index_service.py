@@ -87,7 +87,7 @@ class IndexService:
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
              timestamp_at: Callable[[int], int | None] | None = None,
-             vouched: tuple[int, int] = (0, 0)) -> None:
+             vouched: tuple[int, int] = (0, 0), scrub_found: frozenset[str] = frozenset()) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
         mqfs checkpoint, written after the index at every clean close) applies the same rule
@@ -96,7 +96,8 @@ class IndexService:
         to go on (a refused open changes nothing). A header its entries outgrew (a writer
         killed before writing it) is made their summary again, in memory, `timestamp_at`
         giving the store time of a record by CommitLog offset. `vouched` (the checkpoint's
-        indexFile, indexCount) keeps that file, if it would go as unflushed, up to there."""
+        indexFile, indexCount) keeps that file, if it would go as unflushed, up to there.
+        `scrub_found`: names of files a scrub found damaged entries in, set aside as broken."""
         self.flushed_end_timestamp = index_msg_timestamp
         self._pending = []  # (path, file or None, keep a copy in quarantine/)
         self._mends = []
@@ -130,7 +131,7 @@ class IndexService:
             # a file starts where the one before it ended (it is seeded with those values); its
             # times need not: a broker's clock can step back
             out_of_chain = prev is not None and f.begin_phy_offset < prev.end_phy_offset
-            broken = out_of_chain or not f.header_ok()
+            broken = out_of_chain or not f.header_ok() or name in scrub_found
             damaged = dropping or broken
             if (damaged or unflushed) and not self.read_only:
                 # keep a prefix of whole files: everything after a dropped one is re-indexed;
