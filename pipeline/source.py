@@ -307,7 +307,8 @@ class MqfsReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         """Every partition's byte range (or queue offsets, `units.plan_units`) and the row
-        filter with every offset resolved are fixed here; Spark keeps them for the DataFrame."""
+        filter with every offset resolved are fixed here, within the DataFrame's pinned end;
+        Spark keeps them for the scan (for every later scan too without pipeline/scoped.py)."""
         flt = self._filter()
         if frozenset() in (flt.topics, flt.queues) or flt.queue_ranges == ():
             return []

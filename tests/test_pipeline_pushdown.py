@@ -16,7 +16,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, Les
 
 from pipeline.options import read_options  # noqa: E402
 from pipeline.scoped import MARKER, scoped_scans_jar  # noqa: E402
-from pipeline.source import PushdownReader, RangePartition  # noqa: E402
+from pipeline.source import MqfsDataSource, PushdownReader, RangePartition  # noqa: E402
 from pipeline.units import UnitRange  # noqa: E402
 from store import MessageStore  # noqa: E402
 from store.offline.views import commitlog_files, store_layout  # noqa: E402
@@ -51,6 +51,10 @@ def test_filters_are_pushed_by_default_and_the_option_turns_it_off(spark, store)
     assert pushed(df.where("topic = 'Orders'"))
     off = spark.read.format("mqfs").option("pushFilters", "false").load(store)
     assert not pushed(off.where("topic = 'Orders'"))
+    one = df.where("topic = 'Orders' and queue_id = 1 and queue_offset >= 20")  # through its units
+    assert pushed(one) and one.rdd.getNumPartitions() == 1 < df.rdd.getNumPartitions()
+    assert one.count() == sum(1 for r in expected_rows(store).values()
+                              if r["topic"] == "Orders" and r["queue_id"] == 1 and r["queue_offset"] >= 20)
 
 
 def test_a_query_without_filters_after_a_filtered_one_reads_every_row(spark, store, counts):
@@ -116,6 +120,8 @@ def test_the_marker_is_no_user_option(store):
     anyone is told about."""
     assert read_options({"path": store}, False).push_filters is False  # Spark's own path: opt-in
     assert read_options({"path": store, MARKER: "true"}, False).push_filters is True
+    assert isinstance(MqfsDataSource({"path": store, MARKER: "true"}).reader(None), PushdownReader)
+    assert not isinstance(MqfsDataSource({"path": store}).reader(None), PushdownReader)
     with pytest.raises(ValueError) as err:
         read_options({"path": store, "bogus": "1"}, False)
     assert MARKER not in str(err.value)
