@@ -7,6 +7,7 @@ once: which records take a queue unit (`layout.in_queue`), which are indexed
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")  # what Integer.parseInt reads (range checked after)
 UNKNOWN_LEVEL_MS = 1000  # computeDeliverTimestamp for a level the table lacks
+_MANY_QUEUES = 1024  # queues in one batch from which plan() pauses the cyclic collector
 
 
 
@@ -187,13 +189,22 @@ class Dispatcher:
         topic_of = list(names)
         get, create = self.consume_queues.get, self.create_queue
         queues, bases = [], []
-        for g, n in zip(ordered[firsts].tolist(), counts.tolist()):
-            key = (topic_of[g >> 32], g & 0xFFFFFFFF)
-            cq = get(key) or create(*key, True)
-            if n:
-                cq.ensure_room(n)
-            queues.append(cq)
-            bases.append(cq.next_offset)
+        # tens of thousands of new queues are as many new objects, none of them garbage: the
+        # cyclic collector would traverse the growing heap again and again meanwhile
+        paused = len(firsts) > _MANY_QUEUES and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            for g, n in zip(ordered[firsts].tolist(), counts.tolist()):
+                key = (topic_of[g >> 32], g & 0xFFFFFFFF)
+                cq = get(key) or create(*key, True)
+                if n:
+                    cq.ensure_room(n)
+                queues.append(cq)
+                bases.append(cq.next_offset)
+        finally:
+            if paused:
+                gc.enable()
         # a taken row's offset: its queue's next offset + the taken rows before it in its queue
         seen = np.cumsum(taken)
         before = np.repeat((seen - taken)[firsts], np.diff(np.append(firsts, len(order))))
