@@ -29,12 +29,8 @@ class QueueTimes:
         """The store time of the queue's newest message (mount time when it has none)."""
         when = self._newest.get((topic, queue))
         if when is None:
-            when = self.started_ns
-            hi = self.store.max_offset(topic, queue)
-            if hi > self.store.min_offset(topic, queue):
-                _, _, stamps = self.store.list_entries(topic, queue, hi - 1, 1)
-                if len(stamps):
-                    when = int(stamps[0]) * 1_000_000
+            newest = self.store.newest_store_time(topic, queue)
+            when = self.started_ns if newest is None else newest * 1_000_000
             self._newest[(topic, queue)] = when
         return when
 

@@ -36,6 +36,7 @@ from pyspark.sql.datasource import (
     GreaterThanOrEqual,
     In,
     InputPartition,
+    IsNotNull,
     LessThan,
     LessThanOrEqual,
 )
@@ -71,7 +72,7 @@ from .scan import (
 from .schema import message_schema, with_store_column
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
-from .units import UnitRange, plan_units, read_units
+from .units import UnitPlan, UnitRange, plan_units, read_units
 from .writer import MqfsStreamWriter, MqfsWriter
 
 BATCH_RECORDS = 16384
@@ -208,15 +209,19 @@ def commitlog_end(layout: StoreLayout) -> int:
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
                     flt: RowFilter = ALL_ROWS, end_offset: int | None = None,
+                    span: tuple[int | None, int | None] = (None, None),
                     split_bytes: int = TASK_BYTES) -> list[RangePartition]:
     """Byte ranges of the records before `end_offset` (the CommitLog end now when None),
-    files larger than split_bytes split at record starts, fixed for the partitions' lifetime."""
+    files larger than split_bytes split at record starts, fixed for the partitions' lifetime;
+    only those that overlap the filter's CommitLog offsets and `span` (where the units say the
+    selected records are)."""
     files = commitlog_files(layout.root)
     _check_continuity(files, fail_on_data_loss)
     if end_offset is None:
         end_offset = commitlog_end(layout)
-    lo, hi = flt.commitlog_offsets
-    hi = end_offset if hi is None else min(hi, end_offset)
+    lo = _tightest(max, flt.commitlog_offsets[0], span[0])
+    hi = _tightest(min, flt.commitlog_offsets[1], span[1], end_offset)
+    assert hi is not None
     files = [(s, p) for s, p in files if s < hi and (lo is None or s + os.path.getsize(p) > lo)]
     ends = {s: min(os.path.getsize(p), end_offset - s) for s, p in files}
     target = split_bytes
@@ -335,20 +340,21 @@ class MqfsReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         """Every partition's byte range (or queue offsets, `units.plan_units`) and the row
-        filter with every offset resolved are fixed here; Spark keeps them for the DataFrame."""
+        filter with every offset resolved are fixed here, within the DataFrame's pinned end;
+        Spark keeps them for the scan (for every later scan too without pipeline/scoped.py)."""
         flt = self._filter()
         if frozenset() in (flt.topics, flt.queues) or flt.queue_ranges == ():
             return []
         if self.end_offset is None:
             self.end_offset = commitlog_end(self.layout)
         # units point at queued records only: a read of every record walks the CommitLog
-        by_units = (None if flt.all_records else
-                    plan_units(self.layout, flt, self.opts.min_partitions, self.end_offset))
-        if by_units is not None:
-            return list(by_units)
+        plan = UnitPlan(None) if flt.all_records else plan_units(
+            self.layout, flt, self.opts.min_partitions, self.end_offset)
+        if plan.parts is not None:
+            return list(plan.parts)
         size = HEADER_TASK_BYTES if header_only(self.opts.columns) else TASK_BYTES
         pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
-                                 flt, self.end_offset, size)
+                                 flt, self.end_offset, plan.span, size)
         return list(group_ranges(pieces, self.opts.min_partitions, size))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -372,6 +378,9 @@ class MqfsReader(DataSourceReader):
                  f"CommitLog offset {checks.skipped[0][0]}: {checks.skipped[0][1]})")
 
 
+_KAFKA_NAMES = {"partition": "queue_id", "offset": "queue_offset", "timestamp": "store_timestamp"}
+
+
 class PushdownReader(MqfsReader):
     """MqfsReader that also takes Spark's filters (pushFilters, on by default when the JVM
     provider of pipeline/scoped.py created the source): topic/queue_id equality and IN, ranges
@@ -392,6 +401,10 @@ class PushdownReader(MqfsReader):
     def _push(self, f: Filter) -> bool:
         column: tuple[str, ...] = getattr(f, "attribute", ())  # Not, And, Or name no column
         name = column[0] if len(column) == 1 else None
+        if self.opts.kafka:  # Kafka's names for the same columns; its others are not pushed
+            name = _KAFKA_NAMES.get(name or "", "topic" if name == "topic" else None)
+        if isinstance(f, IsNotNull):  # Kafka's columns are nullable; these are never null
+            return name in self.pushed or name in self.bounds
         if name in self.pushed and isinstance(f, (EqualTo, In)):
             values = f.value if isinstance(f, In) else (f.value,)
             kind = str if name == "topic" else int

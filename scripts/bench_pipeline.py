@@ -7,10 +7,11 @@ count of sha2(body) (every body read and hashed), a full scan (every column mate
 `noop` sink), count(), `select topic, queue_offset` (for mqfs also with option
 columns=topic,queue_offset, the header-only path) and sum(length(body)); prints rows/s and the
 ratio to Parquet. Then one queue's 10k offsets (options subscribe/queue/startingOffsets/
-endingOffsets, read through the ConsumeQueue) timed next to the full scan of the same store.
-Last, Spark's own floor for a Python data source: a source that yields batches built before
-the query (the same rows' first batch, over and over: no reader work at all) timed on the
-same queries, so the share of a figure that no reader can remove is visible.
+endingOffsets, read through the ConsumeQueue), and the same as a filter Spark pushes down, timed
+next to the full scan of the same store. Also Spark's own floor for a Python data source: a
+source that yields batches built before the query (the same rows' first batch, over and over:
+no reader work at all) timed on the same queries, so the share of a figure that no reader can
+remove is visible.
 Run as `scripts/bench pipeline`.
 """
 
@@ -155,8 +156,12 @@ def main(argv: list[str]) -> int:
         noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
         part = best(lambda: noop(mqfs(subscribe="topic1", queue="1", startingOffsets=one[0],
                                       endingOffsets=one[1])()), a.runs)
+        lo = n // 16
+        wanted = f"topic = 'topic1' and queue_id = 1 and queue_offset >= {lo} and queue_offset < {lo + 10_000}"
+        pushed = best(lambda: noop(mqfs()().where(wanted)), a.runs)  # filter pushdown, on by default
         full = best(lambda: noop(mqfs()()), a.runs)
         print(f"  one queue's 10k offsets: {part:.2f} s, full scan {full:.2f} s, ratio {part / full:.3f}")
+        print(f"  same as a pushed filter: {pushed:.2f} s, ratio {pushed / full:.3f}")
         spark.stop()
     finally:
         if not a.dir:

@@ -32,6 +32,7 @@ from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
 from .files.index_service import IndexService
+from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.queue_registry import QueueRegistry, Recorded
@@ -45,7 +46,7 @@ from .integrity import first_use, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, open_read_only, recover, tail_record
-from .integrity.scrub import Scrub
+from .integrity.scrub import Scrub, damaged_index_files
 from .meta import dispatch_state, kept_ends
 from .meta.manifest import inspect, is_store, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
@@ -212,6 +213,7 @@ class MessageStore(StoreReads):
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
                                    transient=cfg.transient_pool)
         self.commitlog.load()
+        self.consume_queues.commitlog = self.commitlog
         if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
@@ -228,7 +230,8 @@ class MessageStore(StoreReads):
         self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
                                 strict=self.checkpoint.commitlog_flushed_offset > 0,
                                 timestamp_at=self._record_time,
-                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count))
+                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count),
+                                scrub_found=frozenset(damaged_index_files(self.root)))
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
@@ -258,8 +261,8 @@ class MessageStore(StoreReads):
         if self._vouched is None:
             self._load_consume_queues()
             return
-        self.consume_queues.record({key: Recorded(count, head)
-                                    for key, (count, head) in self._vouched.queues.items()})
+        self.consume_queues.record({key: Recorded(count, head, newest=newest)
+                                    for key, (count, head, newest) in self._vouched.queues.items()})
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
@@ -347,6 +350,7 @@ class MessageStore(StoreReads):
         queues = getattr(self, "consume_queues", None)
         if queues is not None:
             queues.close()
+            close_under(os.path.join(self.root, "consumequeue"))  # queues dropped unclosed
 
     # --- writing ---------------------------------------------------------------------------
     def _writable(self) -> None:
@@ -614,7 +618,8 @@ class MessageStore(StoreReads):
             # queue's files something else wrote (a rebuild at first use)
             self.unit_flush.flush(self.consume_queues.opened().values())
             with self.put_lock:  # no queue is between a reservation and its write
-                self.consume_queues.trim()
+                dropped = self.consume_queues.trim()
+            self.consume_queues.note_times(dropped)
             cp = self.checkpoint
             cp.commitlog_flushed_offset = queue.flushed_where
             cp.confirm_phy_offset = queue.flushed_where
@@ -626,7 +631,9 @@ class MessageStore(StoreReads):
                 cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
             self.index.flush_sealed()
             cp.index_msg_timestamp = self.index.flushed_end_timestamp
-            cp.index_file, cp.index_count = self.index.sync_newest(newest_index, cp.commitlog_flushed_offset)
+            cp.index_file, cp.index_count = self.index.sync_newest(
+                newest_index, cp.commitlog_flushed_offset,
+                0.0 if flush_commitlog else self.config.flush_thorough_interval_ms / 1000)
             cp.flush()
 
     def flush_logics(self) -> None:

@@ -117,6 +117,19 @@ class StoreReads:
             return rec.entries  # a queue not open: as recorded (a put opens it and proves its end)
         return self._cq(topic, queue_id).max_offset
 
+    def newest_store_time(self, topic: str, queue_id: int) -> int | None:
+        """Store time (ms) of a queue's newest message, None when it has none: from the last
+        clean close's record for a queue not open (so a listing of every topic's time opens
+        no queue), else from its last unit's record header."""
+        rec = self.consume_queues.recorded((topic, queue_id))
+        if rec is not None and rec.newest:
+            return rec.newest
+        hi = self.max_offset(topic, queue_id)
+        if hi <= self.min_offset(topic, queue_id):
+            return None
+        stamps = self.list_entries(topic, queue_id, hi - 1, 1)[2]
+        return int(stamps[0]) if len(stamps) else None
+
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
         cq = self._cq(topic, queue_id)
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at,

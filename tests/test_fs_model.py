@@ -584,3 +584,17 @@ def test_every_kind_of_node_has_one_class_that_names_its_path(model):
     model.tmp_unlink(tmp, b"draft")
     assert model.path(staged) == "(staged file 1, gone)"
     assert model.path(999) == "(inode 999)"
+
+
+def test_the_times_and_status_of_a_reopened_store_open_no_queue(tmp_path):
+    root = str(tmp_path / "store")
+    with MessageStore(root, small()) as s:
+        s.put_batch([Message.create(f"t{t}", b"x", queue_id=q) for t in range(20) for q in range(4)])
+        newest = s.get("t19", 3, 0).store_timestamp
+    with MessageStore(root, small(), create=False) as s:
+        model = Model(s)
+        assert model.getattr(TOPICS_INO).mtime_ns == newest * 1_000_000  # every queue's newest
+        status = model.status()
+        assert status["queues"]["t7/2"] == {"min_offset": 0, "max_offset": 1,
+                                            "newest_store_time_ms": newest}
+        assert not s.consume_queues.opened()

@@ -147,3 +147,18 @@ def test_first_uses_by_readers_and_puts_at_once_need_no_store_lock(tmp_path):
         assert len(s.consume_queues.opened()) == TOPICS * 4
         assert all(cq.max_offset == (4 if q == 3 else 3)
                    for (_, q), cq in s.consume_queues.opened().items())
+
+
+def test_a_queue_not_opened_tells_its_newest_message_time_from_the_record(tmp_path):
+    root = str(tmp_path / "s")
+    _fill(root)
+    with MessageStore(root, small_config(), create=False) as s:
+        s.consume_queues.cache = 4  # most are dropped at the flush: their times noted then
+        want = {(f"t{t}", q): s.get(f"t{t}", q, 2).store_timestamp for t in range(TOPICS) for q in range(4)}
+        s.flush()
+        assert len(s.consume_queues.opened()) == 4
+    with MessageStore(root, small_config(), create=False) as s:
+        assert {k: s.newest_store_time(*k) for k in want} == want
+        assert not s.consume_queues.opened()
+        s.add_queue("t0", 9)
+        assert s.newest_store_time("t0", 9) is None

@@ -5,13 +5,22 @@ later scans of it (pipeline/scoped.py); these queries got another query's rows b
 from __future__ import annotations
 
 import os
+import random
+from datetime import UTC, datetime
 
 import pytest
 
 pytest.importorskip("pyspark")
 
+from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, LessThan  # noqa: E402
+
+from pipeline.options import read_options  # noqa: E402
 from pipeline.scoped import MARKER, scoped_scans_jar  # noqa: E402
-from tests.spark_helpers import build_store, expected_rows  # noqa: E402
+from pipeline.source import MqfsDataSource, PushdownReader, RangePartition  # noqa: E402
+from pipeline.units import UnitRange  # noqa: E402
+from store import MessageStore  # noqa: E402
+from store.offline.views import commitlog_files, store_layout  # noqa: E402
+from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows, small_store_config  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -42,6 +51,10 @@ def test_filters_are_pushed_by_default_and_the_option_turns_it_off(spark, store)
     assert pushed(df.where("topic = 'Orders'"))
     off = spark.read.format("mqfs").option("pushFilters", "false").load(store)
     assert not pushed(off.where("topic = 'Orders'"))
+    one = df.where("topic = 'Orders' and queue_id = 1 and queue_offset >= 20")  # through its units
+    assert pushed(one) and one.rdd.getNumPartitions() == 1 < df.rdd.getNumPartitions()
+    assert one.count() == sum(1 for r in expected_rows(store).values()
+                              if r["topic"] == "Orders" and r["queue_id"] == 1 and r["queue_offset"] >= 20)
 
 
 def test_a_query_without_filters_after_a_filtered_one_reads_every_row(spark, store, counts):
@@ -105,11 +118,99 @@ def test_a_stream_is_unaffected(spark, store, counts, tmp_path):
 def test_the_marker_is_no_user_option(store):
     """Only the JVM provider sets it; a user's options never carry it, and it is no option
     anyone is told about."""
-    from pipeline.options import read_options
-
     assert read_options({"path": store}, False).push_filters is False  # Spark's own path: opt-in
     assert read_options({"path": store, MARKER: "true"}, False).push_filters is True
+    assert isinstance(MqfsDataSource({"path": store, MARKER: "true"}).reader(None), PushdownReader)
+    assert not isinstance(MqfsDataSource({"path": store}).reader(None), PushdownReader)
     with pytest.raises(ValueError) as err:
         read_options({"path": store, "bogus": "1"}, False)
     assert MARKER not in str(err.value)
     assert os.path.basename(scoped_scans_jar() or "").startswith("mqfs-scoped-scans-")
+
+
+BASE = 1_700_000_000_000  # store time of the first batch; batch i is stored at BASE + i s
+
+
+@pytest.fixture(scope="module")
+def timed_store(tmp_path_factory) -> str:
+    """2,500 messages in ten batches of 250, batch i stored at BASE + i seconds, over
+    several CommitLog files."""
+    root = str(tmp_path_factory.mktemp("timed") / "store")
+    msgs = make_messages(random.Random(5), 2500)
+    with MessageStore(root, small_store_config(commitlog_file_size=1 << 18)) as s:
+        for i in range(10):
+            s.clock = lambda i=i: BASE + i * 1000
+            s.put_batch(msgs[i * 250:(i + 1) * 250])
+    assert len(commitlog_files(root)) >= 3
+    return root
+
+
+def plan(root: str, options: dict, filters: list) -> list:
+    reader = PushdownReader(store_layout(root), read_options({"path": root, **options}, False), None)
+    assert not list(reader.pushFilters(filters))  # every one taken
+    return reader.partitions()
+
+
+def at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def test_time_filters_read_only_the_commitlog_ranges_that_hold_their_rows(spark, timed_store):
+    want = expected_rows(timed_store)
+    df = spark.read.format("mqfs").load(timed_store)
+    for cond, keep in ((f"store_timestamp >= timestamp_millis({BASE + 5000})", lambda t: t >= BASE + 5000),
+                       (f"store_timestamp < timestamp_millis({BASE + 2000})", lambda t: t < BASE + 2000),
+                       (f"store_timestamp between timestamp_millis({BASE + 3000}) and "
+                        f"timestamp_millis({BASE + 3000})", lambda t: t == BASE + 3000)):
+        q = df.where(cond)
+        assert pushed(q)
+        assert read_rows(q) == {k: r for k, r in want.items() if keep(r["store_timestamp"])}
+    full = plan(timed_store, {}, [])
+    late = plan(timed_store, {}, [GreaterThanOrEqual(("store_timestamp",), at(BASE + 5000))])
+    first_late = min(o for o, r in want.items() if r["store_timestamp"] >= BASE + 5000)
+    assert all(isinstance(p, RangePartition) for p in late) and len(late) < len(full)
+    assert min(p.file_from + p.end for p in late) > first_late  # the files before are dropped
+    early = plan(timed_store, {}, [LessThan(("store_timestamp",), at(BASE + 4000))])
+    last_early = max(o for o, r in want.items() if r["store_timestamp"] < BASE + 4000)
+    assert all(isinstance(p, RangePartition) for p in early) and len(early) < len(full)
+    assert max(p.file_from + p.start for p in early) <= last_early  # the files after are dropped
+    one = plan(timed_store, {}, [EqualTo(("store_timestamp",), at(BASE + 7000))])  # 10%: units
+    assert all(isinstance(p, UnitRange) for p in one)
+    assert sum(p.end - p.start for p in one) == sum(1 for r in want.values() if r["store_timestamp"] == BASE + 7000)
+    assert plan(timed_store, {}, [GreaterThan(("store_timestamp",), at(BASE + 9000))]) == []
+
+
+def test_time_filters_with_topics_and_kafka_names_prune_too(spark, timed_store):
+    want = expected_rows(timed_store)
+    orders = plan(timed_store, {}, [EqualTo(("topic",), "Orders"), LessThan(("store_timestamp",), at(BASE + 4000))])
+    assert sum(p.end - p.start for p in orders) == sum(
+        1 for r in want.values() if r["topic"] == "Orders" and r["store_timestamp"] < BASE + 4000)
+    kafka = spark.read.format("mqfs").option("shape", "kafka").load(timed_store)
+    q = kafka.where(f"timestamp >= timestamp_millis({BASE + 8000}) and partition = 1 and offset >= 5")
+    assert pushed(q)
+    got = sorted((r.topic, r.partition, r.offset) for r in q.select("topic", "partition", "offset").collect())
+    assert got == sorted((r["topic"], r["queue_id"], r["queue_offset"]) for r in want.values()
+                         if r["store_timestamp"] >= BASE + 8000 and r["queue_id"] == 1 and r["queue_offset"] >= 5)
+    parts = plan(timed_store, {"shape": "kafka"}, [GreaterThanOrEqual(("timestamp",), at(BASE + 8000))])
+    assert all(isinstance(p, UnitRange) for p in parts)
+    assert sum(p.end - p.start for p in parts) == sum(1 for r in want.values() if r["store_timestamp"] >= BASE + 8000)
+
+
+def test_no_jar_from_a_shared_cache_or_a_source_javac_refuses(tmp_path, monkeypatch, capfd):
+    """Sessions still start then, with pushdown opt-in; a jar is code the JVM runs, so it is
+    never taken from or built in a directory others can write."""
+    from pipeline import scoped
+
+    shared = tmp_path / "shared"
+    (shared / "mqfs").mkdir(parents=True)
+    os.chmod(shared / "mqfs", 0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
+    assert scoped.scoped_scans_jar() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "own"))
+    bad = tmp_path / "ScopedScans.java"
+    bad.write_text("class ScopedScans { not java }\n")
+    monkeypatch.setattr(scoped, "_SOURCE", str(bad))
+    assert scoped.scoped_scans_jar() is None
+    assert "javac failed" in capfd.readouterr().err
+    assert oct(os.stat(tmp_path / "own" / "mqfs").st_mode & 0o777) == "0o700"
+    assert os.listdir(tmp_path / "own" / "mqfs") == []

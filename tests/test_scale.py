@@ -94,7 +94,8 @@ def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
 def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served(tmp_path, field, byte):
     """A flipped bit in an entry of an old IndexFile: the open does not read it (its header
     and ends hold), key reads never serve another message for it, the scrub reports the
-    entry, verify finds it, and repair makes every key found again."""
+    entry, verify finds it, and repair, or the next open after the scrub's finding (the
+    file to quarantine/, indexed again), makes every key found again."""
     root = str(tmp_path / "s")
     _fill(root, 1000)  # 200 entries a file: five files
     oldest = sorted(os.listdir(os.path.join(root, "index")))[0]
@@ -107,10 +108,15 @@ def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served
         findings = s.scrub_status()["findings"]
         assert any(f"IndexFile {oldest} entry 50 " in f for f in findings), findings
     assert not verify_store(root).ok
+    damaged = str(tmp_path / "damaged")
+    shutil.copytree(root, damaged, ignore=shutil.ignore_patterns("lock"))
     apply_repair(plan_repair(root))
-    with MessageStore(root, small_config(), create=False) as s:
-        for i in range(1000):
-            assert [bytes(m.body) for m in s.query_key(f"k{i}")] == [b"m%d" % i], i
+    for store in (root, damaged):  # repaired, or rebuilt by the open after the scrub's finding
+        with MessageStore(store, small_config(), create=False) as s:
+            for i in range(1000):
+                assert [bytes(m.body) for m in s.query_key(f"k{i}")] == [b"m%d" % i], i
+    assert verify_store(damaged).ok
+    assert any(oldest in n for n in os.listdir(os.path.join(damaged, "quarantine")))
 
 
 def test_an_abnormal_open_reads_the_commitlog_from_the_checkpoint_not_from_its_file(tmp_path):

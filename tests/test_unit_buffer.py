@@ -4,15 +4,19 @@ then) by the flush, bounded in memory, and rebuilt from the CommitLog after a ki
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
 import subprocess
 import sys
 
+import pytest
+
 from store import Message, MessageStore
 from store.files import unit_flush
 from store.files.consume_queue import TAIL_MAX
+from tests.crash_ext4 import Ext4Image, unavailable
 from tests.fs_helpers import mounted, mqfs, needs_fuse, sh
 from tests.store_helpers import small_config
 
@@ -122,3 +126,61 @@ def test_a_message_written_through_the_mount_is_read_at_once_and_durable_after_f
         os.kill(pid, signal.SIGKILL)
     with MessageStore(store, create=False) as s:
         assert [bytes(m.body) for m in s.get_range("fresh", 0, 0, 5)] == [b"first", b"second"]
+
+
+_FULL_DISK_WRITER = """
+import errno, json, os, sys
+from store import Message, MessageStore
+from tests.store_helpers import small_config
+root, ballast = sys.argv[1], sys.argv[2]
+cfg = small_config(commitlog_file_size=1 << 20, consume_queue_units=1000, flush_cq_interval_ms=3_600_000)
+s = MessageStore(root, cfg).open()
+for q in range(100):
+    s.create_topic(f"q{q}")  # declared: topics.log is not written again
+s.put(Message.create("first", b"f"))  # the CommitLog's first file made
+s.flush()
+with open(ballast, "wb") as f:  # the disk full: no new queue can get a directory
+    try:
+        while True:
+            f.write(b"b" * 65536)
+            f.flush()
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+acked, flush_failed = [], 0
+while True:
+    try:
+        r = s.put(Message.create(f"q{len(acked) % 100}", b"x" * 200))
+    except OSError as exc:  # the CommitLog cannot roll: refused before anything is written
+        assert exc.errno == errno.ENOSPC, exc
+        break
+    acked.append(r.commitlog_offset)
+    if len(acked) % 500 == 0:
+        try:
+            s.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            flush_failed += 1
+assert flush_failed and all(s.get(f"q{i % 100}", 0, i // 100).commitlog_offset == off
+                            for i, off in enumerate(acked))
+print(json.dumps(acked), flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_full_disk_keeps_units_in_memory_and_a_kill_then_loses_no_acknowledged_message(tmp_path):
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with Ext4Image(str(tmp_path), size_mib=64) as img:
+        root, ballast = os.path.join(img.mnt, "s"), os.path.join(img.mnt, "ballast")
+        proc = subprocess.run([sys.executable, "-c", _FULL_DISK_WRITER, root, ballast], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        acked = json.loads(proc.stdout)
+        assert len(acked) > 1000
+        os.unlink(ballast)
+        with MessageStore(root, small_config(commitlog_file_size=1 << 20,
+                                             consume_queue_units=1000), create=False) as s:
+            assert [s.get(f"q{i % 100}", 0, i // 100).commitlog_offset
+                    for i in range(len(acked))] == acked
+            assert all(s.max_offset(f"q{q}", 0) == len(acked[q::100]) for q in range(100))

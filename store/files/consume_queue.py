@@ -34,7 +34,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = units * UNIT_SIZE
-        directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        directory = f"{root.rstrip('/')}/consumequeue/{topic}/{queue_id}"  # join: 4x the time
         self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only, lazy=True)
         self.min_logic_offset = 0
         self.max_physic_offset = 0  # end (offset + size) of the last entry's record
@@ -107,25 +107,24 @@ class ConsumeQueue:
         view = memoryview(data)
         try:
             while done < len(data):
-                mf = self.queue.last_file_for_append(start + done)
-                if mf.file_from_offset + mf.wrote_position != start + done:
+                files = self.queue.files
+                full = not files or files[-1].is_full()
+                end = (files[-1].file_from_offset + (self.file_size if full else files[-1].wrote_position)
+                       if files else 0)
+                if end != start + done:
                     raise StoreError(f"ConsumeQueue {self.topic}/{self.queue_id}: its files end at "
-                                     f"{mf.file_from_offset + mf.wrote_position}, not at "
-                                     f"{start + done} where its buffered units start")
-                take = min(len(data) - done, mf.file_size - mf.wrote_position)
+                                     f"{end}, not at {start + done} where its buffered units start")
                 crash_point("cq.write")
-                mf.append(view[done : done + take])
-                done += take
+                if full:  # a new file, made with its first units in the same open
+                    done += self.queue.append_new_file(view[done : done + self.file_size]).wrote_position
+                else:
+                    take = min(len(data) - done, self.file_size - files[-1].wrote_position)
+                    files[-1].append(view[done : done + take])
+                    done += take
         finally:
-            view.release()
             if done:
                 self._tail = (start + done, data[done:])
         return done
-
-    def _end(self) -> int:
-        """Logical byte the next unit goes to: past the tail, or the files' end."""
-        start, data = self._tail
-        return start + len(data) if data else self.queue.max_wrote_offset
 
     def put_buffered(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """A put's unit for queue_offset (caller holds the put lock): the next unit of the

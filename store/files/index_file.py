@@ -52,19 +52,23 @@ def index_file_size(slots: int, entries: int) -> int:
     return HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
 
 
-def written_count(buf, slots: int, entries: int) -> int:
+def written_count(buf, slots: int, entries: int,
+                  regions: list[tuple[int, int]] | None = None) -> int:
     """1 + the number of the last entry holding a non-zero byte: what the entries say the
     count is (they are written in order; the header is only a summary of them). Searched
-    from the end a step at a time, so a full file costs one step."""
+    from the end a step at a time, so a full file costs one step; `regions` (the file's
+    data regions, `MappedFile.data_regions`) leave out its never-written tail unread."""
     entries_at = HEADER_SIZE + slots * SLOT_SIZE
-    lo, end = entries_at + ENTRY_SIZE, entries_at + entries * ENTRY_SIZE
-    while end > lo:
-        start = max(lo, end - _SCAN)
-        chunk = np.frombuffer(buf, dtype=np.uint8, offset=start, count=end - start)
-        if np.count_nonzero(chunk):  # count_nonzero is 4x faster than any() on bytes
-            last = start + int(np.flatnonzero(chunk)[-1])
-            return (last - entries_at) // ENTRY_SIZE + 1
-        end = start
+    lo, top = entries_at + ENTRY_SIZE, entries_at + entries * ENTRY_SIZE
+    for r_lo, r_hi in reversed(regions if regions is not None else [(lo, top)]):
+        end, floor = min(r_hi, top), max(r_lo, lo)
+        while end > floor:
+            start = max(floor, end - _SCAN)
+            chunk = np.frombuffer(buf, dtype=np.uint8, offset=start, count=end - start)
+            if np.count_nonzero(chunk):  # count_nonzero is 4x faster than any() on bytes
+                last = start + int(np.flatnonzero(chunk)[-1])
+                return (last - entries_at) // ENTRY_SIZE + 1
+            end = start
     return 1
 
 
@@ -101,7 +105,8 @@ class IndexFile:
         self._newest_ts = 0
 
     def _written_count(self) -> int:
-        return written_count(self.mf.buffer(), self.slots, self.entries)
+        lo = HEADER_SIZE + self.slots * SLOT_SIZE + ENTRY_SIZE
+        return written_count(self.mf.buffer(), self.slots, self.entries, self.mf.data_regions(lo))
 
     def grow(self, timestamp_at: Callable[[int], int | None]) -> None:
         """Read-only, while another process writes the file: take in the entries written

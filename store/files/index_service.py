@@ -82,10 +82,12 @@ class IndexService:
         self._pending: list[tuple[str, IndexFile | None, bool]] = []
         self._mends: list[tuple[IndexFile, Mend]] = []
         self._dir_synced = ""  # the newest file whose directory entry is known synced
+        self._vouch = (0, 0)  # what the last sync_newest vouched for, and when
+        self._vouched_at = -1e9
 
     def load(self, last_exit_ok: bool, index_msg_timestamp: int, strict: bool = False,
              timestamp_at: Callable[[int], int | None] | None = None,
-             vouched: tuple[int, int] = (0, 0)) -> None:
+             vouched: tuple[int, int] = (0, 0), scrub_found: frozenset[str] = frozenset()) -> None:
         """Open every file; after a crash, drop files that may hold unflushed entries
         (endTimestamp newer than the checkpoint); recovery re-dispatches them. `strict` (an
         mqfs checkpoint, written after the index at every clean close) applies the same rule
@@ -94,7 +96,8 @@ class IndexService:
         to go on (a refused open changes nothing). A header its entries outgrew (a writer
         killed before writing it) is made their summary again, in memory, `timestamp_at`
         giving the store time of a record by CommitLog offset. `vouched` (the checkpoint's
-        indexFile, indexCount) keeps that file, if it would go as unflushed, up to there."""
+        indexFile, indexCount) keeps that file, if it would go as unflushed, up to there.
+        `scrub_found`: names of files a scrub found damaged entries in, set aside as broken."""
         self.flushed_end_timestamp = index_msg_timestamp
         self._pending = []  # (path, file or None, keep a copy in quarantine/)
         self._mends = []
@@ -128,7 +131,7 @@ class IndexService:
             # a file starts where the one before it ended (it is seeded with those values); its
             # times need not: a broker's clock can step back
             out_of_chain = prev is not None and f.begin_phy_offset < prev.end_phy_offset
-            broken = out_of_chain or not f.header_ok()
+            broken = out_of_chain or not f.header_ok() or name in scrub_found
             damaged = dropping or broken
             if (damaged or unflushed) and not self.read_only:
                 # keep a prefix of whole files: everything after a dropped one is re-indexed;
@@ -242,11 +245,19 @@ class IndexService:
         f = self.files[-1] if self.files else None
         return f, f.index_count if f is not None else 0
 
-    def sync_newest(self, newest: tuple[IndexFile | None, int], flushed: int) -> tuple[int, int]:
+    def sync_newest(self, newest: tuple[IndexFile | None, int], flushed: int,
+                    every_s: float = 0.0) -> tuple[int, int]:
         """Sync `newest` (taken by `newest()` earlier) and its directory entry: the
         checkpoint's (indexFile, indexCount), its entries that point below the flushed
-        CommitLog offset; (0, 0) when there is no file or it went meanwhile."""
+        CommitLog offset; (0, 0) when there is no file or it went meanwhile. Within
+        `every_s` of the last sync the last answer stands (still true: those entries stay
+        synced), so the bucket heads, dirtied all over by random keys, are not written
+        back every second."""
         f, n = newest
+        now = time.monotonic()
+        if now - self._vouched_at < every_s and any(
+                int(os.path.basename(g.path)) == self._vouch[0] for g in list(self.files)):
+            return self._vouch
         if f is None or f.mf.fd < 0:
             return 0, 0
         count = f.count_below(n, flushed)
@@ -258,7 +269,8 @@ class IndexService:
         if name != self._dir_synced:
             fsync_dir(self.directory)
             self._dir_synced = name
-        return int(name), count
+        self._vouch, self._vouched_at = (int(name), count), now
+        return self._vouch
 
     def ensure_room(self, n: int) -> None:
         """Make room for n more entries before the CommitLog is written, so a full disk shows

@@ -36,11 +36,21 @@ _lru: OrderedDict[LazyMappedFile, None] = OrderedDict()
 _lru_lock = threading.Lock()
 
 
+def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, pos)
+        view, pos = view[done:], pos + done
+
+
 class LazyMappedFile(MappedFile):
     """A MappedFile without a held descriptor or mapping, whose blocks grow with its data."""
 
     def __init__(self, path: str, file_size: int, file_from_offset: int = 0,
-                 *, transient: bool = False, read_only: bool = False):
+                 *, transient: bool = False, read_only: bool = False,
+                 data: bytes | memoryview = b""):
+        """Map nothing yet; a new file is cut to size with its first blocks reserved and
+        `data` written at its start (a file found must be empty of `data`)."""
         if transient:
             raise ValueError("a LazyMappedFile has no transient buffer")
         self.path = path
@@ -57,9 +67,12 @@ class LazyMappedFile(MappedFile):
                 raise StoreFormatError(
                     f"{path} is {size} bytes but this store's files are {file_size} bytes")
             self.allocated = 0  # unknown for a file found: reserved again before a write
+            if exists and data:
+                raise StoreFormatError(f"{path} exists already: its first units cannot be new")
             if not exists:
                 os.ftruncate(fd, file_size)
-                self._fallocate(fd, min(GROW, file_size))
+                self._fallocate(fd, min(-(-max(len(data), 1) // GROW) * GROW, file_size))
+                _pwrite_all(fd, data, 0)
         except BaseException:
             os.close(fd)
             if not exists and os.path.lexists(path):
@@ -68,7 +81,8 @@ class LazyMappedFile(MappedFile):
         os.close(fd)
         self.created = not exists
         self.write_buffer = None
-        self.wrote_position = self.committed_position = self.flushed_position = 0
+        self.wrote_position = len(data)
+        self.committed_position = self.flushed_position = 0
         self.store_timestamp = 0
         self._flush_lock = threading.Lock()
 
@@ -132,10 +146,8 @@ class LazyMappedFile(MappedFile):
         if end > self.allocated:
             self.reserve(end)
         with self.io_fd() as fd:  # not through the mapping: ext4's first store into a page of
-            view = memoryview(data)  # a fallocated extent waits for the journal (~6 ms a
-            while view:              # new queue); pwrite does not, and the mapping sees it
-                view = view[os.pwrite(fd, view, pos + len(data) - len(view)):]
-        self.wrote_position = end
+            _pwrite_all(fd, data, pos)  # a fallocated extent waits for the journal (~6 ms a
+        self.wrote_position = end       # new queue); pwrite does not, and the mapping sees it
         return pos
 
     def flush(self) -> int:
@@ -153,3 +165,13 @@ class LazyMappedFile(MappedFile):
         with _lru_lock:
             _lru.pop(self, None)
         self._unmap()
+
+
+def close_under(directory: str) -> None:
+    """Unmap every file under a directory still mapped: those of queue objects a store
+    dropped without closing (readers may have held them), when the store closes."""
+    prefix = os.path.join(directory, "")
+    with _lru_lock:
+        going = [mf for mf in _lru if mf.path.startswith(prefix)]
+    for mf in going:
+        mf.close()

@@ -149,10 +149,22 @@ class MappedFileQueue:
             start = 0 if last is None else last.file_from_offset + self.file_size
             return self._create(start)
 
-    def _create(self, offset: int) -> MappedFile:
+    def append_new_file(self, data: bytes | memoryview) -> MappedFile:
+        """A ConsumeQueue's next file (its first at offset 0), created with `data` at its
+        start in the same open: a new queue's first units cost one open, not two."""
+        with self._lock:
+            last = self.last_file()
+            if last is not None and not last.is_full():
+                raise ValueError(f"{last.path} is not full: no new file follows it yet")
+            return self._create(0 if last is None else last.file_from_offset + self.file_size, data)
+
+    def _create(self, offset: int, data: bytes | memoryview = b"") -> MappedFile:
         safefs.makedirs(self.directory)
         path = os.path.join(self.directory, offset_to_name(offset))
-        mf = self.file_class(path, self.file_size, offset, transient=self.transient)
+        if data:
+            mf: MappedFile = LazyMappedFile(path, self.file_size, offset, data=data)
+        else:
+            mf = self.file_class(path, self.file_size, offset, transient=self.transient)
         # a rolled file must survive a power cut (ALICE hazard 2). A ConsumeQueue's names are
         # synced by its next flush, before any checkpoint counts on them: a batch that makes
         # thousands of queues then costs one journal commit, not one each

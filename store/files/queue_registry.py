@@ -20,7 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from .consume_queue import ConsumeQueue
+import numpy as np
+
+from .commitlog import CommitLog
+from .consume_queue import PRE_BLANK, ConsumeQueue
 
 Key = tuple[str, int]
 
@@ -33,6 +36,7 @@ class Recorded(NamedTuple):
     head: int
     proven: bool = False
     low: int | None = None  # its minimum offset when last open (None: its head)
+    newest: int = 0  # store time (ms) of its newest message, 0 when unknown or none
 
     @property
     def min_offset(self) -> int:
@@ -48,6 +52,7 @@ class QueueRegistry:
         self._open: OrderedDict[Key, ConsumeQueue] = OrderedDict()
         self._recorded: dict[Key, Recorded] = {}
         self._lock = threading.RLock()
+        self.commitlog: CommitLog | None = None  # where the newest messages' times are read
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
         """Queues known from a clean close's record, to be opened on first use."""
@@ -124,31 +129,64 @@ class QueueRegistry:
         """What is known of a queue not open now (None when it is open or unknown)."""
         return self._recorded.get(key)
 
-    def ends(self) -> dict[Key, tuple[int, int]]:
-        """(entry count, first file's queue offset) of every queue, for a clean close's record."""
+    def ends(self) -> dict[Key, tuple[int, int, int]]:
+        """(entry count, first file's queue offset, newest message's store time) of every
+        queue, for a clean close's record."""
         with self._lock:
-            out = {key: (rec.entries, rec.head) for key, rec in self._recorded.items()}
-            out.update((key, (cq.max_offset, cq.first_file_offset)) for key, cq in self._open.items())
+            out = {key: (rec.entries, rec.head, rec.newest) for key, rec in self._recorded.items()}
+            opened = list(self._open.items())
+            times = self._newest([cq for _, cq in opened])
+            out.update((key, (cq.max_offset, cq.first_file_offset, t))
+                       for (key, cq), t in zip(opened, times))
             return out
 
-    def trim(self) -> int:
+    def _newest(self, queues: list[ConsumeQueue]) -> list[int]:
+        """Store time of each queue's last message, read from the record headers in one
+        gather; 0 for a queue without one in the log."""
+        log = self.commitlog
+        if log is None:
+            return [0] * len(queues)
+        rows, offsets = [], []
+        for i, cq in enumerate(queues):
+            last = cq.last_entry()
+            if last is not None and last[1] != PRE_BLANK[1] and \
+                    log.min_offset <= last[0] < log.max_offset:
+                rows.append(i)
+                offsets.append(last[0])
+        out = [0] * len(queues)
+        stamps = log.body_sizes_and_times(np.array(offsets, dtype=np.int64))[1].tolist()
+        for i, t in zip(rows, stamps):
+            out[i] = t
+        return out
+
+    def trim(self) -> list[tuple[Key, ConsumeQueue]]:
         """Drop the least recently used open queues past `cache` whose every byte is on disk
         (the caller holds the put lock, so none is between a reservation and its write);
-        how many were dropped."""
-        dropped = 0
+        the queues dropped, for `note_times`."""
         with self._lock:
             excess = len(self._open) - self.cache
-            for key in list(self._open):
-                if excess <= 0:
+            going: list[tuple[Key, ConsumeQueue]] = []
+            for key, cq in self._open.items():
+                if len(going) >= excess:
                     break
-                cq = self._open[key]
                 if cq.settled():
-                    del self._open[key]
-                    self._recorded[key] = Recorded(cq.max_offset, cq.first_file_offset, True,
-                                                   cq.min_offset)
-                    excess -= 1
-                    dropped += 1
-        return dropped
+                    going.append((key, cq))
+            for key, cq in going:
+                del self._open[key]
+                self._recorded[key] = Recorded(cq.max_offset, cq.first_file_offset, True,
+                                               cq.min_offset)
+            return going
+
+    def note_times(self, dropped: list[tuple[Key, ConsumeQueue]]) -> None:
+        """Remember the newest message's time of queues `trim` dropped: read from their
+        files and records (a page each) without the put lock; a queue opened again meanwhile
+        is left alone."""
+        times = self._newest([cq for _, cq in dropped])
+        with self._lock:
+            for (key, _), newest in zip(dropped, times):
+                rec = self._recorded.get(key)
+                if rec is not None and rec.proven and newest > rec.newest:
+                    self._recorded[key] = rec._replace(newest=newest)
 
     def close(self) -> None:
         with self._lock:

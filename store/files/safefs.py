@@ -225,7 +225,37 @@ def write_new(path: str, data: bytes | memoryview, *, sync: bool = True) -> None
 
 def makedirs(path: str) -> None:
     """Make `path` and its missing parents (0700), refusing a link on the way."""
-    os.close(_walk(path, create=True))
+    os.close(_made(os.path.abspath(path)))
+
+
+def _made(path: str) -> int:
+    """An fd of directory `path`, made with its missing parents: one openat2 when it exists,
+    else its parent's fd and a mkdirat and openat below it (a new queue's directory costs
+    a few system calls, not a mkdir and an openat for every component from `/`)."""
+    parent, name = os.path.split(path)
+    if not _openat2_works[0] or not name:
+        return _walk(path, create=True)
+    try:
+        found = _openat2(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None:
+        return found
+    if not _openat2_works[0]:
+        return _walk(path, create=True)
+    pfd = _made(parent)
+    try:
+        try:
+            os.mkdir(name, DIR_MODE, dir_fd=pfd)
+            made = True
+        except FileExistsError:
+            made = False
+        fd = _step(pfd, name, path)
+        if made and _trusted:
+            _give_to_owner(fd, os.fstat(pfd))
+        return fd
+    finally:
+        os.close(pfd)
 
 
 def listdir(path: str) -> list[str]:

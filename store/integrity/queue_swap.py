@@ -30,6 +30,7 @@ Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # offsets, sizes,
 def swap_in(root: str, queues: QueueRegistry, old: ConsumeQueue, units: Units) -> list[str]:
     """Replace `old` by a queue of these units (the caller holds the put lock, so nothing is
     appended meanwhile); the quarantine/ names of the old files."""
+    old.write_out()  # its buffered units too go to its files (and to quarantine/ with them)
     units_per_file = old.file_size // UNIT_SIZE
     aside_root = quarantine.scratch_dir(root, f"rebuilding-{old.topic}-{old.queue_id}")
     aside = ConsumeQueue(aside_root, old.topic, old.queue_id, units_per_file)

@@ -14,7 +14,8 @@ It works in small steps under the put lock (so retention and puts see whole step
 between steps so it takes about `share` of one core, and records where it is in
 config/scrub.json now and then, so the next mount goes on from there. A damaged queue is
 rebuilt from the CommitLog, as an open does (old files to quarantine/); a damaged record or
-IndexFile entry is reported (reads of it fail, or key lookups may miss it; `mqfs repair`).
+IndexFile entry is reported (reads of it fail, or key lookups may miss it), the record for
+`mqfs repair`, the IndexFile rebuilt by the next read-write open.
 Findings go to the log and to `status()`. `mqfs verify` stays the full offline check.
 """
 
@@ -60,9 +61,21 @@ def _state_shape(data: Any) -> dict[str, Any]:
         if type(data.get(name, 0)) is not int:
             raise ValueError(f"has {name} that is not a whole number")
     if not isinstance(data.get("queue", ""), str) or not isinstance(data.get("index", ""), str) \
-            or not isinstance(data.get("findings", []), list):
-        raise ValueError("has a queue, index or findings of the wrong type")
+            or not isinstance(data.get("findings", []), list) \
+            or not all(isinstance(n, str) for n in data.get("damaged_index", [])):
+        raise ValueError("has a queue, index, findings or damaged IndexFiles of the wrong type")
     return data
+
+def damaged_index_files(root: str) -> set[str]:
+    """IndexFiles a scrub found damaged: the next read-write open rebuilds them, as it does
+    one whose header is broken (read before the IndexFiles are loaded)."""
+    try:
+        state = read_json(os.path.join(root, "config", NAME), {}, check=_state_shape,
+                          fix="starting a new pass")
+    except StoreFormatError:
+        return set()
+    return set(state.get("damaged_index", []))
+
 
 class Scrub:
     """One store's scrub. `run_pass()` checks everything at once (tests, tools); `start()`
@@ -89,6 +102,9 @@ class Scrub:
         self.started_ms: int = state.get("started_ms", 0)
         self.completed_ms: int = state.get("completed_ms", 0)
         self.findings: list[str] = list(state.get("findings", []))[-_FINDINGS:]
+        # damaged IndexFiles the next read-write open rebuilds; gone once it did
+        names = {os.path.basename(f.path) for f in store.index.files}
+        self.damaged_index: list[str] = [n for n in state.get("damaged_index", []) if n in names]
         self.checked_units = 0
         self.checked_bytes = 0
         self.checked_entries = 0
@@ -238,8 +254,9 @@ class Scrub:
     def _index_step(self) -> bool:
         """Check the next _ENTRIES IndexFile entries, file after file (by name), up to the
         newest file's count when the step began; False past it. A damaged entry is
-        reported, not mended: rebuilding IndexFiles means indexing their records again
-        under the put lock (`mqfs repair` moves them aside, the next open rebuilds them)."""
+        reported and recorded, not mended now: rebuilding means indexing their records
+        again under the put lock, so the next read-write open does it (old file to
+        quarantine/), as for a broken header."""
         store = self.store
         with store.put_lock:
             files = list(store.index.files)
@@ -255,11 +272,13 @@ class Scrub:
             bad = index_check.bad_entries(f, lo, hi, store.commitlog, store.flavor)
             self.checked_entries += hi - lo
             if bad:
+                if names[i] not in self.damaged_index:
+                    self.damaged_index.append(names[i])
                 idx, why = bad[0]
                 more = f" (and {len(bad) - 1} more entries of this step)" if len(bad) > 1 else ""
                 self._found(f"IndexFile {names[i]} entry {idx} {why}{more}: key lookups may "
-                            f"miss keys; reads never serve a wrong message. Run `mqfs verify "
-                            f"{store.root}` and `mqfs repair` to rebuild the IndexFiles")
+                            "miss keys (reads never serve a wrong message) until the next "
+                            "read-write open rebuilds the file")
             if hi >= f.index_count:
                 self.index, self.entry = names[i] + "\0", 0  # sorts just past this file
             else:
@@ -278,7 +297,8 @@ class Scrub:
             return
         write_json(self.path, {"passes": self.passes, "queue": self.queue, "unit": self.unit,
                                "commitlog": self.commitlog, "index": self.index,
-                               "entry": self.entry, "started_ms": self.started_ms,
+                               "entry": self.entry, "damaged_index": self.damaged_index,
+                               "started_ms": self.started_ms,
                                "completed_ms": self.completed_ms, "findings": self.findings})
 
     def status(self) -> dict[str, Any]:

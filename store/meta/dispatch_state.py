@@ -30,12 +30,13 @@ def _path(root: str) -> str:
 
 
 Queues = Mapping[tuple[str, int], ConsumeQueue]
-Ends = Mapping[tuple[str, int], tuple[int, int]]  # queue -> (entry count, first file's queue offset)
+# queue -> (entry count, first file's queue offset, store time of its newest message or 0)
+Ends = Mapping[tuple[str, int], tuple[int, int, int]]
 
 
-def ends_of(consume_queues: Queues) -> dict[tuple[str, int], tuple[int, int]]:
-    """What `save` records of open ConsumeQueue objects."""
-    return {key: (cq.max_offset, cq.first_file_offset) for key, cq in consume_queues.items()}
+def ends_of(consume_queues: Queues) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """What `save` records of open ConsumeQueue objects (no time: a rebuild's)."""
+    return {key: (cq.max_offset, cq.first_file_offset, 0) for key, cq in consume_queues.items()}
 
 
 def save(root: str, ends: Ends, index_files: list[IndexFile],
@@ -46,12 +47,16 @@ def save(root: str, ends: Ends, index_files: list[IndexFile],
     One number or two per queue: a close costs the same whatever the queues hold."""
     queues: dict[str, dict[str, int]] = {}
     heads: dict[str, dict[str, int]] = {}
-    for (topic, qid), (count, head) in ends.items():
+    newest: dict[str, dict[str, int]] = {}
+    for (topic, qid), (count, head, time_ms) in ends.items():
         queues.setdefault(topic, {})[str(qid)] = count
         heads.setdefault(topic, {})[str(qid)] = head
+        if time_ms:
+            newest.setdefault(topic, {})[str(qid)] = time_ms
     index = {os.path.basename(f.path): f.index_count for f in index_files}
     ends_at = {os.path.basename(f.path): f.end_phy_offset for f in index_files}
-    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "indexEnds": ends_at, "heads": heads}
+    state: dict[str, Any] = {"queues": queues, "indexFiles": index, "indexEnds": ends_at,
+                             "heads": heads, "newest": newest}
     if commitlog_end is not None:
         state["commitlogEnd"] = commitlog_end
     if tail_record is not None:
@@ -64,7 +69,7 @@ class Vouched:
     """What a clean close recorded, read once by an open that trusts it: each queue's (entry
     count, first file's queue offset), and a record start near the CommitLog's end (or None)."""
 
-    queues: dict[tuple[str, int], tuple[int, int]]
+    queues: dict[tuple[str, int], tuple[int, int, int]]  # (count, head, newest store time)
     tail_record: int | None
 
 
@@ -80,7 +85,8 @@ def vouched(root: str, checkpoint_flushed: int) -> Vouched | None:
             counts.keys() != heads.keys():
         return None
     tail = data.get("tailRecord")
-    return Vouched({key: (count, heads[key]) for key, count in counts.items()},
+    newest = _queue_numbers(data, "newest", "store time")
+    return Vouched({key: (count, heads[key], newest.get(key, 0)) for key, count in counts.items()},
                    tail if isinstance(tail, int) and not isinstance(tail, bool) and tail >= 0 else None)
 
 
