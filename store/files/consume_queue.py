@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -26,6 +27,7 @@ UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _UNIT = struct.Struct(">qiq")
 PRE_BLANK = (0, 0x7FFFFFFF, 0)
 TAIL_MAX = 4096  # bytes of units a queue holds in memory before they go to its files
+_MAKING = threading.Lock()  # one MappedFileQueue per ConsumeQueue, whichever thread asks first
 
 
 class ConsumeQueue:
@@ -34,8 +36,9 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = units * UNIT_SIZE
-        directory = f"{root.rstrip('/')}/consumequeue/{topic}/{queue_id}"  # join: 4x the time
-        self.queue = MappedFileQueue(directory, self.file_size, read_only=read_only, lazy=True)
+        self.directory = f"{root.rstrip('/')}/consumequeue/{topic}/{queue_id}"  # join: 4x the time
+        self.read_only = read_only
+        self._queue: MappedFileQueue | None = None  # made at first use (`queue`)
         self.min_logic_offset = 0
         self.max_physic_offset = 0  # end (offset + size) of the last entry's record
         self.hole = False  # a put came for an offset past the end (set during recovery)
@@ -48,6 +51,31 @@ class ConsumeQueue:
         # consistent tail; puts and write_out replace it under the store's put lock
         self._tail: tuple[int, bytes] = (0, b"")
 
+    @property
+    def queue(self) -> MappedFileQueue:
+        """The queue's files, made at first use: a queue a put_batch makes costs this object
+        alone (and its garbage collection) until its units are written."""
+        queue = self._queue
+        if queue is None:
+            with _MAKING:
+                queue = self._queue
+                if queue is None:
+                    queue = self._queue = MappedFileQueue(self.directory, self.file_size,
+                                                          read_only=self.read_only, lazy=True)
+        return queue
+
+    @queue.setter
+    def queue(self, queue: MappedFileQueue) -> None:
+        self._queue = queue
+
+    def _files_end(self, readable: bool = False) -> int:
+        """Logical byte the files end at (their read end with `readable`), 0 without files:
+        asked without making the files' object."""
+        queue = self._queue
+        if queue is None:
+            return 0
+        return queue.max_offset if readable else queue.max_wrote_offset
+
     def load(self) -> None:
         self.queue.load()
 
@@ -56,7 +84,7 @@ class ConsumeQueue:
     def max_offset(self) -> int:
         """One past the last entry (buffered units included)."""
         start, data = self._tail
-        return (start + len(data) if data else self.queue.max_offset) // UNIT_SIZE
+        return (start + len(data) if data else self._files_end(True)) // UNIT_SIZE
 
     @property
     def buffered(self) -> int:
@@ -65,7 +93,8 @@ class ConsumeQueue:
 
     @property
     def min_offset(self) -> int:
-        return max(self.min_logic_offset, self.queue.min_offset) // UNIT_SIZE
+        queue = self._queue
+        return max(self.min_logic_offset, queue.min_offset if queue is not None else 0) // UNIT_SIZE
 
     @property
     def first_file_offset(self) -> int:
@@ -131,7 +160,7 @@ class ConsumeQueue:
         queue goes to the tail; anything else (a first unit above 0, a gap, an entry built
         already) through `put` once the tail is written."""
         start, data = self._tail
-        end = start + len(data) if data else self.queue.max_wrote_offset
+        end = start + len(data) if data else self._files_end()
         if queue_offset * UNIT_SIZE == end and commitlog_offset + size > self.max_physic_offset:
             if ARMED:
                 crash_point("cq.write")
@@ -169,7 +198,7 @@ class ConsumeQueue:
         `first`, their last record ending at `end_physic`) added to the tail; False (nothing
         done) when they do not continue the queue exactly."""
         start, data = self._tail
-        end = start + len(data) if data else self.queue.max_wrote_offset
+        end = start + len(data) if data else self._files_end()
         if first * UNIT_SIZE != end:
             return False
         self._tail = (end - len(data), data + raw)
@@ -414,10 +443,11 @@ class ConsumeQueue:
     def settled(self) -> bool:
         """Every unit written is on disk: the object may be dropped and the queue opened
         again from its files (`QueueRegistry.trim`); never while units wait in the tail."""
-        return not self._tail[1] and self.queue.synced()
+        return not self._tail[1] and (self._queue is None or self._queue.synced())
 
     def close(self) -> None:
-        self.queue.close()
+        if self._queue is not None:
+            self._queue.close()
 
 
 _CHUNK_UNITS = 4096  # units read at a time when looking for a queue's end from the back
