@@ -1,11 +1,12 @@
 """The `mqfs` Spark data source: `spark.read.format("mqfs").load(STORE)`, one row per message.
 
 A DataFrame is a snapshot, as a Kafka batch read is: planning fixes, per partition, the byte
-range of one CommitLog file whose records it returns (the last file ends where its data ended
+ranges of CommitLog files whose records it returns (the last file ends where its data ended
 at planning), and per queue the offset range when offsets or timestamps were asked for. Files
-larger than SPLIT_BYTES (or than the share `minPartitions` asks for) are split at record starts
-taken from the ConsumeQueues and checked against the records' own PHYSICALOFFSET fields; a
-record belongs to the partition its start falls in. The CommitLog end is pinned when the
+larger than TASK_BYTES (or than the share `minPartitions` asks for) are split at record starts
+taken from the ConsumeQueues and checked against the records' own PHYSICALOFFSET fields, and
+consecutive pieces are grouped into tasks of about that size; a record belongs to the piece
+its start falls in. The CommitLog end is pinned when the
 DataFrame is created (`MqfsDataSource.schema`), so queries planned later read the same records.
 
 The options topic/queue/startTime/endTime/offsets drop records before their bodies are touched;
@@ -76,7 +77,11 @@ from .writer import MqfsStreamWriter, MqfsWriter
 
 BATCH_RECORDS = 16384
 BATCH_BYTES = 32 << 20
-SPLIT_BYTES = 64 << 20  # default partition size inside a large CommitLog file
+# A task of Spark's Python data sources costs a tenth of a second or more before it reads
+# anything, so a task reads a few hundred MB: a read of every column about TASK_BYTES, a
+# header-only read (`scan.header_only`, several times less work per byte) HEADER_TASK_BYTES.
+TASK_BYTES = 256 << 20
+HEADER_TASK_BYTES = 1 << 30
 _ALL = 1 << 62
 
 
@@ -97,6 +102,32 @@ class RangePartition(InputPartition):
         super().__init__(index)
         self.file_from, self.path, self.start, self.end = file_from, path, start, end
         self.flt = flt
+
+
+class RangeGroup(InputPartition):
+    """Consecutive byte ranges read by one task, in CommitLog order: small files and pieces
+    are read together (TASK_BYTES)."""
+
+    def __init__(self, index: int, pieces: list[RangePartition]):
+        super().__init__(index)
+        self.pieces = pieces
+
+
+def group_ranges(parts: list[RangePartition], min_partitions: int | None,
+                 task_bytes: int = TASK_BYTES) -> list[RangeGroup]:
+    """The pieces in groups of about task_bytes (at least min_partitions of them, when that
+    many pieces were planned), each piece in the group its middle byte falls in."""
+    sizes = [p.end - p.start for p in parts]
+    count = min(len(parts), max(math.ceil(sum(sizes) / task_bytes), min_partitions or 1))
+    share = max(1, sum(sizes)) / max(1, count)
+    groups: dict[int, list[RangePartition]] = {}
+    before = 0
+    for part, size in zip(parts, sizes):
+        groups.setdefault(min(count - 1, int((before + size / 2) // share)), []).append(part)
+        before += size
+    if min_partitions and len(groups) < min(min_partitions, len(parts)):
+        return [RangeGroup(i, [p]) for i, p in enumerate(parts)]
+    return [RangeGroup(i, pieces) for i, pieces in enumerate(groups.values())]
 
 
 def read_range(part: RangePartition, checks: Checks,
@@ -178,10 +209,12 @@ def commitlog_end(layout: StoreLayout) -> int:
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
                     flt: RowFilter = ALL_ROWS, end_offset: int | None = None,
-                    span: tuple[int | None, int | None] = (None, None)) -> list[RangePartition]:
+                    span: tuple[int | None, int | None] = (None, None),
+                    split_bytes: int = TASK_BYTES) -> list[RangePartition]:
     """Byte ranges of the records before `end_offset` (the CommitLog end now when None),
-    split at record starts, fixed for the partitions' lifetime; only those that overlap the
-    filter's CommitLog offsets and `span` (where the units say the selected records are)."""
+    files larger than split_bytes split at record starts, fixed for the partitions' lifetime;
+    only those that overlap the filter's CommitLog offsets and `span` (where the units say the
+    selected records are)."""
     files = commitlog_files(layout.root)
     _check_continuity(files, fail_on_data_loss)
     if end_offset is None:
@@ -191,7 +224,7 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
     assert hi is not None
     files = [(s, p) for s, p in files if s < hi and (lo is None or s + os.path.getsize(p) > lo)]
     ends = {s: min(os.path.getsize(p), end_offset - s) for s, p in files}
-    target = SPLIT_BYTES
+    target = split_bytes
     if min_partitions:
         target = max(1, min(target, math.ceil(sum(ends.values()) / min_partitions)))
     known = (known_record_starts(layout.root, layout.consume_queue_units)
@@ -319,8 +352,10 @@ class MqfsReader(DataSourceReader):
             self.layout, flt, self.opts.min_partitions, self.end_offset)
         if plan.parts is not None:
             return list(plan.parts)
-        return list(plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
-                                    flt, self.end_offset, plan.span))
+        size = HEADER_TASK_BYTES if header_only(self.opts.columns) else TASK_BYTES
+        pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
+                                 flt, self.end_offset, plan.span, size)
+        return list(group_ranges(pieces, self.opts.min_partitions, size))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
@@ -329,8 +364,12 @@ class MqfsReader(DataSourceReader):
         if isinstance(partition, UnitRange):
             yield from read_units(self.layout, partition, self.opts)
             return
-        if not isinstance(partition, RangePartition):  # partitions() planned none: Spark
+        if not isinstance(partition, RangeGroup):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows
+        for piece in partition.pieces:
+            yield from self._range_rows(piece)
+
+    def _range_rows(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
                         checksums=not header_only(self.opts.columns))
         yield from read_range(partition, checks, self.opts.columns)

@@ -82,8 +82,8 @@ def selected_ranges(layout: StoreLayout, flt: RowFilter) -> tuple[list[Range], b
     for t, q, lo, hi in ranges:  # the store's time search: offsets stored in [start_ms, end_ms)
         if hi > lo and flt.start_ms is not None:
             lo = max(lo, offset_by_time(layout, t, q, flt.start_ms))
-        if hi > lo and flt.end_ms is not None:
-            end = offset_by_time(layout, t, q, flt.end_ms)
+        if hi > lo and flt.end_ms is not None:  # one past the last stored before end_ms
+            end = offset_by_time(layout, t, q, flt.end_ms - 1, upper=True) + 1
             cut, hi = cut and end < hi, min(hi, end)
         narrowed.append((t, q, lo, hi))
     return narrowed, cut

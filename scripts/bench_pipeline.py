@@ -8,7 +8,10 @@ count of sha2(body) (every body read and hashed), a full scan (every column mate
 columns=topic,queue_offset, the header-only path) and sum(length(body)); prints rows/s and the
 ratio to Parquet. Then one queue's 10k offsets (options subscribe/queue/startingOffsets/
 endingOffsets, read through the ConsumeQueue), and the same as a filter Spark pushes down, timed
-next to the full scan of the same store.
+next to the full scan of the same store. Also Spark's own floor for a Python data source: a
+source that yields batches built before the query (the same rows' first batch, over and over:
+no reader work at all) timed on the same queries, so the share of a figure that no reader can
+remove is visible.
 Run as `scripts/bench pipeline`.
 """
 
@@ -36,6 +39,47 @@ def build(root: str, n: int, body: int, file_size: int) -> float:
                                         queue_id=j % 8, keys=[f"k{j}"], tags=f"tag{j % 3}")
                          for j in range(i, min(n, i + 2000))])
     return time.perf_counter() - started
+
+
+def floor_source(spark, store: str, n: int) -> None:
+    """Register format "mqfs_floor": each task yields a batch of the store's first rows,
+    built once at planning, until it has given its share of n rows."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from pipeline.options import read_options
+    from pipeline.schema import message_schema
+    from pipeline.source import MqfsReader
+    from store.offline.views import store_layout
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, options):
+            columns = {"columns": options["columns"]} if "columns" in options else {}
+            opts = read_options({"path": store, **columns}, streaming=False)
+            reader = MqfsReader(store_layout(store), opts, None)
+            self.batch = next(reader.read(reader.partitions()[0]))
+            self.tasks = int(options["tasks"])
+
+        def partitions(self):
+            return [InputPartition(i) for i in range(self.tasks)]
+
+        def read(self, partition):
+            share = n // self.tasks
+            for at in range(0, share, self.batch.num_rows):
+                yield self.batch.slice(0, min(self.batch.num_rows, share - at))
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "mqfs_floor"
+
+        def schema(self):
+            columns = self.options.get("columns")
+            return message_schema(frozenset(columns.split(",")) if columns else None)
+
+        def reader(self, schema):
+            return FloorReader({k: v for k, v in self.options.items() if k in ("columns", "tasks")})
+
+    spark.dataSource.register(Floor)
 
 
 def best(run, runs: int) -> float:
@@ -98,6 +142,16 @@ def main(argv: list[str]) -> int:
             mq = best(lambda action=action, source=source: action(source()), a.runs)
             pt = best(lambda action=action: action(pq()), a.runs)
             print(f"  {name:36} {n / mq:12,.0f} {n / pt:15,.0f} {pt / mq:6.2f}")
+        floor_source(spark, store, n)
+        print("  Spark's floor for a Python data source (prebuilt batches, no reader work):")
+        for name, action, options in (
+                (queries[0][0], queries[0][1], {}),
+                (queries[4][0], queries[4][1], {"columns": "topic,queue_offset"})):
+            parts = mqfs(**options)().rdd.getNumPartitions()
+            fl = best(lambda action=action, options=options, parts=parts: action(
+                spark.read.format("mqfs_floor").options(tasks=str(parts), **options).load()), a.runs)
+            pt = best(lambda action=action: action(pq()), a.runs)
+            print(f"  {name:36} {n / fl:12,.0f} {n / pt:15,.0f} {pt / fl:6.2f}")
         one = json.dumps({"topic1": {"1": n // 16}}), json.dumps({"topic1": {"1": n // 16 + 10_000}})
         noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
         part = best(lambda: noop(mqfs(subscribe="topic1", queue="1", startingOffsets=one[0],

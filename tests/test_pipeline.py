@@ -31,7 +31,7 @@ def test_round_trip_every_field(spark, store):
     df = spark.read.format("mqfs").load(store)
     files = commitlog_files(store)
     assert len(files) > 1
-    assert df.rdd.getNumPartitions() == len(files)
+    assert df.rdd.getNumPartitions() == 1  # a few MiB of files: one task reads them all
     got, want = read_rows(df), expected_rows(store)
     assert len(want) == 3000
     assert got.keys() == want.keys()

@@ -239,6 +239,7 @@ def append(root: str, n: int, seed: int, start: int) -> None:
         s.put_batch(make_messages(random.Random(seed), n, start=start))
 
 
+@pytest.mark.timeout(900)  # two drivers, each a Spark session: 220 s seen alone at load 11
 def test_the_streaming_sink_writes_each_batch_once_through_a_driver_kill(tmp_path):
     """Stream a store into another with writeStream.format("mqfs"); kill -9 the whole driver
     (Python and JVM) once rows arrive, start it again on the same checkpoint: every message

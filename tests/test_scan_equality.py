@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 
 from pipeline.options import read_options  # noqa: E402
 from pipeline.scan import DamagedRecord  # noqa: E402
-from pipeline.source import MqfsReader  # noqa: E402
+from pipeline.source import TASK_BYTES, MqfsReader, RangePartition, group_ranges  # noqa: E402
 from store import Message, MessageStore, StoreConfig  # noqa: E402
 from store.errors import StoreError  # noqa: E402
 from store.offline.views import commitlog_files, store_layout  # noqa: E402
@@ -161,3 +161,13 @@ def test_after_a_flipped_byte_skip_gives_the_rows_the_store_serves(tmp_path_fact
     assert set(header) - set(want) <= {hit}
     if in_body:
         assert header[hit] == project(before, columns)[hit]
+
+
+@given(sizes=st.lists(st.integers(1, 300), min_size=1, max_size=40), min_partitions=st.none() | st.integers(1, 50))
+def test_tasks_read_every_piece_once_in_order(sizes, min_partitions):
+    pieces = [RangePartition(i, 0, "f", 0, size << 20) for i, size in enumerate(sizes)]
+    groups = group_ranges(pieces, min_partitions)
+    assert [p for g in groups for p in g.pieces] == pieces
+    assert [g.value for g in groups] == list(range(len(groups)))
+    assert len(groups) >= min(min_partitions or 1, len(pieces))
+    assert all(sum(p.end - p.start for p in g.pieces) <= 2 * TASK_BYTES for g in groups if len(g.pieces) > 1)

@@ -8,6 +8,7 @@ Apache RocketMQ, so nothing here takes the lock or writes, truncates or unlinks 
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 from dataclasses import dataclass
@@ -107,6 +108,20 @@ class QueueReader:
     def _units(self, index: int) -> tuple[int, np.ndarray]:
         start, path = self.files[index]
         return start // UNIT_SIZE, _valid_units(map_readonly(path))
+
+    def unit_at(self, offset: int, mapped: dict[int, np.ndarray]) -> np.void | None:
+        """The unit at one queue offset (None: no such unit, or a pre-blank one), its file
+        mapped once into `mapped` however many units a search reads."""
+        i = bisect.bisect_right([f // UNIT_SIZE for f, _ in self.files], offset) - 1
+        if i < 0:
+            return None
+        units = mapped.get(i)
+        if units is None:
+            units = mapped[i] = self._units(i)[1]
+        at = offset - self.files[i][0] // UNIT_SIZE
+        if at >= len(units) or units["size"][at] == PRE_BLANK[1]:
+            return None
+        return units[at]
 
     def bounds(self) -> tuple[int, int]:
         """(first offset with a real entry, one past the last written entry)."""
@@ -215,20 +230,21 @@ class StoreTimes:
         return store_timestamp_at(mm, pos)
 
 
-def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int) -> int:
+def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int, upper: bool = False) -> int:
     """The first queue offset whose record was stored at or after ts_ms (the queue's end when
-    none was), as RocketMQ's getOffsetInQueueByTime but right for out-of-order times too."""
+    none was), as RocketMQ's getOffsetInQueueByTime but right for out-of-order times too; with
+    `upper`, the last one stored at or before ts_ms (the queue's first when none was)."""
     reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     lo, hi = reader.bounds()
-    offsets, units = reader.read(lo, hi)
     times = StoreTimes(commitlog_files(layout.root))
+    mapped: dict[int, np.ndarray] = {}
 
-    def time_at(i: int) -> int:
-        t = times.at(int(units["offset"][i]))
+    def time_at(i: int) -> int:  # reads only the units the search probes
+        unit = reader.unit_at(lo + i, mapped)
+        t = None if unit is None else times.at(int(unit["offset"]))
         return -1 if t is None else t
 
     def times_of(i: int, k: int) -> np.ndarray:
         return np.array([time_at(j) for j in range(i, i + k)], dtype=np.int64)
 
-    a = search_time(len(units), time_at, times_of, ts_ms)
-    return int(offsets[a]) if a < len(offsets) else hi
+    return lo + search_time(hi - lo, time_at, times_of, ts_ms, upper)
