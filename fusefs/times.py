@@ -3,6 +3,8 @@ kernel must be told to forget when they move."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from store import Message, MessageStore, PutResult
 
 from .inodes import QUEUE, TOPIC, TOPICS_INO, Node, NodeTable
@@ -18,6 +20,7 @@ class QueueTimes:
         self.nodes = nodes
         self.started_ns = started_ns
         self._newest: dict[tuple[str, int], int] = {}
+        self._all_newest: int | None = None  # topics/'s time: the newest of every queue's, kept
         # inodes whose moving mtime the kernel may hold: told to forget it when it moves
         self._shown: set[int] = set()
 
@@ -37,9 +40,14 @@ class QueueTimes:
     def dir_mtime(self, node: Node) -> int:
         if node.kind == QUEUE:
             return self.queue_mtime(node.topic, node.queue)
-        topics = self.store.topics()
-        wanted = [node.topic] if node.kind == TOPIC else list(topics)
-        return max([self.queue_mtime(t, q) for t in wanted for q in self.store.queue_ids(t)],
+        if node.kind == TOPIC:
+            return self._newest_of([node.topic])
+        if self._all_newest is None:  # once per mount: then note_puts keeps it, so a getattr
+            self._all_newest = self._newest_of(self.store.topics())  # of topics/ is O(1)
+        return self._all_newest
+
+    def _newest_of(self, topics: Iterable[str]) -> int:
+        return max([self.queue_mtime(t, q) for t in topics for q in self.store.queue_ids(t)],
                    default=self.started_ns)
 
     def note_puts(self, messages: list[Message], results: list[PutResult]) -> list[int]:
@@ -49,7 +57,10 @@ class QueueTimes:
         invalidation overtook)."""
         queues = set()
         for msg, res in zip(messages, results):
-            self._newest[(msg.topic, msg.queue_id)] = res.store_timestamp * 1_000_000
+            when = res.store_timestamp * 1_000_000
+            self._newest[(msg.topic, msg.queue_id)] = when
+            if self._all_newest is not None:
+                self._all_newest = max(self._all_newest, when)
             queues.add((msg.topic, msg.queue_id))
         idents: list[tuple] = [(tag, t, q) for t, q in queues for tag in ("q", "a", "j", "f")]
         idents += [("t", t) for t in {t for t, _ in queues}]
