@@ -123,6 +123,24 @@ def test_opened_queues_beyond_the_cache_are_dropped_once_flushed(tmp_path):
         assert bytes(s.get("t0", 0, 4).body) == b"after"
 
 
+def test_a_queue_this_process_dropped_takes_up_its_end_without_searching(tmp_path, monkeypatch):
+    """Its end is the one it was dropped at (every unit on disk then): reopening it reads no
+    data region (~2 ms a queue; a second put_batch over 6,000 dropped queues took 5.8 s)."""
+    from store.files import consume_queue
+    root = str(tmp_path / "s")
+    _fill(root)
+    with MessageStore(root, small_config(), create=False) as s:
+        s.consume_queues.cache = 2
+        s.put_batch([Message.create(f"t{t}", b"more", queue_id=0) for t in range(TOPICS)])
+        s.flush()
+        searched = []
+        monkeypatch.setattr(consume_queue, "last_written",
+                            lambda mf: searched.append(mf) or pytest.fail("searched for the end"))
+        s.put_batch([Message.create(f"t{t}", b"again", queue_id=0) for t in range(TOPICS)])
+        assert searched == []
+        assert [bytes(m.body) for m in s.get_range("t3", 0, 3, 9)] == [b"more", b"again"]
+
+
 def test_first_uses_by_readers_and_puts_at_once_need_no_store_lock(tmp_path):
     root = str(tmp_path / "s")
     _fill(root)

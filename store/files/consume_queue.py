@@ -361,6 +361,18 @@ class ConsumeQueue:
         self.queue.truncate_dirty(end, zeros_after=True)  # the search read them: all zeros
         self._refresh_max_physic()
 
+    def resume(self, entries: int) -> bool:
+        """Take up the end this process left when it dropped the queue with every unit on
+        disk (`settled`): set, not searched for (`recover` reads the last data region, ~2 ms
+        a queue). False when the files do not fit that end: the caller then recovers."""
+        files = self.queue.files
+        end = entries * UNIT_SIZE
+        if not files or not files[-1].file_from_offset <= end <= files[-1].file_from_offset + self.file_size:
+            return False
+        self.queue.truncate_dirty(end, zeros_after=True)  # nothing is written: the end is known
+        self._refresh_max_physic()
+        return True
+
     def keep_taken(self, end: int, filler: tuple[int, int]) -> None:
         """Extend the queue to `end` with units for messages lost to damage (pointing at a
         filler record): their offsets were given out, so they stay taken."""

@@ -42,11 +42,11 @@ def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
           kept: kept_ends.Kept, note: Note) -> None:
     """Load a queue known from a record, find its end and prove it (see the module)."""
     cq.load()
-    cq.recover()
     min_commitlog = parts.commitlog.queue.min_offset
-    if rec.proven and cq.max_offset == rec.entries and cq.first_file_offset == rec.head:
+    if rec.proven and cq.first_file_offset == rec.head and cq.resume(rec.entries):
         cq.min_logic_offset = rec.min_offset * UNIT_SIZE  # as this process left it (its end proven then)
     else:
+        cq.recover()
         why = _problem(parts, cq, rec, min_commitlog)
         if why is not None:
             _rebuild(parts, tags, cq, rec, why, kept.get((cq.topic, cq.queue_id)), note)
