@@ -53,15 +53,19 @@ def expected_rows(root: str) -> dict[int, dict]:
         for topic, nq in s.topics().items():
             for q in range(nq):
                 for m in s.get_range(topic, q, s.min_offset(topic, q), 1 << 30):
-                    rows[m.commitlog_offset] = {
-                        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-                        "commitlog_offset": m.commitlog_offset, "size": m.total_size,
-                        "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
-                        "born_host": host(m.born_host), "store_host": host(m.store_host),
-                        "msg_id": m.msg_id, "keys": m.keys, "tags": m.tags or None,
-                        "properties": dict(m.properties), "flag": m.flag, "sys_flag": m.sys_flag,
-                        "body": bytes(m.body)}
+                    rows[m.commitlog_offset] = message_row(m)
     return rows
+
+
+def message_row(m) -> dict:
+    """A stored message as the row the Spark source gives for it (times in ms)."""
+    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "commitlog_offset": m.commitlog_offset, "size": m.total_size,
+            "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
+            "born_host": host(m.born_host), "store_host": host(m.store_host),
+            "msg_id": m.msg_id, "keys": m.keys, "tags": m.tags or None,
+            "properties": dict(m.properties), "flag": m.flag, "sys_flag": m.sys_flag,
+            "body": bytes(m.body)}
 
 
 def plain_rows(df) -> list[dict]:

@@ -21,7 +21,7 @@ from pipeline.source import TASK_BYTES, MqfsReader, RangePartition, group_ranges
 from store import Message, MessageStore, StoreConfig  # noqa: E402
 from store.errors import StoreError  # noqa: E402
 from store.offline.views import commitlog_files, store_layout  # noqa: E402
-from tests.spark_helpers import host, small_store_config  # noqa: E402
+from tests.spark_helpers import message_row, small_store_config  # noqa: E402
 
 HEADER_COLUMNS = ("topic,queue_id,queue_offset,commitlog_offset,size",
                   "topic,queue_offset", "store_timestamp,born_timestamp,born_host,store_host,msg_id,flag,sys_flag")
@@ -68,14 +68,7 @@ def served(root: str, broker: bool) -> tuple[dict[int, dict], set[int]]:
                     except StoreError:  # damaged, or a unit recovery could not trust
                         damaged.add(offset)
                         continue
-                    rows[m.commitlog_offset] = {
-                        "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-                        "commitlog_offset": m.commitlog_offset, "size": m.total_size,
-                        "store_timestamp": m.store_timestamp, "born_timestamp": m.born_timestamp,
-                        "born_host": host(m.born_host), "store_host": host(m.store_host),
-                        "msg_id": m.msg_id, "keys": m.keys, "tags": m.tags or None,
-                        "properties": dict(m.properties), "flag": m.flag, "sys_flag": m.sys_flag,
-                        "body": bytes(m.body)}
+                    rows[m.commitlog_offset] = message_row(m)
     return rows, damaged
 
 
