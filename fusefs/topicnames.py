@@ -7,7 +7,8 @@ their targets use the short form when the whole name would not fit."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 NAME_MAX = 255
 _KEEP = 200
@@ -26,6 +27,25 @@ def link_entry(topic: str, queue: int, offset: int) -> str:
     """The name of a key link to a message."""
     name = f"{topic}:{queue}:{offset}"
     return name if len(name.encode()) <= NAME_MAX else f"{short_form(topic)}:{queue}:{offset}"
+
+
+class _Topics(Protocol):
+    def has_topic(self, topic: str) -> bool: ...
+    def topics(self) -> dict[str, int]: ...
+
+
+class TopicNames:
+    """A store's topics for `topic_named`: `in` asks the store for one name (O(1)), and only
+    a short form walks them all."""
+
+    def __init__(self, store: _Topics) -> None:
+        self.store = store
+
+    def __contains__(self, topic: object) -> bool:
+        return isinstance(topic, str) and self.store.has_topic(topic)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store.topics())
 
 
 def topic_named(name: str, topics: Iterable[str]) -> str | None:

@@ -174,6 +174,11 @@ class StoreReads:
         """Topic -> one past its highest queue id (`queue_ids` says which exist)."""
         return self.topic_table.counts()
 
+    def has_topic(self, topic: str) -> bool:
+        """Whether the topic exists: what `topic in topics()` answers, without building the
+        dict of every topic (a mount asks at every name it looks up)."""
+        return self.topic_table.has_topic(topic)
+
     def queue_ids(self, topic: str) -> list[int]:
         """The queues shown for a topic: those topics.json declares and those on disk (a
         broker's delay topic may hold queue 2 alone); [] for no such topic."""

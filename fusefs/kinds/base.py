@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..errors import FsError
 from ..inodes import Attr, Node, canonical_int, text_name
 from ..listings import Listing, SnapshotListing
-from ..topicnames import topic_named
+from ..topicnames import TopicNames, topic_named
 
 if TYPE_CHECKING:
     from ..model import Model
@@ -64,7 +64,7 @@ class Kind:
 
     def existing_topic(self, name: bytes) -> str:
         """The topic a name spells; ENOENT when the store has no such topic."""
-        topic = topic_named(text_name(name), self.fs.store.topics())
+        topic = topic_named(text_name(name), TopicNames(self.fs.store))
         if topic is None:
             raise FsError(errno.ENOENT)
         return topic

@@ -106,7 +106,7 @@ class Topics(MovingDir):
             validate_topic(topic)
         except InvalidMessage as exc:
             raise FsError(errno.EINVAL, str(exc)) from None
-        if topic in self.fs.store.topics():
+        if self.fs.store.has_topic(topic):
             raise FsError(errno.EEXIST)
         self.fs.store.create_topic(topic, 0)
         return self.fs.node_attr(self.fs.nodes.topic(topic))

@@ -28,7 +28,7 @@ from ..inodes import (
 from ..keynames import name_key
 from ..listings import TAG_SCAN, Listing, TagListing
 from ..timenames import parse_time
-from ..topicnames import link_entry, topic_named
+from ..topicnames import TopicNames, link_entry, topic_named
 from .base import Kind
 from .queue import InQueue
 
@@ -146,7 +146,7 @@ class KeyDir(SearchedDir):
     slow_listing = True  # a query of the IndexFiles, made at opendir
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        topic, q, offset = _parse_link_name(name, self.fs.store.topics())
+        topic, q, offset = _parse_link_name(name, TopicNames(self.fs.store))
         if not self.has_queue(topic, q):
             raise FsError(errno.ENOENT)
         msg = self.fs.messages.get(topic, q, offset)

@@ -220,6 +220,9 @@ class TopicTable:
         ids = set(range(self.queues.get(topic, 0)))
         return sorted(ids.union(self.found.get(topic, ())))
 
+    def has_topic(self, topic: str) -> bool:
+        return topic in self.queues or topic in self.found
+
     def has(self, topic: str, queue_id: int) -> bool:
         return 0 <= queue_id < self.queues.get(topic, 0) or queue_id in self.found.get(topic, ())
 
