@@ -27,12 +27,12 @@ def _fill(root: str, n: int, cfg=None) -> None:
         s.put_batch([Message.create("t", b"m%d" % i, keys=[f"k{i}"]) for i in range(n)])
 
 
-def _flip(path: str, pos: int) -> None:
+def _flip(path: str, pos: int, mask: int = 0x10) -> None:
     with open(path, "r+b") as f:
         f.seek(pos)
         b = f.read(1)[0]
         f.seek(pos)
-        f.write(bytes([b ^ 0x10]))
+        f.write(bytes([b ^ mask]))
 
 
 def test_a_deleted_first_consumequeue_file_is_caught_by_the_open(tmp_path):
@@ -90,8 +90,9 @@ def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
                    for f in findings)
 
 
-@pytest.mark.parametrize("field,byte", [("hash", 3), ("phy", 11), ("prev", 19)])
-def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served(tmp_path, field, byte):
+@pytest.mark.parametrize("field,byte,mask", [("hash", 3, 0x10), ("phy", 11, 0x10), ("prev", 19, 0x10),
+                                             ("phy's sign", 4, 0x80)])  # t5 seed 34071
+def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served(tmp_path, field, byte, mask):
     """A flipped bit in an entry of an old IndexFile: the open does not read it (its header
     and ends hold), key reads never serve another message for it, the scrub reports the
     entry, verify finds it, and repair, or the next open after the scrub's finding (the
@@ -99,7 +100,7 @@ def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served
     root = str(tmp_path / "s")
     _fill(root, 1000)  # 200 entries a file: five files
     oldest = sorted(os.listdir(os.path.join(root, "index")))[0]
-    _flip(os.path.join(root, "index", oldest), HEADER_SIZE + 64 * SLOT_SIZE + 50 * ENTRY_SIZE + byte)
+    _flip(os.path.join(root, "index", oldest), HEADER_SIZE + 64 * SLOT_SIZE + 50 * ENTRY_SIZE + byte, mask)
     with MessageStore(root, small_config(), create=False) as s:
         assert not s.recovery.notes and not s.recovery.quarantined
         for i in range(1000):

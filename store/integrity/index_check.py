@@ -32,6 +32,9 @@ def bad_entries(f: IndexFile, lo: int, hi: int, commitlog: CommitLog, flavor: Fl
             found.append((idx, f"links to entry {prev}, not to an older one"))
         elif prev and int(every["hash"][prev]) % f.slots != h % f.slots:
             found.append((idx, f"links to entry {prev} of another hash bucket"))
+        if phy < 0:  # never an offset: not one retention deleted
+            found.append((idx, f"points at CommitLog offset {phy}, which no record can have"))
+            continue
         if phy < commitlog.queue.min_offset:
             continue
         why = _record_problem(commitlog, flavor, phy, h)
