@@ -214,12 +214,14 @@ class MessageStore(StoreReads):
                                    transient=cfg.transient_pool)
         self.commitlog.load()
         self.consume_queues.commitlog = self.commitlog
+        # read once, for the two checks below that trust a clean close
+        self._saved_state = dispatch_state.saved(self.root) if last_exit_ok else None
         if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
             last_exit_ok = False
         elif last_exit_ok and 0 < self.checkpoint.commitlog_flushed_offset != \
-                dispatch_state.clean_close_at(self.root):
+                dispatch_state.clean_close_at(self._saved_state):
             # a clean close records its checkpoint's end with the dispatch state; a later
             # session that flushed and lost its abort file (the IndexFiles it never synced
             # may be zeros) leaves a checkpoint past it
@@ -257,7 +259,7 @@ class MessageStore(StoreReads):
         from what is on disk, for recovery to check."""
         self._kept = kept_ends.read(self.root)
         if last_exit_ok:
-            self._vouched = dispatch_state.vouched(self.root, self.checkpoint.commitlog_flushed_offset)
+            self._vouched = dispatch_state.vouched(self._saved_state, self.checkpoint.commitlog_flushed_offset)
         if self._vouched is None:
             self._load_consume_queues()
             return
