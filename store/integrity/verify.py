@@ -25,7 +25,7 @@ from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, load_files
 from ..format import codec, columns, layout, message
 from ..format.flavor import flavor_named
-from ..meta import dispatch_state
+from ..meta import dispatch_state, queue_cuts
 from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..meta.retention import recorded_min_offset
@@ -370,7 +370,8 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
 def _check_config(root: str, report: VerifyReport) -> None:
     """The config files an open reads: each damaged one is a problem naming the file."""
     checks = (lambda: TopicTable(root), lambda: ConsumerOffsets(root),
-              lambda: dispatch_state.read(root), lambda: recorded_min_offset(root))
+              lambda: dispatch_state.read(root), lambda: queue_cuts.read(root),
+              lambda: recorded_min_offset(root))
     for check in checks:
         try:
             check()
