@@ -274,25 +274,18 @@ class MessageStore(StoreReads):
             self._vouched = dispatch_state.vouched(self._saved_state, self.checkpoint.commitlog_flushed_offset)
         if self._vouched is not None:
             self.consume_queues.record(registration.from_close(self._vouched, self._cuts))
-        elif last_exit_ok:
-            self._load_consume_queues()
+        elif last_exit_ok:  # every queue on disk opened now, for recovery to check them all
+            for key in on_disk(self.root):
+                self.consume_queues[key] = self._loaded_queue(key)
         else:
             self.consume_queues.record(registration.from_disk(
-                self.root, dispatch_state.read(self.root)[2], self._cuts))
+                self.root, dispatch_state.read(self.root), self._cuts))
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""
         cq = self._queue_object(key)
         cq.load()
         return cq
-
-    def _save_cuts(self) -> None:
-        """Record the cuts queues not opened still owe (config/queueCuts.json) when queues
-        made theirs since the last time: before the checkpoint moves past what they owe."""
-        made = self.consume_queues.discharged
-        if made != self._cuts_saved:
-            queue_cuts.save(self.root, self.consume_queues.cuts())
-            self._cuts_saved = made
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
@@ -321,11 +314,6 @@ class MessageStore(StoreReads):
         if self.recovery is not None:
             self.recovery.notes.append(what)
             self.recovery.quarantined += quarantined
-
-    def _load_consume_queues(self) -> None:
-        """Every queue found on disk opened now, for recovery to check them all."""
-        for key in on_disk(self.root):
-            self.consume_queues[key] = self._loaded_queue(key)
 
     def _record_time(self, commitlog_offset: int) -> int | None:
         """Store time of the record at an offset; None where no record starts there."""
@@ -662,7 +650,8 @@ class MessageStore(StoreReads):
             cp.index_file, cp.index_count = self.index.sync_newest(
                 newest_index, cp.commitlog_flushed_offset,
                 0.0 if flush_commitlog else self.config.flush_thorough_interval_ms / 1000)
-            self._save_cuts()  # queues put to since `dispatched` was read made theirs before
+            # queues put to since `dispatched` was read made their cuts before
+            self._cuts_saved = queue_cuts.save_made(self.root, self.consume_queues, self._cuts_saved)
             cp.flush()
 
     def flush_logics(self) -> None:

@@ -3,8 +3,9 @@
 - After a clean close that recorded every queue: from that record (config/dispatchState.json),
   each with its count (a lower bound for the queues the close names `unproven`).
 - After a crash, and in a read-only open without such a record: from the listing of
-  consumequeue/ (two levels of directory names), counts unknown. The head a clean close
-  recorded still tells a lost first file (read-write); a read-only open expects 0.
+  consumequeue/ (two levels of directory names), counts unknown. The count and head the last
+  clean close recorded still tell lost units and a lost first file (read-write); a
+  read-only open expects a head of 0.
 Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Only when a
 read-write open has neither a record it trusts nor a crash to recover from are the queues
 opened up front, for recovery to check them all as before.
@@ -26,9 +27,12 @@ def from_close(vouched: Vouched, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
             for key, (count, head, newest) in vouched.queues.items()}
 
 
-def from_disk(root: str, heads: dict[Key, int], cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
-    """Every queue with a directory, its count unknown."""
-    return {key: Recorded(0, heads.get(key, 0), vouched=False, cut=cuts.get(key))
+def from_disk(root: str, last_close: tuple[dict[Key, int], dict, dict[Key, int]] | None,
+              cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
+    """Every queue with a directory, its count unknown: at least what the last clean close
+    counted (`last_close`, dispatch_state.read's), whose head it must still have."""
+    counts, _, heads = last_close or ({}, {}, {})
+    return {key: Recorded(counts.get(key, 0), heads.get(key, 0), vouched=False, cut=cuts.get(key))
             for key in on_disk(root)}
 
 
@@ -44,7 +48,7 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None) -> dict[Ke
     vouched = dispatch_state.vouched(saved, trusted_at) if trusted_at is not None else None
     if vouched is not None:
         return from_close(vouched, cuts)
-    return from_disk(root, {}, cuts)
+    return from_disk(root, None, cuts)
 
 
 def saved_state(root: str) -> Saved | None:

@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ..files.json_file import read_json, write_json
+from ..files.queue_registry import QueueRegistry
 from ..format.message import validate_stored_topic
 from .metadata import checked_name, json_int, json_object
 
@@ -59,3 +60,12 @@ def save(root: str, cuts: Cuts) -> None:
     if not grouped and not os.path.lexists(_path(root)):
         return
     write_json(_path(root), {"cuts": grouped})
+
+
+def save_made(root: str, queues: QueueRegistry, saved: int) -> int:
+    """At a checkpoint, before it moves: rewrite the file when queues made their cuts since
+    it was written (`saved`: the registry's `discharged` then); the count it now holds."""
+    made = queues.discharged
+    if made != saved:
+        save(root, queues.cuts())
+    return made
