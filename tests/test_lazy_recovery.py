@@ -223,3 +223,14 @@ def test_damage_in_a_queue_recovery_left_untouched_is_found_at_its_first_use(tmp
         assert bytes(s.get("t5", 1, 2).body) == b"5/1/2"  # never another message
         assert any("t5/1 unit 2 does not match" in n for n in s.recovery.notes)
         assert s.put(Message.create("t5", b"next", queue_id=1)).queue_offset == 3
+
+
+def test_a_first_file_lost_by_a_queue_recovery_left_untouched_is_found_at_its_first_use(tmp_path):
+    root = str(tmp_path / "s")
+    _write(root, per=120, crash=True, more=1, hot=1)  # 120 units: two files of 100 a queue
+    os.unlink(os.path.join(root, "consumequeue", "t4", "2", "0" * 20))
+    with MessageStore(root, small_config(), create=False) as s:
+        assert set(s.consume_queues.opened()) == {("t0", 0)}
+        assert bytes(s.get("t4", 2, 0).body) == b"4/2/0"
+        assert any("t4/2 lost its first file" in n for n in s.recovery.notes)
+        assert s.put(Message.create("t4", b"next", queue_id=2)).queue_offset == 120

@@ -559,13 +559,14 @@ def _open_touched(parts: StoreParts, plan: Plan) -> bool:
     for run in kept.runs:
         rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
         touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
+    retained = parts.commitlog.queue.min_offset > 0  # retention may have taken head files
     for key in sorted(touched.intersection(parts.consume_queues.waiting())):
         cq = parts.load_queue(key)
         cq.recover()  # finds the end; writes nothing
-        parts.consume_queues.adopt(key, cq)
+        rec = parts.consume_queues.adopt(key, cq)
+        if not retained and cq.queue.files and cq.first_file_offset > (rec.head if rec else 0):
+            plan.lost_heads.append(key)  # its first file went (the head a clean close saw)
     plan.damaged = queue_check.damaged_queues(parts, parts.checkpoint.cq_flushed_offset)
-    plan.lost_heads = dispatch_state.lost_heads(parts.root, parts.consume_queues.opened(),
-                                                parts.commitlog.queue.min_offset)
     return not plan.damaged and not plan.lost_heads
 
 
