@@ -59,6 +59,7 @@ from store.offline.views import (
 from .bounds import kept_bounds, start_by_time
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
+from .pruning import FilterProbe, built_columns
 from .scan import (
     ALL_ROWS,
     Checks,
@@ -70,6 +71,7 @@ from .scan import (
     warn,
 )
 from .schema import message_schema, with_store_column
+from .scoped import MARKER
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
 from .units import UnitPlan, UnitRange, plan_units, read_units
@@ -352,13 +354,17 @@ class MqfsReader(DataSourceReader):
             self.layout, flt, self.opts.min_partitions, self.end_offset)
         if plan.parts is not None:
             return list(plan.parts)
-        size = HEADER_TASK_BYTES if header_only(self.opts.columns) else TASK_BYTES
+        size = HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
         pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
                                  flt, self.end_offset, plan.span, size)
         return list(group_ranges(pieces, self.opts.min_partitions, size))
 
+    def _header_only(self) -> bool:
+        """Whether records are checked only as far as their headers (`scan.header_only`)."""
+        return header_only(self.opts.columns) and not self.opts.all_checksums
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
+        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers, self.opts.output)
 
     def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, UnitRange):
@@ -371,7 +377,7 @@ class MqfsReader(DataSourceReader):
 
     def _range_rows(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
-                        checksums=not header_only(self.opts.columns))
+                        checksums=not self._header_only())
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
@@ -472,13 +478,21 @@ class MqfsDataSource(DataSource):
     def _stores(self) -> list[str]:
         return getattr(self, "roots", None) or store_roots(self.options)
 
-    def reader(self, schema: StructType) -> DataSourceReader:
+    def reader(self, schema: StructType | None) -> DataSourceReader:
+        """A read of the columns `schema` names (pipeline/pruning.py): the declared ones
+        unless ScopedScans.java pruned them (or asks, by MARKER, which filters it takes)."""
         opts = read_options(self.options, streaming=False)
+        names = None if schema is None else [n for n in schema.fieldNames() if n != "store"]
+        if names is not None:
+            opts = replace(opts, columns=built_columns(names, opts.kafka), output=names)
         cls = PushdownReader if opts.push_filters else MqfsReader
         pinned = getattr(self, "end_offsets", None) or {}
         roots = self._stores()
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
-        return StoresReader(roots, readers) if several(self.options) else readers[0]
+        reader = (StoresReader(roots, readers, schema is None or "store" in schema.fieldNames())
+                  if several(self.options) else readers[0])
+        probe = schema is not None and any(f.metadata.get(MARKER) for f in schema.fields)
+        return FilterProbe(reader) if probe else reader
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
