@@ -57,6 +57,7 @@ from store.offline.views import (
 )
 
 from .bounds import kept_bounds, start_by_time
+from .carried import carried_filters
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .scan import (
@@ -478,7 +479,11 @@ class MqfsDataSource(DataSource):
         pinned = getattr(self, "end_offsets", None) or {}
         roots = self._stores()
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
-        return StoresReader(roots, readers) if several(self.options) else readers[0]
+        reader = StoresReader(roots, readers) if several(self.options) else readers[0]
+        left = list(reader.pushFilters(carried_filters(schema))) if opts.push_filters else []
+        if left:  # ScopedScans took it from Spark's plan: it must be applied here
+            raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
+        return reader
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
