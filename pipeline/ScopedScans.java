@@ -5,6 +5,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -14,10 +15,12 @@ import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceCreationResult;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScan;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonTable;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.EqualTo;
 import org.apache.spark.sql.sources.Filter;
@@ -27,7 +30,7 @@ import org.apache.spark.sql.sources.In;
 import org.apache.spark.sql.sources.IsNotNull;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
-import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.IntegerType;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
@@ -37,15 +40,20 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import scala.Option;
 
 /**
- * Format "mqfs" with every scan's planned read kept to that scan.
+ * Format "mqfs" with every scan's planned read kept to that scan, and only the columns the
+ * query needs asked of Python.
  *
  * <p>Spark 4.3's PythonScanBuilder stores the read it planned with pushed filters on the
  * relation's PythonDataSourceV2, and every later scan of that relation takes its read from
  * there: a query that pushes no filter, or the other side of a self-join, reads the rows of
- * another query's filters. This provider hands each scan builder a PythonDataSourceV2 of its
- * own that takes the relation's Python DataSource (so its pinned snapshot), so a planned
- * read serves the scan it was planned for and no other. It marks the options it passes to
- * Python (MARKER), and the Python source takes filters by default only when it sees it.
+ * another query's filters. This provider hands each scan a PythonDataSourceV2 of its own that
+ * takes the relation's Python DataSource (so its pinned snapshot), so a planned read serves
+ * the scan it was planned for and no other. It marks the options it passes to Python
+ * (MARKER), and the Python source takes filters by default only when it sees it.
+ *
+ * <p>PythonScanBuilder prunes no columns: Python builds every declared column of every row
+ * and the JVM converts them all. Python's reader(schema) builds what the schema it is given
+ * names, so the builder here gives it only the columns the query needs.
  *
  * <p>Filters reach Python with the read itself, not through Spark's filter pushdown call:
  * that call runs in a Python worker of its own kind, whose first start in a session (a
@@ -91,7 +99,7 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
         return new Relation(this, schema);
     }
 
-    /** The relation's table; each scan builder gets a PythonDataSourceV2 of its own. */
+    /** The relation's table; each scan builder gets PythonDataSourceV2s of its own. */
     static final class Relation extends PythonTable {
         private final ScopedScans shared;
         private final StructType schema;
@@ -104,23 +112,44 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
 
         @Override
         public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-            ScopedScans own = new ScopedScans(shared);
-            own.setShortName(NAME);
-            return new Builder(own, schema, options);
+            return new Builder(shared, schema, options);
         }
     }
 
-    /** One scan's builder: the filters it takes travel with its read (see the class comment). */
-    static final class Builder implements SupportsPushDownFilters {
-        private final ScopedScans own;
+    /** Takes filters (Carried) and prunes columns; its read through a provider of its own. */
+    static final class Builder implements SupportsPushDownFilters, SupportsPushDownRequiredColumns {
+        private final ScopedScans shared;
         private final StructType schema;
         private final CaseInsensitiveStringMap options;
         private Filter[] taken = new Filter[0];
+        private Set<String> needed;  // null: every column (streams, and scans Spark does not prune)
 
-        Builder(ScopedScans own, StructType schema, CaseInsensitiveStringMap options) {
-            this.own = own;
+        Builder(ScopedScans shared, StructType schema, CaseInsensitiveStringMap options) {
+            this.shared = shared;
             this.schema = schema;
             this.options = options;
+        }
+
+        /** The schema's columns named (whole, in schema order: Python builds no part of a
+         * nested column), or one int column when none is (a count() needs no column). */
+        private StructType columns(Set<String> names) {
+            List<StructField> kept = new ArrayList<>();
+            for (StructField f : schema.fields()) {
+                if (names.stream().anyMatch(n -> n.equals(f.name()) || n.startsWith(f.name() + "."))) {
+                    kept.add(f);
+                }
+            }
+            if (kept.isEmpty()) {
+                StructField pick = schema.fields()[0];
+                for (StructField f : schema.fields()) {
+                    if (f.dataType() instanceof IntegerType) {
+                        pick = f;
+                        break;
+                    }
+                }
+                kept.add(pick);
+            }
+            return new StructType(kept.toArray(new StructField[0]));
         }
 
         @Override
@@ -136,8 +165,18 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
         }
 
         @Override
+        public void pruneColumns(StructType required) {
+            needed = new HashSet<>(Arrays.asList(required.fieldNames()));
+        }
+
+        /** The read of the needed columns, with the filters taken (the reader applies them to
+         * records, whatever columns it builds). */
+        @Override
         public Scan build() {
-            return new PythonScan(own, NAME, Carried.attach(schema, taken), options, taken);
+            ScopedScans own = new ScopedScans(shared);
+            own.setShortName(NAME);
+            StructType read = needed == null ? schema : columns(needed);
+            return new PythonScan(own, NAME, Carried.attach(read, taken), options, taken);
         }
     }
 

@@ -59,6 +59,7 @@ from .bounds import kept_bounds, start_by_time
 from .carried import carried_filters
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
+from .pruning import built_columns
 from .scan import (
     ALL_ROWS,
     Checks,
@@ -328,13 +329,17 @@ class MqfsReader(DataSourceReader):
             self.layout, flt, self.opts.min_partitions, self.end_offset)
         if plan.parts is not None:
             return list(plan.parts)
-        size = HEADER_TASK_BYTES if header_only(self.opts.columns) else TASK_BYTES
+        size = HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
         pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
                                  flt, self.end_offset, plan.span, size)
         return list(group_ranges(pieces, self.opts.min_partitions, size))
 
+    def _header_only(self) -> bool:
+        """Whether records are checked only as far as their headers (`scan.header_only`)."""
+        return header_only(self.opts.columns) and not self.opts.all_checksums
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
+        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers, self.opts.output)
 
     def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, UnitRange):
@@ -347,7 +352,7 @@ class MqfsReader(DataSourceReader):
 
     def _range_rows(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
-                        checksums=not header_only(self.opts.columns))
+                        checksums=not self._header_only())
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
@@ -448,13 +453,19 @@ class MqfsDataSource(DataSource):
     def _stores(self) -> list[str]:
         return getattr(self, "roots", None) or store_roots(self.options)
 
-    def reader(self, schema: StructType) -> DataSourceReader:
+    def reader(self, schema: StructType | None) -> DataSourceReader:
+        """A read of the columns `schema` names (pipeline/pruning.py): the declared ones
+        unless ScopedScans.java pruned them, with the filters it took (pipeline/carried.py)."""
         opts = read_options(self.options, streaming=False)
+        names = None if schema is None else [n for n in schema.fieldNames() if n != "store"]
+        if names is not None:
+            opts = replace(opts, columns=built_columns(names, opts.kafka), output=names)
         cls = PushdownReader if opts.push_filters else MqfsReader
         pinned = getattr(self, "end_offsets", None) or {}
         roots = self._stores()
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
-        reader = StoresReader(roots, readers) if several(self.options) else readers[0]
+        reader = (StoresReader(roots, readers, schema is None or "store" in schema.fieldNames())
+                  if several(self.options) else readers[0])
         left = list(reader.pushFilters(carried_filters(schema))) if opts.push_filters else []
         if left:  # ScopedScans took it from Spark's plan: it must be applied here
             raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
