@@ -113,6 +113,7 @@ def test_filters_on_columns_the_query_does_not_select(spark, store, want):
                         lambda r: r["queue_offset"] < 30 and len(r["body"]) > 10)):
         q = df.where(cond).select("body")
         assert "body" in scanned(q) and "msg_id" not in scanned(q)
+        assert "topic" not in scanned(q) or "topic" not in cond  # a taken filter needs no column
         assert rows(q, "body") == expected(want, "body", keep=keep), cond
         assert df.where(cond).count() == sum(1 for r in want.values() if keep(r)), cond
 
@@ -130,7 +131,7 @@ def test_kafka_shape_is_pruned_too(spark, store, want):
     assert keyed == sorted(((r["queue_offset"], " ".join(r["keys"]).encode() if r["keys"] else None)
                             for r in want.values()), key=repr)
     one = k.where("partition = 1 and topic = 'Orders'").select("value", "headers")
-    assert scanned(one) == ["value", "topic", "partition", "headers"]
+    assert scanned(one) == ["value", "headers"]  # the taken filters need no column of the read
     got = sorted((bytes(r.value), sorted((h.key, bytes(h.value).decode()) for h in r.headers))
                  for r in one.collect())
     assert got == sorted((r["body"], sorted(r["properties"].items())) for r in want.values()
