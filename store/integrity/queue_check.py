@@ -150,6 +150,30 @@ def mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]]
     return dispatch_from
 
 
+def cut_lost_tail(parts: StoreParts, cq: ConsumeQueue, cut: int) -> str | None:
+    """The cut a crash's recovery left a queue it dispatched no record to: units whose
+    records start at or past CommitLog offset `cut` are a torn write's or a lost tail's
+    (pointing past the recovered end, where other queues' records go next). They go from the
+    first that does not describe its own record: one that does was put after the cut was
+    owed (a stale record of it) and stays. Zeros are written over them and synced in a
+    read-write store; a read-only one drops them in memory. What was done, or None."""
+    hi, end = cq.first_from_physical(cut), cq.max_offset
+    while hi < end:
+        units = cq.entries(hi, min(end - hi, 1 << 16))
+        if not len(units):
+            break
+        ok = units_ok(parts.commitlog, cq, hi, units)
+        if not ok.all():
+            hi += int(np.argmin(ok))
+            break
+        hi += len(units)
+    if hi >= end:
+        return None
+    cq.cut_tail(hi)
+    return (f"ConsumeQueue {cq.topic}/{cq.queue_id}: dropped {end - hi} unit(s) from offset {hi}, "
+            "written after the checkpoint for records the crash lost")
+
+
 def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
