@@ -201,7 +201,8 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
          * none); the others are added to `left`, for Spark to evaluate. */
         static Filter[] take(Filter[] filters, StructType schema, CaseInsensitiveStringMap options, List<Filter> left) {
             List<Filter> taken = new ArrayList<>();
-            boolean on = SQLConf.get().pythonFilterPushDown() && !"false".equalsIgnoreCase(options.get("pushFilters"));
+            boolean on = SQLConf.get().pythonFilterPushDown()
+                    && !"false".equalsIgnoreCase(options.getOrDefault("pushFilters", "").strip());
             boolean kafka = "kafka".equalsIgnoreCase(options.getOrDefault("shape", "").strip());
             for (Filter f : filters) {
                 (on && takes(f, schema, kafka) ? taken : left).add(f);
@@ -230,7 +231,7 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
             if (refs.length != 1 || !Arrays.asList(schema.fieldNames()).contains(refs[0])) {
                 return false;  // a nested field, or a name Spark quoted
             }
-            String column = kafka ? KAFKA.get(refs[0]) : refs[0];
+            String column = kafka ? KAFKA.getOrDefault(refs[0], "") : refs[0];  // "": Kafka's others
             if (f instanceof IsNotNull) {
                 return EQUAL.contains(column) || RANGE.contains(column);
             }

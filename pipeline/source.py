@@ -466,7 +466,8 @@ class MqfsDataSource(DataSource):
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
         reader = (StoresReader(roots, readers, schema is None or "store" in schema.fieldNames())
                   if several(self.options) else readers[0])
-        left = list(reader.pushFilters(carried_filters(schema))) if opts.push_filters else []
+        carried = carried_filters(schema)
+        left = list(reader.pushFilters(carried)) if carried and opts.push_filters else carried
         if left:  # ScopedScans took it from Spark's plan: it must be applied here
             raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
         return reader

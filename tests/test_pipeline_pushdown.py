@@ -175,6 +175,19 @@ def test_a_carried_filter_the_reader_does_not_apply_fails_the_read(store):
     reader = MqfsDataSource({"path": store, MARKER: "true"}).reader(
         StructType([StructField("store_timestamp", TimestampType(), metadata=taken)]))
     assert isinstance(reader, PushdownReader) and reader.bounds["store_timestamp"][0] == 1
+    off = {"path": store, MARKER: "true", "pushFilters": " FALSE"}  # Python's reading of the option
+    with pytest.raises(RuntimeError, match="does not apply"):
+        MqfsDataSource(off).reader(StructType([StructField("store_timestamp", TimestampType(), metadata=taken)]))
+
+
+def test_kafka_filters_on_columns_mqfs_does_not_take(spark, store):
+    k = spark.read.format("mqfs").option("shape", "kafka").option("includeHeaders", "true").load(store)
+    off = (spark.read.format("mqfs").option("shape", "kafka").option("includeHeaders", "true")
+           .option("pushFilters", " False ").load(store))
+    for where in ("key is not null and partition = 1", "value is not null and offset < 5",
+                  "timestampType = 1 and topic = 'Orders'", "size(headers) > 0 and offset < 3"):
+        q = k.where(where).select("offset", "partition")
+        assert sorted(q.collect()) == sorted(off.where(where).select("offset", "partition").collect()) != []
 
 
 @pytest.fixture(scope="module")
