@@ -22,6 +22,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -245,17 +246,19 @@ class QueueRegistry:
             self._recorded.clear()
 
 
+_LISTERS = 16  # topic directories listed at once: a cold listing waits on the disk, not the CPU
+
+
 def on_disk(root: str) -> list[Key]:
     """Every queue with a directory, consumequeue/<topic>/<id>: two levels of listing (no
-    file is opened), links never followed (one there is refused)."""
+    file is opened), links never followed (one there is refused). The topics' directories
+    are read several at a time: 20,000 of them read one by one took 5 s with a cold cache."""
     base = os.path.join(root, "consumequeue")
     try:
         topics = sorted(safefs.subdirs(base))
     except FileNotFoundError:
         return []
-    found = []
-    for topic in topics:
-        found += [(topic, int(q)) for q in sorted(safefs.subdirs(os.path.join(base, topic)),
-                                                  key=lambda q: (len(q), q))
-                  if q.isascii() and q.isdigit()]
-    return found
+    with ThreadPoolExecutor(_LISTERS) as pool:
+        listed = list(pool.map(safefs.subdirs, [os.path.join(base, t) for t in topics]))
+    return [(topic, int(q)) for topic, names in zip(topics, listed)
+            for q in sorted(names, key=lambda q: (len(q), q)) if q.isascii() and q.isdigit()]

@@ -180,7 +180,7 @@ def lost_heads(root: str | None, consume_queues: Queues, commitlog_min: int) -> 
     number per queue, read after any exit: a file deleted while the store was down is
     caught by the open, not only by verify. root None: the state is not read (a read-only
     open), every queue must start at 0."""
-    if commitlog_min > 0:
+    if commitlog_min > 0 or not consume_queues:
         return []  # retention ran: a head may have gone with the records it pointed at
     heads = read(root)[2] if root is not None else {}
     return [key for key, cq in consume_queues.items()
