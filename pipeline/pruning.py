@@ -4,19 +4,15 @@ Spark 4.3's Python data sources prune no columns themselves: `reader(schema)` is
 declared schema. The JVM half of the format (ScopedScans.java) gives `reader` the schema of
 the columns the query needs instead, so the read builds those message columns (`columns`,
 header-only when none of them needs the body: `scan.header_only`) and yields exactly the
-schema's columns, in its order. Before that, it asks which filters the read takes with a
-schema whose columns carry MARKER in their metadata (`FilterProbe`), because Spark pushes
-filters before it prunes columns and a Python read is planned together with its filters. The
-schema also names the columns of the query's filters (Spark hands Python only filters on
-columns of the read's schema); Spark drops those above the scan.
+schema's columns, in its order. The filters ScopedScans took come with that schema
+(pipeline/carried.py) and are applied to records, whatever columns the read builds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from .schema import MESSAGE_SCHEMA
 
@@ -38,20 +34,3 @@ def built_columns(names: Iterable[str], kafka: bool) -> frozenset[str] | None:
 def project(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
     """The batch's columns `names`, in that order."""
     return batch if batch.schema.names == names else batch.select(names)
-
-
-class FilterProbe(DataSourceReader):
-    """The read ScopedScans.java plans first to learn which filters the query's read takes:
-    the same reader's answer, and no partitions planned (that read is never run)."""
-
-    def __init__(self, reader: DataSourceReader):
-        self.reader = reader
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        return self.reader.pushFilters(filters)
-
-    def partitions(self) -> list[InputPartition]:
-        return []
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return iter(())

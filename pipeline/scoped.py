@@ -7,7 +7,8 @@ rows of another query's filters (pipeline/README.md, "Filter pushdown"). ScopedS
 every scan its own plan; the Python source takes filters by default only when it sees the
 option ScopedScans adds (MARKER), so without the jar a read is never filtered by a plan made
 for another query. ScopedScans also prunes columns: it gives the Python reader the schema of
-the columns a query needs (pipeline/pruning.py). Built with the JDK's javac against the
+the columns a query needs (pipeline/pruning.py), and hands it the filters it takes with that
+schema (pipeline/carried.py). Built with the JDK's javac against the
 installed pyspark's jars; without a javac, or when those classes differ from what it was
 written for, there is no jar (pushdown stays opt-in and every column is read).
 """

@@ -4,7 +4,7 @@ A DataFrame is a snapshot, as a Kafka batch read is: planning fixes, per partiti
 ranges of CommitLog files whose records it returns (the last file ends where its data ended
 at planning), and per queue the offset range when offsets or timestamps were asked for. Files
 larger than TASK_BYTES (or than the share `minPartitions` asks for) are split at record starts
-taken from the ConsumeQueues and checked against the records' own PHYSICALOFFSET fields, and
+found near each cut in the file and vouched for by their ConsumeQueue units (`splits.py`), and
 consecutive pieces are grouped into tasks of about that size; a record belongs to the piece
 its start falls in. The CommitLog end is pinned when the
 DataFrame is created (`MqfsDataSource.schema`), so queries planned later read the same records.
@@ -48,7 +48,6 @@ from store.format.layout import chain, walk
 from store.offline.views import (
     StoreLayout,
     commitlog_files,
-    known_record_starts,
     last_unit_offsets,
     map_readonly,
     offset_by_time,
@@ -57,9 +56,10 @@ from store.offline.views import (
 )
 
 from .bounds import kept_bounds, start_by_time
+from .carried import carried_filters
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
-from .pruning import FilterProbe, built_columns
+from .pruning import built_columns
 from .scan import (
     ALL_ROWS,
     Checks,
@@ -71,7 +71,7 @@ from .scan import (
     warn,
 )
 from .schema import message_schema, with_store_column
-from .scoped import MARKER
+from .splits import Vouch, split_points
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
 from .units import UnitPlan, UnitRange, plan_units, read_units
@@ -164,30 +164,6 @@ def data_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
     return stop
 
 
-def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) -> list[int]:
-    """Record starts near every `target` bytes of [0, end), from the checked known starts."""
-    arr = np.frombuffer(buf, np.uint8)
-    cand = known[(known >= file_from) & (known < file_from + end)] - file_from
-    points: list[int] = []
-    for nominal in range(target, end, target):
-        found = _first_record_start(arr, cand, int(np.searchsorted(cand, nominal)), file_from)
-        if found is not None and (not points or found > points[-1]):
-            points.append(found)
-    return points
-
-
-def _first_record_start(arr: np.ndarray, cand: np.ndarray, i: int, file_from: int) -> int | None:
-    """The first of cand[i:] that checks out as a record start, checking a few at a time:
-    planning reads the records near each split, not every record of the file."""
-    while i < len(cand):
-        few = cand[i:i + 64]
-        ok = record_starts_ok(arr, few, file_from)
-        if ok.any():
-            return int(few[int(np.argmax(ok))])
-        i += len(few)
-    return None
-
-
 def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
     """CommitLog files must follow each other: a gap is data lost (files deleted by hand)."""
     for (a, path), (b, _) in zip(files, files[1:]):
@@ -229,13 +205,12 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
     target = split_bytes
     if min_partitions:
         target = max(1, min(target, math.ceil(sum(ends.values()) / min_partitions)))
-    known = (known_record_starts(layout.root, layout.consume_queue_units)
-             if any(e > target for e in ends.values()) else None)
+    vouch = Vouch(layout)
     parts: list[RangePartition] = []
     for start, path in files:
         end = ends[start]
-        inner = (split_points(map_readonly(path), start, end, known, target)
-                 if known is not None and end > target else [])
+        inner = (split_points(map_readonly(path), start, end, target, layout.checked_flavor, vouch)
+                 if end > target else [])
         cuts = [0, *inner, end]
         for a, b in zip(cuts, cuts[1:]):
             if start + a < hi and (lo is None or start + b > lo) and b > a:
@@ -480,7 +455,7 @@ class MqfsDataSource(DataSource):
 
     def reader(self, schema: StructType | None) -> DataSourceReader:
         """A read of the columns `schema` names (pipeline/pruning.py): the declared ones
-        unless ScopedScans.java pruned them (or asks, by MARKER, which filters it takes)."""
+        unless ScopedScans.java pruned them, with the filters it took (pipeline/carried.py)."""
         opts = read_options(self.options, streaming=False)
         names = None if schema is None else [n for n in schema.fieldNames() if n != "store"]
         if names is not None:
@@ -491,8 +466,11 @@ class MqfsDataSource(DataSource):
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
         reader = (StoresReader(roots, readers, schema is None or "store" in schema.fieldNames())
                   if several(self.options) else readers[0])
-        probe = schema is not None and any(f.metadata.get(MARKER) for f in schema.fields)
-        return FilterProbe(reader) if probe else reader
+        carried = carried_filters(schema)
+        left = list(reader.pushFilters(carried)) if carried and opts.push_filters else carried
+        if left:  # ScopedScans took it from Spark's plan: it must be applied here
+            raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
+        return reader
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:

@@ -8,7 +8,8 @@ count of sha2(body) (every body read and hashed), a full scan (every column mate
 pruned, pipeline/pruning.py) and sum(length(body)); prints rows/s and the ratio to Parquet.
 Then one queue's 10k offsets (options subscribe/queue/startingOffsets/endingOffsets, read
 through the ConsumeQueue), and the same as a filter Spark pushes down, timed next to the full
-scan of the same store. Also Spark's own floor for a Python data source: a
+scan of the same store, and the driver's planning of cuts inside CommitLog files next to
+reading every ConsumeQueue unit. Also Spark's own floor for a Python data source: a
 source that yields batches built before the query (the same rows' first batch, over and over,
 of the columns the pruned mqfs read builds: no reader work at all) timed on the same queries, so
 the share of a figure that no reader can remove is visible.
@@ -80,6 +81,28 @@ def floor_source(spark, store: str, n: int) -> None:
             return FloorReader({k: v for k, v in self.options.items() if k in ("columns", "tasks")})
 
     spark.dataSource.register(Floor)
+
+
+def planning(store: str, small: str, runs: int) -> None:
+    """Driver planning of 64 tasks (files cut at record starts, as 1 GiB files are) on the
+    store and on one a tenth its size, next to reading every ConsumeQueue unit of each (what
+    finding the cuts cost before): planning should not grow with the store."""
+    from pipeline.options import read_options
+    from pipeline.source import MqfsReader
+    from store.offline.views import QueueReader, queues, store_layout
+
+    def plan(root: str) -> float:
+        lay, opts = store_layout(root), read_options({"path": root, "minPartitions": "64"}, streaming=False)
+        return best(lambda: MqfsReader(lay, opts, None).partitions(), max(3, runs))
+
+    def units(root: str) -> float:
+        n = store_layout(root).consume_queue_units
+        return best(lambda: [QueueReader(root, t, q, n).read(0, 1 << 62) for t, q in queues(root)], max(3, runs))
+
+    big, tenth = plan(store), plan(small)
+    all_big, all_tenth = units(store), units(small)
+    print(f"  planning 64 tasks, store vs a tenth of it: {big:.3f} s vs {tenth:.3f} s, x{big / tenth:.2f}; "
+          f"every ConsumeQueue unit read: {all_big:.3f} s vs {all_tenth:.3f} s, x{all_big / all_tenth:.2f}")
 
 
 def best(run, runs: int) -> float:
@@ -160,6 +183,9 @@ def main(argv: list[str]) -> int:
         full = best(lambda: noop(mqfs()()), a.runs)
         print(f"  one queue's 10k offsets: {part:.2f} s, full scan {full:.2f} s, ratio {part / full:.3f}")
         print(f"  same as a pushed filter: {pushed:.2f} s, ratio {pushed / full:.3f}")
+        small = os.path.join(work, "tenth")
+        build(small, n // 10, a.body, a.file_size)
+        planning(store, small, a.runs)
         spark.stop()
     finally:
         if not a.dir:

@@ -181,6 +181,7 @@ class MessageStore(StoreReads):
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
+        self._last_store_ts = self._newest_store_time()
 
     def _common_state(self) -> None:
         cfg = self.config
@@ -537,6 +538,11 @@ class MessageStore(StoreReads):
         dispatcher.put(msg, cq, queue_offset, keys, commitlog_offset, size, store_ts)
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
+
+    def newest_message_time(self) -> int | None:
+        """Store time (ms) of the newest record the store holds, None when none: known without
+        opening any queue (after a crash or read-only, a queue's own newest is not)."""
+        return self._last_store_ts or None
 
     def _newest_store_time(self) -> int:
         """The newest store time the files vouch for (recovery's dispatch saw the records

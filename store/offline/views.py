@@ -185,18 +185,6 @@ def index_files(root: str) -> list[str]:
     return [p for _, p in numbered_files(os.path.join(root, "index"), 17)]
 
 
-def known_record_starts(root: str, units_per_file: int) -> np.ndarray:
-    """CommitLog offsets that ConsumeQueue units point at, sorted: candidate record starts for
-    planning splits and finding a file's end without walking it from the start. Derived data,
-    so a caller checks each one before trusting it."""
-    parts = [QueueReader(root, t, q, units_per_file).read(0, 1 << 62)[1]["offset"]
-             for t, q in queues(root)]
-    if not parts:
-        return np.empty(0, np.int64)
-    starts = np.sort(np.concatenate(parts).astype(np.int64))  # np.unique hashes: 10x slower
-    return starts[np.append(True, starts[1:] != starts[:-1])] if len(starts) else starts
-
-
 def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
     """The CommitLog offset of every queue's last unit: recent record starts, cheaply."""
     found: list[int] = []
