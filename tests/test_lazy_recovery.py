@@ -263,3 +263,18 @@ def test_the_time_of_topics_after_a_crash_opens_no_queue(tmp_path, read_only):
         assert set(s.consume_queues.opened()) == opened
         newest = max(m.store_timestamp for m in s.get_range("t2", 0, 0, 9))
         assert mtime == newest * 1_000_000
+
+
+def test_a_cut_drops_only_units_that_describe_no_record_of_their_queue(tmp_path):
+    """A stale or forged cut (config/queueCuts.json) costs a check, never a message: the
+    units past it that describe their records stay, and a name no queue has is passed over."""
+    root = str(tmp_path / "s")
+    _write(root)
+    os.makedirs(os.path.join(root, "consumequeue", "t1", "\u00b2"))  # not a queue id
+    with open(os.path.join(root, "config", "queueCuts.json"), "w") as f:
+        json.dump({"cuts": {"0": {"t3": [1], "gone": [7]}}}, f)
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.consume_queues.recorded(("t3", 1)).cut == 0
+        assert [bytes(m.body) for m in s.get_range("t3", 1, 0, 9)] == [b"3/1/%d" % i for i in range(3)]
+        assert not s.recovery.notes and len(s.consume_queues) == TOPICS * 4
+    assert _cuts(root) == {}

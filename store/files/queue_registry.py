@@ -256,5 +256,6 @@ def on_disk(root: str) -> list[Key]:
     found = []
     for topic in topics:
         found += [(topic, int(q)) for q in sorted(safefs.subdirs(os.path.join(base, topic)),
-                                                  key=lambda q: (len(q), q)) if q.isdigit()]
+                                                  key=lambda q: (len(q), q))
+                  if q.isascii() and q.isdigit()]
     return found

@@ -153,20 +153,21 @@ def mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]]
 def cut_lost_tail(parts: StoreParts, cq: ConsumeQueue, cut: int) -> str | None:
     """The cut a crash's recovery left a queue it dispatched no record to: units whose
     records start at or past CommitLog offset `cut` are a torn write's or a lost tail's
-    (pointing past the recovered end, where other queues' records go next). They go from the
-    first that does not describe its own record: one that does was put after the cut was
-    owed (a stale record of it) and stays. Zeros are written over them and synced in a
-    read-write store; a read-only one drops them in memory. What was done, or None."""
-    hi, end = cq.first_from_physical(cut), cq.max_offset
-    while hi < end:
-        units = cq.entries(hi, min(end - hi, 1 << 16))
+    (pointing past the recovered end, where other queues' records go next). The last run of
+    them that do not describe their own record goes: a unit that does was put after the cut
+    was owed (a stale record of it), and stays with every unit before it (a bad one among
+    those is damage, for the proof after to find). Zeros are written over them and synced
+    in a read-write store; a read-only one drops them in memory. What was done, or None."""
+    at, end = cq.first_from_physical(cut), cq.max_offset
+    hi = at  # one past the last unit from `at` on that describes its record
+    while at < end:
+        units = cq.entries(at, min(end - at, 1 << 16))
         if not len(units):
             break
-        ok = units_ok(parts.commitlog, cq, hi, units)
-        if not ok.all():
-            hi += int(np.argmin(ok))
-            break
-        hi += len(units)
+        good = np.flatnonzero(units_ok(parts.commitlog, cq, at, units))
+        if len(good):
+            hi = at + int(good[-1]) + 1
+        at += len(units)
     if hi >= end:
         return None
     cq.cut_tail(hi)
