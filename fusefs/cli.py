@@ -200,8 +200,10 @@ def cmd_info(a: argparse.Namespace) -> int:
         if rec is not None and rec.abnormal:
             print("last close   not clean (abort file present): the next read-write open "
                   "recovers")
-        for note in (rec.notes if rec is not None else []):
+        notes = rec.notes if rec is not None else []
+        for note in notes:
             print(f"recovery     {note}")
+        told = len(notes)
         if rec is not None and rec.corruption:
             print(f"damage       {rec.corruption}")
         for part in ("commitlog", "consumequeue", "index", "quarantine"):
@@ -216,6 +218,8 @@ def cmd_info(a: argparse.Namespace) -> int:
                 span = f"offsets {lo}..{hi - 1}" if hi > lo else "no messages"
                 print(f"  {topic}/{q}: {span}" + (f" ({_plural(hi - lo, 'message')})"
                                                   if hi > lo else ""))
+        for note in notes[told:]:  # what each queue's first use found (a damaged one)
+            print(f"recovery     {note}")
         for group, per_topic in sorted(s.groups().items()):
             for topic, queues in sorted(per_topic.items()):
                 done = ", ".join(f"{q}={o}" for q, o in sorted(queues.items()))

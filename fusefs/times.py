@@ -43,7 +43,10 @@ class QueueTimes:
         if node.kind == TOPIC:
             return self._newest_of([node.topic])
         if self._all_newest is None:  # once per mount: then note_puts keeps it, so a getattr
-            self._all_newest = self._newest_of(self.store.topics())  # of topics/ is O(1)
+            # of topics/ is O(1); the store's newest record, not every queue's newest
+            # (after a crash or read-only, that opened every queue at the first path walk)
+            newest = self.store.newest_message_time()
+            self._all_newest = self.started_ns if newest is None else newest * 1_000_000
         return self._all_newest
 
     def _newest_of(self, topics: Iterable[str]) -> int:

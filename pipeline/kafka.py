@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -22,6 +23,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from .pruning import project
 
 LOG_APPEND_TIME = 1  # Kafka's timestampType codes: 0 CreateTime, 1 LogAppendTime
 SOURCE_COLUMNS = frozenset({"keys", "body", "topic", "queue_id", "queue_offset", "store_timestamp"})
@@ -44,24 +47,38 @@ def source_columns(headers: bool) -> frozenset[str]:
     return SOURCE_COLUMNS | {"properties"} if headers else SOURCE_COLUMNS
 
 
-def kafka_batch(batch: pa.RecordBatch, headers: bool) -> pa.RecordBatch:
-    """A batch of message rows (with `source_columns`) as Kafka's rows."""
-    n = batch.num_rows
-    keys = batch.column("keys")
-    joined = pc.binary_join(keys.cast(pa.list_(pa.string())), " ").cast(pa.binary())
-    key = pc.if_else(pc.greater(pc.list_value_length(keys), 0), joined, pa.scalar(None, pa.binary()))
-    arrays = [key, batch.column("body"), batch.column("topic"), batch.column("queue_id"),
-              batch.column("queue_offset"), batch.column("store_timestamp"),
-              pa.array([LOG_APPEND_TIME] * n, pa.int32())]
-    if headers:
-        props = batch.column("properties")
-        pairs = pa.StructArray.from_arrays([props.keys, props.items.cast(pa.binary())], names=["key", "value"])
-        arrays.append(pa.ListArray.from_arrays(props.offsets, pairs))
+def kafka_batch(batch: pa.RecordBatch, headers: bool, names: list[str] | None = None) -> pa.RecordBatch:
+    """A batch of message rows as Kafka's rows: the columns `names` (default every column of
+    the shape), each built from its message column (`pruning.KAFKA_SOURCES`) only when asked."""
     schema = to_arrow_schema(kafka_schema(headers), timezone="UTC")
-    return pa.RecordBatch.from_arrays([a.cast(f.type) for a, f in zip(arrays, schema)], schema=schema)
+    if names is not None:
+        schema = pa.schema([schema.field(n) for n in names])
+    build = {
+        "key": lambda: _key(batch.column("keys")),
+        "value": lambda: batch.column("body"), "topic": lambda: batch.column("topic"),
+        "partition": lambda: batch.column("queue_id"), "offset": lambda: batch.column("queue_offset"),
+        "timestamp": lambda: batch.column("store_timestamp"),
+        "timestampType": lambda: pa.array(np.full(batch.num_rows, LOG_APPEND_TIME, np.int32)),
+        "headers": lambda: _headers(batch.column("properties")),
+    }
+    return pa.RecordBatch.from_arrays([build[f.name]().cast(f.type) for f in schema], schema=schema)
 
 
-def shaped(batches: Iterable[pa.RecordBatch], kafka: bool, headers: bool) -> Iterator[pa.RecordBatch]:
-    """The batches as the read's shape asks."""
+def _key(keys: pa.Array) -> pa.Array:
+    joined = pc.binary_join(keys.cast(pa.list_(pa.string())), " ").cast(pa.binary())
+    return pc.if_else(pc.greater(pc.list_value_length(keys), 0), joined, pa.scalar(None, pa.binary()))
+
+
+def _headers(props: pa.Array) -> pa.Array:
+    pairs = pa.StructArray.from_arrays([props.keys, props.items.cast(pa.binary())], names=["key", "value"])
+    return pa.ListArray.from_arrays(props.offsets, pairs)
+
+
+def shaped(batches: Iterable[pa.RecordBatch], kafka: bool, headers: bool,
+           names: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The batches as the read's shape asks: its columns `names` (default all of them)."""
     for b in batches:
-        yield kafka_batch(b, headers) if kafka else b
+        if kafka:
+            yield kafka_batch(b, headers, names)
+        else:
+            yield b if names is None else project(b, names)

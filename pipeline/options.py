@@ -21,7 +21,7 @@ _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "starting
          "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "shape", "includeHeaders",
          "failOnDataLoss", "damagedRecords", "columns")
 _BATCH = (*_READ, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "minPartitions",
-          "pushFilters", "records")
+          "pushFilters", "records", "checksums")
 _STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger",
            "maxTriggerDelay")
 _WRITE = ("mount", "lockTimeout", "jobId", "checkpointLocation")  # the last: a stream's
@@ -185,6 +185,8 @@ class ReadOptions:
     min_per_trigger: int | None = None  # minOffsetsPerTrigger
     max_trigger_delay_ms: int = 15 * 60_000  # maxTriggerDelay (Kafka's default 15m)
     all_records: bool = False  # records=all: prepared and rolled-back transaction records too
+    output: list[str] | None = None  # the columns a batch read yields, in order (pruning.py)
+    all_checksums: bool = False  # checksums=always: header-only reads check checksums too
 
     def selects(self, topic: str, queue: int) -> bool:
         """Whether this queue is read."""
@@ -254,6 +256,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         push_filters=_choice(options, "pushFilters", ("true", "false") if options.get(MARKER) else
                              ("false", "true")) == "true",
         all_records=_choice(options, "records", ("queued", "all")) == "all",
+        all_checksums=_choice(options, "checksums", ("auto", "always")) == "always",
         kafka=kafka, headers=headers,
         starting_by_ts=parse_by_timestamp(options, "startingOffsetsByTimestamp"),
         ending_by_ts=parse_by_timestamp(options, "endingOffsetsByTimestamp"),

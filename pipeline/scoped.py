@@ -6,9 +6,11 @@ later query of the same DataFrame with no filter (or the other side of a self-jo
 rows of another query's filters (pipeline/README.md, "Filter pushdown"). ScopedScans gives
 every scan its own plan; the Python source takes filters by default only when it sees the
 option ScopedScans adds (MARKER), so without the jar a read is never filtered by a plan made
-for another query. Built with the JDK's javac against the installed pyspark's jars; without a
-javac, or when those classes differ from what it was written for, there is no jar (and
-pushdown stays opt-in).
+for another query. ScopedScans also prunes columns: it gives the Python reader the schema of
+the columns a query needs (pipeline/pruning.py), and hands it the filters it takes with that
+schema (pipeline/carried.py). Built with the JDK's javac against the
+installed pyspark's jars; without a javac, or when those classes differ from what it was
+written for, there is no jar (pushdown stays opt-in and every column is read).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _build(out: str) -> bool:
         if done.returncode != 0:  # another Spark's classes: sessions still start, pushdown opt-in
             lines = done.stderr.strip().splitlines()
             print(f"mqfs: warning: javac failed on {_SOURCE} ({lines[0] if lines else done.returncode}); "
-                  "filter pushdown stays opt-in", file=sys.stderr)
+                  "filter pushdown stays opt-in and queries read every column", file=sys.stderr)
             return False
         tmp = f"{out}.{os.getpid()}"
         with zipfile.ZipFile(tmp, "w") as jar:

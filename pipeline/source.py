@@ -4,7 +4,7 @@ A DataFrame is a snapshot, as a Kafka batch read is: planning fixes, per partiti
 ranges of CommitLog files whose records it returns (the last file ends where its data ended
 at planning), and per queue the offset range when offsets or timestamps were asked for. Files
 larger than TASK_BYTES (or than the share `minPartitions` asks for) are split at record starts
-taken from the ConsumeQueues and checked against the records' own PHYSICALOFFSET fields, and
+found near each cut in the file and vouched for by their ConsumeQueue units (`splits.py`), and
 consecutive pieces are grouped into tasks of about that size; a record belongs to the piece
 its start falls in. The CommitLog end is pinned when the
 DataFrame is created (`MqfsDataSource.schema`), so queries planned later read the same records.
@@ -48,7 +48,6 @@ from store.format.layout import chain, walk
 from store.offline.views import (
     StoreLayout,
     commitlog_files,
-    known_record_starts,
     last_unit_offsets,
     map_readonly,
     offset_by_time,
@@ -57,8 +56,10 @@ from store.offline.views import (
 )
 
 from .bounds import kept_bounds, start_by_time
+from .carried import carried_filters
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
+from .pruning import built_columns
 from .scan import (
     ALL_ROWS,
     Checks,
@@ -70,6 +71,7 @@ from .scan import (
     warn,
 )
 from .schema import message_schema, with_store_column
+from .splits import Vouch, split_points
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
 from .units import UnitPlan, UnitRange, plan_units, read_units
@@ -162,30 +164,6 @@ def data_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
     return stop
 
 
-def split_points(buf, file_from: int, end: int, known: np.ndarray, target: int) -> list[int]:
-    """Record starts near every `target` bytes of [0, end), from the checked known starts."""
-    arr = np.frombuffer(buf, np.uint8)
-    cand = known[(known >= file_from) & (known < file_from + end)] - file_from
-    points: list[int] = []
-    for nominal in range(target, end, target):
-        found = _first_record_start(arr, cand, int(np.searchsorted(cand, nominal)), file_from)
-        if found is not None and (not points or found > points[-1]):
-            points.append(found)
-    return points
-
-
-def _first_record_start(arr: np.ndarray, cand: np.ndarray, i: int, file_from: int) -> int | None:
-    """The first of cand[i:] that checks out as a record start, checking a few at a time:
-    planning reads the records near each split, not every record of the file."""
-    while i < len(cand):
-        few = cand[i:i + 64]
-        ok = record_starts_ok(arr, few, file_from)
-        if ok.any():
-            return int(few[int(np.argmax(ok))])
-        i += len(few)
-    return None
-
-
 def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
     """CommitLog files must follow each other: a gap is data lost (files deleted by hand)."""
     for (a, path), (b, _) in zip(files, files[1:]):
@@ -227,13 +205,12 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
     target = split_bytes
     if min_partitions:
         target = max(1, min(target, math.ceil(sum(ends.values()) / min_partitions)))
-    known = (known_record_starts(layout.root, layout.consume_queue_units)
-             if any(e > target for e in ends.values()) else None)
+    vouch = Vouch(layout)
     parts: list[RangePartition] = []
     for start, path in files:
         end = ends[start]
-        inner = (split_points(map_readonly(path), start, end, known, target)
-                 if known is not None and end > target else [])
+        inner = (split_points(map_readonly(path), start, end, target, layout.checked_flavor, vouch)
+                 if end > target else [])
         cuts = [0, *inner, end]
         for a, b in zip(cuts, cuts[1:]):
             if start + a < hi and (lo is None or start + b > lo) and b > a:
@@ -352,13 +329,17 @@ class MqfsReader(DataSourceReader):
             self.layout, flt, self.opts.min_partitions, self.end_offset)
         if plan.parts is not None:
             return list(plan.parts)
-        size = HEADER_TASK_BYTES if header_only(self.opts.columns) else TASK_BYTES
+        size = HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
         pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
                                  flt, self.end_offset, plan.span, size)
         return list(group_ranges(pieces, self.opts.min_partitions, size))
 
+    def _header_only(self) -> bool:
+        """Whether records are checked only as far as their headers (`scan.header_only`)."""
+        return header_only(self.opts.columns) and not self.opts.all_checksums
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers)
+        yield from shaped(self._rows(partition), self.opts.kafka, self.opts.headers, self.opts.output)
 
     def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, UnitRange):
@@ -371,7 +352,7 @@ class MqfsReader(DataSourceReader):
 
     def _range_rows(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
-                        checksums=not header_only(self.opts.columns))
+                        checksums=not self._header_only())
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "
@@ -472,13 +453,24 @@ class MqfsDataSource(DataSource):
     def _stores(self) -> list[str]:
         return getattr(self, "roots", None) or store_roots(self.options)
 
-    def reader(self, schema: StructType) -> DataSourceReader:
+    def reader(self, schema: StructType | None) -> DataSourceReader:
+        """A read of the columns `schema` names (pipeline/pruning.py): the declared ones
+        unless ScopedScans.java pruned them, with the filters it took (pipeline/carried.py)."""
         opts = read_options(self.options, streaming=False)
+        names = None if schema is None else [n for n in schema.fieldNames() if n != "store"]
+        if names is not None:
+            opts = replace(opts, columns=built_columns(names, opts.kafka), output=names)
         cls = PushdownReader if opts.push_filters else MqfsReader
         pinned = getattr(self, "end_offsets", None) or {}
         roots = self._stores()
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
-        return StoresReader(roots, readers) if several(self.options) else readers[0]
+        reader = (StoresReader(roots, readers, schema is None or "store" in schema.fieldNames())
+                  if several(self.options) else readers[0])
+        carried = carried_filters(schema)
+        left = list(reader.pushFilters(carried)) if carried and opts.push_filters else carried
+        if left:  # ScopedScans took it from Spark's plan: it must be applied here
+            raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
+        return reader
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:

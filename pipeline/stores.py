@@ -60,8 +60,8 @@ def _with_store(batches: Iterable[pa.RecordBatch], root: str) -> Iterator[pa.Rec
 class StoresReader(DataSourceReader):
     """Batch reads of several stores: every store's own reader, partitions side by side."""
 
-    def __init__(self, roots: list[str], readers: list):
-        self.roots, self.readers = roots, readers
+    def __init__(self, roots: list[str], readers: list, store_column: bool = True):
+        self.roots, self.readers, self.store_column = roots, readers, store_column
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Each store's reader takes the same filters (they are the same kind of reader)."""
@@ -76,7 +76,8 @@ class StoresReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, StorePartition):  # nothing planned: InputPartition(None)
             return
-        yield from _with_store(self.readers[partition.store].read(partition.inner), self.roots[partition.store])
+        rows = self.readers[partition.store].read(partition.inner)
+        yield from _with_store(rows, self.roots[partition.store]) if self.store_column else rows
 
 
 Offsets = dict[str, dict]

@@ -4,14 +4,15 @@
 Builds a store of N messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to
 Parquet, then times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
 count of sha2(body) (every body read and hashed), a full scan (every column materialised by the
-`noop` sink), count(), `select topic, queue_offset` (for mqfs also with option
-columns=topic,queue_offset, the header-only path) and sum(length(body)); prints rows/s and the
-ratio to Parquet. Then one queue's 10k offsets (options subscribe/queue/startingOffsets/
-endingOffsets, read through the ConsumeQueue), and the same as a filter Spark pushes down, timed
-next to the full scan of the same store. Also Spark's own floor for a Python data source: a
-source that yields batches built before the query (the same rows' first batch, over and over:
-no reader work at all) timed on the same queries, so the share of a figure that no reader can
-remove is visible.
+`noop` sink), count(), `select topic, queue_offset` (header-only: the query's columns are
+pruned, pipeline/pruning.py) and sum(length(body)); prints rows/s and the ratio to Parquet.
+Then one queue's 10k offsets (options subscribe/queue/startingOffsets/endingOffsets, read
+through the ConsumeQueue), and the same as a filter Spark pushes down, timed next to the full
+scan of the same store, and the driver's planning of cuts inside CommitLog files next to
+reading every ConsumeQueue unit. Also Spark's own floor for a Python data source: a
+source that yields batches built before the query (the same rows' first batch, over and over,
+of the columns the pruned mqfs read builds: no reader work at all) timed on the same queries, so
+the share of a figure that no reader can remove is visible.
 Run as `scripts/bench pipeline`.
 """
 
@@ -82,6 +83,28 @@ def floor_source(spark, store: str, n: int) -> None:
     spark.dataSource.register(Floor)
 
 
+def planning(store: str, small: str, runs: int) -> None:
+    """Driver planning of 64 tasks (files cut at record starts, as 1 GiB files are) on the
+    store and on one a tenth its size, next to reading every ConsumeQueue unit of each (what
+    finding the cuts cost before): planning should not grow with the store."""
+    from pipeline.options import read_options
+    from pipeline.source import MqfsReader
+    from store.offline.views import QueueReader, queues, store_layout
+
+    def plan(root: str) -> float:
+        lay, opts = store_layout(root), read_options({"path": root, "minPartitions": "64"}, streaming=False)
+        return best(lambda: MqfsReader(lay, opts, None).partitions(), max(3, runs))
+
+    def units(root: str) -> float:
+        n = store_layout(root).consume_queue_units
+        return best(lambda: [QueueReader(root, t, q, n).read(0, 1 << 62) for t, q in queues(root)], max(3, runs))
+
+    big, tenth = plan(store), plan(small)
+    all_big, all_tenth = units(store), units(small)
+    print(f"  planning 64 tasks, store vs a tenth of it: {big:.3f} s vs {tenth:.3f} s, x{big / tenth:.2f}; "
+          f"every ConsumeQueue unit read: {all_big:.3f} s vs {all_tenth:.3f} s, x{all_big / all_tenth:.2f}")
+
+
 def best(run, runs: int) -> float:
     """Fastest of `runs` timed calls, in seconds."""
     times = []
@@ -131,8 +154,6 @@ def main(argv: list[str]) -> int:
             ("count()", lambda df: df.count(), mqfs()),
             ("select topic, queue_offset", lambda df: df.select("topic", "queue_offset").write
              .format("noop").mode("overwrite").save(), mqfs()),
-            ("  same, columns=topic,queue_offset", lambda df: df.select("topic", "queue_offset").write
-             .format("noop").mode("overwrite").save(), mqfs(columns="topic,queue_offset")),
             ("sum(length(body))", lambda df: df.agg(F.sum(F.length("body"))).collect(), mqfs()),
         ]
         print(f"pipeline queries, {n} messages x {a.body} B (distinct bodies), {a.master}, "
@@ -144,9 +165,9 @@ def main(argv: list[str]) -> int:
             print(f"  {name:36} {n / mq:12,.0f} {n / pt:15,.0f} {pt / mq:6.2f}")
         floor_source(spark, store, n)
         print("  Spark's floor for a Python data source (prebuilt batches, no reader work):")
-        for name, action, options in (
-                (queries[0][0], queries[0][1], {}),
-                (queries[4][0], queries[4][1], {"columns": "topic,queue_offset"})):
+        for name, action, options in (  # the columns the pruned mqfs read builds
+                (queries[0][0], queries[0][1], {"columns": "body"}),
+                (queries[3][0], queries[3][1], {"columns": "topic,queue_offset"})):
             parts = mqfs(**options)().rdd.getNumPartitions()
             fl = best(lambda action=action, options=options, parts=parts: action(
                 spark.read.format("mqfs_floor").options(tasks=str(parts), **options).load()), a.runs)
@@ -162,6 +183,9 @@ def main(argv: list[str]) -> int:
         full = best(lambda: noop(mqfs()()), a.runs)
         print(f"  one queue's 10k offsets: {part:.2f} s, full scan {full:.2f} s, ratio {part / full:.3f}")
         print(f"  same as a pushed filter: {pushed:.2f} s, ratio {pushed / full:.3f}")
+        small = os.path.join(work, "tenth")
+        build(small, n // 10, a.body, a.file_size)
+        planning(store, small, a.runs)
         spark.stop()
     finally:
         if not a.dir:

@@ -35,19 +35,19 @@ from .files.index_service import IndexService
 from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
-from .files.queue_registry import QueueRegistry, Recorded
+from .files.queue_registry import QueueRegistry, Recorded, on_disk
 from .files.unit_flush import UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, parse_host
-from .integrity import first_use, repair_journal
+from .integrity import first_use, registration, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
 from .integrity.recovery import RecoveryReport, StoreParts, open_read_only, recover, tail_record
 from .integrity.scrub import Scrub, damaged_index_files
-from .meta import dispatch_state, kept_ends
+from .meta import dispatch_state, kept_ends, queue_cuts
 from .meta.manifest import inspect, is_store, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .meta.retention import Retention, record_min_offset
@@ -173,10 +173,15 @@ class MessageStore(StoreReads):
         self._common_state()
         self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor, read_only=True)
         self.commitlog.load()
-        self._load_consume_queues(read_only=True)
+        cp = self.checkpoint  # the clean close's record, if it belongs to this checkpoint
+        trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
+        self.consume_queues.record(registration.read_only(
+            self.root, registration.saved_state(self.root) if trusted else None,
+            cp.commitlog_flushed_offset if trusted else None))
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
+        self._last_store_ts = self._newest_store_time()
 
     def _common_state(self) -> None:
         cfg = self.config
@@ -186,6 +191,8 @@ class MessageStore(StoreReads):
         self.consume_queues = QueueRegistry(self._open_recorded)
         self._vouched: dispatch_state.Vouched | None = None
         self._kept: kept_ends.Kept = {}
+        self._cuts: queue_cuts.Cuts = {}  # what config/queueCuts.json held at open
+        self._cuts_saved = 0  # the registry's `discharged` when the cuts were last saved
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
         self.topic_table = TopicTable(self.root)
         self.offsets = ConsumerOffsets(self.root)
@@ -206,7 +213,8 @@ class MessageStore(StoreReads):
 
     def _parts(self) -> StoreParts:
         return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
-                          self.index, self.checkpoint, self.dispatch, self.flush_logics, self._vouched)
+                          self.index, self.checkpoint, self.dispatch, self.flush_logics, self._vouched,
+                          self._cuts, self._loaded_queue)
 
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
@@ -243,6 +251,9 @@ class MessageStore(StoreReads):
             self._write_abort()
         self.recovery = recover(self._parts(), last_exit_ok, self._progress)
         self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
+        if self.consume_queues.cuts() != self._cuts:  # owed now, or made by recovery
+            queue_cuts.save(self.root, self.consume_queues.cuts())
+        self._cuts_saved = self.consume_queues.discharged
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
@@ -255,28 +266,49 @@ class MessageStore(StoreReads):
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
     def _register_queues(self, last_exit_ok: bool) -> None:
-        """Know every queue: after a clean close that recorded them all, from that record,
-        opening none (each is proven at its first use: `_open_recorded`); otherwise opened
-        from what is on disk, for recovery to check."""
+        """Know every queue without opening it (store/integrity/registration.py; each is
+        proven at its first use: `_open_recorded`): after a clean close that recorded them
+        all, from that record; after a crash, from the listing (recovery opens those it
+        dispatches to). Only a clean exit without a record to trust opens them all now."""
         self._kept = kept_ends.read(self.root)
+        self._cuts = queue_cuts.read(self.root)
         if last_exit_ok:
             self._vouched = dispatch_state.vouched(self._saved_state, self.checkpoint.commitlog_flushed_offset)
-        if self._vouched is None:
-            self._load_consume_queues()
-            return
-        self.consume_queues.record({key: Recorded(count, head, newest=newest)
-                                    for key, (count, head, newest) in self._vouched.queues.items()})
+        if self._vouched is not None:
+            self.consume_queues.record(registration.from_close(self._vouched, self._cuts))
+        elif last_exit_ok:  # every queue on disk opened now, for recovery to check them all
+            for key in on_disk(self.root):
+                self.consume_queues[key] = self._loaded_queue(key)
+        else:
+            self.consume_queues.record(registration.from_disk(
+                self.root, dispatch_state.read(self.root), self._cuts))
+
+    def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
+        """A queue's object with its files loaded, not proven (recovery checks it)."""
+        cq = self._queue_object(key)
+        cq.load()
+        return cq
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
         (store/integrity/first_use.py), under the registry's lock."""
-        cq = ConsumeQueue(self.root, key[0], key[1], self.config.consume_queue_units)
-        cq.filler_before = self._filler_before
+        read_only = self.config.read_only
+        cq = self._queue_object(key, read_only)
         try:
+            if read_only:  # a damaged one is served from the log: a RebuiltQueue reads alike
+                return first_use.prove_read_only(  # type: ignore[return-value]
+                    self._parts(), cq, rec, self.recovery is None or self.recovery.abnormal,
+                    self._noted)
             first_use.prove(self._parts(), self.tags_codes, cq, rec, self._kept, self._noted)
         except BaseException:
             cq.close()
             raise
+        return cq
+
+    def _queue_object(self, key: tuple[str, int], read_only: bool = False) -> ConsumeQueue:
+        cq = ConsumeQueue(self.root, key[0], key[1], self.config.consume_queue_units,
+                          read_only=read_only)
+        cq.filler_before = self._filler_before
         return cq
 
     def _noted(self, what: str, quarantined: list[str]) -> None:
@@ -284,24 +316,6 @@ class MessageStore(StoreReads):
         if self.recovery is not None:
             self.recovery.notes.append(what)
             self.recovery.quarantined += quarantined
-
-    def _load_consume_queues(self, read_only: bool = False) -> None:
-        base = os.path.join(self.root, "consumequeue")
-        try:
-            topics = sorted(safefs.listdir(base))
-        except FileNotFoundError:
-            return
-        for topic in topics:
-            tdir = os.path.join(base, topic)
-            if not safefs.is_dir(tdir):
-                continue
-            for qname in sorted(safefs.listdir(tdir)):
-                if qname.isdigit() and safefs.is_dir(os.path.join(tdir, qname)):
-                    cq = ConsumeQueue(self.root, topic, int(qname), self.config.consume_queue_units,
-                                      read_only=read_only)
-                    cq.filler_before = self._filler_before
-                    cq.load()
-                    self.consume_queues[(topic, int(qname))] = cq
 
     def _record_time(self, commitlog_offset: int) -> int | None:
         """Store time of the record at an offset; None where no record starts there."""
@@ -337,7 +351,8 @@ class MessageStore(StoreReads):
         self.flush()
         dispatch_state.save(self.root, self.consume_queues.ends(), self.index.files,
                             self.checkpoint.commitlog_flushed_offset,
-                            tail_record(self._parts(), self.checkpoint.commitlog_flushed_offset))
+                            tail_record(self._parts(), self.checkpoint.commitlog_flushed_offset),
+                            self.consume_queues.unproven())
         self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
         safefs.unlink(self.abort_path)
@@ -525,6 +540,11 @@ class MessageStore(StoreReads):
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
 
+    def newest_message_time(self) -> int | None:
+        """Store time (ms) of the newest record the store holds, None when none: known without
+        opening any queue (after a crash or read-only, a queue's own newest is not)."""
+        return self._last_store_ts or None
+
     def _newest_store_time(self) -> int:
         """The newest store time the files vouch for (recovery's dispatch saw the records
         past the checkpoint): a clock stepped back between two opens must not stamp new
@@ -650,6 +670,8 @@ class MessageStore(StoreReads):
             cp.index_file, cp.index_count = self.index.sync_newest(
                 newest_index, cp.commitlog_flushed_offset,
                 0.0 if flush_commitlog else self.config.flush_thorough_interval_ms / 1000)
+            # queues put to since `dispatched` was read made their cuts before
+            self._cuts_saved = queue_cuts.save_made(self.root, self.consume_queues, self._cuts_saved)
             cp.flush()
 
     def flush_logics(self) -> None:

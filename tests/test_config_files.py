@@ -1,5 +1,5 @@
 """Damaged or crafted config files (topics.json, consumerOffset.json, dispatchState.json,
-mqfs.json): each is refused with one line naming the file, through the API and the CLI, and
+queueCuts.json, mqfs.json): each is refused with one line naming the file, through the API and the CLI, and
 nothing on disk changes. Good shapes (ours, RocketMQ's fastjson output, a .bak) still open."""
 
 import os
@@ -52,7 +52,19 @@ DAMAGED = {
         '{"queues": {"T": []}, "indexFiles": {}}',
         '{"queues": {}, "indexFiles": {"../x": 3}}',
     ],
+    "queueCuts.json": [
+        "[1]",
+        DEEP,
+        '{"cuts": []}',
+        '{"cuts": {"x": {}}}',
+        '{"cuts": {"5": {"T": [-1]}}}',
+        '{"cuts": {"5": {"a/../b": [0]}}}',
+        '{"cuts": {"5": {"T": 0}}}',
+    ],
 }
+# read-only opens pass over these: the close-time state and the cuts a recovery left (a
+# queue's first use then checks it against the log), so only read-write opens refuse them
+NOT_READ_ONLY = ("dispatchState.json", "queueCuts.json")
 CASES = [(name, text) for name, shapes in DAMAGED.items() for text in shapes]
 IDS = [f"{name}-{i}" for name, shapes in DAMAGED.items() for i in range(len(shapes))]
 
@@ -83,7 +95,7 @@ def test_damaged_config_refuses_the_open_naming_the_file(tmp_path, name, text):
     line = str(err.value)
     assert line.startswith(path + " ") and "\n" not in line and "delete it" in line
     assert file_hashes(tmp_path) == before  # no byte changed, the damaged file included
-    if name != "dispatchState.json":  # read-only opens never read the close-time state
+    if name not in NOT_READ_ONLY:
         with pytest.raises(StoreFormatError, match=f"^{path} "):
             MessageStore(str(tmp_path), small_config(read_only=True)).open()
 
@@ -94,7 +106,7 @@ def test_cli_reports_damaged_config_in_one_line(tmp_path, name, text):
     (info never reads the close-time state, so that one only verify reports)."""
     _store(tmp_path)
     path = _damage(tmp_path, name, text)
-    if name != "dispatchState.json":
+    if name not in NOT_READ_ONLY:
         proc = subprocess.run([sys.executable, "-m", "fusefs", "info", str(tmp_path)],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0

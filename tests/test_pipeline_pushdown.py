@@ -4,6 +4,7 @@ later scans of it (pipeline/scoped.py); these queries got another query's rows b
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from datetime import UTC, datetime
@@ -13,7 +14,9 @@ import pytest
 pytest.importorskip("pyspark")
 
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, LessThan  # noqa: E402
+from pyspark.sql.types import BinaryType, StructField, StructType, TimestampType  # noqa: E402
 
+from pipeline.carried import FILTERS  # noqa: E402
 from pipeline.options import read_options  # noqa: E402
 from pipeline.scoped import MARKER, scoped_scans_jar  # noqa: E402
 from pipeline.source import MqfsDataSource, PushdownReader, RangeGroup, RangePartition  # noqa: E402
@@ -130,6 +133,64 @@ def test_the_marker_is_no_user_option(store):
 
 
 BASE = 1_700_000_000_000  # store time of the first batch; batch i is stored at BASE + i s
+
+
+def test_a_pushed_read_carries_its_filters_to_the_reader(spark, store, tmp_path):
+    """Spark's own filter pushdown call runs in a Python worker of its own kind, whose first
+    start in a session cost a pushed one-queue read five times the same read by options;
+    ScopedScans takes the filters itself and hands them to the reader with the read (the read
+    schema's metadata), so a pushed read is planned where every read is."""
+    q = spark.read.format("mqfs").load(store).where("topic = 'Orders' and queue_offset >= 3")
+    assert pushed(q) and q.count() == sum(1 for r in expected_rows(store).values()
+                                          if r["topic"] == "Orders" and r["queue_offset"] >= 3)
+    scan = q._jdf.queryExecution().executedPlan().collectLeaves().head().scan()
+    taken = scan.getMetaData().get("PushedFilters").get()
+    assert "EqualTo(topic,Orders)" in taken and "GreaterThanOrEqual(queue_offset,3)" in taken
+    assert scan.readSchema().fields()[0].metadata().json() == "{}"  # the rows carry none of it
+    out = str(tmp_path / "out")
+    q.select("topic", "queue_offset").write.parquet(out)
+    assert all(not f.metadata for f in spark.read.parquet(out).schema.fields)
+
+
+@pytest.mark.parametrize("where", [
+    "topic = 'Orders' and queue_id = 1", "topic in ('Orders', 'nope') and queue_offset between 3 and 40",
+    "queue_id in (0, 2) and queue_offset < 7", "commitlog_offset >= 100000 and size > 1000",
+    "queue_offset = 5 or topic = 'Payments'", "topic like 'Pay%' and queue_id > 0", "queue_id = 1.0",
+    "queue_offset is not null and queue_offset > 600", "store_host is not null and queue_offset <= 1",
+    "store_timestamp > timestamp'2000-01-01 00:00:00' and queue_offset < 3",
+    "cast(store_timestamp as timestamp_ntz) > timestamp_ntz'2000-01-01 00:00:00' and queue_offset < 2"])
+def test_what_scopedscans_takes_the_reader_applies(spark, store, where):
+    """ScopedScans.java decides which filters Spark leaves to mqfs by the reader's own rules
+    (PushdownReader._push): every query gives the rows Spark's own filtering gives."""
+    on = spark.read.format("mqfs").load(store).where(where)
+    off = spark.read.format("mqfs").option("pushFilters", "false").load(store).where(where)
+    assert sorted(on.select("commitlog_offset").collect()) == sorted(off.select("commitlog_offset").collect())
+
+
+def test_a_carried_filter_the_reader_does_not_apply_fails_the_read(store):
+    """Were ScopedScans to take a filter the reader cannot apply, Spark would not filter
+    those rows either: the read refuses instead of giving them."""
+    meta = {FILTERS: json.dumps([{"op": "EqualTo", "column": "body", "values": ["x"]}])}
+    schema = StructType([StructField("body", BinaryType(), metadata=meta)])
+    with pytest.raises(RuntimeError, match="does not apply"):
+        MqfsDataSource({"path": store, MARKER: "true"}).reader(schema)
+    taken = {FILTERS: json.dumps([{"op": "GreaterThan", "column": "store_timestamp", "values": [{"us": 1}]}])}
+    reader = MqfsDataSource({"path": store, MARKER: "true"}).reader(
+        StructType([StructField("store_timestamp", TimestampType(), metadata=taken)]))
+    assert isinstance(reader, PushdownReader) and reader.bounds["store_timestamp"][0] == 1
+    off = {"path": store, MARKER: "true", "pushFilters": " FALSE"}  # Python's reading of the option
+    with pytest.raises(RuntimeError, match="does not apply"):
+        MqfsDataSource(off).reader(StructType([StructField("store_timestamp", TimestampType(), metadata=taken)]))
+
+
+def test_kafka_filters_on_columns_mqfs_does_not_take(spark, store):
+    k = spark.read.format("mqfs").option("shape", "kafka").option("includeHeaders", "true").load(store)
+    off = (spark.read.format("mqfs").option("shape", "kafka").option("includeHeaders", "true")
+           .option("pushFilters", " False ").load(store))
+    for where in ("key is not null and partition = 1", "value is not null and offset < 5",
+                  "timestampType = 1 and topic = 'Orders'", "size(headers) > 0 and offset < 3"):
+        q = k.where(where).select("offset", "partition")
+        assert sorted(q.collect()) == sorted(off.where(where).select("offset", "partition").collect()) != []
 
 
 @pytest.fixture(scope="module")

@@ -268,7 +268,9 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
     Of a live store, only the records its derived files have reached are counted: per queue
     those before its last unit, for the IndexFiles those up to the last entry they count."""
     f = Finding("totals")
-    df = spark.read.format("mqfs").options(damagedRecords="skip", records="all").load(layout.root)
+    # checksums=always: a damaged record is no row even of a query that reads no body
+    df = (spark.read.format("mqfs").options(damagedRecords="skip", records="all", checksums="always")
+          .load(layout.root))
     # in_queue and .indexed, as Spark column expressions
     ttype = F.col("sys_flag").bitwiseAND(TRANSACTION_MASK)
     per_queue = {(r.topic, r.queue_id): (r.n, r.top) for r in (

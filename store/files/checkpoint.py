@@ -49,6 +49,9 @@ class Checkpoint:
     index_file: int = 0  # the newest IndexFile's name as a number, 0: none vouched for
     index_count: int = 0  # its entries below this number were synced
     checked: bool = False  # loaded, and its checksum holds: its times can be trusted
+    # its IndexFile block was read and checks out: index_file 0 then says no IndexFile was
+    # there when it was written (no record below cq_flushed_offset had a key to index)
+    index_vouched: bool = False
 
     @classmethod
     def load(cls, path: str) -> Checkpoint:
@@ -69,6 +72,7 @@ class Checkpoint:
             name, count, digest = _INDEX.unpack_from(raw, _INDEX_AT)
             if digest == xxhash.xxh32_intdigest(raw[:_END - 4]) and digest != 0:
                 cp.index_file, cp.index_count = name, count
+                cp.index_vouched = True
         return cp
 
     def flush(self) -> None:

@@ -421,15 +421,21 @@ class ConsumeQueue:
         does not hide the good units after it. Looked for from the end a chunk at a time: only
         the units past the cut (and one chunk) are read."""
         self.write_out()
+        end = self.first_from_physical(commitlog_offset) * UNIT_SIZE
+        if end < self.queue.max_offset:
+            self.queue.truncate_dirty(end)
+        self._refresh_max_physic()
+
+    def first_from_physical(self, commitlog_offset: int) -> int:
+        """Queue offset just past the last written unit whose record starts below
+        commitlog_offset (what `truncate_from_physical` keeps), read from the back."""
         end = self.queue.min_offset
         for mf in reversed(self.queue.files):
             found = _last_below(mf, commitlog_offset)
             if found is not None:
                 end = mf.file_from_offset + found
                 break
-        if end < self.queue.max_offset:
-            self.queue.truncate_dirty(end)
-        self._refresh_max_physic()
+        return end // UNIT_SIZE
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
         """Move the minimum past entries whose records were deleted from the CommitLog."""

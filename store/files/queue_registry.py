@@ -4,8 +4,11 @@ A store may hold tens of thousands of queues. After a clean close that recorded 
 (config/dispatchState.json), an open knows each queue by two numbers, its entry count and the
 queue offset its first file starts at, and opens nothing: a queue becomes a ConsumeQueue
 object when it is first used (a read, a put, its offsets), and its end is proven then
-(`open_queue`, given by the store). Otherwise (after a crash, or without such a record) every
-queue found on disk is opened up front and recovery checks them all, as before.
+(`open_queue`, given by the store). After a crash, and in a read-only open, the queues are
+found by listing consumequeue/ (`on_disk`) and registered without a count (`vouched` False:
+asked for its offsets, such a queue is opened); a crash's recovery opens only the queues it
+dispatches records to, and leaves each other queue a cut to make at its first use (`cut`).
+Without a record or a listing to trust, every queue is opened up front, as before.
 
 Opened queues stay in a least-recently-used order; `trim` drops the oldest whose every byte is
 on disk once more than `cache` are open, remembering their proven end, so memory grows with
@@ -15,6 +18,7 @@ holds it sees it whole (its mappings go with the process-wide mapping LRU).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
@@ -23,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import safefs
 from .commitlog import CommitLog
 from .consume_queue import PRE_BLANK, ConsumeQueue
 
@@ -38,6 +43,10 @@ class Recorded(NamedTuple):
     proven: bool = False
     low: int | None = None  # its minimum offset when last open (None: its head)
     newest: int = 0  # store time (ms) of its newest message, 0 when unknown or none
+    vouched: bool = True  # False: found on disk, its count unknown (`entries` a lower bound)
+    # a crash's recovery left this queue untouched: its units whose records start at or past
+    # this CommitLog offset are a torn or lost tail's, dropped at its first use (None: none)
+    cut: int | None = None
 
     @property
     def min_offset(self) -> int:
@@ -54,6 +63,7 @@ class QueueRegistry:
         self._recorded: dict[Key, Recorded] = {}
         self._lock = threading.RLock()
         self.commitlog: CommitLog | None = None  # where the newest messages' times are read
+        self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
         """Queues known from a clean close's record, to be opened on first use."""
@@ -74,8 +84,15 @@ class QueueRegistry:
                     return default
                 cq = self._open_queue(key, rec)
                 self._open[key] = cq
-                del self._recorded[key]
+                self._forget(key)
             return cq
+
+    def _forget(self, key: Key) -> Recorded | None:
+        """Drop a recorded queue (now open, or replaced), counting a cut it owed as made."""
+        rec = self._recorded.pop(key, None)
+        if rec is not None and rec.cut is not None:
+            self.discharged += 1
+        return rec
 
     def peek(self, key: Key) -> ConsumeQueue | None:
         """The queue if it is open now; None otherwise (nothing is opened)."""
@@ -94,8 +111,15 @@ class QueueRegistry:
 
     def __setitem__(self, key: Key, cq: ConsumeQueue) -> None:
         with self._lock:
-            self._recorded.pop(key, None)
+            self._forget(key)
             self._open[key] = cq
+
+    def adopt(self, key: Key, cq: ConsumeQueue) -> Recorded | None:
+        """Take a queue opened by its caller (recovery) in place of its record, returned."""
+        with self._lock:
+            rec = self._forget(key)
+            self._open[key] = cq
+            return rec
 
     def __contains__(self, key: object) -> bool:
         return key in self._open or key in self._recorded
@@ -145,12 +169,37 @@ class QueueRegistry:
             return dict(self._open)
 
     def recorded(self, key: Key) -> Recorded | None:
-        """What is known of a queue not open now (None when it is open or unknown)."""
-        return self._recorded.get(key)
+        """What is known of a queue not open now: None when it is open, unknown, or known
+        without a count to trust (found on disk: asked for its offsets, it is opened)."""
+        rec = self._recorded.get(key)
+        return rec if rec is not None and rec.vouched else None
+
+    def waiting(self) -> list[Key]:
+        """The queues known but not open."""
+        with self._lock:
+            return list(self._recorded)
+
+    def owe(self, cut: int) -> None:
+        """Every queue not open now drops its units at or past CommitLog offset `cut` at its
+        first use (the lower cut of two crashes stands)."""
+        with self._lock:
+            for key, rec in self._recorded.items():
+                if rec.cut is None or cut < rec.cut:
+                    self._recorded[key] = rec._replace(cut=cut)
+
+    def cuts(self) -> dict[Key, int]:
+        """The cuts queues not opened yet still owe, for config/queueCuts.json."""
+        with self._lock:
+            return {key: rec.cut for key, rec in self._recorded.items() if rec.cut is not None}
+
+    def unproven(self) -> set[Key]:
+        """Queues not opened yet whose count is unknown, for a clean close's record."""
+        with self._lock:
+            return {key for key, rec in self._recorded.items() if not rec.vouched}
 
     def ends(self) -> dict[Key, tuple[int, int, int]]:
         """(entry count, first file's queue offset, newest message's store time) of every
-        queue, for a clean close's record."""
+        queue, for a clean close's record (of a queue in `unproven`, a lower bound)."""
         with self._lock:
             out = {key: (rec.entries, rec.head, rec.newest) for key, rec in self._recorded.items()}
             opened = list(self._open.items())
@@ -213,3 +262,19 @@ class QueueRegistry:
                 cq.close()
             self._open.clear()
             self._recorded.clear()
+
+
+def on_disk(root: str) -> list[Key]:
+    """Every queue with a directory, consumequeue/<topic>/<id>: two levels of listing (no
+    file is opened), links never followed (one there is refused)."""
+    base = os.path.join(root, "consumequeue")
+    try:
+        topics = sorted(safefs.subdirs(base))
+    except FileNotFoundError:
+        return []
+    found = []
+    for topic in topics:
+        found += [(topic, int(q)) for q in sorted(safefs.subdirs(os.path.join(base, topic)),
+                                                  key=lambda q: (len(q), q))
+                  if q.isascii() and q.isdigit()]
+    return found

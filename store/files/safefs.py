@@ -264,6 +264,19 @@ def listdir(path: str) -> list[str]:
         return os.listdir(fd)
 
 
+def subdirs(path: str) -> list[str]:
+    """The names of the directories in directory `path`, from the entries' types (no stat
+    each); a link among them is refused (UntrustedStore), other entries are left out."""
+    out = []
+    with directory(path, write=False) as fd:
+        for entry in os.scandir(fd):
+            if entry.is_symlink():
+                raise _refuse_link(os.path.join(path, entry.name))
+            if entry.is_dir(follow_symlinks=False):
+                out.append(entry.name)
+    return out
+
+
 def is_dir(path: str) -> bool:
     """A directory at `path`; a link there is refused (UntrustedStore), not taken for one."""
     try:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CorruptionError
-from ..files.consume_queue import UNIT_SIZE, ConsumeQueue
+from ..files.consume_queue import UNIT_SIZE, ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
 from ..files.queue_registry import Recorded
 from ..format import layout
@@ -47,12 +47,50 @@ def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
         cq.min_logic_offset = rec.min_offset * UNIT_SIZE  # as this process left it (its end proven then)
     else:
         cq.recover()
+        if rec.cut is not None:
+            _noted(queue_check.cut_lost_tail(parts, cq, rec.cut), note)
         why = _problem(parts, cq, rec, min_commitlog)
         if why is not None:
             _rebuild(parts, tags, cq, rec, why, kept.get((cq.topic, cq.queue_id)), note)
     if min_commitlog > 0:  # what retention did to the queues open then
         cq.delete_expired(min_commitlog)
     cq.correct_min_offset(min_commitlog)
+
+
+def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed: bool,
+                    note: Note) -> ConsumeQueue | RebuiltQueue:
+    """A read-only open's first use of a queue: what it used to do to every queue at open,
+    in memory only. Its end is found; units past the CommitLog's end are a torn tail's or
+    a running writer's next ones after a crash (not shown), and damage after a clean close;
+    a damaged queue (a unit that does not describe its record where the checkpoint cannot
+    vouch for it, a lost first file, fewer entries than the clean close counted) is served
+    from the records of the log instead, changing nothing."""
+    cq.load()
+    cq.recover()
+    end = parts.commitlog.queue.max_offset  # a live follower moves it
+    if rec.cut is not None:
+        queue_check.cut_lost_tail(parts, cq, rec.cut)
+    if crashed:
+        cq.truncate_from_physical(end)
+    bad = queue_check.check_back(parts, cq, parts.checkpoint.cq_flushed_offset if crashed
+                                 else NOWHERE) is not None
+    if not crashed:
+        cq.truncate_from_physical(end)
+    bad = bad or cq.max_offset < rec.entries or (parts.commitlog.queue.min_offset == 0 and
+                                                 bool(cq.queue.files) and cq.first_file_offset > rec.head)
+    if not bad:
+        return cq
+    cq.close()
+    key = (cq.topic, cq.queue_id)
+    note(f"ConsumeQueue {key[0]}/{key[1]} is damaged: served from the CommitLog; a read-write "
+         "open rebuilds it", [])
+    return queue_check.queues_from_log(parts, {key})[key]
+
+
+def _noted(text: str | None, note: Note) -> None:
+    if text is not None:
+        log.warning("recovery: %s", text)
+        note(text, [])
 
 
 def _problem(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, min_commitlog: int) -> str | None:

@@ -150,6 +150,31 @@ def mend_queues(parts: StoreParts, damaged: list[tuple[ConsumeQueue, int, bool]]
     return dispatch_from
 
 
+def cut_lost_tail(parts: StoreParts, cq: ConsumeQueue, cut: int) -> str | None:
+    """The cut a crash's recovery left a queue it dispatched no record to: units whose
+    records start at or past CommitLog offset `cut` are a torn write's or a lost tail's
+    (pointing past the recovered end, where other queues' records go next). The last run of
+    them that do not describe their own record goes: a unit that does was put after the cut
+    was owed (a stale record of it), and stays with every unit before it (a bad one among
+    those is damage, for the proof after to find). Zeros are written over them and synced
+    in a read-write store; a read-only one drops them in memory. What was done, or None."""
+    at, end = cq.first_from_physical(cut), cq.max_offset
+    hi = at  # one past the last unit from `at` on that describes its record
+    while at < end:
+        units = cq.entries(at, min(end - at, 1 << 16))
+        if not len(units):
+            break
+        good = np.flatnonzero(units_ok(parts.commitlog, cq, at, units))
+        if len(good):
+            hi = at + int(good[-1]) + 1
+        at += len(units)
+    if hi >= end:
+        return None
+    cq.cut_tail(hi)
+    return (f"ConsumeQueue {cq.topic}/{cq.queue_id}: dropped {end - hi} unit(s) from offset {hi}, "
+            "written after the checkpoint for records the crash lost")
+
+
 def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}

@@ -74,6 +74,10 @@ class StoreParts:
     # the last clean close's record, when the open trusts it: queues not opened yet are
     # proven at their first use (store/integrity/first_use.py), not here
     vouched: dispatch_state.Vouched | None = None
+    # cuts earlier crashes' recoveries left queues (config/queueCuts.json), and how to open a
+    # queue known but not open without proving it (recovery checks it): see `_open_touched`
+    cuts: dict[tuple[str, int], int] = field(default_factory=dict)
+    load_queue: Callable[[tuple[str, int]], ConsumeQueue] | None = None
 
 
 @dataclass
@@ -352,13 +356,12 @@ def _quarantine_tail(parts: StoreParts, end: int) -> list[str]:
 
 
 def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
-    """A read-only open: find the ends in memory, write nothing. Damage inside flushed data
-    does not stop it (reads of damaged records fail, every intact one is served); after a
-    crash, what a read-write open would do is reported, and records no ConsumeQueue holds
-    yet are not shown."""
+    """A read-only open: find the CommitLog's end in memory, write nothing. Damage inside
+    flushed data does not stop it (reads of damaged records fail, every intact one is
+    served); after a crash, what a read-write open would do is reported, and records no
+    ConsumeQueue holds yet are not shown. Queues are checked at their first use
+    (`first_use.prove_read_only`), not here: an open costs the same whatever their number."""
     report = RecoveryReport(crashed, 0, 0)
-    for cq in parts.consume_queues.opened().values():
-        cq.recover()
     queue = parts.commitlog.queue
     if not queue.files:
         return report
@@ -373,38 +376,14 @@ def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
     elif reason is not None and crashed:
         report.notes.append(f"a read-write open would cut a torn tail at CommitLog offset {end} "
                             f"({reason}), keeping a copy in quarantine/")
-    if crashed:
-        lowest = min((cq.max_physic_offset for cq in parts.consume_queues.opened().values()), default=end)
-        if lowest < end:
-            report.notes.append(f"a read-write open would index records from CommitLog offset "
-                                f"about {lowest} to {end}; until then they are not listed")
+    lowest = parts.checkpoint.cq_flushed_offset
+    if crashed and lowest < end:
+        report.notes.append(f"a read-write open would index records from CommitLog offset "
+                            f"about {lowest} to {end}; until then those no queue holds are "
+                            "not listed")
     queue.truncate_dirty(end)  # read-only queues only move positions in memory
-    # after a crash, or in a store being written, units past the end are a torn tail's or
-    # for records still to come: not shown, and not damage. After a clean close nothing can
-    # come: a unit pointing past the end is damage, and its queue is served from the log
-    if crashed:
-        _cut_units_past(parts, end)
-    trusted = parts.checkpoint.cq_flushed_offset if crashed else NOWHERE
-    damaged = {(cq.topic, cq.queue_id) for cq, _, _ in queue_check.damaged_queues(parts, trusted)}
-    if not crashed:
-        _cut_units_past(parts, end)
-    damaged |= set(dispatch_state.lost_heads(None, parts.consume_queues.opened(), queue.min_offset))
-    if damaged:
-        for key, rebuilt in queue_check.queues_from_log(parts, damaged).items():
-            parts.consume_queues[key].close()
-            # the one place a RebuiltQueue stands in for a ConsumeQueue: a read-only store
-            # only reads (the QueueView half), and never writes, flushes or recovers it
-            parts.consume_queues[key] = rebuilt  # type: ignore[assignment]
-            report.notes.append(f"ConsumeQueue {key[0]}/{key[1]} is damaged: served from the "
-                                "CommitLog; a read-write open rebuilds it")
     report.end_offset = end
     return report
-
-
-def _cut_units_past(parts: StoreParts, end: int) -> None:
-    """Read-only: drop (in memory) each queue's units whose records start at or past end."""
-    for cq in parts.consume_queues.opened().values():
-        cq.truncate_from_physical(end)
 
 
 def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
@@ -417,8 +396,14 @@ def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
         # queues not opened hold every record up to where the checkpoint says they flushed
         recorded = parts.checkpoint.cq_flushed_offset if parts.vouched is not None else 0
         return max(max(ends, default=0), recorded, queue.min_offset)
-    index_from = parts.index.end_phy_offset if parts.index.files else queue.min_offset
-    return max(min(parts.checkpoint.cq_flushed_offset, index_from), queue.min_offset)
+    cp = parts.checkpoint
+    if parts.index.files:
+        index_from = parts.index.end_phy_offset
+    elif cp.index_vouched and cp.index_file == 0:
+        index_from = cp.cq_flushed_offset  # no keyed record below it (else a file was synced)
+    else:
+        index_from = queue.min_offset
+    return max(min(cp.cq_flushed_offset, index_from), queue.min_offset)
 
 
 def _unproven(parts: StoreParts) -> dict[tuple[str, int], ConsumeQueue] | None:
@@ -552,8 +537,44 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
         refusal = _refusal(parts, plan.end, flushed, plan.reason)
         if refusal is not None:
             raise CorruptionError(refusal)
+    if not last_exit_ok and parts.consume_queues.waiting() and not _open_touched(parts, plan):
+        _open_all(parts)  # the queues could not be told apart: every one checked, as before
+        return decide(parts, last_exit_ok, progress)
     _check_room(parts, plan)
     return plan
+
+
+def _open_touched(parts: StoreParts, plan: Plan) -> bool:
+    """After a crash, with the queues registered but not opened: open (and check, as every
+    queue used to be) only those with records to dispatch again, found in the runs the
+    deciding scan kept; every other queue is left a cut (`act`). False when that cannot
+    stand for the whole check: the kept runs do not cover every record to dispatch, or an
+    opened queue is damaged or lost its first file (their mending may dispatch from further
+    back, into any queue)."""
+    kept = plan.kept
+    if kept is None or not kept.open or kept.start > _lowest_dispatch(parts, plan) or \
+            kept.start > _dispatch_from(parts, False) or parts.load_queue is None:
+        return False
+    touched: set[tuple[str, int]] = set()
+    for run in kept.runs:
+        rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
+        touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
+    retained = parts.commitlog.queue.min_offset > 0  # retention may have taken head files
+    for key in sorted(touched.intersection(parts.consume_queues.waiting())):
+        cq = parts.load_queue(key)
+        cq.recover()  # finds the end; writes nothing
+        rec = parts.consume_queues.adopt(key, cq)
+        if not retained and cq.queue.files and cq.first_file_offset > (rec.head if rec else 0):
+            plan.lost_heads.append(key)  # its first file went (the head a clean close saw)
+    plan.damaged = queue_check.damaged_queues(parts, parts.checkpoint.cq_flushed_offset)
+    return not plan.damaged and not plan.lost_heads
+
+
+def _open_all(parts: StoreParts) -> None:
+    """Open every queue registered but not opened (recovery then checks them all)."""
+    assert parts.load_queue is not None
+    for key in parts.consume_queues.waiting():
+        parts.consume_queues.adopt(key, parts.load_queue(key))
 
 
 def _lowest_dispatch(parts: StoreParts, plan: Plan) -> int:
@@ -612,6 +633,11 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
                 "CommitLog (old files in quarantine/)")
         log.warning("recovery: %s", note)
         report.notes.append(note)
+    for key, cq in parts.consume_queues.opened().items():  # cuts an earlier crash left
+        done = queue_check.cut_lost_tail(parts, cq, parts.cuts[key]) if key in parts.cuts else None
+        if done is not None:
+            log.warning("recovery: %s", done)
+            report.notes.append(done)
     dispatch_from = _dispatch_from(parts, last_exit_ok)
     if last_exit_ok:
         if _rebuild_what_went_missing(parts):
@@ -619,6 +645,9 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
     else:
         for cq in parts.consume_queues.opened().values():
             cq.truncate_from_physical(dispatch_from)
+        # a queue not opened holds no record from here on: its units from here are a torn
+        # or lost tail's, dropped at its first use (before a put, or a dispatch below)
+        parts.consume_queues.owe(dispatch_from)
     dispatch_from = queue_check.mend_queues(parts, plan.damaged, dispatch_from, report.notes,
                                             report.quarantined, frozenset(plan.lost_heads))
     if parts.index.lost_files:
