@@ -176,7 +176,24 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
             ScopedScans own = new ScopedScans(shared);
             own.setShortName(NAME);
             StructType read = needed == null ? schema : columns(needed);
-            return new PythonScan(own, NAME, Carried.attach(read, taken), options, taken);
+            return new CarryingScan(own, read, options, taken);
+        }
+    }
+
+    /** A scan whose read is planned with the filters in its schema's metadata (PythonBatch
+     * hands Python the schema it was built with) but whose rows' schema has none: the
+     * metadata would otherwise reach the query's output (a Parquet file written from it). */
+    static final class CarryingScan extends PythonScan {
+        private final StructType read;
+
+        CarryingScan(ScopedScans own, StructType read, CaseInsensitiveStringMap options, Filter[] taken) {
+            super(own, NAME, Carried.attach(read, taken), options, taken);
+            this.read = read;
+        }
+
+        @Override
+        public StructType readSchema() {
+            return read;
         }
     }
 

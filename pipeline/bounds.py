@@ -12,11 +12,13 @@ from store.offline.views import QueueReader, StoreLayout, commitlog_files, offse
 
 def first_kept(reader: QueueReader, lo: int, hi: int, log_start: int) -> int:
     """The first queue offset in [lo, hi) whose record starts at or after `log_start` (hi when
-    none), by bisection: units point forward in queue order."""
+    none), by bisection: units point forward in queue order. Each file is mapped and checked
+    once, not at every probe."""
+    mapped: dict = {}
     while lo < hi:
         mid = (lo + hi) // 2
-        _, units = reader.read(mid, mid + 1)
-        if len(units) and int(units["offset"][0]) >= log_start:
+        unit = reader.unit_at(mid, mapped)
+        if unit is not None and int(unit["offset"]) >= log_start:
             hi = mid
         else:
             lo = mid + 1

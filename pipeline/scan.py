@@ -38,7 +38,7 @@ from store.format.layout import (
     trailers,
     walk,
 )
-from store.format.message import FILLER_TOPIC, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
+from store.format.message import FILLER_TOPIC, PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
 from store.integrity.salvage import next_record_in
 
 from .schema import ARROW_SCHEMA, arrow_schema
@@ -48,6 +48,7 @@ _NIBBLE_SHIFTS = np.arange(60, -4, -4, dtype=np.int64)
 _TYPES = {f.name: f.type for f in ARROW_SCHEMA}
 _KEYS = np.frombuffer(PROPERTY_KEYS.encode(), np.uint8)
 _TAGS = np.frombuffer(PROPERTY_TAGS.encode(), np.uint8)
+_CRC = np.frombuffer(PROPERTY_CRC32.encode(), np.uint8)
 _FILLER = np.frombuffer(FILLER_TOPIC.encode("ascii"), np.uint8)
 Range = tuple[int | None, int | None]  # [lo, hi), None = unbounded
 BODY_COLUMNS = frozenset({"body", "keys", "tags", "properties"})  # read from the body onwards
@@ -423,6 +424,8 @@ def _fast_properties(d: np.ndarray, offsets: np.ndarray) -> tuple[pa.Array, pa.A
         hit = cand[(d[pair_start[cand, None] + np.arange(len(name))] == name).all(axis=1)]
         return hit, row[hit]
 
+    if len(lookup(_CRC)[0]):  # a damaged trailer left in the properties: the general path drops it
+        return None
     tag_pairs, tag_rows = lookup(_TAGS)
     key_pairs, key_rows = lookup(_KEYS)
     if (np.diff(tag_rows) == 0).any() or (np.diff(key_rows) == 0).any():
@@ -455,14 +458,17 @@ def _split_keys(data: np.ndarray, value_off: np.ndarray, rows: np.ndarray, n: in
 
 def _properties(raw: pa.StringArray) -> pa.MapArray:
     """RocketMQ's string2messageProperties in Arrow kernels: split pairs on 0x02, name from
-    value on the first 0x01, drop pairs with an empty name or value."""
+    value on the first 0x01, drop pairs with an empty name or value, and a `__CRC32#` left by
+    a trailer too damaged to be one (the record's checksum, never the message's: the store's
+    `decode_properties` drops it too)."""
     pairs = pc.split_pattern(raw, "\x02")
     parent = pc.list_parent_indices(pairs).to_numpy()
     kv = pc.split_pattern(pairs.flatten(), "\x01", max_splits=1)
     ok = pc.equal(pc.list_value_length(kv), 2).to_numpy(zero_copy_only=False)
     kv = kv.filter(pa.array(ok))
     names, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
-    nonempty = (pc.binary_length(names).to_numpy() > 0) & (pc.binary_length(values).to_numpy() > 0)
+    nonempty = ((pc.binary_length(names).to_numpy() > 0) & (pc.binary_length(values).to_numpy() > 0)
+                & ~pc.equal(names, PROPERTY_CRC32).to_numpy(zero_copy_only=False))
     mask = pa.array(nonempty)
     counts = np.bincount(parent[ok][nonempty], minlength=len(raw))
     return pa.MapArray.from_arrays(pa.array(_offsets(counts).astype(np.int32)), names.filter(mask),

@@ -173,3 +173,21 @@ def test_tasks_read_every_piece_once_in_order(sizes, min_partitions):
     assert [g.value for g in groups] == list(range(len(groups)))
     assert len(groups) >= min(min_partitions or 1, len(pieces))
     assert all(sum(p.end - p.start for p in g.pieces) <= 2 * TASK_BYTES for g in groups if len(g.pieces) > 1)
+
+
+def test_a_trailer_too_damaged_to_be_one_is_no_property(tmp_path):
+    """A RocketMQ record whose `__CRC32#` trailer lost a digit has no whole-record checksum
+    (its body checksum holds); the store's properties leave the trailer out, so do the rows."""
+    root = str(tmp_path / "store")
+    build(root, [{"topic": "A", "queue": 0, "body": b"x", "keys": ["k"], "tags": "t", "props": {"p": "v"},
+                  "v6": False}] * 3, 3, broker=True)
+    rows, _ = served(root, True)
+    first = min(rows)
+    start, path = commitlog_files(root)[0]
+    with open(path, "r+b") as f:
+        f.seek(first - start + rows[first]["size"] - 2)  # the trailer's last digit
+        f.write(b"\n")
+    want, damaged = served(root, True)
+    assert not damaged and "__CRC32#" not in want[first]["properties"]
+    assert scanned(root) == want
+    assert scanned(root, pruned=["commitlog_offset", "properties"]) == project(want, "commitlog_offset,properties")

@@ -131,10 +131,19 @@ class QueueReader:
         real = np.flatnonzero(units["size"] != PRE_BLANK[1])
         lo = first + (int(real[0]) if real.size else len(units))
         for i in range(len(self.files) - 1, -1, -1):
-            base, units = self._units(i)
+            base, units = (first, units) if i == 0 else self._units(i)  # each file checked once
             if len(units) or i == 0:
                 return min(lo, base + len(units)), base + len(units)
         return lo, lo
+
+    def last_unit(self) -> np.void | None:
+        """The last written unit (None: there is none, or it is a pre-blank one), its file
+        mapped and checked once."""
+        for i in range(len(self.files) - 1, -1, -1):
+            _, units = self._units(i)
+            if len(units):
+                return None if units["size"][-1] == PRE_BLANK[1] else units[-1]
+        return None
 
     def read(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """(queue offsets, units) for offsets in [start, end), pre-blank units left out."""
@@ -189,10 +198,9 @@ def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
     """The CommitLog offset of every queue's last unit: recent record starts, cheaply."""
     found: list[int] = []
     for t, q in queues(layout.root):
-        reader = QueueReader(layout.root, t, q, layout.consume_queue_units)
-        _, hi = reader.bounds()
-        if hi:
-            found.extend(int(u) for u in reader.read(hi - 1, hi)[1]["offset"])
+        unit = QueueReader(layout.root, t, q, layout.consume_queue_units).last_unit()
+        if unit is not None:
+            found.append(int(unit["offset"]))
     return np.array(sorted(found), np.int64)
 
 
