@@ -136,3 +136,27 @@ def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path
     with MessageStore(root, small_config()) as s:
         assert s.max_offset("T", 0) == written + 1
         assert bytes(s.get("T", 0, written).body) == b"next"
+
+
+def test_a_batch_over_recorded_open_and_many_new_queues_gives_each_its_next_offsets(tmp_path):
+    """put_batch finds a batch's queues together and makes its new ones together: a queue
+    only recorded at the open continues at its end, an open one too, and each of 1,100 new
+    queues (more than the batch that pauses the collector) starts at 0, all read back
+    after a reopen."""
+    root = str(tmp_path)
+    with _pinned(root) as s:
+        s.put_batch([Message.create("Old", b"o", queue_id=q) for q in range(2) for _ in range(3)])
+    with _pinned(root) as s:
+        assert s.consume_queues.recorded(("Old", 0)) is not None  # not opened by the open
+        s.put(Message.create("Old", b"p", queue_id=1))  # opened now
+        batch = ([Message.create("Old", b"a", queue_id=0), Message.create("Old", b"b", queue_id=1)]
+                 + [Message.create(f"N{i}", f"n{i}-{k}".encode(), queue_id=i % 3)
+                    for i in range(1100) for k in range(2)])
+        results = s.put_batch(batch)
+        assert [r.queue_offset for r in results[:2]] == [3, 4]
+        assert [r.queue_offset for r in results[2:]] == [0, 1] * 1100
+        assert len(s.consume_queues) == 2 + 1100
+    with _pinned(root) as s:
+        assert s.get("Old", 0, 3).body == b"a" and s.get("Old", 1, 4).body == b"b"
+        assert [s.get("N1099", 1099 % 3, k).body for k in range(2)] == [b"n1099-0", b"n1099-1"]
+        assert s.max_offset("N7", 1) == 2 and s.topic_table.queues["N7"] == 2

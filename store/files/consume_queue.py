@@ -31,8 +31,15 @@ _MAKING = threading.Lock()  # one MappedFileQueue per ConsumeQueue, whichever th
 
 
 class ConsumeQueue:
+    # Slots, not a __dict__: a put_batch may make tens of thousands of queues, each then a
+    # small object that is quick to build (and a dict fewer for the garbage collector)
+    __slots__ = ("topic", "queue_id", "file_size", "directory", "read_only", "_queue",
+                 "min_logic_offset", "max_physic_offset", "hole", "next_offset",
+                 "filler_before", "_tail")
+
     def __init__(self, root: str, topic: str, queue_id: int, units: int, *,
-                 read_only: bool = False):
+                 read_only: bool = False,
+                 filler_before: Callable[[int], tuple[int, int] | None] | None = None):
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = units * UNIT_SIZE
@@ -45,7 +52,7 @@ class ConsumeQueue:
         self.next_offset = 0  # queue offset the next message gets (max_offset, kept cheap)
         # the filler record repair left before a CommitLog offset, (offset, size) or None:
         # queue offsets of messages lost to damage point there, so none is given out again
-        self.filler_before: Callable[[int], tuple[int, int] | None] | None = None
+        self.filler_before = filler_before
         # units past the files' end, not written yet: (logical byte they start at, units).
         # One immutable pair, replaced whole, so a read without the put lock sees a
         # consistent tail; puts and write_out replace it under the store's put lock

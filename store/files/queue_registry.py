@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
+from itertools import compress
 from typing import NamedTuple
 
 import numpy as np
@@ -141,6 +142,24 @@ class QueueRegistry:
 
     def items(self) -> list[tuple[Key, ConsumeQueue]]:
         return [(key, cq) for key in self.keys() if (cq := self.get(key)) is not None]
+
+    def get_many(self, keys: list[Key]) -> list[ConsumeQueue | None]:
+        """get() of many keys at once (a put_batch's queues): the open ones found and moved
+        up the least-recently-used order in C-level passes, recorded ones opened; None
+        for a key unknown."""
+        with self._lock:
+            found = list(map(self._open.get, keys))
+            deque(map(self._open.move_to_end, compress(keys, found)), maxlen=0)
+        for i in [i for i, cq in enumerate(found) if cq is None]:
+            if keys[i] in self._recorded:
+                found[i] = self.get(keys[i])
+        return found
+
+    def add_new(self, queues: dict[Key, ConsumeQueue]) -> None:
+        """Queues just made that were not known at all (the store makes new queues under its
+        put lock, so none can have come meanwhile)."""
+        with self._lock:
+            self._open.update(queues)
 
     # --- what costs nothing per untouched queue --------------------------------------------
     def opened(self) -> dict[Key, ConsumeQueue]:
