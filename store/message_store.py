@@ -35,7 +35,7 @@ from .files.index_service import IndexService
 from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
-from .files.queue_registry import QueueRegistry, Recorded, on_disk
+from .files.queue_registry import QueueRegistry, Recorded
 from .files.unit_flush import UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
@@ -45,7 +45,8 @@ from .format.message import Message, parse_host
 from .integrity import first_use, registration, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
-from .integrity.recovery import RecoveryReport, StoreParts, open_read_only, recover, tail_record
+from .integrity.read_only_open import open_read_only
+from .integrity.recovery import RecoveryReport, StoreParts, recover, tail_record
 from .integrity.scrub import Scrub, damaged_index_files
 from .meta import dispatch_state, kept_ends, queue_cuts
 from .meta.manifest import inspect, is_store, write_manifest
@@ -271,17 +272,9 @@ class MessageStore(StoreReads):
         all, from that record; after a crash, from the listing (recovery opens those it
         dispatches to). Only a clean exit without a record to trust opens them all now."""
         self._kept = kept_ends.read(self.root)
-        self._cuts = queue_cuts.read(self.root)
-        if last_exit_ok:
-            self._vouched = dispatch_state.vouched(self._saved_state, self.checkpoint.commitlog_flushed_offset)
-        if self._vouched is not None:
-            self.consume_queues.record(registration.from_close(self._vouched, self._cuts))
-        elif last_exit_ok:  # every queue on disk opened now, for recovery to check them all
-            for key in on_disk(self.root):
-                self.consume_queues[key] = self._loaded_queue(key)
-        else:
-            self.consume_queues.record(registration.from_disk(
-                self.root, dispatch_state.read(self.root), self._cuts))
+        self._vouched, self._cuts = registration.read_write(
+            self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
+            self.checkpoint.commitlog_flushed_offset, last_exit_ok, self._loaded_queue)
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""

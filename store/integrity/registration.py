@@ -13,10 +13,30 @@ opened up front, for recovery to check them all as before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import StoreError
-from ..files.queue_registry import Key, Recorded, on_disk
+from ..files.consume_queue import ConsumeQueue
+from ..files.queue_registry import Key, QueueRegistry, Recorded, on_disk
 from ..meta import dispatch_state, queue_cuts
 from ..meta.dispatch_state import Saved, Vouched
+
+
+def read_write(root: str, queues: QueueRegistry, saved: Saved | None, flushed: int,
+               last_exit_ok: bool, load: Callable[[Key], ConsumeQueue]
+               ) -> tuple[Vouched | None, queue_cuts.Cuts]:
+    """Register a read-write open's queues; the clean close's record it trusted (its flushed
+    offset `flushed` is the checkpoint's) and the cuts config/queueCuts.json holds."""
+    cuts = queue_cuts.read(root)
+    vouched = dispatch_state.vouched(saved, flushed) if last_exit_ok else None
+    if vouched is not None:
+        queues.record(from_close(vouched, cuts))
+    elif last_exit_ok:  # every queue on disk opened now, for recovery to check them all
+        for key in on_disk(root):
+            queues[key] = load(key)
+    else:
+        queues.record(from_disk(root, dispatch_state.read(root), cuts))
+    return vouched, cuts
 
 
 def from_close(vouched: Vouched, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
