@@ -155,11 +155,9 @@ class IndexFile:
         before the checkpoint was written), the summary in memory made theirs. What must
         change on disk follows (`Mend`): entries written after the checkpoint are dropped
         and the bucket heads that point at them set back to the chains' older entries.
-        Costs the entries past n and one look at the bucket heads. When the part past n does
-        not read as a writer left it (a sector a power cut lost), every head is made again
-        from entries 1..n-1: a pass over the file's entries, where indexing its records again
-        from the CommitLog read up to 20 GB. None, changing nothing, when the vouched part
-        itself is not sound: the caller then indexes the whole file again."""
+        Costs the entries past n and one look at the bucket heads, not the file. None,
+        changing nothing, when the part past n does not read as a writer left it (a sector
+        a power cut lost, damage): the caller then indexes the whole file again."""
         if not 1 <= n <= min(self.written, self.entries) or not self.header_ok(stale=True):
             return None
         if n == self.written == self.index_count:  # a clean close: the header says it all
@@ -171,12 +169,11 @@ class IndexFile:
             return None  # the first or last vouched entry is zeros, or they run backwards
         heads = np.frombuffer(buf, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
         fix = _heads_before(every, heads, n, self.written, self.slots, self._entries_at)
-        if fix is None:  # the part past n is torn: its changes to the heads cannot be undone
-            fix = _heads_of(every, heads, n, self.slots)  # one by one; made again from 1..n-1
+        if fix is None:
+            return None
         slots, restored = fix
         self.index_count = n
-        self.hash_slot_count = int(np.count_nonzero(heads)) - int(np.count_nonzero(heads[slots])) \
-            + int(np.count_nonzero(restored))
+        self.hash_slot_count = int(np.count_nonzero(heads)) - int(np.count_nonzero(restored == 0))
         if n > 1:
             self.begin_phy_offset, self.end_phy_offset = int(every["phy"][1]), int(every["phy"][n - 1])
             begin, end = timestamp_at(self.begin_phy_offset), timestamp_at(self.end_phy_offset)
@@ -388,16 +385,6 @@ class IndexFile:
 
     def destroy(self) -> None:
         self.mf.destroy()
-
-
-def _heads_of(every: np.ndarray, heads: np.ndarray, n: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """The bucket heads entries 1..n-1 alone make (each slot's newest entry, or 0), as
-    (slots that differ from `heads`, their values): for a file whose entries past n are
-    torn. The vouched entries were synced before the checkpoint and never written again."""
-    wanted = np.zeros(slots, dtype=np.int64)
-    np.maximum.at(wanted, every["hash"][1:n].astype(np.int64) % slots, np.arange(1, n, dtype=np.int64))
-    change = np.flatnonzero(heads.astype(np.int64) != wanted)
-    return change, wanted[change]
 
 
 def _heads_before(every: np.ndarray, heads: np.ndarray, n: int, written: int, slots: int,

@@ -15,9 +15,8 @@ them at load and recovery indexes their records again.
 The newest file is synced by every checkpoint too (`sync_newest`), which records its name and
 how many of its entries were on disk: after a crash that file is kept up to there
 (`IndexFile.kept_upto`) and recovery indexes only the records after, not the whole file again
-(up to 20 M entries with RocketMQ's sizes). When the part past the vouched count is torn (a
-power cut), the bucket heads are made again from the vouched entries; only a file whose vouched
-part is not sound goes whole, its records indexed again.
+(up to 20 M entries with RocketMQ's sizes). A part past the vouched count that does not read as
+a writer left it makes the file go as before.
 """
 
 from __future__ import annotations
