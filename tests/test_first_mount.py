@@ -101,14 +101,20 @@ def test_records_after_the_newest_held_one_are_dispatched(tmp_path):
 
 
 def _damage(root: str, key: tuple[str, int], how: str) -> None:
-    """Damage the end of a queue's file as a bit flip or a torn write would."""
+    """Damage the end of a queue's file as a bit flip, a torn write or a lost page would."""
     path = os.path.join(root, "consumequeue", key[0], str(key[1]), "%020d" % 0)
     with open(path, "r+b") as f:
-        if how == "last-unit":  # its CommitLog offset points at another queue's record
-            f.seek((PER - 1) * 20)
-            offset, size, tags = struct.unpack(">qiq", f.read(20))
-            f.seek((PER - 1) * 20)
+        f.seek((PER - 1) * 20)
+        offset, size, tags = struct.unpack(">qiq", f.read(20))
+        f.seek((PER - 1) * 20)
+        if how == "offset":  # its last unit points at another queue's record
             f.write(struct.pack(">qiq", offset ^ 0x200, size, tags))
+        elif how == "size":
+            f.write(struct.pack(">qiq", offset, size ^ 0x10, tags))
+        elif how == "tags":  # a tag filter would skip the message
+            f.write(struct.pack(">qiq", offset, size, tags ^ 1))
+        elif how == "zeroed":  # its last unit lost (the record stays in the log)
+            f.write(bytes(20))
         else:  # garbage after its last unit
             f.seek(PER * 20)
             f.write(bytes(range(1, 61)))
@@ -123,7 +129,7 @@ def _outcome(root: str, key: tuple[str, int]) -> tuple[list[tuple[int, bytes]], 
     return served, end, put, verify_store(root, config=small_config(**CFG)).ok
 
 
-@pytest.mark.parametrize("how", ["last-unit", "garbage-tail"])
+@pytest.mark.parametrize("how", ["offset", "size", "tags", "zeroed", "garbage-tail"])
 def test_damage_at_a_queue_end_is_found_at_first_use_as_the_eager_open_found_it(
         tmp_path, monkeypatch, how):
     key = ("t4", 2)
@@ -141,7 +147,10 @@ def test_damage_at_a_queue_end_is_found_at_first_use_as_the_eager_open_found_it(
     eager = _outcome(eager_root, key)
     assert lazy == eager
     served, end, put, ok = lazy
-    assert served == [(i, _body(4, 2, i)) for i in range(PER)] and end == put == PER and ok
+    if how == "zeroed":  # below the newest record its queue holds: neither open can tell
+        assert served == [(i, _body(4, 2, i)) for i in range(PER - 1)] and end == put == PER - 1
+    else:
+        assert served == [(i, _body(4, 2, i)) for i in range(PER)] and end == put == PER and ok
 
 
 @needs_fuse
