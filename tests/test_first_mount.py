@@ -48,7 +48,7 @@ def broker_store(root: str) -> tuple[str, int]:
     with open(path, "wb") as f:
         f.write(raw[:40] + bytes(len(raw) - 40))
     names = sorted(os.listdir(os.path.join(root, "commitlog")))
-    with open(os.path.join(root, "commitlog", "%020d" % (int(names[-1]) + size)), "wb") as f:
+    with open(os.path.join(root, "commitlog", f"{int(names[-1]) + size:020d}"), "wb") as f:
         f.truncate(size)
     return root, size
 
@@ -89,7 +89,7 @@ def test_records_after_the_newest_held_one_are_dispatched(tmp_path):
     """A broker that stopped before dispatching its newest record: the open opens its queue,
     then the queue of the record before, which holds it, and dispatches the newest."""
     root, _ = broker_store(str(tmp_path))
-    path = os.path.join(root, "consumequeue", "t0", "1", "%020d" % 0)
+    path = os.path.join(root, "consumequeue", "t0", "1", "0" * 20)
     with open(path, "r+b") as f:  # the newest record's unit, never written
         f.seek(PER * 20)
         f.write(bytes(20))
@@ -102,7 +102,7 @@ def test_records_after_the_newest_held_one_are_dispatched(tmp_path):
 
 def _damage(root: str, key: tuple[str, int], how: str) -> None:
     """Damage the end of a queue's file as a bit flip, a torn write or a lost page would."""
-    path = os.path.join(root, "consumequeue", key[0], str(key[1]), "%020d" % 0)
+    path = os.path.join(root, "consumequeue", key[0], str(key[1]), "0" * 20)
     with open(path, "r+b") as f:
         f.seek((PER - 1) * 20)
         offset, size, tags = struct.unpack(">qiq", f.read(20))
