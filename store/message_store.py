@@ -275,7 +275,7 @@ class MessageStore(StoreReads):
         self._kept = kept_ends.read(self.root)
         self._vouched, self._cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
-            self.checkpoint, last_exit_ok, self._loaded_queue)
+            self.checkpoint, last_exit_ok)
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""

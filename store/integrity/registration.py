@@ -5,23 +5,20 @@
 - After a crash: from config/queueEnds.log (store/meta/queue_ends.py), each with its count as
   of the last checkpoint, when the file's chain reaches the checkpoint; queues it does not
   name are looked for on disk at their first use (`QueueRegistry.on_disk`).
-- Else after a crash, and in a read-only open without a clean close's record: from the
-  listing of consumequeue/ (two levels of directory names), counts unknown. The count and
-  head the last clean close recorded still tell lost units and a lost first file
-  (read-write); a read-only open expects a head of 0.
-Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Only when a
-read-write open has neither a record it trusts nor a crash to recover from are the queues
-opened up front, for recovery to check them all as before.
+- Else after a crash, and without such a record (a RocketMQ broker's store, an older mqfs's,
+  one whose record was quarantined): from the listing of consumequeue/ (two levels of
+  directory names), counts unknown. The count and head the last clean close recorded still
+  tell lost units and a lost first file (read-write); a read-only open expects a head of 0.
+Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Recovery opens
+the few it must (store/integrity/clean_open.py after a clean exit).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from ..errors import StoreError
 from ..files.checkpoint import Checkpoint
-from ..files.consume_queue import ConsumeQueue
 from ..files.queue_registry import Key, QueueRegistry, Recorded, on_disk, on_disk_probe
 from ..meta import dispatch_state, queue_cuts, queue_ends
 from ..meta.dispatch_state import Saved, Vouched
@@ -30,8 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkpoint,
-               last_exit_ok: bool, load: Callable[[Key], ConsumeQueue]
-               ) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
+               last_exit_ok: bool) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
     the state of config/queueEnds.log it registered the queues from."""
@@ -40,9 +36,6 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     ends = None if last_exit_ok else kept_ends(root, cp)
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
-    elif last_exit_ok:  # every queue on disk opened now, for recovery to check them all
-        for key in on_disk(root):
-            queues[key] = load(key)
     elif ends is not None:
         queues.record(from_journal(ends, cuts))
     else:
