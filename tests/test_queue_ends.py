@@ -185,3 +185,25 @@ def test_two_crashes_in_a_row_keep_every_count(tmp_path):
         assert _bodies(s, "t1", 0)[3:] == [b"1/0/more0", b"1/0/more1", b"1/0/more0", b"1/0/more0"]
         assert _bodies(s, "late", 0) == [b"late/0/%d" % i for i in range(3)]
     assert verify_store(root).ok
+
+
+@pytest.mark.parametrize("site", ["checkpoint.before:2", "ends.append:2", "ends.append:1"])
+def test_a_crash_between_the_journal_and_the_checkpoint_keeps_the_chain_usable(tmp_path, site):
+    """Killed after its block went in but before the checkpoint moved (checkpoint.before),
+    halfway through a delta (ends.append:2), or before the first base was renamed into
+    place (ends.append:1): the next open uses the chain up to the checkpoint, or lists."""
+    root = str(tmp_path / "s")
+    proc = subprocess.run([sys.executable, "-c", _WRITER, root, "hot:1", "flush"], cwd=REPO,
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "MQFS_CRASH_AT": site})
+    assert proc.returncode == 137, proc.stderr
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.recovery.abnormal
+        counts = {(f"t{t}", q): s.max_offset(f"t{t}", q) for t in range(TOPICS) for q in range(4)}
+        hot = 3 if site == "ends.append:1" else 4  # killed in the fill's own checkpoint
+        assert counts == {(f"t{t}", q): hot if q == 0 and t < 3 else 3
+                          for t in range(TOPICS) for q in range(4)}
+        if site != "ends.append:1":  # the first checkpoint's base is there: nothing opened
+            assert set(s.consume_queues.opened()) == {("t0", 0), ("t1", 0), ("t2", 0)}
+        s.put(Message.create("t0", b"after"))
+    assert verify_store(root).ok
