@@ -268,12 +268,11 @@ class MessageStore(StoreReads):
     def _register_queues(self, last_exit_ok: bool) -> None:
         """Know every queue without opening it (store/integrity/registration.py; each is
         proven at its first use: `_open_recorded`): after a clean close that recorded them
-        all, from that record; after a crash, from the listing (recovery opens those it
-        dispatches to). Only a clean exit without a record to trust opens them all now."""
+        all, from that record; else from the listing (recovery opens those it dispatches to)."""
         self._kept = kept_ends.read(self.root)
         self._vouched, self._cuts = registration.read_write(
             self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
-            self.checkpoint.commitlog_flushed_offset, last_exit_ok, self._loaded_queue)
+            self.checkpoint.commitlog_flushed_offset, last_exit_ok)
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""

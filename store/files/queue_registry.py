@@ -8,7 +8,8 @@ object when it is first used (a read, a put, its offsets), and its end is proven
 found by listing consumequeue/ (`on_disk`) and registered without a count (`vouched` False:
 asked for its offsets, such a queue is opened); a crash's recovery opens only the queues it
 dispatches records to, and leaves each other queue a cut to make at its first use (`cut`).
-Without a record or a listing to trust, every queue is opened up front, as before.
+A clean exit without a record to trust (a broker's store) is listed too: its recovery opens
+the queues of the newest records (store/integrity/clean_open.py).
 
 Opened queues stay in a least-recently-used order; `trim` drops the oldest whose every byte is
 on disk once more than `cache` are open, remembering their proven end, so memory grows with
