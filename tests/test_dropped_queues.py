@@ -178,7 +178,7 @@ def test_retention_since_a_queue_was_dropped_moves_its_minimum_at_its_next_use(t
     with MessageStore(str(tmp_path), cfg) as s:
         s.flush_services.stop()
         s.consume_queues.cache = 2
-        for i in range(60):
+        for _ in range(60):
             s.put_batch([Message.create("r", os.urandom(1000), queue_id=q) for q in range(4)])
         s.flush()
         assert len(s.consume_queues.opened()) == 2
