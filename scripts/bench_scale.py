@@ -9,6 +9,9 @@ figure next to a baseline measured in the same run, as a ratio (issue 19's "Must
    1,000), one message put to every queue with put_batch (against put_batch into one queue),
    the mount's reopen time, its descriptors, its RssAnon, and the disk a queue takes; the
    first read-write mount of that store as a broker leaves it (no mqfs record).
+3. Dropped queues, through the store API (scripts/bench_dropped.py): a second put_batch of
+   one message to each queue after the flush dropped most of them from the open queues'
+   cache (against put_batch into one queue), and the flush that writes their units out.
 
 Full scale (the default): 1 GB and 8 GB stores, 20,000 topics x 4 queues; --quick: 128 MB
 and 1 GB, 2,000 x 4. Stores use the rocketmq flavor (1 GiB CommitLog files, 300,000-unit
@@ -29,6 +32,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from bench_dropped import bench_dropped  # noqa: E402
 
 from store import Message, MessageStore, StoreConfig  # noqa: E402
 
@@ -316,7 +321,7 @@ def main() -> int:
     p.add_argument("--flavor", default="rocketmq", choices=("rocketmq", "xxhash"))
     p.add_argument("--dir", help="work directory, kept: its filled stores are reused by the next "
                    "run (default: a new one under /tmp, removed)")
-    p.add_argument("--only", choices=("opens", "queues"))
+    p.add_argument("--only", choices=("opens", "queues", "dropped"))
     p.add_argument("--crash-writer", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.crash_writer:
@@ -333,6 +338,8 @@ def main() -> int:
             rows += bench_opens(work, a.flavor, small, big, after, queues=16, keep=bool(a.dir))
         if a.only in (None, "queues"):
             rows += bench_queues(work, a.flavor, topics, per_topic=4)
+        if a.only in (None, "dropped"):
+            rows += bench_dropped(os.path.join(work, "dropped"), a.flavor, topics, per_topic=4)
     finally:
         if not a.dir:
             shutil.rmtree(work, ignore_errors=True)

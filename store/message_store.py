@@ -264,8 +264,7 @@ class MessageStore(StoreReads):
         if kept_ends.extend(self._kept, self.consume_queues, self._create_queue,
                             self.commitlog.max_offset):
             self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
-        for cq in self.consume_queues.opened().values():  # retention may have cut the head
-            cq.correct_min_offset(self.commitlog.min_offset)
+        self.consume_queues.retain(self.commitlog.min_offset, delete=False)  # it may have cut the head
         self.topic_table.add_found(self.consume_queues)
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
@@ -675,8 +674,7 @@ class MessageStore(StoreReads):
 
     def _drop_below(self, min_commitlog_offset: int) -> None:
         """ConsumeQueue and IndexFile files that only point below what retention left."""
-        for cq in self.consume_queues.opened().values():  # the others: at their first use
-            cq.delete_expired(min_commitlog_offset)
+        self.consume_queues.retain(min_commitlog_offset)  # the others: at their first use
         self.index.delete_expired(min_commitlog_offset)
 
     # --- consumer offsets ------------------------------------------------------------------

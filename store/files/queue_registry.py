@@ -50,6 +50,8 @@ class Recorded(NamedTuple):
     # a crash's recovery left this queue untouched: its units whose records start at or past
     # this CommitLog offset are a torn or lost tail's, dropped at its first use (None: none)
     cut: int | None = None
+    # proven: the CommitLog minimum `low` was set for (retention since then moves it)
+    retained: int | None = None
 
     @property
     def min_offset(self) -> int:
@@ -71,6 +73,7 @@ class QueueRegistry:
         # does not name has a directory, asked before such a queue is first used
         self.on_disk: Callable[[Key], bool] | None = None
         self.owed: int | None = None  # the cut `owe` gave (a queue found on disk owes it too)
+        self.retained = 0  # CommitLog minimum every open queue's minimum was set for (`retain`)
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
         """Queues known from a clean close's record, to be opened on first use."""
@@ -254,17 +257,33 @@ class QueueRegistry:
         if log is None:
             return [0] * len(queues)
         rows, offsets = [], []
+        out = [0] * len(queues)
         for i, cq in enumerate(queues):
+            unread = cq.unread_newest()  # its last unit is in no memory: kept, not read
+            if unread is not None:
+                out[i] = unread
+                continue
             last = cq.last_entry()
             if last is not None and last[1] != PRE_BLANK[1] and \
                     log.min_offset <= last[0] < log.max_offset:
                 rows.append(i)
                 offsets.append(last[0])
-        out = [0] * len(queues)
         stamps = log.body_sizes_and_times(np.array(offsets, dtype=np.int64))[1].tolist()
         for i, t in zip(rows, stamps):
             out[i] = t
         return out
+
+    def retain(self, min_commitlog: int, delete: bool = True) -> None:
+        """Retention on the open queues: each one's minimum moved past its entries whose
+        records lie below `min_commitlog` (with `delete`, its head files that hold only
+        those deleted too); a queue not open does it at its first use. A queue dropped
+        after this remembers that it was done (`Recorded.retained`)."""
+        for cq in self.opened().values():
+            if delete and min_commitlog > 0:
+                cq.delete_expired(min_commitlog)
+            else:
+                cq.correct_min_offset(min_commitlog)
+        self.retained = min_commitlog
 
     def trim(self) -> list[tuple[Key, ConsumeQueue]]:
         """Drop the least recently used open queues past `cache` whose every byte is on disk
@@ -281,7 +300,8 @@ class QueueRegistry:
             for key, cq in going:
                 del self._open[key]
                 self._recorded[key] = Recorded(cq.max_offset, cq.first_file_offset, True,
-                                               cq.min_offset)
+                                               cq.min_offset, cq.unread_newest() or 0,
+                                               retained=self.retained)
             return going
 
     def note_times(self, dropped: list[tuple[Key, ConsumeQueue]]) -> None:
