@@ -261,20 +261,18 @@ class MessageStore(StoreReads):
         if kept_ends.extend(self._kept, self.consume_queues, self._create_queue,
                             self.commitlog.max_offset):
             self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
-        for cq in self.consume_queues.opened().values():  # retention may have cut the head
-            cq.correct_min_offset(self.commitlog.min_offset)
+        self.consume_queues.retain(self.commitlog.min_offset, delete=False)  # it may have cut the head
         self.topic_table.add_found(self.consume_queues)
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
     def _register_queues(self, last_exit_ok: bool) -> None:
         """Know every queue without opening it (store/integrity/registration.py; each is
         proven at its first use: `_open_recorded`): after a clean close that recorded them
-        all, from that record; after a crash, from the listing (recovery opens those it
-        dispatches to). Only a clean exit without a record to trust opens them all now."""
+        all, from that record; else from the listing (recovery opens those it dispatches to)."""
         self._kept = kept_ends.read(self.root)
         self._vouched, self._cuts = registration.read_write(
             self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
-            self.checkpoint.commitlog_flushed_offset, last_exit_ok, self._loaded_queue)
+            self.checkpoint.commitlog_flushed_offset, last_exit_ok)
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""
@@ -666,8 +664,7 @@ class MessageStore(StoreReads):
 
     def _drop_below(self, min_commitlog_offset: int) -> None:
         """ConsumeQueue and IndexFile files that only point below what retention left."""
-        for cq in self.consume_queues.opened().values():  # the others: at their first use
-            cq.delete_expired(min_commitlog_offset)
+        self.consume_queues.retain(min_commitlog_offset)  # the others: at their first use
         self.index.delete_expired(min_commitlog_offset)
 
     # --- consumer offsets ------------------------------------------------------------------

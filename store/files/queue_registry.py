@@ -8,7 +8,8 @@ object when it is first used (a read, a put, its offsets), and its end is proven
 found by listing consumequeue/ (`on_disk`) and registered without a count (`vouched` False:
 asked for its offsets, such a queue is opened); a crash's recovery opens only the queues it
 dispatches records to, and leaves each other queue a cut to make at its first use (`cut`).
-Without a record or a listing to trust, every queue is opened up front, as before.
+A clean exit without a record to trust (a broker's store) is listed too: its recovery opens
+the queues of the newest records (store/integrity/clean_open.py).
 
 A queue a put_batch makes (`add_fresh`) is held as its units alone, bytes the garbage collector
 does not track, until something asks for its object: a read, a later put, a flush (`opened`).
@@ -53,6 +54,8 @@ class Recorded(NamedTuple):
     # a crash's recovery left this queue untouched: its units whose records start at or past
     # this CommitLog offset are a torn or lost tail's, dropped at its first use (None: none)
     cut: int | None = None
+    # proven: the CommitLog minimum `low` was set for (retention since then moves it)
+    retained: int | None = None
 
     @property
     def min_offset(self) -> int:
@@ -73,6 +76,7 @@ class QueueRegistry:
         self._lock = threading.RLock()
         self.commitlog: CommitLog | None = None  # where the newest messages' times are read
         self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
+        self.retained = 0  # CommitLog minimum every open queue's minimum was set for (`retain`)
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
         """Queues known from a clean close's record, to be opened on first use."""
@@ -264,17 +268,33 @@ class QueueRegistry:
         if log is None:
             return [0] * len(queues)
         rows, offsets = [], []
+        out = [0] * len(queues)
         for i, cq in enumerate(queues):
+            unread = cq.unread_newest()  # its last unit is in no memory: kept, not read
+            if unread is not None:
+                out[i] = unread
+                continue
             last = cq.last_entry()
             if last is not None and last[1] != PRE_BLANK[1] and \
                     log.min_offset <= last[0] < log.max_offset:
                 rows.append(i)
                 offsets.append(last[0])
-        out = [0] * len(queues)
         stamps = log.body_sizes_and_times(np.array(offsets, dtype=np.int64))[1].tolist()
         for i, t in zip(rows, stamps):
             out[i] = t
         return out
+
+    def retain(self, min_commitlog: int, delete: bool = True) -> None:
+        """Retention on the open queues: each one's minimum moved past its entries whose
+        records lie below `min_commitlog` (with `delete`, its head files that hold only
+        those deleted too); a queue not open does it at its first use. A queue dropped
+        after this remembers that it was done (`Recorded.retained`)."""
+        for cq in self.opened().values():
+            if delete and min_commitlog > 0:
+                cq.delete_expired(min_commitlog)
+            else:
+                cq.correct_min_offset(min_commitlog)
+        self.retained = min_commitlog
 
     def trim(self) -> list[tuple[Key, ConsumeQueue]]:
         """Drop the least recently used open queues past `cache` whose every byte is on disk
@@ -291,7 +311,8 @@ class QueueRegistry:
             for key, cq in going:
                 del self._open[key]
                 self._recorded[key] = Recorded(cq.max_offset, cq.first_file_offset, True,
-                                               cq.min_offset)
+                                               cq.min_offset, cq.unread_newest() or 0,
+                                               retained=self.retained)
             return going
 
     def note_times(self, dropped: list[tuple[Key, ConsumeQueue]]) -> None:

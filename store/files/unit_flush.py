@@ -79,7 +79,7 @@ class UnitFlush:
                 if cq.buffered:  # a put before this flush set it under the lock: seen here
                     with self.lock:
                         cq.write_out()
-            self._sync([cq for cq in queues if not cq.queue.synced()])
+            self._sync([cq for cq in queues if not cq.settled()])  # (an unread queue stays so)
         except BaseException:
             with self.lock:
                 self.touched = {**dict.fromkeys(queues), **self.touched}

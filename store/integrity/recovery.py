@@ -43,7 +43,7 @@ from ..format import codec, columns, layout, message
 from ..format.columns import RecordRun
 from ..format.layout import MAGIC_BLANK, MAGIC_V1, MAGIC_V2
 from ..meta import dispatch_state
-from . import commitlog_files, queue_check, salvage
+from . import clean_open, commitlog_files, queue_check, salvage
 
 if TYPE_CHECKING:
     from ..config import StoreConfig
@@ -78,6 +78,7 @@ class StoreParts:
     # queue known but not open without proving it (recovery checks it): see `_open_touched`
     cuts: dict[tuple[str, int], int] = field(default_factory=dict)
     load_queue: Callable[[tuple[str, int]], ConsumeQueue] | None = None
+    assumed: int | None = None  # clean_open.assumed_dispatched's answer, found once
 
 
 @dataclass
@@ -363,7 +364,9 @@ def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
     if last_exit_ok:
         ends = (cq.max_physic_offset for cq in parts.consume_queues.opened().values())
         # queues not opened hold every record up to where the checkpoint says they flushed
-        recorded = parts.checkpoint.cq_flushed_offset if parts.vouched is not None else 0
+        # (without a record, up to where `clean_open.open_newest` shows they end)
+        recorded = parts.checkpoint.cq_flushed_offset if parts.vouched is not None else \
+            clean_open.assumed_dispatched(parts) if clean_open.without_record(parts) else 0
         return max(max(ends, default=0), recorded, queue.min_offset)
     cp = parts.checkpoint
     if parts.index.files:
@@ -373,12 +376,6 @@ def _dispatch_from(parts: StoreParts, last_exit_ok: bool) -> int:
     else:
         index_from = queue.min_offset
     return max(min(cp.cq_flushed_offset, index_from), queue.min_offset)
-
-
-def _unproven(parts: StoreParts) -> dict[tuple[str, int], ConsumeQueue] | None:
-    """The queues the open checks against the last clean close's counts: all of them, or
-    None when they are proven at their first use instead."""
-    return parts.consume_queues.opened() if parts.vouched is None else None
 
 
 def _tail_start(parts: StoreParts, target: int, limit: int | None = None) -> int:
@@ -399,24 +396,6 @@ def tail_record(parts: StoreParts, flushed: int) -> int | None:
     """For a clean close's record: a record's start _TAIL bytes or more before `flushed`,
     where the next clean open's check of the CommitLog's tail may begin."""
     return _tail_start(parts, flushed - _TAIL, _TAIL_QUEUES) or None
-
-
-def _rebuild_what_went_missing(parts: StoreParts) -> bool:
-    """After a clean close, files deleted since are found by the state the close left: the
-    queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
-    whole CommitLog. True when something must be dispatched again."""
-    short, index_lost = dispatch_state.lost_since_close(parts.root, _unproven(parts),
-                                                        parts.index.files)
-    for topic, qid in short:
-        log.warning("recovery: ConsumeQueue %s/%d lost entries since the last close; rebuilding",
-                    topic, qid)
-        cq = parts.consume_queues.get((topic, qid))
-        if cq is not None:
-            cq.move_to_quarantine(parts.root)
-    if index_lost:
-        log.warning("recovery: IndexFiles went missing since the last close; rebuilding them")
-        parts.index.destroy_all()
-    return bool(short) or index_lost
 
 
 @contextmanager
@@ -506,7 +485,9 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
         refusal = _refusal(parts, plan.end, flushed, plan.reason)
         if refusal is not None:
             raise CorruptionError(refusal)
-    if not last_exit_ok and parts.consume_queues.waiting() and not _open_touched(parts, plan):
+    if not last_exit_ok and parts.consume_queues.waiting() and not _open_touched(parts, plan) or \
+            last_exit_ok and clean_open.without_record(parts) and \
+            not clean_open.open_newest(parts, plan.kept, NOWHERE):
         _open_all(parts)  # the queues could not be told apart: every one checked, as before
         return decide(parts, last_exit_ok, progress)
     _check_room(parts, plan)
@@ -552,7 +533,7 @@ def _lowest_dispatch(parts: StoreParts, plan: Plan) -> int:
     lowest = parts.commitlog.queue.min_offset
     at = _dispatch_from(parts, plan.last_exit_ok)
     if plan.last_exit_ok:
-        short, index_lost = dispatch_state.lost_since_close(parts.root, _unproven(parts),
+        short, index_lost = dispatch_state.lost_since_close(parts.root, clean_open.unproven(parts),
                                                             parts.index.files)
         if short or index_lost:
             at = lowest
@@ -609,8 +590,10 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
             report.notes.append(done)
     dispatch_from = _dispatch_from(parts, last_exit_ok)
     if last_exit_ok:
-        if _rebuild_what_went_missing(parts):
+        if clean_open.rebuild_what_went_missing(parts):
             dispatch_from = queue.min_offset
+        if reason is not None and clean_open.without_record(parts):
+            parts.consume_queues.owe(end)  # their units of the torn tail go at first use
     else:
         for cq in parts.consume_queues.opened().values():
             cq.truncate_from_physical(dispatch_from)

@@ -2,38 +2,30 @@
 
 - After a clean close that recorded every queue: from that record (config/dispatchState.json),
   each with its count (a lower bound for the queues the close names `unproven`).
-- After a crash, and in a read-only open without such a record: from the listing of
-  consumequeue/ (two levels of directory names), counts unknown. The count and head the last
-  clean close recorded still tell lost units and a lost first file (read-write); a
-  read-only open expects a head of 0.
-Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Only when a
-read-write open has neither a record it trusts nor a crash to recover from are the queues
-opened up front, for recovery to check them all as before.
+- After a crash, and without such a record (a RocketMQ broker's store, an older mqfs's, one
+  whose record was quarantined): from the listing of consumequeue/ (two levels of directory
+  names), counts unknown. The count and head the last clean close recorded still tell lost
+  units and a lost first file (read-write); a read-only open expects a head of 0.
+Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Recovery opens
+the few it must (store/integrity/clean_open.py after a clean exit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..errors import StoreError
-from ..files.consume_queue import ConsumeQueue
 from ..files.queue_registry import Key, QueueRegistry, Recorded, on_disk
 from ..meta import dispatch_state, queue_cuts
 from ..meta.dispatch_state import Saved, Vouched
 
 
 def read_write(root: str, queues: QueueRegistry, saved: Saved | None, flushed: int,
-               last_exit_ok: bool, load: Callable[[Key], ConsumeQueue]
-               ) -> tuple[Vouched | None, queue_cuts.Cuts]:
+               last_exit_ok: bool) -> tuple[Vouched | None, queue_cuts.Cuts]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset `flushed` is the checkpoint's) and the cuts config/queueCuts.json holds."""
     cuts = queue_cuts.read(root)
     vouched = dispatch_state.vouched(saved, flushed) if last_exit_ok else None
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
-    elif last_exit_ok:  # every queue on disk opened now, for recovery to check them all
-        for key in on_disk(root):
-            queues[key] = load(key)
     else:
         queues.record(from_disk(root, dispatch_state.read(root), cuts))
     return vouched, cuts
