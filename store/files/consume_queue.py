@@ -63,9 +63,9 @@ class ConsumeQueue:
 
     @property
     def queue(self) -> MappedFileQueue:
-        """The queue's files, made at first use: a queue a put_batch makes costs this object
-        alone (and its garbage collection) until its units are written; the files of a
-        queue taken up unread (`resume_at`) are listed, mapped and checked then."""
+        """The queue's files, made at first use: a new queue costs this object alone until
+        its units are written; the files of a queue taken up unread (`resume_at`) are
+        listed, mapped and checked then."""
         queue = self._queue
         if queue is None:
             resume = self._resume
@@ -227,6 +227,13 @@ class ConsumeQueue:
         self.max_physic_offset = end_physic
         self.next_offset = first + len(raw) // UNIT_SIZE
         return True
+
+    def start_with(self, units: bytes) -> None:
+        """A new queue's first units, from queue offset 0, into the tail: what the registry
+        held of a queue a put_batch made without an object (`QueueRegistry.add_fresh`)."""
+        if units:
+            offset, size, _ = _UNIT.unpack_from(units, len(units) - UNIT_SIZE)
+            self.append_units(units, 0, offset + size)
 
     def _put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """put() for a first unit, a gap, a full file or an entry built already."""
