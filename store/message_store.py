@@ -189,7 +189,7 @@ class MessageStore(StoreReads):
         self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
         self.put_lock = threading.Lock()
         self.flush_lock = threading.Lock()
-        self.consume_queues = QueueRegistry(self._open_recorded)
+        self.consume_queues = QueueRegistry(self._open_recorded, self._queue_object)
         self._vouched: dispatch_state.Vouched | None = None
         self._kept: kept_ends.Kept = {}
         self._cuts: queue_cuts.Cuts = {}  # what config/queueCuts.json held at open
@@ -206,9 +206,9 @@ class MessageStore(StoreReads):
         """The IndexService, and the dispatcher that writes into it and the queues."""
         cfg = self.config
         self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor, **kwargs)
-        self.unit_flush = UnitFlush(self.root, self.put_lock)
+        self.unit_flush = UnitFlush(self.root, self.put_lock, self.consume_queues.opened)
         self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
-                                     self._create_queue, self._create_queues, self._fillers,
+                                     self._create_queue, self._declare_queues, self._fillers,
                                      self.unit_flush)
         return self.index
 
@@ -261,8 +261,7 @@ class MessageStore(StoreReads):
         if kept_ends.extend(self._kept, self.consume_queues, self._create_queue,
                             self.commitlog.max_offset):
             self.flush_logics()  # offsets an earlier repair kept, lost to a rebuild since
-        for cq in self.consume_queues.opened().values():  # retention may have cut the head
-            cq.correct_min_offset(self.commitlog.min_offset)
+        self.consume_queues.retain(self.commitlog.min_offset, delete=False)  # it may have cut the head
         self.topic_table.add_found(self.consume_queues)
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
@@ -590,23 +589,15 @@ class MessageStore(StoreReads):
             self.topic_table.ensure(topic, qid)
         else:
             self.topic_table.add_found([(topic, qid)])
-        cq = ConsumeQueue(self.root, topic, qid, self.config.consume_queue_units)
-        cq.filler_before = self._filler_before
-        self.consume_queues[(topic, qid)] = cq
+        cq = self.consume_queues[(topic, qid)] = self._queue_object((topic, qid))
         return cq
 
-    def _create_queues(self, keys: list[tuple[str, int]]) -> list[ConsumeQueue]:
-        """A put_batch's new queues, declared in topics.json (the caller's `batch()` makes
-        that one append) and registered together: a few C-level passes and one small object
-        each, so 80,000 new queues cost little more than as many messages. Bad names and
-        ids are refused before any is made."""
+    def _declare_queues(self, keys: list[tuple[str, int]]) -> None:
+        """A put_batch's new queues declared in topics.json (the caller's `batch()` makes
+        that one append); a bad name or id is refused before the dispatcher registers any."""
         ensure = self.topic_table.ensure
         for topic, qid in keys:
             ensure(topic, qid)
-        root, units, filler = self.root, self.config.consume_queue_units, self._filler_before
-        made = [ConsumeQueue(root, topic, qid, units, filler_before=filler) for topic, qid in keys]
-        self.consume_queues.add_new(dict(zip(keys, made)))
-        return made
 
     def create_topic(self, topic: str, queues: int = 1) -> None:
         """A topic with queues 0..queues-1 (none: queues come with add_queue or a put)."""
@@ -673,8 +664,7 @@ class MessageStore(StoreReads):
 
     def _drop_below(self, min_commitlog_offset: int) -> None:
         """ConsumeQueue and IndexFile files that only point below what retention left."""
-        for cq in self.consume_queues.opened().values():  # the others: at their first use
-            cq.delete_expired(min_commitlog_offset)
+        self.consume_queues.retain(min_commitlog_offset)  # the others: at their first use
         self.index.delete_expired(min_commitlog_offset)
 
     # --- consumer offsets ------------------------------------------------------------------

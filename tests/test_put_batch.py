@@ -1,5 +1,6 @@
 """put_batch against put: the same bytes on disk, all-or-nothing, read-your-writes."""
 
+import gc
 import json
 import os
 import resource
@@ -10,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import InvalidMessage, Message, MessageStore
+from store.files import unit_flush
+from store.files.consume_queue import TAIL_MAX, ConsumeQueue
 from store.format.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
 from tests.store_helpers import file_hashes, small_config
 
@@ -141,8 +144,7 @@ def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path
 def test_a_batch_over_recorded_open_and_many_new_queues_gives_each_its_next_offsets(tmp_path):
     """put_batch finds a batch's queues together and makes its new ones together: a queue
     only recorded at the open continues at its end, an open one too, and each of 1,100 new
-    queues (more than the batch that pauses the collector) starts at 0, all read back
-    after a reopen."""
+    queues starts at 0, all read back after a reopen."""
     root = str(tmp_path)
     with _pinned(root) as s:
         s.put_batch([Message.create("Old", b"o", queue_id=q) for q in range(2) for _ in range(3)])
@@ -160,3 +162,66 @@ def test_a_batch_over_recorded_open_and_many_new_queues_gives_each_its_next_offs
         assert s.get("Old", 0, 3).body == b"a" and s.get("Old", 1, 4).body == b"b"
         assert [s.get("N1099", 1099 % 3, k).body for k in range(2)] == [b"n1099-0", b"n1099-1"]
         assert s.max_offset("N7", 1) == 2 and s.topic_table.queues["N7"] == 2
+
+
+def _queue_objects() -> int:
+    gc.collect()
+    return sum(isinstance(o, ConsumeQueue) for o in gc.get_objects())
+
+
+def test_a_batchs_new_queues_are_units_alone_until_used_and_lose_nothing(tmp_path):
+    """A batch's new queues are held as their units, no ConsumeQueue object each (a queue
+    given more than a tail's worth is made one): served at once, continued by the next
+    batch at the next offset, written out by the flush and read back after a reopen."""
+    root = str(tmp_path)
+    spread = [Message.create(f"N{i // 4}", b"n%d" % i, queue_id=i % 4) for i in range(2000)]
+    big = [Message.create("Big", b"b%d" % k) for k in range(TAIL_MAX // 20 + 1)]
+    with _pinned(root, flush_cq_interval_ms=3_600_000) as s:
+        before = _queue_objects()
+        results = s.put_batch(spread + big)
+        assert [r.queue_offset for r in results] == [0] * 2000 + list(range(len(big)))
+        assert _queue_objects() == before + 1  # Big alone
+        assert len(s.consume_queues) == 2001 and ("N7", 3) in s.consume_queues
+        assert bytes(s.get("N499", 3, 0).body) == b"n1999" and s.max_offset("N7", 3) == 1
+        assert _queue_objects() == before + 3  # and the two read
+        again = s.put_batch([Message.create(f"N{i // 4}", b"m%d" % i, queue_id=i % 4)
+                             for i in range(2000)])
+        assert [r.queue_offset for r in again] == [1] * 2000  # never reused
+        assert not os.path.exists(os.path.join(root, "consumequeue", "N7"))
+        s.flush()
+        assert os.path.getsize(os.path.join(root, "consumequeue", "N7", "3", "0" * 20)) > 0
+    with _pinned(root) as s:
+        assert [bytes(m.body) for m in s.get_range("N7", 3, 0, 5)] == [b"n31", b"m31"]
+        assert s.max_offset("Big", 0) == len(big) and s.max_offset("N0", 0) == 2
+
+
+def test_a_new_queue_a_reader_opens_between_the_plan_and_the_units_gets_them(tmp_path):
+    """A reader may ask for a new queue while its batch is being written (after the plan
+    registered it, before its units came): the object it made takes the units."""
+    root = str(tmp_path)
+    with _pinned(root) as s:
+        seen = []
+
+        def clock() -> int:  # read between the plan and the dispatch of the batch
+            seen.append(s.max_offset("A", 1))  # a reader, making A/1's object
+            return STORE_TS
+
+        s.clock = clock
+        s.put_batch([Message.create("A", b"a%d" % q, queue_id=q) for q in range(3)])
+        assert seen == [0]
+        assert [bytes(s.get("A", q, 0).body) for q in range(3)] == [b"a0", b"a1", b"a2"]
+        assert s.put_batch([Message.create("A", b"x", queue_id=1)])[0].queue_offset == 1
+    with _pinned(root) as s:
+        assert [bytes(m.body) for m in s.get_range("A", 1, 0, 5)] == [b"a1", b"x"]
+
+
+def test_new_queues_of_batches_buffer_no_more_than_the_bound_and_a_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr(unit_flush, "BUFFERED_MAX", 100 * 20)
+    root = str(tmp_path)
+    with _pinned(root, flush_cq_interval_ms=3_600_000) as s:
+        for b in range(6):
+            s.put_batch([Message.create(f"B{b}q{i}", b"v") for i in range(60)])
+            s.get("B0q0", 0, 0)  # a reader made one object: it is written out all the same
+        assert sum(cq.buffered for cq in s.consume_queues.opened().values()) <= (100 + 60) * 20
+        assert os.path.exists(os.path.join(root, "consumequeue", "B0q0"))
+        assert all(bytes(s.get(f"B{b}q{i}", 0, 0).body) == b"v" for b in range(6) for i in range(60))

@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
-from ..errors import StoreError
+from ..errors import StoreError, StoreFormatError
 from . import quarantine
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
@@ -35,7 +35,7 @@ class ConsumeQueue:
     # small object that is quick to build (and a dict fewer for the garbage collector)
     __slots__ = ("topic", "queue_id", "file_size", "directory", "read_only", "_queue",
                  "min_logic_offset", "max_physic_offset", "hole", "next_offset",
-                 "filler_before", "_tail")
+                 "filler_before", "_tail", "_resume")
 
     def __init__(self, root: str, topic: str, queue_id: int, units: int, *,
                  read_only: bool = False,
@@ -57,30 +57,42 @@ class ConsumeQueue:
         # One immutable pair, replaced whole, so a read without the put lock sees a
         # consistent tail; puts and write_out replace it under the store's put lock
         self._tail: tuple[int, bytes] = (0, b"")
+        # the end this process left when it dropped the queue, taken up without reading its
+        # files (`resume_at`): (end, first file's start, both bytes; newest message's time)
+        self._resume: tuple[int, int, int] | None = None
 
     @property
     def queue(self) -> MappedFileQueue:
-        """The queue's files, made at first use: a queue a put_batch makes costs this object
-        alone (and its garbage collection) until its units are written."""
+        """The queue's files, made at first use: a new queue costs this object alone until
+        its units are written; the files of a queue taken up unread (`resume_at`) are
+        listed, mapped and checked then."""
         queue = self._queue
         if queue is None:
+            resume = self._resume
+            loaded = self._load_resumed(*resume[:2]) if resume is not None else None
             with _MAKING:
                 queue = self._queue
                 if queue is None:
-                    queue = self._queue = MappedFileQueue(self.directory, self.file_size,
-                                                          read_only=self.read_only, lazy=True)
+                    queue = self._queue = loaded if loaded is not None else MappedFileQueue(
+                        self.directory, self.file_size, read_only=self.read_only, lazy=True)
+                    self._resume = None  # (after `_queue`: see `_files_end`)
+                    loaded = None
+            if loaded is not None:  # another thread loaded them first
+                loaded.close()
         return queue
 
     @queue.setter
     def queue(self, queue: MappedFileQueue) -> None:
         self._queue = queue
+        self._resume = None
 
     def _files_end(self, readable: bool = False) -> int:
         """Logical byte the files end at (their read end with `readable`), 0 without files:
         asked without making the files' object."""
+        resume = self._resume  # read before `_queue`, which is set before it is cleared
         queue = self._queue
         if queue is None:
-            return 0
+            return resume[0] if resume is not None else 0
         return queue.max_offset if readable else queue.max_wrote_offset
 
     def load(self) -> None:
@@ -106,6 +118,9 @@ class ConsumeQueue:
     @property
     def first_file_offset(self) -> int:
         """Queue offset the first file starts at (0 unless retention deleted head files)."""
+        resume = self._resume
+        if resume is not None and self._queue is None:
+            return resume[1] // UNIT_SIZE
         return self.queue.min_offset // UNIT_SIZE
 
     def units(self, file_index: int) -> np.ndarray:
@@ -212,6 +227,13 @@ class ConsumeQueue:
         self.max_physic_offset = end_physic
         self.next_offset = first + len(raw) // UNIT_SIZE
         return True
+
+    def start_with(self, units: bytes) -> None:
+        """A new queue's first units, from queue offset 0, into the tail: what the registry
+        held of a queue a put_batch made without an object (`QueueRegistry.add_fresh`)."""
+        if units:
+            offset, size, _ = _UNIT.unpack_from(units, len(units) - UNIT_SIZE)
+            self.append_units(units, 0, offset + size)
 
     def _put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """put() for a first unit, a gap, a full file or an entry built already."""
@@ -368,17 +390,68 @@ class ConsumeQueue:
         self.queue.truncate_dirty(end, zeros_after=True)  # the search read them: all zeros
         self._refresh_max_physic()
 
-    def resume(self, entries: int) -> bool:
+    def resume_at(self, entries: int, head: int, low: int, newest: int) -> None:
         """Take up the end this process left when it dropped the queue with every unit on
-        disk (`settled`): set, not searched for (`recover` reads the last data region, ~2 ms
-        a queue). False when the files do not fit that end: the caller then recovers."""
-        files = self.queue.files
-        end = entries * UNIT_SIZE
-        if not files or not files[-1].file_from_offset <= end <= files[-1].file_from_offset + self.file_size:
-            return False
-        self.queue.truncate_dirty(end, zeros_after=True)  # nothing is written: the end is known
-        self._refresh_max_physic()
-        return True
+        disk (`settled`), touching no file: a put continues it from `entries`, and the files
+        are listed and mapped only when a read or a write needs them (`queue`), checked
+        then against this end (`_load_resumed`). `head`: the queue offset its first file
+        starts at; `low`: its minimum offset; `newest`: its newest message's store time."""
+        self._resume = (entries * UNIT_SIZE, head * UNIT_SIZE, newest)
+        self.next_offset = entries
+        self.min_logic_offset = low * UNIT_SIZE
+        self.max_physic_offset = 0  # known at load; a put's record lies past every unit's
+
+    def unread_newest(self) -> int | None:
+        """The newest message's store time given to `resume_at`, while the files are not
+        loaded and nothing was put since (its last unit is then in no memory); else None."""
+        resume = self._resume
+        return resume[2] if resume is not None and self._queue is None and not self._tail[1] else None
+
+    def _load_resumed(self, end: int, head: int) -> MappedFileQueue:
+        """The files of a queue taken up unread (`resume_at`), listed and mapped, each
+        counting as full up to `end`. They must be as this process left them: the first
+        starting at `head`, the last holding `end` with a unit just before it and nothing
+        from it on. Otherwise they changed under this process (a directory deleted or
+        replaced): refused, nothing written; units put since stay served from memory."""
+        queue = MappedFileQueue(self.directory, self.file_size, read_only=self.read_only, lazy=True)
+        queue.load()
+        files = queue.files
+        last = files[-1] if files else None
+        why = None
+        if last is None:
+            why = "its files are gone" if end else None
+        elif files[0].file_from_offset != head:
+            why = f"its first file starts at unit {files[0].file_from_offset // UNIT_SIZE}, not {head // UNIT_SIZE}"
+        elif not last.file_from_offset <= end <= last.file_from_offset + self.file_size:
+            why = f"its last file {os.path.basename(last.path)} does not hold its end"
+        else:
+            why = self._check_end(last, end - last.file_from_offset)
+        if why is not None:
+            queue.close()
+            raise StoreFormatError(
+                f"ConsumeQueue {self.topic}/{self.queue_id} changed on disk since this process "
+                f"left it with {end // UNIT_SIZE} entries: {why}; nothing was written to it "
+                "(reopen the store to check it again)")
+        queue.truncate_dirty(end, zeros_after=True)  # positions only: nothing is written
+        return queue
+
+    def _check_end(self, mf: MappedFile, pos: int) -> str | None:
+        """What is wrong at a resumed queue's end (byte `pos` of its last file), or None:
+        the unit before it must hold something, the one from it on nothing. That unit's
+        record end is taken for `max_physic_offset` when no put has set one since."""
+        lo = max(pos - UNIT_SIZE, 0)
+        with mf.io_fd() as fd:
+            got = os.pread(fd, min(pos + UNIT_SIZE, self.file_size) - lo, lo)
+        before, after = got[:pos - lo], got[pos - lo:]
+        if pos and not any(before):
+            return f"its last unit ({(mf.file_from_offset + pos) // UNIT_SIZE - 1}) is all zeros"
+        if any(after):
+            return f"a unit was written past its end, at unit {(mf.file_from_offset + pos) // UNIT_SIZE}"
+        if pos and len(before) == UNIT_SIZE:
+            offset, size, _ = _UNIT.unpack(before)
+            if size != PRE_BLANK[1]:
+                self.max_physic_offset = max(self.max_physic_offset, offset + size)
+        return None
 
     def keep_taken(self, end: int, filler: tuple[int, int]) -> None:
         """Extend the queue to `end` with units for messages lost to damage (pointing at a

@@ -7,12 +7,11 @@ once: which records take a queue unit (`layout.in_queue`), which are indexed
 
 from __future__ import annotations
 
-import gc
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter
+from operator import is_
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -22,7 +21,7 @@ from ..format import codec, layout, message
 from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
-from .consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
+from .consume_queue import TAIL_MAX, UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
 from .queue_registry import QueueRegistry
 from .unit_flush import UnitFlush
 
@@ -31,10 +30,7 @@ if TYPE_CHECKING:
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")  # what Integer.parseInt reads (range checked after)
 UNKNOWN_LEVEL_MS = 1000  # computeDeliverTimestamp for a level the table lacks
-_MANY_QUEUES = 1024  # new queues in one batch from which plan() pauses the cyclic collector
-_next_offset = attrgetter("next_offset")
-
-
+Key = tuple[str, int]
 
 
 def index_keys(props: dict[str, str]) -> list[str]:
@@ -115,10 +111,13 @@ class TagsCodes:
 class BatchPlan:
     """Where a batch goes before any byte is written: each message's queue offset (0 for
     those no queue holds), the rows that take a unit grouped by queue (`rows`, the queues
-    in `queues` taking `counts` of them each, in that order), and the index keys as
+    `keys` taking `counts` of them each, in that order: their objects in `queues`, None for
+    the new ones the registry holds as units alone, `fresh`), and the index keys as
     (row, hash)."""
 
-    queues: list[ConsumeQueue]
+    keys: list[Key]
+    queues: list[ConsumeQueue | None]
+    fresh: np.ndarray
     counts: np.ndarray
     rows: np.ndarray
     queue_offsets: np.ndarray
@@ -128,21 +127,21 @@ class BatchPlan:
 
 class Dispatcher:
     """Builds ConsumeQueue units and IndexFile entries. `create_queue(topic, qid, persist)`
-    makes a queue the topic table knows, `create_queues(keys)` a batch's new queues at
-    once (declared for a put); `fillers` collects (offset, size) of the filler
+    makes a queue the topic table knows, `declare_queues(keys)` declares a batch's new
+    queues at once; `fillers` collects (offset, size) of the filler
     records repair left, as they are dispatched; `units` is the ConsumeQueue flush, told
     of every queue a put adds units to."""
 
     def __init__(self, tags: TagsCodes, consume_queues: QueueRegistry,
                  index: IndexService, create_queue: Callable[[str, int, bool], ConsumeQueue],
-                 create_queues: Callable[[list[tuple[str, int]]], list[ConsumeQueue]],
+                 declare_queues: Callable[[list[Key]], None],
                  fillers: list[tuple[int, int]], units: UnitFlush):
         self.units = units
         self.tags = tags
         self.consume_queues = consume_queues
         self.index = index
         self.create_queue = create_queue
-        self.create_queues = create_queues
+        self.declare_queues = declare_queues
         self.fillers = fillers
 
     # --- one message ----------------------------------------------------------------------
@@ -194,33 +193,37 @@ class Dispatcher:
         topic_of = list(names)
         keys = [(topic_of[g >> 32], g & 0xFFFFFFFF) for g in ordered[firsts].tolist()]
         queues = self.consume_queues.get_many(keys)
-        new = [i for i, cq in enumerate(queues) if cq is None]
-        # tens of thousands of new queues are as many new objects, none of them garbage: the
-        # cyclic collector would traverse the growing heap again and again meanwhile
-        paused = len(new) > _MANY_QUEUES and gc.isenabled()
-        if paused:
-            gc.disable()
-        try:  # made together: a batch over 80,000 new queues costs little more than one
-            for i, cq in zip(new, self.create_queues([keys[i] for i in new])):
-                queues[i] = cq
-        finally:
-            if paused:
-                gc.enable()
-        made = cast(list[ConsumeQueue], queues)
-        for cq, n in zip(made, counts.tolist()):
-            if n:
-                cq.ensure_room(n)
-        bases = list(map(_next_offset, made))
+        fresh = np.fromiter(map(is_, queues, repeat(None)), dtype=bool, count=len(queues))
+        if fresh.any():
+            self._register_new(keys, queues, fresh, counts)
+        n_of, bases = counts.tolist(), [0] * len(keys)  # a fresh queue starts at 0
+        for i in np.flatnonzero(~fresh).tolist():
+            cq = cast(ConsumeQueue, queues[i])
+            if n_of[i]:
+                cq.ensure_room(n_of[i])
+            bases[i] = cq.next_offset
         # a taken row's offset: its queue's next offset + the taken rows before it in its queue
         seen = np.cumsum(taken)
         before = np.repeat((seen - taken)[firsts], np.diff(np.append(firsts, len(order))))
         rows = order[taken]
         queue_offsets = np.zeros(len(topics), dtype=np.int64)
-        queue_offsets[rows] = (np.repeat(np.array(bases, dtype=np.int64), counts)
-                               + (seen - before - 1)[taken])
+        queue_offsets[rows] = np.repeat(np.array(bases, dtype=np.int64), counts) + (seen - before - 1)[taken]
         key_rows, key_hashes = self._batch_keys(topics, props, sys_flags)
         self.index.ensure_room(len(key_rows))
-        return BatchPlan(made, counts, rows, queue_offsets, key_rows, key_hashes)
+        return BatchPlan(keys, queues, fresh, counts, rows, queue_offsets, key_rows, key_hashes)
+
+    def _register_new(self, keys: list[Key], queues: list[ConsumeQueue | None], fresh: np.ndarray,
+                      counts: np.ndarray) -> None:
+        """A batch's new queues (`fresh`, None in `queues`), declared then registered: those
+        whose units fit a tail as units alone (no object, see QueueRegistry), the rest as
+        objects with room made; `fresh` keeps only the first kind."""
+        new = np.flatnonzero(fresh)
+        self.declare_queues([keys[i] for i in new.tolist()])
+        heavy = new[counts[new] * UNIT_SIZE > TAIL_MAX].tolist()
+        fresh[heavy] = False
+        self.consume_queues.add_fresh([keys[i] for i in np.flatnonzero(fresh).tolist()])
+        for i, cq in zip(heavy, self.consume_queues.add_new([keys[i] for i in heavy])):
+            queues[i] = cq
 
     def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -278,11 +281,22 @@ class Dispatcher:
         firsts = plan.queue_offsets[rows[starts]].tolist()
         last = rows[ends - 1]
         end_physic = (commitlog_offset[last] + sizes[last]).tolist()
-        queues = [plan.queues[i] for i in nonempty.tolist()]
-        for cq, lo, hi, first, physic in zip(queues, starts.tolist(), ends.tolist(), firsts, end_physic):
-            if not cq.append_units(raw[lo * UNIT_SIZE:hi * UNIT_SIZE], first, physic):
+        fresh = plan.fresh[nonempty]
+        if fresh.any():  # new queues' units alone: a slice each, taken in C-level passes
+            at = np.flatnonzero(fresh)
+            slices = map(slice, (starts[at] * UNIT_SIZE).tolist(), (ends[at] * UNIT_SIZE).tolist())
+            left = self.consume_queues.fill_fresh(list(map(plan.keys.__getitem__, nonempty[at].tolist())),
+                                                  list(map(raw.__getitem__, slices)))
+            fresh[at[left]] = False  # a reader made its object meanwhile: appended below
+        starts_of, ends_of, index_of, queues = starts.tolist(), ends.tolist(), nonempty.tolist(), []
+        for j in np.flatnonzero(~fresh).tolist():
+            i = index_of[j]
+            cq = plan.queues[i] or self.consume_queues[plan.keys[i]]
+            lo, hi = starts_of[j], ends_of[j]
+            if not cq.append_units(raw[lo * UNIT_SIZE:hi * UNIT_SIZE], firsts[j], end_physic[j]):
                 part = rows[lo:hi]
                 cq.put_run(commitlog_offset[part], sizes[part], tags_codes[part], plan.queue_offsets[part])
+            queues.append(cq)
         self.units.add_many(queues, len(raw))
 
     # --- records read back from the CommitLog (recovery, rebuild) ------------------------

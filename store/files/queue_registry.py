@@ -11,6 +11,11 @@ dispatches records to, and leaves each other queue a cut to make at its first us
 A clean exit without a record to trust (a broker's store) is listed too: its recovery opens
 the queues of the newest records (store/integrity/clean_open.py).
 
+A queue a put_batch makes (`add_fresh`) is held as its units alone, bytes the garbage collector
+does not track, until something asks for its object: a read, a later put, a flush (`opened`).
+A batch over 80,000 new queues thus makes no object per queue (each was a tracked object, and
+the collector walked the growing heap three or four times a batch).
+
 Opened queues stay in a least-recently-used order; `trim` drops the oldest whose every byte is
 on disk once more than `cache` are open, remembering their proven end, so memory grows with
 the queues in use, not with the store. A dropped object is not closed: a reader that still
@@ -49,6 +54,8 @@ class Recorded(NamedTuple):
     # a crash's recovery left this queue untouched: its units whose records start at or past
     # this CommitLog offset are a torn or lost tail's, dropped at its first use (None: none)
     cut: int | None = None
+    # proven: the CommitLog minimum `low` was set for (retention since then moves it)
+    retained: int | None = None
 
     @property
     def min_offset(self) -> int:
@@ -58,14 +65,18 @@ class Recorded(NamedTuple):
 class QueueRegistry:
     """The queues of a store: open ones (ConsumeQueue) and recorded ones, one map."""
 
-    def __init__(self, open_queue: Callable[[Key, Recorded], ConsumeQueue], cache: int = 4096):
+    def __init__(self, open_queue: Callable[[Key, Recorded], ConsumeQueue],
+                 new_queue: Callable[[Key], ConsumeQueue], cache: int = 4096):
         self._open_queue = open_queue
+        self._new_queue = new_queue  # the object of a queue without files
         self.cache = cache
         self._open: OrderedDict[Key, ConsumeQueue] = OrderedDict()
         self._recorded: dict[Key, Recorded] = {}
+        self._fresh: dict[Key, bytes] = {}  # new queues, no object yet: their units
         self._lock = threading.RLock()
         self.commitlog: CommitLog | None = None  # where the newest messages' times are read
         self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
+        self.retained = 0  # CommitLog minimum every open queue's minimum was set for (`retain`)
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
         """Queues known from a clean close's record, to be opened on first use."""
@@ -80,6 +91,8 @@ class QueueRegistry:
             return cq
         with self._lock:
             cq = self._open.get(key)
+            if cq is None and key in self._fresh:
+                return self._open_fresh(key)
             if cq is None:
                 rec = self._recorded.get(key)
                 if rec is None:
@@ -97,12 +110,23 @@ class QueueRegistry:
         return rec
 
     def peek(self, key: Key) -> ConsumeQueue | None:
-        """The queue if it is open now; None otherwise (nothing is opened)."""
+        """The queue if it is open now (a fresh one is, its object made); None otherwise
+        (nothing is opened)."""
         cq = self._open.get(key)
         if cq is not None:
             with self._lock:
                 if key in self._open:
                     self._open.move_to_end(key)
+        elif key in self._fresh:
+            with self._lock:
+                cq = self._open_fresh(key) if key in self._fresh else self._open.get(key)
+        return cq
+
+    def _open_fresh(self, key: Key) -> ConsumeQueue:
+        """The object of a fresh queue, holding its units in its tail (caller holds the lock)."""
+        cq = self._new_queue(key)
+        cq.start_with(self._fresh.pop(key))
+        self._open[key] = cq
         return cq
 
     def __getitem__(self, key: Key) -> ConsumeQueue:
@@ -124,11 +148,11 @@ class QueueRegistry:
             return rec
 
     def __contains__(self, key: object) -> bool:
-        return key in self._open or key in self._recorded
+        return key in self._open or key in self._fresh or key in self._recorded
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._open) + len(self._recorded)
+            return len(self._open) + len(self._fresh) + len(self._recorded)
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.keys())
@@ -136,7 +160,7 @@ class QueueRegistry:
     def keys(self) -> list[Key]:
         """Every queue's key, open or not (no queue is opened)."""
         with self._lock:
-            return [*self._open, *self._recorded]
+            return [*self._open, *self._fresh, *self._recorded]
 
     def values(self) -> list[ConsumeQueue]:
         """Every queue, opened: for whole-store checks and tests, not for hot paths."""
@@ -153,21 +177,47 @@ class QueueRegistry:
             found = list(map(self._open.get, keys))
             deque(map(self._open.move_to_end, compress(keys, found)), maxlen=0)
         for i in [i for i, cq in enumerate(found) if cq is None]:
-            if keys[i] in self._recorded:
+            if keys[i] in self._recorded or keys[i] in self._fresh:
                 found[i] = self.get(keys[i])
         return found
 
-    def add_new(self, queues: dict[Key, ConsumeQueue]) -> None:
-        """Queues just made that were not known at all (the store makes new queues under its
-        put lock, so none can have come meanwhile)."""
+    def add_new(self, keys: list[Key]) -> list[ConsumeQueue]:
+        """Objects for queues not known at all, registered (the store makes new queues
+        under its put lock, so none can have come meanwhile)."""
+        made = list(map(self._new_queue, keys))
         with self._lock:
-            self._open.update(queues)
+            self._open.update(zip(keys, made))
+        return made
+
+    def add_fresh(self, keys: list[Key]) -> None:
+        """Queues not known at all, registered without an object (see the module's doc);
+        `fill_fresh` gives them their units."""
+        with self._lock:
+            self._fresh.update(dict.fromkeys(keys, b""))
+
+    def fill_fresh(self, keys: list[Key], units: list[bytes]) -> list[int]:
+        """The first units of queues `add_fresh` registered (caller holds the put lock);
+        the positions of those whose object a reader made meanwhile: the caller appends
+        theirs to the object."""
+        fresh = self._fresh
+        with self._lock:
+            left = [i for i, key in enumerate(keys) if key not in fresh]
+            fresh.update(zip(keys, units))
+            for i in left:
+                del fresh[keys[i]]
+        return left
+
+    def open_fresh(self) -> list[ConsumeQueue]:
+        """Make the object of every fresh queue (a flush writes their units out)."""
+        with self._lock:
+            return [self._open_fresh(key) for key in list(self._fresh)]
 
     # --- what costs nothing per untouched queue --------------------------------------------
     def opened(self) -> dict[Key, ConsumeQueue]:
         """The queues open now: what flushing, recovery and cleanup loops walk (a queue only
-        recorded has nothing unflushed and nothing to recover)."""
+        recorded has nothing unflushed and nothing to recover); fresh ones get their object."""
         with self._lock:
+            self.open_fresh()
             return dict(self._open)
 
     def recorded(self, key: Key) -> Recorded | None:
@@ -203,6 +253,7 @@ class QueueRegistry:
         """(entry count, first file's queue offset, newest message's store time) of every
         queue, for a clean close's record (of a queue in `unproven`, a lower bound)."""
         with self._lock:
+            self.open_fresh()
             out = {key: (rec.entries, rec.head, rec.newest) for key, rec in self._recorded.items()}
             opened = list(self._open.items())
             times = self._newest([cq for _, cq in opened])
@@ -217,17 +268,33 @@ class QueueRegistry:
         if log is None:
             return [0] * len(queues)
         rows, offsets = [], []
+        out = [0] * len(queues)
         for i, cq in enumerate(queues):
+            unread = cq.unread_newest()  # its last unit is in no memory: kept, not read
+            if unread is not None:
+                out[i] = unread
+                continue
             last = cq.last_entry()
             if last is not None and last[1] != PRE_BLANK[1] and \
                     log.min_offset <= last[0] < log.max_offset:
                 rows.append(i)
                 offsets.append(last[0])
-        out = [0] * len(queues)
         stamps = log.body_sizes_and_times(np.array(offsets, dtype=np.int64))[1].tolist()
         for i, t in zip(rows, stamps):
             out[i] = t
         return out
+
+    def retain(self, min_commitlog: int, delete: bool = True) -> None:
+        """Retention on the open queues: each one's minimum moved past its entries whose
+        records lie below `min_commitlog` (with `delete`, its head files that hold only
+        those deleted too); a queue not open does it at its first use. A queue dropped
+        after this remembers that it was done (`Recorded.retained`)."""
+        for cq in self.opened().values():
+            if delete and min_commitlog > 0:
+                cq.delete_expired(min_commitlog)
+            else:
+                cq.correct_min_offset(min_commitlog)
+        self.retained = min_commitlog
 
     def trim(self) -> list[tuple[Key, ConsumeQueue]]:
         """Drop the least recently used open queues past `cache` whose every byte is on disk
@@ -244,7 +311,8 @@ class QueueRegistry:
             for key, cq in going:
                 del self._open[key]
                 self._recorded[key] = Recorded(cq.max_offset, cq.first_file_offset, True,
-                                               cq.min_offset)
+                                               cq.min_offset, cq.unread_newest() or 0,
+                                               retained=self.retained)
             return going
 
     def note_times(self, dropped: list[tuple[Key, ConsumeQueue]]) -> None:
@@ -263,6 +331,7 @@ class QueueRegistry:
             for cq in self._open.values():
                 cq.close()
             self._open.clear()
+            self._fresh.clear()
             self._recorded.clear()
 
 

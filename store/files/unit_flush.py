@@ -18,10 +18,12 @@ rather than failing after it. Between two checkpoints the buffered units come to
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from . import safefs
 from .consume_queue import ConsumeQueue
+
+Key = tuple[str, int]
 
 BUFFERED_MAX = 16 << 20  # bytes of units buffered in all before a put writes them out
 SYNCFS_FROM = 64  # queues to sync at once from which one syncfs beats an fsync each
@@ -29,11 +31,15 @@ SYNCFS_FROM = 64  # queues to sync at once from which one syncfs beats an fsync 
 
 class UnitFlush:
     """Which queues the puts touched since the last flush, and how to make them durable.
-    `lock` is the store's put lock: tails change only under it."""
+    `lock` is the store's put lock: tails change only under it. `opened` gives every open
+    queue, fresh ones made objects (`QueueRegistry.opened`): a new queue a put_batch left
+    to the registry as units alone is not among `touched`."""
 
-    def __init__(self, root: str, lock: threading.Lock):
+    def __init__(self, root: str, lock: threading.Lock,
+                 opened: Callable[[], dict[Key, ConsumeQueue]] = dict):
         self.root = root
         self.lock = lock
+        self.opened = opened
         self.touched: dict[ConsumeQueue, None] = {}  # an ordered set
         self.added = 0  # bytes of units added since the last full write-out (an upper bound)
         self._flushing = threading.Lock()  # one flush at a time: a second waits for the first
@@ -52,7 +58,7 @@ class UnitFlush:
         units would pass BUFFERED_MAX, write every tail out now (ENOSPC here refuses the put
         before its record is written)."""
         if self.added + nbytes > BUFFERED_MAX:
-            for cq in list(self.touched):
+            for cq in [*self.touched, *self.opened().values()]:  # an empty tail returns at once
                 cq.write_out()
             self.added = 0
 
@@ -73,7 +79,7 @@ class UnitFlush:
                 if cq.buffered:  # a put before this flush set it under the lock: seen here
                     with self.lock:
                         cq.write_out()
-            self._sync([cq for cq in queues if not cq.queue.synced()])
+            self._sync([cq for cq in queues if not cq.settled()])  # (an unread queue stays so)
         except BaseException:
             with self.lock:
                 self.touched = {**dict.fromkeys(queues), **self.touched}

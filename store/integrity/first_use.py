@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CorruptionError
-from ..files.consume_queue import UNIT_SIZE, ConsumeQueue, RebuiltQueue
+from ..files.consume_queue import ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
 from ..files.queue_registry import Recorded
 from ..format import layout
@@ -40,12 +40,18 @@ Note = Callable[[str, list[str]], None]  # (what was done, files put in quaranti
 
 def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
           kept: kept_ends.Kept, note: Note) -> None:
-    """Load a queue known from a record, find its end and prove it (see the module)."""
-    cq.load()
+    """Load a queue known from a record, find its end and prove it (see the module). A
+    queue this process dropped with every unit on disk (`QueueRegistry.trim`) takes up the
+    end it left, proven then, without touching its files (`ConsumeQueue.resume_at`): they
+    are loaded, and checked against that end, when a read or a write needs them, or now
+    when retention moved since it was dropped."""
     min_commitlog = parts.commitlog.queue.min_offset
-    if rec.proven and cq.first_file_offset == rec.head and cq.resume(rec.entries):
-        cq.min_logic_offset = rec.min_offset * UNIT_SIZE  # as this process left it (its end proven then)
+    if rec.proven and rec.cut is None:
+        cq.resume_at(rec.entries, rec.head, rec.min_offset, rec.newest)
+        if rec.retained == min_commitlog:
+            return  # its minimum is what retention left
     else:
+        cq.load()
         cq.recover()
         if rec.cut is not None:
             _noted(queue_check.cut_lost_tail(parts, cq, rec.cut), note)
