@@ -207,3 +207,24 @@ def test_a_crash_between_the_journal_and_the_checkpoint_keeps_the_chain_usable(t
             assert set(s.consume_queues.opened()) == {("t0", 0), ("t1", 0), ("t2", 0)}
         s.put(Message.create("t0", b"after"))
     assert verify_store(root).ok
+
+
+def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
+    """Each checkpoint appends the queues that changed; past max(1 MiB, its base) of deltas
+    the file is rewritten as one base, so it stays bounded whatever the number of
+    checkpoints, and its chain names every queue's count as of the last one."""
+    from store.meta import queue_ends
+    root = str(tmp_path / "s")
+    sizes = []
+    with MessageStore(root, small_config(flush_cq_interval_ms=3_600_000,
+                                         commitlog_file_size=1 << 20)) as s:
+        for _ in range(40):  # ~40 KiB of deltas a checkpoint
+            s.put_batch([Message.create(f"b{q}", b"x") for q in range(1000)])
+            s.flush()
+            sizes.append(os.path.getsize(_journal(root)))
+        counts = {(f"b{q}", 0): s.max_offset(f"b{q}", 0) for q in range(1000)}
+        found, _ = queue_ends.replay(root, s.checkpoint.commitlog_flushed_offset)
+    assert max(sizes) < (1 << 20) + (64 << 10)  # the deltas' bound, plus the base and a block
+    assert any(b < a for a, b in zip(sizes, sizes[1:]))  # rewritten as a base at least once
+    assert found is not None and {k: v[0] for k, v in found.ends.items()} == counts
+    assert all(v[3] for v in found.ends.values())
