@@ -7,8 +7,8 @@ figure next to a baseline measured in the same run, as a ratio (issue 19's "Must
    checkpoint (a writer killed before its next checkpoint).
 2. Many queues, through a mount: topics made with mkdir (the last 1,000 against the first
    1,000), one message put to every queue with put_batch (against put_batch of as many
-   distinct messages into one queue: both in each of REPS fresh stores, each put timed after
-   a full garbage collection, and each side's median compared), the mount's reopen time,
+   distinct messages into one queue: both in each of REPS fresh processes and stores, each
+   put timed after a full garbage collection, and each side's median compared), the mount's reopen time,
    its descriptors, its RssAnon, and the disk a queue takes; the first read-write mount of
    that store as a broker leaves it (no mqfs record).
 3. Dropped queues, through the store API (scripts/bench_dropped.py): a second put_batch of
@@ -44,7 +44,7 @@ from store import Message, MessageStore, StoreConfig  # noqa: E402
 
 BODY = 1000
 BATCH = 2000
-REPS = 3  # fresh stores the put_batch figure is measured in: each side's median counts
+REPS = 3  # runs (fresh process and store) of the put_batch figure: each side's median counts
 
 
 def drop_caches() -> bool:
@@ -173,16 +173,37 @@ def _crashed_mount(store: str, mnt: str, topics: int) -> None:
         raise SystemExit("bench: the killed daemon did not leave a crashed store")
 
 
+def _first_status(mnt: str) -> float:
+    """Time of the mount's first read of status.json: every queue's min and max offset."""
+    t0 = time.perf_counter()
+    with open(f"{mnt}/status.json", "rb") as f:
+        f.read()
+    return time.perf_counter() - t0
+
+
 def _lazy_mounts(store: str, mnt: str, n: int, topics: int) -> list[str]:
     """Mounts that register the queues without opening them: after a kill -9 of a mounted
-    daemon (recovery opens only the queues it dispatches to), and read-only."""
-    _crashed_mount(store, mnt, topics)
+    daemon (recovery opens only the queues it dispatches to), and read-only. The first
+    status.json after the crash lists every queue's offsets: against the same read after a
+    clean mount."""
     cold = drop_caches()
+    _mount(store, mnt)
+    try:
+        clean_listing = _first_status(mnt)
+    finally:
+        _umount(mnt)
+    _crashed_mount(store, mnt, topics)
+    cold = drop_caches() and cold
     took = _mount(store, mnt)
-    _umount(mnt)
+    try:
+        listing = _first_status(mnt)
+    finally:
+        _umount(mnt)
     warm = "" if cold else " (cache WARM)"
     out = [f"{f'abnormal reopen of the {n:,}-queue store after kill -9 (mount returns)' + warm:<78} "
-           f"{took:8.3f} s  (want <= 5 s)"]
+           f"{took:8.3f} s  (want <= 5 s)",
+           _row("then its first status.json (every queue's offsets) vs after a clean mount" + warm,
+                listing, clean_listing, "<= 2x")]
     cold = drop_caches()
     took = _mount(store, mnt, "-o", "ro")
     _umount(mnt)
@@ -253,24 +274,57 @@ def _timed_put(s: MessageStore, msgs: list[Message]) -> float:
     return time.perf_counter() - t0
 
 
-def _put_run(store: str, flavor: str, topics: int, per_topic: int, seed: int
-             ) -> tuple[float, float, float]:
-    """One run in a store whose topics are declared and hold no queue yet: seconds of
-    put_batch of n messages into one new queue, of one message into each of the n new
-    queues, then of the flush that writes the new queues out."""
+def _put_run(store: str, flavor: str, topics: int, per_topic: int, seed: int) -> None:
+    """Child, one run in a fresh interpreter: put_batch of n messages into one new queue and
+    of one message into each of n new queues of a store whose topics are declared (made
+    here when `store` does not exist), then the flush that writes the new queues out; prints
+    the three times. A store made here is thrown away: the child exits without its flush."""
     n = topics * per_topic
-    with MessageStore(store, StoreConfig(flavor=flavor), create=False) as s:
-        one = [Message.create("one", body) for body in _bodies(n, -1 - seed)]
-        spread = [Message.create(f"t{i // per_topic}", body, queue_id=i % per_topic)
-                  for i, body in enumerate(_bodies(n, seed))]
-        single_took = _timed_put(s, one)
-        spread_took = _timed_put(s, spread)
-        # the ConsumeQueue flush writes the new queues' files in the background: done here,
-        # timed on its own
-        t0 = time.perf_counter()
-        s.flush()
-        written = time.perf_counter() - t0
-    return single_took, spread_took, written
+    scratch = not os.path.exists(store)
+    s = MessageStore(store, StoreConfig(flavor=flavor), create=scratch).open()
+    if scratch:
+        for t in range(topics):  # what a mkdir through the mount declares
+            s.create_topic(f"t{t}", per_topic)
+    one = [Message.create("one", body) for body in _bodies(n, -1 - seed)]
+    spread = [Message.create(f"t{i // per_topic}", body, queue_id=i % per_topic)
+              for i, body in enumerate(_bodies(n, seed))]
+    single_took = _timed_put(s, one)
+    spread_took = _timed_put(s, spread)
+    if scratch:
+        print(single_took, spread_took, "nan", flush=True)
+        os._exit(0)
+    # the ConsumeQueue flush writes the new queues' files in the background: done here,
+    # timed on its own
+    t0 = time.perf_counter()
+    s.flush()
+    print(single_took, spread_took, time.perf_counter() - t0, flush=True)
+    s.close()
+
+
+def _put_runs(work: str, store: str, flavor: str, topics: int, per_topic: int) -> list[str]:
+    """The put_batch rows: REPS runs, the first in the store the mount reopens, the others
+    in scratch stores; each side's median."""
+    n, runs = topics * per_topic, []
+    for seed in range(REPS):
+        where = store if seed == 0 else os.path.join(work, "queues-scratch")
+        child = subprocess.run([sys.executable, __file__, "--put-run", where, flavor, str(topics),
+                                str(per_topic), str(seed)], capture_output=True, text=True, cwd=ROOT)
+        if seed:
+            shutil.rmtree(where, ignore_errors=True)
+        if child.returncode != 0:
+            raise SystemExit(f"bench: a put_batch run failed: {child.stderr.strip()}")
+        runs.append([float(f) for f in child.stdout.split()])
+    single_rate = statistics.median(n / single for single, _, _ in runs)
+    spread_rate = statistics.median(n / spread for _, spread, _ in runs)
+    what = f"put_batch, one message to each of {n:,} queues vs as many into one queue"
+    each = ", ".join(f"{n / spread:.0f}/s vs {n / single:.0f}/s" for single, spread, _ in runs)
+    written = runs[0][2]
+    what2 = f"then flush(): the {n:,} new queues' directories and files written, synced"
+    return [f"{what:<78} {spread_rate:8.0f}/s vs {single_rate:8.0f}/s  ratio "
+            f"{spread_rate / single_rate:6.2f}  (want >= 0.5x)",
+            f"  (medians of {REPS} runs, each a fresh process and store, each put after a full "
+            f"collection: {each})",
+            f"{what2:<78} {written:8.3f} s  ({written / n * 1e6:.0f} us a queue)"]
 
 
 def bench_queues(work: str, flavor: str, topics: int, per_topic: int) -> list[str]:
@@ -294,25 +348,7 @@ def bench_queues(work: str, flavor: str, topics: int, per_topic: int) -> list[st
     finally:
         _umount(mnt)
     n = topics * per_topic
-    runs = [_put_run(store, flavor, topics, per_topic, seed=0)]  # the store the mount reopens
-    scratch = os.path.join(work, "queues-scratch")
-    for seed in range(1, REPS):
-        shutil.rmtree(scratch, ignore_errors=True)
-        with MessageStore(scratch, StoreConfig(flavor=flavor)) as s:
-            for t in range(topics):  # what a mkdir through the mount declares
-                s.create_topic(f"t{t}", per_topic)
-        runs.append(_put_run(scratch, flavor, topics, per_topic, seed))
-        shutil.rmtree(scratch, ignore_errors=True)
-    single_rate = statistics.median(n / single for single, _, _ in runs)
-    spread_rate = statistics.median(n / spread for _, spread, _ in runs)
-    what = f"put_batch, one message to each of {n:,} queues vs as many into one queue"
-    out.append(f"{what:<78} {spread_rate:8.0f}/s vs {single_rate:8.0f}/s  ratio "
-               f"{spread_rate / single_rate:6.2f}  (want >= 0.5x)")
-    each = ", ".join(f"{n / spread:.0f}/s vs {n / single:.0f}/s" for single, spread, _ in runs)
-    out.append(f"  (the medians of {REPS} fresh stores, each put after a full collection: {each})")
-    written = runs[0][2]
-    what = f"then flush(): the {n:,} new queues' directories and files written, synced"
-    out.append(f"{what:<78} {written:8.3f} s  ({written / n * 1e6:.0f} us a queue)")
+    out += _put_runs(work, store, flavor, topics, per_topic)
     cold = drop_caches()
     took = _mount(store, mnt)
     try:
@@ -342,7 +378,12 @@ def main() -> int:
                    "run (default: a new one under /tmp, removed)")
     p.add_argument("--only", choices=("opens", "queues", "dropped"))
     p.add_argument("--crash-writer", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--put-run", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.put_run:
+        store, flavor, topics, per_topic, seed = a.put_run
+        _put_run(store, flavor, int(topics), int(per_topic), int(seed))
+        return 0
     if a.crash_writer:
         root, flavor, total, queues = a.crash_writer
         _crash_writer(root, flavor, int(total), int(queues))

@@ -11,7 +11,7 @@ import os
 SITES = (
     "commitlog.before_write", "commitlog.after_write", "commitlog.roll",
     "flush.before", "flush.after", "cq.write", "index.write", "index.roll",
-    "checkpoint.before", "checkpoint.after", "abort.create", "abort.delete",
+    "checkpoint.before", "checkpoint.after", "ends.append", "abort.create", "abort.delete",
     "recovery.dispatch", "recovery.truncate",
     "repair.journal", "repair.rename", "repair.filler", "repair.move",
 )

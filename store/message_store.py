@@ -48,7 +48,7 @@ from .integrity.live import LiveReader
 from .integrity.read_only_open import open_read_only
 from .integrity.recovery import RecoveryReport, StoreParts, recover, tail_record
 from .integrity.scrub import Scrub, damaged_index_files
-from .meta import dispatch_state, kept_ends, queue_cuts
+from .meta import dispatch_state, kept_ends, queue_cuts, queue_ends
 from .meta.manifest import inspect, is_store, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .meta.retention import Retention, record_min_offset
@@ -178,10 +178,11 @@ class MessageStore(StoreReads):
         trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
         self.consume_queues.record(registration.read_only(
             self.root, registration.saved_state(self.root) if trusted else None,
-            cp.commitlog_flushed_offset if trusted else None))
+            cp.commitlog_flushed_offset if trusted else None, cp))
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
-        self.recovery = open_read_only(self._parts(), crashed=not last_exit_ok)
+        self.recovery = open_read_only(self._parts(), not last_exit_ok,
+                                       None if trusted else cp.cq_flushed_offset)
         self._last_store_ts = self._newest_store_time()
 
     def _common_state(self) -> None:
@@ -255,6 +256,8 @@ class MessageStore(StoreReads):
         if self.consume_queues.cuts() != self._cuts:  # owed now, or made by recovery
             queue_cuts.save(self.root, self.consume_queues.cuts())
         self._cuts_saved = self.consume_queues.discharged
+        self._ends = queue_ends.Journal.after_open(self.root, self._ends_found, self.consume_queues,
+                                                   self.checkpoint.cq_flushed_offset)
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
@@ -266,13 +269,12 @@ class MessageStore(StoreReads):
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
 
     def _register_queues(self, last_exit_ok: bool) -> None:
-        """Know every queue without opening it (store/integrity/registration.py; each is
-        proven at its first use: `_open_recorded`): after a clean close that recorded them
-        all, from that record; else from the listing (recovery opens those it dispatches to)."""
+        """Know every queue without opening it, each proven at its first use (`_open_recorded`):
+        store/integrity/registration.py says from what."""
         self._kept = kept_ends.read(self.root)
-        self._vouched, self._cuts = registration.read_write(
+        self._vouched, self._cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
-            self.checkpoint.commitlog_flushed_offset, last_exit_ok)
+            self.checkpoint, last_exit_ok)
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""
@@ -636,18 +638,17 @@ class MessageStore(StoreReads):
             # the units put since the last checkpoint, written and synced, and any open
             # queue's files something else wrote (a rebuild at first use)
             self.unit_flush.flush(self.consume_queues.opened().values())
+            at = min(dispatched, queue.flushed_where)  # units and records below it are synced
             with self.put_lock:  # no queue is between a reservation and its write
+                ends = self._ends.capture(self.consume_queues, at)
                 dropped = self.consume_queues.trim()
             self.consume_queues.note_times(dropped)
             cp = self.checkpoint
-            cp.commitlog_flushed_offset = queue.flushed_where
-            cp.confirm_phy_offset = queue.flushed_where
+            cp.commitlog_flushed_offset = cp.confirm_phy_offset = queue.flushed_where
             cp.physic_msg_timestamp = queue.store_timestamp or cp.physic_msg_timestamp
-            if queue.flushed_where >= dispatched:
-                cp.cq_flushed_offset = dispatched
+            cp.cq_flushed_offset = at
+            if at >= dispatched:
                 cp.logics_msg_timestamp = logics_ts or cp.logics_msg_timestamp
-            else:
-                cp.cq_flushed_offset = min(dispatched, queue.flushed_where)
             self.index.flush_sealed()
             cp.index_msg_timestamp = self.index.flushed_end_timestamp
             cp.index_file, cp.index_count = self.index.sync_newest(
@@ -655,6 +656,7 @@ class MessageStore(StoreReads):
                 0.0 if flush_commitlog else self.config.flush_thorough_interval_ms / 1000)
             # queues put to since `dispatched` was read made their cuts before
             self._cuts_saved = queue_cuts.save_made(self.root, self.consume_queues, self._cuts_saved)
+            self._ends.append(ends, at, self.commitlog)  # synced before the checkpoint passes it
             cp.flush()
 
     def flush_logics(self) -> None:

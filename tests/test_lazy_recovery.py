@@ -192,10 +192,12 @@ def test_units_past_a_lost_tail_are_dropped_at_first_use_even_after_a_second_cra
     assert 3 in _cuts(root)[str(cut)]["t9"]
     with MessageStore(root, small_config(), create=False) as s:
         assert s.recovery.abnormal and ("t9", 3) not in s.consume_queues.opened()
-        assert s.max_offset("t9", 3) == 3  # its first use: the two lost units dropped
+        # its count, from config/queueEnds.log, is known without opening it
+        assert s.max_offset("t9", 3) == 3 and ("t9", 3) not in s.consume_queues.opened()
+        assert s.put(Message.create("t9", b"9/3/next", queue_id=3)).queue_offset == 3
+        # its first use dropped the two lost units
         assert any("t9/3: dropped 2 unit(s) from offset 3" in n for n in s.recovery.notes)
         assert not any("rebuilt" in n for n in s.recovery.notes)
-        assert s.put(Message.create("t9", b"9/3/next", queue_id=3)).queue_offset == 3
         assert [bytes(m.body) for m in s.get_range("t9", 3, 0, 9)] == \
             [b"9/3/0", b"9/3/1", b"9/3/2", b"9/3/next"]
         assert [bytes(m.body) for m in s.get_range("t0", 0, 3, 9)] == \
@@ -215,12 +217,14 @@ def test_a_clean_close_keeps_the_cut_of_a_queue_never_used(tmp_path):
     assert report.ok and any("t9/3 entry 3" in line and "owes" in line for line in report.lines)
     with MessageStore(root, small_config(), create=False) as s:  # clean: t9/3 still owes it
         assert not s.recovery.abnormal and not s.consume_queues.opened()
-        assert s.consume_queues.recorded(("t3", 1)).entries == 3  # proven last session
-        assert s.consume_queues.recorded(("t9", 3)) is None  # its count is not known
-        assert s.max_offset("t9", 3) == 3
+        assert s.consume_queues.recorded(("t3", 1)).entries == 3
+        # its count came from config/queueEnds.log after the crash, so the close knew it
+        assert s.consume_queues.recorded(("t9", 3)).entries == 3
+        assert len(s.get_range("t9", 3, 0, 9)) == 3  # its first use makes the cut it owes
         assert any("t9/3: dropped 2 unit(s)" in n for n in s.recovery.notes)
     owed = next(iter(_cuts(root).values()))
-    assert 3 not in owed["t9"] and 1 not in owed["t3"] and owed["t4"] == [0, 1, 2, 3]
+    # t3/1's count was known (not opened): it still owes its cut, as t4's queues do
+    assert 3 not in owed["t9"] and owed["t3"] == owed["t4"] == [0, 1, 2, 3]
     with MessageStore(root, small_config(), create=False) as s:
         assert s.consume_queues.recorded(("t9", 3)).entries == 3
 

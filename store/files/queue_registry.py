@@ -24,6 +24,7 @@ holds it sees it whole (its mappings go with the process-wide mapping LRU).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict, deque
@@ -76,6 +77,10 @@ class QueueRegistry:
         self._lock = threading.RLock()
         self.commitlog: CommitLog | None = None  # where the newest messages' times are read
         self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
+        # set when the queues came from a record (not a listing): whether a queue the record
+        # does not name has a directory, asked before such a queue is first used
+        self.on_disk: Callable[[Key], bool] | None = None
+        self.owed: int | None = None  # the cut `owe` gave (a queue found on disk owes it too)
         self.retained = 0  # CommitLog minimum every open queue's minimum was set for (`retain`)
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
@@ -94,13 +99,28 @@ class QueueRegistry:
             if cq is None and key in self._fresh:
                 return self._open_fresh(key)
             if cq is None:
-                rec = self._recorded.get(key)
+                rec = self._recorded.get(key) or self._found(key)
                 if rec is None:
                     return default
                 cq = self._open_queue(key, rec)
                 self._open[key] = cq
                 self._forget(key)
             return cq
+
+    def _found(self, key: Key) -> Recorded | None:
+        """A queue no record named but with a directory on disk (made after the record, its
+        records lost with a crash, or put there by hand): registered with its count unknown,
+        so its first use proves its end from its files; a put never starts it at offset 0
+        over units already there."""
+        probe = self.on_disk
+        if probe is None or key in self._open or key in self._fresh or not probe(key):
+            return None
+        with self._lock:
+            rec = self._recorded.setdefault(key, Recorded(0, 0, vouched=False, cut=self.owed))
+        logging.getLogger(__name__).warning(
+            "ConsumeQueue %s/%d has a directory the record of queues does not name: opened "
+            "from its files", *key)
+        return rec
 
     def _forget(self, key: Key) -> Recorded | None:
         """Drop a recorded queue (now open, or replaced), counting a cut it owed as made."""
@@ -177,7 +197,7 @@ class QueueRegistry:
             found = list(map(self._open.get, keys))
             deque(map(self._open.move_to_end, compress(keys, found)), maxlen=0)
         for i in [i for i, cq in enumerate(found) if cq is None]:
-            if keys[i] in self._recorded or keys[i] in self._fresh:
+            if keys[i] in self._recorded or keys[i] in self._fresh or self._found(keys[i]):
                 found[i] = self.get(keys[i])
         return found
 
@@ -235,6 +255,7 @@ class QueueRegistry:
         """Every queue not open now drops its units at or past CommitLog offset `cut` at its
         first use (the lower cut of two crashes stands)."""
         with self._lock:
+            self.owed = cut if self.owed is None else min(self.owed, cut)
             for key, rec in self._recorded.items():
                 if rec.cut is None or cut < rec.cut:
                     self._recorded[key] = rec._replace(cut=cut)
@@ -243,6 +264,22 @@ class QueueRegistry:
         """The cuts queues not opened yet still owe, for config/queueCuts.json."""
         with self._lock:
             return {key: rec.cut for key, rec in self._recorded.items() if rec.cut is not None}
+
+    def recorded_ends(self) -> dict[Key, tuple[int, int, int, bool]]:
+        """(entry count, first file's queue offset, newest store time, count exact) of every
+        queue not open, for config/queueEnds.log's base."""
+        with self._lock:
+            return {key: (rec.entries, rec.head, rec.newest, rec.vouched)
+                    for key, rec in self._recorded.items()}
+
+    def unvouch(self, keys: set[Key]) -> None:
+        """Queues whose recorded count is a lower bound only (records past the record's
+        point): asked for their offsets, they are opened."""
+        with self._lock:
+            for key in keys:
+                rec = self._recorded.get(key)
+                if rec is not None:
+                    self._recorded[key] = rec._replace(vouched=False)
 
     def unproven(self) -> set[Key]:
         """Queues not opened yet whose count is unknown, for a clean close's record."""
@@ -351,3 +388,21 @@ def on_disk(root: str) -> list[Key]:
         listed = list(pool.map(safefs.subdirs, [os.path.join(base, t) for t in topics]))
     return [(topic, int(q)) for topic, names in zip(topics, listed)
             for q in sorted(names, key=lambda q: (len(q), q)) if q.isascii() and q.isdigit()]
+
+
+def on_disk_probe(root: str) -> Callable[[Key], bool]:
+    """Whether consumequeue/<topic>/<id> is a directory (a link there is refused): the
+    topics' directories are listed once, at the first question, so a queue of a topic
+    without one costs a set lookup, not a system call."""
+    base = os.path.join(root, "consumequeue")
+    topics: set[str] | None = None
+
+    def probe(key: Key) -> bool:
+        nonlocal topics
+        if topics is None:
+            try:
+                topics = set(safefs.subdirs(base))
+            except FileNotFoundError:
+                topics = set()
+        return key[0] in topics and safefs.is_dir(f"{base}/{key[0]}/{key[1]}")
+    return probe

@@ -6,21 +6,39 @@ the same whatever their number.
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
+from ..format import layout
+from ..format.columns import RecordRun
 from .recovery import NOWHERE, RecoveryReport, StoreParts, _bytes_past, _refusal, _start_file, scan_end
 
 
-def open_read_only(parts: StoreParts, crashed: bool) -> RecoveryReport:
+def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = None) -> RecoveryReport:
     """Damage inside flushed data does not stop it (reads of damaged records fail, every
     intact one is served); after a crash, what a read-write open would do is reported, and
-    records no ConsumeQueue holds yet are not shown."""
+    records no ConsumeQueue holds yet are not shown. `unsure_from`: the counts the queues
+    were registered with hold for records below this CommitLog offset (the checkpoint's,
+    config/queueEnds.log's); a queue with a record past it has its count found at its
+    first use instead."""
     report = RecoveryReport(crashed, 0, 0)
     queue = parts.commitlog.queue
     if not queue.files:
         return report
     flushed = parts.checkpoint.commitlog_flushed_offset
     last_start = queue.files[-1].file_from_offset
-    start = _start_file(parts, min(last_start, flushed or last_start))
-    end, _, reason = scan_end(parts, start, NOWHERE, parts.config.check_crc_on_recover, None)
+    start = _start_file(parts, min(last_start, flushed or last_start, unsure_from or NOWHERE))
+    touched: set[tuple[str, int]] = set()
+
+    def note(run: RecordRun) -> None:
+        rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
+        touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
+
+    end, _, reason = scan_end(dataclasses.replace(parts, dispatch=note), start,
+                              NOWHERE if unsure_from is None else unsure_from,
+                              parts.config.check_crc_on_recover, None)
+    parts.consume_queues.unvouch(touched)
     reason = reason or _bytes_past(parts, end)
     if end < flushed:
         report.corruption = _refusal(parts, end, flushed, reason)

@@ -510,7 +510,9 @@ def _open_touched(parts: StoreParts, plan: Plan) -> bool:
         rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
         touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
     retained = parts.commitlog.queue.min_offset > 0  # retention may have taken head files
-    for key in sorted(touched.intersection(parts.consume_queues.waiting())):
+    queues = parts.consume_queues  # a queue the record does not name but the disk holds, too
+    found = {k for k in touched if k not in queues and queues.on_disk and queues.on_disk(k)}
+    for key in sorted(touched.intersection(queues.waiting()) | found):
         cq = parts.load_queue(key)
         cq.recover()  # finds the end; writes nothing
         rec = parts.consume_queues.adopt(key, cq)

@@ -2,33 +2,70 @@
 
 - After a clean close that recorded every queue: from that record (config/dispatchState.json),
   each with its count (a lower bound for the queues the close names `unproven`).
-- After a crash, and without such a record (a RocketMQ broker's store, an older mqfs's, one
-  whose record was quarantined): from the listing of consumequeue/ (two levels of directory
-  names), counts unknown. The count and head the last clean close recorded still tell lost
-  units and a lost first file (read-write); a read-only open expects a head of 0.
+- After a crash: from config/queueEnds.log (store/meta/queue_ends.py), each with its count as
+  of the last checkpoint, when the file's chain reaches the checkpoint; queues it does not
+  name are looked for on disk at their first use (`QueueRegistry.on_disk`).
+- Else after a crash, and without such a record (a RocketMQ broker's store, an older mqfs's,
+  one whose record was quarantined): from the listing of consumequeue/ (two levels of
+  directory names), counts unknown. The count and head the last clean close recorded still
+  tell lost units and a lost first file (read-write); a read-only open expects a head of 0.
 Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Recovery opens
 the few it must (store/integrity/clean_open.py after a clean exit).
 """
 
 from __future__ import annotations
 
+import logging
+
 from ..errors import StoreError
-from ..files.queue_registry import Key, QueueRegistry, Recorded, on_disk
-from ..meta import dispatch_state, queue_cuts
+from ..files.checkpoint import Checkpoint
+from ..files.queue_registry import Key, QueueRegistry, Recorded, on_disk, on_disk_probe
+from ..meta import dispatch_state, queue_cuts, queue_ends
 from ..meta.dispatch_state import Saved, Vouched
 
+log = logging.getLogger(__name__)
 
-def read_write(root: str, queues: QueueRegistry, saved: Saved | None, flushed: int,
-               last_exit_ok: bool) -> tuple[Vouched | None, queue_cuts.Cuts]:
+
+def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkpoint,
+               last_exit_ok: bool) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
-    offset `flushed` is the checkpoint's) and the cuts config/queueCuts.json holds."""
+    offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
+    the state of config/queueEnds.log it registered the queues from."""
     cuts = queue_cuts.read(root)
-    vouched = dispatch_state.vouched(saved, flushed) if last_exit_ok else None
+    vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) if last_exit_ok else None
+    ends = None if last_exit_ok else kept_ends(root, cp)
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
+    elif ends is not None:
+        queues.record(from_journal(ends, cuts))
     else:
         queues.record(from_disk(root, dispatch_state.read(root), cuts))
-    return vouched, cuts
+    if vouched is not None or ends is not None:
+        queues.on_disk = on_disk_probe(root)  # a queue the record does not name
+    return vouched, cuts, ends
+
+
+def kept_ends(root: str, cp: Checkpoint) -> queue_ends.Replayed | None:
+    """config/queueEnds.log's state when it stands for the checkpoint: its last block usable
+    (for a CommitLog flushed as far as the checkpoint says) is not older than the
+    checkpoint's `cq_flushed_offset`. Otherwise None, said in one line when the file exists."""
+    if not cp.checked:
+        return None
+    found, why = queue_ends.replay(root, cp.commitlog_flushed_offset)
+    if found is not None and found.at >= cp.cq_flushed_offset:
+        return found
+    if found is not None:
+        why = (f"config/{queue_ends.NAME} ends at CommitLog offset {found.at}, before the "
+               f"checkpoint's {cp.cq_flushed_offset}")
+    if why is not None:
+        log.warning("%s: the queues are listed from consumequeue/ instead", why)
+    return None
+
+
+def from_journal(found: queue_ends.Replayed, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
+    """The queues config/queueEnds.log names, with their counts at the checkpoint."""
+    return {key: Recorded(entries, head, newest=newest, vouched=exact, cut=cuts.get(key))
+            for key, (entries, head, newest, exact) in found.ends.items()}
 
 
 def from_close(vouched: Vouched, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
@@ -48,9 +85,11 @@ def from_disk(root: str, last_close: tuple[dict[Key, int], dict, dict[Key, int]]
             for key in on_disk(root)}
 
 
-def read_only(root: str, saved: Saved | None, trusted_at: int | None) -> dict[Key, Recorded]:
+def read_only(root: str, saved: Saved | None, trusted_at: int | None,
+              cp: Checkpoint | None = None) -> dict[Key, Recorded]:
     """A read-only open's queues: the clean close's record when it belongs to the checkpoint
-    (`trusted_at`, its flushed offset; None after a crash), else the listing. A damaged
+    (`trusted_at`, its flushed offset; None after a crash), else config/queueEnds.log
+    when it stands for the checkpoint `cp`, else the listing. A damaged
     record or cuts file is passed over (the listing, no cut: each queue's first use then
     checks its end against the log); a read-only open refuses only what it cannot show."""
     try:
@@ -60,7 +99,11 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None) -> dict[Ke
     vouched = dispatch_state.vouched(saved, trusted_at) if trusted_at is not None else None
     if vouched is not None:
         return from_close(vouched, cuts)
-    return from_disk(root, None, cuts)
+    try:  # after a crash (or a writer's store followed live): config/queueEnds.log's counts
+        ends = kept_ends(root, cp) if cp is not None else None
+    except StoreError:
+        ends = None
+    return from_journal(ends, cuts) if ends is not None else from_disk(root, None, cuts)
 
 
 def saved_state(root: str) -> Saved | None:

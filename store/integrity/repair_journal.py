@@ -40,7 +40,8 @@ NAME = "repair-journal.json"
 # name may be free, so the journal says which pass a crash interrupted.
 STEPS = ("manifest", "rename-out", "rename-in", "fillers", "head", "derived")
 _DERIVED = ("consumequeue", "index", "checkpoint", os.path.join("config", "dispatchState.json"),
-            os.path.join("config", "queueCuts.json"), "abort")
+            os.path.join("config", "queueCuts.json"), os.path.join("config", "queueEnds.log"),
+            "abort")
 _FIX = "nothing was changed; restore it from a backup of the journal or ask for help"
 
 

@@ -53,7 +53,8 @@ def copy_store(layout: StoreLayout, out: str, copy: bool = False) -> None:
         shutil.copyfile(os.path.join(layout.root, MANIFEST), os.path.join(out, MANIFEST))
     if os.path.isdir(os.path.join(layout.root, "config")):
         shutil.copytree(os.path.join(layout.root, "config"), os.path.join(out, "config"),
-                        ignore=shutil.ignore_patterns(f"{dispatch_state.NAME}*", "queueCuts.json*"))
+                        ignore=shutil.ignore_patterns(f"{dispatch_state.NAME}*", "queueCuts.json*",
+                                                      "queueEnds.log*"))
 
 
 def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
