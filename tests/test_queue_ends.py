@@ -207,3 +207,61 @@ def test_a_crash_between_the_journal_and_the_checkpoint_keeps_the_chain_usable(t
             assert set(s.consume_queues.opened()) == {("t0", 0), ("t1", 0), ("t2", 0)}
         s.put(Message.create("t0", b"after"))
     assert verify_store(root).ok
+
+
+def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
+    """Each checkpoint appends the queues that changed; past max(1 MiB, its base) of deltas
+    the file is rewritten as one base, so it stays bounded whatever the number of
+    checkpoints, and its chain names every queue's count as of the last one."""
+    from store.meta import queue_ends
+    root = str(tmp_path / "s")
+    sizes = []
+    with MessageStore(root, small_config(flush_cq_interval_ms=3_600_000,
+                                         commitlog_file_size=1 << 20)) as s:
+        for _ in range(40):  # ~40 KiB of deltas a checkpoint
+            s.put_batch([Message.create(f"b{q}", b"x") for q in range(1000)])
+            s.flush()
+            sizes.append(os.path.getsize(_journal(root)))
+        counts = {(f"b{q}", 0): s.max_offset(f"b{q}", 0) for q in range(1000)}
+        found, _ = queue_ends.replay(root, s.checkpoint.commitlog_flushed_offset)
+    assert max(sizes) < (1 << 20) + (64 << 10)  # the deltas' bound, plus the base and a block
+    assert any(b < a for a, b in zip(sizes, sizes[1:]))  # rewritten as a base at least once
+    assert found is not None and {k: v[0] for k, v in found.ends.items()} == counts
+    assert all(v[3] for v in found.ends.values())
+
+
+_ENOSPC = """
+import os, sys
+from store import Message, MessageStore
+from tests.store_helpers import small_config
+s = MessageStore(sys.argv[1], small_config(flush_cq_interval_ms=3_600_000)).open()
+s.put_batch([Message.create(f"t{t}", b"%d/%d/%d" % (t, q, i), queue_id=q)
+             for i in range(3) for t in range(30) for q in range(4)])
+s.flush()
+hot = lambda lo: s.put_batch([Message.create(f"t{t}", b"hot") for t in range(lo, lo + 3)])
+hot(0)
+try:
+    s.flush()  # the disk fills halfway through the journal's delta
+    sys.exit("the full disk went unnoticed")
+except OSError:
+    pass
+hot(3)
+s.flush()  # written again, whole: t0..t2's change too, though they did not change since
+hot(6)
+print("acknowledged", flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_full_disk_in_the_journal_stops_the_checkpoint_and_the_next_one_mends_it(tmp_path):
+    root = str(tmp_path / "s")
+    proc = subprocess.run([sys.executable, "-c", _ENOSPC, root], cwd=REPO, capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "MQFS_CRASH_AT": "ends.append:2:enospc"})
+    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+    with MessageStore(root, small_config(), create=False) as s:
+        assert set(s.consume_queues.opened()) == {("t6", 0), ("t7", 0), ("t8", 0)}
+        counts = {(f"t{t}", q): s.max_offset(f"t{t}", q) for t in range(TOPICS) for q in range(4)}
+        assert set(s.consume_queues.opened()) == {("t6", 0), ("t7", 0), ("t8", 0)}
+        assert counts == {(f"t{t}", q): 4 if q == 0 and t < 9 else 3
+                          for t in range(TOPICS) for q in range(4)}
+    assert verify_store(root).ok

@@ -33,7 +33,7 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     the state of config/queueEnds.log it registered the queues from."""
     cuts = queue_cuts.read(root)
     vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) if last_exit_ok else None
-    ends = None if last_exit_ok else kept_ends(root, cp)
+    ends = None if last_exit_ok else journal_state(root, cp)
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
     elif ends is not None:
@@ -45,7 +45,7 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     return vouched, cuts, ends
 
 
-def kept_ends(root: str, cp: Checkpoint) -> queue_ends.Replayed | None:
+def journal_state(root: str, cp: Checkpoint) -> queue_ends.Replayed | None:
     """config/queueEnds.log's state when it stands for the checkpoint: its last block usable
     (for a CommitLog flushed as far as the checkpoint says) is not older than the
     checkpoint's `cq_flushed_offset`. Otherwise None, said in one line when the file exists."""
@@ -100,7 +100,7 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None,
     if vouched is not None:
         return from_close(vouched, cuts)
     try:  # after a crash (or a writer's store followed live): config/queueEnds.log's counts
-        ends = kept_ends(root, cp) if cp is not None else None
+        ends = journal_state(root, cp) if cp is not None else None
     except StoreError:
         ends = None
     return from_journal(ends, cuts) if ends is not None else from_disk(root, None, cuts)

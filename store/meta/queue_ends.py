@@ -170,6 +170,7 @@ class Journal:
     # with the CommitLog offset their last record ended at: appended once `at` passes it
     behind: dict[Key, int] = field(default_factory=dict)
     _last: dict[Key, int] = field(default_factory=dict)  # captured queue -> last record offset
+    sweep: bool = False  # a write failed: the next capture compares every queue, not only open ones
 
     @classmethod
     def after_open(cls, root: str, found: Replayed | None, queues: QueueRegistry,
@@ -210,6 +211,9 @@ class Journal:
             if rec is not None:
                 changed[key] = (rec.entries, rec.head, rec.newest, True)
             del self.behind[key]
+        if self.sweep:  # what a failed write left out, of queues dropped since
+            changed.update((key, end) for key, end in queues.recorded_ends().items()
+                           if key not in self.behind and self.ends.get(key) != end)
         if not changed and at == self.at and not self.rebase:
             return None
         return changed
@@ -217,7 +221,9 @@ class Journal:
     def append(self, changed: dict[Key, End] | None, at: int, log: CommitLog) -> None:
         """Write what `capture` found, synced, before the checkpoint moves to `at`: a delta,
         or a base of every queue when the file is not this chain or the deltas outgrew it.
-        The newest message's time of each queue comes from its record header (`log`)."""
+        The newest message's time of each queue comes from its record header (`log`). When
+        the write fails (a full disk) the checkpoint does not move, and the next one writes
+        a base from every queue's state, the registry's included (`capture`'s sweep)."""
         if changed is None:
             return
         last = {k: o for k, o in self._last.items() if log.min_offset <= o < log.max_offset}
@@ -225,29 +231,40 @@ class Journal:
             times = log.body_sizes_and_times(np.array(list(last.values()), dtype=np.int64))[1]
             for key, t in zip(last, times.tolist()):
                 changed[key] = changed[key][:2] + (int(t),) + changed[key][3:]
-        self.ends.update(changed)
         # a chain's `at` only grows (a base may start lower: a queue with records between
         # is one a crash's re-dispatch touches, so its count is not taken from the file)
-        self.rebase |= at < self.at
-        self.at = at
-        if self.rebase or self.length - self.base_size > max(self.base_size, _MIN_BASE):
-            block, self.digest = _block(_BASE, at, self.ends, 0)
-            tmp = _path(self.root) + ".tmp"  # private, synced, renamed over the file
-            safefs.makedirs(os.path.dirname(tmp))
-            safefs.write_new(tmp, block)
-            crash_point("ends.append")
-            safefs.rename(tmp, _path(self.root))
-            safefs.fsync_dir(os.path.dirname(tmp))
-            self.length = self.base_size = len(block)
-            self.rebase = False
-            return
-        block, digest = _block(_DELTA, at, changed, self.digest)
+        base = self.rebase or at < self.at or \
+            self.length - self.base_size > max(self.base_size, _MIN_BASE)
         try:
-            fd = safefs.open_file(_path(self.root), os.O_WRONLY)
-        except FileNotFoundError:  # gone under us: a base of every queue, written whole
-            self.rebase, self._last = True, {}
-            self.append({}, at, log)
-            return
+            if not base:
+                try:
+                    self._write_delta(at, changed)
+                    self.ends.update(changed)
+                except FileNotFoundError:  # gone under us: a base, from what is known
+                    base = True
+            if base:
+                ends = {**self.ends, **changed}
+                self._write_base(at, ends)
+                self.ends = ends
+        except BaseException:
+            self.rebase = self.sweep = True
+            raise
+        self.at, self.rebase, self.sweep = at, False, False
+
+    def _write_base(self, at: int, ends: dict[Key, End]) -> None:
+        block, digest = _block(_BASE, at, ends, 0)
+        path = _path(self.root)
+        safefs.makedirs(os.path.dirname(path))
+        safefs.write_new(path + ".tmp", block)  # private, synced, renamed over the file
+        crash_point("ends.append")
+        safefs.rename(path + ".tmp", path)
+        safefs.fsync_dir(os.path.dirname(path))
+        self.length = self.base_size = len(block)
+        self.digest = digest
+
+    def _write_delta(self, at: int, changed: dict[Key, End]) -> None:
+        block, digest = _block(_DELTA, at, changed, self.digest)
+        fd = safefs.open_file(_path(self.root), os.O_WRONLY)
         try:
             os.ftruncate(fd, self.length)  # a block past the chain (a checkpoint that never landed)
             half = len(block) // 2  # (a crash test's kill here leaves half a block)
