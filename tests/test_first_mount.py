@@ -182,3 +182,19 @@ def test_a_damaged_newest_queue_makes_the_open_check_every_queue_as_before(tmp_p
         assert len(s.consume_queues.opened()) == TOPICS * QUEUES
         assert _bodies(s, 0, 1) == _expected(0, 1)
         assert s.consume_queues["t0", 1].entry(PER)[2] == tags
+
+
+def test_verify_takes_the_file_a_broker_made_ahead_for_no_damage(tmp_path):
+    """A broker makes the next CommitLog file before the current one is full: the current
+    file then ends in zeros, not a BLANK. Zeros only in the file made ahead are no damage;
+    a byte of data there is (the file before it must then have ended in a BLANK)."""
+    root, size = broker_store(str(tmp_path / "s"))
+    report = verify_store(root)
+    assert report.ok, report.lines
+    ahead = os.path.join(root, "commitlog", sorted(os.listdir(os.path.join(root, "commitlog")))[-1])
+    with open(ahead, "r+b") as f:
+        f.seek(size // 2)
+        f.write(b"\x01")
+    report = verify_store(root)
+    assert not report.ok
+    assert any("without a BLANK" in line for line in report.lines), report.lines

@@ -186,6 +186,20 @@ def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
             yield codec.decode(view, at)  # checked by the run, checksums included
 
 
+def made_ahead(files: list[MappedFile], file_size: int, flushed: int) -> int:
+    """How many of the newest files a broker made ahead of need (RocketMQ's
+    AllocateMappedFileService makes the next file before the current one is full): each
+    follows the one before it, starts at or past `flushed` and holds only zeros. They hold
+    no record, so the file before them is the newest and need not end in a BLANK."""
+    n = 0
+    for prev, mf in zip(reversed(files[:-1]), reversed(files[1:])):
+        if mf.file_from_offset != prev.file_from_offset + file_size or \
+                mf.file_from_offset < flushed or data_end(mf, 0) > 0:
+            break
+        n += 1
+    return n
+
+
 def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
               progress: Progress | None = None, flushed: int = 0) -> Iterator[Run | Damage]:
     """Every run of records that check out and every damaged range of the CommitLog, up to
@@ -196,6 +210,7 @@ def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
     ends = files[-1].file_from_offset + file_size if files else 0
     beyond = range(ends, flushed + file_size - 1 - (flushed - 1) % file_size, file_size) \
         if files and flushed > ends else range(0)
+    files = files[:len(files) - made_ahead(files, file_size, flushed)]
     for i, mf in enumerate(files):
         if i:
             for start in range(files[i - 1].file_from_offset + file_size, mf.file_from_offset,
