@@ -79,7 +79,7 @@ class QueueRegistry:
         self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
         # set when the queues came from a record (not a listing): whether a queue the record
         # does not name has a directory, asked before such a queue is first used
-        self.on_disk: Callable[[Key], bool] | None = None
+        self.on_disk: DiskProbe | None = None
         self.owed: int | None = None  # the cut `owe` gave (a queue found on disk owes it too)
         self.retained = 0  # CommitLog minimum every open queue's minimum was set for (`retain`)
 
@@ -196,9 +196,12 @@ class QueueRegistry:
         with self._lock:
             found = list(map(self._open.get, keys))
             deque(map(self._open.move_to_end, compress(keys, found)), maxlen=0)
+        recorded, fresh = self._recorded, self._fresh
+        with_dir = self.on_disk.topics() if self.on_disk is not None else ()
         for i in [i for i, cq in enumerate(found) if cq is None]:
-            if keys[i] in self._recorded or keys[i] in self._fresh or self._found(keys[i]):
-                found[i] = self.get(keys[i])
+            key = keys[i]  # a new topic's queue (most of a spread batch) costs lookups only
+            if key in recorded or key in fresh or key[0] in with_dir and self._found(key):
+                found[i] = self.get(key)
         return found
 
     def add_new(self, keys: list[Key]) -> list[ConsumeQueue]:
@@ -390,19 +393,24 @@ def on_disk(root: str) -> list[Key]:
             for q in sorted(names, key=lambda q: (len(q), q)) if q.isascii() and q.isdigit()]
 
 
-def on_disk_probe(root: str) -> Callable[[Key], bool]:
+class DiskProbe:
     """Whether consumequeue/<topic>/<id> is a directory (a link there is refused): the
     topics' directories are listed once, at the first question, so a queue of a topic
     without one costs a set lookup, not a system call."""
-    base = os.path.join(root, "consumequeue")
-    topics: set[str] | None = None
 
-    def probe(key: Key) -> bool:
-        nonlocal topics
-        if topics is None:
+    def __init__(self, root: str):
+        self._base = os.path.join(root, "consumequeue")
+        self._topics: set[str] | None = None
+
+    def topics(self) -> set[str]:
+        """The topics with a directory when first asked (the ones this process makes later
+        belong to queues it knows)."""
+        if self._topics is None:
             try:
-                topics = set(safefs.subdirs(base))
+                self._topics = set(safefs.subdirs(self._base))
             except FileNotFoundError:
-                topics = set()
-        return key[0] in topics and safefs.is_dir(f"{base}/{key[0]}/{key[1]}")
-    return probe
+                self._topics = set()
+        return self._topics
+
+    def __call__(self, key: Key) -> bool:
+        return key[0] in self.topics() and safefs.is_dir(f"{self._base}/{key[0]}/{key[1]}")

@@ -19,7 +19,7 @@ import logging
 
 from ..errors import StoreError
 from ..files.checkpoint import Checkpoint
-from ..files.queue_registry import Key, QueueRegistry, Recorded, on_disk, on_disk_probe
+from ..files.queue_registry import DiskProbe, Key, QueueRegistry, Recorded, on_disk
 from ..meta import dispatch_state, queue_cuts, queue_ends
 from ..meta.dispatch_state import Saved, Vouched
 
@@ -41,7 +41,7 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     else:
         queues.record(from_disk(root, dispatch_state.read(root), cuts))
     if vouched is not None or ends is not None:
-        queues.on_disk = on_disk_probe(root)  # a queue the record does not name
+        queues.on_disk = DiskProbe(root)  # a queue the record does not name
     return vouched, cuts, ends
 
 
