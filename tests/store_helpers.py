@@ -3,10 +3,23 @@
 import hashlib
 import os
 import random
+import signal
+import subprocess
+import sys
 
 from store import Message, MessageStore, StoreConfig
 from store.format.message import StoredMessage
 from store.integrity.salvage import Damage, walk
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def killed_writer(script: str, *args: str, timeout: float = 180, env: dict | None = None) -> None:
+    """Run a writer (Python source) that prints "acknowledged" once its puts returned and then
+    kill -9s itself: a real crash, at a point the test chose."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
 
 
 def small_config(**overrides) -> StoreConfig:

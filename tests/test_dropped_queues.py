@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 
 import pytest
 
 from store import Message, MessageStore, NotFound, StoreFormatError
 from store.files.mapped_file_queue import MappedFileQueue
-from tests.store_helpers import small_config
+from tests.store_helpers import killed_writer, small_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPICS = 40  # x 4 queues, against a cache of 8
 FIRST = (1, 99, 100, 101, 200)  # messages a queue gets first: files are 100 units
 
@@ -115,9 +111,7 @@ os.kill(os.getpid(), 9)
 
 def test_every_acknowledged_message_of_dropped_queues_survives_a_kill_9(tmp_path):
     root = str(tmp_path / "s")
-    proc = subprocess.run([sys.executable, "-c", _WRITER, root], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+    killed_writer(_WRITER, root, timeout=300)
     with MessageStore(root, small_config(), create=False) as s:
         assert s.recovery.abnormal
         for t, q in _keys():

@@ -19,7 +19,7 @@ from fusefs.model import Model
 from store import Message, MessageStore
 from store.files.checkpoint import Checkpoint
 from store.integrity.verify import verify_store
-from tests.store_helpers import file_hashes, small_config
+from tests.store_helpers import file_hashes, killed_writer, small_config
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"no abort file")
 
@@ -146,9 +146,7 @@ os.kill(os.getpid(), 9)
 
 
 def _killed(script: str, root: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", script, root], cwd=REPO, capture_output=True,
-                          text=True, timeout=180)
-    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+    killed_writer(script, root)
 
 
 def _lose_tail(root: str) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -18,7 +17,7 @@ from fusefs.model import Model
 from fusefs.status import status
 from store import Message, MessageStore
 from store.integrity.verify import verify_store
-from tests.store_helpers import small_config
+from tests.store_helpers import killed_writer, small_config
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"queueEnds\.log", r"has a directory the record")
 
@@ -55,9 +54,7 @@ os.kill(os.getpid(), 9)
 
 
 def _killed(root: str, *steps: str) -> None:
-    proc = subprocess.run([sys.executable, "-c", _WRITER, root, *steps], cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+    killed_writer(_WRITER, root, *steps)
 
 
 def _journal(root: str) -> str:
@@ -255,9 +252,7 @@ os.kill(os.getpid(), 9)
 
 def test_a_full_disk_in_the_journal_stops_the_checkpoint_and_the_next_one_mends_it(tmp_path):
     root = str(tmp_path / "s")
-    proc = subprocess.run([sys.executable, "-c", _ENOSPC, root], cwd=REPO, capture_output=True,
-                          text=True, timeout=180, env={**os.environ, "MQFS_CRASH_AT": "ends.append:2:enospc"})
-    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+    killed_writer(_ENOSPC, root, env={**os.environ, "MQFS_CRASH_AT": "ends.append:2:enospc"})
     with MessageStore(root, small_config(), create=False) as s:
         assert set(s.consume_queues.opened()) == {("t6", 0), ("t7", 0), ("t8", 0)}
         counts = {(f"t{t}", q): s.max_offset(f"t{t}", q) for t in range(TOPICS) for q in range(4)}

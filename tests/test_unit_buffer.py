@@ -18,7 +18,7 @@ from store.files import unit_flush
 from store.files.consume_queue import TAIL_MAX
 from tests.crash_ext4 import Ext4Image, unavailable
 from tests.fs_helpers import mounted, mqfs, needs_fuse, sh
-from tests.store_helpers import small_config
+from tests.store_helpers import killed_writer, small_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOUR_MS = 3_600_000  # no background ConsumeQueue flush during a test
@@ -96,9 +96,7 @@ os.kill(os.getpid(), 9)
 
 def test_a_kill_right_after_a_put_batch_into_many_queues_loses_no_unit(tmp_path):
     root = str(tmp_path / "s")
-    proc = subprocess.run([sys.executable, "-c", _WRITER, root], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+    killed_writer(_WRITER, root, timeout=120)
     assert not os.path.exists(_cq_dir(root, "t0"))  # the units were in memory only
     with MessageStore(root, small_config(), create=False) as s:
         assert s.recovery is not None and s.recovery.abnormal
