@@ -22,7 +22,7 @@ from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
 from .consume_queue import TAIL_MAX, UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
-from .queue_registry import QueueRegistry
+from .queue_registry import Key, QueueRegistry
 from .unit_flush import UnitFlush
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")  # what Integer.parseInt reads (range checked after)
 UNKNOWN_LEVEL_MS = 1000  # computeDeliverTimestamp for a level the table lacks
-Key = tuple[str, int]
 
 
 def index_keys(props: dict[str, str]) -> list[str]:

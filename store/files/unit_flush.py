@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterable
 
 from . import safefs
 from .consume_queue import ConsumeQueue
-
-Key = tuple[str, int]
+from .queue_registry import Key
 
 BUFFERED_MAX = 16 << 20  # bytes of units buffered in all before a put writes them out
 SYNCFS_FROM = 64  # queues to sync at once from which one syncfs beats an fsync each

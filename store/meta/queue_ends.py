@@ -38,6 +38,7 @@ import xxhash
 from ..crash_points import crash_point
 from ..files import safefs
 from ..files.consume_queue import PRE_BLANK
+from ..files.queue_registry import Key
 from ..format.message import validate_stored_topic
 from .metadata import checked_name
 
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "queueEnds.log"
-Key = tuple[str, int]
 End = tuple[int, int, int, bool]  # (entries, first file's queue offset, newest store time, exact)
 
 _MAGIC = b"MQQE"
