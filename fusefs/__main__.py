@@ -1,4 +1,4 @@
-"""`python -m fusefs` is the `mqfs` command."""
+"""`python -m mqfs.fusefs` is the `mqfs` command."""
 
 import sys
 

@@ -133,8 +133,8 @@ def cmd_umount(a: argparse.Namespace) -> int:
 
 
 def cmd_init(a: argparse.Namespace) -> int:
-    from store import MessageStore, StoreConfig
-    from store.meta.manifest import file_sizes, is_store
+    from mqfs.store import MessageStore, StoreConfig
+    from mqfs.store.meta.manifest import file_sizes, is_store
 
     if is_store(a.store):
         raise ValueError(f"{a.store} already holds a store")
@@ -183,7 +183,7 @@ def _plural(n: int, word: str) -> str:
 
 def cmd_info(a: argparse.Namespace) -> int:
     """A read-only open: changes no byte and creates no file, on clean and crashed stores."""
-    from store import MessageStore, StoreConfig
+    from mqfs.store import MessageStore, StoreConfig
 
     root = os.path.abspath(a.store)
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
@@ -229,7 +229,7 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 def _verify(store: str, label: str):
     """verify_store with a progress bar (on a terminal) and its seconds taken."""
-    from store.integrity.verify import verify_store
+    from mqfs.store.integrity.verify import verify_store
 
     from .progress import progress_bar
 
@@ -250,7 +250,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 def cmd_repair(a: argparse.Namespace) -> int:
     """Show the plan; apply it only when confirmed (--yes, or y at a terminal prompt)."""
-    from store.repair import apply_repair, plan_repair
+    from mqfs.store.repair import apply_repair, plan_repair
 
     from .progress import progress_bar
 
@@ -286,7 +286,7 @@ def cmd_repair(a: argparse.Namespace) -> int:
 def _trust(owners: list[str]) -> None:
     import pwd
 
-    from store.files.safefs import trust_owner
+    from mqfs.store.files.safefs import trust_owner
 
     for owner in owners:
         try:
@@ -299,7 +299,7 @@ def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "pipeline":
         # a separate program: fusefs never imports the pipeline (or Spark); -P: a pipeline/
         # directory where the command is run cannot stand in for it
-        os.execv(sys.executable, [sys.executable, "-P", "-m", "pipeline", *argv[1:]])
+        os.execv(sys.executable, [sys.executable, "-P", "-m", "mqfs.pipeline", *argv[1:]])
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     args = build_parser().parse_args(argv)
@@ -308,7 +308,7 @@ def _dispatch(argv: list[str]) -> int:
         args.store = os.path.realpath(args.store)  # resolved once; none is followed inside
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair}[args.command]
-    from store.errors import StoreLocked
+    from mqfs.store.errors import StoreLocked
 
     try:
         return handler(args)
@@ -353,7 +353,7 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Every failure ends as one `mqfs: ...` line on stderr and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    from store.errors import StoreError
+    from mqfs.store.errors import StoreError
 
     try:
         code = _dispatch(argv)

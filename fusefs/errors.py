@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 
-from store.errors import (
+from mqfs.store.errors import (
     CodecError,
     CorruptionError,
     FlushTimeout,

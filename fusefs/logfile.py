@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging.handlers
 import os
 
-from store.files import safefs
+from mqfs.store.files import safefs
 
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 

@@ -10,9 +10,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-from store import MessageStore, StoredMessage
-from store.errors import NotFound, StoreError
-from store.format.layout import host_text
+from mqfs.store import MessageStore, StoredMessage
+from mqfs.store.errors import NotFound, StoreError
+from mqfs.store.format.layout import host_text
 
 from .errors import FsError
 from .inodes import (

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from store import Message, MessageStore, PutResult, StoredMessage
-from store.files.staging import Staging
+from mqfs.store import Message, MessageStore, PutResult, StoredMessage
+from mqfs.store.files.staging import Staging
 
 from .errors import FsError
 from .inodes import (

@@ -79,8 +79,8 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
     cannot be written."""
-    from store import StoreError
-    from store.files import safefs
+    from mqfs.store import StoreError
+    from mqfs.store.files import safefs
 
     from .logfile import PrivateLog
 
@@ -88,7 +88,7 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     if target is None:
         target = "stderr" if foreground else default_log(store_root, read_only)
         if not foreground:
-            from store.meta.manifest import is_store
+            from mqfs.store.meta.manifest import is_store
 
             try:
                 if not is_store(store_root):  # never create files where no store is
@@ -171,7 +171,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     import pyfuse3
     import trio
 
-    from store import MessageStore, StoreConfig
+    from mqfs.store import MessageStore, StoreConfig
 
     from .model import Model
     from .ops import Operations

@@ -40,7 +40,7 @@ from pyfuse3 import (
     XAttrNameT,
 )
 
-from store import Message
+from mqfs.store import Message
 
 from .errors import FsError, errno_for
 from .handles import (

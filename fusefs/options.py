@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.config import parse_delay_levels
+from mqfs.store.config import parse_delay_levels
 
 from .model import KEY_HITS_MAX
 from .spool import BUFFER_MAX

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import threading
 
-from store.files.staging import StagedFile, Staging
+from mqfs.store.files.staging import StagedFile, Staging
 
 from .errors import FsError
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from store import Message
+from mqfs.store import Message
 
 from .errors import FsError
 from .inodes import NAME_MAX, STAGED_BIT, TMP, Attr, NodeTable

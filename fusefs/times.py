@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from store import Message, MessageStore, PutResult
+from mqfs.store import Message, MessageStore, PutResult
 
 from .inodes import QUEUE, TOPIC, TOPICS_INO, Node, NodeTable
 

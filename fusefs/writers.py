@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import orjson
 
-from store import InvalidMessage, Message
-from store.format.jsonl import BodyTooLarge, decode_line, message_of
-from store.format.message import PROPERTY_KEYS
+from mqfs.store import InvalidMessage, Message
+from mqfs.store.format.jsonl import BodyTooLarge, decode_line, message_of
+from mqfs.store.format.message import PROPERTY_KEYS
 
 from .errors import FsError
 from .keynames import SURELY_FITS, check_key

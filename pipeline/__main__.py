@@ -1,4 +1,4 @@
-"""`python -m pipeline JOB ...` is `mqfs pipeline JOB ...`: the mqfs command runs it this way
+"""`python -m mqfs.pipeline JOB ...` is `mqfs pipeline JOB ...`: the mqfs command runs it this way
 so that the filesystem side never imports the pipeline."""
 
 import sys

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from store.offline.views import QueueReader, StoreLayout, commitlog_files, offset_by_time
+from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, offset_by_time
 
 
 def first_kept(reader: QueueReader, lo: int, hi: int, log_start: int) -> int:

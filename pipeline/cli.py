@@ -8,7 +8,7 @@
 Local Spark by default (--master local[*]). On a cluster, submit this file; executors need
 Spark 4, pyarrow and mqfs installed (or --py-files), and the store on storage they all read:
     spark-submit --master spark://host:7077 \
-        "$(python -c 'import pipeline.cli as c; print(c.__file__)')" audit /shared/store
+        "$(python -c 'import mqfs.pipeline.cli as c; print(c.__file__)')" audit /shared/store
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import re
 import sys
 
-from pipeline.spark import progress, session
+from mqfs.pipeline.spark import progress, session
 
 
 class Parser(argparse.ArgumentParser):
@@ -99,7 +99,7 @@ def check_inputs(args: argparse.Namespace) -> str | None:
     Spark start-up, or leave an output directory behind); None when nothing is."""
     import os
 
-    from store.meta.manifest import is_store
+    from mqfs.store.meta.manifest import is_store
 
     for store in [p.strip() for p in args.store.split(",") if p.strip()] or [args.store]:
         if not is_store(store):
@@ -133,14 +133,14 @@ def main(argv: list[str]) -> int:
     try:
         with progress(spark, args.job):
             if args.job == "export":
-                from pipeline.jobs import export
+                from mqfs.pipeline.jobs import export
                 r = export.run(spark, args.store, args.out, _options(args), args.overwrite)
                 if not r["rows"]:
                     print(f"exported 0 messages: none matched; {r['out']} holds an empty export")
                 else:
                     print(f"exported {r['rows']} messages of {_count(len(r['topics']), 'topic')} to {r['out']}")
             elif args.job == "stats":
-                from pipeline.jobs import stats
+                from mqfs.pipeline.jobs import stats
                 r = stats.run(spark, args.store, args.out, _options(args), args.top, args.bucket)
                 for t in r["topics"]:
                     print(f"{t['topic']}: {_count(t['messages'], 'message')} in "
@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
                           "(average over the store-time span, at least 1 s)")
                 print(f"details in {r['json']}, chart in {r['chart']}")
             elif args.job == "audit":
-                from pipeline.jobs import audit
+                from mqfs.pipeline.jobs import audit
                 r = audit.run(spark, args.store)
                 for line in r["shown"]:
                     print(line)
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
                       f"checked, {r['problems']} problems")
                 return 1 if r["problems"] else 0
             elif args.job == "rebuild":
-                from pipeline.jobs import rebuild
+                from mqfs.pipeline.jobs import rebuild
                 r = rebuild.run(spark, args.store, args.out, args.copy)
                 print(f"rebuilt {r['queues']} queues ({r['cq_units']} units) and "
                       f"{r['index_keys']} index entries into {r['out']}")

@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.errors import CodecError
-from store.format.columns import fillers
-from store.format.flavor import Flavor
-from store.format.layout import (
+from mqfs.store.errors import CodecError
+from mqfs.store.format.columns import fillers
+from mqfs.store.format.flavor import Flavor
+from mqfs.store.format.layout import (
     BORN_HOST_POS,
     MAGIC_V1,
     RECORD_CRC_LEN,
@@ -38,8 +38,8 @@ from store.format.layout import (
     trailers,
     walk,
 )
-from store.format.message import FILLER_TOPIC, PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
-from store.integrity.salvage import next_record_in
+from mqfs.store.format.message import FILLER_TOPIC, PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
+from mqfs.store.integrity.salvage import next_record_in
 
 from .schema import ARROW_SCHEMA, arrow_schema
 

@@ -42,10 +42,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from store.errors import StoreError
-from store.format.flavor import Flavor
-from store.format.layout import chain, walk
-from store.offline.views import (
+from mqfs.store.errors import StoreError
+from mqfs.store.format.flavor import Flavor
+from mqfs.store.format.layout import chain, walk
+from mqfs.store.offline.views import (
     StoreLayout,
     commitlog_files,
     last_unit_offsets,

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from store.errors import InvalidMessage
-from store.files.dispatcher import has_queue_dir
-from store.format.flavor import Flavor
-from store.format.layout import MIN_RECORD_SIZE, fields, in_queue
-from store.format.message import validate_topic
-from store.integrity.salvage import next_record_in
-from store.offline.views import QueueReader, StoreLayout
+from mqfs.store.errors import InvalidMessage
+from mqfs.store.files.dispatcher import has_queue_dir
+from mqfs.store.format.flavor import Flavor
+from mqfs.store.format.layout import MIN_RECORD_SIZE, fields, in_queue
+from mqfs.store.format.message import validate_topic
+from mqfs.store.integrity.salvage import next_record_in
+from mqfs.store.offline.views import QueueReader, StoreLayout
 
 TRIES = 64  # searches from one nominal cut before it is left out
 WINDOW = 64 << 10  # bytes the first search from a cut reads

@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from store.meta.manifest import is_store
+from mqfs.store.meta.manifest import is_store
 
 from .stream import backlog, pack, share_out
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
+from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
 from .bounds import kept_bounds, start_by_time
 from .kafka import shaped

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from store.format.layout import fields
-from store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
+from mqfs.store.format.layout import fields
+from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
 from .bounds import kept_bounds
 from .options import ReadOptions

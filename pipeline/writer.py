@@ -30,9 +30,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from store import Message, MessageStore, StoreLocked
-from store.format.jsonl import encode_line
-from store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store import Message, MessageStore, StoreLocked
+from mqfs.store.format.jsonl import encode_line
+from mqfs.store.format.message import PROPERTY_UNIQ_KEY
 
 CHUNK = 1000
 _JOB_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")

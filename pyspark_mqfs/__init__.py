@@ -1,6 +1,6 @@
 """Spark 4 registers every installed top-level package named `pyspark_<name>` that exposes
 `DefaultSource`; this one makes `spark.read.format("mqfs")` work with no registration step."""
 
-from pipeline.source import MqfsDataSource as DefaultSource
+from mqfs.pipeline.source import MqfsDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

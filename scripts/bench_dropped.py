@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 
-from store import Message, MessageStore, StoreConfig
+from mqfs.store import Message, MessageStore, StoreConfig
 
 
 def bench_dropped(root: str, flavor: str, topics: int, per_topic: int) -> list[str]:

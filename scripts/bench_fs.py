@@ -24,7 +24,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 BLKSIZE = 128 * 1024
 LARGE = 4 << 20
@@ -131,7 +130,7 @@ def serve_trivial(mountpoint: str, small: int, large: int, big: int) -> None:
 # --- setting up the three trees ------------------------------------------------------------------
 
 def build_store(path: str, n: dict[str, int]) -> None:
-    from store import Message, MessageStore
+    from mqfs.store import Message, MessageStore
 
     body1k, big_body = os.urandom(1024), os.urandom(LARGE)
     with MessageStore(path) as s:
@@ -239,7 +238,7 @@ def main() -> int:
     build_native(native, n)
     print(f"bench: set up in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 
-    mqfs = [sys.executable, "-m", "fusefs"]
+    mqfs = [sys.executable, "-m", "mqfs.fusefs"]
     trivial_proc = None
     results = {}
     os.sync()  # setup's dirty pages must not be written back during the first timed runs

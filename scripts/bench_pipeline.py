@@ -27,9 +27,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from store import Message, MessageStore, StoreConfig  # noqa: E402
+from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
 
 
 def build(root: str, n: int, body: int, file_size: int) -> float:
@@ -48,10 +46,10 @@ def floor_source(spark, store: str, n: int) -> None:
     built once at planning, until it has given its share of n rows."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from pipeline.options import read_options
-    from pipeline.schema import message_schema
-    from pipeline.source import MqfsReader
-    from store.offline.views import store_layout
+    from mqfs.pipeline.options import read_options
+    from mqfs.pipeline.schema import message_schema
+    from mqfs.pipeline.source import MqfsReader
+    from mqfs.store.offline.views import store_layout
 
     class FloorReader(DataSourceReader):
         def __init__(self, options):
@@ -114,9 +112,9 @@ def planning(store: str, small: str, runs: int) -> None:
     """Driver planning of 64 tasks (files cut at record starts, as 1 GiB files are) on the
     store and on one a tenth its size, next to reading every ConsumeQueue unit of each (what
     finding the cuts cost before): planning should not grow with the store."""
-    from pipeline.options import read_options
-    from pipeline.source import MqfsReader
-    from store.offline.views import QueueReader, queues, store_layout
+    from mqfs.pipeline.options import read_options
+    from mqfs.pipeline.source import MqfsReader
+    from mqfs.store.offline.views import QueueReader, queues, store_layout
 
     def plan(root: str) -> float:
         lay, opts = store_layout(root), read_options({"path": root, "minPartitions": "64"}, streaming=False)
@@ -161,7 +159,7 @@ def main(argv: list[str]) -> int:
         print(f"store built in {secs:.1f} s ({n / secs:,.0f} msg/s with put_batch)", file=sys.stderr)
         from pyspark.sql import functions as F
 
-        from pipeline.spark import session
+        from mqfs.pipeline.spark import session
         spark = session(a.master, app="mqfs-bench")
         src = spark.read.format("mqfs").load(store)
         src.write.parquet(parquet)

@@ -36,11 +36,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from bench_dropped import bench_dropped  # noqa: E402
 
-from store import Message, MessageStore, StoreConfig  # noqa: E402
+from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
 
 BODY = 1000
 BATCH = 2000
@@ -148,7 +147,7 @@ def _row(what: str, value: float, base: float, target: str) -> str:
 
 def _mount(store: str, mnt: str, *options: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fusefs", "mount", *options, store, mnt], check=True,
+    subprocess.run([sys.executable, "-m", "mqfs.fusefs", "mount", *options, store, mnt], check=True,
                    cwd=ROOT)
     return time.perf_counter() - t0
 
@@ -238,7 +237,7 @@ def _unrecorded_mount(store: str, mnt: str, n: int) -> list[str]:
 
 
 def _umount(mnt: str) -> None:
-    subprocess.run([sys.executable, "-m", "fusefs", "umount", mnt], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "mqfs.fusefs", "umount", mnt], check=True, cwd=ROOT)
 
 
 def _daemon(mnt: str) -> int:
@@ -334,7 +333,7 @@ def bench_queues(work: str, flavor: str, topics: int, per_topic: int) -> list[st
     out = []
     store, mnt = os.path.join(work, "queues"), os.path.join(work, "mnt")
     os.makedirs(mnt, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "fusefs", "init", "--flavor", flavor, store],
+    subprocess.run([sys.executable, "-m", "mqfs.fusefs", "init", "--flavor", flavor, store],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     _mount(store, mnt)
     try:

@@ -24,10 +24,10 @@ import time
 import lmdb
 import numpy as np
 
-from store import Message, MessageStore, StoreConfig
-from store.files.commitlog import CommitLog
-from store.format.codec import Encoder
-from store.format.flavor import XXHASH
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.files.commitlog import CommitLog
+from mqfs.store.format.codec import Encoder
+from mqfs.store.format.flavor import XXHASH
 
 TOPIC = "BenchTopic"
 QUEUES = 4

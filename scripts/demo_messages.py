@@ -3,7 +3,7 @@
 import json
 import sys
 
-from store import Message, MessageStore, StoreConfig
+from mqfs.store import Message, MessageStore, StoreConfig
 
 ITEMS = ["book", "lamp", "chair", "pen", "mug", "desk"]
 

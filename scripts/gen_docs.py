@@ -28,8 +28,8 @@ DESCRIPTION = (
 
 
 def full_parser() -> argparse.ArgumentParser:
-    from fusefs.cli import build_parser
-    from pipeline.cli import build_parser as pipeline_parser
+    from mqfs.fusefs.cli import build_parser
+    from mqfs.pipeline.cli import build_parser as pipeline_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole run (start-up costs ~10 s)."""
-    from pipeline.spark import session
+    from mqfs.pipeline.spark import session
 
     s = session("local[2]", app="mqfs-tests", conf={"spark.sql.shuffle.partitions": "4"})
     yield s

@@ -24,9 +24,9 @@ import random
 import shutil
 import struct
 
-from store import CorruptionError, Message, MessageStore, NotFound, StoreError
-from store.integrity.verify import verify_store
-from store.repair import apply_repair, plan_repair
+from mqfs.store import CorruptionError, Message, MessageStore, NotFound, StoreError
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import CaseResult, _store_files, write_in_process
 from tests.store_helpers import file_hashes

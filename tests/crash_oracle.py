@@ -16,10 +16,10 @@ import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from store import CorruptionError, Message, MessageStore, StoredMessage, StoreError, StoreFormatError
-from store.config import StoreConfig
-from store.format.codec import is_filler
-from store.integrity.verify import verify_store
+from mqfs.store import CorruptionError, Message, MessageStore, StoredMessage, StoreError, StoreFormatError
+from mqfs.store.config import StoreConfig
+from mqfs.store.format.codec import is_filler
+from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import small_config, stored_records
 
 MAGIC = b"MQFSCRSH"

@@ -15,9 +15,9 @@ import shutil
 import subprocess
 import sys
 
-from store import Message, MessageStore, StoreError
-from store.integrity.verify import verify_store
-from store.repair import apply_repair, plan_repair
+from mqfs.store import Message, MessageStore, StoreError
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
 from tests.crash_ext4 import MOUNT_OPTIONS
 from tests.crash_oracle import crash_config, expected_message
@@ -31,7 +31,7 @@ KILL_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move",
 ENOSPC_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move")
 MODES = ("kill", "enospc", "stale", "power-during", "power-after", "full-disk")
 ON_IMAGE = ("power-during", "power-after", "full-disk")  # modes that need the ext4 image
-_RUN = ("import sys\nfrom store.repair import apply_repair, plan_repair\n"
+_RUN = ("import sys\nfrom mqfs.store.repair import apply_repair, plan_repair\n"
         "print('ready', flush=True)\napply_repair(plan_repair(sys.argv[1]))\n")
 
 

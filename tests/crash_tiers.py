@@ -13,11 +13,11 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from store import CorruptionError, MessageStore, StoreFormatError
-from store.crash_points import SITES
-from store.files.index_file import ENTRY_SIZE, HEADER_SIZE
-from store.integrity.verify import verify_store
-from store.repair import apply_repair, plan_repair
+from mqfs.store import CorruptionError, MessageStore, StoreFormatError
+from mqfs.store.crash_points import SITES
+from mqfs.store.files.index_file import ENTRY_SIZE, HEADER_SIZE
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash_oracle import Expectation, crash_config, expected_message, full_check, read_acks
 from tests.store_helpers import file_hashes
 
@@ -142,7 +142,7 @@ def queue_count(exp: Expectation, key: tuple[str, int]) -> int:
 
 
 def _props(msg) -> bytes:
-    from store.format.message import encode_properties
+    from mqfs.store.format.message import encode_properties
     return encode_properties(msg.properties)
 
 

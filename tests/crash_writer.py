@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from store import MessageStore
+from mqfs.store import MessageStore
 from tests.crash_oracle import crash_config, expected_message
 
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-MQFS = [sys.executable, "-m", "fusefs"]
+MQFS = [sys.executable, "-m", "mqfs.fusefs"]
 SMALL = ["--commitlog-file-size", str(8 << 20), "--consume-queue-units", "1000",
          "--index-slots", "1000", "--index-entries", "4000"]
 

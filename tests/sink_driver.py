@@ -3,7 +3,7 @@ mqfs SOURCE -> writeStream.format("mqfs") -> TARGET, Trigger.AvailableNow, small
 
 import sys
 
-from pipeline.spark import session
+from mqfs.pipeline.spark import session
 
 source, target, ckpt = sys.argv[1:4]
 spark = session("local[2]", app="mqfs-sink-test")

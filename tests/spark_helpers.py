@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from store import Message, MessageStore, StoreConfig
-from store.offline.views import commitlog_files
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.offline.views import commitlog_files
 
 
 def small_store_config(**overrides) -> StoreConfig:

@@ -7,9 +7,9 @@ import signal
 import subprocess
 import sys
 
-from store import Message, MessageStore, StoreConfig
-from store.format.message import StoredMessage
-from store.integrity.salvage import Damage, walk
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.format.message import StoredMessage
+from mqfs.store.integrity.salvage import Damage, walk
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

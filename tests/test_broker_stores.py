@@ -9,15 +9,15 @@ import sys
 
 import pytest
 
-from fusefs.topicnames import short_form
-from store import Message, MessageStore
-from store.config import parse_delay_levels
-from store.format import layout
-from store.integrity.verify import verify_store
-from store.meta.metadata import TopicTable
-from store.offline.rebuild import copy_store, write_queue
-from store.offline.views import store_layout
-from store.repair import apply_repair, plan_repair
+from mqfs.fusefs.topicnames import short_form
+from mqfs.store import Message, MessageStore
+from mqfs.store.config import parse_delay_levels
+from mqfs.store.format import layout
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.meta.metadata import TopicTable
+from mqfs.store.offline.rebuild import copy_store, write_queue
+from mqfs.store.offline.views import store_layout
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.fs_helpers import mounted, needs_fuse, sh
 from tests.store_helpers import file_hashes, files_in, small_config
 
@@ -150,7 +150,7 @@ def test_a_prepared_record_is_found_by_key_but_never_as_another_message(tmp_path
 
 _KILLED_WRITER = """
 import sys
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.store_helpers import small_config
 with MessageStore(sys.argv[1], small_config(index_slots=64, index_entries=1000)) as s:
     s.put_batch([Message.create("T", b"m%d" % i, keys=["key-%d" % i]) for i in range(300)])
@@ -291,7 +291,7 @@ def test_names_longer_than_a_directory_entry_have_a_short_form_in_the_tree(tmp_p
 
 
 def test_the_mount_takes_the_brokers_message_delay_level():
-    from fusefs.options import parse_options
+    from mqfs.fusefs.options import parse_options
 
     assert parse_options(["ro,message_delay_level=2s 1d"]).message_delay_level == "2s 1d"
     with pytest.raises(ValueError, match="message delay level '1w'"):
@@ -299,7 +299,7 @@ def test_the_mount_takes_the_brokers_message_delay_level():
 
 
 def test_an_offline_rebuild_writes_the_delay_topics_units_as_the_broker(tmp_path):
-    """store.offline.rebuild (the Spark rebuild job's writer) gives delayed messages' units
+    """mqfs.store.offline.rebuild (the Spark rebuild job's writer) gives delayed messages' units
     their delivery time, byte for byte as dispatch wrote them."""
     root, out = str(tmp_path / "store"), str(tmp_path / "out")
     with MessageStore(root, small_config(flavor="rocketmq")) as s:
@@ -345,7 +345,7 @@ def test_the_spark_source_reads_a_broker_store_as_the_broker_serves_it(tmp_path,
     """The rows are the messages the broker serves (prepared and rolled-back transaction
     records are no rows), whichever way the read is planned; `records=all` adds those two,
     marked by sys_flag's transaction bits. The audit finds nothing wrong."""
-    from pipeline.jobs import audit
+    from mqfs.pipeline.jobs import audit
 
     root = str(tmp_path / "store")
     broker_store(root, _broker_workload)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
+from mqfs.store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import MQFS, SMALL, force_unmount, mounted, mqfs, needs_fuse, wait_for_mount
 
 COMMANDS = ("mount", "umount", "init", "info", "verify", "repair")
@@ -129,7 +129,7 @@ def test_debug_stays_in_the_foreground_and_traces_requests_on_stderr(tmp_path, f
 
 
 def test_every_mount_option_is_documented_in_help_and_systemd_readme():
-    from fusefs.options import parse_options
+    from mqfs.fusefs.options import parse_options
 
     with pytest.raises(ValueError) as refused:
         parse_options(["bogus"])

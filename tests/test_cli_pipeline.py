@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def mqfs(*args: str, cwd: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "fusefs", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "mqfs.fusefs", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=120)
 
 

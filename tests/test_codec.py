@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.errors import CodecError, InvalidMessage
-from store.format import codec, message
-from store.format.codec import Encoder
-from store.format.flavor import ROCKETMQ, XXHASH, java_string_hash
-from store.format.message import Message
+from mqfs.store.errors import CodecError, InvalidMessage
+from mqfs.store.format import codec, message
+from mqfs.store.format.codec import Encoder
+from mqfs.store.format.flavor import ROCKETMQ, XXHASH, java_string_hash
+from mqfs.store.format.message import Message
 
 # ali-ons test/fixtures/message.bin, bytes 0..131 (format reference §12)
 VECTOR = bytes.fromhex(

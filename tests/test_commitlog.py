@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked
-from store.files.commitlog import CommitLog
-from store.format import codec, layout
-from store.format.flavor import XXHASH
+from mqfs.store import InvalidMessage, Message, MessageStore, StoreFormatError, StoreLocked
+from mqfs.store.files.commitlog import CommitLog
+from mqfs.store.format import codec, layout
+from mqfs.store.format.flavor import XXHASH
 from tests.store_helpers import files_in, random_messages, small_config, stored_records
 
 
@@ -84,7 +84,7 @@ def test_second_process_gets_a_clear_error_naming_the_pid(tmp_path):
         s.put(Message(topic="t", body=b"x"))
         s.flush()  # the flush service would write the checkpoint in its own time, mid-test
         listing = sorted(os.listdir(tmp_path))
-        code = ("import sys; from store import MessageStore, StoreLocked\n"
+        code = ("import sys; from mqfs.store import MessageStore, StoreLocked\n"
                 "try:\n MessageStore(sys.argv[1]).open()\n"
                 "except StoreLocked as e:\n print(e); sys.exit(3)\n")
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
@@ -133,7 +133,7 @@ def test_load_rules_zero_length_last_file_removed_wrong_size_refused(tmp_path):
 
 def test_truncate_dirty_zeroes_every_byte_after_the_cut(tmp_path):
     """Bytes a cut leaves behind are zeroed on disk, however far into the file they lie."""
-    from store.files.mapped_file_queue import MappedFileQueue
+    from mqfs.store.files.mapped_file_queue import MappedFileQueue
     size = 3 << 20  # more than one of _zero_from's 1 MiB chunks
     q = MappedFileQueue(str(tmp_path / "q"), size)
     q.load()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from store import InvalidConfig, InvalidMessage, Message, MessageStore, StoreError, StoreFormatError
+from mqfs.store import InvalidConfig, InvalidMessage, Message, MessageStore, StoreError, StoreFormatError
 from tests.store_helpers import file_hashes, small_config
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -107,12 +107,12 @@ def test_cli_reports_damaged_config_in_one_line(tmp_path, name, text):
     _store(tmp_path)
     path = _damage(tmp_path, name, text)
     if name not in NOT_READ_ONLY:
-        proc = subprocess.run([sys.executable, "-m", "fusefs", "info", str(tmp_path)],
+        proc = subprocess.run([sys.executable, "-m", "mqfs.fusefs", "info", str(tmp_path)],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0
         assert "Traceback" not in proc.stderr
         assert proc.stderr.count("\n") == 1 and path in proc.stderr, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "fusefs", "verify", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "mqfs.fusefs", "verify", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert any(line.startswith(f"PROBLEM {path} ") for line in proc.stdout.splitlines())

@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from store import Message, MessageStore, NotFound, StoreFormatError
-from store.files.mapped_file_queue import MappedFileQueue
+from mqfs.store import Message, MessageStore, NotFound, StoreFormatError
+from mqfs.store.files.mapped_file_queue import MappedFileQueue
 from tests.store_helpers import killed_writer, small_config
 
 TOPICS = 40  # x 4 queues, against a cache of 8
@@ -94,7 +94,7 @@ def test_a_second_put_over_dropped_queues_touches_no_file_and_every_message_read
 
 _WRITER = """
 import os, sys
-from store import MessageStore
+from mqfs.store import MessageStore
 from tests.store_helpers import small_config
 from tests.test_dropped_queues import _fill_first, _later
 s = MessageStore(sys.argv[1], small_config(flush_cq_interval_ms=3_600_000)).open()

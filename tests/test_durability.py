@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from store import FlushTimeout, Message, MessageStore, NotFound
-from store.files.checkpoint import Checkpoint
-from store.files.flush import GroupCommit, WaitableProgress
+from mqfs.store import FlushTimeout, Message, MessageStore, NotFound
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.files.flush import GroupCommit, WaitableProgress
 from tests.store_helpers import files_in, small_config
 
 
@@ -304,7 +304,7 @@ def test_flushed_offset_never_skips_an_older_files_unflushed_tail(tmp_path, monk
     """A roll lands while a flush is syncing the old file (T3 lost acked messages this way):
     the bytes appended to / committed into the old file after its flush sampled its position
     are not on disk, so the flushed offset must stop there even if the new file was synced."""
-    from store.files.mapped_file_queue import MappedFileQueue
+    from mqfs.store.files.mapped_file_queue import MappedFileQueue
     q = MappedFileQueue(str(tmp_path), 4096, transient=transient)
     old = q.last_file_for_append()
     old.append(b"a" * 100)

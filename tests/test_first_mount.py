@@ -13,10 +13,10 @@ import struct
 
 import pytest
 
-from store import Message, MessageStore
-from store.files.checkpoint import Checkpoint
-from store.integrity import clean_open
-from store.integrity.verify import verify_store
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.integrity import clean_open
+from mqfs.store.integrity.verify import verify_store
 from tests.fs_helpers import mounted, needs_fuse, sh
 from tests.store_helpers import small_config
 

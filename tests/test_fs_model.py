@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fusefs.errors import FsError
-from fusefs.inodes import (
+from mqfs.fusefs.errors import FsError
+from mqfs.fusefs.inodes import (
     GROUPS_INO,
     KEYS_INO,
     MSG_BIT,
@@ -21,14 +21,14 @@ from fusefs.inodes import (
     message_ino,
     split_ino,
 )
-from fusefs.keynames import key_name, name_key
-from fusefs.kinds import KINDS
-from fusefs.listings import QUEUE_FIXED
-from fusefs.model import Model
-from fusefs.spool import SPILL_AT, Budget, Spool
-from fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
-from store import Message, MessageStore, StoreConfig
-from store.files.staging import Staging
+from mqfs.fusefs.keynames import key_name, name_key
+from mqfs.fusefs.kinds import KINDS
+from mqfs.fusefs.listings import QUEUE_FIXED
+from mqfs.fusefs.model import Model
+from mqfs.fusefs.spool import SPILL_AT, Budget, Spool
+from mqfs.fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.files.staging import Staging
 
 
 def small() -> StoreConfig:
@@ -434,8 +434,8 @@ def test_status_is_json_with_queues_and_errors(model, store):
 
 
 def test_errno_mapping_of_store_and_os_errors():
-    from fusefs.errors import errno_for
-    from store.errors import CorruptionError, InvalidMessage, NotFound
+    from mqfs.fusefs.errors import errno_for
+    from mqfs.store.errors import CorruptionError, InvalidMessage, NotFound
 
     assert errno_for(NotFound("x")) == errno.ENOENT
     assert errno_for(InvalidMessage("bad topic")) == errno.EINVAL
@@ -450,7 +450,7 @@ def test_guard_turns_a_bug_into_eio_and_logs_it(caplog):
     import pyfuse3
     import trio
 
-    from fusefs.ops import guarded
+    from mqfs.fusefs.ops import guarded
 
     @guarded
     async def handler():

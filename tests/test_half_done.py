@@ -16,8 +16,8 @@ import tempfile
 
 import pytest
 
-from fusefs.ops import FOLLOWERS_PER_USER
-from store import InvalidMessage, Message, MessageStore
+from mqfs.fusefs.ops import FOLLOWERS_PER_USER
+from mqfs.store import InvalidMessage, Message, MessageStore
 from tests.fs_helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 from tests.store_helpers import small_config
 

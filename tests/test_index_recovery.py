@@ -10,11 +10,11 @@ import struct
 
 import pytest
 
-from store import Message, MessageStore
-from store.files.checkpoint import Checkpoint
-from store.files.index_file import ENTRY_SIZE, HEADER_SIZE
-from store.files.index_service import IndexService
-from store.format.flavor import XXHASH
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.files.index_file import ENTRY_SIZE, HEADER_SIZE
+from mqfs.store.files.index_service import IndexService
+from mqfs.store.format.flavor import XXHASH
 from tests.store_helpers import files_in, small_config
 
 NEVER = 3_600_000

@@ -1,4 +1,4 @@
-"""store.format.jsonl: what the pipeline writes into append.jsonl is what the mount reads back, and
+"""mqfs.store.format.jsonl: what the pipeline writes into append.jsonl is what the mount reads back, and
 the mount's fast reader (fusefs.writers.read_lines) reads lines as decode_line does."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusefs.writers import read_lines
-from store import InvalidMessage, Message
-from store.format.jsonl import BodyTooLarge, decode_line, encode_line
+from mqfs.fusefs.writers import read_lines
+from mqfs.store import InvalidMessage, Message
+from mqfs.store.format.jsonl import BodyTooLarge, decode_line, encode_line
 
 
 @pytest.mark.parametrize("body", [b"plain text", "h\u00e9llo \u2603".encode(), b"\x00\xff\x80 bytes",

@@ -37,7 +37,9 @@ def absolute_imports(path: Path) -> list[tuple[str, str | None, int]]:
 
 
 def top(module: str) -> str:
-    return module.split(".")[0]
+    """The package a module belongs to: `mqfs.store` for `mqfs.store.files.x`, else its first name."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "mqfs" else parts[0]
 
 
 def published() -> dict[str, set[str]]:
@@ -59,7 +61,7 @@ def forbidden(package: str, banned: set[str]) -> list[str]:
 
 
 def test_store_imports_no_layer_above_it():
-    assert forbidden("store", {"fusefs", "pipeline", "pyspark_mqfs", "pyspark", "pyfuse3",
+    assert forbidden("store", {"mqfs.fusefs", "mqfs.pipeline", "pyspark_mqfs", "pyspark", "pyfuse3",
                                "trio"}) == []
 
 
@@ -102,31 +104,32 @@ def test_store_modules_import_only_their_floor_or_below():
         parts = path.relative_to(ROOT / "store").with_suffix("").parts
         package = list(parts[:-1])
         for node in runtime_imports(ast.parse(path.read_text())):
-            if node.module and top(node.module) == "store":
-                targets = [tuple(node.module.split(".")[1:]) or (a.name,) for a in node.names]
+            if node.module and top(node.module) == "mqfs.store":
+                targets = [tuple(node.module.split(".")[2:]) or (a.name,) for a in node.names]
             elif node.level:
                 anchor = package[: len(package) - node.level + 1]
                 base = [*anchor, *(node.module or "").split(".")] if node.module else anchor
                 targets = [tuple(base) if node.module else (*base, a.name) for a in node.names]
             else:
                 continue
-            upward += [f"{rel(path)}:{node.lineno} imports store.{'.'.join(t)}"
+            upward += [f"{rel(path)}:{node.lineno} imports mqfs.store.{'.'.join(t)}"
                        for t in targets if t and floor_of(t) > floor_of(parts)]
     assert upward == []
 
 
 def test_pipeline_never_imports_fusefs():
     for package in PIPELINE_SIDE:
-        assert forbidden(package, {"fusefs"}) == []
+        assert forbidden(package, {"mqfs.fusefs"}) == []
 
 
 def test_fusefs_never_imports_the_pipeline_or_spark():
-    assert forbidden("fusefs", {"pipeline", "pyspark_mqfs", "pyspark"}) == []
+    assert forbidden("fusefs", {"mqfs.pipeline", "pyspark_mqfs", "pyspark"}) == []
 
 
 def test_the_published_list_names_what_exists():
     table = published()
-    assert {"store", "store.offline.views", "store.offline.rebuild", "store.format.jsonl"} <= set(table)
+    assert {"mqfs.store", "mqfs.store.offline.views", "mqfs.store.offline.rebuild",
+            "mqfs.store.format.jsonl"} <= set(table)
     for module, names in table.items():
         loaded = importlib.import_module(module)
         assert [n for n in sorted(names) if not hasattr(loaded, n)] == [], module
@@ -138,11 +141,11 @@ def test_only_published_store_names_are_imported(package):
     unpublished = []
     for path in sources(package):
         for module, name, line in absolute_imports(path):
-            if top(module) != "store":
+            if top(module) != "mqfs.store":
                 continue
-            if name is None:  # `import store.x`: every name of it would be reachable
+            if name is None:  # `import mqfs.store.x`: every name of it would be reachable
                 unpublished.append(f"{rel(path)}:{line} import {module}")
-            elif f"{module}.{name}" in table:  # `from store import views`
+            elif f"{module}.{name}" in table:  # `from mqfs.store import views`
                 continue
             elif name not in table.get(module, set()):
                 unpublished.append(f"{rel(path)}:{line} {module}.{name}")

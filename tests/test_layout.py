@@ -8,11 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.errors import CodecError
-from store.format import codec, columns, layout, message
-from store.format.codec import Encoder
-from store.format.flavor import ROCKETMQ, XXHASH
-from store.format.message import Message
+from mqfs.store.errors import CodecError
+from mqfs.store.format import codec, columns, layout, message
+from mqfs.store.format.codec import Encoder
+from mqfs.store.format.flavor import ROCKETMQ, XXHASH
+from mqfs.store.format.message import Message
 
 _FLAVORS = [ROCKETMQ, XXHASH, ROCKETMQ.with_record_crc(True), XXHASH.with_record_crc(True)]
 _HOSTS = [("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 80), ("2001:db8::7", 9)]
@@ -155,7 +155,7 @@ def test_the_spark_scan_walks_and_resyncs_as_the_scalar_decoder(store, max_recor
     its rows are the records a record-by-record decode finds, its damaged ranges start where
     decode refuses, and after each it goes on at the first later position holding a record
     that decodes and names itself (what verify's salvage walk does)."""
-    from pipeline.scan import Checks, checked_runs
+    from mqfs.pipeline.scan import Checks, checked_runs
 
     buf, limit, flavor = store
     rows, damaged, pos = [], [], 0

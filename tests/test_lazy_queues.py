@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from store import CorruptionError, Message, MessageStore, StoreFormatError
+from mqfs.store import CorruptionError, Message, MessageStore, StoreFormatError
 from tests.store_helpers import small_config
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ")
@@ -126,7 +126,7 @@ def test_opened_queues_beyond_the_cache_are_dropped_once_flushed(tmp_path):
 def test_a_queue_this_process_dropped_takes_up_its_end_without_searching(tmp_path, monkeypatch):
     """Its end is the one it was dropped at (every unit on disk then): reopening it reads no
     data region (~2 ms a queue; a second put_batch over 6,000 dropped queues took 5.8 s)."""
-    from store.files import consume_queue
+    from mqfs.store.files import consume_queue
     root = str(tmp_path / "s")
     _fill(root)
     with MessageStore(root, small_config(), create=False) as s:

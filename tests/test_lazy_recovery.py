@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from fusefs.inodes import TOPICS_INO
-from fusefs.model import Model
-from store import Message, MessageStore
-from store.files.checkpoint import Checkpoint
-from store.integrity.verify import verify_store
+from mqfs.fusefs.inodes import TOPICS_INO
+from mqfs.fusefs.model import Model
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import file_hashes, killed_writer, small_config
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"no abort file")
@@ -31,11 +31,11 @@ HOUR_MS = 3_600_000
 # them, puts `more` messages into queue 0 of the first `hot` topics and is killed
 _WRITER = """
 import os, sys
-from fusefs.inodes import TOPICS_INO
-from fusefs.model import Model
-from store import Message, MessageStore
-from store.files.checkpoint import Checkpoint
-from store.integrity.verify import verify_store
+from mqfs.fusefs.inodes import TOPICS_INO
+from mqfs.fusefs.model import Model
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import small_config
 root, per, crash, more, hot = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
 s = MessageStore(root, small_config(flush_cq_interval_ms=3_600_000)).open()
@@ -110,11 +110,11 @@ def test_damage_in_a_queue_is_found_at_its_first_use_by_a_read_only_open(tmp_pat
 # a power cut that lost those pages but not the queue's leaves it
 _LOST_TAIL = """
 import os, sys
-from fusefs.inodes import TOPICS_INO
-from fusefs.model import Model
-from store import Message, MessageStore
-from store.files.checkpoint import Checkpoint
-from store.integrity.verify import verify_store
+from mqfs.fusefs.inodes import TOPICS_INO
+from mqfs.fusefs.model import Model
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import small_config
 s = MessageStore(sys.argv[1], small_config(flush_cq_interval_ms=3_600_000)).open()
 s.put_batch([Message.create(f"t{t}", b"%d/%d/%d" % (t, q, i), queue_id=q)
@@ -130,11 +130,11 @@ os.kill(os.getpid(), 9)
 # flushes (the checkpoint moves past the cut t9/3 owes) and is killed, t9/3 never used
 _SECOND = """
 import os, sys
-from fusefs.inodes import TOPICS_INO
-from fusefs.model import Model
-from store import Message, MessageStore
-from store.files.checkpoint import Checkpoint
-from store.integrity.verify import verify_store
+from mqfs.fusefs.inodes import TOPICS_INO
+from mqfs.fusefs.model import Model
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import small_config
 s = MessageStore(sys.argv[1], small_config(flush_cq_interval_ms=3_600_000)).open()
 assert s.recovery.abnormal and not s.consume_queues.opened(), s.consume_queues.opened()

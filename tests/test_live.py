@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from store import MessageStore
+from mqfs.store import MessageStore
 from tests.fs_helpers import SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 from tests.store_helpers import small_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = """
 import sys, time
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.store_helpers import small_config
 root, n = sys.argv[1], int(sys.argv[2])
 cfg = small_config(index_slots=64, index_entries=1000) if sys.argv[3] == "small" else None

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from fusefs.logfile import PrivateLog
-from store import UntrustedStore
+from mqfs.fusefs.logfile import PrivateLog
+from mqfs.store import UntrustedStore
 
 
 def records(handler: logging.Handler, n: int) -> None:

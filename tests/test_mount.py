@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
+from mqfs.store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import (
     MQFS,
     SMALL,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.fs_helpers import MQFS, SMALL, mounted, mqfs, needs_fuse, sh
 from tests.store_helpers import file_hashes
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse
 
 pytestmark = [pytest.mark.mount, needs_fuse]

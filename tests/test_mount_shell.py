@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from store import Message, MessageStore, StoreConfig
+from mqfs.store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 
 pytestmark = [pytest.mark.mount, needs_fuse]
@@ -287,7 +287,7 @@ def test_cli_errors_are_one_line(store, tmp_path):
         assert proc.returncode != 0, args
         assert proc.stderr.startswith("mqfs") and proc.stderr.count("\n") == 1, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
-    piped = sh(f"{sys.executable} -m fusefs info {store} | head -1")
+    piped = sh(f"{sys.executable} -m mqfs.fusefs info {store} | head -1")
     assert piped.stderr == b"" and piped.stdout.startswith(b"store")
 
 

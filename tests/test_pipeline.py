@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pipeline import cli  # noqa: E402
-from pipeline.jobs import audit, rebuild  # noqa: E402
-from pipeline.writer import MqfsWriter  # noqa: E402
-from store import MessageStore  # noqa: E402
-from store.offline.views import commitlog_files  # noqa: E402
+from mqfs.pipeline import cli  # noqa: E402
+from mqfs.pipeline.jobs import audit, rebuild  # noqa: E402
+from mqfs.pipeline.writer import MqfsWriter  # noqa: E402
+from mqfs.store import MessageStore  # noqa: E402
+from mqfs.store.offline.views import commitlog_files  # noqa: E402
 from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -65,7 +65,7 @@ def cluster(tmp_path_factory) -> Iterator[str]:
 
 def run_cli(args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "mqfs.pipeline.cli", *args], capture_output=True,
                           text=True, env=env, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
 
 

@@ -18,14 +18,14 @@ pytest.importorskip("pyspark")
 
 from pyspark.errors import AnalysisException, PythonException, StreamingQueryException  # noqa: E402
 
-from pipeline import cli  # noqa: E402
-from pipeline.bounds import kept_bounds  # noqa: E402
-from pipeline.jobs import audit  # noqa: E402
-from pipeline.options import read_options  # noqa: E402
-from pipeline.source import MqfsDataSource, MqfsReader  # noqa: E402
-from pipeline.units import UnitRange  # noqa: E402
-from store import Message, MessageStore  # noqa: E402
-from store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
+from mqfs.pipeline import cli  # noqa: E402
+from mqfs.pipeline.bounds import kept_bounds  # noqa: E402
+from mqfs.pipeline.jobs import audit  # noqa: E402
+from mqfs.pipeline.options import read_options  # noqa: E402
+from mqfs.pipeline.source import MqfsDataSource, MqfsReader  # noqa: E402
+from mqfs.pipeline.units import UnitRange  # noqa: E402
+from mqfs.store import Message, MessageStore  # noqa: E402
+from mqfs.store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
 from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
 from tests.spark_helpers import build_store, expected_rows, make_messages, plain_rows, read_rows  # noqa: E402
 

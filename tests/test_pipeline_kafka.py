@@ -16,13 +16,13 @@ pytest.importorskip("pyspark")
 from pyspark.errors import AnalysisException, PythonException  # noqa: E402
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
 
-from pipeline import cli  # noqa: E402
-from pipeline.jobs import audit  # noqa: E402
-from pipeline.options import read_options  # noqa: E402
-from pipeline.source import MqfsDataSource, PushdownReader  # noqa: E402
-from pipeline.units import UnitRange  # noqa: E402
-from store import MessageStore  # noqa: E402
-from store.offline.views import commitlog_files, store_layout  # noqa: E402
+from mqfs.pipeline import cli  # noqa: E402
+from mqfs.pipeline.jobs import audit  # noqa: E402
+from mqfs.pipeline.options import read_options  # noqa: E402
+from mqfs.pipeline.source import MqfsDataSource, PushdownReader  # noqa: E402
+from mqfs.pipeline.units import UnitRange  # noqa: E402
+from mqfs.store import MessageStore  # noqa: E402
+from mqfs.store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.fs_helpers import mounted, needs_fuse  # noqa: E402
 from tests.spark_helpers import (  # noqa: E402
     build_store,

@@ -13,8 +13,8 @@ pytest.importorskip("pyspark")
 
 from pyspark.errors import AnalysisException  # noqa: E402
 
-from pipeline import cli  # noqa: E402
-from store import MessageStore  # noqa: E402
+from mqfs.pipeline import cli  # noqa: E402
+from mqfs.store import MessageStore  # noqa: E402
 from tests.spark_helpers import build_store, expected_rows, make_messages  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -15,9 +15,9 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import StructField, StructType  # noqa: E402
 
-from pipeline.schema import MESSAGE_SCHEMA  # noqa: E402
-from pipeline.scoped import MARKER  # noqa: E402
-from pipeline.source import MqfsDataSource, MqfsReader, PushdownReader  # noqa: E402
+from mqfs.pipeline.schema import MESSAGE_SCHEMA  # noqa: E402
+from mqfs.pipeline.scoped import MARKER  # noqa: E402
+from mqfs.pipeline.source import MqfsDataSource, MqfsReader, PushdownReader  # noqa: E402
 from tests.spark_helpers import build_store, expected_rows, flip_body_byte  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -16,13 +16,13 @@ pytest.importorskip("pyspark")
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, LessThan  # noqa: E402
 from pyspark.sql.types import BinaryType, StructField, StructType, TimestampType  # noqa: E402
 
-from pipeline.carried import FILTERS  # noqa: E402
-from pipeline.options import read_options  # noqa: E402
-from pipeline.scoped import MARKER, scoped_scans_jar  # noqa: E402
-from pipeline.source import MqfsDataSource, PushdownReader, RangeGroup, RangePartition  # noqa: E402
-from pipeline.units import UnitRange  # noqa: E402
-from store import Message, MessageStore  # noqa: E402
-from store.offline.views import commitlog_files, store_layout  # noqa: E402
+from mqfs.pipeline.carried import FILTERS  # noqa: E402
+from mqfs.pipeline.options import read_options  # noqa: E402
+from mqfs.pipeline.scoped import MARKER, scoped_scans_jar  # noqa: E402
+from mqfs.pipeline.source import MqfsDataSource, PushdownReader, RangeGroup, RangePartition  # noqa: E402
+from mqfs.pipeline.units import UnitRange  # noqa: E402
+from mqfs.store import Message, MessageStore  # noqa: E402
+from mqfs.store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.spark_helpers import build_store, expected_rows, make_messages, read_rows, small_store_config  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -262,7 +262,7 @@ def test_time_filters_with_topics_and_kafka_names_prune_too(spark, timed_store):
 def test_no_jar_from_a_shared_cache_or_a_source_javac_refuses(tmp_path, monkeypatch, capfd):
     """Sessions still start then, with pushdown opt-in; a jar is code the JVM runs, so it is
     never taken from or built in a directory others can write."""
-    from pipeline import scoped
+    from mqfs.pipeline import scoped
 
     shared = tmp_path / "shared"
     (shared / "mqfs").mkdir(parents=True)

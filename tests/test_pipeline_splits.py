@@ -14,14 +14,14 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pipeline.options import read_options  # noqa: E402
-from pipeline.scan import RowFilter  # noqa: E402
-from pipeline.source import MqfsReader, RangeGroup, plan_partitions  # noqa: E402
-from pipeline.splits import Vouch, split_points  # noqa: E402
-from store import Message, MessageStore  # noqa: E402
-from store.format import layout  # noqa: E402
-from store.integrity.salvage import next_record_in  # noqa: E402
-from store.offline.views import commitlog_files, map_readonly, store_layout  # noqa: E402
+from mqfs.pipeline.options import read_options  # noqa: E402
+from mqfs.pipeline.scan import RowFilter  # noqa: E402
+from mqfs.pipeline.source import MqfsReader, RangeGroup, plan_partitions  # noqa: E402
+from mqfs.pipeline.splits import Vouch, split_points  # noqa: E402
+from mqfs.store import Message, MessageStore  # noqa: E402
+from mqfs.store.format import layout  # noqa: E402
+from mqfs.store.integrity.salvage import next_record_in  # noqa: E402
+from mqfs.store.offline.views import commitlog_files, map_readonly, store_layout  # noqa: E402
 from tests.spark_helpers import expected_rows, make_messages, small_store_config  # noqa: E402
 
 FILE = 1 << 20

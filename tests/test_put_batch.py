@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import InvalidMessage, Message, MessageStore
-from store.files import unit_flush
-from store.files.consume_queue import TAIL_MAX, ConsumeQueue
-from store.format.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
+from mqfs.store import InvalidMessage, Message, MessageStore
+from mqfs.store.files import unit_flush
+from mqfs.store.files.consume_queue import TAIL_MAX, ConsumeQueue
+from mqfs.store.format.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
 from tests.store_helpers import file_hashes, small_config
 
 STORE_TS = 1_700_000_000_000

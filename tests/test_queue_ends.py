@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from fusefs.model import Model
-from fusefs.status import status
-from store import Message, MessageStore
-from store.integrity.verify import verify_store
+from mqfs.fusefs.model import Model
+from mqfs.fusefs.status import status
+from mqfs.store import Message, MessageStore
+from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import killed_writer, small_config
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"queueEnds\.log", r"has a directory the record")
@@ -30,7 +30,7 @@ TOPICS = 30  # x 4 queues, 3 messages each, flushed
 #   flush      a checkpoint
 _WRITER = """
 import os, sys
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.store_helpers import small_config
 root, steps = sys.argv[1], sys.argv[2:]
 s = MessageStore(root, small_config(flush_cq_interval_ms=3_600_000)).open()
@@ -139,7 +139,7 @@ def test_a_queue_directory_the_record_does_not_name_is_found_before_a_put(tmp_pa
     root = str(tmp_path / "s")
     _killed(root, "flush")
     # drop t5/1 from the record: rewrite the file with a base that does not name it
-    from store.meta import queue_ends
+    from mqfs.store.meta import queue_ends
     found, _ = queue_ends.replay(root, 1 << 62)
     assert found is not None and ("t5", 1) in found.ends
     del found.ends[("t5", 1)]
@@ -210,7 +210,7 @@ def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
     """Each checkpoint appends the queues that changed; past max(1 MiB, its base) of deltas
     the file is rewritten as one base, so it stays bounded whatever the number of
     checkpoints, and its chain names every queue's count as of the last one."""
-    from store.meta import queue_ends
+    from mqfs.store.meta import queue_ends
     root = str(tmp_path / "s")
     sizes = []
     with MessageStore(root, small_config(flush_cq_interval_ms=3_600_000,
@@ -229,7 +229,7 @@ def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
 
 _ENOSPC = """
 import os, sys
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.store_helpers import small_config
 s = MessageStore(sys.argv[1], small_config(flush_cq_interval_ms=3_600_000)).open()
 s.put_batch([Message.create(f"t{t}", b"%d/%d/%d" % (t, q, i), queue_id=q)

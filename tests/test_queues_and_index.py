@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
-from store.files.index_file import IndexFile
-from store.files.index_service import IndexService
-from store.format import layout
-from store.format.columns import KeySpans
-from store.format.flavor import ROCKETMQ, XXHASH
+from mqfs.store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
+from mqfs.store.files.index_file import IndexFile
+from mqfs.store.files.index_service import IndexService
+from mqfs.store.format import layout
+from mqfs.store.format.columns import KeySpans
+from mqfs.store.format.flavor import ROCKETMQ, XXHASH
 from tests.store_helpers import file_hashes, files_in, random_messages, small_config
 
 

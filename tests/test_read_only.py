@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from store import Message, MessageStore, ReadOnlyStore, StoreConfig, StoreError
+from mqfs.store import Message, MessageStore, ReadOnlyStore, StoreConfig, StoreError
 from tests.store_helpers import file_hashes, small_config
 
 
@@ -95,7 +95,7 @@ def test_info_and_verify_change_no_byte_and_create_no_file(tmp_path, command, cr
         s._lock_file.release()  # the kernel drops a killed owner's locks
         (root / "abort").write_text("99999")
     before = file_hashes(root)
-    proc = subprocess.run([sys.executable, "-m", "fusefs", command, str(root)],
+    proc = subprocess.run([sys.executable, "-m", "mqfs.fusefs", command, str(root)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert file_hashes(root) == before
@@ -112,7 +112,7 @@ def test_info_output_reads_as_english(tmp_path):
     with MessageStore(str(root), small_config()) as s:
         s.create_topic("empty", 1)
         s.put(Message.create("one", b"x"))
-    out = subprocess.run([sys.executable, "-m", "fusefs", "info", str(root)],
+    out = subprocess.run([sys.executable, "-m", "mqfs.fusefs", "info", str(root)],
                          capture_output=True, text=True, timeout=60).stdout
     assert "consumequeue 1 file," in out
     assert "  one/0: offsets 0..0 (1 message)" in out

@@ -1,4 +1,4 @@
-"""store.offline.rebuild without Spark: files written from a store's records open as they were
+"""mqfs.store.offline.rebuild without Spark: files written from a store's records open as they were
 written, and the dispatch state it leaves lets the first open notice a rebuilt file that went
 missing before it."""
 
@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from store import MessageStore, StoredMessage
-from store.format.message import PROPERTY_UNIQ_KEY
-from store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
-from store.offline.views import store_layout
+from mqfs.store import MessageStore, StoredMessage
+from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
+from mqfs.store.offline.views import store_layout
 from tests.store_helpers import random_messages, small_config
 
 N = 300

@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 
-from store import CorruptionError, Message, MessageStore
-from store.files.mapped_file import MappedFile
-from store.format import codec, layout
-from store.format.flavor import flavor_named
-from store.integrity import salvage
+from mqfs.store import CorruptionError, Message, MessageStore
+from mqfs.store.files.mapped_file import MappedFile
+from mqfs.store.format import codec, layout
+from mqfs.store.format.flavor import flavor_named
+from mqfs.store.integrity import salvage
 from tests.store_helpers import small_config
 
 SIZE = 64 << 20  # a CommitLog file with a tail of megabytes after a few records

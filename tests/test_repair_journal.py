@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from store import CorruptionError, Message, MessageStore, StoreError
-from store.integrity.repair_journal import NAME
-from store.integrity.verify import verify_store
-from store.repair import apply_repair, plan_repair
+from mqfs.store import CorruptionError, Message, MessageStore, StoreError
+from mqfs.store.integrity.repair_journal import NAME
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash_repair import run_repair
 from tests.crash_tiers import RECOVERY_LOGS
 from tests.fs_helpers import MQFS

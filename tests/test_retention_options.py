@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from fusefs.options import parse_options
-from store import Message, MessageStore
-from store.meta.retention import recorded_min_offset
+from mqfs.fusefs.options import parse_options
+from mqfs.store import Message, MessageStore
+from mqfs.store.meta.retention import recorded_min_offset
 from tests.store_helpers import files_in, small_config
 
 

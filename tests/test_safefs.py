@@ -1,4 +1,4 @@
-"""store.files.safefs, with the kernel's openat2 and with the walk one directory at a time it
+"""mqfs.store.files.safefs, with the kernel's openat2 and with the walk one directory at a time it
 falls back to: a link anywhere, a FIFO, or a directory others can write is refused."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from store import UntrustedStore
-from store.files import safefs
+from mqfs.store import UntrustedStore
+from mqfs.store.files import safefs
 
 
 @pytest.fixture(params=["openat2", "walk"])

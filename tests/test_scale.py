@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from store import CorruptionError, Message, MessageStore, NotFound
-from store.files.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
-from store.integrity.verify import verify_store
-from store.repair import apply_repair, plan_repair
+from mqfs.store import CorruptionError, Message, MessageStore, NotFound
+from mqfs.store.files.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.fs_helpers import mounted, needs_fuse
 from tests.store_helpers import file_hashes, small_config
 
@@ -162,7 +162,7 @@ def _fds() -> int:
 
 
 def test_queues_hold_no_descriptor_take_64_kib_and_stay_mapped_within_the_limit(tmp_path, monkeypatch):
-    from store.files import lazy_mapped_file
+    from mqfs.store.files import lazy_mapped_file
 
     monkeypatch.setattr(lazy_mapped_file, "MAX_MAPPED", 50)
     root = str(tmp_path / "s")
@@ -262,7 +262,7 @@ def test_a_mount_scrubs_in_the_background_and_shows_it_in_status_json(tmp_path):
 
 
 def test_a_clean_open_checks_the_tail_of_the_last_file_not_all_of_it(tmp_path, monkeypatch):
-    from store.integrity import recovery
+    from mqfs.store.integrity import recovery
 
     monkeypatch.setattr(recovery, "_TAIL", 64 << 10)
     root = str(tmp_path / "s")

@@ -17,13 +17,13 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.types import StructType  # noqa: E402
 
-from pipeline.options import read_options  # noqa: E402
-from pipeline.scan import DamagedRecord  # noqa: E402
-from pipeline.schema import MESSAGE_SCHEMA  # noqa: E402
-from pipeline.source import TASK_BYTES, MqfsDataSource, MqfsReader, RangePartition, group_ranges  # noqa: E402
-from store import Message, MessageStore, StoreConfig  # noqa: E402
-from store.errors import StoreError  # noqa: E402
-from store.offline.views import commitlog_files, store_layout  # noqa: E402
+from mqfs.pipeline.options import read_options  # noqa: E402
+from mqfs.pipeline.scan import DamagedRecord  # noqa: E402
+from mqfs.pipeline.schema import MESSAGE_SCHEMA  # noqa: E402
+from mqfs.pipeline.source import TASK_BYTES, MqfsDataSource, MqfsReader, RangePartition, group_ranges  # noqa: E402
+from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
+from mqfs.store.errors import StoreError  # noqa: E402
+from mqfs.store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.spark_helpers import message_row, small_store_config  # noqa: E402
 
 HEADER_COLUMNS = ("topic,queue_id,queue_offset,commitlog_offset,size",

@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 
-from store import Message, MessageStore
-from store.files.index_file import IndexFile
-from store.files.time_search import search_time
-from store.integrity.verify import verify_store
-from store.offline.views import offset_by_time as offline_offset_by_time
-from store.offline.views import store_layout
-from store.repair import plan_repair
+from mqfs.store import Message, MessageStore
+from mqfs.store.files.index_file import IndexFile
+from mqfs.store.files.time_search import search_time
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.offline.views import offset_by_time as offline_offset_by_time
+from mqfs.store.offline.views import store_layout
+from mqfs.store.repair import plan_repair
 from tests.crash_tiers import RECOVERY_LOGS, REPO
 from tests.fs_helpers import mounted, sh
 from tests.store_helpers import small_config
@@ -58,7 +58,7 @@ def test_a_clock_stepped_back_after_a_crash_does_not_turn_store_time_back(tmp_pa
     """Killed without a close, its checkpoint lost: recovery finds the newest time in the
     records it dispatches."""
     root = str(tmp_path / "s")
-    script = ("import os, sys\nfrom store import Message, MessageStore\n"
+    script = ("import os, sys\nfrom mqfs.store import Message, MessageStore\n"
               "from tests.store_helpers import small_config\n"
               "s = MessageStore(sys.argv[1], small_config()).open()\n"
               f"s.clock = lambda: {T1}\n"

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from store.files import quarantine
+from mqfs.store.files import quarantine
 from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse, sh
 
 USER = "mqfs-test"

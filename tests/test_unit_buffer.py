@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from store import Message, MessageStore
-from store.files import unit_flush
-from store.files.consume_queue import TAIL_MAX
+from mqfs.store import Message, MessageStore
+from mqfs.store.files import unit_flush
+from mqfs.store.files.consume_queue import TAIL_MAX
 from tests.crash_ext4 import Ext4Image, unavailable
 from tests.fs_helpers import mounted, mqfs, needs_fuse, sh
 from tests.store_helpers import killed_writer, small_config
@@ -82,7 +82,7 @@ def test_a_queue_and_all_queues_together_buffer_no_more_than_their_bounds(tmp_pa
 
 _WRITER = """
 import os, sys
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.store_helpers import small_config
 s = MessageStore(sys.argv[1], small_config(flush_cq_interval_ms=3_600_000)).open()
 s.put_batch([Message.create("early", b"e%d" % i) for i in range(10)])
@@ -128,7 +128,7 @@ def test_a_message_written_through_the_mount_is_read_at_once_and_durable_after_f
 
 _FULL_DISK_WRITER = """
 import errno, json, os, sys
-from store import Message, MessageStore
+from mqfs.store import Message, MessageStore
 from tests.store_helpers import small_config
 root, ballast = sys.argv[1], sys.argv[2]
 cfg = small_config(commitlog_file_size=1 << 20, consume_queue_units=1000, flush_cq_interval_ms=3_600_000)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import time
 
-from store.errors import InvalidMessage
-from store.meta.metadata import validate_group
+from mqfs.store.errors import InvalidMessage
+from mqfs.store.meta.metadata import validate_group
 
 from ..errors import FsError
 from ..inodes import (

@@ -7,8 +7,8 @@ import logging
 import os
 import time
 
-from store.errors import InvalidMessage
-from store.format.message import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
+from mqfs.store.errors import InvalidMessage
+from mqfs.store.format.message import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 
 from ..errors import FsError
 from ..inodes import (

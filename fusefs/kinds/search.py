@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterable
 
-from store import StoredMessage
+from mqfs.store import StoredMessage
 
 from ..errors import FsError
 from ..inodes import (

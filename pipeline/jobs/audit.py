@@ -24,11 +24,11 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store import StoreConfig
-from store.config import parse_delay_levels
-from store.files.dispatcher import TagsCodes, has_queue_dir
-from store.format.flavor import Flavor
-from store.format.layout import (
+from mqfs.store import StoreConfig
+from mqfs.store.config import parse_delay_levels
+from mqfs.store.files.dispatcher import TagsCodes, has_queue_dir
+from mqfs.store.format.flavor import Flavor
+from mqfs.store.format.layout import (
     IN_QUEUE_TYPES,
     MAGIC_POS,
     MIN_RECORD_SIZE,
@@ -38,8 +38,8 @@ from store.format.layout import (
     TRANSACTION_ROLLBACK,
     gather,
 )
-from store.format.message import PROPERTY_UNIQ_KEY
-from store.offline.views import (
+from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.offline.views import (
     UNIT_SIZE,
     QueueReader,
     StoreLayout,

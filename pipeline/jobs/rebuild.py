@@ -13,10 +13,10 @@ import os
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from store.format.layout import IN_QUEUE_TYPES, TRANSACTION_MASK
-from store.format.message import PROPERTY_UNIQ_KEY
-from store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
-from store.offline.views import commitlog_files, store_layout
+from mqfs.store.format.layout import IN_QUEUE_TYPES, TRANSACTION_MASK
+from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
+from mqfs.store.offline.views import commitlog_files, store_layout
 
 
 def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
