@@ -55,19 +55,25 @@ def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp
     assert build.returncode == 0, build.stderr
     (wheel,) = glob.glob(str(dist / "mqfs-*.whl"))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     (site,) = glob.glob(str(venv / "lib" / "python3*" / "site-packages"))
     python = str(venv / "bin" / "python")
-    # the wheel's own files go in by unpacking it (what pip does); its dependencies come from this
-    # venv's site-packages as a plain path entry, whose .pth files (our editable install) are not read
-    subprocess.run([sys.executable, "-m", "zipfile", "-e", wheel, site], check=True)
+    # the wheel alone, as pip installs it; its dependencies come from this venv's site-packages
+    # as a plain path entry (whose .pth files, our editable install among them, are not read)
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
     deps = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "numpy")))
     with open(os.path.join(site, "deps.pth"), "w") as f:
         f.write(deps + "\n")
-    top = sorted(n for n in os.listdir(site) if not n.endswith((".dist-info", ".pth")))
-    assert top == ["mqfs", "pyspark_mqfs"]
-    with open(glob.glob(os.path.join(site, "mqfs-*.dist-info", "top_level.txt"))[0]) as f:
-        assert f.read().split() in (["mqfs", "pyspark_mqfs"], ["pyspark_mqfs", "mqfs"])
+    ours = {d for d in os.listdir(site) if d.startswith("mqfs-") and d.endswith(".dist-info")}
+    with open(os.path.join(site, *ours, "RECORD")) as f:
+        installed = {line.split(",")[0].split("/")[0] for line in f if not line.startswith("../")}
+    assert installed - ours == {"mqfs", "pyspark_mqfs"}
+    with open(os.path.join(site, *ours, "top_level.txt")) as f:
+        assert sorted(f.read().split()) == ["mqfs", "pyspark_mqfs"]
+    version = subprocess.run([str(venv / "bin" / "mqfs"), "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("mqfs "), version.stderr
     assert _imports(python, "store").returncode != 0
     for module in ("mqfs.store", "mqfs.fusefs.cli", "mqfs.pipeline.source"):
         proc = _imports(python, module)
