@@ -15,6 +15,7 @@ from .errors import (
                      StoreError,
                      StoreFormatError,
                      StoreLocked,
+                     UnsupportedFeature,
                      UntrustedStore,
 )
 from .format.message import Message, StoredMessage
@@ -24,5 +25,5 @@ __all__ = [
     "CodecError", "CorruptionError", "FlushTimeout", "InvalidConfig", "InvalidMessage", "Message",
     "MessageStore", "NotFound", "PutResult", "ReadOnlyStore", "StoreConfig", "StoreError",
     "StoreFormatError",
-    "StoreLocked", "StoredMessage", "UntrustedStore",
+    "StoreLocked", "StoredMessage", "UnsupportedFeature", "UntrustedStore",
 ]

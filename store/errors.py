@@ -44,3 +44,8 @@ class ReadOnlyStore(StoreError):
 class UntrustedStore(StoreError):
     """A store another user could turn against this process: a symbolic link inside it, or a
     file or directory owned by another user or writable by group or others."""
+
+
+class UnsupportedFeature(StoreError):
+    """A read-write open of a store using a RocketMQ feature that writing would break
+    (store/meta/features.py); a read-only open serves it."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
-from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError
+from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError, UnsupportedFeature
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
@@ -49,6 +49,7 @@ from .integrity.read_only_open import open_read_only
 from .integrity.recovery import RecoveryReport, StoreParts, recover, tail_record
 from .integrity.scrub import Scrub, damaged_index_files
 from .meta import dispatch_state, kept_ends, queue_cuts, queue_ends
+from .meta.features import recognise
 from .meta.manifest import inspect, is_store, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .meta.retention import Retention, record_min_offset
@@ -109,6 +110,10 @@ class MessageStore(StoreReads):
         if fresh:
             safefs.makedirs(self.root)
         safefs.check_store(self.root)  # before a byte is read or written
+        self.features = recognise(self.root)  # what of the store is the broker's alone
+        refusal = None if read_only or fresh else self.features.refusal()
+        if refusal is not None:
+            raise UnsupportedFeature(refusal)
         repair_ends = repair_journal.finish_files_before_open(self.root, read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
