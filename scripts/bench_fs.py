@@ -15,6 +15,7 @@ import argparse
 import errno
 import os
 import random
+import resource
 import shutil
 import stat
 import string
@@ -191,8 +192,65 @@ def timed(script: str, cwd: str) -> float:
     return time.perf_counter() - start
 
 
-def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str) -> dict:
-    """base maps a directory role (small, large, big, w) to its path on one filesystem."""
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system, every thread) a process has used so far: 0 without one."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed_cpu(script: str, cwd: str, daemon: int | None, count: int) -> tuple[float, float, float]:
+    """(messages/s, daemon CPU us/message, writer CPU us/message) of a writing workload: the
+    CPU figures hold on a busy machine, where the wall clock mostly measures the others."""
+    d0, c0 = process_cpu(daemon), children_cpu()
+    rate = count / timed(script, cwd)
+    return (rate, (process_cpu(daemon) - d0) / count * 1e6, (children_cpu() - c0) / count * 1e6)
+
+
+def mqfs_daemon(mountpoint: str) -> int:
+    """The pid of the mqfs daemon serving a mount point (the mount command forks it)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"mqfs.fusefs" in args and mountpoint.encode() in args:
+            return int(pid)
+    raise SystemExit(f"bench: no mqfs daemon serves {mountpoint}")
+
+
+def put_batch_in_process(work: str, jsonl_file: str) -> tuple[float, float]:
+    """(messages/s, CPU us/message) of the store's own put_batch of the JSON lines, decoded
+    in this process in the chunks cat writes (1 MiB): what append.jsonl adds to it is the mount."""
+    from mqfs.fusefs.writers import read_lines
+    from mqfs.store import MessageStore
+
+    data = open(jsonl_file, "rb").read()
+    with MessageStore(f"{work}/inproc") as s:
+        s.create_topic("w", 1)
+        start, cpu, count, pos = time.perf_counter(), time.process_time(), 0, 0
+        while pos < len(data):
+            end = data.rfind(b"\n", pos, pos + (1 << 20)) + 1 or len(data)
+            msgs = read_lines(data[pos:end], "w", 0, 4 << 20) or []
+            s.put_batch(msgs)
+            count, pos = count + len(msgs), end
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    shutil.rmtree(f"{work}/inproc", ignore_errors=True)
+    return count / wall, cpu / count * 1e6
+
+
+def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str,
+                  daemon: int | None = None) -> dict:
+    """base maps a directory role (small, large, big, w) to its path on one filesystem;
+    daemon: the pid of the process serving it (None for the native filesystem)."""
     res = {}
     res["cat"] = n["small"] / timed(f"seq 0 {n['small'] - 1} | xargs cat > /dev/null", base["small"])
     res["read"] = n["large"] * LARGE / 1e6 / timed(f"seq 0 {n['large'] - 1} | xargs cat > /dev/null",
@@ -207,9 +265,11 @@ def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str) -> d
     listed = subprocess.run(["ls", "-laU", base["big"]], check=True, capture_output=True).stdout
     res["ls_l"] = (listed.count(b"\n") - 1) / (time.perf_counter() - start)
     shell_target = base["append"]
-    res["shell"] = n["shell"] / timed(
-        f'for i in $(seq {n["shell"]}); do echo "message $i" > {shell_target}; done', base["w"])
-    res["jsonl"] = n["jsonl"] / timed(f"cat {jsonl_file} > {base['jsonl']}", base["w"])
+    res["shell"], res["shell_daemon"], res["shell_client"] = timed_cpu(
+        f'for i in $(seq {n["shell"]}); do echo "message $i" > {shell_target}; done', base["w"],
+        daemon, n["shell"])
+    res["jsonl"], res["jsonl_daemon"], res["jsonl_client"] = timed_cpu(
+        f"cat {jsonl_file} > {base['jsonl']}", base["w"], daemon, n["jsonl"])
     return res
 
 
@@ -249,15 +309,17 @@ def main() -> int:
         results["trivial"] = run_workloads(
             {"small": f"{triv}/small", "large": f"{triv}/large", "big": f"{triv}/big",
              "w": f"{triv}/w", "append": f"{triv}/w/append", "jsonl": f"{triv}/w/append.jsonl"},
-            n, jsonl_file)
+            n, jsonl_file, trivial_proc.pid)
         subprocess.run([*mqfs, "mount", mq_store, mq_mnt], check=True)
         q = lambda t: f"{mq_mnt}/topics/{t}/0"  # noqa: E731
         results["mqfs"] = run_workloads(
             {"small": q("small"), "large": q("large"), "big": q("big"), "w": q("w"),
-             "append": f"{q('w')}/append", "jsonl": f"{q('w')}/append.jsonl"}, n, jsonl_file)
+             "append": f"{q('w')}/append", "jsonl": f"{q('w')}/append.jsonl"}, n, jsonl_file,
+            mqfs_daemon(mq_mnt))
         results["native"] = run_workloads(
             {"small": f"{native}/small", "large": f"{native}/large", "big": f"{native}/big",
              "w": f"{native}/w", "append": '"$i"', "jsonl": f"{native}/w/lines"}, n, jsonl_file)
+        inproc_rate, inproc_cpu = put_batch_in_process(work, jsonl_file)
     finally:
         if os.path.ismount(mq_mnt):
             subprocess.run([*mqfs, "umount", mq_mnt])
@@ -279,7 +341,21 @@ def main() -> int:
         m, nat, tr = (results[fs][key] for fs in ("mqfs", "native", "trivial"))
         print(f"{label:<48}{unit:>10}{m:>12,.0f}{nat:>12,.0f}{tr:>12,.0f}"
               f"{m / nat:>13.2f}{m / tr:>14.2f}")
-    m = results["mqfs"]
+    m, tr = results["mqfs"], results["trivial"]
+    print(f"\nCPU per message of the writing workloads (us; daemon = the process serving the "
+          f"mount, writer = the shell or cat)\n{'workload':<48}{'mqfs':>12}{'trivial':>12}"
+          f"{'trivial/mqfs':>14}")
+    for key, label in (("shell", "shell appends"), ("jsonl", "JSON lines via cat")):
+        for side in ("daemon", "client"):
+            a, b = m[f"{key}_{side}"], tr[f"{key}_{side}"]
+            who = "daemon" if side == "daemon" else "writer"
+            print(f"{label + ', ' + who:<48}{a:>12,.1f}{b:>12,.1f}{b / a if a else float('nan'):>14.2f}")
+    label = f"{n['jsonl']} JSON lines, mount vs in-process put_batch"
+    print(f"\n{'':<48}{'mount':>12}{'put_batch':>12}{'mount/put_batch':>16}")
+    print(f"{label + ' (msgs/s)':<48}{m['jsonl']:>12,.0f}{inproc_rate:>12,.0f}"
+          f"{m['jsonl'] / inproc_rate:>16.2f}")
+    print(f"{label + ' (CPU us/msg)':<48}{m['jsonl_daemon']:>12,.1f}{inproc_cpu:>12,.1f}"
+          f"{inproc_cpu / m['jsonl_daemon'] if m['jsonl_daemon'] else float('nan'):>16.2f}")
     print(f"\nls -l on mqfs takes {m['ls'] / m['ls_l']:.2f}x the time of ls "
           f"(trivial: {results['trivial']['ls'] / results['trivial']['ls_l']:.2f}x)")
     print("native = plain files on the filesystem under the work directory (shell appends "

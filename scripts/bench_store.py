@@ -66,6 +66,26 @@ def row(label: str, value: float, unit: str, base_label: str, base: float) -> No
     print(f"  {label:<44} {value:>13,.0f} {unit:<8} {base_label:<30} {base:>13,.0f}  x{ratio:.2f}")
 
 
+class Timed:
+    """Wall and CPU time of a block: the process's CPU (every thread: flush services too),
+    which a busy machine stretches far less than the wall clock."""
+
+    def __enter__(self) -> Timed:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def row_cpu(label: str, n: int, ours: Timed, base_label: str, base: Timed) -> None:
+    """CPU microseconds per message, ours beside the baseline's; ratio: how many of ours
+    one CPU second does per one of the baseline's (higher is better, as in `row`)."""
+    a, b = ours.cpu / n * 1e6, base.cpu / n * 1e6
+    print(f"  {label + ' (CPU)':<44} {a:>13,.2f} {'us/msg':<8} {base_label:<30} {b:>13,.2f}"
+          f"  x{b / a if a else float('nan'):.2f}")
+
+
 def row_latency(label: str, ours: list[float], base_label: str, theirs: list[float]) -> None:
     def pct(xs: list[float], p: float) -> float:
         return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))] * 1e6
@@ -84,85 +104,86 @@ def sqlite_db(path: str, synchronous: str = "NORMAL") -> sqlite3.Connection:
     return db
 
 
-def sqlite_bulk_insert(db: sqlite3.Connection, msgs: list[Message]) -> float:
-    """Seconds to insert the messages with their queue offsets, 1000 per transaction."""
+def sqlite_bulk_insert(db: sqlite3.Connection, msgs: list[Message]) -> Timed:
+    """Time to insert the messages with their queue offsets, 1000 per transaction."""
     counters = [0] * QUEUES
     rows = []
     for m in msgs:
         rows.append((m.topic, m.queue_id, counters[m.queue_id], m.keys[0], m.body))
         counters[m.queue_id] += 1
-    t = time.perf_counter()
-    for i in range(0, len(rows), 1000):
-        db.execute("BEGIN")
-        db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)", rows[i:i + 1000])
-        db.execute("COMMIT")
-    return time.perf_counter() - t
+    with Timed() as t:
+        for i in range(0, len(rows), 1000):
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO msg VALUES (?,?,?,?,?)", rows[i:i + 1000])
+            db.execute("COMMIT")
+    return t
 
 
-def bench_appends(work: str, msgs: list[Message]) -> tuple[float, float]:
+def bench_appends(work: str, msgs: list[Message]) -> tuple[Timed, Timed]:
     """CommitLog-only appends vs file.write of the same bytes vs SQLite inserts."""
     n = len(msgs)
     mb = sum(len(m.body) for m in msgs) / 1e6
     enc = Encoder(XXHASH, ("127.0.0.1", 10911), 4 << 20)
     cl = CommitLog(os.path.join(work, "cl"), 1 << 30, XXHASH)
     cl.load()
-    t = time.perf_counter()
-    for i, m in enumerate(msgs):
-        rec, pos = enc.encode(m)
-        cl.append(rec, pos, i, 0)
-    ours = time.perf_counter() - t
+    with Timed() as ours:
+        for i, m in enumerate(msgs):
+            rec, pos = enc.encode(m)
+            cl.append(rec, pos, i, 0)
     cl.close()
     pre = [bytes(enc.encode(m)[0]) for m in msgs]
-    t = time.perf_counter()
-    with open(os.path.join(work, "plain"), "wb") as f:
+    with Timed() as plain, open(os.path.join(work, "plain"), "wb") as f:
         for rec in pre:
             f.write(rec)
-    plain = time.perf_counter() - t
     db = sqlite_db(os.path.join(work, "append.db"))
     lite = sqlite_bulk_insert(db, msgs)
     db.close()
     print(f"CommitLog appends, {n:,} x 1 KiB messages with one key")
-    row("mqfs CommitLog append (encode + append)", n / ours, "msg/s", "plain file.write", n / plain)
-    row("mqfs CommitLog append", mb / ours, "MB/s", "plain file.write", mb / plain)
-    row("mqfs CommitLog append", n / ours, "msg/s", "SQLite WAL insert (1k/txn)", n / lite)
-    return n / ours, n / plain
+    row("mqfs CommitLog append (encode + append)", n / ours.wall, "msg/s", "plain file.write", n / plain.wall)
+    row_cpu("mqfs CommitLog append (encode + append)", n, ours, "plain file.write", plain)
+    row("mqfs CommitLog append", mb / ours.wall, "MB/s", "plain file.write", mb / plain.wall)
+    row("mqfs CommitLog append", n / ours.wall, "msg/s", "SQLite WAL insert (1k/txn)", n / lite.wall)
+    return ours, plain
 
 
-def bench_put_batch(work: str, msgs: list[Message], plain_rate: float) -> None:
+def bench_put_batch(work: str, msgs: list[Message], plain: Timed, plain_n: int) -> None:
     """put_batch(1000) vs file.write of the same records (the floor of any append) and SQLite."""
     n = len(msgs)
-    with MessageStore(os.path.join(work, "batch"), StoreConfig()) as s:
-        t = time.perf_counter()
+    with MessageStore(os.path.join(work, "batch"), StoreConfig()) as s, Timed() as ours:
         for i in range(0, n, 1000):
             s.put_batch(msgs[i:i + 1000])
-        ours = time.perf_counter() - t
     db = sqlite_db(os.path.join(work, "batch.db"))
     db.execute("CREATE INDEX IF NOT EXISTS k ON msg(key)")
     lite = sqlite_bulk_insert(db, msgs)
     db.close()
     lm = lmdb_bulk_insert(os.path.join(work, "batch.lmdb"), msgs)
+    per_plain = Timed()  # the plain write's times scaled to this many messages
+    per_plain.wall, per_plain.cpu = plain.wall * n / plain_n, plain.cpu * n / plain_n
+    label = "mqfs MessageStore.put_batch(1000)"
     print(f"Batched puts, put_batch(1000), {n:,} x 1 KiB, one key")
-    row("mqfs MessageStore.put_batch(1000)", n / ours, "msg/s", "plain file.write", plain_rate)
-    row("mqfs MessageStore.put_batch(1000)", n / ours, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite)
-    row("mqfs MessageStore.put_batch(1000)", n / ours, "msg/s", "LMDB, key index, 1k/txn", n / lm)
+    row(label, n / ours.wall, "msg/s", "plain file.write", n / per_plain.wall)
+    row_cpu(label, n, ours, "plain file.write", per_plain)
+    row(label, n / ours.wall, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite.wall)
+    row_cpu(label, n, ours, "SQLite WAL, 2 indexes, 1k/txn", lite)
+    row(label, n / ours.wall, "msg/s", "LMDB, key index, 1k/txn", n / lm)
 
 
-def bench_puts(work: str, msgs: list[Message], cl_rate: float) -> str:
+def bench_puts(work: str, msgs: list[Message], cl: Timed, cl_n: int) -> str:
     """Full puts (CommitLog + ConsumeQueue + IndexFile) vs SQLite with both indexes."""
     n = len(msgs)
     root = os.path.join(work, "store")
-    with MessageStore(root, StoreConfig()) as s:
-        t = time.perf_counter()
+    with MessageStore(root, StoreConfig()) as s, Timed() as ours:
         for m in msgs:
             s.put(m)
-        ours = time.perf_counter() - t
     db = sqlite_db(os.path.join(work, "put.db"))
     db.execute("CREATE INDEX IF NOT EXISTS k ON msg(key)")
     lite = sqlite_bulk_insert(db, msgs)
     db.close()
+    label = "mqfs MessageStore.put (one at a time)"
     print(f"Puts with ConsumeQueue and IndexFile dispatch, {n:,} x 1 KiB, one key")
-    row("mqfs MessageStore.put (one at a time)", n / ours, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite)
-    row("mqfs MessageStore.put", n / ours, "msg/s", "mqfs CommitLog-only append", cl_rate)
+    row(label, n / ours.wall, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite.wall)
+    row_cpu(label, n, ours, "SQLite WAL, 2 indexes, 1k/txn", lite)
+    row("mqfs MessageStore.put", n / ours.wall, "msg/s", "mqfs CommitLog-only append", cl_n / cl.wall)
     return root
 
 
@@ -211,13 +232,17 @@ def bench_sync_puts(work: str, body: bytes, seconds: float, rounds: int = 3) -> 
             groups.append(group)
             lite.append(sqlite_full_inserts(os.path.join(work, f"sync{threads}-{r}.db"), threads,
                                             seconds, body))
-        row(f"mqfs sync put, {threads} threads, {statistics.median(groups):.1f}/sync",
-            statistics.median(ours), "msg/s", "SQLite WAL synchronous=FULL",
-            statistics.median(lite))
+        label = f"mqfs sync put, {threads} threads, {statistics.median(groups):.1f}/sync"
+        row(label, statistics.median(r for r, _ in ours), "msg/s", "SQLite WAL synchronous=FULL",
+            statistics.median(r for r, _ in lite))
+        a, b = statistics.median(c for _, c in ours), statistics.median(c for _, c in lite)
+        print(f"  {label + ' (CPU)':<44} {a:>13,.2f} {'us/msg':<8} {'SQLite WAL synchronous=FULL':<30}"
+              f" {b:>13,.2f}  x{b / a if a else float('nan'):.2f}")
 
 
-def sync_puts(root: str, threads: int, seconds: float, body: bytes) -> tuple[float, float]:
-    """Puts per second, and puts per disk sync."""
+def sync_puts(root: str, threads: int, seconds: float, body: bytes
+              ) -> tuple[tuple[float, float], float]:
+    """(puts per second, CPU us per put), and puts per disk sync."""
     with MessageStore(root, StoreConfig(flush_mode="sync", commitlog_file_size=256 << 20)) as s:
         rate = _threaded(threads, seconds, lambda i, j: s.put(
             Message.create(TOPIC, body, queue_id=i % QUEUES, keys=[f"k{i}-{j}"])))
@@ -227,7 +252,7 @@ def sync_puts(root: str, threads: int, seconds: float, body: bytes) -> tuple[flo
     return rate, puts / max(syncs, 1)
 
 
-def sqlite_full_inserts(path: str, threads: int, seconds: float, body: bytes) -> float:
+def sqlite_full_inserts(path: str, threads: int, seconds: float, body: bytes) -> tuple[float, float]:
     sqlite_db(path, "FULL").close()
     conns = [sqlite_db(path, "FULL") for _ in range(threads)]
     for c in conns:
@@ -239,7 +264,8 @@ def sqlite_full_inserts(path: str, threads: int, seconds: float, body: bytes) ->
     return rate
 
 
-def _threaded(threads: int, seconds: float, op) -> float:
+def _threaded(threads: int, seconds: float, op) -> tuple[float, float]:
+    """(ops per second, CPU us per op) of `threads` threads running op for `seconds`."""
     counts = [0] * threads
     stop = time.monotonic() + seconds
 
@@ -251,12 +277,13 @@ def _threaded(threads: int, seconds: float, op) -> float:
         counts[i] = j
 
     ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    t = time.perf_counter()
-    for th in ts:
-        th.start()
-    for th in ts:
-        th.join()
-    return sum(counts) / (time.perf_counter() - t)
+    with Timed() as t:
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+    done = max(sum(counts), 1)
+    return done / t.wall, t.cpu / done * 1e6
 
 
 def bench_recovery(root: str) -> None:
@@ -367,9 +394,10 @@ def main() -> int:
         msgs = messages(n, rng)
         print(f"mqfs store benchmark ({'quick' if args.quick else 'full'}), Python {sys.version.split()[0]}, "
               f"{os.cpu_count()} CPUs; columns: ours, baseline, ratio ours/baseline\n")
-        rate, plain = bench_appends(work, msgs[: min(n, 200_000)])
-        root = bench_puts(work, msgs, rate)
-        bench_put_batch(work, msgs, plain)
+        cl_n = min(n, 200_000)
+        cl, plain = bench_appends(work, msgs[:cl_n])
+        root = bench_puts(work, msgs, cl, cl_n)
+        bench_put_batch(work, msgs, plain, cl_n)
         bench_reads(root, work, n, 2_000 if args.quick else 20_000)
         bench_sync_puts(work, body, 2 if args.quick else 5)
         bench_recovery(root)

@@ -414,8 +414,10 @@ class MessageStore(StoreReads):
         than as many puts."""
         self._writable()
         msgs = list(messages)
-        if not msgs:
-            return []
+        if len(msgs) <= 1:
+            # one message: put's path writes the same bytes for ~1/30 of the batch path's
+            # fixed cost (an `append` close through the mount is exactly this)
+            return [self.put(msgs[0])] if msgs else []
         batch = self.encoder.encode_batch(msgs)
         encoded = None if batch is not None else [self.encoder.encode(m) for m in msgs]
         sizes = batch.sizes if batch is not None else [len(rec) for rec, _ in encoded or ()]
