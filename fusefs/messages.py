@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from mqfs.store import MessageStore, StoredMessage
 from mqfs.store.errors import NotFound, StoreError
+from mqfs.store.format.compression import compression_of
 from mqfs.store.format.layout import host_text
 
 from .errors import FsError
@@ -185,13 +186,35 @@ MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
     b"user.properties": lambda m: json.dumps(m.stored_properties, sort_keys=True, ensure_ascii=False),
     b"user.keys": lambda m: " ".join(m.keys) or None,
     b"user.tags": lambda m: m.tags or None,
+    b"user.compression": lambda m: compression_of(m.sys_flag),  # lz4, zstd, zlib: cat inflates
+    b"user.stored_size": lambda m: len(m.stored_body) if compression_of(m.sys_flag) else None,
 }
 
 
+XATTR_SIZE_MAX = 65536  # the kernel's limit on one xattr value
+
+
 def message_xattr(m: StoredMessage, name: bytes) -> bytes | None:
+    if name == STORED_BODY:
+        return stored_body(m)
     get = MESSAGE_XATTRS.get(name)
     value = None if get is None else get(m)
     return None if value is None else str(value).encode()
+
+
+STORED_BODY = b"user.stored_body"
+
+
+def stored_body(m: StoredMessage) -> bytes | None:
+    """A compressed message's body as stored (what its checksum covers): read by name only
+    (`getfattr -n user.stored_body`), never listed, so `getfattr -d` does not dump it;
+    E2BIG past the kernel's xattr limit (the store API's `stored_body` has it whole)."""
+    if not compression_of(m.sys_flag):
+        return None
+    if len(m.stored_body) > XATTR_SIZE_MAX:
+        raise FsError(errno.E2BIG, f"the stored body is {len(m.stored_body)} bytes, more than an "
+                                   f"xattr holds ({XATTR_SIZE_MAX})")
+    return bytes(m.stored_body)
 
 
 def message_xattrs(m: StoredMessage) -> dict[bytes, bytes]:

@@ -22,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mqfs.store.errors import CodecError
+from mqfs.store.errors import CodecError, CorruptionError
 from mqfs.store.format.columns import fillers
+from mqfs.store.format.compression import COMPRESSED_FLAG, inflate
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import (
     BORN_HOST_POS,
@@ -254,12 +255,32 @@ class FileBatcher:
             if failed.any():
                 self._reject(starts, sel[failed], "checksum mismatch")
                 keep[sel[failed]] = False
+        if columns is None or "body" in columns:
+            self._inflate(starts, f, keep)
         if not keep.all():
             if not keep.any():
                 return None
             starts = starts[keep]
             f = {k: v[keep] for k, v in f.items()}
         return self._columns(starts, f, columns)
+
+    def _inflate(self, starts: np.ndarray, f: dict[str, np.ndarray], keep: np.ndarray) -> None:
+        """The bodies a consumer gets for the kept records whose producer compressed them, in
+        f["inflated"] (None for the others); a body that does not inflate is a damaged
+        record (fails the read, or is skipped and counted)."""
+        packed = np.flatnonzero(keep & (f["sys_flag"] & COMPRESSED_FLAG != 0))
+        if not packed.size:
+            return
+        inflated = np.full(len(starts), None, dtype=object)
+        for i, pos, n, flag in zip(packed.tolist(), f["body_pos"][packed].tolist(),
+                                   f["body_len"][packed].tolist(), f["sys_flag"][packed].tolist()):
+            offset = self.file_from + int(starts[i])
+            try:
+                inflated[i] = inflate(self.mv[pos:pos + n], flag, offset)
+            except CorruptionError as exc:
+                self.checks.reject(offset, self.file_from, str(exc))
+                keep[i] = False
+        f["inflated"] = inflated
 
     def _columns(self, starts: np.ndarray, f: dict[str, np.ndarray],
                  wanted: frozenset[str] | None) -> pa.RecordBatch:
@@ -287,6 +308,10 @@ class FileBatcher:
             columns["msg_id"] = self._msg_ids(store_raw, store_inv, commitlog_offset, at, f["sh"])
         if want("body"):
             columns["body"] = self._bodies(f["body_pos"], f["body_len"])
+            if "inflated" in f:  # compressed bodies: the inflated ones take their rows
+                stored = columns["body"].to_pylist()
+                columns["body"] = pa.array([s if i is None else i for s, i in zip(stored, f["inflated"])],
+                                           pa.binary())
         plain = {
             "queue_id": lambda: pa.array(f["queue_id"].astype(np.int32)),
             "queue_offset": lambda: pa.array(f["queue_offset"].astype(np.int64)),

@@ -98,11 +98,17 @@ class StoreReads:
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(queue offsets, body lengths, store timestamps) of up to n messages from offset,
         read from ConsumeQueue units and record headers only: a listing of a million
-        messages must not decode a million records."""
+        messages must not decode a million records (a compressed one is inflated for its
+        size)."""
         units = self._cq(topic, queue_id).entries(max(offset, 0), n)
         first = max(offset, self._cq(topic, queue_id).min_offset)
         queue_offsets = np.arange(first, first + len(units), dtype=np.int64)
         lengths, stamps = self.commitlog.body_sizes_and_times(units["offset"].astype(np.int64))
+        for i in np.flatnonzero(lengths < 0).tolist():  # compressed: the size a consumer gets
+            try:
+                lengths[i] = len(self.commitlog.read(int(units["offset"][i]), check_crc=True).body)
+            except (CorruptionError, NotFound):
+                lengths[i] = 0  # damaged: reading it answers the error
         return queue_offsets, lengths, stamps
 
     def min_offset(self, topic: str, queue_id: int) -> int:

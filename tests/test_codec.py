@@ -179,7 +179,7 @@ def test_encode_decode_round_trip(msg, flavor, store_host, qoff, commitlog_offse
         codec.seal(rec, flavor)
     m = codec.decode(bytes(rec), 0, flavor)
     assert m.total_size == len(rec)
-    assert (m.topic, bytes(m.body), m.queue_id, m.properties, m.flag) == (
+    assert (m.topic, bytes(m.stored_body), m.queue_id, m.properties, m.flag) == (
         msg.topic, msg.body, msg.queue_id, msg.properties, msg.flag)
     assert (m.queue_offset, m.commitlog_offset, m.store_timestamp) == (qoff, commitlog_offset, ts)
     assert (m.born_timestamp, m.born_host, m.store_host) == (msg.born_timestamp, msg.born_host, store_host)

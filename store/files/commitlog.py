@@ -15,6 +15,7 @@ import numpy as np
 from ..crash_points import ARMED, crash_point
 from ..errors import CodecError, CorruptionError, InvalidMessage, NotFound
 from ..format import codec, columns, layout
+from ..format.compression import COMPRESSED_FLAG
 from ..format.flavor import Flavor
 from ..format.layout import END_FILE_MIN_BLANK, MAGIC_BLANK
 from ..format.message import StoredMessage
@@ -109,7 +110,8 @@ class CommitLog:
 
     def body_sizes_and_times(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """BODYLEN and STORETIMESTAMP of the records at these offsets, gathered with numpy
-        from the record headers (no decode, no checksum): what a directory listing needs."""
+        from the record headers (no decode, no checksum): what a directory listing needs.
+        A compressed body's length is -1: only inflating it tells its size."""
         lengths = np.zeros(len(offsets), dtype=np.int64)
         stamps = np.zeros(len(offsets), dtype=np.int64)
         if not len(offsets):
@@ -125,7 +127,8 @@ class CommitLog:
             sys_flag = layout.gather(raw, pos + layout.SYSFLAG_POS, ">i4").astype(np.int64)
             bh, sh = layout.born_host_len(sys_flag), layout.store_host_len(sys_flag)
             stamps[sel] = layout.gather(raw, pos + layout.store_timestamp_pos(bh), ">i8")
-            lengths[sel] = layout.gather(raw, pos + layout.body_len_pos(bh, sh), ">i4")
+            lengths[sel] = np.where(sys_flag & COMPRESSED_FLAG, -1,
+                                    layout.gather(raw, pos + layout.body_len_pos(bh, sh), ">i4"))
         return lengths, stamps
 
     def units_match(self, offsets: np.ndarray, sizes: np.ndarray, topic: str, queue_id: int,

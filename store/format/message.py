@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import CodecError, InvalidMessage
+from .compression import COMPRESSED_FLAG, inflate
 from .layout import (
     decode_host,
 )
@@ -245,14 +246,14 @@ class StoredMessage(_WellKnownProperties):
 
     __slots__ = ("total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
                  "commitlog_offset", "sys_flag", "born_timestamp", "store_timestamp",
-                 "reconsume_times", "prepared_transaction_offset", "body", "topic",
-                 "born_host_raw", "store_host_raw", "_props_raw", "_props")
+                 "reconsume_times", "prepared_transaction_offset", "stored_body", "topic",
+                 "born_host_raw", "store_host_raw", "_props_raw", "_props", "_body")
 
     def __init__(self, total_size: int, magic: int, body_crc: int, queue_id: int, flag: int,
                  queue_offset: int, commitlog_offset: int, sys_flag: int, born_timestamp: int,
                  born_host_raw: bytes, store_timestamp: int, store_host_raw: bytes,
                  reconsume_times: int, prepared_transaction_offset: int,
-                 body: bytes | memoryview, topic: str, props_raw: bytes):
+                 stored_body: bytes | memoryview, topic: str, props_raw: bytes):
         self.total_size = total_size
         self.magic = magic
         self.body_crc = body_crc
@@ -267,14 +268,24 @@ class StoredMessage(_WellKnownProperties):
         self.store_host_raw = store_host_raw
         self.reconsume_times = reconsume_times
         self.prepared_transaction_offset = prepared_transaction_offset
-        self.body = body
+        self.stored_body = stored_body
         self.topic = topic
         self._props_raw = props_raw
         self._props: dict[str, str] | None = None
+        self._body: bytes | memoryview | None = None if sys_flag & COMPRESSED_FLAG else stored_body
 
     def __repr__(self) -> str:
         return (f"StoredMessage({self.topic}/{self.queue_id}/{self.queue_offset} "
-                f"@{self.commitlog_offset}, {len(self.body)} bytes)")
+                f"@{self.commitlog_offset}, {len(self.stored_body)} bytes stored)")
+
+    @property
+    def body(self) -> bytes | memoryview:
+        """The body a consumer gets: `stored_body` (what the record holds, what its checksums
+        cover) inflated when the producer compressed it (compression.inflate;
+        CorruptionError when it does not inflate)."""
+        if self._body is None:
+            self._body = inflate(self.stored_body, self.sys_flag, self.commitlog_offset)
+        return self._body
 
     @property
     def born_host(self) -> tuple[str, int]:

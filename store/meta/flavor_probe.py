@@ -87,7 +87,7 @@ def probe(root: str) -> Probe:
             result.with_trailer += codec.record_crc_of(raw, 0, len(raw)) is not None
             for flavor_name, flavor in FLAVORS.items():
                 try:
-                    codec.check_record(raw, 0, len(raw), msg.body, msg.body_crc, flavor)
+                    codec.check_record(raw, 0, len(raw), msg.stored_body, msg.body_crc, flavor)
                 except CodecError:
                     continue
                 result.matches[flavor_name] += 1

@@ -1,0 +1,62 @@
+"""RocketMQ 5 store layouts built the way a broker writes them, with our codec following
+RocketMQ's code: compressed bodies (the Java producer's compressors, DefaultMQProducerImpl
+compressing bodies over compressMsgBodyOverHowmuch), and the helpers that hash a store
+before and after a command. Each builder takes a MessageStore of broker_store()."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from mqfs.store import Message, MessageStore
+from mqfs.store.format.compression import compression_flags, deflate
+from tests.store_helpers import file_hashes, small_config
+
+COMPRESS_OVER = 4096  # the Java producer's default compressMsgBodyOverHowmuch
+
+
+def broker_store(root: str, writes) -> None:
+    """A store as a RocketMQ 5 broker leaves it: rocketmq flavor, no whole-record checksum,
+    no mqfs.json and no config/; `writes(store)` puts what the broker put."""
+    cfg = small_config(flavor="rocketmq", record_crc=False, index_slots=64, index_entries=256,
+                       commitlog_file_size=1 << 20)
+    with MessageStore(root, cfg) as s:
+        writes(s)
+    os.unlink(os.path.join(root, "mqfs.json"))
+    shutil.rmtree(os.path.join(root, "config"))
+
+
+def produced(topic: str, body: bytes, kind: str | None, queue_id: int = 0, **kw) -> Message:
+    """A message as a Java producer sends it: a body over COMPRESS_OVER compressed with `kind`
+    ('lz4', 'zstd', 'zlib', or '4.x' for zlib with no type bits) and SYSFLAG saying so."""
+    if kind is None or len(body) <= COMPRESS_OVER:
+        return Message.create(topic, body, queue_id=queue_id, **kw)
+    if kind == "4.x":
+        return Message.create(topic, deflate(body, "zlib"), queue_id=queue_id, sys_flag=0x1, **kw)
+    return Message.create(topic, deflate(body, kind), queue_id=queue_id, sys_flag=compression_flags(kind), **kw)
+
+
+def json_body(i: int, size: int = 20_000) -> bytes:
+    """A JSON document of about `size` bytes that compresses well, with a word grep can find."""
+    row = b'{"order": %d, "item": "widget-%d", "note": "needle-%d"},' % (i, i, i)
+    return b"[" + row * (size // len(row)) + b"{}]"
+
+
+COMPRESSIONS = ("lz4", "zstd", "zlib", "4.x")
+
+
+def compressed_workload(s: MessageStore) -> dict[tuple[str, int, int], bytes]:
+    """One queue per compression, small bodies left plain between compressed ones, keys and
+    tags on each; returns (topic, queue, offset) -> the body a consumer gets."""
+    served: dict[tuple[str, int, int], bytes] = {}
+    for q, kind in enumerate(COMPRESSIONS):
+        for i in range(4):
+            body = json_body(i) if i % 2 == 0 else b"small %d" % i
+            r = s.put(produced("Packed", body, kind, queue_id=q, keys=[f"{kind}-{i}"], tags=f"T{i % 2}"))
+            served[("Packed", q, r.queue_offset)] = body
+    return served
+
+
+def store_hashes(root: str) -> dict[str, str]:
+    """Every file of the store and its hash (what no command may change on a correct store)."""
+    return file_hashes(root)

@@ -1,0 +1,163 @@
+"""RocketMQ 5 layouts (tests/broker_layouts.py builds them as a broker writes them) shown as
+their consumers see them: in the store API, verify, repair, the mounts and the Spark source."""
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from mqfs.store import Message, MessageStore
+from mqfs.store.errors import CorruptionError
+from mqfs.store.format.compression import deflate
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import plan_repair
+from tests.broker_layouts import COMPRESSIONS, broker_store, compressed_workload, json_body, store_hashes
+from tests.fs_helpers import mounted, mqfs, needs_fuse, sh
+from tests.store_helpers import small_config
+
+# a broker leaves no dispatchState.json: a read-write open cannot tell its clean close
+pytestmark = pytest.mark.allow_logs("not the one the last clean close left")
+
+
+def _compressed(root: str) -> dict:
+    served: dict = {}
+    broker_store(root, lambda s: served.update(compressed_workload(s)))
+    return served
+
+
+def _unchanged_by_verify_and_repair(root: str) -> None:
+    """verify finds nothing, and `repair --yes` changes no byte of the store."""
+    before = store_hashes(root)
+    report = verify_store(root)
+    assert report.ok, report.lines
+    assert not plan_repair(root).needed
+    out = mqfs("repair", "--yes", root).stdout
+    assert "nothing to repair" in out
+    assert store_hashes(root) == before
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_the_store_api_gives_inflated_bodies_and_keeps_the_stored_ones(tmp_path, read_only):
+    root = str(tmp_path)
+    served = _compressed(root)
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for q in range(len(COMPRESSIONS)) for m in s.get_range("Packed", q, 0, 10)}
+        assert got == served
+        lz4 = s.get("Packed", 0, 0)
+        assert lz4.sys_flag == 0x101 and bytes(lz4.stored_body) == deflate(json_body(0), "lz4")
+        assert s.get("Packed", 3, 0).sys_flag == 0x1  # a 4.x producer: zlib, no type bits
+        assert s.get("Packed", 1, 1).stored_body == s.get("Packed", 1, 1).body == b"small 1"
+        # keys find the compressed messages; a listing gives the size a consumer gets
+        assert [bytes(m.body) for m in s.query_key("zstd-2", "Packed")] == [json_body(2)]
+        lengths = s.list_entries("Packed", 2, 0, 10)[1].tolist()
+        assert lengths == [len(served[("Packed", 2, i)]) for i in range(4)]
+    _unchanged_by_verify_and_repair(root)
+
+
+def test_a_body_that_does_not_inflate_is_an_error_never_garbage(tmp_path):
+    """A producer's bad stream (its checksums hold): CorruptionError naming the record, for
+    every compression; the record next to it reads."""
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        for kind, flag in (("lz4", 0x101), ("zstd", 0x201), ("zlib", 0x301), ("type 5", 0x501)):
+            good = deflate(json_body(1), "zlib" if kind.startswith("type") else kind)
+            cut = s.put(Message.create("Bad", good[:-4], sys_flag=flag))
+            with pytest.raises(CorruptionError, match=f"{kind} body of the record at CommitLog "
+                                                      f"offset {cut.commitlog_offset}"):
+                len(s.get("Bad", 0, cut.queue_offset).body)
+        flipped = bytearray(deflate(json_body(1), "zstd"))
+        flipped[1] ^= 0xFF  # the frame's magic (a flipped literal inflates to other bytes:
+        # the record checksums over the stored bytes catch flips after the producer)
+        r = s.put(Message.create("Bad", bytes(flipped), sys_flag=0x201))
+        with pytest.raises(CorruptionError, match="zstd"):
+            len(s.get("Bad", 0, r.queue_offset).body)
+        ok = s.put(Message.create("Bad", deflate(b"fine" * 2000, "lz4"), sys_flag=0x101))
+        assert s.get("Bad", 0, ok.queue_offset).body == b"fine" * 2000
+
+
+def test_a_flipped_bit_in_a_compressed_body_is_caught_by_the_stored_bytes_checksum(tmp_path):
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        r = s.put(Message.create("T", deflate(json_body(3), "lz4"), sys_flag=0x101))
+        body_at = r.commitlog_offset + r.size - len(deflate(json_body(3), "lz4")) // 2 - 40
+    name = os.path.join(root, "commitlog", os.listdir(os.path.join(root, "commitlog"))[0])
+    with open(name, "r+b") as f:
+        f.seek(body_at)
+        byte = f.read(1)
+        f.seek(body_at)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with MessageStore(root, small_config(read_only=True), create=False) as s, \
+            pytest.raises(CorruptionError, match="checksum"):
+        s.get("T", 0, 0)
+    assert not verify_store(root).ok
+
+
+@needs_fuse
+def test_mounts_show_inflated_bodies_with_honest_sizes_and_the_stored_bytes_in_an_xattr(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = _compressed(root)
+    for options in (("-o", "ro"), ()):
+        with mounted(root, mnt, *options):
+            q = f"{mnt}/topics/Packed"
+            for (_, queue, offset), body in served.items():
+                assert sh(f"cat {q}/{queue}/{offset}").stdout == body
+                assert os.stat(f"{q}/{queue}/{offset}").st_size == len(body)
+            # ls -l takes its sizes from the listing
+            sizes = sh(f"ls -l {q}/0 | awk 'NR>1 && $9 ~ /^[0-9]+$/ {{print $9, $5}}'").stdout.decode().split()
+            assert dict(zip(sizes[::2], map(int, sizes[1::2]))) == \
+                {str(o): len(b) for (_, qq, o), b in served.items() if qq == 0}
+            hits = sh(f"grep -rl needle-2 {q}").stdout.decode().split()
+            assert sorted(hits) == sorted(f"{q}/{n}/2" for n in range(len(COMPRESSIONS)))
+            attrs = sh(f"getfattr -d {q}/1/0").stdout.decode()
+            assert 'user.compression="zstd"' in attrs and "user.stored_body" not in attrs
+            assert f'user.stored_size="{len(deflate(json_body(0), "zstd"))}"' in attrs
+            raw = sh(f"getfattr --only-values -n user.stored_body {q}/1/0").stdout
+            assert raw == deflate(json_body(0), "zstd")
+            plain = sh(f"getfattr -d {q}/1/1").stdout.decode()
+            assert "user.compression" not in plain
+            assert sh(f"ls {mnt}/keys/lz4-2").stdout.split() == [b"Packed:0:2"]
+            assert sh(f"cat {mnt}/keys/zlib-0/*").stdout == json_body(0)
+            assert sorted(sh(f"ls {q}/2/tags/T0").stdout.split()) == [b"0", b"2"]
+    _unchanged_by_verify_and_repair(root)
+
+
+@needs_fuse
+def test_a_mount_answers_eio_for_a_body_that_does_not_inflate(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+
+    def writes(s: MessageStore) -> None:
+        s.put(Message.create("Bad", deflate(json_body(1), "lz4")[:-8], sys_flag=0x101))
+        s.put(Message.create("Bad", deflate(json_body(2), "lz4"), sys_flag=0x101))
+
+    broker_store(root, writes)
+    with mounted(root, mnt, "-o", "ro"):
+        proc = subprocess.run(["cat", f"{mnt}/topics/Bad/0/0"], capture_output=True)
+        assert proc.returncode != 0 and os.strerror(errno.EIO).encode() in proc.stderr
+        assert sh(f"cat {mnt}/topics/Bad/0/1").stdout == json_body(2)
+
+
+@pytest.mark.spark
+def test_the_spark_source_gives_inflated_bodies(tmp_path, spark):
+    root = str(tmp_path)
+    served = _compressed(root)
+    df = spark.read.format("mqfs").load(root)
+    rows = {(r.topic, r.queue_id, r.queue_offset): bytes(r.body)
+            for r in df.select("topic", "queue_id", "queue_offset", "body").collect()}
+    assert rows == served
+    planned = spark.read.format("mqfs").option("subscribe", "Packed").load(root)
+    assert {(r.queue_id, r.queue_offset): bytes(r.body) for r in planned.collect()} == \
+        {(q, o): b for (_, q, o), b in served.items()}
+
+
+@pytest.mark.spark
+def test_the_spark_source_fails_or_skips_a_body_that_does_not_inflate(tmp_path, spark):
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        s.put(Message.create("Bad", deflate(json_body(1), "zstd")[:-8], sys_flag=0x201))
+        s.put(Message.create("Bad", b"plain"))
+    with pytest.raises(Exception, match="does not inflate|cut short"):
+        spark.read.format("mqfs").load(root).collect()
+    rows = spark.read.format("mqfs").option("damagedRecords", "skip").load(root).collect()
+    assert [bytes(r.body) for r in rows] == [b"plain"]
