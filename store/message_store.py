@@ -31,6 +31,7 @@ from .files.commitlog import CommitLog
 from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes
 from .files.flush import FlushServices
+from .files.in_use import Users, in_use
 from .files.index_service import IndexService
 from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
@@ -93,6 +94,7 @@ class MessageStore(StoreReads):
         self.is_open = False
         self.recovery: RecoveryReport | None = None
         self._scrub: Scrub | None = None
+        self.users = Users()
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -154,6 +156,7 @@ class MessageStore(StoreReads):
             self.live = LiveReader(self, cfg.live_refresh_ms)
             self.live.start()
         self.is_open = True
+        self.users.open()
         if repair_ends is not None:
             repair_journal.finish_rebuild(self, repair_ends)
         return self
@@ -333,9 +336,11 @@ class MessageStore(StoreReads):
         fsync_dir(self.root)
 
     def close(self) -> None:
+        """Refuse new calls, wait for those running (store/files/in_use.py), then close."""
         if not self.is_open:
             return
         self.is_open = False
+        self.users.shut()
         if self.config.read_only:
             if self.live is not None:
                 self.live.stop()
@@ -375,6 +380,7 @@ class MessageStore(StoreReads):
         if self.config.read_only:
             raise ReadOnlyStore("the store is open read-only")
 
+    @in_use
     def put(self, message: Message) -> PutResult:
         """Append one message; when it returns it is readable and findable (and on disk in
         sync mode). The lean path: one encode, one lock, units and entries written in place."""
@@ -406,6 +412,7 @@ class MessageStore(StoreReads):
             group.depart()
             raise
 
+    @in_use
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Append messages in order; when it returns they are readable and findable (and on
         disk in sync mode). Nothing is written if any message is invalid. The records are
@@ -540,6 +547,7 @@ class MessageStore(StoreReads):
         self._dispatched_ts = store_ts
         return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
 
+    @in_use
     def newest_message_time(self) -> int | None:
         """Store time (ms) of the newest record the store holds, None when none: known without
         opening any queue (after a crash or read-only, a queue's own newest is not)."""
@@ -608,6 +616,7 @@ class MessageStore(StoreReads):
         for topic, qid in keys:
             ensure(topic, qid)
 
+    @in_use
     def create_topic(self, topic: str, queues: int = 1) -> None:
         """A topic with queues 0..queues-1 (none: queues come with add_queue or a put)."""
         self._writable()
@@ -616,6 +625,7 @@ class MessageStore(StoreReads):
         message.validate_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
+    @in_use
     def add_queue(self, topic: str, queue_id: int) -> None:
         self._writable()
         if not 0 <= queue_id < 1024:
@@ -677,6 +687,7 @@ class MessageStore(StoreReads):
         self.index.delete_expired(min_commitlog_offset)
 
     # --- consumer offsets ------------------------------------------------------------------
+    @in_use
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._writable()
         if not self.topic_table.has(topic, queue_id):
@@ -688,8 +699,10 @@ class MessageStore(StoreReads):
                                  f"{topic}/{queue_id}")
         self.offsets.commit(group, topic, queue_id, offset)
 
+    @in_use
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.offsets.get(group, topic, queue_id)
 
+    @in_use
     def groups(self) -> dict[str, dict[str, dict[int, int]]]:
         return self.offsets.groups()

@@ -12,6 +12,7 @@ from .errors import CodecError, CorruptionError, NotFound
 from .files.commitlog import CommitLog
 from .files.consume_queue import QueueView, RebuiltQueue
 from .files.dispatcher import TagsCodes, takes_unit
+from .files.in_use import Users, in_use
 from .files.index_service import IndexService
 from .files.queue_registry import QueueRegistry
 from .format import codec, message
@@ -31,6 +32,7 @@ class StoreReads:
     topic_table: TopicTable
     tags_codes: TagsCodes
     flavor: Flavor
+    users: Users  # every public call below is one (a close waits for them)
 
     def _cq(self, topic: str, queue_id: int) -> QueueView:
         key = (topic, queue_id)
@@ -50,6 +52,7 @@ class StoreReads:
                                   "`mqfs repair` kept its bytes in quarantine/")
         return msg
 
+    @in_use
     def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
         cq = self._cq(topic, queue_id)
         entry = cq.entry(offset)
@@ -62,6 +65,7 @@ class StoreReads:
                                   f"{msg.topic}/{msg.queue_id}/{msg.queue_offset}")
         return msg
 
+    @in_use
     def get_range(self, topic: str, queue_id: int, offset: int, n: int,
                   tags: Iterable[str] | None = None, skip_damaged: bool = False,
                   limit: int | None = None) -> list[StoredMessage]:
@@ -94,6 +98,7 @@ class StoreReads:
                     break
         return out
 
+    @in_use
     def list_entries(self, topic: str, queue_id: int, offset: int, n: int
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(queue offsets, body lengths, store timestamps) of up to n messages from offset,
@@ -111,18 +116,21 @@ class StoreReads:
                 lengths[i] = 0  # damaged: reading it answers the error
         return queue_offsets, lengths, stamps
 
+    @in_use
     def min_offset(self, topic: str, queue_id: int) -> int:
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None and self.commitlog.queue.min_offset == 0:
             return rec.min_offset  # a queue not open: as recorded (retention never cut the log)
         return self._cq(topic, queue_id).min_offset
 
+    @in_use
     def max_offset(self, topic: str, queue_id: int) -> int:
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None:
             return rec.entries  # a queue not open: as recorded (a put opens it and proves its end)
         return self._cq(topic, queue_id).max_offset
 
+    @in_use
     def newest_store_time(self, topic: str, queue_id: int) -> int | None:
         """Store time (ms) of a queue's newest message, None when it has none: from the last
         clean close's record for a queue not open (so a listing of every topic's time opens
@@ -136,12 +144,14 @@ class StoreReads:
         stamps = self.list_entries(topic, queue_id, hi - 1, 1)[2]
         return int(stamps[0]) if len(stamps) else None
 
+    @in_use
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
         cq = self._cq(topic, queue_id)
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at,
                                  lambda offsets: self.commitlog.body_sizes_and_times(offsets)[1],
                                  upper)
 
+    @in_use
     def query_key(self, key: str, topic: str | None = None, begin: int = 0, end: int = MAX_TIME,
                   max_n: int = 64, queued: bool = False) -> list[StoredMessage]:
         """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed.
@@ -166,6 +176,7 @@ class StoreReads:
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
         return found[:max_n]
 
+    @in_use
     def get_by_msgid(self, msg_id: str) -> StoredMessage:
         try:
             _, _, offset = message.parse_msg_id(msg_id)
@@ -176,15 +187,18 @@ class StoreReads:
             raise NotFound(f"no message with id {msg_id} (offset {offset} holds {msg.msg_id})")
         return msg
 
+    @in_use
     def topics(self) -> dict[str, int]:
         """Topic -> one past its highest queue id (`queue_ids` says which exist)."""
         return self.topic_table.counts()
 
+    @in_use
     def has_topic(self, topic: str) -> bool:
         """Whether the topic exists: what `topic in topics()` answers, without building the
         dict of every topic (a mount asks at every name it looks up)."""
         return self.topic_table.has_topic(topic)
 
+    @in_use
     def queue_ids(self, topic: str) -> list[int]:
         """The queues shown for a topic: those topics.json declares and those on disk (a
         broker's delay topic may hold queue 2 alone); [] for no such topic."""

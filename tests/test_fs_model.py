@@ -331,6 +331,21 @@ def test_staging_is_emptied_when_opened(tmp_path):
     assert os.listdir(Staging(str(tmp_path)).dir) == []
 
 
+def test_entries_in_staging_the_daemon_did_not_make_are_left_alone(tmp_path):
+    """A directory (or any other name) put in staging/ by someone else is not fatal and not
+    deleted: only the daemon's own `body-` leftovers go (issue 33, item 9)."""
+    os.makedirs(tmp_path / "staging" / "someones-dir" / "inside")
+    os.makedirs(tmp_path / "staging" / "body-a-directory")
+    (tmp_path / "staging" / "notes.txt").write_bytes(b"x")
+    (tmp_path / "staging" / "body-left-by-a-crash").write_bytes(b"x")
+    staging = Staging(str(tmp_path))
+    assert sorted(os.listdir(staging.dir)) == ["body-a-directory", "notes.txt", "someones-dir"]
+    f = staging.create()
+    f.pwrite(0, b"body")
+    assert f.pread(0, 4) == b"body"
+    f.close()
+
+
 def test_jsonl_partial_lines_count_against_the_budget():
     budget = Budget(10)
     w = JsonlWriter("t", 0, limit=100, budget=budget)

@@ -116,6 +116,16 @@ def test_staging_is_empty_after_a_killed_daemon(store, tmp_path):
         assert os.listdir(f"{store}/staging") == []
 
 
+def test_a_directory_in_staging_does_not_keep_the_store_from_mounting(store, tmp_path):
+    os.makedirs(f"{store}/staging/not-the-daemons/sub")
+    os.chmod(f"{store}/staging/not-the-daemons", 0o777)  # never opened: not checked either
+    mnt = str(tmp_path / "mnt")
+    with mounted(store, mnt):
+        run("printf x > tmp/m && mv tmp/m .", f"{mnt}/topics/audit/0")
+        assert sh(f"cat {mnt}/topics/audit/0/0").stdout == b"x"
+    assert os.listdir(f"{store}/staging") == ["not-the-daemons"]
+
+
 def test_errors_reach_bash_at_write(live):
     g = f"{live}/groups/g/orders/0"
     assert open(g).read() == "0\n"  # never committed: the queue's min offset

@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-from mqfs.store.files import quarantine
+from mqfs.store import UntrustedStore
+from mqfs.store.files import quarantine, safefs
 from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse, sh
 
 USER = "mqfs-test"
@@ -124,6 +125,63 @@ def test_root_follows_no_link_the_owner_plants(store, outside, tmp_path, uid, na
     assert proc.stderr.count("\n") == 1 and "symbolic link" in proc.stderr, proc.stderr
     assert fingerprint(outside) == before
     assert not os.path.exists(os.path.join(store, "quarantine"))
+
+
+def owners(path: str) -> dict[str, tuple[int, int]]:
+    """(uid, link count) of every file under `path`."""
+    return {os.path.join(d, n): (os.lstat(os.path.join(d, n)).st_uid,
+                                 os.lstat(os.path.join(d, n)).st_nlink)
+            for d, _, files in os.walk(path) for n in files}
+
+
+HARD_LINKS = ["lock", "logs/mqfs.log", "config/topics.json", "checkpoint"]
+
+
+@pytest.mark.parametrize("command", ["mount", "repair"])
+@pytest.mark.parametrize("name", HARD_LINKS)
+def test_root_writes_through_no_hard_link_the_owner_plants(store, outside, tmp_path, uid, name,
+                                                          command):
+    """A second name for a root-owned file outside, planted where the daemon writes (what
+    the owner can do where fs.protected_hardlinks=0): never written, never chowned."""
+    path = os.path.join(store, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    victim = os.path.join(outside, "victim")
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.link(victim, path)
+    before, before_owners = fingerprint(outside), owners(outside)
+    mnt = str(tmp_path / "mnt")
+    os.makedirs(mnt)
+    proc = mqfs(command, "--trust-owner", USER, store, *([mnt] if command == "mount" else
+                                                          ["--yes"]), check=False)
+    if proc.returncode == 0 and command == "mount":
+        mqfs("umount", mnt)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "hard link" in proc.stderr, proc.stderr
+    assert fingerprint(outside) == before
+    assert owners(outside) == before_owners and owners(outside)[victim][0] == 0
+
+
+def test_a_root_owned_file_found_in_a_trusted_store_is_not_given_away(store, outside, tmp_path):
+    """Only what root creates goes to the store's owner: a file root owns already (a hard
+    link the owner made to one, on a machine with fs.protected_hardlinks=0) stays root's."""
+    found = os.path.join(store, "config", "root-owned.json")
+    with open(found, "w") as f:
+        f.write("{}")
+    os.chmod(found, 0o600)
+    safefs.trust_owner(os.stat(store).st_uid)
+    try:
+        os.close(safefs.open_file(found, os.O_RDWR | os.O_CREAT))
+        assert os.stat(found).st_uid == 0
+        made = os.path.join(store, "config", "made.json")
+        os.close(safefs.open_file(made, os.O_RDWR | os.O_CREAT))
+        assert os.stat(made).st_uid == os.stat(store).st_uid
+        os.link(os.path.join(outside, "victim"), os.path.join(store, "config", "linked"))
+        with pytest.raises(UntrustedStore, match="hard link"):
+            safefs.open_file(os.path.join(store, "config", "linked"), os.O_RDWR | os.O_CREAT)
+    finally:
+        safefs._trusted.discard(os.stat(store).st_uid)
+    assert os.stat(os.path.join(outside, "victim")).st_uid == 0
 
 
 def test_a_link_to_the_store_is_the_administrators(store, tmp_path):

@@ -83,16 +83,15 @@ def read_json(path: str, default: Any = None, *, check: Callable[[Any], T] | Non
 
 
 def write_json(path: str, data: Any) -> None:
-    """Write .tmp (private, synced), keep the current version as .bak (a second name for it:
-    no copy, and a link planted as .bak is replaced, not written through), rename .tmp over
-    the file, sync the directory."""
+    """Write .tmp (private, synced), keep the current version as .bak (renamed there: no
+    copy, never a second name, which safefs would refuse as a hard link; a link planted as
+    .bak is replaced, not written through), rename .tmp to the file, sync the directory. A
+    crash between the two renames leaves no file but the .bak, which `read_json` reads."""
     directory = os.path.dirname(path) or "."
     safefs.makedirs(directory)
     tmp, bak = path + ".tmp", path + ".bak"
     safefs.write_new(tmp, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
     if os.path.lexists(path):
-        if os.path.lexists(bak):
-            safefs.unlink(bak)
-        safefs.link(path, bak)
+        safefs.rename(path, bak)
     safefs.rename(tmp, path)
     safefs.fsync_dir(directory)

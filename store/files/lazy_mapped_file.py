@@ -12,6 +12,10 @@ files cost neither a file descriptor, a mapping nor disk blocks each.
   drop it), and the kernel allows about 65,000 mappings a process, so the LRU is what
   bounds both, whatever the number of queues. An evicted file is mapped again when next
   used; its dirty pages stay in the page cache, and a later sync of the file writes them.
+- Eviction never closes a mapping: it drops the LRU's reference, and the mapping closes
+  with its last reference (CPython frees it then), so a reader that took it, or a numpy
+  array over it, reads on unharmed. Mappings held past eviction are the readers' own, at
+  most one or two per running read.
 """
 
 from __future__ import annotations
@@ -89,31 +93,24 @@ class LazyMappedFile(MappedFile):
     # --- the mapping ---------------------------------------------------------------------------
     @property
     def mm(self) -> mmap.mmap:  # type: ignore[override]
-        mm = self._mm
-        if mm is not None:
-            with _lru_lock:
-                _lru.move_to_end(self)
-            return mm
-        with self.io_fd() as fd:
-            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
-            mm = self._mm = mmap.mmap(fd, self.file_size, access=access)
+        """The mapping, made on first use. Under the LRU's lock throughout, so whether this
+        file is mapped and whether it is in the LRU change together (docs/concurrency.md,
+        "Mappings"). Eviction only drops the LRU's reference: a reader holding the mapping
+        (or a view of it) keeps it open, and it is unmapped when the last reference goes,
+        never under a reader."""
         with _lru_lock:
+            mm = self._mm
+            if mm is not None:
+                _lru.move_to_end(self)
+                return mm
+            with self.io_fd() as fd:
+                access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+                mm = self._mm = mmap.mmap(fd, self.file_size, access=access)
             _lru[self] = None
             while len(_lru) > MAX_MAPPED:
-                oldest = next(iter(_lru))
-                if oldest is self:
-                    break
-                del _lru[oldest]
-                oldest._unmap()
-        return mm
-
-    def _unmap(self) -> None:
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a reader still holds a view; the mapping goes with the last view
+                oldest, _ = _lru.popitem(last=False)
+                oldest._mm = None
+            return mm
 
     @contextmanager
     def io_fd(self) -> Iterator[int]:
@@ -162,16 +159,17 @@ class LazyMappedFile(MappedFile):
             return self.flushed_position
 
     def close(self) -> None:
+        """Drop this file's mapping from the LRU; it is unmapped once no reader holds it."""
         with _lru_lock:
             _lru.pop(self, None)
-        self._unmap()
+            self._mm = None
 
 
 def close_under(directory: str) -> None:
-    """Unmap every file under a directory still mapped: those of queue objects a store
+    """Drop the mappings of every file under a directory: those of queue objects a store
     dropped without closing (readers may have held them), when the store closes."""
     prefix = os.path.join(directory, "")
     with _lru_lock:
-        going = [mf for mf in _lru if mf.path.startswith(prefix)]
-    for mf in going:
-        mf.close()
+        for mf in [mf for mf in _lru if mf.path.startswith(prefix)]:
+            del _lru[mf]
+            mf._mm = None

@@ -6,6 +6,7 @@ directory): they hold message bodies."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -41,12 +42,38 @@ def save_bytes(root: str, name: str, data: bytes | memoryview) -> str:
     return path
 
 
-def link_file(root: str, path: str, name: str) -> str:
-    """A second name for a store file in quarantine/, which stays in service until the
-    caller replaces it (rename over it: the copy keeps the old bytes); its path."""
+def copy_file(root: str, path: str, name: str) -> str:
+    """A copy of a store file in quarantine/ (synced), which stays in service until the
+    caller replaces it; its path. A copy, not a second name: a store file with two names
+    is one safefs refuses to write (a hard link planted to a file outside the store looks
+    the same). Holes stay holes: only the data regions are copied."""
     target = _target(root, name)
-    safefs.link(path, target)
-    safefs.make_private(target)
+    src = safefs.open_file(path)
+    try:
+        dst = safefs.open_file(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            end = os.fstat(src).st_size
+            pos = 0
+            while pos < end:
+                try:
+                    pos = os.lseek(src, pos, os.SEEK_DATA)
+                    stop = os.lseek(src, pos, os.SEEK_HOLE)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only holes from here
+                        break
+                    stop = end  # no SEEK_DATA here: copy the rest whole
+                while pos < stop:
+                    chunk = os.pread(src, min(stop - pos, 1 << 20), pos)
+                    if not chunk:
+                        break
+                    os.pwrite(dst, chunk, pos)
+                    pos += len(chunk)
+            os.ftruncate(dst, end)
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
     safefs.fsync_dir(os.path.dirname(target))
     return target
 

@@ -43,7 +43,9 @@ def trust_owner(uid: int) -> None:
 
 def _give_to_owner(fd: int, parent: os.stat_result) -> None:
     """What root creates in a store it serves for a trusted user belongs to that user (as the
-    directory it is in does), so the user's own tools (a broker) can still use it."""
+    directory it is in does), so the user's own tools (a broker) can still use it. Callers
+    pass only what this call made (mkdir or O_EXCL succeeded): a file found there, even a
+    root-owned one, is never given away."""
     if parent.st_uid in _trusted and parent.st_uid != 0 and os.geteuid() == 0 \
             and os.fstat(fd).st_uid == 0:
         os.fchown(fd, parent.st_uid, parent.st_gid)
@@ -68,6 +70,13 @@ def check(st: os.stat_result, path: str) -> None:
         raise UntrustedStore(
             f"{path} is writable by group or others (mode {stat.filemode(st.st_mode)}): "
             f"anyone could change the store under mqfs; run `chmod go-w {path}`")
+
+
+def _refuse_hard_link(path: str, links: int) -> UntrustedStore:
+    return UntrustedStore(f"{path} has {links} names (hard links): mqfs never writes a file "
+                          "another name may reach, which could be outside the store; copy it "
+                          f"(`cp --preserve {path} {path}.copy && mv {path}.copy {path}`) or "
+                          "remove its other names")
 
 
 def _refuse_link(path: str) -> UntrustedStore:
@@ -179,13 +188,8 @@ def open_file(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int
     else:
         parent, name = os.path.split(path)
         with directory(parent, write=write) as dfd:
-            try:
-                fd = os.open(name, flags, mode, dir_fd=dfd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _refuse_link(path) from None
-                raise OSError(exc.errno, exc.strerror, path) from None
-            if _trusted and flags & os.O_CREAT:
+            fd, made = _open_at(dfd, name, flags, mode, path)
+            if _trusted and made:
                 _give_to_owner(fd, os.fstat(dfd))
     try:
         st = os.fstat(fd)
@@ -193,10 +197,29 @@ def open_file(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int
             raise _refuse_link(path)
         if write:
             check(st, path)
+            if st.st_nlink > 1:  # a hard link: the same file may have a name outside the store
+                raise _refuse_hard_link(path, st.st_nlink)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _open_at(dfd: int, name: str, flags: int, mode: int, path: str) -> tuple[int, bool]:
+    """openat of `name`, and whether this call created it: with O_CREAT it first tries
+    O_EXCL, so a file found there is told apart from one made now."""
+    try:
+        if flags & os.O_CREAT and not flags & os.O_EXCL:
+            try:
+                return os.open(name, flags | os.O_EXCL, mode, dir_fd=dfd), True
+            except FileExistsError:
+                pass
+        made = bool(flags & os.O_EXCL)
+        return os.open(name, flags, mode, dir_fd=dfd), made
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse_link(path) from None
+        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 def read_bytes(path: str) -> bytes:
@@ -302,19 +325,14 @@ def rename(src: str, dst: str) -> None:
         os.rename(sn, dn, src_dir_fd=sfd, dst_dir_fd=dfd)
 
 
-def link(src: str, dst: str) -> None:
-    """A second name for regular file `src` (never for what a link points to)."""
-    (sp, sn), (dp, dn) = os.path.split(os.path.abspath(src)), os.path.split(os.path.abspath(dst))
-    with directory(sp) as sfd, directory(dp) as dfd:
-        os.link(sn, dn, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
-
-
 def make_private(path: str) -> None:
-    """chmod 0600 (a file) or 0700 (a directory), reached without following a link."""
+    """chmod 0600 (a file) or 0700 (a directory), reached without following a link; a file
+    with more than one name is left as it is (its other names may be outside the store)."""
     is_directory = is_dir(path)
     fd = open_dir(path) if is_directory else open_file(path, os.O_RDONLY)
     try:
-        os.fchmod(fd, DIR_MODE if is_directory else FILE_MODE)
+        if is_directory or os.fstat(fd).st_nlink == 1:  # a file with other names keeps
+            os.fchmod(fd, DIR_MODE if is_directory else FILE_MODE)  # its mode: theirs too
     finally:
         os.close(fd)
 
@@ -342,15 +360,16 @@ def size(path: str) -> int:
 
 
 # the directories whose entries check_store looks at one by one: few files each (a CommitLog
-# file is a GiB); consumequeue/ and quarantine/ may hold thousands and are checked as opened
-_LISTED = ("", "commitlog", "index", "config", "logs", "staging")
+# file is a GiB); consumequeue/ and quarantine/ may hold thousands and are checked as opened;
+# staging/'s entries are never opened by name (store/files/staging.py), so none is checked
+_LISTED = ("", "commitlog", "index", "config", "logs")
 
 
 def check_store(root: str) -> None:
     """Refuse, before anything is written, a store another user could turn against this
     process: the directory, its top-level entries and the files of commitlog/, index/,
-    config/, logs/ and staging/ must be owned by a trusted user, not writable by group or
-    others, and not links."""
+    config/ and logs/ must be owned by a trusted user, not writable by group or
+    others, and not links (symbolic or hard: mqfs gives no file of a store a second name)."""
     with directory(root):
         pass  # the store directory itself
     for sub in _LISTED:
@@ -368,3 +387,5 @@ def check_store(root: str) -> None:
             if stat.S_ISLNK(st.st_mode):
                 raise _refuse_link(path)
             check(st, path)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                raise _refuse_hard_link(path, st.st_nlink)

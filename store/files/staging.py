@@ -7,7 +7,8 @@ soon as it is created where the filesystem lacks O_TMPFILE), so a crashed writer
 name behind, and `Staging(root)` empties the directory of anything an earlier process left.
 The directory is held open by descriptor and every name in it is reached through that
 descriptor: a `staging` that is (or becomes) a link is refused, so nothing outside the store
-is ever created or deleted here.
+is ever created or deleted here. Entries it did not make (another name, a directory) are left
+alone and never fatal: only files named `body-...` are its own.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import secrets
 from . import safefs
 
 STAGING_DIR = "staging"
+_PREFIX = "body-"  # the names `create` gives where O_TMPFILE is missing
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -30,7 +32,11 @@ class Staging:
         safefs.makedirs(self.dir)
         self.dir_fd = safefs.open_dir(self.dir)  # held for the life of the process's mount
         for name in os.listdir(self.dir_fd):  # leftovers of a process that died mid-create
-            os.unlink(name, dir_fd=self.dir_fd)  # a link is removed, never followed
+            if name.startswith(_PREFIX):  # only names this class makes: anything else is not ours
+                try:
+                    os.unlink(name, dir_fd=self.dir_fd)  # a link is removed, never followed
+                except (IsADirectoryError, PermissionError, FileNotFoundError):
+                    pass  # a directory by that name is not one of ours either
 
     def create(self) -> StagedFile:
         try:
@@ -39,7 +45,7 @@ class Staging:
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
-        name = f"body-{secrets.token_hex(8)}"
+        name = f"{_PREFIX}{secrets.token_hex(8)}"
         fd = os.open(name, _CREATE, safefs.FILE_MODE, dir_fd=self.dir_fd)
         os.unlink(name, dir_fd=self.dir_fd)
         return StagedFile(fd)

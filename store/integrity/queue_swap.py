@@ -3,7 +3,7 @@
 
 No moment may show a read the queue emptied or a closed mapping, and nothing waits for a
 grace period: the new files are written and synced aside (in quarantine/, same filesystem),
-the old ones get a second name in quarantine/ as evidence, each new file is renamed over its
+the old ones are copied into quarantine/ as evidence, each new file is renamed over its
 old name (a path always holds a whole file, old or new, so an old object that maps a file
 again by path reads the rebuilt units), and a new ConsumeQueue object takes the registry's
 entry. The old object is not closed: a read that took it goes on through its mappings (a
@@ -41,7 +41,7 @@ def swap_in(root: str, queues: QueueRegistry, old: ConsumeQueue, units: Units) -
     finally:
         aside.close()
     made, live = aside.queue.directory, old.queue.directory
-    kept = [quarantine.link_file(root, mf.path, f"consumequeue-{old.topic}-{old.queue_id}-"
+    kept = [quarantine.copy_file(root, mf.path, f"consumequeue-{old.topic}-{old.queue_id}-"
                                  f"{os.path.basename(mf.path)}") for mf in old.queue.files]
     names = sorted(safefs.listdir(made))
     safefs.makedirs(live)
