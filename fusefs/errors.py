@@ -11,6 +11,7 @@ from mqfs.store.errors import (
     FlushTimeout,
     InvalidMessage,
     NotFound,
+    QueueNotProven,
     ReadOnlyStore,
     StoreError,
     StoreLocked,
@@ -38,6 +39,8 @@ def errno_for(exc: BaseException) -> int | None:
         return errno.EIO
     if isinstance(exc, StoreLocked):
         return errno.EBUSY
+    if isinstance(exc, QueueNotProven):
+        return errno.EAGAIN  # its end is being proven from the CommitLog: try again
     if isinstance(exc, ReadOnlyStore):
         return errno.EROFS
     if isinstance(exc, StoreError):

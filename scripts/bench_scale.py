@@ -14,6 +14,9 @@ figure next to a baseline measured in the same run, as a ratio (issue 19's "Must
 3. Dropped queues, through the store API (scripts/bench_dropped.py): a second put_batch of
    one message to each queue after the flush dropped most of them from the open queues'
    cache (against put_batch into one queue), and the flush that writes their units out.
+4. Queue ends without a record (`--only proof`): the open of a store whose record of queues
+   was deleted with one queue's directory, and the first puts after it (store/integrity/
+   log_ends.py), against the clean open of the same store.
 
 Full scale (the default): 1 GB and 8 GB stores, 20,000 topics x 4 queues; --quick: 128 MB
 and 1 GB, 2,000 x 4. Stores use the rocketmq flavor (1 GiB CommitLog files, 300,000-unit
@@ -372,13 +375,66 @@ def bench_queues(work: str, flavor: str, topics: int, per_topic: int) -> list[st
     return out
 
 
+def _unvouched(root: str, lost: str) -> None:
+    """Leave `root` as a hand rebuild leaves it: no record of the queues, queue `lost` gone."""
+    for name in ("dispatchState.json", "queueEnds.log"):
+        path = os.path.join(root, "config", name)
+        if os.path.exists(path):
+            os.unlink(path)
+    shutil.rmtree(os.path.join(root, "consumequeue", "bench", lost))
+
+
+def _until_accepted(s: MessageStore, queue_id: int) -> float:
+    """Seconds until a put to the queue is accepted (QueueNotProven: the proof goes on)."""
+    from mqfs.store.errors import QueueNotProven
+    t0 = time.perf_counter()
+    while True:
+        try:
+            s.put(Message.create("bench", b"after", queue_id=queue_id))
+            return time.perf_counter() - t0
+        except QueueNotProven:
+            time.sleep(0.01)  # a timing report, not a test: polling the put is the figure
+
+
+def bench_proof(work: str, flavor: str, small: int, big: int, queues: int) -> list[str]:
+    """A store no record vouches for (config/dispatchState.json and queueEnds.log deleted, one
+    queue's directory too): the mount's open, the first put to a queue whose last record is
+    in the newest file, the first put to the deleted queue (the whole walk and its rebuild),
+    each against the same store's clean open with its record."""
+    out = []
+    for size in (small, big):
+        root = os.path.join(work, f"proof-{size >> 20}M-{flavor}")
+        shutil.rmtree(root, ignore_errors=True)
+        fill(root, flavor, size, queues)
+        base, _ = timed_open(root, flavor)
+        _unvouched(root, "1")
+        cold = drop_caches()
+        t0 = time.perf_counter()
+        s = MessageStore(root, StoreConfig(flavor=flavor), create=False).open()
+        opened = time.perf_counter() - t0
+        warm = "" if cold else " (cache WARM: not root)"
+        try:
+            newest = _until_accepted(s, 0) + opened
+            lost = _until_accepted(s, 1) + opened
+        finally:
+            s.close()
+        label = f"{size >> 20} MB, {queues} queues"
+        out.append(_row(f"open without a record, {label}{warm}", opened, base, "<= 2x"))
+        out.append(_row(f"  first put to a queue of the newest file, {label}", newest, base,
+                        "the walk of the newest file"))
+        out.append(_row(f"  first put to the deleted queue (walk + rebuild), {label}", lost, base,
+                        "two walks of the log"))
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="128 MB / 1 GB stores, 2,000 topics")
     p.add_argument("--flavor", default="rocketmq", choices=("rocketmq", "xxhash"))
     p.add_argument("--dir", help="work directory, kept: its filled stores are reused by the next "
                    "run (default: a new one under /tmp, removed)")
-    p.add_argument("--only", choices=("opens", "queues", "dropped"))
+    p.add_argument("--only", choices=("opens", "queues", "dropped", "proof"))
     p.add_argument("--crash-writer", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("--put-run", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -400,6 +456,8 @@ def main() -> int:
             rows += bench_opens(work, a.flavor, small, big, after, queues=16, keep=bool(a.dir))
         if a.only in (None, "queues"):
             rows += bench_queues(work, a.flavor, topics, per_topic=4)
+        if a.only in (None, "proof"):
+            rows += bench_proof(work, a.flavor, small, big, queues=4_000)
         if a.only in (None, "dropped"):
             rows += bench_dropped(os.path.join(work, "dropped"), a.flavor, topics, per_topic=4)
     finally:

@@ -49,3 +49,8 @@ class UntrustedStore(StoreError):
 class UnsupportedFeature(StoreError):
     """A read-write open of a store using a RocketMQ feature that writing would break
     (store/meta/features.py); a read-only open serves it."""
+
+
+class QueueNotProven(StoreError):
+    """A put to a queue whose end no record vouches for and the CommitLog has not shown yet
+    (or whose ConsumeQueue is being rebuilt from it): try again shortly."""

@@ -43,7 +43,7 @@ from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, parse_host
-from .integrity import first_use, registration, repair_journal
+from .integrity import first_use, log_ends, registration, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
 from .integrity.read_only_open import open_read_only
@@ -95,6 +95,7 @@ class MessageStore(StoreReads):
         self.recovery: RecoveryReport | None = None
         self._scrub: Scrub | None = None
         self.users = Users()
+        self._log_ends: log_ends.LogEnds | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -151,6 +152,8 @@ class MessageStore(StoreReads):
                 self.retention.run_once if self.retention.enabled else None)
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
+            if self._log_ends is not None:
+                self._log_ends.start()
         self.live: LiveReader | None = None
         if read_only and cfg.live_refresh_ms > 0:
             self.live = LiveReader(self, cfg.live_refresh_ms)
@@ -174,7 +177,12 @@ class MessageStore(StoreReads):
 
     def scrub_status(self) -> dict | None:
         """Where the scrub is and what it found (None for a read-only store)."""
-        return self._scrub.status() if self._scrub is not None else None
+        if self._scrub is None:
+            return None
+        found = self._scrub.status()
+        if self._log_ends is not None:
+            found["queue_ends"] = self._log_ends.status()
+        return found
 
     def _load_read_only(self, last_exit_ok: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
@@ -224,7 +232,7 @@ class MessageStore(StoreReads):
     def _parts(self) -> StoreParts:
         return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
                           self.index, self.checkpoint, self.dispatch, self.flush_logics, self._vouched,
-                          self._cuts, self._loaded_queue)
+                          self._cuts, self._loaded_queue, log_ends=self._log_ends)
 
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
@@ -275,6 +283,31 @@ class MessageStore(StoreReads):
         self.consume_queues.retain(self.commitlog.min_offset, delete=False)  # it may have cut the head
         self.topic_table.add_found(self.consume_queues)
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
+        if self._vouched is None and self._ends_found is None and \
+                self.commitlog.max_offset > self.commitlog.min_offset:
+            self._prove_ends()
+
+    def _prove_ends(self) -> None:
+        """No record vouched for the queues' ends: the CommitLog's last records decide them
+        (store/integrity/log_ends.py); puts ask it until then."""
+        why = ("an earlier open did not finish proving them" if log_ends.pending(self.root) else
+               "no record of the queues vouches for them (a broker's store, consumequeue/ or "
+               "config/ changed by hand, or a crash without config/queueEnds.log)")
+        log.info("queue ends: %s: each queue's end is proven from its last record in the "
+                 "CommitLog, newest files first; a put to a queue not proven yet is refused "
+                 "(try again)", why)
+        self._log_ends = log_ends.LogEnds(self._parts(), self.tags_codes, self.put_lock,
+                                          lambda topic, qid: self._create_queue(topic, qid, False),
+                                          self._probe_queue, self._noted)
+        self._log_ends.begin()
+        self.consume_queues.end_check = self._log_ends.check_put
+
+    def _probe_queue(self, key: tuple[str, int]) -> ConsumeQueue:
+        """A read-only object of a queue's files, its end found: for a check that changes nothing."""
+        cq = ConsumeQueue(self.root, key[0], key[1], self.config.consume_queue_units, read_only=True)
+        cq.load()
+        cq.recover()
+        return cq
 
     def _register_queues(self, last_exit_ok: bool) -> None:
         """Know every queue without opening it, each proven at its first use (`_open_recorded`):
@@ -282,7 +315,7 @@ class MessageStore(StoreReads):
         self._kept = kept_ends.read(self.root)
         self._vouched, self._cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
-            self.checkpoint, last_exit_ok)
+            self.checkpoint, last_exit_ok, log_ends.pending(self.root))
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""
@@ -349,6 +382,8 @@ class MessageStore(StoreReads):
             return
         if self._scrub is not None:
             self._scrub.stop()
+        if self._log_ends is not None:
+            self._log_ends.stop()
         self.flush_services.stop()
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()

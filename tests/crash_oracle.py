@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 
 from mqfs.store import CorruptionError, Message, MessageStore, StoredMessage, StoreError, StoreFormatError
 from mqfs.store.config import StoreConfig
+from mqfs.store.format import layout
 from mqfs.store.format.codec import is_filler
+from mqfs.store.integrity.salvage import Damage, walk
 from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import small_config, stored_records
 
@@ -228,6 +230,7 @@ def check_liveness(store: MessageStore, seed: int, max_body: int, n: int = 5) ->
     """Invariant 6: new puts continue right after the recovered end, at the next queue offsets."""
     problems = []
     end = store.commitlog.max_offset
+    taken = _log_ends(store)  # no offset a record in the log carries is given out again
     for s in range(n):
         msg = expected_message(seed, LIVENESS_PRODUCER, s, max_body)
         next_qoff = store.max_offset(msg.topic, msg.queue_id) if (
@@ -239,11 +242,27 @@ def check_liveness(store: MessageStore, seed: int, max_body: int, n: int = 5) ->
             problems.append(f"liveness put {s} landed at {r.commitlog_offset}, end was {end}")
         if r.queue_offset != next_qoff:
             problems.append(f"liveness put {s} got queue offset {r.queue_offset}, expected {next_qoff}")
+        if r.queue_offset < taken.get((msg.topic, msg.queue_id), 0):
+            problems.append(f"liveness put {s} got queue offset {r.queue_offset} of "
+                            f"{msg.topic}/{msg.queue_id}, which a record in the CommitLog carries "
+                            "already (an offset given out twice)")
+        taken[(msg.topic, msg.queue_id)] = r.queue_offset + 1
         got = store.get(msg.topic, msg.queue_id, r.queue_offset)
         if bytes(got.body) != msg.body:
             problems.append(f"liveness put {s} reads back different bytes")
         end = r.commitlog_offset + r.size
     return problems
+
+
+def _log_ends(store: MessageStore) -> dict[tuple[str, int], int]:
+    """One past the highest queue offset a record of each queue carries in the CommitLog."""
+    ends: dict[tuple[str, int], int] = {}
+    log = store.commitlog
+    for item in walk(log.queue.files, store.flavor, log.file_size):
+        if not isinstance(item, Damage) and layout.in_queue(item.sys_flag):
+            key = (item.topic, item.queue_id)
+            ends[key] = max(ends.get(key, 0), item.queue_offset + 1)
+    return ends
 
 
 def full_check(root: str, exp: Expectation, config: StoreConfig | None = None) -> list[str]:

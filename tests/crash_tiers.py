@@ -25,7 +25,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER_SITES = tuple(s for s in SITES if not s.startswith(("recovery.", "repair.")))
 RECOVERY_SITES = tuple(s for s in SITES if s.startswith("recovery."))
 # what recovering a crashed or damaged store says: these tests provoke it on purpose
-RECOVERY_LOGS = (r"^recovery: ", r"^scrub: ", r"^no abort file, but ", r"; using .*\.bak$")
+RECOVERY_LOGS = (r"^recovery: ", r"^scrub: ", r"^queue ends: ", r"^no abort file, but ",
+                 r"the queues are listed from consumequeue/ instead$", r"; using .*\.bak$")
 
 
 @dataclass
@@ -245,7 +246,8 @@ def t2_case(workdir: str, seed: int, site: str | None = None,
 T4_KINDS = ("unflushed-garbage", "unflushed-garbage-no-abort", "random-truncate", "bit-flip",
             "checkpoint-delete", "checkpoint-torn", "abort-create", "cq-file-delete",
             "cq-dir-delete", "cq-torn", "index-file-delete", "index-torn",
-            "commitlog-newest-delete")
+            "commitlog-newest-delete", "cq-middle-file-delete", "hand-rebuild",
+            "config-restored", "crash-without-queue-ends")
 _T4_CONFIG = dict(flush_interval_ms=10**7, flush_cq_interval_ms=10**7,
                   flush_thorough_interval_ms=10**8)
 
@@ -258,6 +260,8 @@ def t4_case(workdir: str, seed: int, kind: str) -> CaseResult:
     try:
         if kind.startswith("unflushed-garbage"):
             problems = _t4_unflushed(root, rng, seed, max_body, abort=not kind.endswith("no-abort"))
+        elif kind in _T4_RESTORES:
+            problems = _T4_RESTORES[kind](root, rng, seed, max_body)
         else:
             exp = write_in_process(root, seed, rng.randint(60, 300), max_body, **_T4_CONFIG)
             problems = _T4_MUTATIONS[kind](root, rng, exp)
@@ -421,6 +425,105 @@ def _commitlog_newest_delete(root: str, rng: random.Random, exp: Expectation) ->
     return _expect_refused(root, "the newest CommitLog file (flushed data) was deleted")
 
 
+def _cq_middle_file_delete(root: str, rng: random.Random, seed: int, max_body: int) -> list[str]:
+    """A ConsumeQueue file deleted between two others (by hand, or lost to a restore): files
+    of 10 units, so every queue has several."""
+    exp = _sessions(root, seed, max_body, [rng.randint(120, 300)], lambda i: None,
+                    consume_queue_units=10)
+    by_queue: dict[str, list[str]] = {}
+    for path in _cq_files(root):
+        by_queue.setdefault(os.path.dirname(path), []).append(path)
+    middles = [files[1:-1] for files in by_queue.values() if len(files) >= 3]
+    if not middles:
+        return full_check(root, exp)
+    os.unlink(rng.choice(rng.choice(middles)))
+    return full_check(root, exp)
+
+
+def _no_queue_record(root: str) -> None:
+    """What a hand rebuild or a restore of an older config/ leaves: no record of the queues."""
+    for name in ("dispatchState.json", "queueEnds.log"):
+        path = os.path.join(root, "config", name)
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _hand_rebuild(root: str, rng: random.Random, exp: Expectation) -> list[str]:
+    """RocketMQ's "delete consumequeue/ and restart", whole or for one topic or queue, with
+    mqfs's record of the queues deleted too."""
+    _no_queue_record(root)
+    queues = sorted({os.path.dirname(p) for p in _cq_files(root)})
+    what = rng.choice(("all", "topic", "queue"))
+    target = os.path.join(root, "consumequeue") if what == "all" or not queues else \
+        os.path.dirname(rng.choice(queues)) if what == "topic" else rng.choice(queues)
+    shutil.rmtree(target, ignore_errors=True)
+    return full_check(root, exp)
+
+
+def _sessions(root: str, seed: int, max_body: int, counts: list[int], between,
+              crash_last: bool = False, **cfg) -> Expectation:
+    """Producer 0's messages put over several sessions, `between(i)` called after session
+    i closed; the last session is killed (no close) when `crash_last`."""
+    exp = Expectation(seed, max_body, must="durable", exact=True)
+    seq = 0
+    for i, n in enumerate(counts):
+        s = MessageStore(root, crash_config(**_T4_CONFIG, **cfg)).open()
+        for _ in range(n):
+            r = s.put(expected_message(seed, 0, seq, max_body))
+            exp.written[(0, seq)] = (r.commitlog_offset, r.queue_offset)
+            exp.durable.add((0, seq))
+            seq += 1
+        if crash_last and i == len(counts) - 1:
+            s.flush()  # every put durable, then the process "dies" with the store open
+            s.flush_services.stop()
+            s._release_files()
+            s._lock_file.release()
+        else:
+            s.close()
+        between(i)
+    return exp
+
+
+def _config_restored(root: str, rng: random.Random, seed: int, max_body: int) -> list[str]:
+    """config/ copied after a first session and copied back after a second one (a restore
+    from an older backup), with one queue's directory lost too."""
+    saved = root + ".config"
+
+    def between(i: int) -> None:
+        if i == 0:
+            shutil.copytree(os.path.join(root, "config"), saved)
+
+    exp = _sessions(root, seed, max_body, [rng.randint(30, 150), rng.randint(30, 150)], between)
+    shutil.rmtree(os.path.join(root, "config"))
+    shutil.copytree(saved, os.path.join(root, "config"))
+    shutil.rmtree(saved)
+    queues = sorted({os.path.dirname(p) for p in _cq_files(root)})
+    if queues and rng.random() < 0.5:
+        shutil.rmtree(rng.choice(queues))
+    return full_check(root, exp)
+
+
+def _crash_without_queue_ends(root: str, rng: random.Random, seed: int, max_body: int) -> list[str]:
+    """A crash (every put durable, the store left open) whose config/queueEnds.log is then
+    missing, and one queue's directory with it."""
+    exp = _sessions(root, seed, max_body, [rng.randint(30, 150), rng.randint(30, 150)],
+                    lambda i: None, crash_last=True)
+    path = os.path.join(root, "config", "queueEnds.log")
+    if os.path.exists(path):
+        os.unlink(path)
+    queues = sorted({os.path.dirname(p) for p in _cq_files(root)})
+    if queues:
+        shutil.rmtree(rng.choice(queues))
+    return full_check(root, exp)
+
+
+_T4_RESTORES = {
+    "cq-middle-file-delete": _cq_middle_file_delete,
+    "config-restored": _config_restored,
+    "crash-without-queue-ends": _crash_without_queue_ends,
+}
+
+
 _T4_MUTATIONS = {
     "random-truncate": _random_truncate,
     "bit-flip": _bit_flip,
@@ -434,4 +537,5 @@ _T4_MUTATIONS = {
     "index-file-delete": _index_file_delete,
     "index-torn": _torn("index"),
     "commitlog-newest-delete": _commitlog_newest_delete,
+    "hand-rebuild": _hand_rebuild,
 }

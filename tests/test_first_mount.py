@@ -129,6 +129,7 @@ def _outcome(root: str, key: tuple[str, int]) -> tuple[list[tuple[int, bytes]], 
     return served, end, put, verify_store(root, config=small_config(**CFG)).ok
 
 
+@pytest.mark.allow_logs("queue ends: ConsumeQueue t4/2 ")
 @pytest.mark.parametrize("how", ["offset", "size", "tags", "zeroed", "garbage-tail"])
 def test_damage_at_a_queue_end_is_found_at_first_use_as_the_eager_open_found_it(
         tmp_path, monkeypatch, how):
@@ -138,7 +139,9 @@ def test_damage_at_a_queue_end_is_found_at_first_use_as_the_eager_open_found_it(
     eager_root = str(tmp_path / "eager")
     shutil.copytree(lazy_root, eager_root)
     with MessageStore(lazy_root, small_config(**CFG), create=False) as s:
-        assert key not in s.consume_queues.opened()  # found at its first use, below
+        # found at its first use, below; a lost unit below the queue's newest record is found
+        # at open by the proof of the queue ends from the log (no record vouches for them)
+        assert (key in s.consume_queues.opened()) == (how == "zeroed")
     lazy = _outcome(lazy_root, key)
     # the open as it was: every queue opened and checked up front (what the walk falls back to)
     monkeypatch.setattr(clean_open, "open_newest", lambda *a: False)
@@ -147,10 +150,9 @@ def test_damage_at_a_queue_end_is_found_at_first_use_as_the_eager_open_found_it(
     eager = _outcome(eager_root, key)
     assert lazy == eager
     served, end, put, ok = lazy
-    if how == "zeroed":  # below the newest record its queue holds: neither open can tell
-        assert served == [(i, _body(4, 2, i)) for i in range(PER - 1)] and end == put == PER - 1
-    else:
-        assert served == [(i, _body(4, 2, i)) for i in range(PER)] and end == put == PER and ok
+    # "zeroed": below the newest record its queue holds, so neither open's check of the
+    # queues can tell; the log's last record of the queue does, and it is rebuilt from the log
+    assert served == [(i, _body(4, 2, i)) for i in range(PER)] and end == put == PER and ok
 
 
 @needs_fuse

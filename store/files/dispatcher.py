@@ -150,6 +150,9 @@ class Dispatcher:
         made in both, so a full disk refuses the put before the CommitLog is written."""
         topic, qid = msg.topic, msg.queue_id
         cq = self.consume_queues.get((topic, qid))
+        check = self.consume_queues.end_check
+        if check is not None and layout.in_queue(msg.sys_flag) and has_queue_dir(topic):
+            check((topic, qid), cq.next_offset if cq is not None else 0)
         if cq is None and has_queue_dir(topic):
             cq = self.create_queue(topic, qid, True)
         sys_flag = msg.sys_flag
@@ -192,6 +195,11 @@ class Dispatcher:
         topic_of = list(names)
         keys = [(topic_of[g >> 32], g & 0xFFFFFFFF) for g in ordered[firsts].tolist()]
         queues = self.consume_queues.get_many(keys)
+        check = self.consume_queues.end_check
+        if check is not None:  # before a queue is made or an offset given
+            for key, cq, n in zip(keys, queues, counts.tolist()):
+                if n and has_queue_dir(key[0]):
+                    check(key, cq.next_offset if cq is not None else 0)
         fresh = np.fromiter(map(is_, queues, repeat(None)), dtype=bool, count=len(queues))
         if fresh.any():
             self._register_new(keys, queues, fresh, counts)

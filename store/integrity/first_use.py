@@ -61,6 +61,8 @@ def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
     if min_commitlog > 0:  # what retention did to the queues open then
         cq.delete_expired(min_commitlog)
     cq.correct_min_offset(min_commitlog)
+    if parts.log_ends is not None:  # no record vouched for its end: the log's last record
+        parts.log_ends.check_open(cq)
 
 
 def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed: bool,
@@ -106,6 +108,9 @@ def _problem(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, min_commitlog: 
         return f"unit {bad[0]} does not match its record"
     if min_commitlog == 0 and cq.queue.files and cq.first_file_offset > rec.head:
         return f"lost its first file(s) (it starts at offset {cq.first_file_offset})"
+    gap = queue_check.missing_file(cq)
+    if gap is not None:
+        return f"lost a file in the middle (its units from offset {gap})"
     if cq.max_offset < rec.entries:
         return f"holds {cq.max_offset} entries, {rec.entries} at the last clean close"
     return None

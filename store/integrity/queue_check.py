@@ -12,7 +12,7 @@ import numpy as np
 
 from ..config import parse_delay_levels
 from ..errors import CodecError, CorruptionError, NotFound
-from ..files.consume_queue import PRE_BLANK, ConsumeQueue, RebuiltQueue
+from ..files.consume_queue import PRE_BLANK, UNIT_SIZE, ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
 from ..format import codec, layout
 from . import salvage
@@ -93,6 +93,16 @@ def tail_start(parts: StoreParts, target: int, limit: int | None = None) -> int:
             if best >= target - (1 << 20):
                 break
     return best
+
+
+def missing_file(cq: ConsumeQueue) -> int | None:
+    """The first queue offset of a file missing between two of a queue's files (deleted by
+    hand, lost to a restore), or None: the units it held would be skipped unseen."""
+    files = cq.queue.files
+    for before, after in zip(files, files[1:]):
+        if after.file_from_offset != before.file_from_offset + before.file_size:
+            return (before.file_from_offset + before.file_size) // UNIT_SIZE
+    return None
 
 
 def units_ok(commitlog: CommitLog, cq: ConsumeQueue, lo: int, units: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
     from ..files.index_service import IndexService
     from ..format.flavor import Flavor
+    from .log_ends import LogEnds
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,9 @@ class StoreParts:
     cuts: dict[tuple[str, int], int] = field(default_factory=dict)
     load_queue: Callable[[tuple[str, int]], ConsumeQueue] | None = None
     assumed: int | None = None  # clean_open.assumed_dispatched's answer, found once
+    # no record vouched for the queues' ends: the CommitLog's last records decide them
+    # (store/integrity/log_ends.py)
+    log_ends: LogEnds | None = None
 
 
 @dataclass

@@ -27,13 +27,17 @@ log = logging.getLogger(__name__)
 
 
 def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkpoint,
-               last_exit_ok: bool) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
+               last_exit_ok: bool, proving: bool = False
+               ) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
-    the state of config/queueEnds.log it registered the queues from."""
+    the state of config/queueEnds.log it registered the queues from. `proving`: an earlier
+    open's proof of the queue ends from the CommitLog did not finish (store/integrity/
+    log_ends.py), so no record written since vouches for them: the listing, as without one."""
     cuts = queue_cuts.read(root)
-    vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) if last_exit_ok else None
-    ends = None if last_exit_ok else journal_state(root, cp)
+    vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) \
+        if last_exit_ok and not proving else None
+    ends = None if last_exit_ok or proving else journal_state(root, cp)
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
     elif ends is not None:

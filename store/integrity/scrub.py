@@ -185,6 +185,10 @@ class Scrub:
                     self.queue, self.unit = names[i], 0
                 topic, _, qid = self.queue.rpartition("/")
                 cq = store.consume_queues[(topic, int(qid))]
+                gap = queue_check.missing_file(cq)
+                if gap is not None:  # its units there would be skipped unseen
+                    self._rebuild(cq, gap, f"lost a file in the middle (its units from offset {gap})")
+                    cq = store.consume_queues[(topic, int(qid))]
                 lo = max(self.unit, cq.min_offset)
                 units = cq.entries(lo, budget)
                 ok = queue_check.units_ok(store.commitlog, cq, lo, units)
@@ -192,20 +196,21 @@ class Scrub:
                 self.checked_units += len(units)
                 budget -= max(len(units), 64)  # a queue costs a little even when empty
                 if not ok.all():
-                    self._rebuild(cq, lo + int(np.argmin(ok)))
+                    bad = lo + int(np.argmin(ok))
+                    self._rebuild(cq, bad, f"unit {bad} does not match its record")
                 if lo + len(units) >= cq.max_offset or not len(units):
                     self.queue, self.unit = names[i] + "\0", 0  # sorts just past this queue
                 else:
                     self.unit = lo + len(units)
         return True
 
-    def _rebuild(self, cq: ConsumeQueue, bad: int) -> None:
+    def _rebuild(self, cq: ConsumeQueue, bad: int, why: str) -> None:
         """Rebuild a queue with a bad unit from the CommitLog (caller holds the put lock):
         its units are gathered first, and only if the log yields them whole, up to the
         queue's end (no offset given out may be given again), do the new units go in and
         the old files to quarantine/ (`swap_in`: reads going on meanwhile see it whole)."""
         store = self.store
-        what = f"ConsumeQueue {cq.topic}/{cq.queue_id} unit {bad} does not match its record"
+        what = f"ConsumeQueue {cq.topic}/{cq.queue_id} {why}"
         units = first_use.units_from_log(store._parts(), store.tags_codes, cq.topic, cq.queue_id)
         if units is None or (len(units[3]) and int(units[3][-1]) + 1 < cq.max_offset):
             self._found(f"{what}; not rebuilt: the CommitLog does not hold every message of "

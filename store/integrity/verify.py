@@ -157,14 +157,23 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             seen.add(key)
             directory = os.path.join(base, topic, qname)
             arrays = []
-            for start, path in load_files(directory, units * UNIT_SIZE, read_only=True):
+            files = load_files(directory, units * UNIT_SIZE, read_only=True)
+            for i, (start, path) in enumerate(files):
+                if i and start != files[i - 1][0] + units * UNIT_SIZE:
+                    lost = files[i - 1][0] // UNIT_SIZE + units
+                    report.derived(f"ConsumeQueue {topic}/{qname} lost a file in the middle: no "
+                                   f"file holds its units {lost}..{start // UNIT_SIZE - 1}")
+                    arrays.append(np.zeros(start // UNIT_SIZE - lost, dtype=UNIT_DTYPE))
                 mf = MappedFile(path, units * UNIT_SIZE, start, read_only=True)
                 arrays.append(np.array(np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE)))
                 mf.close()
                 advance(units * UNIT_SIZE)
             if not arrays:
+                if key in expected:
+                    report.derived(f"ConsumeQueue {topic}/{qname} has no file, but the CommitLog "
+                                   f"holds {len(expected[key])} records of it")
                 continue
-            first = load_files(directory, units * UNIT_SIZE, read_only=True)[0][0] // UNIT_SIZE
+            first = files[0][0] // UNIT_SIZE
             arr = np.concatenate(arrays)
             valid = (arr["offset"] >= 0) & (arr["size"] > 0)
             n = int(np.argmin(valid)) if not valid.all() else len(arr)

@@ -1,0 +1,368 @@
+"""Queue ends from the CommitLog, for an open that no count record vouches for.
+
+A queue is proven at its first use against config/dispatchState.json or config/queueEnds.log.
+When neither vouches (a broker's store, consumequeue/ deleted by hand, config/ restored from
+an older copy, a crash whose queueEnds.log is missing or another store's), the files of a
+queue may hold fewer units than the log holds records for it, or none at all: the next put
+would give out an offset given out before. So there, a queue's last record in the CommitLog
+decides its end.
+
+The proof walks the CommitLog's files newest first (each file forward, with the same walker
+as verify and repair: `salvage.walk_runs_of_file`), keeping per queue the end (last queue
+offset + 1) and the lowest queue offset its records carry. A queue is decided once a file
+holding one of its records has been walked with every newer file (its last record is then
+known), and every queue once the oldest file is done. The open walks a log of up to
+`FOREGROUND` bytes itself (a small store is proven before the first put); a larger one is
+walked in a background thread. A put to a queue not decided yet, or decided short (its files hold fewer
+units than the log, start above its oldest record, or miss a file in the middle), is refused
+with `QueueNotProven` (EAGAIN through a mount) until the walk reaches it or its rebuild from
+the log is done; the put never waits for the walk. Short queues are rebuilt from the log in
+the background (one more pass over the log for all of them), swapped in while reads go on.
+
+Until the proof is done, config/queueProof.json says so: a later open (after a crash, or a
+close before the end) proves again rather than trust a record written meanwhile.
+
+LMQ queues (units pointing at another topic's records) are not the records' own queues:
+they never appear in the walk and keep the old path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import QueueNotProven, StoreError
+from ..files import safefs
+from ..files.consume_queue import PRE_BLANK, ConsumeQueue
+from ..files.dispatcher import TagsCodes, has_queue_dir
+from ..files.json_file import write_json
+from ..files.queue_registry import Key
+from ..format import layout
+from ..format.columns import RecordRun
+from . import queue_check, salvage
+from .queue_swap import swap_in
+from .recovery import scan_end
+
+if TYPE_CHECKING:
+    from .recovery import StoreParts
+
+log = logging.getLogger(__name__)
+
+NAME = "queueProof.json"
+FOREGROUND = 64 << 20  # a log of at most this many bytes of records is proven by the open itself
+
+
+def pending(root: str) -> bool:
+    """Whether an earlier open's proof did not finish (its record of queues vouches for less
+    than it seems): this open proves again."""
+    return os.path.lexists(os.path.join(root, "config", NAME))
+
+
+class LogEnds:
+    """One open's proof of queue ends from the CommitLog (see the module)."""
+
+    def __init__(self, parts: StoreParts, tags: TagsCodes, put_lock: threading.Lock,
+                 make_queue: Callable[[str, int], ConsumeQueue],
+                 probe_queue: Callable[[Key], ConsumeQueue],
+                 note: Callable[[str, list[str]], None]):
+        self.parts = parts
+        self.tags = tags
+        self.put_lock = put_lock
+        self.make_queue = make_queue  # an object for a queue the registry does not know
+        self.probe_queue = probe_queue  # a read-only object of a registered queue, loaded
+        self.note = note  # what was found and done, shown with what recovery did
+        queue = parts.commitlog.queue
+        self.files = list(queue.files)
+        self.limit = queue.max_offset  # records put after the open go to proven queues
+        self.total = sum(mf.file_size for mf in self.files)
+        self.walked = 0  # bytes walked (newest files first)
+        self.ends: dict[Key, tuple[int, int]] = {}  # queue -> (end, lowest queue offset)
+        self.done = False  # every file walked
+        self.short: set[Key] = set()  # decided short: rebuilt from the log in the background
+        self.failed: dict[Key, str] = {}  # short, and the log cannot give every offset back
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._next = len(self.files) - 1  # the next file to walk, going back
+
+    # --- the walk --------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Mark the proof as owed (synced); a log of at most FOREGROUND bytes of records is
+        proven whole now, its short queues rebuilt (one more walk of it), a larger one in the
+        background (`start`)."""
+        write_json(os.path.join(self.parts.root, "config", NAME), {"format": 1, "proving": True})
+        queue = self.parts.commitlog.queue
+        if queue.max_offset - queue.min_offset > FOREGROUND:
+            return
+        while self._next >= 0:
+            self._walk_one()
+        if self._next < 0:
+            self._walked_all()
+            if self.short:
+                self._rebuild(set(self.short))
+
+    def start(self) -> None:
+        """Walk the rest and rebuild short queues in a background thread."""
+        self._thread = threading.Thread(target=self._run, name="mqfs-log-ends", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        try:
+            while self._next >= 0 and not self._stop:
+                self._walk_one()
+            if self._stop:
+                return
+            if not self.done:
+                self._walked_all()
+            while True:
+                with self._lock:
+                    while not self.short and not self._stop:
+                        self._wake.wait()
+                    if self._stop:
+                        return
+                    keys = set(self.short)
+                self._rebuild(keys)
+        except Exception:  # the mount goes on; puts to undecided queues stay refused
+            log.exception("queue ends: the proof from the CommitLog stopped")
+
+    def _walk_one(self) -> int:
+        """Walk the next file back; its bytes."""
+        mf = self.files[self._next]
+        found: dict[Key, tuple[int, int]] = {}
+        last = self._next == len(self.files) - 1
+        for item in salvage.walk_runs_of_file(mf, self.parts.flavor, last):
+            if isinstance(item, salvage.Run):
+                _merge(found, _run_ends(item, self.limit))
+        with self._lock:
+            for key, (end, low) in found.items():
+                had = self.ends.get(key)
+                self.ends[key] = (end, low) if had is None else (max(had[0], end), min(had[1], low))
+            self._next -= 1
+            self.walked += mf.file_size
+        return mf.file_size
+
+    def _walked_all(self) -> None:
+        """Every file walked: each queue the log holds records of is checked now (one not
+        open through a read-only object of its files, as its first use would read them)."""
+        queues = self.parts.consume_queues
+        with self._lock:
+            self.done = True
+            ends = dict(self.ends)
+        for key in ends:
+            if self._stop:
+                return
+            if key not in queues:
+                self._short(key, "has records in the CommitLog but no ConsumeQueue")
+                continue
+            cq = queues.peek(key)
+            if cq is not None:
+                self.check_open(cq)
+                continue
+            probe = self.probe_queue(key)
+            try:
+                self.check_open(probe)
+            finally:
+                probe.close()
+        self._finish_if_clean()
+        log.info("queue ends: the CommitLog's %d files walked (%d queues hold records)",
+                 len(self.files), len(ends))
+
+    # --- what puts and first uses ask ------------------------------------------------------
+    def decided(self, key: Key) -> tuple[int, int] | None:
+        """(end, lowest queue offset) of a queue's records in the log once decided ((0, 0) for a
+        queue without one); None while the walk has not reached it."""
+        got = self.ends.get(key)
+        if got is not None:
+            return got
+        return (0, 0) if self.done else None
+
+    def check_open(self, cq: ConsumeQueue) -> None:
+        """A queue just opened (or open when the walk ended), compared with its records in the
+        log once decided: a short one is rebuilt from the log in the background."""
+        key = (cq.topic, cq.queue_id)
+        got = self.decided(key)
+        if got is None or got == (0, 0):
+            return
+        end, low = got
+        gap = queue_check.missing_file(cq)
+        oldest = cq.entry(low) if cq.min_offset <= low < cq.max_offset else None
+        if cq.max_offset < end:
+            self._short(key, f"holds {cq.max_offset} units, the CommitLog {end} records")
+        elif gap is not None:
+            self._short(key, f"lost a file in the middle (from offset {gap})")
+        elif oldest is None or oldest[1] == PRE_BLANK[1]:
+            self._short(key, f"does not hold offset {low}, its oldest record in the CommitLog")
+
+    def check_put(self, key: Key, next_offset: int) -> None:
+        """Before a put gives queue `key` offset `next_offset`: refused (QueueNotProven) while
+        its end is not proven from the log."""
+        with self._lock:
+            why = self.failed.get(key)
+            if why is not None:
+                raise QueueNotProven(why)
+            if key in self.short:
+                raise QueueNotProven(f"queue {key[0]}/{key[1]}: its ConsumeQueue is being rebuilt "
+                                     "from the CommitLog; try again")
+            got = self.ends.get(key)
+            if got is None and not self.done:
+                raise QueueNotProven(
+                    f"queue {key[0]}/{key[1]}: its end is not proven yet (no record of the queues "
+                    f"vouches for it; the CommitLog is being walked for its last record, "
+                    f"{self.walked >> 20} of {self.total >> 20} MiB, newest first); try again")
+        if got is not None and next_offset < got[0]:
+            self._short(key, f"holds {next_offset} units, the CommitLog {got[0]} records")
+            raise QueueNotProven(f"queue {key[0]}/{key[1]}: the CommitLog holds offsets up to "
+                                 f"{got[0] - 1}; its ConsumeQueue is being rebuilt from it; try again")
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to prove or rebuild (puts need not ask)."""
+        return self.done and not self.short and not self.failed
+
+    # --- rebuilding short queues -----------------------------------------------------------
+    def _short(self, key: Key, why: str) -> None:
+        with self._lock:
+            if key in self.short or key in self.failed:
+                return
+            self.short.add(key)
+            self._wake.notify_all()
+        log.warning("queue ends: ConsumeQueue %s/%d %s (no record vouched for its end): "
+                    "rebuilding it from the CommitLog; puts to it wait", key[0], key[1], why)
+
+    def _rebuild(self, keys: set[Key]) -> None:
+        """One pass over the log for the units of every short queue, each swapped in (old files
+        to quarantine/) under the put lock, so no put lands between the pass and the swap
+        with an offset the pass did not see."""
+        # no put lands in these queues meanwhile (`check_put` refuses them), so the walk
+        # needs no lock; the swaps take the put lock
+        found = units_of(self.parts, self.tags, keys, self.limit)
+        with self.put_lock:
+            queues = self.parts.consume_queues
+            for key in sorted(keys):
+                units = found.get(key)
+                if units is None:
+                    why = (f"queue {key[0]}/{key[1]}: its ConsumeQueue holds fewer units than "
+                           "the CommitLog has records, and the log does not give every offset "
+                           f"back; run `mqfs verify {self.parts.root}` and `mqfs repair`")
+                    log.warning("queue ends: %s", why)
+                    self.note(why, [])
+                    with self._lock:
+                        self.failed[key] = why
+                        self.short.discard(key)
+                    continue
+                cq = queues.get(key)
+                if cq is None:
+                    cq = self.make_queue(*key)
+                if cq.max_offset > (int(units[3][-1]) + 1 if len(units[3]) else 0):
+                    units = None  # its files hold more (kept offsets): left as they are
+                moved = swap_in(self.parts.root, queues, cq, units) if units is not None else []
+                text = (f"ConsumeQueue {key[0]}/{key[1]} did not hold every record the CommitLog "
+                        f"has for it: rebuilt from the CommitLog (old files: "
+                        f"{', '.join(moved) or 'none'})")
+                log.warning("queue ends: %s", text)
+                self.note(text, moved)
+                with self._lock:
+                    self.short.discard(key)
+        self._finish_if_clean()
+
+    def _finish_if_clean(self) -> None:
+        """The proof is done: config/queueProof.json goes (a later open trusts the records)."""
+        if not self.settled:
+            return
+        try:
+            safefs.unlink(os.path.join(self.parts.root, "config", NAME))
+        except FileNotFoundError:
+            pass
+        except (OSError, StoreError) as exc:
+            log.warning("queue ends: config/%s not removed: %s", NAME, exc)
+
+    def status(self) -> dict:
+        with self._lock:
+            return {"walked_bytes": self.walked, "total_bytes": self.total, "done": self.done,
+                    "rebuilding": sorted(f"{t}/{q}" for t, q in self.short),
+                    "refused": sorted(f"{t}/{q}" for t, q in self.failed)}
+
+
+def _run_ends(run: salvage.Run, limit: int) -> dict[Key, tuple[int, int]]:
+    """(end, lowest queue offset) of each queue among a run's records below `limit`."""
+    r = run.records
+    rows = np.flatnonzero(layout.in_queue(r.sys_flag) & (run.base + r.starts < limit) &
+                          (r.queue_id >= 0))
+    if not len(rows):
+        return {}
+    names, which = layout.topic_names(run.u8, r.topic_pos[rows], r.topic_len[rows])
+    code = which << 32 | r.queue_id[rows]
+    qo = r.queue_offset[rows]
+    order = np.lexsort((qo, code))
+    code, qo = code[order], qo[order]
+    firsts = np.flatnonzero(np.append(True, code[1:] != code[:-1]))
+    lasts = np.append(firsts[1:], len(code)) - 1
+    out = {}
+    for c, lo, hi in zip(code[firsts].tolist(), qo[firsts].tolist(), qo[lasts].tolist()):
+        topic = names[c >> 32]
+        if has_queue_dir(topic):
+            out[(topic, c & 0xFFFFFFFF)] = (hi + 1, lo)
+    return out
+
+
+def _merge(into: dict[Key, tuple[int, int]], more: dict[Key, tuple[int, int]]) -> None:
+    for key, (end, low) in more.items():
+        had = into.get(key)
+        into[key] = (end, low) if had is None else (max(had[0], end), min(had[1], low))
+
+
+Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int) -> dict[Key, Units]:
+    """(CommitLog offsets, sizes, tagsCodes, queue offsets) of the records of each queue in
+    `keys`, from one walk of the whole log; none when the log does not check out up to
+    `limit`, and a queue whose queue offsets have gaps (messages lost to damage) is left
+    out."""
+    cols: dict[Key, list[list[np.ndarray]]] = {k: [[], [], [], []] for k in keys}
+    topics = {k[0] for k in keys}
+
+    def take(run: RecordRun) -> None:
+        present = [t for t in set(run.topics) if t in topics]
+        if not present:
+            return
+        codes = None
+        for key in keys:
+            if key[0] not in present:
+                continue
+            mine = np.fromiter((t == key[0] for t in run.topics), dtype=bool, count=len(run))
+            rows = np.flatnonzero(mine & (run.queue_id == key[1]) & layout.in_queue(run.sys_flag))
+            if not len(rows):
+                continue
+            if codes is None:
+                codes = tags.column(run.topics, run.tags, run.delays, run.store_ts)
+            for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
+                cols[key][i].append(col[rows].astype(np.int64))
+
+    mine = dataclasses.replace(parts, dispatch=take)
+    start = parts.commitlog.queue.min_offset
+    end, _, _ = scan_end(mine, start, start, parts.config.check_crc_on_recover, None)
+    if end < limit:
+        return {}
+    out: dict[Key, Units] = {}
+    for key, c in cols.items():
+        units = tuple(np.concatenate(x) if x else np.empty(0, dtype=np.int64) for x in c)
+        if len(units[3]) and (np.any(np.diff(units[3]) != 1)):
+            continue
+        out[key] = units  # type: ignore[assignment]
+    return out
