@@ -13,7 +13,7 @@ import re
 import sys
 import time
 
-COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "pipeline")
+COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "dump", "pipeline")
 
 
 def version() -> str:
@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "IndexFiles (shows the plan, then asks)")
     r.add_argument("store", help="the store directory (not mounted)")
     r.add_argument("--yes", action="store_true", help="apply the plan without asking")
+    from .dump.command import add_parser as add_dump
+
+    add_dump(sub)
     sub.add_parser("pipeline", help="PySpark pipeline jobs (mqfs pipeline --help)", add_help=False)
     return p
 
@@ -283,6 +286,12 @@ def cmd_repair(a: argparse.Namespace) -> int:
     return 0 if after.ok else 1
 
 
+def cmd_dump(a: argparse.Namespace) -> int:
+    from .dump.command import cmd_dump as run
+
+    return run(a)
+
+
 def _trust(owners: list[str]) -> None:
     import pwd
 
@@ -302,12 +311,16 @@ def _dispatch(argv: list[str]) -> int:
         os.execv(sys.executable, [sys.executable, "-P", "-m", "mqfs.pipeline", *argv[1:]])
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
+    if argv and argv[0] == "dump":
+        from .dump.command import glued
+
+        argv = glued(argv)
     args = build_parser().parse_args(argv)
     _trust(getattr(args, "trust_owner", []))
     if getattr(args, "store", None):  # links on the way to a store are the administrator's:
         args.store = os.path.realpath(args.store)  # resolved once; none is followed inside
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
-               "verify": cmd_verify, "repair": cmd_repair}[args.command]
+               "verify": cmd_verify, "repair": cmd_repair, "dump": cmd_dump}[args.command]
     from mqfs.store.errors import StoreLocked
 
     try:

@@ -1,31 +1,68 @@
-"""Times as file names, for `<queue>/at/<time>`.
+"""Times as people type them, for `<queue>/at/<time>` and `mqfs dump --since/--until`.
 
-A name is epoch milliseconds (digits) or ISO-8601 (`2026-11-22T10:00:00Z`, `2026-11-22 10:00`,
-`2026-11-22`); a time with no zone is the daemon's local time, as `date` would read it.
+A time is epoch milliseconds (digits), ISO-8601 (`2026-11-22T10:00:00Z`, `2026-11-22 10:00`,
+`2026-11-22`), `now`, `today` or `yesterday` (local midnight), or an offset from now:
+`-10m`, `-1h`, `-2d`, `-90s`, `-1w` (journalctl's and rpk's forms). A time with no zone is
+local time, as `date` would read it.
 """
 
 from __future__ import annotations
 
 import errno
+import re
+import time
 from datetime import UTC, datetime, timedelta
 
 from .errors import FsError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
+            "w": 604_800_000}
+_RELATIVE = re.compile(r"-(\d{1,12})(ms|s|m|h|d|w)")
+FORMS = "epoch ms, ISO-8601, now, today, yesterday or -N[ms|s|m|h|d|w]"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def when(text: str, now: int | None = None) -> int:
+    """Epoch milliseconds a text spells (`now` defaults to the clock); ValueError, naming
+    the forms, for a text that is no time. An instant between two milliseconds rounds up:
+    store times are whole ms, and "at or after" must not take the one before."""
+    now = now_ms() if now is None else now
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    relative = _RELATIVE.fullmatch(text)
+    if relative:
+        return now - int(relative.group(1)) * _UNIT_MS[relative.group(2)]
+    if text == "now":
+        return now
+    if text in ("today", "yesterday"):  # local midnight: 23 or 25 hours apart across DST
+        day = datetime.fromtimestamp(now / 1000).date()
+        if text == "yesterday":
+            day -= timedelta(days=1)
+        return _ms(datetime.combine(day, datetime.min.time()).astimezone())
+    try:
+        parsed = datetime.fromisoformat(text)
+        if parsed.tzinfo is None:
+            parsed = parsed.astimezone()  # naive: the local time zone
+        return _ms(parsed)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{text!r} is no time ({FORMS})") from None
+
+
+def _ms(moment: datetime) -> int:
+    micros = (moment - EPOCH) // _MICROSECOND
+    return -(-micros // 1000)
 
 
 def parse_time(name: bytes) -> int:
-    """Epoch milliseconds a name spells; EINVAL, with the forms it takes, for a name that
-    is no time."""
+    """Epoch milliseconds a name in at/ spells; EINVAL, with the forms it takes, for a name
+    that is no time."""
     text = name.decode("utf-8", errors="replace")
-    if text.isascii() and text.isdigit() and len(text) <= 18:
-        return int(text)
     try:
-        when = datetime.fromisoformat(text)
-        if when.tzinfo is None:
-            when = when.astimezone()  # naive: the local time zone
-    except (ValueError, OverflowError, OSError):
-        raise FsError(errno.EINVAL, f"at/{text}: not epoch milliseconds or ISO-8601") from None
-    micros = (when - EPOCH) // _MICROSECOND
-    return -(-micros // 1000)  # store times are whole ms: "at or after" rounds up
+        return when(text)
+    except ValueError:
+        raise FsError(errno.EINVAL, f"at/{text}: not {FORMS}") from None

@@ -350,10 +350,14 @@ def test_at_answers_match_the_store(ticks, tmp_path):
         assert run("cat 'at/2023-11-14 22:13:22.5+00:00'", q).stdout == b"tick 3\n"
         late = run(f"cat at/{T0 + 11_001}", q, check=False)
         assert late.returncode != 0 and b"No such file" in late.stderr
-        bad = run("ls at/yesterday", q, check=False)
+        bad = run("ls at/soon", q, check=False)
         assert bad.returncode != 0 and b"Invalid argument" in bad.stderr
+        assert run("readlink at/-200w", q).stdout == b"../0\n"  # relative: before T0
+        assert run("ls at/yesterday", q, check=False).returncode != 0  # nothing since
         run("echo later > append", q)  # stored now, long after T0: the late time answers
         assert run(f"cat at/{T0 + 11_001}", q).stdout == b"later\n"
+        assert run("readlink at/-1h", q).stdout == run("readlink at/today", q).stdout == b"../12\n"
+        assert run("cat at/now", q, check=False).returncode != 0  # nothing stored after now
     with MessageStore(ticks, StoreConfig(read_only=True), create=False) as s:
         assert answers == [b"../%d" % s.offset_by_time("ticks", 0, t) for t in times]
 

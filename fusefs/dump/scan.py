@@ -1,0 +1,75 @@
+"""The selected messages of runs of records: columns first (queue, offsets, times, topic,
+then the body pattern and property bytes over whole runs), then each survivor decoded with
+the store's checks and held to what only a decoded record can say."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from mqfs.store import StoredMessage
+from mqfs.store.errors import CodecError
+from mqfs.store.format.codec import decode
+from mqfs.store.format.flavor import Flavor
+from mqfs.store.format.layout import in_queue, topic_names
+
+from . import spans
+from .selection import Selection
+from .source import Damage, Run
+
+COMPRESSED_FLAG = 0x1  # sysFlag bit of a compressed body: its bytes are not the body
+
+
+def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
+    """Rows of a run the columns do not rule out."""
+    r = run.records
+    keep = in_queue(r.sys_flag)
+    if sel.queues:
+        keep &= np.isin(r.queue_id, sel.queues)
+    if sel.first_offset is not None:
+        keep &= r.queue_offset >= sel.first_offset
+    if sel.last_offset is not None:
+        keep &= r.queue_offset <= sel.last_offset
+    if sel.since is not None:
+        keep &= r.store_ts >= sel.since
+    if sel.until is not None:
+        keep &= r.store_ts <= sel.until
+    if sel.topics and keep.any():
+        rows = np.flatnonzero(keep)
+        names, which = topic_names(np.frombuffer(run.buf, np.uint8), r.topic_pos[rows],
+                                   r.topic_len[rows])
+        wanted = [i for i, name in enumerate(names) if name in sel.topics]
+        keep[rows] = np.isin(which, wanted)
+    buf = memoryview(run.buf)
+    for literals in sel.property_literals():
+        rows = np.flatnonzero(keep)
+        ends = r.props_pos[rows] + r.props_len[rows]
+        keep[rows] = spans.holding(buf, r.props_pos[rows], ends, literals)
+    if sel.body is not None:
+        rows = np.flatnonzero(keep)
+        plain = (r.sys_flag[rows] & COMPRESSED_FLAG) == 0  # compressed: checked once decoded
+        at = rows[plain]
+        keep[at] = spans.matching(sel.body, buf, r.body_pos[at], r.body_pos[at] + r.body_len[at],
+                                  sel.body_in_context)
+    return np.flatnonzero(keep)
+
+
+def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
+             ) -> Iterator[StoredMessage]:
+    """The selected messages, each decoded and checked (checksums) as a read checks it; a
+    record that fails goes to `damage`."""
+    for run in runs:
+        r = run.records
+        for row in candidate_rows(run, sel).tolist():
+            try:
+                msg = decode(run.buf, int(r.starts[row]), flavor)
+                if not sel.holds(msg):
+                    continue
+            except CodecError as exc:
+                damage(run.base + int(r.starts[row]), str(exc))
+                continue
+            if sel.body is not None and msg.sys_flag & COMPRESSED_FLAG and \
+                    sel.body.search(msg.body) is None:
+                continue
+            yield msg

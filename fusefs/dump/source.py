@@ -1,0 +1,144 @@
+"""Where a dump's records come from, as runs of record starts in one mapped CommitLog file:
+the ConsumeQueues of the selected queues (offsets and times narrow them, tagsCodes pick tag
+candidates), the IndexFiles for keys, or a walk of the whole CommitLog."""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from mqfs.store import MessageStore, StoreConfig
+from mqfs.store.format.layout import Records, fields, walk
+from mqfs.store.format.message import SCHEDULE_TOPIC
+from mqfs.store.integrity.salvage import next_record_in
+from mqfs.store.offline.views import (
+    QueueReader,
+    StoreLayout,
+    commitlog_files,
+    map_readonly,
+    offset_by_time,
+    queues,
+)
+
+from .selection import Selection
+
+CHUNK = 1 << 16  # records per run: bounds memory whatever the store's size
+_MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)
+
+Damage = Callable[[int, str], None]  # (CommitLog offset, what): a record the dump skips
+
+
+@dataclass
+class Run:
+    """Records of one CommitLog file (fields at positions within it) and the file's start."""
+
+    buf: mmap.mmap
+    base: int
+    records: Records
+
+
+class CommitLog:
+    """The store's CommitLog files, mapped read-only when first needed."""
+
+    def __init__(self, layout: StoreLayout) -> None:
+        self.files = commitlog_files(layout.root)
+        self.starts = np.array([s for s, _ in self.files], dtype=np.int64)
+        self._maps: dict[int, mmap.mmap] = {}
+        self.flavor = layout.checked_flavor  # what a resync checks records with
+
+    def mapped(self, i: int) -> mmap.mmap:
+        mm = self._maps.pop(i, None) or map_readonly(self.files[i][1])
+        self._maps[i] = mm  # most recently used last
+        while len(self._maps) > _MAPS_KEPT:
+            del self._maps[next(iter(self._maps))]
+        return mm
+
+    def runs_at(self, offsets: np.ndarray, damage: Damage) -> Iterator[Run]:
+        """The records at these CommitLog offsets (ascending), file by file; an offset with
+        no well-formed record there goes to `damage`."""
+        which = np.searchsorted(self.starts, offsets, side="right") - 1
+        for i in np.unique(which).tolist():
+            at = offsets[which == i]
+            if i < 0:
+                for off in at.tolist():
+                    damage(off, "no CommitLog file holds it")
+                continue
+            buf = self.mapped(i)
+            base = int(self.starts[i])
+            recs = fields(np.frombuffer(buf, np.uint8), at - base)
+            ok = recs.well_formed & (recs.commitlog_offset == at)
+            for off in at[~ok].tolist():
+                damage(off, "no record there (damaged or not yet written)")
+            yield Run(buf, base, recs.take(ok))
+
+    def walk(self, damage: Damage) -> Iterator[Run]:
+        """Every record, in store order; damaged bytes go to `damage` once and the walk goes
+        on at the next record that checks out, as verify does. Zeros where the last file's
+        records stop are its end (a writer's next record goes there)."""
+        for i, (base, _) in enumerate(self.files):
+            buf = self.mapped(i)
+            u8 = np.frombuffer(buf, np.uint8)
+            pos, end = 0, len(buf)
+            while pos < end:
+                w = walk(buf, pos, end, CHUNK, None, u8)
+                if len(w.records):
+                    yield Run(buf, base, w.records)
+                pos = w.stop
+                if w.why == "limit":
+                    continue
+                if w.why in ("blank", "room"):
+                    break
+                last = i == len(self.files) - 1
+                if last and buf[pos:pos + 8] == bytes(8):
+                    break
+                found = next_record_in(buf, base, pos + 1, end, self.flavor)
+                damage(base + pos, f"damaged bytes up to {base + (end if found is None else found)}")
+                if found is None:
+                    break
+                pos = found
+
+
+def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str], int]
+                  ) -> Iterator[np.ndarray]:
+    """CommitLog offsets of the selected queues' units, queue by queue in offset order, a
+    chunk at a time: offsets and times bound each queue's range (binary searches), a tag
+    selection keeps the units whose tagsCode is one of the tags' (the record is checked
+    later, so a hash collision never shows)."""
+    codes = np.array([tags_code(t) for t in sel.tags], dtype=np.int64)
+    for topic, q in queues(layout.root):
+        if (sel.topics and topic not in sel.topics) or (sel.queues and q not in sel.queues):
+            continue
+        reader = QueueReader(layout.root, topic, q, layout.consume_queue_units)
+        lo, hi = reader.bounds()
+        if sel.first_offset is not None:
+            lo = max(lo, sel.first_offset)
+        if sel.last_offset is not None:
+            hi = min(hi, sel.last_offset + 1)
+        if lo < hi and sel.since is not None:
+            lo = max(lo, offset_by_time(layout, topic, q, sel.since))
+        if lo < hi and sel.until is not None:
+            hi = min(hi, offset_by_time(layout, topic, q, sel.until, upper=True) + 1)
+        for a in range(lo, hi, CHUNK):
+            _, units = reader.read(a, min(a + CHUNK, hi))
+            if len(codes) and topic != SCHEDULE_TOPIC:  # delay units hold times, not tags
+                units = units[np.isin(units["tags"], codes)]
+            if len(units):
+                yield units["offset"].astype(np.int64)
+
+
+def key_offsets(layout: StoreLayout, sel: Selection) -> np.ndarray:
+    """CommitLog offsets of the messages holding one of the keys (the IndexFiles, through a
+    read-only open: no lock, nothing written), in store order."""
+    found: set[int] = set()
+    begin = 0 if sel.since is None else sel.since
+    end = 2**63 - 1 if sel.until is None else sel.until
+    with MessageStore(layout.root, StoreConfig(read_only=True), create=False) as s:
+        for key in sel.keys:
+            topics: list[str | None] = [*sel.topics] or [None]
+            for topic in topics:
+                hits = s.query_key(key, topic, begin, end, max_n=1 << 30, queued=True)
+                found.update(m.commitlog_offset for m in hits)
+    return np.array(sorted(found), dtype=np.int64)

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Search benchmark (`scripts/bench dump [--quick]`): a body regex over every message of a
+store of 1 KiB messages (--quick: fewer) with
+
+  mqfs dump   - reading the store's files (no mount)
+  grep mount  - `grep -rlE` through a mount of the same store
+  grep plain  - `grep -rlE` over the same bodies as plain files on the native filesystem
+
+one run each, as ratios; then a key, a tag and a one-hour time range with `mqfs dump`, as a
+share of its full scan. A timing report, not a test: it never fails on speed. The machine is
+shared, so only ratios of one run mean anything; the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MQFS = os.path.join(ROOT, ".venv", "bin", "mqfs")
+QUEUES = 8
+HOURS = 200  # store times are spread over this many hours: one hour is 1/200 of the store
+NEEDLE_EVERY = 10_000  # one message in this many holds the needle
+RARE_EVERY = 1_000  # ... and the tag `rare`
+PATTERN = "needle-[0-9]+x"
+BASE_MS = 1_790_000_000_000
+
+
+def body(i: int, rng: random.Random) -> bytes:
+    text = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz     ", k=1024)).encode()
+    if i % NEEDLE_EVERY == 0:
+        text = text[:500] + b"needle-%dx" % i + text[500:]
+    return text[:1024]
+
+
+def build(store: str, plain: str, n: int) -> None:
+    """The store (pinned store times over HOURS) and the same bodies as plain files."""
+    sys.path.insert(0, ROOT)
+    from mqfs.store import Message, MessageStore, StoreConfig
+
+    rng = random.Random(7)
+    pool = [body(i, rng) for i in range(4096)]
+    now = [BASE_MS]
+    batch = 1000
+    step_ms = HOURS * 3_600_000 * batch // n
+    with MessageStore(store, StoreConfig()) as s:
+        s.clock = lambda: now[0]
+        for lo in range(0, n, batch):
+            msgs = []
+            for i in range(lo, min(lo + batch, n)):
+                b = body(i, rng) if i % NEEDLE_EVERY == 0 else pool[i % len(pool)]
+                msgs.append(Message.create("Bench", b, queue_id=i % QUEUES, keys=[f"k-{i}"],
+                                           tags="rare" if i % RARE_EVERY == 7 else "common"))
+                q_dir = os.path.join(plain, str(i % QUEUES))
+                if i < QUEUES:
+                    os.makedirs(q_dir, exist_ok=True)
+                with open(os.path.join(q_dir, str(i // QUEUES)), "wb") as f:
+                    f.write(b)
+            s.put_batch(msgs)
+            now[0] += step_ms
+
+
+def timed(argv: list[str], **kw) -> tuple[float, bytes]:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, check=False, **kw)
+    took = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"bench: {' '.join(argv)} failed with {proc.returncode}")
+    return took, proc.stdout
+
+
+def lines(out: bytes) -> int:
+    return len(out.splitlines())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="100,000 messages instead of 1,000,000")
+    ap.add_argument("--messages", type=int, help="how many messages")
+    a = ap.parse_args()
+    n = a.messages or (100_000 if a.quick else 1_000_000)
+    work = tempfile.mkdtemp(prefix="mqfs-bench-dump-")
+    store, plain, mnt = (os.path.join(work, x) for x in ("store", "plain", "mnt"))
+    os.mkdir(mnt)
+    try:
+        started = time.perf_counter()
+        build(store, plain, n)
+        print(f"dump bench: {n} messages of 1 KiB on {QUEUES} queues over {HOURS} h, "
+              f"built in {time.perf_counter() - started:.0f} s; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: "
+              "ratios of one run only)")
+        subprocess.run(["sync"], check=True)
+        dump_s, out = timed([MQFS, "dump", store, "-e", PATTERN])
+        found = lines(out)
+        plain_s, out = timed(["grep", "-rlE", PATTERN, plain])
+        assert lines(out) == found, (lines(out), found)
+        subprocess.run([MQFS, "mount", store, mnt], check=True)
+        try:
+            mount_s, out = timed(["grep", "-rlE", PATTERN, os.path.join(mnt, "topics")])
+        finally:
+            subprocess.run([MQFS, "umount", mnt], check=True)
+        assert lines(out) == found, (lines(out), found)
+        print(f"  body regex over every message ({found} hits):")
+        print(f"    mqfs dump -e          {dump_s:8.2f} s")
+        print(f"    grep -r, plain files  {plain_s:8.2f} s   dump is x{plain_s / dump_s:.2f} "
+              "as fast (aim >= 1)")
+        print(f"    grep -r, mount        {mount_s:8.2f} s   dump is x{mount_s / dump_s:.2f} "
+              "as fast (aim >= 10)")
+        one_hour = (BASE_MS + 50 * 3_600_000, BASE_MS + 51 * 3_600_000 - 1)
+        for label, args, want in (
+                ("a key (-k)", ["-k", f"k-{n // 2 + 3}"], 1),
+                ("a tag (--tag, 1 in 1000)", ["--tag", "rare"], len(range(7, n, RARE_EVERY))),
+                ("one hour (--since/--until)", ["--since", str(one_hour[0]), "--until",
+                                                str(one_hour[1])], None)):
+            took, out = timed([MQFS, "dump", store, *args])
+            got = lines(out)
+            assert want is None or got == want, (label, got, want)
+            print(f"  {label:<28} {took:8.2f} s   x{took / dump_s:.3f} of the full scan "
+                  f"(aim <= 0.05), {got} messages")
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run([MQFS, "umount", mnt], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
