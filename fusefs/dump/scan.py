@@ -9,16 +9,15 @@ from collections.abc import Iterator
 import numpy as np
 
 from mqfs.store import StoredMessage
-from mqfs.store.errors import CodecError
+from mqfs.store.errors import CodecError, CorruptionError
 from mqfs.store.format.codec import decode
+from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import in_queue, topic_names
 
 from . import spans
 from .selection import Selection
 from .source import Damage, Run
-
-COMPRESSED_FLAG = 0x1  # sysFlag bit of a compressed body: its bytes are not the body
 
 
 def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
@@ -57,8 +56,8 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
 
 def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
              ) -> Iterator[StoredMessage]:
-    """The selected messages, each decoded and checked (checksums) as a read checks it; a
-    record that fails goes to `damage`."""
+    """The selected messages, each decoded and checked (checksums, a compressed body's
+    stream) as a read checks it; a record that fails goes to `damage`."""
     for run in runs:
         r = run.records
         for row in candidate_rows(run, sel).tolist():
@@ -66,10 +65,11 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
                 msg = decode(run.buf, int(r.starts[row]), flavor)
                 if not sel.holds(msg):
                     continue
-            except CodecError as exc:
+                if msg.sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated
+                    body = msg.body  # (a stream that does not inflate: damage)
+                    if sel.body is not None and sel.body.search(body) is None:
+                        continue
+            except (CodecError, CorruptionError) as exc:
                 damage(run.base + int(r.starts[row]), str(exc))
-                continue
-            if sel.body is not None and msg.sys_flag & COMPRESSED_FLAG and \
-                    sel.body.search(msg.body) is None:
                 continue
             yield msg
