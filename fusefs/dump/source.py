@@ -76,8 +76,9 @@ class CommitLog:
 
     def walk(self, damage: Damage) -> Iterator[Run]:
         """Every record, in store order; damaged bytes go to `damage` once and the walk goes
-        on at the next record that checks out, as verify does. Zeros where the last file's
-        records stop are its end (a writer's next record goes there)."""
+        on at the next record that checks out, as verify does. Zeros where a file's records
+        stop, with no record after them, are its end: the last file's is where a writer's
+        next record goes, an earlier one's a file a live writer left before its BLANK."""
         for i, (base, _) in enumerate(self.files):
             buf = self.mapped(i)
             u8 = np.frombuffer(buf, np.uint8)
@@ -91,10 +92,12 @@ class CommitLog:
                     continue
                 if w.why in ("blank", "room"):
                     break
-                last = i == len(self.files) - 1
-                if last and buf[pos:pos + 8] == bytes(8):
+                zeros = buf[pos:pos + 8] == bytes(8)
+                if zeros and i == len(self.files) - 1:
                     break
                 found = next_record_in(buf, base, pos + 1, end, self.flavor)
+                if zeros and found is None:  # a file its writer left for the next one
+                    break  # before writing its BLANK (a live store), or never marked
                 damage(base + pos, f"damaged bytes up to {base + (end if found is None else found)}")
                 if found is None:
                     break
