@@ -74,6 +74,17 @@ def default_log(store_root: str, read_only: bool) -> str:
     return os.path.join(state, "mqfs", f"{name}.log")
 
 
+def is_broker_refused(store_root: str) -> bool:
+    """A store whose broker layout a read-write open refuses (and so must not log into)."""
+    from mqfs.store import StoreError
+    from mqfs.store.meta.features import recognise
+
+    try:
+        return recognise(store_root).refusal() is not None
+    except (OSError, StoreError):
+        return False
+
+
 def setup_logging(target: str | None, foreground: bool, store_root: str,
                   read_only: bool = False, debug: bool = False) -> None:
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
@@ -85,6 +96,8 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
     from .logfile import PrivateLog
 
     in_store = target is None and not foreground and not read_only
+    if in_store and is_broker_refused(store_root):
+        in_store, read_only = False, True  # the open refuses: not a byte into that store
     if target is None:
         target = "stderr" if foreground else default_log(store_root, read_only)
         if not foreground:

@@ -29,7 +29,7 @@ from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
 from .files.consume_queue import ConsumeQueue
-from .files.dispatcher import Dispatcher, TagsCodes
+from .files.dispatcher import Dispatcher, TagsCodes, has_queue_dir
 from .files.flush import FlushServices
 from .files.in_use import Users, in_use
 from .files.index_service import IndexService
@@ -43,15 +43,14 @@ from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, parse_host
-from .integrity import first_use, log_ends, registration, repair_journal
+from .integrity import first_use, log_ends, queue_check, registration, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.live import LiveReader
 from .integrity.read_only_open import open_read_only
 from .integrity.recovery import RecoveryReport, StoreParts, recover, tail_record
 from .integrity.scrub import Scrub, damaged_index_files
-from .meta import dispatch_state, kept_ends, queue_cuts, queue_ends
-from .meta.features import recognise
-from .meta.manifest import inspect, is_store, write_manifest
+from .meta import dispatch_state, features, kept_ends, queue_cuts, queue_ends
+from .meta.manifest import inspect, is_store, manifest_path, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .meta.retention import Retention, record_min_offset
 from .reads import StoreReads
@@ -113,7 +112,7 @@ class MessageStore(StoreReads):
         if fresh:
             safefs.makedirs(self.root)
         safefs.check_store(self.root)  # before a byte is read or written
-        self.features = recognise(self.root)  # what of the store is the broker's alone
+        self.features = features.recognise(self.root)  # what of the store is the broker's alone
         refusal = None if read_only or fresh else self.features.refusal()
         if refusal is not None:
             raise UnsupportedFeature(refusal)
@@ -199,7 +198,29 @@ class MessageStore(StoreReads):
         self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
         self.recovery = open_read_only(self._parts(), not last_exit_ok,
                                        None if trusted else cp.cq_flushed_offset)
+        self._broker_held_read_only()
         self._last_store_ts = self._newest_store_time()
+
+    def _broker_held_read_only(self) -> None:
+        """What a broker keeps in RocksDB, which mqfs cannot read (no RocksDB library): its
+        ConsumeQueue is served from the CommitLog's records (their topic, queue and queue
+        offset; one walk of the log at open, the only index there is), and the topics and
+        consumer offsets it keeps in RocksDB are those the records show and none (topics.json
+        and consumerOffset.json would be old copies)."""
+        notes = self.recovery.notes if self.recovery is not None else []
+        if features.ROCKSDB_CONFIG in self.features:  # topics.json, consumerOffset.json: old copies
+            self.topic_table.queues.clear()
+            self.offsets.table.clear()
+            notes.append("the broker keeps topics and consumer offsets in RocksDB (config/"
+                         "topics/, config/consumerOffsets/), which mqfs cannot read: topics "
+                         "are those the CommitLog shows, and no group offset is shown")
+        if features.ROCKSDB_CQ in self.features:
+            found = queue_check.queues_from_log(self._parts(), None)
+            for key, rebuilt in found.items():
+                self.consume_queues[key] = rebuilt  # type: ignore[assignment]
+            self.topic_table.add_found(key for key in found if has_queue_dir(key[0]))
+            notes.append("consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs cannot "
+                         "read: queues are served from the CommitLog's records")
 
     def _common_state(self) -> None:
         cfg = self.config
@@ -212,8 +233,10 @@ class MessageStore(StoreReads):
         self._cuts: queue_cuts.Cuts = {}  # what config/queueCuts.json held at open
         self._cuts_saved = 0  # the registry's `discharged` when the cuts were last saved
         self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
-        self.topic_table = TopicTable(self.root)
-        self.offsets = ConsumerOffsets(self.root)
+        # a store without mqfs.json is a broker's: its config files' .bak are its own
+        broker_files = not os.path.lexists(manifest_path(self.root))
+        self.topic_table = TopicTable(self.root, keep_bak=broker_files)
+        self.offsets = ConsumerOffsets(self.root, keep_bak=broker_files)
         self._last_store_ts = 0
         self._dispatched_ts = 0
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched

@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from .config import StoreConfig
-from .errors import InvalidMessage, StoreError, StoreFormatError
+from .errors import InvalidMessage, StoreError, StoreFormatError, UnsupportedFeature
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
@@ -32,6 +32,7 @@ from .format.message import validate_stored_topic
 from .integrity import repair_journal, salvage
 from .integrity.salvage import Damage, Progress
 from .meta import dispatch_state
+from .meta.features import recognise
 from .meta.manifest import inspect, is_store
 from .meta.retention import recorded_min_offset
 
@@ -241,6 +242,9 @@ def apply_repair(plan: RepairPlan) -> list[str]:
     from .message_store import MessageStore
 
     root, cfg = plan.root, plan.config
+    refusal = recognise(root).refusal()  # a broker layout the rebuild would break
+    if refusal is not None:
+        raise UnsupportedFeature(refusal)
     lock = StoreLock(root)
     lock.acquire()
     try:

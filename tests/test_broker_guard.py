@@ -4,11 +4,18 @@ leaves the files mqfs does not own byte for byte."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+
 import pytest
 
 from mqfs.store import MessageStore, StoreConfig, UnsupportedFeature
+from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta import features
-from tests.broker_guard_layouts import LAYOUTS
+from mqfs.store.repair import apply_repair, plan_repair
+from tests.broker_guard_layouts import LAYOUTS, broker_store
+from tests.fs_helpers import mounted, mqfs, needs_fuse, sh
 from tests.store_helpers import file_hashes
 
 EXPECTED = {"rocksdb": {features.ROCKSDB_CQ, features.ROCKSDB_CONFIG},
@@ -35,7 +42,6 @@ def test_each_layout_is_recognised_from_the_directory(store):
 
 
 def test_a_plain_broker_store_has_no_feature(tmp_path):
-    from tests.broker_guard_layouts import broker_store
     root = str(tmp_path)
     broker_store(root)
     assert features.recognise(root).found == ()
@@ -56,3 +62,177 @@ def test_a_read_write_open_refuses_in_one_line_and_changes_nothing(tmp_path, nam
         if name != "rocksdb":  # its queues: served from the CommitLog (below)
             assert s.get("Orders", 0, 0).body.tobytes() == b"order 0"
     assert file_hashes(root) == before
+
+
+# --- verify, repair, info: no false problem, no byte changed --------------------------------
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_verify_is_ok_and_repair_yes_and_info_change_no_byte(tmp_path, name):
+    root = str(tmp_path / "store")
+    LAYOUTS[name](root)
+    before = file_hashes(root)
+    report = verify_store(root)
+    assert report.ok, report.lines
+    assert not [line for line in report.lines if "PROBLEM" in line]
+    assert not plan_repair(root).needed
+    repaired = mqfs("repair", "--yes", root, check=False)
+    assert repaired.returncode == 0, repaired.stderr
+    assert "nothing to repair" in repaired.stdout
+    info = mqfs("info", root)
+    assert "Orders/0" in info.stdout
+    assert file_hashes(root) == before
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_repair_of_damage_in_such_a_store_refuses_before_its_journal(tmp_path, name):
+    """A damaged record in a store whose layout the rebuild would break: the plan shows the
+    damage, applying it refuses in one line and writes nothing (no journal, no filler)."""
+    root = str(tmp_path / "store")
+    LAYOUTS[name](root)
+    path = os.path.join(root, "commitlog", "0" * 20)
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff" * 8)  # inside the first record's body
+    before = file_hashes(root)
+    plan = plan_repair(root)
+    assert plan.needed
+    with pytest.raises(UnsupportedFeature, match="-o ro"):
+        apply_repair(plan)
+    assert file_hashes(root) == before
+
+
+# --- RocksDB ConsumeQueue: read-only, queues from the CommitLog -----------------------------
+
+def test_a_rocksdb_store_is_served_read_only_from_the_commitlog(tmp_path):
+    root = str(tmp_path / "store")
+    LAYOUTS["rocksdb"](root)
+    before = file_hashes(root)
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        assert s.queue_ids("Orders") == [0, 1]
+        assert [m.body.tobytes() for m in s.get_range("Orders", 0, 0, 10)] == [b"order 0", b"order 2"]
+        assert s.get("Orders", 1, 0).body.tobytes() == b"order 1"
+        assert [m.body.tobytes() for m in s.query_key("o1")] == [b"order 1"]
+        assert s.groups() == {}  # kept in RocksDB: consumerOffset.json is an old copy
+        assert any("RocksDB ConsumeQueue" in n for n in s.recovery.notes)
+        assert any("consumer offsets in RocksDB" in n for n in s.recovery.notes)
+    assert file_hashes(root) == before
+
+
+@needs_fuse
+def test_a_rocksdb_store_mounts_read_only_and_refuses_read_write(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    LAYOUTS["rocksdb"](root)
+    before = file_hashes(root)
+    os.makedirs(mnt)
+    refused = mqfs("mount", root, mnt, check=False)
+    assert refused.returncode != 0 and not os.path.ismount(mnt)
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rocksdb-consumequeue" in lines[0] and "-o ro" in lines[0], lines
+    assert file_hashes(root) == before
+    with mounted(root, mnt, "-o", "ro"):
+        assert sorted(os.listdir(os.path.join(mnt, "topics"))) == ["Orders"]
+        assert sh(f"cat {mnt}/topics/Orders/0/1").stdout == b"order 2"
+        assert sorted(os.listdir(os.path.join(mnt, "keys", "o2"))) == ["Orders:0:1"]
+    assert file_hashes(root) == before
+
+
+# --- layouts a read-write mount keeps whole: compaction, timer -----------------------------
+
+# what a read-write mount of a broker's store may write: its own files and the two config
+# files it shares with the broker (which keep every field it did not change: below)
+MQFS_WRITES = ("commitlog/", "index/", "checkpoint", "abort", "lock", "logs/",
+               "consumequeue/Orders/", "consumequeue/NewTopic/", "config/topics.json",
+               "config/consumerOffset.json", "config/dispatchState.json",
+               "config/queueEnds.log", "config/queueCuts.json", "config/scrub.json",
+               "config/keptQueueEnds.json", "config/retention.json", "config/topics.log")
+
+
+def _not_ours(hashes: dict[str, str]) -> dict[str, str]:
+    return {p: h for p, h in hashes.items() if not p.startswith(MQFS_WRITES)}
+
+
+@needs_fuse
+@pytest.mark.parametrize("name", ["compaction", "timer"])
+def test_a_read_write_mount_leaves_every_broker_file_it_does_not_own_unchanged(tmp_path, name):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    LAYOUTS[name](root)
+    before = _not_ours(file_hashes(root))
+    assert any(p.startswith(("compaction/", "timerlog/")) for p in before)
+    topics_before = _json(root, "topics.json")
+    with mounted(root, mnt):
+        sh(f"echo appended > {mnt}/topics/Orders/0/append")
+        sh(f"echo 3 > {mnt}/groups/billing/Orders/0")
+        sh(f"mkdir {mnt}/topics/NewTopic && mkdir {mnt}/topics/NewTopic/0")
+        assert sh(f"cat {mnt}/topics/Orders/0/2").stdout == b"appended\n"
+    assert _not_ours(file_hashes(root)) == before
+    topics = _json(root, "topics.json")["topicConfigTable"]
+    for topic, entry in topics_before["topicConfigTable"].items():
+        assert topics[topic] == entry, topic  # perm, attributes, every field as it was
+    assert topics["NewTopic"]["readQueueNums"] == 1
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        assert s.committed_offset("billing", "Orders", 0) == 3
+        if name == "timer":  # read right: the timer topic's records as the broker wrote them
+            msgs = s.get_range("rmq_sys_wheel_timer", 0, 0, 10)
+            assert [m.body.tobytes() for m in msgs] == [b"timer 0", b"timer 1", b"timer 2"]
+            assert msgs[1].properties["TIMER_DELIVER_MS"] == str(1_700_000_000_000 + 120_000)
+            assert msgs[1].properties["REAL_TOPIC"] == "Orders"
+    assert verify_store(root).ok
+
+
+@needs_fuse
+@pytest.mark.parametrize("name", sorted(REFUSED - {"rocksdb"}))
+def test_a_read_write_mount_of_such_a_store_refuses_in_one_line(tmp_path, name):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    LAYOUTS[name](root)
+    before = file_hashes(root)
+    os.makedirs(mnt)
+    refused = mqfs("mount", root, mnt, check=False)
+    assert refused.returncode != 0 and not os.path.ismount(mnt)
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "-o ro" in lines[0], lines
+    assert any(f in lines[0] for f in EXPECTED[name])
+    assert file_hashes(root) == before
+
+
+# --- the broker's config files round-trip ----------------------------------------------------
+
+def _json(root: str, name: str) -> dict:
+    with open(os.path.join(root, "config", name)) as f:
+        return json.loads(re.sub(r'([{,]\s*)(\d+)(\s*:)', r'\1"\2"\3', f.read()))
+
+
+def _bytes(root: str, name: str) -> bytes:
+    with open(os.path.join(root, "config", name), "rb") as f:
+        return f.read()
+
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+def test_topics_and_offsets_keep_every_field_the_broker_wrote(tmp_path):
+    root = str(tmp_path)
+    broker_store(root)
+    topics0, offsets0 = _json(root, "topics.json"), _json(root, "consumerOffset.json")
+    baks = {n: _bytes(root, n) for n in ("topics.json.bak", "consumerOffset.json.bak")}
+    with MessageStore(root, StoreConfig(), create=False) as s:
+        s.create_topic("NewTopic", 2)
+        s.add_queue("Orders", 2)  # grows a broker topic: only its queue counts change
+        s.commit_offset("billing", "Orders", 1, 1)
+        s.commit_offset("fresh", "Orders", 0, 2)
+    topics, offsets = _json(root, "topics.json"), _json(root, "consumerOffset.json")
+    table0, table = topics0["topicConfigTable"], topics["topicConfigTable"]
+    assert list(table)[:len(table0)] == list(table0)  # the broker's order, new ones after
+    assert table["TBW102"] == table0["TBW102"] and table["TBW102"]["perm"] == 7
+    assert table["ReadOnly"] == table0["ReadOnly"]
+    assert table["Orders"] == {**table0["Orders"], "readQueueNums": 3, "writeQueueNums": 3}
+    assert table["NewTopic"]["readQueueNums"] == 2 and table["NewTopic"]["perm"] == 6
+    assert topics["topicQueueMappingDataVersion"] == topics0["topicQueueMappingDataVersion"]
+    assert topics["dataVersion"]["counter"] > topics0["dataVersion"]["counter"]
+    assert offsets["groupTopicMap"] == offsets0["groupTopicMap"]
+    assert offsets["pullOffsetTable"] == offsets0["pullOffsetTable"]
+    assert offsets["dataVersion"]["counter"] > offsets0["dataVersion"]["counter"]
+    assert offsets["offsetTable"] == {**offsets0["offsetTable"], "Orders@billing": {"0": 1, "1": 1},
+                                      "Orders@fresh": {"0": 2}}
+    assert {n: _bytes(root, n) for n in baks} == baks  # the broker's .bak files: its own
+    unchanged = {n: _bytes(root, n) for n in ("topics.json", "consumerOffset.json")}
+    with MessageStore(root, StoreConfig(), create=False) as s:
+        assert s.committed_offset("billing", "Orders", 0) == 1
+    assert {n: _bytes(root, n) for n in unchanged} == unchanged  # nothing changed: not written

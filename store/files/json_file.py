@@ -82,16 +82,18 @@ def read_json(path: str, default: Any = None, *, check: Callable[[Any], T] | Non
     return default
 
 
-def write_json(path: str, data: Any) -> None:
+def write_json(path: str, data: Any, *, sort_keys: bool = True, backup: bool = True) -> None:
     """Write .tmp (private, synced), keep the current version as .bak (renamed there: no
     copy, never a second name, which safefs would refuse as a hard link; a link planted as
     .bak is replaced, not written through), rename .tmp to the file, sync the directory. A
-    crash between the two renames leaves no file but the .bak, which `read_json` reads."""
+    crash between the two renames leaves no file but the .bak, which `read_json` reads.
+    `backup=False` leaves .bak as it is (a broker's own; the one rename keeps the file whole);
+    `sort_keys=False` keeps the order the document has (one read from a broker's file)."""
     directory = os.path.dirname(path) or "."
     safefs.makedirs(directory)
     tmp, bak = path + ".tmp", path + ".bak"
-    safefs.write_new(tmp, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-    if os.path.lexists(path):
+    safefs.write_new(tmp, (json.dumps(data, indent=2, sort_keys=sort_keys) + "\n").encode())
+    if backup and os.path.lexists(path):
         safefs.rename(path, bak)
     safefs.rename(tmp, path)
     safefs.fsync_dir(directory)

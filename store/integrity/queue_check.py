@@ -185,15 +185,18 @@ def cut_lost_tail(parts: StoreParts, cq: ConsumeQueue, cut: int) -> str | None:
             "written after the checkpoint for records the crash lost")
 
 
-def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]]) -> dict[tuple[str, int], RebuiltQueue]:
-    """Queues rebuilt in memory from every record of the log that checks out."""
-    found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys}
+def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]] | None
+                    ) -> dict[tuple[str, int], RebuiltQueue]:
+    """Queues rebuilt in memory from every record of the log that checks out: those of
+    `keys`, or every queue a record names (None: a store whose ConsumeQueue mqfs cannot read)."""
+    found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys or ()}
     tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
     for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
-        if isinstance(item, salvage.Damage) or (item.topic, item.queue_id) not in keys:
+        if isinstance(item, salvage.Damage) or (keys is not None and
+                                                (item.topic, item.queue_id) not in keys):
             continue
-        if layout.in_queue(item.sys_flag):
-            found[(item.topic, item.queue_id)].append(
+        if layout.in_queue(item.sys_flag) and not codec.is_filler(item.topic, item.sys_flag):
+            found.setdefault((item.topic, item.queue_id), []).append(
                 (item.queue_offset, item.commitlog_offset, item.total_size,
                  tags.of(item.topic, item.properties, item.store_timestamp)))
     return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}

@@ -25,7 +25,8 @@ from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, load_files
 from ..format import codec, columns, layout, message
 from ..format.flavor import flavor_named
-from ..meta import dispatch_state, queue_cuts
+from ..meta import dispatch_state, features, queue_cuts
+from ..meta.features import Features
 from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..meta.retention import recorded_min_offset
@@ -136,10 +137,23 @@ def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
 
 def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
                   damages: list[Damage], fillers: set[int], report: VerifyReport,
-                  advance: Callable[[int], None]) -> int:
+                  advance: Callable[[int], None], found: Features) -> int:
+    if features.ROCKSDB_CQ in found:
+        report.lines.append("note: consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs "
+                            "cannot read: not checked (its queues are served from the CommitLog)")
+        return 0
+    batch = features.topics_of(found, features.BATCH_CQ)
+    lmq = features.topics_of(found, features.LMQ)
+    if lmq:
+        report.lines.append(f"note: {len(lmq)} LMQ queue(s) ({sorted(lmq)[0]}...) point at other "
+                            "topics' records (multi-dispatch): not checked")
+    if batch:
+        report.lines.append(f"note: {len(batch)} BatchCQ topic(s) ({sorted(batch)[0]}...) keep their "
+                            "units in batchconsumequeue/: not checked")
+    ext = features.CQ_EXT in found  # a unit's tagsCode may address consumequeue_ext/
     expected: dict[tuple[str, int], list[int]] = {}
     for commitlog_offset, r in records.items():
-        if r.in_queue:
+        if r.in_queue and r.topic not in batch:
             expected.setdefault((r.topic, r.queue_id), []).append(commitlog_offset)
     min_commitlog_offset = min(records) if records else 0
     try:
@@ -150,7 +164,10 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     base = os.path.join(root, "consumequeue")
     seen: set[tuple[str, int]] = set()
     for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        for qname in sorted(os.listdir(os.path.join(base, topic))):
+        tdir = os.path.join(base, topic)
+        if topic in lmq or topic in batch or os.path.islink(tdir) or not os.path.isdir(tdir):
+            continue  # a file here is no queue of ours (consumequeue/ may be another layout)
+        for qname in sorted(os.listdir(tdir)):
             if not qname.isdigit():
                 continue
             key = (topic, int(qname))
@@ -194,7 +211,8 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                     if _in_damage(damages, commitlog_offset) is None:
                         mismatch(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
                                        f"{commitlog_offset}, where no record starts")
-                elif (rec.topic, rec.queue_id, rec.queue_offset, rec.size, rec.tags_code) != (
+                elif (rec.topic, rec.queue_id, rec.queue_offset, rec.size,
+                      tags if ext and tags <= features.EXT_ADDRESS_MAX else rec.tags_code) != (
                         topic, int(qname), qoff, size, tags):
                     mismatch(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
                                    f"record at {commitlog_offset} ({rec.topic}/{rec.queue_id}/"
@@ -346,6 +364,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         report.problem(f"commitlog/{name} is a CommitLog file an interrupted repair left under "
                        "a temporary name: its records are not served")
     _check_config(root, report)
+    used = features.recognise(root)  # layouts of the broker's own: never taken for damage
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     tags_codes = TagsCodes(flavor, parse_delay_levels(cfg.message_delay_level))
@@ -370,7 +389,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         finally:
             cl.close()
         cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
-                                   fillers, report, bar.advance)
+                                   fillers, report, bar.advance, used)
         ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
                                   damages, report, bar.advance)
     except StoreFormatError as exc:

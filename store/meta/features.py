@@ -50,6 +50,8 @@ UNKNOWN = "unknown"
 
 LMQ_PREFIX = "%LMQ%"  # RocketMQ's MixAll.LMQ_PREFIX
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+# ConsumeQueueExt.MAX_ADDR: a unit's tagsCode at or below it is an address into consumequeue_ext/
+EXT_ADDRESS_MAX = -(1 << 31) - 1
 RECORDS_LOOKED_AT = 64
 BYTES_LOOKED_AT = 4 << 20
 
@@ -123,6 +125,12 @@ class Features:
                         f"{_WHY_NOT_WRITABLE[f.name]}; nothing was changed: mount it "
                         f"read-only (-o ro)")
         return None
+
+
+def topics_of(features: Features, name: str) -> frozenset[str]:
+    """The topics (or LMQ queues) a per-topic feature concerns; empty when it is not used."""
+    found = features.named(name)
+    return frozenset(found.topics) if found is not None else frozenset()
 
 
 def _entries(path: str) -> dict[str, str]:
@@ -204,7 +212,9 @@ def _newest_records_properties(root: str) -> list[dict[str, str]]:
 
 
 def recognise(root: str) -> Features:
-    """The features of the store at `root` (an absolute path). Reads only."""
+    """The features of the store at `root`. Reads only; links on the way to it are the
+    administrator's (resolved here, as an open does), none inside it is followed."""
+    root = os.path.realpath(root)
     found: list[Feature] = []
     top = _entries(root)
     for name, kind in sorted(top.items()):
@@ -220,6 +230,10 @@ def recognise(root: str) -> Features:
     lmq = tuple(sorted(n for n, kind in cq.items() if kind == "dir" and n.startswith(LMQ_PREFIX)))
     if lmq:
         found.append(Feature(LMQ, f"consumequeue/{lmq[0]}", topics=lmq))
+    batch_dirs = _entries(os.path.join(root, "batchconsumequeue"))
+    if batch_dirs:
+        found.append(Feature(BATCH_CQ, "batchconsumequeue/", ("batchconsumequeue",),
+                             tuple(sorted(n for n, kind in batch_dirs.items() if kind == "dir"))))
     config = _entries(os.path.join(root, "config"))
     rocks_config = [n for n in _ROCKSDB_CONFIG_DIRS if config.get(n) == "dir"]
     if rocks_config:

@@ -37,10 +37,6 @@ def validate_group(group: str) -> None:
         raise InvalidMessage(f"consumer group {group!r} must be 1-255 letters, digits or %|_-")
 
 
-def _data_version(counter: int) -> dict:
-    return {"counter": counter, "stateVersion": 0, "timestamp": int(time.time() * 1000)}
-
-
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
                int: "a number", float: "a number", type(None): "null"}
 
@@ -77,8 +73,9 @@ def checked_name(check: Callable[[str], None], name: str) -> None:
         raise ValueError(f"has an invalid name ({exc})") from None
 
 
-def _topics_shape(data: Any) -> tuple[dict[str, int], int]:
-    """Queue count per topic and the data version counter of a topics.json document."""
+def _topics_shape(data: Any) -> tuple[dict[str, int], int, dict]:
+    """Queue count per topic, the data version counter (checked) and the document itself
+    (kept whole: a write changes only what changed) of a topics.json document."""
     json_object(data, "a top level")
     table = json_object(data.get("topicConfigTable", {}), '"topicConfigTable"')
     queues: dict[str, int] = {}
@@ -92,7 +89,12 @@ def _topics_shape(data: Any) -> tuple[dict[str, int], int]:
         queues[name] = max(counts, default=1)  # queues a consumer can read, even if not written
     version = json_object(data.get("dataVersion", {}), '"dataVersion"')
     counter = json_int(version.get("counter", 0), '"dataVersion" "counter"', 0, _MAX_OFFSET)
-    return queues, counter
+    return queues, counter, data
+
+
+def _offsets_document(data: Any) -> tuple[dict[str, dict[int, int]], dict]:
+    """_offsets_shape's table and the document itself (kept whole on write)."""
+    return _offsets_shape(data), data
 
 
 def _offsets_shape(data: Any) -> dict[str, dict[int, int]]:
@@ -113,16 +115,38 @@ def _offsets_shape(data: Any) -> dict[str, dict[int, int]]:
     return out
 
 
-class TopicTable:
-    """Topics and their queue counts."""
+def _next_version(document: dict) -> dict:
+    """The document's dataVersion moved on as RocketMQ's DataVersion.nextVersion does
+    (counter + 1, timestamp now), its other fields kept."""
+    version = dict(document.get("dataVersion") or {})
+    version["counter"] = int(version.get("counter", 0)) + 1
+    version.setdefault("stateVersion", 0)
+    version["timestamp"] = int(time.time() * 1000)
+    return version
 
-    def __init__(self, root: str):
+
+def _new_topic_entry(name: str, queues: int) -> dict:
+    """A topic mqfs makes, in the fields a broker's TopicConfig has."""
+    return {"attributes": {}, "order": False, "perm": 6, "readQueueNums": queues,
+            "topicFilterType": "SINGLE_TAG", "topicName": name, "topicSysFlag": 0,
+            "writeQueueNums": queues}
+
+
+class TopicTable:
+    """Topics and their queue counts. topics.json is kept as it was read (every topic's
+    perm, attributes and other fields, fields mqfs does not know, the order): a write changes
+    only the topics mqfs made or grew. `keep_bak`: the file's .bak is the broker's own, left
+    as it is (a store without mqfs.json); otherwise the previous version becomes the .bak."""
+
+    def __init__(self, root: str, keep_bak: bool = False):
         self.root = root
         self.path = os.path.join(root, "config", "topics.json")
         self.lock = threading.Lock()
+        self.keep_bak = keep_bak
         self.queues: dict[str, int]  # queue counts, as topics.json declares them
-        self.queues, self._counter = read_json(self.path, ({}, 0), check=_topics_shape,
-                                               fix=_TOPICS_FIX)
+        self.queues, _, self._document = read_json(
+            self.path, ({}, 0, {}), check=_topics_shape, fix=_TOPICS_FIX)
+        self._written = dict(self.queues)  # the counts the document holds
         # changes since topics.json was written, in config/topics.log (see store/topic_log.py)
         self.log_path = topic_log.log_path(root)
         self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
@@ -235,27 +259,35 @@ class TopicTable:
 
     def persist(self) -> None:
         with self.lock:
-            self._counter += 1
-            table = {
-                name: {"topicName": name, "readQueueNums": n, "writeQueueNums": n, "perm": 6,
-                       "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
-                       "attributes": {}}
-                for name, n in sorted(self.queues.items())
-            }
-            data = {"topicConfigTable": table, "dataVersion": _data_version(self._counter)}
-            write_json(self.path, data)
+            changed = {t: n for t, n in self.queues.items() if self._written.get(t) != n}
+            if changed or not os.path.lexists(self.path):
+                document = dict(self._document)
+                table = dict(document.get("topicConfigTable") or {})
+                for name, n in changed.items():
+                    entry = dict(table.get(name) or _new_topic_entry(name, n))
+                    for field in ("readQueueNums", "writeQueueNums"):
+                        entry[field] = max(n, entry.get(field, 0))
+                    table[name] = entry
+                document["topicConfigTable"] = table
+                document["dataVersion"] = _next_version(document)
+                write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
+                self._document, self._written = document, dict(self.queues)
             topic_log.remove(self.log_path)
             self._logged = 0
 
 
 class ConsumerOffsets:
-    """topic@group -> queue id -> next offset to consume."""
+    """topic@group -> queue id -> next offset to consume. consumerOffset.json is kept as it
+    was read (dataVersion, groupTopicMap, every field and entry): a commit changes the
+    offsets committed and moves dataVersion on. `keep_bak` as TopicTable's."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, keep_bak: bool = False):
         self.path = os.path.join(root, "config", "consumerOffset.json")
         self.lock = threading.Lock()
-        self.table: dict[str, dict[int, int]] = read_json(self.path, {}, check=_offsets_shape,
-                                                          fix=_OFFSETS_FIX)
+        self.keep_bak = keep_bak
+        self.table: dict[str, dict[int, int]]
+        self.table, self._document = read_json(self.path, ({}, {}), check=_offsets_document,
+                                               fix=_OFFSETS_FIX)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         validate_group(group)
@@ -280,6 +312,17 @@ class ConsumerOffsets:
 
     def persist(self) -> None:
         with self.lock:
-            data = {"offsetTable": {tg: {str(q): o for q, o in sorted(qs.items())}
-                                    for tg, qs in sorted(self.table.items())}}
-        write_json(self.path, data)
+            document = dict(self._document)
+            old = document.get("offsetTable") or {}
+            table = {}
+            for tg, qs in self.table.items():  # the file's order, its entries' own too
+                entry = dict(old.get(tg) or {})
+                known = {queue_id_key(q, tg): q for q in entry}
+                for q, o in qs.items():
+                    entry[known.get(q, str(q))] = o
+                table[tg] = entry
+            document["offsetTable"] = table
+            if "dataVersion" in document:
+                document["dataVersion"] = _next_version(document)
+            self._document = document
+            write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
