@@ -4,6 +4,7 @@ damaged unit never serves another message."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 import numpy as np
@@ -18,9 +19,21 @@ from .files.queue_registry import QueueRegistry
 from .format import codec, message
 from .format.flavor import Flavor
 from .format.message import StoredMessage
+from .format.multi_dispatch import describes
 from .meta.metadata import TopicTable
 
 MAX_TIME = (1 << 63) - 1
+
+
+def served_as(msg: StoredMessage, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:
+    """The message as a consumer of queue topic/queue_id meets it at queue_offset: a record
+    multi-dispatched to an LMQ queue is read there with that queue's topic, id and offset
+    (its own fields are its parent queue's; its properties name both)."""
+    if (msg.topic, msg.queue_id, msg.queue_offset) == (topic, queue_id, queue_offset):
+        return msg
+    served = copy.copy(msg)
+    served.topic, served.queue_id, served.queue_offset = topic, queue_id, queue_offset
+    return served
 
 
 class StoreReads:
@@ -60,10 +73,11 @@ class StoreReads:
             raise NotFound(f"no message at {topic}/{queue_id}/{offset} "
                            f"(offsets {cq.min_offset}..{cq.max_offset - 1})")
         msg = self._read(entry[0])
-        if msg.topic != topic or msg.queue_id != queue_id or msg.queue_offset != offset:
+        if not describes(msg.topic, msg.queue_id, msg.queue_offset, lambda: msg.properties,
+                         topic, queue_id, offset):
             raise CorruptionError(f"ConsumeQueue {topic}/{queue_id} entry {offset} points at "
                                   f"{msg.topic}/{msg.queue_id}/{msg.queue_offset}")
-        return msg
+        return served_as(msg, topic, queue_id, offset)
 
     @in_use
     def get_range(self, topic: str, queue_id: int, offset: int, n: int,
@@ -76,16 +90,18 @@ class StoreReads:
         that must go on past damage."""
         if offset < 0 or n < 0:
             raise NotFound(f"offset {offset} and count {n} must not be negative")
-        units = self._cq(topic, queue_id).entries(offset, n)
+        cq = self._cq(topic, queue_id)
+        units = cq.entries(offset, n)
+        queue_offsets = np.arange(len(units), dtype=np.int64) + max(offset, cq.min_offset)
         wanted = None if tags is None else set(tags)
         if wanted is not None and len(units):
             pick = units["offset"] >= 0
             if self.tags_codes.by_tag(topic):  # else the units hold times: records decide
                 codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
                 pick &= np.isin(units["tags"], codes)
-            units = units[pick]
+            units, queue_offsets = units[pick], queue_offsets[pick]
         out = []
-        for commitlog_offset in units["offset"].tolist():
+        for commitlog_offset, queue_offset in zip(units["offset"].tolist(), queue_offsets.tolist()):
             try:
                 msg = self._read(commitlog_offset)
             except CorruptionError:
@@ -93,7 +109,7 @@ class StoreReads:
                     continue
                 raise
             if wanted is None or msg.tags in wanted:
-                out.append(msg)
+                out.append(served_as(msg, topic, queue_id, queue_offset))
                 if len(out) == limit:
                     break
         return out

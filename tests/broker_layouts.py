@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.format.compression import compression_flags, deflate
+from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET
 from tests.store_helpers import file_hashes, small_config
 
 COMPRESS_OVER = 4096  # the Java producer's default compressMsgBodyOverHowmuch
@@ -55,6 +57,60 @@ def compressed_workload(s: MessageStore) -> dict[tuple[str, int, int], bytes]:
             r = s.put(produced("Packed", body, kind, queue_id=q, keys=[f"{kind}-{i}"], tags=f"T{i % 2}"))
             served[("Packed", q, r.queue_offset)] = body
     return served
+
+
+# which LMQ queues each record of the parent topic is dispatched to (an MQTT bridge's way)
+LMQ_FANOUT = (["%LMQ%a", "%LMQ%b"], ["%LMQ%a"], ["%LMQ%b", "%LMQ%c"], ["%LMQ%a", "%LMQ%c"],
+              ["%LMQ%c"], ["%LMQ%a", "%LMQ%b", "%LMQ%c"], ["%LMQ%b"])
+
+
+class LmqWorkload:
+    """Records of a parent topic multi-dispatched to LMQ queues, as a broker with enableLmq and
+    enableMultiDispatch writes them: LmqDispatch.wrapLmqDispatch stamps each record's
+    INNER_MULTI_QUEUE_OFFSET from the LMQ queues' counters before the put, and
+    ConsumeQueue.multiDispatchLmqQueue adds a unit (the record's offset, size and tagsCode)
+    to consumequeue/<lmq>/0/ at that offset after the parent's unit. `served` is what each
+    queue's consumer gets: (topic, queue, offset) -> body."""
+
+    def __init__(self, fanout=LMQ_FANOUT, unit_less: str | None = None):
+        self.fanout = fanout
+        self.unit_less = unit_less  # an LMQ queue the records name but that has no unit (an attack)
+        self.units: dict[str, list[tuple[int, int, int]]] = {}
+        self.served: dict[tuple[str, int, int], bytes] = {}
+
+    def __call__(self, s: MessageStore) -> None:
+        counters: dict[str, int] = {}
+        for i, lmqs in enumerate(self.fanout):
+            names = [*lmqs, self.unit_less] if self.unit_less else lmqs
+            offsets = [counters.get(n, 0) for n in names]
+            body = b"lmq message %d" % i
+            r = s.put(Message.create("Parent", body, queue_id=i % 2, keys=[f"lmq-{i}"], tags="TagL", properties={
+                PROPERTY_INNER_MULTI_DISPATCH: ",".join(names),
+                PROPERTY_INNER_MULTI_QUEUE_OFFSET: ",".join(map(str, offsets))}))
+            self.served[("Parent", i % 2, r.queue_offset)] = body
+            for name, offset in zip(names, offsets):
+                counters[name] = offset + 1
+                if name != self.unit_less:
+                    self.units.setdefault(name, []).append((r.commitlog_offset, r.size, s.flavor.tags_code("TagL")))
+                    self.served[(name, 0, offset)] = body
+
+    def write_units(self, root: str) -> None:
+        """The LMQ queues' files, of the size of the parent's (the broker's mapped file size)."""
+        parent = os.path.join(root, "consumequeue", "Parent", "0")
+        size = os.path.getsize(os.path.join(parent, sorted(os.listdir(parent))[0]))
+        for name, units in self.units.items():
+            directory = os.path.join(root, "consumequeue", name, "0")
+            os.makedirs(directory, mode=0o700)
+            raw = b"".join(struct.pack(">qiq", *u) for u in units)
+            with open(os.path.join(directory, "0" * 20), "wb") as f:
+                f.write(raw + bytes(size - len(raw)))
+
+
+def lmq_store(root: str, workload: LmqWorkload | None = None) -> LmqWorkload:
+    workload = workload or LmqWorkload()
+    broker_store(root, workload)
+    workload.write_units(root)
+    return workload
 
 
 def store_hashes(root: str) -> dict[str, str]:

@@ -8,11 +8,19 @@ import subprocess
 import pytest
 
 from mqfs.store import Message, MessageStore
-from mqfs.store.errors import CorruptionError
+from mqfs.store.errors import CorruptionError, NotFound
 from mqfs.store.format.compression import deflate
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import plan_repair
-from tests.broker_layouts import COMPRESSIONS, broker_store, compressed_workload, json_body, store_hashes
+from tests.broker_layouts import (
+    COMPRESSIONS,
+    LmqWorkload,
+    broker_store,
+    compressed_workload,
+    json_body,
+    lmq_store,
+    store_hashes,
+)
 from tests.fs_helpers import mounted, mqfs, needs_fuse, sh
 from tests.store_helpers import small_config
 
@@ -161,3 +169,62 @@ def test_the_spark_source_fails_or_skips_a_body_that_does_not_inflate(tmp_path, 
         spark.read.format("mqfs").load(root).collect()
     rows = spark.read.format("mqfs").option("damagedRecords", "skip").load(root).collect()
     assert [bytes(r.body) for r in rows] == [b"plain"]
+
+
+def test_lmq_queues_verify_and_read_with_their_messages(tmp_path):
+    root = str(tmp_path)
+    workload = lmq_store(root)
+    _unchanged_by_verify_and_repair(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert sorted(s.topics()) == ["%LMQ%a", "%LMQ%b", "%LMQ%c", "Parent"]
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for t in s.topics() for q in s.queue_ids(t) for m in s.get_range(t, q, 0, 100)}
+        assert got == workload.served
+        m = s.get("%LMQ%c", 0, 3)  # read there with that queue's offset; the record names its parent's
+        assert (m.topic, m.queue_offset, bytes(m.body)) == ("%LMQ%c", 3, b"lmq message 5")
+        assert m.properties["INNER_MULTI_DISPATCH"] == "%LMQ%a,%LMQ%b,%LMQ%c"
+        assert [x.queue_offset for x in s.get_range("%LMQ%b", 0, 0, 10, tags=["TagL"])] == [0, 1, 2, 3]
+        assert s.max_offset("%LMQ%a", 0) == 4
+
+
+def test_verify_reports_a_queue_a_record_names_that_has_no_unit(tmp_path):
+    root = str(tmp_path)
+    lmq_store(root, LmqWorkload(unit_less="%LMQ%gone"))
+    report = verify_store(root)
+    assert not report.ok
+    assert any("%LMQ%gone/0" in line for line in report.lines), report.lines
+
+
+def test_verify_reports_an_lmq_unit_at_an_offset_its_record_does_not_name(tmp_path):
+    root = str(tmp_path)
+    workload = LmqWorkload()
+    broker_store(root, workload)
+    a = workload.units["%LMQ%a"]
+    a[0], a[1] = a[1], a[0]  # two units swapped: each points at a record naming another offset
+    workload.write_units(root)
+    report = verify_store(root)
+    assert not report.ok
+    assert any("%LMQ%a/0 entry 0 does not match" in line for line in report.lines), report.lines
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert {bytes(m.body) for m in s.get_range("%LMQ%b", 0, 0, 10)}  # the others serve
+        with pytest.raises((CorruptionError, NotFound)):
+            s.get("%LMQ%a", 0, 0)
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_lmq_queues_with_their_messages(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    workload = lmq_store(root)
+    with mounted(root, mnt, "-o", "ro"):
+        assert sorted(os.listdir(f"{mnt}/topics")) == ["%LMQ%a", "%LMQ%b", "%LMQ%c", "Parent"]
+        for (topic, queue, offset), body in workload.served.items():
+            assert sh(f"cat '{mnt}/topics/{topic}/{queue}/{offset}'").stdout == body
+        lmq = f"{mnt}/topics/%LMQ%b/0"
+        assert sorted(int(n) for n in os.listdir(lmq) if n.isdigit()) == [0, 1, 2, 3]
+        assert sorted(os.listdir(f"{lmq}/tags/TagL")) == ["0", "1", "2", "3"]
+        assert sh(f"cat '{lmq}/tags/TagL/2'").stdout == workload.served[("%LMQ%b", 0, 2)]
+        assert sh(f"getfattr --only-values -n user.queue_offset '{lmq}/3'").stdout == b"3"
+        first = sorted(int(n) for n in os.listdir(lmq) if n.isdigit())[0]
+        assert os.readlink(f"{lmq}/at/0") == f"../{first}"
+        assert sh(f"ls {mnt}/keys/lmq-5").stdout.split() == [b"Parent:1:2"]
+    _unchanged_by_verify_and_repair(root)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import CodecError
+from . import codec
 from .layout import (
     MAGIC_POS,
     MAGIC_V1,
@@ -36,13 +38,16 @@ from .message import (
     SCHEDULE_TOPIC,
     StoredMessage,
 )
+from .multi_dispatch import describes
 
 
 def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, queue_id: int,
                  queue_offset: np.ndarray) -> np.ndarray:
     """Which ConsumeQueue units describe the record at their position of one file (`u8`):
     magic, TOTALSIZE, QUEUEID, QUEUEOFFSET and topic agree, and the record fits in the file;
-    or the unit stands for a message lost to damage and points at a filler record."""
+    or the record is multi-dispatched to this queue at that offset (`multi_dispatch.describes`,
+    asked only of the units that fail the first test: an LMQ queue's); or the unit stands for
+    a message lost to damage and points at a filler record."""
     pos = pos.astype(np.int64)
     size = size.astype(np.int64)
     fits = (pos >= 0) & (size >= MIN_RECORD_SIZE) & (pos + size <= len(u8))
@@ -60,7 +65,22 @@ def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, 
             & (gather(u8, pos + QUEUE_OFFSET_POS, ">i8") == queue_offset)
             & (gather(u8, topic_at, f"V{len(prefix)}") == np.void(prefix)))
     filler = fillers(u8, topic_at, sys_flag) & (magic == MAGIC_V1)
-    return fits & (total == size) & (same | filler)
+    ok = fits & (total == size) & (same | filler)
+    others = np.flatnonzero(fits & (total == size) & ~ok)
+    for i, at in zip(others.tolist(), pos[others].tolist()):
+        ok[i] = _dispatched_here(u8, at, int(size[i]), topic, queue_id, int(queue_offset[i]))
+    return ok
+
+
+def _dispatched_here(u8: np.ndarray, pos: int, size: int, topic: str, queue_id: int, queue_offset: int) -> bool:
+    """Whether the well-formed record at `pos` names queue `topic`/`queue_id` at `queue_offset`
+    in its multi-dispatch properties."""
+    try:
+        msg = codec.decode(u8[pos:pos + size].tobytes(), 0)
+        return describes(msg.topic, msg.queue_id, msg.queue_offset, lambda: msg.properties,
+                         topic, queue_id, queue_offset)
+    except (CodecError, UnicodeDecodeError):
+        return False
 
 
 def fillers(u8: np.ndarray, topic_len_at: np.ndarray, sys_flag: np.ndarray) -> np.ndarray:

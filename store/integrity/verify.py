@@ -10,6 +10,7 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
 from ..files.index_service import build_key
 from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, load_files
-from ..format import codec, columns, layout, message
+from ..format import codec, columns, layout, message, multi_dispatch
 from ..format.flavor import flavor_named
 from ..meta import dispatch_state, features, queue_cuts
 from ..meta.features import Features
@@ -82,6 +83,12 @@ class _RecordInfo:
     keys: list[str]
     in_queue: bool
     indexed: bool  # not a rolled-back transaction: its keys have entries
+    dispatched: tuple[multi_dispatch.Unit, ...] = ()  # its units in other queues (LMQ)
+
+    def described_by(self, topic: str, queue_id: int, queue_offset: int) -> bool:
+        """multi_dispatch.describes, with the record's dispatch read once by the scan."""
+        return (self.topic, self.queue_id, self.queue_offset) == (topic, queue_id, queue_offset) \
+            or (topic, queue_id, queue_offset) in self.dispatched
 
 
 def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, progress: Progress | None,
@@ -119,15 +126,22 @@ def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _Record
     topics = list(map(names.__getitem__, which.tolist())) if delayed else []
     delays = columns.property_values(*props, message.PROPERTY_DELAY) if delayed else None
     codes = tags_codes.column(topics, tags, delays, r.store_ts).tolist()
+    dispatches = columns.property_values(*props, multi_dispatch.PROPERTY_INNER_MULTI_DISPATCH)
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
                r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),
                layout.in_queue(r.sys_flag).tolist(), layout.indexed(r.sys_flag).tolist())
-    for commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue, indexed in rows:
+    lists = zip(dispatches, columns.property_values(*props, multi_dispatch.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+                ) if any(dispatches) else repeat(("", ""))
+    for (commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue, indexed), \
+            (dispatch, at) in zip(rows, lists):
         if is_filler:
             fillers.add(commitlog_offset)
         else:
+            extra = tuple(multi_dispatch.dispatched(names[topic], queue_id, {
+                multi_dispatch.PROPERTY_INNER_MULTI_DISPATCH: dispatch,
+                multi_dispatch.PROPERTY_INNER_MULTI_QUEUE_OFFSET: at})) if dispatch and in_queue else ()
             records[commitlog_offset] = _RecordInfo(names[topic], queue_id, queue_offset, size,
-                                                    tag, ks, in_queue, indexed)
+                                                    tag, ks, in_queue, indexed, extra)
 
 
 def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
@@ -143,10 +157,6 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                             "cannot read: not checked (its queues are served from the CommitLog)")
         return 0
     batch = features.topics_of(found, features.BATCH_CQ)
-    lmq = features.topics_of(found, features.LMQ)
-    if lmq:
-        report.lines.append(f"note: {len(lmq)} LMQ queue(s) ({sorted(lmq)[0]}...) point at other "
-                            "topics' records (multi-dispatch): not checked")
     if batch:
         report.lines.append(f"note: {len(batch)} BatchCQ topic(s) ({sorted(batch)[0]}...) keep their "
                             "units in batchconsumequeue/: not checked")
@@ -155,6 +165,8 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     for commitlog_offset, r in records.items():
         if r.in_queue and r.topic not in batch:
             expected.setdefault((r.topic, r.queue_id), []).append(commitlog_offset)
+        for topic, queue_id, _ in r.dispatched:
+            expected.setdefault((topic, queue_id), []).append(commitlog_offset)
     min_commitlog_offset = min(records) if records else 0
     try:
         cuts = queue_cuts.read(root)
@@ -165,7 +177,7 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     seen: set[tuple[str, int]] = set()
     for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         tdir = os.path.join(base, topic)
-        if topic in lmq or topic in batch or os.path.islink(tdir) or not os.path.isdir(tdir):
+        if topic in batch or os.path.islink(tdir) or not os.path.isdir(tdir):
             continue  # a file here is no queue of ours (consumequeue/ may be another layout)
         for qname in sorted(os.listdir(tdir)):
             if not qname.isdigit():
@@ -211,9 +223,8 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                     if _in_damage(damages, commitlog_offset) is None:
                         mismatch(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
                                        f"{commitlog_offset}, where no record starts")
-                elif (rec.topic, rec.queue_id, rec.queue_offset, rec.size,
-                      tags if ext and tags <= features.EXT_ADDRESS_MAX else rec.tags_code) != (
-                        topic, int(qname), qoff, size, tags):
+                elif (rec.size, tags if ext and tags <= features.EXT_ADDRESS_MAX else rec.tags_code) != (
+                        size, tags) or not rec.described_by(topic, int(qname), qoff):
                     mismatch(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
                                    f"record at {commitlog_offset} ({rec.topic}/{rec.queue_id}/"
                                    f"{rec.queue_offset})")
