@@ -200,6 +200,9 @@ def cmd_info(a: argparse.Namespace) -> int:
         print(f"file sizes   commitlog {cfg.commitlog_file_size}, consume queue "
               f"{cfg.consume_queue_units} units, index {cfg.index_slots} slots / "
               f"{cfg.index_entries} entries")
+        for feature in s.features.found:  # RocketMQ 5 layouts (README: store features)
+            print(f"feature      {feature.name} ({feature.seen}): read-"
+                  f"{'write' if feature.writable else 'only'}")
         if rec is not None and rec.abnormal:
             print("last close   not clean (abort file present): the next read-write open "
                   "recovers")

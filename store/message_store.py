@@ -157,6 +157,8 @@ class MessageStore(StoreReads):
         if read_only and cfg.live_refresh_ms > 0:
             self.live = LiveReader(self, cfg.live_refresh_ms)
             self.live.start()
+        if self.recovery is not None:
+            self.recovery.notes.extend(features.notes(self.features))
         self.is_open = True
         self.users.open()
         if repair_ends is not None:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from mqfs.store import MessageStore, StoreConfig, UnsupportedFeature
+from mqfs.store import MessageStore, StoreConfig, StoreFormatError, UnsupportedFeature, UntrustedStore
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta import features
 from mqfs.store.repair import apply_repair, plan_repair
@@ -80,6 +80,10 @@ def test_verify_is_ok_and_repair_yes_and_info_change_no_byte(tmp_path, name):
     assert "nothing to repair" in repaired.stdout
     info = mqfs("info", root)
     assert "Orders/0" in info.stdout
+    for feature in EXPECTED[name]:
+        assert f"feature      {feature} (" in info.stdout
+    if name == "compaction":  # shown raw, and said so
+        assert "compaction topics (Compacted) are shown with every version" in info.stdout
     assert file_hashes(root) == before
 
 
@@ -236,3 +240,70 @@ def test_topics_and_offsets_keep_every_field_the_broker_wrote(tmp_path):
     with MessageStore(root, StoreConfig(), create=False) as s:
         assert s.committed_offset("billing", "Orders", 0) == 1
     assert {n: _bytes(root, n) for n in unchanged} == unchanged  # nothing changed: not written
+
+
+# --- attacks: bad config files, links, another user's files ---------------------------------
+
+@pytest.mark.allow_logs("not the one the last clean close left", r"; using .*\.bak$")
+def test_bad_json_in_the_brokers_config_files_is_refused_or_passed_over_never_rewritten(tmp_path):
+    root = str(tmp_path / "store")
+    broker_store(root)
+    config = os.path.join(root, "config")
+    os.rename(os.path.join(config, "topics.json.bak"), os.path.join(tmp_path, "bak"))
+    for text, damaged in (("{not json", True), ('{"topicConfigTable": []}', True),
+                          ("[" * 100_000, True),
+                          ('{"topicConfigTable": {"T": {"attributes": "queue.type=BatchCQ"}}}', False),
+                          ('{"topicConfigTable": {"T": {"attributes": {"queue.type": [1]}}}}', False)):
+        with open(os.path.join(config, "topics.json"), "w") as f:
+            f.write(text)
+        assert features.recognise(root).found == ()  # never an exception, never a feature
+        assert verify_store(root).ok is not damaged  # a damaged file is a problem of its own
+        if damaged:
+            with pytest.raises(StoreFormatError, match="topics.json"):
+                MessageStore(root, StoreConfig(), create=False).open()
+            assert _bytes(root, "topics.json") == text.encode()
+    os.rename(os.path.join(tmp_path, "bak"), os.path.join(config, "topics.json.bak"))
+    # a damaged consumerOffset.json: read from the broker's .bak, which a commit leaves alone
+    with open(os.path.join(config, "topics.json"), "w") as f:
+        f.write(_bytes(root, "topics.json.bak").decode())
+    with open(os.path.join(config, "consumerOffset.json"), "w") as f:
+        f.write('{"offsetTable": {"Orders@billing": {"0": -5}}}')
+    bak = _bytes(root, "consumerOffset.json.bak")
+    with MessageStore(root, StoreConfig(), create=False) as s:
+        assert s.committed_offset("billing", "Orders", 0) == 1  # the .bak's
+        s.commit_offset("billing", "Orders", 0, 2)
+    assert _bytes(root, "consumerOffset.json.bak") == bak
+    assert _json(root, "consumerOffset.json")["groupTopicMap"] == {"billing": ["Orders"]}
+
+
+def test_a_link_where_a_broker_layout_would_be_is_never_followed(tmp_path):
+    root, outside = str(tmp_path / "store"), tmp_path / "outside"
+    broker_store(root)
+    (outside / "T" / "0").mkdir(parents=True)
+    (outside / "T" / "0" / ("0" * 20)).write_bytes(b"\x01" * 46)
+    os.symlink(outside, os.path.join(root, "batchconsumequeue"))
+    os.symlink(outside / "T" / "0" / ("0" * 20), os.path.join(root, "consumequeue", "CURRENT"))
+    before, outside_before = file_hashes(root), file_hashes(str(outside))
+    found = features.recognise(root)
+    assert found.named(features.BATCH_CQ).topics == ()  # seen by its name, not entered
+    assert features.ROCKSDB_CQ not in found  # a link is no RocksDB file
+    for read_only in (False, True):
+        with pytest.raises(UntrustedStore, match="batchconsumequeue"):
+            MessageStore(root, StoreConfig(read_only=read_only), create=False).open()
+    verify_store(root)
+    assert file_hashes(root) == before and file_hashes(str(outside)) == outside_before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown to another user")
+def test_a_broker_layout_another_user_owns_is_refused_before_a_byte_is_written(tmp_path):
+    root = str(tmp_path / "store")
+    LAYOUTS["compaction"](root)
+    for dirpath, dirs, names in os.walk(os.path.join(root, "compaction")):
+        for n in dirs + names:
+            os.chown(os.path.join(dirpath, n), 65534, 65534)
+    os.chown(os.path.join(root, "compaction"), 65534, 65534)
+    before = file_hashes(root)
+    with pytest.raises(UntrustedStore, match="compaction"):
+        MessageStore(root, StoreConfig(), create=False).open()
+    assert file_hashes(root) == before
+    assert features.COMPACTION in features.recognise(root)

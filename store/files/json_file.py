@@ -25,7 +25,8 @@ _UNQUOTED_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 _DEFAULT_FIX = "restore it from a backup"
 
 
-def _parse(text: str) -> Any:
+def parse_text(text: str) -> Any:
+    """JSON text, RocketMQ's fastjson output (unquoted integer keys) included."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -45,7 +46,7 @@ def _load(path: str, check: Callable[[Any], T] | None) -> T:
     if not text.strip():
         raise ValueError("is empty")
     try:
-        data = _parse(text)
+        data = parse_text(text)
     except RecursionError:
         raise ValueError("is nested too deeply to be a config file") from None
     except MemoryError:

@@ -28,13 +28,13 @@ Where in doubt, refuse: `-o ro` always works.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import dataclass
 
-from ..errors import CodecError
+from ..errors import CodecError, StoreError
 from ..files import safefs
+from ..files.json_file import parse_text
 from ..format import codec
 from ..format.layout import MIN_RECORD_SIZE, RECORD_MAGICS
 
@@ -127,6 +127,17 @@ class Features:
         return None
 
 
+def notes(features: Features) -> list[str]:
+    """What a user should know of how mqfs shows the features it reads as they are."""
+    out = []
+    compaction = features.named(COMPACTION)
+    if compaction is not None:
+        which = ", ".join(compaction.topics) or "see compaction/"
+        out.append(f"compaction topics ({which}) are shown with every version the CommitLog "
+                   "holds, not the broker's compacted view (compaction/ is not read)")
+    return out
+
+
 def topics_of(features: Features, name: str) -> frozenset[str]:
     """The topics (or LMQ queues) a per-topic feature concerns; empty when it is not used."""
     found = features.named(name)
@@ -146,7 +157,7 @@ def _entries(path: str) -> dict[str, str]:
                 else:
                     out[entry.name] = "file" if entry.is_file(follow_symlinks=False) else "other"
             return out
-    except (FileNotFoundError, NotADirectoryError):
+    except (OSError, StoreError):  # absent, or a link (never followed: an open refuses it)
         return {}
 
 
@@ -167,7 +178,7 @@ def _topic_attributes(root: str) -> dict[str, dict[str, str]]:
     """topic -> attributes of config/topics.json ("+key" read as "key"); {} when the file is
     missing or not readable as JSON (TopicTable then says what is wrong with it)."""
     try:
-        data = json.loads(safefs.read_bytes(os.path.join(root, "config", "topics.json")))
+        data = parse_text(safefs.read_bytes(os.path.join(root, "config", "topics.json")).decode())
         table = data["topicConfigTable"]
         out = {}
         for name, cfg in table.items():
@@ -175,7 +186,7 @@ def _topic_attributes(root: str) -> dict[str, dict[str, str]]:
             if isinstance(attrs, dict):
                 out[name] = {str(k).lstrip("+"): str(v) for k, v in attrs.items()}
         return out
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (OSError, StoreError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
 
 
@@ -185,13 +196,13 @@ def _newest_records_properties(root: str) -> list[dict[str, str]]:
     directory = os.path.join(root, "commitlog")
     try:
         names = sorted(n for n in safefs.listdir(directory) if len(n) == 20 and n.isdigit())
-    except OSError:
+    except (OSError, StoreError):
         return []
     out: list[dict[str, str]] = []
     for name in reversed(names[-2:]):  # the newest may be a made-ahead file of zeros
         try:
             fd = safefs.open_file(os.path.join(directory, name))
-        except OSError:
+        except (OSError, StoreError):  # a link is never followed
             continue
         try:
             size, pos = os.fstat(fd).st_size, 0
