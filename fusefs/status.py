@@ -57,6 +57,7 @@ def status(model: Model) -> dict:
     return {
         "store": store.root, "pid": os.getpid(), "flush_mode": cfg.flush_mode,
         "read_only": cfg.read_only,
+        "stopped": store.stopped,  # why writes stopped while mounted (the store replaced)
         "disk": {"free_bytes": disk.f_bavail * disk.f_frsize,
                  "total_bytes": disk.f_blocks * disk.f_frsize},
         "retention": {"retention_hours": cfg.retention_hours,

@@ -95,6 +95,7 @@ class MessageStore(StoreReads):
         self._scrub: Scrub | None = None
         self.users = Users()
         self._log_ends: log_ends.LogEnds | None = None
+        self.stopped: str | None = None  # why writes stopped while open (the store replaced)
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -145,10 +146,13 @@ class MessageStore(StoreReads):
             raise
         if not read_only:
             self.retention = Retention(self.root, self.config, self.commitlog.queue,
-                                       self.put_lock, self._drop_below)
+                                       self.put_lock, self._drop_below,
+                                       lambda: max(self.clock(), self._last_store_ts),
+                                       self._record_time)
             self.flush_services = FlushServices(
                 self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
-                self.retention.run_once if self.retention.enabled else None)
+                (lambda: 0 if self._replaced() else self.retention.run_once())
+                if self.retention.enabled else None)
             self.flush_services.start()
             self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
             if self._log_ends is not None:
@@ -406,10 +410,14 @@ class MessageStore(StoreReads):
             self._lock_file.release()
             return
         if self._scrub is not None:
-            self._scrub.stop()
+            self._scrub.stop(save=not self._replaced())
         if self._log_ends is not None:
             self._log_ends.stop()
         self.flush_services.stop()
+        if self._replaced():  # nothing more by path: it would land in the other directory
+            self._release_files()
+            self._lock_file.release()
+            return
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
         dispatch_state.save(self.root, self.consume_queues.ends(), self.index.files,
@@ -439,12 +447,31 @@ class MessageStore(StoreReads):
             raise StoreError("the store is closed")
         if self.config.read_only:
             raise ReadOnlyStore("the store is open read-only")
+        if self.stopped is not None:
+            raise ReadOnlyStore(self.stopped)
+
+    def _replaced(self) -> bool:
+        """Whether the store directory was replaced under this process (moved away and a
+        copy put back, say): then writes stop, said once in the log and in `stopped`, and
+        the new directory is locked against a second writer. Checked at every checkpoint."""
+        if self.stopped is not None:
+            return True
+        if not self._lock_file.replaced():
+            return False
+        self.stopped = (f"{self.root} is no longer the directory this process opened (it was "
+                        "moved or replaced while open): writes stopped, nothing more is "
+                        "written there; unmount, and mount the store you mean to write")
+        log.error("%s", self.stopped)
+        if self._scrub is not None:
+            self._scrub.halt()
+        self._lock_file.hold_replacement()
+        return True
 
     @in_use
     def put(self, message: Message) -> PutResult:
         """Append one message; when it returns it is readable and findable (and on disk in
         sync mode). The lean path: one encode, one lock, units and entries written in place."""
-        if not self.is_open or self.config.read_only:
+        if not self.is_open or self.config.read_only or self.stopped is not None:
             self._writable()
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
@@ -701,6 +728,8 @@ class MessageStore(StoreReads):
             self.checkpoint_now(flush_commitlog=True)
 
     def checkpoint_now(self, flush_commitlog: bool) -> None:
+        if self._replaced():
+            return
         with self.flush_lock:
             with self.put_lock:
                 dispatched = self.commitlog.queue.max_wrote_offset

@@ -260,22 +260,52 @@ def test_retention_is_off_unless_configured(tmp_path):
         for i in range(300):
             s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
         files = list(files_in(str(tmp_path), "commitlog"))
-        for name in files:  # a year old
-            os.utime(tmp_path / "commitlog" / name, (0, 0))
-        assert s.retention.run_once(now=1e12) == 0
+        assert s.retention.run_once(now_ms=s.clock() + 365 * 86_400_000) == 0  # a year on
         assert files_in(str(tmp_path), "commitlog") == files and s.min_offset("t", 0) == 0
 
 
 @pytest.mark.allow_logs(r"^retention: deleted CommitLog file")
 def test_retention_by_age_deletes_only_files_older_than_configured(tmp_path):
+    """Age in store time: a file goes once its newest message is older than retention_hours
+    (file times, which anyone can set, do not count)."""
     with MessageStore(str(tmp_path), small_config(retention_hours=1.0)) as s:
         s.flush_services.stop()
-        for i in range(300):
+        start = s.clock()
+        s.clock = lambda: start  # the first file's messages
+        s.put(Message.create("t", os.urandom(1000)))
+        while len(s.commitlog.queue.files) < 2:
+            s.put(Message.create("t", os.urandom(1000)))
+        s.clock = lambda: start + 1_800_000  # half an hour later, the rest
+        for i in range(200):
             s.put(Message.create("t", os.urandom(1000), keys=[f"k{i}"]))
         names = files_in(str(tmp_path), "commitlog")
-        os.utime(tmp_path / "commitlog" / names[0], (0, 0))
-        assert s.retention.run_once() == 1
+        for name in names:
+            os.utime(tmp_path / "commitlog" / name, (0, 0))  # file times say "ancient"
+        first_newest = s.commitlog.read(s.commitlog.queue.files[1].file_from_offset).store_timestamp
+        assert s.retention.run_once(now_ms=first_newest + 3_600_000 - 1) == 0
+        assert s.retention.run_once(now_ms=first_newest + 3_600_000) == 1
         assert files_in(str(tmp_path), "commitlog") == names[1:]
+
+
+@pytest.mark.allow_logs(r"^retention: deleted CommitLog file")
+def test_a_forward_clock_step_makes_retention_delete_nothing_at_once(tmp_path, monkeypatch):
+    """Issue 33, item 9: retention_hours=1 and the clock stepped forward 2 h while running
+    deleted 9 of 10 files at once. Now retention's time moves at most as far as real time
+    went, so the files go as the time really passes."""
+    with MessageStore(str(tmp_path), small_config(retention_hours=1.0)) as s:
+        s.flush_services.stop()
+        while len(s.commitlog.queue.files) < 10:
+            s.put(Message.create("t", os.urandom(1000)))
+        names = files_in(str(tmp_path), "commitlog")
+        assert s.retention.run_once() == 0
+        wall, wall_ns, mono = time.time, time.time_ns, time.monotonic
+        monkeypatch.setattr(time, "time", lambda: wall() + 7200)  # the clock steps 2 h on
+        monkeypatch.setattr(time, "time_ns", lambda: wall_ns() + 7200 * 10**9)
+        assert s.retention.run_once() == 0
+        assert files_in(str(tmp_path), "commitlog") == names
+        monkeypatch.setattr(time, "monotonic", lambda: mono() + 3601)  # an hour really passes
+        assert s.retention.run_once() == 9
+        assert files_in(str(tmp_path), "commitlog") == names[-1:]
 
 
 @pytest.mark.allow_logs(r"^retention: deleted CommitLog file")

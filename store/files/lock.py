@@ -1,28 +1,41 @@
-"""Who may open a store: two locks, taken in this order and held until close.
+"""Who may open a store: three locks, taken in this order and held until close.
 
 1. flock(2) on the store directory itself, through a descriptor kept open for as long as the
    store is: nobody can delete or replace the directory's inode under us, so `rm STORE/lock`
    cannot let a second writer in.
-2. The `lock` file: an exclusive POSIX record lock on byte 0, as RocketMQ's
+2. flock(2) on `config/mqfs.lock`, a file mqfs creates 0600: only a user who may write the
+   store can open it, so only a writer (or verify, run by the owner) can hold it.
+3. The `lock` file: an exclusive POSIX record lock on byte 0, as RocketMQ's
    FileChannel.tryLock(0, 1) takes it, so mqfs and a real broker exclude each other.
 
 A writer takes both exclusively; `shared` (verify, repair's plan, read-only opens that must
 keep writers out) takes both shared and creates nothing; `live` (a read-only view of a store a
 writer is using, which must change nothing and block no one) takes neither.
+
+Anyone who can open a file can lock it: a local user who may only read a store (a directory
+0755, a broker's `lock` 0644) could lock 1 and 3 and keep every writer out. So those two
+count only when a process that may write the store holds them (root, the store's owner, this
+process's user, a trusted owner: /proc/locks names the holders, /proc/PID/status their
+users); one held by anyone else is logged and passed by, and 2 still keeps writers apart.
+What remains: the record lock such a reader holds also keeps a broker out, which mqfs cannot
+change, and while a reader holds 1, `rm STORE/config/mqfs.lock` lets a second writer in.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import struct
 
-from ..errors import StoreLocked
+from ..errors import StoreError, StoreLocked
 from . import safefs
 
+log = logging.getLogger(__name__)
 _FLOCK = "hhqqi4x"  # struct flock on Linux x86_64/aarch64: type, whence, start, len, pid
 _HELD_HERE: set[str] = set()  # POSIX locks do not exclude the same process
 NAME = "lock"
+PRIVATE = os.path.join("config", "mqfs.lock")
 
 
 def _record_holder(fd: int) -> int | None:
@@ -35,19 +48,39 @@ def _record_holder(fd: int) -> int | None:
     return pid if l_type != fcntl.F_UNLCK else None
 
 
-def _flock_holder(fd: int) -> int | None:
-    """The pid /proc/locks names for an flock on this directory (flock has no F_GETLK)."""
+def _holders(fd: int, kind: str) -> list[int]:
+    """The pids /proc/locks names as holding a lock of `kind` (FLOCK or POSIX) on this
+    file (flock has no F_GETLK, and F_GETLK names one holder of many); waiters left out."""
     st = os.fstat(fd)
     dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    found = []
     try:
         with open("/proc/locks") as f:
             for line in f:
                 fields = line.split()
-                if "FLOCK" in fields and dev in fields:
-                    return int(fields[fields.index(dev) - 1])
+                if kind in fields and dev in fields and "->" not in fields:
+                    found.append(int(fields[fields.index(dev) - 1]))
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[2])  # the effective uid
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _may_write(pid: int, store: os.stat_result) -> bool:
+    """Whether the process could write the store (root, the store's owner, this process's
+    user, a trusted owner): only such a holder's lock keeps a writer out. Unknown: yes."""
+    uid = _uid_of(pid)
+    return uid is None or uid in (0, os.geteuid(), store.st_uid) or uid in safefs.trusted()
 
 
 class StoreLock:
@@ -56,6 +89,8 @@ class StoreLock:
         self.path = os.path.join(root, NAME)
         self.key = os.path.realpath(root)
         self.dir_fd = -1
+        self.private_fd = -1
+        self.replacement_fd = -1
         self.fd = -1
         self.held = False
 
@@ -71,6 +106,7 @@ class StoreLock:
         if not live:
             self._lock_directory(shared)
             try:
+                self._lock_private(shared)
                 self._lock_file(shared)
             except BaseException:
                 self.release()
@@ -78,15 +114,53 @@ class StoreLock:
         self.held = True
         _HELD_HERE.add(self.key)
 
+    def _held_by_others(self, fd: int, kind: str) -> bool:
+        """After a lock was refused: True when every holder is a process that may not
+        write the store (a local user who can only read it): its lock is not a writer's and
+        keeps no one out. StoreLocked, naming the holder, when one may write."""
+        store = os.stat(self.root)
+        pids = _holders(fd, kind)
+        writers = [pid for pid in pids if _may_write(pid, store)]
+        if pids and not writers:
+            log.warning("store %s: %s lock held by pid %s, whose user may not write the store: "
+                        "ignored", self.key, "directory" if kind == "FLOCK" else "record",
+                        ", ".join(map(str, sorted(set(pids)))))
+            return True
+        raise self._in_use(writers[0] if writers else None)
+
     def _lock_directory(self, shared: bool) -> None:
         fd = safefs.open_dir(self.root)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
-            pid = _flock_holder(fd)
-            os.close(fd)
-            raise self._in_use(pid) from None
+            try:
+                self._held_by_others(fd, "FLOCK")
+            except BaseException:
+                os.close(fd)
+                raise
         self.dir_fd = fd
+
+    def _lock_private(self, shared: bool) -> None:
+        """flock on `config/mqfs.lock`, a file only the store's owner can open (0600): the
+        one lock no mere reader can hold, so it alone is never passed by."""
+        path = os.path.join(self.root, PRIVATE)
+        try:
+            if not shared:
+                safefs.makedirs(os.path.dirname(path))
+            fd = safefs.open_file(path, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT)
+        except (FileNotFoundError, PermissionError):
+            if shared:
+                return  # a reader creates nothing; one who cannot open it has the others
+            raise
+        try:
+            if not shared and os.fstat(fd).st_mode & 0o077:
+                os.fchmod(fd, safefs.FILE_MODE)  # an older copy others could open
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError:
+            pids = _holders(fd, "FLOCK")
+            os.close(fd)
+            raise self._in_use(pids[0] if pids else None) from None
+        self.private_fd = fd
 
     def _lock_file(self, shared: bool) -> None:
         try:
@@ -98,15 +172,47 @@ class StoreLock:
         try:
             fcntl.lockf(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB, 1, 0)
         except OSError:
-            pid = _record_holder(fd)
-            os.close(fd)
-            raise self._in_use(pid) from None
+            try:
+                self._held_by_others(fd, "POSIX")
+            except StoreLocked:
+                pid = _record_holder(fd)
+                os.close(fd)
+                raise self._in_use(pid) from None
+            except BaseException:
+                os.close(fd)
+                raise
         if not shared and os.pread(fd, 4, 0) != b"lock":  # RocketMQ's marker
             os.pwrite(fd, b"lock", 0)
         self.fd = fd
 
+    def replaced(self) -> bool:
+        """Whether the store's path now names another directory than the one locked (moved
+        away, a copy put in its place): what is written by path would land in the new one."""
+        if self.dir_fd < 0:
+            return False
+        try:
+            now = os.lstat(self.root)
+        except FileNotFoundError:
+            return True
+        held = os.fstat(self.dir_fd)
+        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+    def hold_replacement(self) -> None:
+        """flock what now stands at the path, so no second writer starts on it while this
+        process still has the old store's files open (best effort: it may be gone or taken)."""
+        try:
+            fd = safefs.open_dir(self.root, write=False)
+        except (OSError, StoreError):
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        self.replacement_fd = fd
+
     def release(self) -> None:
-        for name in ("fd", "dir_fd"):
+        for name in ("fd", "private_fd", "dir_fd", "replacement_fd"):
             fd = getattr(self, name)
             if fd >= 0:
                 os.close(fd)  # closing drops the POSIX lock and the flock

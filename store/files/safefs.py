@@ -41,6 +41,11 @@ def trust_owner(uid: int) -> None:
     _trusted.add(uid)
 
 
+def trusted() -> frozenset[int]:
+    """The owners `trust_owner` added."""
+    return frozenset(_trusted)
+
+
 def _give_to_owner(fd: int, parent: os.stat_result) -> None:
     """What root creates in a store it serves for a trusted user belongs to that user (as the
     directory it is in does), so the user's own tools (a broker) can still use it. Callers

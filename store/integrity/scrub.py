@@ -118,12 +118,17 @@ class Scrub:
         self._thread = threading.Thread(target=self._run, name="mqfs-scrub", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop after the current step, from any thread (the store was replaced)."""
+        self._stop.set()
+
+    def stop(self, save: bool = True) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._save()
+        if save:
+            self._save()
 
     def run_pass(self) -> None:
         """Check everything from where the scrub is to the end of a pass, unthrottled."""
