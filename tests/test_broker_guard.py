@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from mqfs.store import MessageStore, StoreConfig, StoreFormatError, UnsupportedFeature, UntrustedStore
+from mqfs.store import Message, MessageStore, StoreConfig, StoreFormatError, UnsupportedFeature, UntrustedStore
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta import features
 from mqfs.store.repair import apply_repair, plan_repair
@@ -307,3 +307,15 @@ def test_a_broker_layout_another_user_owns_is_refused_before_a_byte_is_written(t
         MessageStore(root, StoreConfig(), create=False).open()
     assert file_hashes(root) == before
     assert features.COMPACTION in features.recognise(root)
+
+
+def test_every_name_mqfs_itself_keeps_in_a_store_is_known(tmp_path):
+    """mqfs's own files (some left only by a crash: index.reserve, repair-journal.json, the
+    .tmp and .bak of a JSON file) never make its own store look like another layout."""
+    root = str(tmp_path)
+    with MessageStore(root, StoreConfig()) as s:
+        s.put(Message.create("T", b"x"))
+    for name in ("index.reserve", "repair-journal.json", "mqfs.json.tmp", "mqfs.json.bak",
+                 "quarantine", "staging", "logs", "lost+found"):
+        open(os.path.join(root, name), "w").close()
+    assert features.recognise(root).found == ()

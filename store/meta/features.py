@@ -73,7 +73,7 @@ _WHY_NOT_WRITABLE = {
 # store-root entries of RocketMQ's base layout and of mqfs itself (with .tmp/.bak companions)
 _BASE = frozenset({"commitlog", "consumequeue", "index", "checkpoint", "abort", "lock",
                    "config", "mqfs.json", "quarantine", "staging", "logs",
-                   "repair-journal.json", "lost+found"})
+                   "repair-journal.json", "index.reserve", "lost+found"})
 _FEATURE_ROOTS = {"batchconsumequeue": BATCH_CQ, "consumequeue_ext": CQ_EXT,
                   "compaction": COMPACTION, "timerwheel": TIMER, "timerlog": TIMER,
                   "kvStore": POP_KV}
