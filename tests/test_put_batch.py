@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqfs.store import InvalidMessage, Message, MessageStore
+from mqfs.store import InvalidMessage, Message, MessageStore, message_store
 from mqfs.store.files import unit_flush
 from mqfs.store.files.consume_queue import TAIL_MAX, ConsumeQueue
 from mqfs.store.format.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
@@ -69,18 +69,28 @@ message = st.builds(
        record_crc=st.booleans(), transient=st.booleans())
 def test_put_batch_writes_the_bytes_single_puts_write(tmp_path_factory, batches, record_crc,
                                                       transient):
+    """Three stores of the same messages: put one by one, put_batch as it chooses (a small
+    batch as puts under one lock), and put_batch on the columnar path whatever the size."""
     one = str(tmp_path_factory.mktemp("one"))
     many = str(tmp_path_factory.mktemp("many"))
+    columnar = str(tmp_path_factory.mktemp("columnar"))
     with _pinned(one, record_crc=record_crc, transient_pool=transient) as s:
         singles = [s.put(m) for batch in batches for m in batch]
     with _pinned(many, record_crc=record_crc, transient_pool=transient) as s:
         batched = [r for batch in batches for r in s.put_batch(batch)]
-    assert batched == singles
-    for sub in ("commitlog", "consumequeue", "index"):
-        assert _contents(many, sub) == _contents(one, sub), sub
-    topics = os.path.join("config", "topics.json")  # queues of prepared-only messages too
-    assert json.load(open(os.path.join(many, topics)))["topicConfigTable"] == \
-        json.load(open(os.path.join(one, topics)))["topicConfigTable"]
+    small, message_store.SMALL_BATCH = message_store.SMALL_BATCH, 1
+    try:
+        with _pinned(columnar, record_crc=record_crc, transient_pool=transient) as s:
+            in_columns = [r for batch in batches for r in s.put_batch(batch)]
+    finally:
+        message_store.SMALL_BATCH = small
+    assert batched == singles and in_columns == singles
+    for other in (many, columnar):
+        for sub in ("commitlog", "consumequeue", "index"):
+            assert _contents(other, sub) == _contents(one, sub), sub
+        topics = os.path.join("config", "topics.json")  # queues of prepared-only messages too
+        assert json.load(open(os.path.join(other, topics)))["topicConfigTable"] == \
+            json.load(open(os.path.join(one, topics)))["topicConfigTable"]
 
 
 def test_a_batch_rolls_commitlog_files_and_reads_back_at_once(tmp_path):
@@ -117,9 +127,10 @@ def test_one_invalid_message_writes_nothing(tmp_path):
         assert s.max_offset("T", 0) == 1
 
 
-def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path):
+@pytest.mark.parametrize("count,size", [(60, 1500), (20, 4000)])  # columnar, and as puts
+def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path, count, size):
     root = str(tmp_path)
-    msgs = [Message.create("T", bytes(1500), keys=[f"k{i}"]) for i in range(60)]  # 2 files
+    msgs = [Message.create("T", bytes(size), keys=[f"k{i}"]) for i in range(count)]  # 2 files
     with _pinned(root) as s:
         s.put(Message.create("T", b"first"))
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -132,8 +143,8 @@ def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
             signal.signal(signal.SIGXFSZ, old)
         written = s.max_offset("T", 0)
-        assert 1 < written < 61  # the records before the roll are in, and queued
-        assert [bytes(s.get("T", 0, o).body) for o in range(1, written)] == [bytes(1500)] * (
+        assert 1 < written < count + 1  # the records before the roll are in, and queued
+        assert [bytes(s.get("T", 0, o).body) for o in range(1, written)] == [bytes(size)] * (
             written - 1)
         assert s.put(Message.create("T", b"next")).queue_offset == written  # never reused
     with MessageStore(root, small_config()) as s:

@@ -177,6 +177,30 @@ class Dispatcher:
         if keys:
             self.index.build(msg.topic, keys, commitlog_offset, store_ts, msg.sys_flag)
 
+    def reserve_few(self, msgs: Sequence[Message]) -> None:
+        """Before a small batch is written as puts (`reserve` then `put` each): its queues
+        made and room made for all its units and index entries, as `plan` does for a batch,
+        so a refused queue or a full disk comes before any of its records."""
+        counts: dict[Key, int] = {}
+        keys = 0
+        for msg in msgs:
+            key, sys_flag = (msg.topic, msg.queue_id), msg.sys_flag
+            counts[key] = counts.get(key, 0) + layout.in_queue(sys_flag)
+            if layout.indexed(sys_flag):
+                keys += len(index_keys(msg.properties))
+        self.units.make_room(sum(counts.values()) * UNIT_SIZE)
+        check = self.consume_queues.end_check
+        for (topic, qid), n in counts.items():
+            cq = self.consume_queues.get((topic, qid))
+            if check is not None and n and has_queue_dir(topic):  # before a queue is made
+                check((topic, qid), cq.next_offset if cq is not None else 0)
+            if cq is None and has_queue_dir(topic):
+                cq = self.create_queue(topic, qid, True)
+            if cq is not None and n:
+                cq.ensure_room(n)
+        if keys:
+            self.index.ensure_room(keys)
+
     # --- a batch --------------------------------------------------------------------------
     def plan(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray,
              props: Sequence[dict[str, str]]) -> BatchPlan:
