@@ -15,6 +15,16 @@ from ..format.columns import RecordRun
 from .recovery import NOWHERE, RecoveryReport, StoreParts, _bytes_past, _refusal, _start_file, scan_end
 
 
+def _newest_begun(parts: StoreParts) -> int:
+    """Start of the newest CommitLog file with a record begun at its start: a broker creates
+    its next file ahead (zeros), and the log ends in the file before it, not at its start."""
+    files = parts.commitlog.queue.files
+    for mf in reversed(files[1:]):
+        if bytes(mf.buffer()[:8]) != bytes(8):
+            return mf.file_from_offset
+    return files[0].file_from_offset
+
+
 def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = None) -> RecoveryReport:
     """Damage inside flushed data does not stop it (reads of damaged records fail, every
     intact one is served); after a crash, what a read-write open would do is reported, and
@@ -27,7 +37,7 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
     if not queue.files:
         return report
     flushed = parts.checkpoint.commitlog_flushed_offset
-    last_start = queue.files[-1].file_from_offset
+    last_start = _newest_begun(parts)
     start = _start_file(parts, min(last_start, flushed or last_start, unsure_from or NOWHERE))
     touched: set[tuple[str, int]] = set()
 
