@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
+import sys
+import threading
 
 import pytest
+
+from tests import progress
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -23,26 +28,137 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory):
         os.environ["XDG_STATE_HOME"] = old
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    progress.pytest_configure(config)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (--dist loadgroup), tests that share something run on one worker:
     those using the session's SparkSession (one JVM per worker otherwise), and the T3
-    power-cut tests (one loop-mounted image per module). Spark tests that start their own
-    JVMs (the standalone cluster, the CLI) run anywhere."""
+    power-cut tests (one loop-mounted image per module). The fresh-clone setup (marker
+    setup_clone, deselect it with -m) gets a group of its own. Spark tests that start their
+    own JVMs (the standalone cluster, the CLI) run anywhere."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif item.get_closest_marker("loop_device"):
             item.add_marker(pytest.mark.xdist_group("loop"))
+        elif item.get_closest_marker("setup_clone"):
+            item.add_marker(pytest.mark.xdist_group("setup"))
+
+
+class _SharedSpark:
+    """The run's one local SparkSession (start-up costs ~10 s), rebuilt when it may be broken:
+    after a Spark test failed (pytest-timeout's exception lands inside a py4j call and leaves
+    that connection out of step, so every later call on it fails) or when it no longer
+    answers. Without this, one timeout failed every later Spark test of its worker."""
+
+    def __init__(self) -> None:
+        self.session = None
+        self.suspect = False
+
+    def get(self):
+        if self.suspect or (self.session is not None and not self._answers()):
+            self._discard()  # also a gateway a start-up cut short by a timeout left behind
+        if self.session is None:
+            from mqfs.pipeline.spark import session
+
+            self.session = session("local[2]", app="mqfs-tests",
+                                   conf={"spark.sql.shuffle.partitions": "4"})
+        return self.session
+
+    def _answers(self) -> bool:
+        """A call whose answer is checked: a connection left out of step returns another one."""
+        probe = random.randrange(1 << 30)
+        try:
+            return (self.session._jvm.java.lang.Math.addExact(probe, 7) == probe + 7
+                    and not self.session.sparkContext._jsc.sc().isStopped())
+        except Exception:
+            return False
+
+    def kill(self, limit: float) -> None:
+        """End the JVM now: a py4j call waiting for it returns with an error at once."""
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            self.suspect = True
+            print(f"conftest: the test is near its {limit:.0f} s timeout: its Spark JVM is killed",
+                  file=sys.stderr, flush=True)
+            proc.kill()
+
+    def _discard(self) -> None:
+        """Kill the JVM outright (stop() would speak over the suspect connection) and forget
+        it, so the next session starts a new gateway."""
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        context = SparkContext._active_spark_context
+        server = getattr(context, "_accumulatorServer", None)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if gateway is not None:
+            try:
+                gateway.close()
+            except Exception:
+                pass  # its sockets lead to the process just killed
+        SparkContext._gateway = SparkContext._jvm = SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = SparkSession._activeSession = None
+        self.session = None
+        self.suspect = False
+
+    def stop(self) -> None:
+        if self.suspect or (self.session is not None and not self._answers()):
+            self._discard()
+        elif self.session is not None:
+            self.session.stop()
+
+
+_shared_spark = _SharedSpark()
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """One local SparkSession for the whole run (start-up costs ~10 s)."""
-    from mqfs.pipeline.spark import session
+def _spark_run():
+    yield _shared_spark
+    _shared_spark.stop()
 
-    s = session("local[2]", app="mqfs-tests", conf={"spark.sql.shuffle.partitions": "4"})
-    yield s
-    s.stop()
+
+def _timeout_of(item: pytest.Item) -> float:
+    """The test's pytest-timeout limit in seconds (0: none)."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.fixture
+def spark(_spark_run, request: pytest.FixtureRequest):
+    """The run's local SparkSession, checked (and rebuilt if broken) before each test. Shortly
+    before the test's timeout the JVM is killed: pytest-timeout's exception alone would leave
+    the main thread in the next py4j call (pyspark's cleanup), waiting for a job that runs on."""
+    session = _spark_run.get()
+    limit = _timeout_of(request.node)
+    watchdog = threading.Timer(limit * 0.9, _spark_run.kill, (limit,)) if limit else None
+    if watchdog is not None:
+        watchdog.daemon = True
+        watchdog.start()
+    yield session
+    if watchdog is not None:
+        watchdog.cancel()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.failed and "spark" in getattr(item, "fixturenames", ()):
+        _shared_spark.suspect = True
+    return report
 
 
 class _Collector(logging.Handler):

@@ -22,6 +22,7 @@ from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
 from tests.crash_ext4 import MOUNT_OPTIONS
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import REPO, CaseResult, run_killed
+from tests.waits import LIMIT
 
 T6_KINDS = ("files-swap", "zero-page", "missing-middle", "missing-oldest", "manifest-flavor",
             "flip-body", "flip-queueoffset", "flip-topic", "flip-properties")
@@ -46,7 +47,7 @@ def run_repair(root: str, site: str | None) -> subprocess.CompletedProcess:
     if site:
         env["MQFS_CRASH_AT"] = site
     return subprocess.run(repair_cmd(root), cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=LIMIT)
 
 
 def t6_case(workdir: str, seed: int, mode: str, image=None) -> CaseResult:

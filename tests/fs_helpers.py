@@ -7,10 +7,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 
 import pytest
+
+from tests.waits import LIMIT, wait_until
 
 MQFS = [sys.executable, "-m", "mqfs.fusefs"]
 SMALL = ["--commitlog-file-size", str(8 << 20), "--consume-queue-units", "1000",
@@ -30,7 +31,7 @@ def fuse_usable() -> bool:
 needs_fuse = pytest.mark.skipif(not fuse_usable(), reason="no usable /dev/fuse and fusermount3")
 
 
-def mqfs(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+def mqfs(*args: str, check: bool = True, timeout: float = LIMIT) -> subprocess.CompletedProcess:
     proc = subprocess.run([*MQFS, *args], capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"mqfs {' '.join(args)} -> {proc.returncode}: {proc.stderr}")
@@ -38,7 +39,7 @@ def mqfs(*args: str, check: bool = True, timeout: float = 60) -> subprocess.Comp
 
 
 def sh(script: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, timeout=120, **kw)
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, timeout=LIMIT, **kw)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script!r} -> {proc.returncode}: {proc.stderr!r}")
     return proc
@@ -57,23 +58,22 @@ def force_unmount(mnt: str, pid: int | None = None) -> None:
             pass
 
 
-def wait_for_mount(mnt: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+def wait_for_mount(mnt: str, proc: subprocess.Popen, limit: float = LIMIT) -> None:
     """Poll until mounted while the daemon is alive (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not os.path.ismount(mnt):
-        assert proc.poll() is None, f"mount process exited with {proc.returncode}"
-        assert time.monotonic() < deadline, "mount did not become ready"
-        time.sleep(0.01)
+    wait_until(lambda: os.path.ismount(mnt), f"mount of {mnt}", limit,
+               alive=lambda: proc.poll() is None)
 
 
-def wait_gone(pid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while os.path.exists(f"/proc/{pid}"):
+def _ended(pid: int) -> bool:
+    try:
         with open(f"/proc/{pid}/stat") as f:
-            if f.read().rpartition(")")[2].split()[0] == "Z":
-                return
-        assert time.monotonic() < deadline, f"pid {pid} still running"
-        time.sleep(0.01)
+            return f.read().rpartition(")")[2].split()[0] == "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return True
+
+
+def wait_gone(pid: int, limit: float = LIMIT) -> None:
+    wait_until(lambda: _ended(pid), f"end of pid {pid}", limit)
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import pytest
 
 from mqfs.store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import MQFS, SMALL, force_unmount, mounted, mqfs, needs_fuse, wait_for_mount
+from tests.waits import LIMIT
 
 COMMANDS = ("mount", "umount", "init", "info", "verify", "repair")
 
@@ -41,7 +42,7 @@ def _on_a_terminal(command: str) -> str:
     """Run a shell command on a real pseudo-terminal (util-linux `script`), 100x30 like a
     small terminal window; what the terminal received."""
     proc = subprocess.run(["script", "-qec", f"stty cols 100 rows 30; {command}", "/dev/null"],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=LIMIT, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -118,7 +119,7 @@ def test_debug_stays_in_the_foreground_and_traces_requests_on_stderr(tmp_path, f
             assert os.listdir(os.path.join(mnt, "topics")) == []
             assert proc.poll() is None  # still the process that was started: the foreground
             mqfs("umount", mnt)
-            assert proc.wait(timeout=60) == 0
+            assert proc.wait(timeout=LIMIT) == 0
         finally:
             if proc.poll() is None:
                 force_unmount(mnt, proc.pid)
@@ -152,7 +153,7 @@ def test_pipeline_refuses_a_path_with_no_store_before_spark_starts(tmp_path, job
     args = [job, missing] + ([] if job == "audit" else [out])
     env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([*MQFS, "pipeline", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+                          timeout=LIMIT, env=env)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == f"mqfs pipeline {job}: {missing} holds no store (no mqfs.json and no commitlog/)\n"
     assert not os.path.exists(out) and not os.path.exists(missing)
@@ -164,7 +165,7 @@ def test_pipeline_refuses_an_output_that_exists_before_spark_starts(multi_file_s
     (out / "old").write_text("x")
     for job in ("export", "rebuild"):
         proc = subprocess.run([*MQFS, "pipeline", job, multi_file_store, str(out)],
-                              capture_output=True, text=True, timeout=120,
+                              capture_output=True, text=True, timeout=LIMIT,
                               env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")})
         assert proc.returncode == 2
         hint = " (--overwrite replaces it)" if job == "export" else ""

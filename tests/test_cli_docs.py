@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from tests.waits import LIMIT
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -37,7 +39,7 @@ def test_man_page_renders_every_command_and_option(gen_docs):
     page = os.path.join(ROOT, gen_docs.OUTPUTS["man"])
     proc = subprocess.run(["man", "--warnings", "-l", page], capture_output=True, text=True,
                           env={**os.environ, "MANWIDTH": "100", "MAN_KEEP_FORMATTING": ""},
-                          timeout=60)
+                          timeout=LIMIT)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     text = " ".join(proc.stdout.split())
     for command in ("mount", "umount", "init", "info", "verify", "repair", "pipeline export",
@@ -52,7 +54,7 @@ def _bash_complete(words: list[str], gen_docs) -> list[str]:
               f"COMP_CWORD={len(words) - 1}; COMP_LINE='{' '.join(words)}'; "
               "COMP_POINT=${#COMP_LINE}; _shtab_mqfs; printf '%s\\n' \"${COMPREPLY[@]}\"")
     proc = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
 
@@ -67,7 +69,7 @@ def test_bash_completes_commands_options_and_pipeline_jobs(gen_docs):
 
 def test_zsh_completion_parses_and_names_every_command(gen_docs):
     path = os.path.join(ROOT, gen_docs.OUTPUTS["zsh"])
-    proc = subprocess.run(["zsh", "-n", path], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["zsh", "-n", path], capture_output=True, text=True, timeout=LIMIT)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     with open(path) as f:
         text = f.read()

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def mqfs(*args: str, cwd: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "mqfs.fusefs", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=120)
+                          text=True, cwd=cwd, env=env, timeout=600)  # a Spark job
 
 
 def test_mqfs_pipeline_help_is_the_pipeline_help(tmp_path):

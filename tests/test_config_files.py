@@ -10,6 +10,7 @@ import pytest
 
 from mqfs.store import InvalidConfig, InvalidMessage, Message, MessageStore, StoreError, StoreFormatError
 from tests.store_helpers import file_hashes, small_config
+from tests.waits import LIMIT
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -108,12 +109,12 @@ def test_cli_reports_damaged_config_in_one_line(tmp_path, name, text):
     path = _damage(tmp_path, name, text)
     if name not in NOT_READ_ONLY:
         proc = subprocess.run([sys.executable, "-m", "mqfs.fusefs", "info", str(tmp_path)],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=LIMIT)
         assert proc.returncode != 0
         assert "Traceback" not in proc.stderr
         assert proc.stderr.count("\n") == 1 and path in proc.stderr, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "mqfs.fusefs", "verify", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=LIMIT)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert any(line.startswith(f"PROBLEM {path} ") for line in proc.stdout.splitlines())
 

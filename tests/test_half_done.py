@@ -20,6 +20,7 @@ from mqfs.fusefs.ops import FOLLOWERS_PER_USER
 from mqfs.store import InvalidMessage, Message, MessageStore
 from tests.fs_helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 from tests.store_helpers import small_config
+from tests.waits import LIMIT
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_one_user_cannot_take_every_follow_slot(store):
             try:
                 assert errno_of(os.open, follow, os.O_RDONLY) == errno.EMFILE
                 proc = subprocess.run(["bash", "-c", f"exec 3< {follow} && echo opened"],
-                                      user=other, capture_output=True, text=True, timeout=60)
+                                      user=other, capture_output=True, text=True, timeout=LIMIT)
                 assert proc.stdout == "opened\n", proc.stderr
             finally:
                 for fd in fds:

@@ -13,6 +13,7 @@ import pytest
 from mqfs.store import MessageStore
 from tests.fs_helpers import SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 from tests.store_helpers import small_config
+from tests.waits import LIMIT, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = """
@@ -49,7 +50,7 @@ def _finish(proc: subprocess.Popen) -> None:
     assert proc.stdin is not None
     proc.stdin.write("\n")
     proc.stdin.close()
-    assert proc.wait(timeout=60) == 0
+    assert proc.wait(timeout=LIMIT) == 0
 
 
 def _check(m) -> int:
@@ -67,14 +68,15 @@ def test_a_read_only_open_follows_a_writer_and_reads_every_message_whole(tmp_pat
     assert proc.stdin is not None
     proc.stdin.write("go\n")
     proc.stdin.flush()
-    while not os.path.exists(os.path.join(root, "consumequeue", "T1", "0")):
-        time.sleep(0.001)  # opened while the writer is at work: records, units, keys half done
+    # opened while the writer is at work: records, units, keys half done
+    wait_until(lambda: os.path.exists(os.path.join(root, "consumequeue", "T1", "0")),
+               "the writer's first T1 unit", interval=0.001)
     reader = MessageStore(root, small_config(index_slots=64, index_entries=1000, read_only=True,
                                              live_refresh_ms=20)).open()
     try:
         seen: set[int] = set()
         nxt = {"T0": 0, "T1": 0}
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + LIMIT
         while len(seen) < n:
             assert time.monotonic() < deadline, f"read {len(seen)} of {n}: {reader.live.status()}"
             for topic in nxt:
@@ -109,18 +111,22 @@ def test_an_ro_mount_of_a_store_being_written_lists_reads_and_follows(tmp_path):
         with mounted(root, mnt, "-o", "ro", log=str(log)):
             follow = subprocess.Popen(["head", "-n", str(n // 2), f"{mnt}/topics/T0/0/follow"],
                                       stdout=subprocess.PIPE)
+            # follow replays nothing from before its open: the writer starts once head has it
+            wait_until(lambda: json.load(open(f"{mnt}/status.json"))["followers"] == 1,
+                       "head opens follow", alive=lambda: follow.poll() is None)
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
-            deadline = time.monotonic() + 90
-            listed: list[str] = []
-            while len(listed) < n // 2:
-                assert time.monotonic() < deadline, f"listed {len(listed)}"
-                if os.path.isdir(f"{mnt}/topics/T0/0"):
-                    listed = [x for x in os.listdir(f"{mnt}/topics/T0/0") if x.isdigit()]
-                    for name in listed[-5:]:  # the newest, read as they arrive
-                        assert sh(f"cat {mnt}/topics/T0/0/{name}").stdout == b"body-%d\n" % (2 * int(name))
-            assert sorted(map(int, listed)) == list(range(n // 2))
+            def listed() -> list[str]:
+                if not os.path.isdir(f"{mnt}/topics/T0/0"):
+                    return []
+                names = [x for x in os.listdir(f"{mnt}/topics/T0/0") if x.isdigit()]
+                for name in names[-5:]:  # the newest, read as they arrive
+                    assert sh(f"cat {mnt}/topics/T0/0/{name}").stdout == b"body-%d\n" % (2 * int(name))
+                return names
+
+            names = wait_until(lambda: len(got := listed()) >= n // 2 and got, "T0/0 lists every message")
+            assert sorted(map(int, names)) == list(range(n // 2))
             bodies = sh(f"cat {mnt}/topics/T1/0/[0-9]*").stdout.decode()
             assert sorted(bodies.split()) == sorted(f"body-{i}" for i in range(1, n, 2))
             assert os.listdir(f"{mnt}/keys/key-{n - 1}") == [f"T1:0:{n // 2 - 1}"]
@@ -128,7 +134,7 @@ def test_an_ro_mount_of_a_store_being_written_lists_reads_and_follows(tmp_path):
             assert sorted(map(int, os.listdir(f"{mnt}/topics/T0/0/tags/tag1"))) == \
                 [q for q in range(n // 2) if 2 * q % 3 == 1]
             assert sh(f"cat {mnt}/topics/T0/0/at/0").stdout == b"body-0\n"
-            out, _ = follow.communicate(timeout=60)
+            out, _ = follow.communicate(timeout=LIMIT)
             assert out.decode().split() == [f"body-{i}" for i in range(0, n, 2)]
             status = json.loads(open(f"{mnt}/status.json").read())
             assert status["live"]["commitlog_read_to"] > 0 and status["read_only"]

@@ -24,6 +24,7 @@ from tests.fs_helpers import (
     wait_for_mount,
     wait_gone,
 )
+from tests.waits import LIMIT
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -242,7 +243,7 @@ def test_concurrent_appends_are_whole_and_counted(live):
               f'"$(printf "%0.s$P" $(seq 64))" > {q}/append; done')
     procs = [subprocess.Popen(["bash", "-c", script], env={**os.environ, "P": str(p)})
              for p in range(8)]
-    assert [p.wait(timeout=120) for p in procs] == [0] * 8
+    assert [p.wait(timeout=LIMIT) for p in procs] == [0] * 8
     assert int(os.getxattr(q, "user.max_offset")) == 1600
     bodies = out("cat [0-9]*", q).splitlines()
     assert len(bodies) == 1600
@@ -298,7 +299,7 @@ def test_foreground_sigterm_unmounts_cleanly(store, mnt):
         wait_for_mount(mnt, proc)
         assert daemon_pid(mnt) == proc.pid
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=LIMIT) == 0
         assert not os.path.ismount(mnt)
         assert not os.path.exists(f"{store}/abort")
     finally:
@@ -309,7 +310,7 @@ def test_foreground_sigterm_unmounts_cleanly(store, mnt):
 
 def test_mount_helper_form_and_options(store, mnt):
     proc = subprocess.run([*MQFS, store, mnt, "-o", "flush=sync,noauto,_netdev,defaults,rw"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=LIMIT)
     assert proc.returncode == 0, proc.stderr
     try:
         assert os.getxattr(mnt, "user.mqfs.flush_mode") == b"sync"
@@ -336,26 +337,48 @@ def test_mount_fuse3_helper(store, mnt):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mount(8) of a FUSE type needs root")
-def test_mount_t_fuse_mqfs_and_an_fstab_line_work_after_setup(store, mnt, tmp_path):
-    """scripts/setup links mqfs where mount(8)'s helper finds it: both forms work with the
-    minimal PATH a boot-time mount has."""
+def test_mount_t_fuse_and_an_fstab_line_run_this_checkouts_mqfs(store, mnt, tmp_path):
+    """mount(8)'s classic `-t fuse 'PROGRAM#STORE'` form, and its fstab line, start the mqfs
+    named there (this checkout's, whatever /usr/local/bin/mqfs is, so also with
+    MQFS_NO_LINK=1); `-t fuse.mqfs` and its fstab line start /usr/local/bin/mqfs, checked
+    when scripts/setup linked it here. All with the minimal PATH a boot-time mount has."""
     here = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".venv", "bin", "mqfs"))
-    assert os.path.realpath("/usr/local/bin/mqfs") == here, "run MQFS_RELINK=1 scripts/setup (as root)"
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-    sh(f"mount -t fuse.mqfs -o ro {store} {mnt}", env=env)
+    forms = [("fuse", f"{here}#{store}")]
+    if os.path.realpath("/usr/local/bin/mqfs") == here:
+        forms.append(("fuse.mqfs", store))
+    for kind, source in forms:
+        sh(f"mount -t {kind} -o ro '{source}' {mnt}", env=env)
+        try:
+            assert open(f"{mnt}/topics/orders/0/0").read() == "order 0\n"
+            assert os.getxattr(mnt, "user.mqfs.pid") == str(_only_mqfs_of(here)).encode()
+        finally:
+            mqfs("umount", mnt)
+        fstab = tmp_path / "fstab"
+        fstab.write_text(f"{source} {mnt} {kind} noauto,flush=sync 0 0\n")
+        sh(f"mount --fstab {fstab} {mnt}", env=env)
+        try:
+            sh(f"echo via-{kind} > topics/audit/0/append", cwd=mnt)
+            assert open(f"{mnt}/topics/audit/0/{forms.index((kind, source))}").read() == f"via-{kind}\n"
+            assert os.getxattr(mnt, "user.mqfs.flush_mode") == b"sync"
+        finally:
+            mqfs("umount", mnt)
+
+
+def _only_mqfs_of(program: str) -> int:
+    """The pid of the one running daemon started as `program` (the venv's script, run by its
+    python, names it as its first argument)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _argv(int(p))[1:2] == [program]]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def _argv(pid: int) -> list[str]:
     try:
-        assert open(f"{mnt}/topics/orders/0/0").read() == "order 0\n"
-    finally:
-        mqfs("umount", mnt)
-    fstab = tmp_path / "fstab"
-    fstab.write_text(f"{store} {mnt} fuse.mqfs noauto,flush=sync 0 0\n")
-    sh(f"mount --fstab {fstab} {mnt}", env=env)
-    try:
-        sh("echo via-fstab > topics/audit/0/append", cwd=mnt)
-        assert open(f"{mnt}/topics/audit/0/0").read() == "via-fstab\n"
-        assert os.getxattr(mnt, "user.mqfs.flush_mode") == b"sync"
-    finally:
-        mqfs("umount", mnt)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
 
 
 def test_read_only_mount_of_a_broker_store_shows_its_topics(tmp_path, mnt):

@@ -12,6 +12,7 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from tests.fs_helpers import SMALL, mounted, mqfs, needs_fuse
+from tests.waits import LIMIT
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -74,8 +75,8 @@ def test_small_requests_stay_quick_while_big_writes_and_searches_run(tmp_path):
                 loaded.append(probe(mnt, ROUNDS + len(loaded)))
         finally:
             stop.touch()
-            searcher.wait(timeout=120)
-            writer.wait(timeout=120)
+            searcher.wait(timeout=LIMIT)
+            writer.wait(timeout=LIMIT)
         assert writer.returncode == 0 and searcher.returncode == 0
         assert len(os.listdir(f"{mnt}/topics/big/0")) == 5 + BIG_COUNT
         assert len(os.listdir(f"{mnt}/keys/hot")) == HOT

@@ -7,6 +7,7 @@ import pytest
 
 from mqfs.store import Message, MessageStore, ReadOnlyStore, StoreConfig, StoreError
 from tests.store_helpers import file_hashes, small_config
+from tests.waits import LIMIT
 
 
 def _snapshot(root) -> dict[str, tuple[int, int]]:
@@ -96,7 +97,7 @@ def test_info_and_verify_change_no_byte_and_create_no_file(tmp_path, command, cr
         (root / "abort").write_text("99999")
     before = file_hashes(root)
     proc = subprocess.run([sys.executable, "-m", "mqfs.fusefs", command, str(root)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=LIMIT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert file_hashes(root) == before
     if crashed:
@@ -113,7 +114,7 @@ def test_info_output_reads_as_english(tmp_path):
         s.create_topic("empty", 1)
         s.put(Message.create("one", b"x"))
     out = subprocess.run([sys.executable, "-m", "mqfs.fusefs", "info", str(root)],
-                         capture_output=True, text=True, timeout=60).stdout
+                         capture_output=True, text=True, timeout=LIMIT).stdout
     assert "consumequeue 1 file," in out
     assert "  one/0: offsets 0..0 (1 message)" in out
     assert "  empty/0: no messages" in out

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import threading
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import apply_repair, plan_repair
 from tests.fs_helpers import mounted, needs_fuse
 from tests.store_helpers import file_hashes, small_config
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"^scrub: ")
 
@@ -248,12 +248,12 @@ def test_a_mount_scrubs_in_the_background_and_shows_it_in_status_json(tmp_path):
     _fill(root, 250)
     _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
     with mounted(root, mnt, log=str(tmp_path / "log")):
-        deadline = time.monotonic() + 60
-        while True:  # the scrub is throttled: wait for its first pass to be reported
+        def scrubbed() -> dict | None:
             scrub = json.load(open(f"{mnt}/status.json"))["scrub"]
-            if scrub["passes"] >= 1 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+            return scrub if scrub["passes"] >= 1 else None
+
+        # the scrub is throttled: wait for its first pass to be reported
+        scrub = wait_until(scrubbed, "the scrub's first pass", interval=0.1)
         assert scrub["running"] and scrub["passes"] == 1, scrub
         assert "unit 10 does not match" in scrub["findings"][0]
         assert open(f"{mnt}/topics/t/0/10", "rb").read() == b"m10"

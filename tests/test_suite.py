@@ -1,0 +1,83 @@
+"""The suite itself, run on small made-up test files through tests/conftest.py: a Spark test
+killed by pytest-timeout inside a py4j call leaves the next Spark test a working session, and
+a run on a terminal says every few seconds which test file runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.waits import LIMIT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def inner_pytest(tmp_path, files: dict[str, str], *args: str, env: dict[str, str] | None = None,
+                 terminal: bool = False) -> subprocess.CompletedProcess:
+    """pytest on `files` (written to tmp_path) with this suite's conftest as a plugin."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest",
+               "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), *args, str(tmp_path)]
+    if terminal:  # util-linux script(1): a real pseudo-terminal
+        command = ["script", "-qec", " ".join(command), "/dev/null"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=LIMIT * 3,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+
+
+KILLED_IN_PY4J = """
+import time
+import pytest
+
+
+def test_the_session_starts(spark):  # outside the next test's timeout: start-up is slow
+    assert spark.range(1).count() == 1
+
+
+@pytest.mark.timeout(15, method="signal")
+def test_a_spark_job_outlives_its_timeout(spark):
+    spark.range(2, numPartitions=2).rdd.map(lambda x: time.sleep(3600)).count()
+
+
+def test_the_next_spark_test_has_a_working_session(spark):
+    assert spark.range(5).count() == 5
+    assert [r.id for r in spark.range(3).collect()] == [0, 1, 2]
+"""
+
+
+@pytest.mark.spark
+def test_a_spark_test_killed_by_its_timeout_leaves_the_next_one_a_working_session(tmp_path):
+    pytest.importorskip("pyspark")
+    proc = inner_pytest(tmp_path, {"test_killed.py": KILLED_IN_PY4J}, "-n", "0", "-q")
+    out = proc.stdout + proc.stderr
+    assert "near its 15 s timeout: its Spark JVM is killed" in out, out
+    assert re.search(r"FAILED \S*test_killed.py::test_a_spark_job_outlives_its_timeout", out), out
+    assert "1 failed, 2 passed" in out, out
+
+
+SLOW = """
+import time
+
+
+def test_quick():
+    pass
+
+
+def test_slow_work():
+    time.sleep(4)  # stands for a long test: the progress line must name it while it runs
+"""
+
+
+def test_a_run_on_a_terminal_says_which_file_runs(tmp_path):
+    proc = inner_pytest(tmp_path, {"test_slow_one.py": SLOW}, "-n", "2", "-q",
+                        env={"MQFS_TEST_PROGRESS": "1"}, terminal=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "tests done" in line]
+    assert lines, proc.stdout
+    assert any("/2 tests done, 0 failed; running: test_slow_one.py (test_slow_work, " in line
+               for line in lines), lines
