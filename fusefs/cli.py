@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("mountpoint", help="an empty directory")
     m.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
                    help="flush=async|sync (sync: a write returns once on disk), transient, ro, "
-                        "allow_other, allow_root, uid=N, gid=N, umask=OCTAL, keys_max=N "
+                        "allow_other, allow_root, uid=N|USER, gid=N|GROUP, umask=OCTAL, keys_max=N "
                         "(hits listed per key), buffer_max=BYTES (memory for bodies being "
                         "written), retention_hours=H and retention_bytes=N (delete the oldest "
                         "CommitLog files; off by default), message_delay_level='1s 5s ... 2h' "

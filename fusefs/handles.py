@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from .errors import FsError
+from .following import FollowFile
 from .staged import Staged
 from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
@@ -49,15 +50,12 @@ class TextHandle:
 
 @dataclass
 class FollowHandle:
-    """`follow`: the next offset to deliver and bytes delivered in part."""
+    """`follow`: the queue's follow file (fixed while open) and who holds it."""
 
     ino: int
-    topic: str
-    queue: int
-    next: int
+    file: FollowFile
     opener: int  # pid of the process that opened it: its signals end a waiting read
     uid: int  # whose slot it holds
-    pending: bytes = b""
     closed: bool = False
 
 

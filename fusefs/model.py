@@ -18,6 +18,7 @@ from mqfs.store import Message, MessageStore, PutResult, StoredMessage
 from mqfs.store.files.staging import Staging
 
 from .errors import FsError
+from .following import FOLLOW_BACK, FollowFile
 from .inodes import (
     GROUP_QUEUE,
     LINK,
@@ -68,6 +69,8 @@ class Model:
         self._limits: dict[str, int] = {}
         self.forget_attrs: Callable[[list[int]], None] = lambda inodes: None
         self.followers = 0  # open `follow` handles (kept by the adapter)
+        self.status_size = 0  # bytes of the status.json text made at its last open (its st_size)
+        self.follow_files: dict[tuple[str, int], FollowFile] = {}  # `follow` of a queue
         self.kinds: dict[int, Kind] = {cls.kind: cls(self) for cls in KINDS}
         self.group_files = cast(GroupQueue, self.kinds[GROUP_QUEUE])
 
@@ -116,6 +119,30 @@ class Model:
         if kind.moving:
             self.times.shown(node.ino)  # before the time is read: see QueueTimes.note_puts
         return kind.attr(node)
+
+    def follow_bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
+        return [bytes(m.body) for m in self.store.get_range(topic, queue, offset, count)]
+
+    def follow_file(self, topic: str, queue: int, opening: bool = False) -> FollowFile:
+        """The queue's `follow` file; taken anew (its last FOLLOW_BACK messages on) when
+        nobody has it open, so a stat or a first open sees the newest messages."""
+        file = self.follow_files.get((topic, queue))
+        if file is None or not file.readers:
+            top = self.store.max_offset(topic, queue)
+            start = max(self.store.min_offset(topic, queue), top - FOLLOW_BACK)
+            file = self.follow_files[(topic, queue)] = FollowFile(topic, queue, start)
+        if opening:
+            file.readers += 1
+        return file
+
+    def follow_closed(self, file: FollowFile) -> None:
+        file.readers -= 1
+        if not file.readers and self.follow_files.get((file.topic, file.queue)) is file:
+            del self.follow_files[(file.topic, file.queue)]
+
+    def follow_size(self, topic: str, queue: int) -> int:
+        file = self.follow_file(topic, queue)
+        return file.grow(self.follow_bodies, self.store.max_offset(topic, queue))
 
     def queue_mtime(self, topic: str, queue: int) -> int:
         return self.times.queue_mtime(topic, queue)

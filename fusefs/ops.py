@@ -74,9 +74,10 @@ log = logging.getLogger("mqfs")
 
 FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
 FOLLOWERS_PER_USER = FOLLOWERS_MAX // 2  # so that one user cannot take every slot
-FOLLOW_BATCH = 64  # messages read from the store per refill of a follow handle
 SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
-QUIET = (errno.ENOENT, errno.ENODATA)  # answers too common to be worth a log line
+# answers too common to be worth a log line, and EINTR: a reader the user interrupted
+# (Ctrl-C, `timeout cat follow`) is no failure to list among status.json's recent errors
+QUIET = (errno.ENOENT, errno.ENODATA, errno.EINTR)
 READDIR_SLOW_BATCH = 64  # entries of a slow listing (tags/, keys/) built per worker-thread trip
 
 P = ParamSpec("P")
@@ -482,6 +483,7 @@ class Operations(pyfuse3.Operations):
         if kind == STATUS:
             status = await in_thread(model.status)  # statvfs, each queue's newest record
             text = (json.dumps(status, indent=1) + "\n").encode()
+            model.status_size = len(text)
             return FileInfo(fh=self.files.add(TextHandle(text)), direct_io=True,
                             keep_cache=False)
         if kind == FOLLOW:
@@ -494,12 +496,12 @@ class Operations(pyfuse3.Operations):
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_PER_USER} follow readers per "
                                             f"user (uid {ctx.uid} has them)")
             node = model.nodes.get(inode)
-            handle = FollowHandle(inode, node.topic, node.queue,
-                                  self.store.max_offset(node.topic, node.queue), ctx.pid, ctx.uid)
+            handle = FollowHandle(inode, model.follow_file(node.topic, node.queue, opening=True),
+                                  ctx.pid, ctx.uid)
             self.model.followers += 1
             self.following[ctx.uid] = mine + 1
-            return FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False,
-                                    nonseekable=True)
+            # seekable: tail reads the last lines back from the end, then what the size grew by
+            return FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False)
         raise FsError(errno.EISDIR)
 
     @guarded
@@ -514,37 +516,29 @@ class Operations(pyfuse3.Operations):
                 raise FsError(errno.ENOENT, "the staged file was published or removed")
             return await self._spool_io(h.entry.spool.on_disk, h.entry.spool.read, off, size)
         if isinstance(h, FollowHandle):
-            return await self._follow(h, size)
+            return await self._follow(h, off, size)
         return b""  # append files read as empty
 
-    async def _follow(self, h: FollowHandle, size: int) -> bytes:
-        """Bodies of messages stored after the open, each ending in a newline (added when
-        the body has none); waits until there is at least one.
+    async def _follow(self, h: FollowHandle, off: int, size: int) -> bytes:
+        """The follow file's bytes at `off` (`fusefs.following`); at its end, waits until a
+        message makes it grow, so `cat follow` prints new messages as they come.
 
         pyfuse3 does not pass on the kernel's INTERRUPT, and the kernel waits for the answer
         of a read the daemon has taken even when the reader is killed: so a waiting read
         looks at the opener's pending signals a few times a second and answers EINTR when
         there is one (Ctrl-C, `timeout`, kill end `cat follow` at once)."""
-        while not h.pending:
+        file, topic, queue = h.file, h.file.topic, h.file.queue
+        while True:
             if h.closed or self.closing:
                 return b""
             arrived = self.arrived
-            lo = self.store.min_offset(h.topic, h.queue)
-            h.next = max(h.next, lo)  # retention may have removed what was next
-            if h.next < self.store.max_offset(h.topic, h.queue):
-                msgs = await in_thread(self.store.get_range, h.topic, h.queue, h.next,
-                                       FOLLOW_BATCH)
-                if msgs:
-                    h.next = msgs[-1].queue_offset + 1
-                    h.pending = b"".join(bytes(m.body) if bytes(m.body[-1:]) == b"\n"
-                                         else bytes(m.body) + b"\n" for m in msgs)
-                    break
+            end = await in_thread(file.grow, self.model.follow_bodies, self.store.max_offset(topic, queue))
+            if off < end:
+                return await in_thread(file.read, self.model.follow_bodies, off, size)
             with trio.move_on_after(SIGNAL_CHECK):
                 await arrived.wait()
             if signal_pending(h.opener):
                 raise FsError(errno.EINTR, "the reader was signalled while waiting")
-        out, h.pending = h.pending[:size], h.pending[size:]
-        return out
 
     @guarded
     async def write(self, fh: FileHandleT, off: int, buf: bytes) -> int:
@@ -617,6 +611,7 @@ class Operations(pyfuse3.Operations):
                                  writer.close)
         elif isinstance(h, FollowHandle):
             h.closed = True
+            self.model.follow_closed(h.file)
             self.model.followers -= 1
             self.following[h.uid] -= 1
             if not self.following[h.uid]:

@@ -3,6 +3,8 @@ so `mqfs STORE MNT -o opts` works as a mount helper."""
 
 from __future__ import annotations
 
+import grp
+import pwd
 from dataclasses import dataclass
 
 from mqfs.store.config import parse_delay_levels
@@ -62,6 +64,17 @@ def _number(name: str, value: str, base: int) -> int:
     return n
 
 
+def _owner(name: str, value: str) -> int:
+    """uid=/gid= as a number or, as mount(8)'s other filesystems take it, a user or group name."""
+    if value.isdigit():
+        return _number(name, value, 10)
+    try:
+        return pwd.getpwnam(value).pw_uid if name == "uid" else grp.getgrnam(value).gr_gid
+    except KeyError:
+        what = "user" if name == "uid" else "group"
+        raise ValueError(f"{name}: no {what} named {value!r} (give a name or a number)") from None
+
+
 def parse_options(groups: list[str]) -> MountOptions:
     """Options from one or more comma-separated `-o` values; ValueError for unknown ones."""
     opts = MountOptions()
@@ -84,7 +97,9 @@ def parse_options(groups: list[str]) -> MountOptions:
                 opts.allow_root = True
             elif item == "debug":
                 opts.debug = True
-            elif name in ("uid", "gid", "keys_max", "buffer_max", "retention_bytes"):
+            elif name in ("uid", "gid"):
+                setattr(opts, name, _owner(name, value))
+            elif name in ("keys_max", "buffer_max", "retention_bytes"):
                 setattr(opts, name, _number(name, value, 10))
             elif name == "retention_hours":
                 try:
@@ -102,7 +117,7 @@ def parse_options(groups: list[str]) -> MountOptions:
                     raise ValueError(f"umask must be at most 777 (octal), not {value!r}")
             else:
                 raise ValueError(f"unknown mount option {item!r} (known: flush=async|sync, "
-                                 "transient, ro, allow_other, allow_root, uid=N, gid=N, "
+                                 "transient, ro, allow_other, allow_root, uid=N|USER, gid=N|GROUP, "
                                  "umask=OCTAL, keys_max=N, buffer_max=BYTES, retention_hours=H, "
                                  "retention_bytes=N, message_delay_level='1s 5s ...', debug)")
     if opts.allow_other and opts.allow_root:

@@ -124,6 +124,8 @@ def main(argv: list[str]) -> int:
         return 2
     from pyspark.sql import SparkSession
     shared = SparkSession.getActiveSession() is not None  # e.g. tests: leave it running
+    if sys.stderr.isatty() and not shared:  # a JVM's start-up takes seconds (a minute when busy)
+        print(f"{args.job}: starting Spark ({args.master or 'local[*]'})", file=sys.stderr, flush=True)
     try:
         # failures are reported below in one line, not as the traces Spark logs at ERROR
         spark = session(args.master, app=f"mqfs {args.job}", log_level="fatal")

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -38,13 +39,30 @@ def multi_file_store(tmp_path_factory) -> str:
     return root
 
 
-def _on_a_terminal(command: str) -> str:
+def _on_a_terminal(command: str, limit: float = LIMIT) -> str:
     """Run a shell command on a real pseudo-terminal (util-linux `script`), 100x30 like a
     small terminal window; what the terminal received."""
     proc = subprocess.run(["script", "-qec", f"stty cols 100 rows 30; {command}", "/dev/null"],
-                          capture_output=True, text=True, timeout=LIMIT, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=limit, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+@pytest.mark.spark
+def test_a_pipeline_job_on_a_terminal_shows_its_tasks_and_the_commands_whole_time(multi_file_store):
+    """'done in T s' counts from the start of the command (Python's and the JVM's start-up
+    included: the wait the user had), the job's own part beside it."""
+    pytest.importorskip("pyspark")
+    started = time.monotonic()
+    screen = _on_a_terminal(f"TQDM_MININTERVAL=0 {' '.join(MQFS)} pipeline audit --master "
+                            f"'local[2]' {multi_file_store}", limit=600)
+    wall = time.monotonic() - started
+    assert "audit: starting Spark (local[2])" in screen, screen
+    assert re.search(r"audit: +\d+%\|", screen), screen  # the tasks' bar
+    done = re.search(r"audit: (\d+) tasks in (\d+) stages, done in (\d+\.\d) s "
+                     r"\(the job (\d+\.\d) s\)", screen)
+    assert done, screen
+    assert int(done[1]) >= 1 and float(done[4]) < float(done[3]) <= wall
 
 
 def test_verify_shows_moving_progress_on_a_terminal_and_none_in_a_pipe(multi_file_store):

@@ -13,6 +13,8 @@ import tomllib
 
 import pytest
 
+from tests.waits import LIMIT
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = {"store": "mqfs.store", "fusefs": "mqfs.fusefs", "pipeline": "mqfs.pipeline",
            "pyspark_mqfs": "pyspark_mqfs"}
@@ -69,7 +71,8 @@ def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp
     ours = {d for d in os.listdir(site) if d.startswith("mqfs-") and d.endswith(".dist-info")}
     with open(os.path.join(site, *ours, "RECORD")) as f:
         installed = {line.split(",")[0].split("/")[0] for line in f if not line.startswith("../")}
-    assert installed - ours == {"mqfs", "pyspark_mqfs"}
+    # and the .pth that gives Spark's workers this python (README, The Spark pipeline)
+    assert installed - ours == {"mqfs", "pyspark_mqfs", "mqfs-pyspark-python.pth"}
     with open(os.path.join(site, *ours, "top_level.txt")) as f:
         assert sorted(f.read().split()) == ["mqfs", "pyspark_mqfs"]
     version = subprocess.run([str(venv / "bin" / "mqfs"), "--version"], capture_output=True, text=True)
@@ -91,9 +94,71 @@ def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp
         print("rows", spark.read.format("mqfs").load({str(store)!r}).count())
         spark.stop()
     """)
-    env = {**os.environ, "PYSPARK_PYTHON": python, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop("VIRTUAL_ENV", None)
-    proc = subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=str(tmp_path),
-                          env=env, timeout=600)
+    assert os.path.exists(os.path.join(site, "mqfs-pyspark-python.pth"))
+    proc = _plain_session(python, script, str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rows 300" in proc.stdout
+
+
+def _plain_session(python: str, script: str, cwd: str) -> subprocess.CompletedProcess:
+    """`python -c script` as a user runs it without activating anything: no PYSPARK_PYTHON,
+    no VIRTUAL_ENV, a PATH whose `python3` is the system's (which has no mqfs)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "SPARK_CONF_DIR")}
+    env.update(PATH="/usr/local/bin:/usr/bin:/bin", SPARK_LOCAL_IP="127.0.0.1")
+    return subprocess.run([python, "-c", script], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=600)
+
+
+@pytest.mark.spark
+def test_a_plain_session_of_the_editable_install_finds_the_format(tmp_path):
+    """The README's snippet with .venv/bin/python, not activated: Spark's workers get this
+    python (mqfs-pyspark-python.pth), not `python3` from PATH, so format "mqfs" is found."""
+    pytest.importorskip("pyspark")
+    from tests.spark_helpers import build_store
+    store = tmp_path / "store"
+    build_store(str(store), 120)
+    script = textwrap.dedent(f"""
+        import os
+        from pyspark.sql import SparkSession
+        print("workers", os.environ["PYSPARK_PYTHON"])
+        spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+        print("rows", spark.read.format("mqfs").load({str(store)!r}).count())
+        spark.stop()
+    """)
+    proc = _plain_session(sys.executable, script, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"workers {sys.executable}" in proc.stdout and "rows 120" in proc.stdout
+
+
+def test_pip_install_of_the_wheel_brings_the_licence_manual_completions_and_units(tmp_path):
+    """What `pip install mqfs` gives a user beside the code, seen through pip and man."""
+    dist = tmp_path / "dist"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), ROOT],
+                           capture_output=True, text=True, timeout=LIMIT)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = glob.glob(str(dist / "mqfs-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=LIMIT)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
+    subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index", wheel], check=True,
+                   capture_output=True, timeout=LIMIT)
+    show = subprocess.run([*pip, "show", "-f", "mqfs"], capture_output=True, text=True, timeout=LIMIT).stdout
+    from importlib.metadata import version
+    assert f"Version: {version('mqfs')}" in show and "License-Expression: Apache-2.0" in show, show
+    for path in ("licenses/LICENSE", "share/man/man1/mqfs.1", "share/bash-completion/completions/mqfs",
+                 "share/zsh/site-functions/_mqfs", "share/mqfs/systemd/mqfs@.service",
+                 "share/mqfs/systemd/mnt-mqfs.mount", "mqfs-pyspark-python.pth"):
+        assert any(line.strip().endswith(path) for line in show.splitlines()), (path, show)
+    with open(glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "mqfs-*.dist-info" / "licenses" /
+                            "LICENSE"))[0]) as f:
+        assert "Apache License" in f.read(500)
+    # man(1) looks in share/man beside each bin/ on PATH: the venv's, not activated otherwise
+    env = {"PATH": f"{venv}/bin:/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "80", "HOME": str(tmp_path)}
+    where = subprocess.run(["man", "-w", "mqfs"], capture_output=True, text=True, env=env, timeout=LIMIT)
+    assert where.stdout.strip() == str(venv / "share" / "man" / "man1" / "mqfs.1"), where.stderr
+    page = subprocess.run(["man", "mqfs"], capture_output=True, text=True, env=env, timeout=LIMIT)
+    assert page.returncode == 0 and "mount" in page.stdout and "umount" in page.stdout, page.stderr
+    subprocess.run([*pip, "uninstall", "-q", "-y", "mqfs"], check=True, capture_output=True, timeout=LIMIT)
+    assert not (venv / "share" / "man" / "man1" / "mqfs.1").exists()
+    assert not glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "mqfs-pyspark-python.pth"))

@@ -103,10 +103,16 @@ class Jsonl(Append):
 
 
 class Follow(QueueFile):
-    """follow: streams the bodies of messages stored after the open."""
+    """follow: a file of the queue's newest bodies that grows as messages arrive
+    (`fusefs.following`); its size is measured at every stat, never cached."""
 
     kind = FOLLOW
     tail = "/follow"
+
+    def attr(self, node: Node) -> Attr:
+        return Attr(node.ino, self.mode, self.fs.follow_size(node.topic, node.queue),
+                    self.fs.times.queue_mtime(node.topic, node.queue), attr_timeout=0.0,
+                    blksize=self.blksize)
 
 
 class Tmp(InQueue, Kind):

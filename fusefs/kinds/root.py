@@ -61,12 +61,13 @@ class Root(Kind):
 
 
 class Status(File):
-    """/status.json: its text is made at open, so its attributes are never cached."""
+    """/status.json: its text is made at open, so its attributes are never cached; its size
+    is the text's made at the last open, so `tail` (open, then fstat) reads the text it got."""
 
     kind = STATUS
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.mode, 0, time.time_ns(), 1, LONG, 0.0)
+        return Attr(node.ino, self.mode, self.fs.status_size, time.time_ns(), 1, LONG, 0.0)
 
     def path(self, node: Node) -> str:
         return "/status.json"

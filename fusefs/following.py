@@ -1,0 +1,87 @@
+"""`follow` as a file whose size grows: the bodies of a queue's messages (each ending in a
+newline, one added when missing) from its last FOLLOW_BACK messages on, growing as messages
+arrive, so `tail -f`, `tail -n N` (N up to FOLLOW_BACK) and `less +F` work as on a log
+file, and `cat` prints those messages, then waits for new ones.
+
+Where the file starts is fixed while anyone has it open (every reader sees the same bytes at
+the same positions, as tail needs when it polls the size and reads what was added) and is
+taken anew, FOLLOW_BACK messages back, when the first reader opens it again. Positions are
+found from a sparse record of where every STRIDE-th message starts, so memory grows with
+the messages read while it stays open by a few bytes each, not with the queue."""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+
+FOLLOW_BACK = 10  # messages before the open (tail's default -n, kcat's -o -10)
+STRIDE = 64  # one recorded start position every STRIDE messages
+BATCH = 64  # messages read from the store at a time
+
+# (topic, queue, offset, count) -> bodies of messages from that offset, in order
+Reader = Callable[[str, int, int, int], Sequence[bytes]]
+
+
+def shown(body: bytes) -> bytes:
+    """A body as follow shows it: ending in a newline."""
+    return body if body.endswith(b"\n") else body + b"\n"
+
+
+class FollowFile:
+    """One queue's `follow` bytes: from message `start` to the newest one measured."""
+
+    def __init__(self, topic: str, queue: int, start: int) -> None:
+        self.topic, self.queue, self.start = topic, queue, start
+        self.end = start  # offset of the first message not yet measured
+        self.size = 0  # bytes of messages start..end-1
+        self.marks = array("q", [0])  # byte position of message start + i * STRIDE
+        self.readers = 0  # open handles: while there are any, the start stays
+        self.lock = threading.Lock()  # grow and read run in worker threads and on the loop
+
+    def grow(self, read: Reader, max_offset: int) -> int:
+        """Measure the messages stored since the last call; the file's size."""
+        with self.lock:
+            return self._grow(read, max_offset)
+
+    def _grow(self, read: Reader, max_offset: int) -> int:
+        while self.end < max_offset:
+            bodies = read(self.topic, self.queue, self.end, min(BATCH, max_offset - self.end))
+            if not bodies:
+                break  # retention removed them, or a reader's view is behind: next time
+            for body in bodies:
+                self.size += len(shown(body))
+                self.end += 1
+                if (self.end - self.start) % STRIDE == 0:
+                    self.marks.append(self.size)
+        return self.size
+
+    def read(self, read: Reader, position: int, size: int) -> bytes:
+        """Up to `size` bytes from `position`, within what was measured."""
+        with self.lock:
+            return self._read(read, position, size)
+
+    def _read(self, read: Reader, position: int, size: int) -> bytes:
+        if position >= self.size or size <= 0:
+            return b""
+        mark = bisect_right(self.marks, position) - 1
+        offset, at = self.start + mark * STRIDE, self.marks[mark]
+        out: list[bytes] = []
+        want = min(size, self.size - position)
+        got = 0
+        while got < want and offset < self.end:
+            bodies = read(self.topic, self.queue, offset, min(BATCH, self.end - offset))
+            if not bodies:
+                break
+            for body in bodies:
+                text = shown(body)
+                if at + len(text) > position + got:
+                    piece = text[position + got - at:][:want - got]
+                    out.append(piece)
+                    got += len(piece)
+                at += len(text)
+                offset += 1
+                if got >= want:
+                    break
+        return b"".join(out)
