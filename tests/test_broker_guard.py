@@ -148,7 +148,8 @@ MQFS_WRITES = ("commitlog/", "index/", "checkpoint", "abort", "lock", "logs/",
                "consumequeue/Orders/", "consumequeue/NewTopic/", "config/topics.json",
                "config/consumerOffset.json", "config/dispatchState.json",
                "config/queueEnds.log", "config/queueCuts.json", "config/scrub.json",
-               "config/keptQueueEnds.json", "config/retention.json", "config/topics.log")
+               "config/keptQueueEnds.json", "config/retention.json", "config/topics.log",
+               "config/mqfs.lock", "config/queueProof.json")
 
 
 def _not_ours(hashes: dict[str, str]) -> dict[str, str]:
@@ -319,3 +320,18 @@ def test_every_name_mqfs_itself_keeps_in_a_store_is_known(tmp_path):
                  "quarantine", "staging", "logs", "lost+found"):
         open(os.path.join(root, name), "w").close()
     assert features.recognise(root).found == ()
+
+
+@needs_fuse
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_a_read_only_mount_of_each_layout_serves_and_changes_no_byte(tmp_path, name):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    LAYOUTS[name](root)
+    before = file_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        assert "Orders" in os.listdir(os.path.join(mnt, "topics"))
+        assert sh(f"cat {mnt}/topics/Orders/1/0").stdout == b"order 1"
+        assert sh(f"grep -rl 'order 2' {mnt}/topics/Orders").stdout == f"{mnt}/topics/Orders/0/1\n".encode()
+        status = json.loads(sh(f"cat {mnt}/status.json").stdout)
+        assert status  # served whole
+    assert file_hashes(root) == before

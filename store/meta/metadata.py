@@ -144,9 +144,15 @@ class TopicTable:
         self.lock = threading.Lock()
         self.keep_bak = keep_bak
         self.queues: dict[str, int]  # queue counts, as topics.json declares them
-        self.queues, _, self._document = read_json(
-            self.path, ({}, 0, {}), check=_topics_shape, fix=_TOPICS_FIX)
-        self._written = dict(self.queues)  # the counts the document holds
+        self.queues, _, document = read_json(self.path, ({}, 0, {}), check=_topics_shape,
+                                             fix=_TOPICS_FIX)
+        # the document without its table, and the entries a write could not make again from
+        # a name and a count (a broker's perm, attributes, ...): a table of topics all made
+        # by mqfs costs nothing more than `queues`
+        table = document.get("topicConfigTable") or {}
+        self._document = {**document, "topicConfigTable": None}  # its place kept
+        self._entries = {name: entry for name, entry in table.items()
+                         if entry != _new_topic_entry(name, self.queues[name])}
         # changes since topics.json was written, in config/topics.log (see store/topic_log.py)
         self.log_path = topic_log.log_path(root)
         self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
@@ -258,20 +264,25 @@ class TopicTable:
         return out
 
     def persist(self) -> None:
+        """Write topics.json: the entries read, in their order, with the queue counts of the
+        topics that grew; the topics made since after them; the document's other fields."""
         with self.lock:
-            changed = {t: n for t, n in self.queues.items() if self._written.get(t) != n}
-            if changed or not os.path.lexists(self.path):
-                document = dict(self._document)
-                table = dict(document.get("topicConfigTable") or {})
-                for name, n in changed.items():
-                    entry = dict(table.get(name) or _new_topic_entry(name, n))
-                    for field in ("readQueueNums", "writeQueueNums"):
-                        entry[field] = max(n, entry.get(field, 0))
+            table = {}
+            for name, n in self.queues.items():
+                entry = self._entries.get(name)
+                if entry is None:
+                    table[name] = _new_topic_entry(name, n)
+                elif n > max(entry.get("readQueueNums", 0), entry.get("writeQueueNums", 0)):
+                    entry = self._entries[name] = {**entry, "readQueueNums": n, "writeQueueNums": n}
                     table[name] = entry
-                document["topicConfigTable"] = table
-                document["dataVersion"] = _next_version(document)
-                write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
-                self._document, self._written = document, dict(self.queues)
+                else:
+                    table[name] = entry
+            self._document["dataVersion"] = _next_version(self._document)
+            self._document["topicConfigTable"] = table
+            try:
+                write_json(self.path, self._document, sort_keys=False, backup=not self.keep_bak)
+            finally:
+                self._document["topicConfigTable"] = None
             topic_log.remove(self.log_path)
             self._logged = 0
 
@@ -286,8 +297,9 @@ class ConsumerOffsets:
         self.lock = threading.Lock()
         self.keep_bak = keep_bak
         self.table: dict[str, dict[int, int]]
-        self.table, self._document = read_json(self.path, ({}, {}), check=_offsets_document,
-                                               fix=_OFFSETS_FIX)
+        self.table, document = read_json(self.path, ({}, {}), check=_offsets_document,
+                                         fix=_OFFSETS_FIX)
+        self._document = {**document, "offsetTable": None}  # `table` holds it, in its order
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         validate_group(group)
@@ -312,17 +324,8 @@ class ConsumerOffsets:
 
     def persist(self) -> None:
         with self.lock:
-            document = dict(self._document)
-            old = document.get("offsetTable") or {}
-            table = {}
-            for tg, qs in self.table.items():  # the file's order, its entries' own too
-                entry = dict(old.get(tg) or {})
-                known = {queue_id_key(q, tg): q for q in entry}
-                for q, o in qs.items():
-                    entry[known.get(q, str(q))] = o
-                table[tg] = entry
-            document["offsetTable"] = table
+            document = {**self._document, "offsetTable": {  # the file's order, new ones after
+                tg: {str(q): o for q, o in qs.items()} for tg, qs in self.table.items()}}
             if "dataVersion" in document:
-                document["dataVersion"] = _next_version(document)
-            self._document = document
-            write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
+                document["dataVersion"] = self._document["dataVersion"] = _next_version(document)
+        write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
