@@ -123,6 +123,12 @@ def selected(layout: StoreLayout, sel: Selection, damage: source.Damage
                 for run in log.runs_at(offsets, damage))
     else:
         runs = log.walk(damage)
+
+        def in_flight_or(offset: int, what: str) -> None:  # past what a unit vouched for
+            if offset <= log.vouched():  # when the walk began, a record that fails its
+                damage(offset, what)  # checks may be one a live writer is still copying
+
+        return messages(runs, sel, flavor, in_flight_or)
     return messages(runs, sel, flavor, damage)
 
 

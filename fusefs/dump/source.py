@@ -18,6 +18,7 @@ from mqfs.store.offline.views import (
     QueueReader,
     StoreLayout,
     commitlog_files,
+    last_unit_offsets,
     map_readonly,
     offset_by_time,
     queues,
@@ -48,6 +49,8 @@ class CommitLog:
         self.starts = np.array([s for s, _ in self.files], dtype=np.int64)
         self._maps: dict[int, mmap.mmap] = {}
         self.flavor = layout.checked_flavor  # what a resync checks records with
+        self.layout = layout
+        self._vouched: int | None = None
 
     def mapped(self, i: int) -> mmap.mmap:
         mm = self._maps.pop(i, None) or map_readonly(self.files[i][1])
@@ -74,11 +77,23 @@ class CommitLog:
                 damage(off, "no record there (damaged or not yet written)")
             yield Run(buf, base, recs.take(ok))
 
+    def vouched(self) -> int:
+        """The start of the newest record a ConsumeQueue unit pointed at when the walk began:
+        every record up to it was whole before its unit was written."""
+        if self._vouched is None:
+            starts = last_unit_offsets(self.layout)
+            self._vouched = int(starts[-1]) if len(starts) else -1
+        return self._vouched
+
     def walk(self, damage: Damage) -> Iterator[Run]:
         """Every record, in store order; damaged bytes go to `damage` once and the walk goes
-        on at the next record that checks out, as verify does. Zeros where a file's records
-        stop, with no record after them, are its end: the last file's is where a writer's
-        next record goes, an earlier one's a file a live writer left before its BLANK."""
+        on at the next record that checks out, as verify does. Past the newest record a unit
+        vouched for when the walk began, the first record that does not check out ends the
+        walk quietly (a live writer's record in flight, a crash's torn tail). Zeros where a
+        file's records stop, with no record after them, are its end: the last file's is where
+        a writer's next record goes, an earlier one's a file a live writer left before its
+        BLANK."""
+        vouched = self.vouched()  # before any record is read: what a unit vouched for then
         for i, (base, _) in enumerate(self.files):
             buf = self.mapped(i)
             u8 = np.frombuffer(buf, np.uint8)
@@ -98,6 +113,8 @@ class CommitLog:
                 found = next_record_in(buf, base, pos + 1, end, self.flavor)
                 if zeros and found is None:  # a file its writer left for the next one
                     break  # before writing its BLANK (a live store), or never marked
+                if base + pos > vouched:  # a record a live writer is still copying,
+                    return  # or a crash's torn tail: where the records end, as recovery says
                 damage(base + pos, f"damaged bytes up to {base + (end if found is None else found)}")
                 if found is None:
                     break
