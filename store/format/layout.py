@@ -401,6 +401,7 @@ class Walk:
 
 _LEAP_MIN = 16  # a leap is tried for at least this many records...
 _LEAP_BACKOFF = 64  # ...and, after one that found fewer, not again for this many
+_LEAP_FIRST = 1024  # records a leap looks at when the one before found fewer than half
 
 
 def chain(buf, u8: np.ndarray, pos: int, limit: int, max_records: int
@@ -412,13 +413,16 @@ def chain(buf, u8: np.ndarray, pos: int, limit: int, max_records: int
     Records of one size often follow each other. After two of the same size the walk leaps:
     it reads TOTALSIZE and MAGIC at every multiple of that size with numpy, and takes the
     leading positions that hold a record of exactly that size (each one's size then puts
-    the next where it was read, so this is the same chain, found in one step)."""
+    the next where it was read, so this is the same chain, found in one step). A leap looks
+    as far as twice the run the last one found (at least _LEAP_FIRST records): runs of a
+    thousand records between two of another size must not cost a gather of max_records each."""
     starts: list[int] = []
     append = starts.append
     unpack = _HDR.unpack_from
     v1, v2, smallest = MAGIC_V1, MAGIC_V2, MIN_RECORD_SIZE
     last = 0
     quiet = 0  # records to walk one by one before the next leap
+    reach = _LEAP_FIRST  # how many records the next leap looks at, at most
     while len(starts) < max_records:
         if limit - pos < 8:
             return starts, pos, "room"
@@ -433,7 +437,7 @@ def chain(buf, u8: np.ndarray, pos: int, limit: int, max_records: int
         if size != last or quiet > 0:
             last = size
             continue
-        k = min(max_records - len(starts), (limit - pos) // size)
+        k = min(max_records - len(starts), (limit - pos) // size, reach)
         if k < _LEAP_MIN:
             quiet = _LEAP_BACKOFF
             continue
@@ -443,6 +447,7 @@ def chain(buf, u8: np.ndarray, pos: int, limit: int, max_records: int
         m = k if same.all() else int(np.argmin(same))
         starts += at[:m].tolist()
         pos += m * size
+        reach = max(_LEAP_FIRST, 2 * m)
         if m < _LEAP_MIN:
             quiet = _LEAP_BACKOFF
     return starts, pos, "limit"
