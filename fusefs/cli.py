@@ -262,7 +262,7 @@ def cmd_repair(a: argparse.Namespace) -> int:
 
     started = time.monotonic()
     with progress_bar("repair: plan") as progress:
-        plan = plan_repair(a.store, progress)  # finishes an interrupted repair first
+        plan = plan_repair(a.store, progress)  # reads only; apply finishes an interrupted one
     for line in plan.finished:
         print(line)
     before, _ = _verify(a.store, "repair: verify")

@@ -50,14 +50,20 @@ class RepairPlan:
     queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)  # offsets given out
     fingerprint: str = ""  # of the store as planned: apply refuses a store that changed since
     finished: list[str] = field(default_factory=list)  # what an interrupted repair still did
+    interrupted: str | None = None  # the step an interrupted repair's journal is at: apply
+                                    # finishes it first, then plans and applies the rest
 
     @property
     def needed(self) -> bool:
         return bool(self.rewrite_manifest or self.renames or self.damages or
-                    self.accept_head_from is not None)
+                    self.accept_head_from is not None or self.interrupted)
 
     def lines(self) -> list[str]:
         out = list(self.finished)
+        if self.interrupted:
+            return [f"finish the interrupted repair its journal ({repair_journal.NAME}, at "
+                    f"step {self.interrupted}) describes, then plan again from the store as "
+                    "it is then"]
         if self.rewrite_manifest:
             out.append(f"write mqfs.json again: {self.rewrite_manifest}")
         for a, b in self.renames.items():
@@ -81,13 +87,15 @@ def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
     root = os.path.realpath(root)
     if not is_store(root):
         raise StoreError(f"{root} holds no store; create one with `mqfs init {root}`")
-    safefs.check_store(root)  # before an interrupted repair is finished
-    finished = finish_interrupted(root)
+    safefs.check_store(root)
+    if repair_journal.pending(root):  # planning reads only: finishing is apply's first step
+        journal = repair_journal.load(root)
+        repair_journal.check(root, journal)  # one that is not this store's is refused now
+        return RepairPlan(root, inspect(root).config, interrupted=journal.step)
     _refuse_orphans(root)
     found = inspect(root)
     cfg = found.config
-    plan = RepairPlan(root, cfg, rewrite_manifest=found.problem if found.rewrite else None,
-                      finished=finished)
+    plan = RepairPlan(root, cfg, rewrite_manifest=found.problem if found.rewrite else None)
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     lock = StoreLock(root)
     lock.acquire(shared=True)
@@ -242,6 +250,11 @@ def apply_repair(plan: RepairPlan) -> list[str]:
     from .message_store import MessageStore
 
     root, cfg = plan.root, plan.config
+    if plan.interrupted:
+        finished = finish_interrupted(root)
+        rest = plan_repair(root)
+        rest.finished = finished
+        return finished + (apply_repair(rest) if rest.needed else [])
     refusal = recognise(root).refusal()  # a broker layout the rebuild would break
     if refusal is not None:
         raise UnsupportedFeature(refusal)
@@ -254,11 +267,14 @@ def apply_repair(plan: RepairPlan) -> list[str]:
                              "repair again to see a new plan")
         for d in plan.damages:  # a range no filler fits is refused before the journal exists
             repair_journal.filler_bytes(cfg, d, d.start % cfg.commitlog_file_size)
-        repair_journal.save(root, repair_journal.Journal(
+        journal = repair_journal.Journal(
             manifest=bool(plan.rewrite_manifest),
             renames=[(os.path.basename(a), os.path.basename(b)) for a, b in plan.renames.items()],
             damages=list(plan.damages), head_from=plan.accept_head_from,
-            queue_ends=dict(plan.queue_ends)))
+            queue_ends=dict(plan.queue_ends))
+        repair_journal.seal(root, journal, {os.path.basename(b): os.path.basename(a)
+                                            for a, b in plan.renames.items()})
+        repair_journal.save(root, journal)
     finally:
         lock.release()
     done = [line for line in plan.lines()[len(plan.finished):-1]]

@@ -45,6 +45,26 @@ def files_in(root: str, sub: str) -> list[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
+def store_state(root: str) -> dict[str, str]:
+    """Every directory and file under a store (sha256 of each file, its mode and link
+    count), but the lock files a refused command may create and the log it writes: what a
+    "nothing was changed" line promises stays the same (assert it around every refusal)."""
+    out = {}
+    for dirpath, dirs, names in os.walk(root):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = "dir"
+        for n in names:
+            path = os.path.join(dirpath, n)
+            rel = os.path.relpath(path, root)
+            if n in ("lock", "mqfs.lock") or rel.startswith("logs" + os.sep):
+                continue
+            st = os.lstat(path)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            out[rel] = f"{digest} {st.st_mode:o} {st.st_nlink}"
+    return out
+
+
 def file_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """sha256 of every file under root (but names in `skip`): what "changes nothing" compares."""
     out = {}

@@ -18,7 +18,7 @@ from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash_repair import run_repair
 from tests.crash_tiers import RECOVERY_LOGS
 from tests.fs_helpers import MQFS
-from tests.store_helpers import file_hashes, small_config
+from tests.store_helpers import file_hashes, small_config, store_state
 
 pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 SIZE = 4096
@@ -106,8 +106,10 @@ def test_interrupted_repair_keeps_a_lost_message_offset_taken(tmp_path, site, fi
     assert out.returncode == 137 or "injected" in out.stderr, out.stderr
     assert os.path.exists(os.path.join(root, NAME))
     if finisher == "repair":
-        plan = plan_repair(root)
-        assert plan.finished and not plan.needed
+        before = store_state(root)
+        plan = plan_repair(root)  # the plan reads only: the journal is still to finish
+        assert plan.interrupted and plan.needed and store_state(root) == before
+        assert "finished an interrupted repair" in apply_repair(plan)[0]
     with MessageStore(root, _config(), create=False) as s:
         assert s.put(Message.create("T", b"next")).queue_offset == 20
     assert verify_store(root).ok and not os.path.exists(os.path.join(root, NAME))
@@ -193,3 +195,79 @@ def test_a_forged_kept_end_or_journal_is_refused_in_one_line(tmp_path, forged):
         f.write(text)
     with pytest.raises(StoreError, match=message):
         MessageStore(root, _config(), create=False).open()
+
+
+def _restore(backup: str, root: str) -> None:
+    """Copy a backup over the store directory, as `cp -a backup/. store/` does: files of the
+    backup replace their namesakes, what only the directory holds (the journal, a *.repair
+    file an interrupted repair left) stays."""
+    for dirpath, _, names in os.walk(backup):
+        rel = os.path.relpath(dirpath, backup)
+        os.makedirs(os.path.join(root, rel), exist_ok=True)
+        for n in names:
+            shutil.copy2(os.path.join(dirpath, n), os.path.join(root, rel, n))
+
+
+@pytest.mark.parametrize("site", ("repair.rename:1", "repair.rename:3", "repair.filler:1",
+                                  "repair.move:1"))
+def test_a_journal_is_never_rolled_into_a_store_restored_over_it(tmp_path, site):
+    """Issue 33, item 3: a repair of swapped and damaged files is interrupted, then the store
+    is restored from a backup over the directory. The journal no longer describes the files:
+    a read-write open, `repair` (with or without --yes) and a read-only open each refuse in
+    one line, changing nothing; with the journal moved out, the restored store is whole."""
+    root, backup = str(tmp_path / "s"), str(tmp_path / "backup")
+    results = _store(root)
+    shutil.copytree(root, backup)
+    _swap_files(root)
+    _flip_body(root, results[25])
+    out = run_repair(root, site)
+    assert out.returncode == 137, out.stderr
+    assert os.path.exists(os.path.join(root, NAME))
+    _restore(backup, root)
+    if site.startswith("repair.move"):
+        # only the rebuild of derived files was left: harmless on any store, so finished
+        # (the CommitLog, restored, is not touched: the message the repair lost is back)
+        _serves_all(root, results)
+        assert verify_store(root).ok
+        return
+    before = store_state(root)
+    with pytest.raises(StoreError, match="does not belong to the store as it is now") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    assert store_state(root) == before
+    with pytest.raises(StoreError, match="does not belong"):
+        plan_repair(root)
+    assert store_state(root) == before
+    for args in (["repair", root], ["repair", "--yes", root]):
+        cli = subprocess.run([*MQFS, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert cli.returncode == 1 and "does not belong" in cli.stderr, cli.stdout + cli.stderr
+        assert cli.stderr.count("\n") == 1, cli.stderr
+        assert store_state(root) == before
+    with pytest.raises(StoreError, match="interrupted repair"):
+        MessageStore(root, _config(read_only=True), create=False).open()
+    assert store_state(root) == before
+    os.unlink(os.path.join(root, NAME))  # as the line says: the journal and *.repair out
+    for name in os.listdir(os.path.join(root, "commitlog")):
+        if name.endswith(".repair"):
+            os.unlink(os.path.join(root, "commitlog", name))
+    assert verify_store(root).ok
+    _serves_all(root, results)
+
+
+def test_a_journal_of_this_store_is_still_finished_by_a_plain_repair(tmp_path):
+    """The check lets the store's own journal through at every step: a kill anywhere in a
+    swap-and-fill repair is finished by `repair --yes`, the plan before it changing nothing."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _swap_files(root)
+    _flip_body(root, results[25])
+    for nth in (1, 2, 3, 4):
+        assert run_repair(root, f"repair.rename:{nth}").returncode == 137
+        before = store_state(root)
+        plan = plan_repair(root)
+        assert plan.interrupted and store_state(root) == before
+        break
+    out = subprocess.run([*MQFS, "repair", "--yes", root], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={25})

@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import xxhash
+
 from ..config import StoreConfig
 from ..crash_points import crash_point
 from ..errors import InvalidMessage, StoreError, StoreFormatError
@@ -55,14 +57,21 @@ class Journal:
     damages: list[Damage] = field(default_factory=list)
     head_from: int | None = None
     queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    # what it acts on, as it was when the journal went down (`sealed`): each renamed file's
+    # fingerprint by its name then, each damaged range's by its start; a journal of an
+    # older mqfs has none, and is rolled forward unchecked, as before
+    files: dict[str, str] = field(default_factory=dict)
+    ranges: dict[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": 1, "step": self.step, "manifest": self.manifest,
                 "renames": [list(r) for r in self.renames],
                 "damages": [{"start": d.start, "end": d.end, "file": d.file, "reason": d.reason,
-                             "toFileEnd": d.to_file_end, "storeTs": d.store_ts}
+                             "toFileEnd": d.to_file_end, "storeTs": d.store_ts,
+                             "fingerprint": self.ranges.get(d.start)}
                             for d in self.damages],
                 "headFrom": self.head_from,
+                "files": dict(sorted(self.files.items())),
                 "queueEnds": [[t, q, end] for (t, q), end in sorted(self.queue_ends.items())]}
 
 
@@ -94,6 +103,13 @@ def _file_name(value: Any) -> str:
     return value
 
 
+def _digest(value: Any) -> str:
+    if not (isinstance(value, str) and len(value) == 16 and
+            all(c in "0123456789abcdef" for c in value)):
+        raise ValueError(f"has the fingerprint {value!r}, not 16 hex digits")
+    return value
+
+
 def _checked(data: Any) -> Journal:
     """The journal as written, or ValueError for any shape `save` never writes."""
     if not isinstance(data, dict) or data.get("format") != 1 or data.get("step") not in STEPS:
@@ -111,6 +127,10 @@ def _checked(data: Any) -> Journal:
             raise ValueError(f"has the empty damaged range {start}..{end}")
         j.damages.append(Damage(start, end, str(d.get("reason", "")), d["file"],
                                 d.get("toFileEnd") is True, _int(d.get("storeTs"), "a time")))
+        if d.get("fingerprint") is not None:
+            j.ranges[start] = _digest(d["fingerprint"])
+    for name, digest in (data.get("files") or {}).items():
+        j.files[_file_name(name)] = _digest(digest)
     if data.get("headFrom") is not None:
         j.head_from = _int(data["headFrom"], "a CommitLog start")
     for row in data.get("queueEnds") or []:
@@ -145,13 +165,134 @@ def remove(root: str) -> None:
     fsync_dir(root)
 
 
+# --- what the journal acts on: a journal is rolled forward only into the store it was written
+# for, as that store was left (a restore from a backup over the directory an interrupted
+# repair left must not have its intact files renamed over each other or filled over)
+
+_HEAD = 4096  # bytes of a CommitLog file its fingerprint covers (with its size)
+
+
+def _fingerprint(fd: int, lo: int, hi: int) -> str:
+    h = xxhash.xxh64()
+    h.update(f"{os.fstat(fd).st_size}:{lo}:{hi}:".encode())
+    pos = lo
+    while pos < hi:
+        chunk = os.pread(fd, min(hi - pos, 1 << 20), pos)
+        if not chunk:
+            break
+        h.update(chunk)
+        pos += len(chunk)
+    return h.hexdigest()
+
+
+def _fingerprint_at(path: str, lo: int, hi: int) -> str | None:
+    try:
+        fd = safefs.open_file(path)
+    except FileNotFoundError:
+        return None
+    try:
+        return _fingerprint(fd, lo, hi)
+    finally:
+        os.close(fd)
+
+
+def seal(root: str, journal: Journal, sources: dict[str, str]) -> None:
+    """Fingerprint what the journal will act on, as it is now (before its first step): each
+    file to rename (its size and first bytes), each damaged range's bytes. `sources` maps a
+    CommitLog file name to the name of the file that holds its bytes until the renames
+    are done (a misnamed file, planned as if already renamed)."""
+    directory = os.path.join(root, "commitlog")
+    for name, _ in journal.renames:
+        found = _fingerprint_at(os.path.join(directory, name), 0, _HEAD)
+        if found is not None:
+            journal.files[name] = found
+    size = inspect(root).config.commitlog_file_size
+    for d in journal.damages:
+        lo = d.start % size
+        name = offset_to_name(d.start - lo)
+        found = _fingerprint_at(os.path.join(directory, sources.get(name, name)), lo,
+                                lo + d.end - d.start)
+        if found is not None:
+            journal.ranges[d.start] = found
+
+
+def _foreign(root: str, why: str) -> StoreError:
+    return StoreError(f"{path(root)} does not belong to the store as it is now ({why}), so it "
+                      f"cannot be finished; nothing was changed: if {root} was restored from "
+                      f"a backup or replaced, move {NAME} and any commitlog/*.repair out of "
+                      "it, then run `mqfs repair` again")
+
+
+def _holder(directory: str, journal: Journal, name: str) -> str:
+    """The path that holds the bytes CommitLog file `name` will hold once the renames are
+    done: its source (or the source's <name>.repair) while they are not."""
+    at = STEPS.index(journal.step)
+    source = {target: src for src, target in journal.renames}.get(name)
+    if source is None or at > STEPS.index("rename-in"):
+        return os.path.join(directory, name)
+    moved = os.path.join(directory, source + ".repair")
+    if os.path.lexists(moved):
+        return moved
+    return os.path.join(directory, source if at <= STEPS.index("rename-out") else name)
+
+
+def check(root: str, journal: Journal) -> None:
+    """Refuse (StoreError, one line, nothing changed) a journal whose remaining steps would
+    act on other bytes than those it was written for."""
+    directory = os.path.join(root, "commitlog")
+    at = STEPS.index(journal.step)
+    if at <= STEPS.index("rename-in"):
+        for name, target in journal.renames:
+            expected = journal.files.get(name)
+            moved = os.path.join(directory, name + ".repair")
+            if at <= STEPS.index("rename-out") and not os.path.lexists(moved):
+                where = os.path.join(directory, name)  # not moved out yet
+            elif os.path.lexists(moved):
+                where = moved
+                # after the first pass every name it renames is free, so a target is too
+                if at == STEPS.index("rename-in") and \
+                        os.path.lexists(os.path.join(directory, target)):
+                    raise _foreign(root, f"{target} is there already, where {name} is to go")
+            else:
+                where = os.path.join(directory, target)  # this rename is done
+            if expected is not None and _fingerprint_at(where, 0, _HEAD) != expected:
+                raise _foreign(root, f"{os.path.basename(where)} is not the file it renames "
+                               f"as {target}")
+    if at > STEPS.index("fillers") or not journal.ranges:
+        return
+    cfg = inspect(root).config
+    size = cfg.commitlog_file_size
+    for d in journal.damages:
+        expected = journal.ranges.get(d.start)
+        if expected is None:
+            continue
+        lo = d.start % size
+        where = _holder(directory, journal, offset_to_name(d.start - lo))
+        if not os.path.lexists(where):
+            raise _foreign(root, f"{os.path.basename(where)}, which holds the damaged bytes "
+                           f"at {d.start}, is missing")
+        if _fingerprint_at(where, lo, lo + d.end - d.start) == expected:
+            continue
+        hi, filler = filler_bytes(cfg, d, lo)
+        fd = safefs.open_file(where)
+        try:
+            done = os.pread(fd, hi - lo, lo) == filler
+        finally:
+            os.close(fd)
+        if not done:
+            raise _foreign(root, f"the bytes at {d.start}..{d.end} are neither the damaged "
+                           "ones it replaces nor its filler record")
+
+
 def finish_files(root: str) -> dict[tuple[str, int], int]:
     """Roll an interrupted repair forward up to the rebuild of the derived files (under the
-    store's lock); returns the queue ends the rebuild must keep."""
+    store's lock), once `check` finds it belongs to the store as it is; returns the queue
+    ends the rebuild must keep."""
     lock = StoreLock(root)
     lock.acquire()
     try:
         journal = load(root)
+        check(root, journal)
         for step in STEPS[STEPS.index(journal.step):]:
             if step != journal.step:
                 journal.step = step
