@@ -231,6 +231,12 @@ def layout_lmq(root: str) -> None:
            unit + b"\x00" * (os.path.getsize(parent) - 20))
 
 
+def layout_pop_kv(root: str) -> None:
+    """Pop consumption with its RocksDB store (PopConsumerService: STORE/kvStore/)."""
+    broker_store(root)
+    _rocksdb_dir(os.path.join(root, "kvStore"), b"pop")
+
+
 def layout_unknown(root: str) -> None:
     """A directory a newer broker (or another tool) keeps in the store root."""
     broker_store(root)
@@ -238,5 +244,5 @@ def layout_unknown(root: str) -> None:
 
 
 LAYOUTS = {"rocksdb": layout_rocksdb, "compaction": layout_compaction, "timer": layout_timer,
-           "batch-cq": layout_batch_cq, "consumequeue-ext": layout_cq_ext, "lmq": layout_lmq,
-           "unknown": layout_unknown}
+           "batch-cq": layout_batch_cq, "pop-kv-store": layout_pop_kv,
+           "consumequeue-ext": layout_cq_ext, "lmq": layout_lmq, "unknown": layout_unknown}

@@ -21,7 +21,8 @@ from tests.store_helpers import file_hashes
 EXPECTED = {"rocksdb": {features.ROCKSDB_CQ, features.ROCKSDB_CONFIG},
             "compaction": {features.COMPACTION}, "timer": {features.TIMER},
             "batch-cq": {features.BATCH_CQ}, "consumequeue-ext": {features.CQ_EXT},
-            "lmq": {features.LMQ}, "unknown": {features.UNKNOWN}}
+            "lmq": {features.LMQ}, "unknown": {features.UNKNOWN},
+            "pop-kv-store": {features.POP_KV}}
 REFUSED = {"rocksdb", "batch-cq", "consumequeue-ext", "lmq", "unknown"}
 
 
@@ -157,12 +158,12 @@ def _not_ours(hashes: dict[str, str]) -> dict[str, str]:
 
 
 @needs_fuse
-@pytest.mark.parametrize("name", ["compaction", "timer"])
+@pytest.mark.parametrize("name", sorted(set(LAYOUTS) - REFUSED))
 def test_a_read_write_mount_leaves_every_broker_file_it_does_not_own_unchanged(tmp_path, name):
     root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
     LAYOUTS[name](root)
     before = _not_ours(file_hashes(root))
-    assert any(p.startswith(("compaction/", "timerlog/")) for p in before)
+    assert any(p.startswith(("compaction/", "timerlog/", "kvStore/")) for p in before)
     topics_before = _json(root, "topics.json")
     with mounted(root, mnt):
         sh(f"echo appended > {mnt}/topics/Orders/0/append")
@@ -335,3 +336,23 @@ def test_a_read_only_mount_of_each_layout_serves_and_changes_no_byte(tmp_path, n
         status = json.loads(sh(f"cat {mnt}/status.json").stdout)
         assert status  # served whole
     assert file_hashes(root) == before
+
+
+@pytest.mark.allow_logs("not the one the last clean close left", "recover", "abort")
+@pytest.mark.parametrize("name", sorted(set(LAYOUTS) - REFUSED))
+def test_recovery_and_a_whole_scrub_pass_leave_what_mqfs_does_not_own(tmp_path, name):
+    """After a crash (the abort file left) the read-write open recovers, and a whole scrub
+    pass checks every unit, record and index entry: neither finds damage in a layout it
+    does not own, nor writes, moves or deletes a byte of it."""
+    root = str(tmp_path / "store")
+    LAYOUTS[name](root)
+    open(os.path.join(root, "abort"), "w").close()
+    before = _not_ours(file_hashes(root))
+    with MessageStore(root, StoreConfig(), create=False) as s:
+        assert s.recovery.abnormal
+        s.scrub()
+        status = s.scrub_status()
+        assert not status.get("findings"), status
+        assert s.recovery.quarantined == []
+    assert _not_ours(file_hashes(root)) == before
+    assert not os.path.exists(os.path.join(root, "quarantine"))
