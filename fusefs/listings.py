@@ -13,7 +13,7 @@ from .inodes import MSG_BIT, OFFSET_BITS, OFFSET_MASK, TAG_VIEW, Attr, Node
 if TYPE_CHECKING:
     from .model import Model
 
-QUEUE_FIXED = 7  # ".", "..", append, append.jsonl, tmp, at, tags precede the offsets;
+QUEUE_FIXED = 8  # ".", "..", append, append.jsonl, append.lines, tmp, at, tags precede the offsets;
 # `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
 TAG_FIXED = 2  # ".", ".." precede the offsets in tags/<tag>/
 TAG_SCAN = 1 << 16  # ConsumeQueue units compared per step of a tags/<tag>/ search

@@ -57,6 +57,7 @@ from .inodes import (
     FOLLOW,
     GROUP_QUEUE,
     JSONL,
+    LINES,
     MESSAGE,
     QUEUE,
     STAGED,
@@ -68,7 +69,7 @@ from .inodes import (
 from .listings import Listing
 from .model import Model
 from .staged import Staged
-from .writers import AppendWriter, JsonlWriter, OffsetWriter
+from .writers import AppendWriter, JsonlWriter, LinesWriter, OffsetWriter
 
 log = logging.getLogger("mqfs")
 
@@ -261,7 +262,7 @@ class Operations(pyfuse3.Operations):
                 disk = entry.spool.on_disk or attr.st_size > entry.spool.size
                 await self._spool_io(disk, self.model.staged_truncate, entry, attr.st_size)
             return self.entry(self.model.getattr(inode))
-        if kind not in (APPEND, JSONL, GROUP_QUEUE):
+        if kind not in (APPEND, JSONL, LINES, GROUP_QUEUE):
             raise FsError(errno.EPERM, "messages and directories are immutable")
         if fields.update_size and attr.st_size != 0:
             raise FsError(errno.EPERM, "writable files can only be truncated to 0 (O_TRUNC)")
@@ -364,7 +365,7 @@ class Operations(pyfuse3.Operations):
         if target != QUEUE:
             raise FsError(errno.EPERM, "publish a staged file by renaming it into a queue "
                                        "directory")
-        if name_new in (b"tmp", b"follow", b"append.jsonl", b"at", b"tags"):
+        if name_new in (b"tmp", b"follow", b"append.jsonl", b"append.lines", b"at", b"tags"):
             raise FsError(errno.EINVAL, "rename into the queue directory or onto append")
         if noreplace and name_new != b"append":
             try:
@@ -404,7 +405,7 @@ class Operations(pyfuse3.Operations):
             raise
 
     def _write_lines(self, writer: JsonlWriter, buf: bytes) -> bool:
-        """One write to `append.jsonl`, in a worker thread: decoding a megabyte of lines
+        """One write to `append.jsonl` or `append.lines`, in a worker thread: decoding a megabyte of lines
         would hold the event loop as long as storing them. True when lines were stored."""
         messages = writer.write(buf)
         if not messages:
@@ -455,7 +456,7 @@ class Operations(pyfuse3.Operations):
             else:
                 body = model.body(inode)
             return FileInfo(fh=self.files.add(MessageHandle(body)), keep_cache=True)
-        if kind in (APPEND, JSONL):
+        if kind in (APPEND, JSONL, LINES):
             writer: AppendWriter | JsonlWriter | None = None
             if writing:
                 node = model.nodes.get(inode)
@@ -463,8 +464,9 @@ class Operations(pyfuse3.Operations):
                 if kind == APPEND:
                     writer = AppendWriter(node.topic, node.queue, limit, model.spool())
                 else:
-                    writer = JsonlWriter(node.topic, node.queue, limit, model.budget,
-                                         self.store.max_body_size)
+                    lines = LinesWriter if kind == LINES else JsonlWriter
+                    writer = lines(node.topic, node.queue, limit, model.budget,
+                                   self.store.max_body_size)
             return FileInfo(fh=self.files.add(WriteHandle(inode, writer)), direct_io=True,
                             keep_cache=False, nonseekable=True)
         if kind == GROUP_QUEUE:

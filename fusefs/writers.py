@@ -5,6 +5,7 @@
   copies held by forked children) and fsync. Bytes live in a Spool (memory, then staging).
 - `append.jsonl`: one message per line, taken as each newline arrives (a last line without
   a newline is taken at flush). The line format is store.jsonl's.
+- `append.lines`: as append.jsonl, each line being a body (no JSON).
 - `/groups/<g>/<t>/<q>`: the decimal number written is checked and committed as soon as its
   line is complete (or at flush when no newline comes), so `echo N >` fails in the shell.
 
@@ -179,6 +180,34 @@ class JsonlWriter(Writer):
     def close(self) -> None:
         self.budget.give(self.held)
         self.buf, self.held = bytearray(), 0
+
+
+class LinesWriter(JsonlWriter):
+    """`append.lines`: each line, its newline taken off, is one message's body (as `kcat -P`
+    and kafka-console-producer make them), so `tail -F app.log > append.lines` stores one
+    message per log line. Empty lines store nothing; the rest is append.jsonl's."""
+
+    def __init__(self, topic: str, queue: int, limit: int, budget: Budget,
+                 fits: Callable[[Message], int] | None = None):
+        super().__init__(topic, queue, limit, budget, fits)
+        self.line_limit = limit + 1  # a body and its newline
+
+    def _parse(self, text: bytes) -> list[Message]:
+        out = []
+        for line in text.split(b"\n"):
+            if not line:
+                continue
+            self.lines += 1
+            msg = Message.create(self.topic, line, self.queue)
+            try:
+                if len(line) > self.limit:
+                    raise FsError(errno.EFBIG, f"body is {len(line)} bytes, the limit is {self.limit}")
+                self._check(msg)
+            except FsError as exc:
+                self._drop(exc.errno)
+                raise FsError(exc.errno, f"line {self.lines}: {exc}") from None
+            out.append(msg)
+        return out
 
 
 def read_lines(text: bytes, topic: str, queue: int, limit: int) -> list[Message] | None:

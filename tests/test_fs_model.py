@@ -148,7 +148,7 @@ def test_queue_listing_streams_and_resumes(model, store):
     listing = model.listing(q)
     assert inspect.isgenerator(listing.entries(0))
     names = consume(listing, 7)
-    assert names[:QUEUE_FIXED] == [b".", b"..", b"append", b"append.jsonl", b"tmp", b"at", b"tags"]
+    assert names[:QUEUE_FIXED] == [b".", b"..", b"append", b"append.jsonl", b"append.lines", b"tmp", b"at", b"tags"]
     assert names[QUEUE_FIXED:] == [b"%d" % i for i in range(503)]
 
 
@@ -580,6 +580,7 @@ def test_every_kind_of_node_has_one_class_that_names_its_path(model):
              queue: "/topics/orders/1", (*queue, "2"): "/topics/orders/1/2",
              (*queue, "append"): "/topics/orders/1/append",
              (*queue, "append.jsonl"): "/topics/orders/1/append.jsonl",
+             (*queue, "append.lines"): "/topics/orders/1/append.lines",
              (*queue, "follow"): "/topics/orders/1/follow", (*queue, "tmp"): "/topics/orders/1/tmp",
              (*queue, "at"): "/topics/orders/1/at", (*queue, "tags"): "/topics/orders/1/tags",
              (*queue, "tags", "TagA"): "/topics/orders/1/tags/TagA",

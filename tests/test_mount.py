@@ -68,7 +68,7 @@ def test_shell_tools_browse_the_tree(live):
     assert out("ls topics", m).split() == ["audit", "orders"]
     assert out("ls topics/orders", m).split() == ["0", "1"]
     assert out("ls topics/orders/1", m).split() == ["0", "1", "2", "3", "4", "append",
-                                                    "append.jsonl", "at", "tags", "tmp"]
+                                                    "append.jsonl", "append.lines", "at", "tags", "tmp"]
     assert out("cat topics/orders/0/2", m) == "order 4\n"
     assert out("head -c 5 topics/orders/1/0", m) == "order"
     assert out("stat -c '%s %F' topics/orders/1/2", m).strip() == "8 regular file"
@@ -94,7 +94,7 @@ def test_append_read_your_writes(live):
     m = live
     q = f"{m}/topics/audit/0"
     sh(f"echo first > {q}/append")
-    assert out("ls", q).split() == ["0", "append", "append.jsonl", "at", "tags", "tmp"]
+    assert out("ls", q).split() == ["0", "append", "append.jsonl", "append.lines", "at", "tags", "tmp"]
     assert out("cat 0", q) == "first\n"
     sh(f"printf 'a\\nb\\n' > /tmp/mqfs-src && cat /tmp/mqfs-src > {q}/append && rm /tmp/mqfs-src")
     assert out("cat 1", q) == "a\nb\n"  # one handle, one message
@@ -106,7 +106,7 @@ def test_append_read_your_writes(live):
     assert out("getfattr --only-values -n user.tags topics/audit/0/2", m) == "T"
     # open + close without writing stores nothing
     sh(f": > {q}/append")
-    assert out("ls", q).split() == ["0", "1", "2", "3", "append", "append.jsonl", "at", "tags", "tmp"]
+    assert out("ls", q).split() == ["0", "1", "2", "3", "append", "append.jsonl", "append.lines", "at", "tags", "tmp"]
 
 
 def test_groups_commit_offsets(live, store):
@@ -149,7 +149,7 @@ def test_large_messages_round_trip_and_too_large_fails(live, tmp_path):
     src = tmp_path / "big"
     src.write_bytes(os.urandom(4 << 20))
     sh(f"cp {src} {q}/append")
-    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "at", "tags", "tmp"]
+    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "append.lines", "at", "tags", "tmp"]
     sh(f"cp {q}/0 {tmp_path}/back && cmp {src} {tmp_path}/back")
     assert os.stat(f"{q}/0").st_size == 4 << 20
     src.write_bytes(os.urandom(5 << 20))
@@ -162,7 +162,7 @@ def test_large_messages_round_trip_and_too_large_fails(live, tmp_path):
     assert info.value.errno == errno.EFBIG
     with pytest.raises(OSError):
         os.close(fd)  # close reports it again; nothing becomes a message
-    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "at", "tags", "tmp"]
+    assert sorted(os.listdir(q)) == ["0", "append", "append.jsonl", "append.lines", "at", "tags", "tmp"]
 
 
 def snapshot(mnt: str, store: str) -> tuple:

@@ -33,7 +33,7 @@ def probe(mnt: str, offset: int) -> dict[str, float]:
     with open(f"{mnt}/topics/small/1/3", "rb") as f:
         assert f.read() == b"small 3"
     t2 = time.perf_counter()
-    assert len(os.listdir(f"{mnt}/topics/small/1")) == 20 + 5
+    assert len(os.listdir(f"{mnt}/topics/small/1")) == 20 + 6
     t3 = time.perf_counter()
     took["stat"], took["cat"], took["ls"] = t1 - t0, t2 - t1, t3 - t2
     return took
@@ -78,7 +78,7 @@ def test_small_requests_stay_quick_while_big_writes_and_searches_run(tmp_path):
             searcher.wait(timeout=LIMIT)
             writer.wait(timeout=LIMIT)
         assert writer.returncode == 0 and searcher.returncode == 0
-        assert len(os.listdir(f"{mnt}/topics/big/0")) == 5 + BIG_COUNT
+        assert len(os.listdir(f"{mnt}/topics/big/0")) == 6 + BIG_COUNT
         assert len(os.listdir(f"{mnt}/keys/hot")) == HOT
         assert os.readlink(f"{q}/at/{middle}") == f"../{HOT // 2}"
     assert len(os.listdir(f"{store}/commitlog")) > BIG_COUNT  # every big message rolled

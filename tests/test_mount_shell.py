@@ -252,6 +252,29 @@ def test_tail_n_and_tail_f_of_follow_work_as_on_a_log_file(live):
     assert run("tail -n 1 status.json", live).stdout == b"}\n"
 
 
+def test_tail_F_of_a_log_into_append_lines_stores_one_message_per_line(live, tmp_path):
+    q = f"{live}/topics/audit/0"
+    log = tmp_path / "app.log"
+    log.write_text("first\n\nsecond\n")  # an empty line stores nothing
+    producer = subprocess.Popen(["bash", "-c", f"exec tail -n +1 -F {log} > {q}/append.lines"],
+                                stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: max_offset(live, "audit/0") == 2, "the log's lines stored",
+                   alive=lambda: producer.poll() is None)
+        with open(log, "a") as f:
+            f.write("third line\n")
+        wait_until(lambda: max_offset(live, "audit/0") == 3, "the line added to the log",
+                   alive=lambda: producer.poll() is None)
+    finally:
+        producer.terminate()
+        producer.wait(timeout=LIMIT)
+    assert [open(f"{q}/{i}").read() for i in range(3)] == ["first", "second", "third line"]
+    run("printf 'a\\nb\\nno newline' > append.lines", q)  # the last line at close
+    assert [open(f"{q}/{i}").read() for i in range(3, 6)] == ["a", "b", "no newline"]
+    too_long = run(f"head -c {5 << 20} /dev/zero | tr '\\0' x > append.lines", q, check=False)
+    assert too_long.returncode != 0 and max_offset(live, "audit/0") == 6
+
+
 def test_another_user_writes_with_uid_gid_umask(store):
     base = tempfile.mkdtemp(prefix="mqfs-users-")
     try:

@@ -2,10 +2,10 @@
 
 from .base import Kind
 from .groups import Group, GroupQueue, Groups, GroupTopic
-from .queue import Append, Follow, Jsonl, Queue, Tmp
+from .queue import Append, Follow, Jsonl, Lines, Queue, Tmp
 from .root import Root, Status, Topic, Topics
 from .search import At, KeyDir, Keys, TagDir, Tags
 
-KINDS: tuple[type[Kind], ...] = (Root, Status, Topics, Topic, Queue, Append, Jsonl, Follow, Tmp,
+KINDS: tuple[type[Kind], ...] = (Root, Status, Topics, Topic, Queue, Append, Jsonl, Lines, Follow, Tmp,
                                  At, Tags, TagDir, Keys, KeyDir, Groups, Group, GroupTopic,
                                  GroupQueue)

@@ -11,6 +11,7 @@ from ..inodes import (
     BLKSIZE,
     FOLLOW,
     JSONL,
+    LINES,
     OFFSET_MASK,
     QUEUE,
     TAGS,
@@ -29,9 +30,9 @@ SINK_BLKSIZE = 1 << 20  # append files: cat and cp write 1 MiB per request (the 
 
 # a queue's named children: name -> (kind, ident tag in the node table); `follow` is never
 # listed, so globs, `grep -r` and `find | xargs cat` do not block on it
-CHILDREN = {b"append": (APPEND, "a"), b"append.jsonl": (JSONL, "j"), b"follow": (FOLLOW, "f"),
-            b"tmp": (TMP, "tmp"), b"at": (AT, "at"), b"tags": (TAGS, "tags")}
-LISTED = (b"append", b"append.jsonl", b"tmp", b"at", b"tags")
+CHILDREN = {b"append": (APPEND, "a"), b"append.jsonl": (JSONL, "j"), b"append.lines": (LINES, "l"),
+            b"follow": (FOLLOW, "f"), b"tmp": (TMP, "tmp"), b"at": (AT, "at"), b"tags": (TAGS, "tags")}
+LISTED = (b"append", b"append.jsonl", b"append.lines", b"tmp", b"at", b"tags")
 
 
 class InQueue:
@@ -100,6 +101,13 @@ class Jsonl(Append):
 
     kind = JSONL
     tail = "/append.jsonl"
+
+
+class Lines(Append):
+    """append.lines: as append, one message per line."""
+
+    kind = LINES
+    tail = "/append.lines"
 
 
 class Follow(QueueFile):
