@@ -8,6 +8,7 @@ stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -93,11 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--index-entries", type=int, help="entries per IndexFile (xxhash: 2000000, "
                    "rocketmq: 20000000)")
 
-    for name, text in (("info", "summary of a store that is not mounted (changes nothing)"),
+    for name, text in (("info", "summary of a store, mounted or not (changes nothing)"),
                        ("verify", "check every record, ConsumeQueue and IndexFile entry "
                                   "(changes nothing)")):
         sub.add_parser(name, help=text, parents=[trust]).add_argument(
             "store", help="the store directory")
+    sub.choices["info"].add_argument(
+        "--json", action="store_true",
+        help="one JSON object for scripts and monitoring: per queue min/max offsets, count, "
+             "time span and record bytes; per group and queue the committed offset and lag")
     r = sub.add_parser("repair", parents=[trust], help="salvage a damaged store: keep every intact record, "
                                       "quarantine damaged bytes, rebuild ConsumeQueues and "
                                       "IndexFiles (shows the plan, then asks)")
@@ -190,6 +195,11 @@ def cmd_info(a: argparse.Namespace) -> int:
 
     root = os.path.abspath(a.store)
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        if a.json:
+            from .state import store_state
+
+            sys.stdout.write(json.dumps(store_state(s, mounted_on(root)), indent=1) + "\n")
+            return 0
         cfg, rec = s.config, s.recovery
         print(f"store        {root}")
         mnt = mounted_on(root)
@@ -229,7 +239,9 @@ def cmd_info(a: argparse.Namespace) -> int:
         for group, per_topic in sorted(s.groups().items()):
             for topic, queues in sorted(per_topic.items()):
                 done = ", ".join(f"{q}={o}" for q, o in sorted(queues.items()))
-                print(f"  group {group} on {topic}: {done}")
+                lag = sum(max(0, s.max_offset(topic, q) - max(o, s.min_offset(topic, q)))
+                          for q, o in queues.items() if q in s.queue_ids(topic))
+                print(f"  group {group} on {topic}: {done} ({lag} outstanding)")
     return 0
 
 

@@ -45,7 +45,7 @@ def build(store: str, plain: str, n: int) -> None:
     from mqfs.store import Message, MessageStore, StoreConfig
 
     rng = random.Random(7)
-    pool = [body(i, rng) for i in range(4096)]
+    pool = [body(i, rng) for i in range(1, 4097)]  # no needle: those are placed below
     now = [BASE_MS]
     batch = 1000
     step_ms = HOURS * 3_600_000 * batch // n
