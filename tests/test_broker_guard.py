@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 
 import pytest
 
@@ -356,3 +357,32 @@ def test_recovery_and_a_whole_scrub_pass_leave_what_mqfs_does_not_own(tmp_path, 
         assert s.recovery.quarantined == []
     assert _not_ours(file_hashes(root)) == before
     assert not os.path.exists(os.path.join(root, "quarantine"))
+
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+def test_a_read_only_open_of_a_rocksdb_store_follows_the_records_the_broker_adds(tmp_path):
+    """The broker appends while the store is open read-only: the follower's walk of the new
+    records is also their queues' units (no ConsumeQueue file to wait for)."""
+    root, later = str(tmp_path / "store"), str(tmp_path / "later")
+    broker_store(root)
+    shutil.copytree(root, later)
+    with MessageStore(later, StoreConfig(), create=False) as s:  # the same log, grown
+        s.put(Message.create("Orders", b"order 3", queue_id=0, keys=["o3"], tags="created"))
+        s.put(Message.create("Fresh", b"fresh 0", queue_id=3))
+    LAYOUTS["rocksdb"](str(tmp_path / "shape"))  # the RocksDB directories, put in place
+    shutil.rmtree(os.path.join(root, "consumequeue"))
+    shutil.copytree(tmp_path / "shape" / "consumequeue", os.path.join(root, "consumequeue"))
+    name = "0" * 20
+    with open(os.path.join(later, "commitlog", name), "rb") as f:
+        grown = f.read()
+    with MessageStore(root, StoreConfig(read_only=True, live_refresh_ms=3_600_000),
+                      create=False) as s:
+        assert s.max_offset("Orders", 0) == 2 and not s.has_topic("Fresh")
+        with open(os.path.join(root, "commitlog", name), "r+b") as f:
+            f.write(grown)  # what the broker appended
+        s.live.refresh()
+        assert [m.body.tobytes() for m in s.get_range("Orders", 0, 0, 10)] == [
+            b"order 0", b"order 2", b"order 3"]
+        assert [m.body.tobytes() for m in s.get_range("Orders", 0, 0, 10, tags=["created"])][-1] \
+            == b"order 3"
+        assert s.queue_ids("Fresh") == [3] and s.get("Fresh", 3, 0).body.tobytes() == b"fresh 0"

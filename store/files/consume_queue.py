@@ -632,6 +632,23 @@ class RebuiltQueue:
             units[qoff - first] = (commitlog_offset, size, tags)
         return cls(topic, queue_id, first, units)
 
+    def extend(self, found: list[tuple[int, int, int, int]]) -> None:
+        """Add units of records found after it was built (a live follower's, one thread): the
+        units are in place before `max_offset` shows them; room grows by doubling."""
+        top = max(f[0] for f in found) + 1
+        if not self.max_offset > self.min_offset:
+            self.min_offset = self.max_offset = min(f[0] for f in found)
+        need = top - self.min_offset
+        if need > len(self._units):
+            units = np.zeros(max(need, 2 * len(self._units)), dtype=UNIT_DTYPE)
+            units["offset"] = -1
+            units[:len(self._units)] = self._units
+            self._units = units
+        for qoff, commitlog_offset, size, tags in found:
+            if qoff >= self.min_offset:
+                self._units[qoff - self.min_offset] = (commitlog_offset, size, tags)
+        self.max_offset = max(self.max_offset, top)
+
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
         if not self.min_offset <= queue_offset < self.max_offset:
             return None

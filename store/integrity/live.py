@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import StoreError
-from ..files.consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue, last_written
+from ..files.consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue, RebuiltQueue, last_written
 from ..files.dispatcher import has_queue_dir
 from ..files.mapped_file import MappedFile
 from ..files.mapped_file_queue import MappedFileQueue
 from ..format import layout
 from ..format.columns import RecordRun
+from ..meta import features
 from .recovery import scan_end
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class LiveReader:
         self.interval = interval_ms / 1000
         self.read_to = store.commitlog.queue.max_offset  # records below it were checked
         self.pending: dict[tuple[str, int], int] = {}  # queue -> units it must reach
+        # a broker's RocksDB ConsumeQueue is not read: new records are their queues' units
+        self.units_from_log = features.ROCKSDB_CQ in store.features
         self.refreshed_ms = 0
         self.failures = 0
         self._stop = threading.Event()
@@ -86,9 +89,30 @@ class LiveReader:
     def _note(self, run: RecordRun) -> None:
         """New records: remember which queues must grow to which offset."""
         rows = np.flatnonzero(layout.in_queue(run.sys_flag))
+        if self.units_from_log:
+            self._units_of(run, rows.tolist())
+            return
         for i in rows.tolist():
             key = (run.topics[i], int(run.queue_id[i]))
             self.pending[key] = max(self.pending.get(key, 0), int(run.queue_offset[i]) + 1)
+
+    def _units_of(self, run: RecordRun, rows: list[int]) -> None:
+        """Checked new records of a store whose queues are served from the CommitLog: each
+        one's unit added to its queue, as the queues were built at open."""
+        s = self.store
+        codes = s.tags_codes.column(run.topics, run.tags, run.delays, run.store_ts).tolist()
+        grown: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        for i in rows:
+            grown.setdefault((run.topics[i], int(run.queue_id[i])), []).append(
+                (int(run.queue_offset[i]), int(run.commitlog_offset[i]), int(run.size[i]), codes[i]))
+        for key, found in grown.items():
+            cq = s.consume_queues.peek(key)
+            if isinstance(cq, RebuiltQueue):
+                cq.extend(found)
+            else:
+                s.consume_queues[key] = RebuiltQueue.of(key[0], key[1], found)  # type: ignore[assignment]
+                if has_queue_dir(key[0]):
+                    s.topic_table.add_found([key])
 
     def _follow_queues(self) -> None:
         """Show the units the writer added to the queues new records name, up to those whose
