@@ -243,8 +243,9 @@ class Model:
     def offset_text(self, node: Node) -> bytes:
         return self.group_files.offset_text(node)
 
-    def check_group_offset(self, node: Node, offset: int) -> None:
-        self.group_files.check_offset(node, offset)
+    def group_offset_for(self, node: Node, text: str) -> int:
+        """The offset a text written to a group file names (FsError when refused)."""
+        return self.group_files.resolve(node, text)
 
     def commit_group_offset(self, node: Node, offset: int) -> None:
         self.group_files.commit(node, offset)

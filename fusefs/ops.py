@@ -473,7 +473,7 @@ class Operations(pyfuse3.Operations):
             node = model.nodes.get(inode)
             offsets = None
             if writing:
-                offsets = OffsetWriter(lambda offset: model.check_group_offset(node, offset))
+                offsets = OffsetWriter(lambda text: model.group_offset_for(node, text))
             text_handle = OffsetHandle(inode, model.offset_text(node), offsets)
             return FileInfo(fh=self.files.add(text_handle), direct_io=True, keep_cache=False)
         if kind == STAGED:

@@ -242,10 +242,11 @@ def parse_line(line: bytes, topic: str, queue: int, limit: int) -> Message:
 
 
 class OffsetWriter(Writer):
-    """Text written to a group offset file; `check_offset` refuses an offset (FsError)."""
+    """Text written to a group offset file: a decimal offset, `earliest`, `latest` or
+    `@TIME`; `resolve` turns the text into the offset to commit or refuses it (FsError)."""
 
-    def __init__(self, check_offset: Callable[[int], None]) -> None:
-        self.check_offset = check_offset
+    def __init__(self, resolve: Callable[[str], int]) -> None:
+        self.resolve = resolve
         self.buf = bytearray()
         self.dirty = False
 
@@ -253,9 +254,9 @@ class OffsetWriter(Writer):
         """The offset to commit when this write completes a line, else None."""
         self.check()
         end = off + len(data)
-        if end > MAX_OFFSET_TEXT or data.translate(None, b"0123456789 \t\r\n"):
+        if end > MAX_OFFSET_TEXT or not data.isascii():
             self.fail(errno.EINVAL)
-            raise FsError(errno.EINVAL, "write a decimal offset")
+            raise FsError(errno.EINVAL, "write an offset, earliest, latest or @TIME")
         if len(self.buf) < end:
             self.buf.extend(b" " * (end - len(self.buf)))
         self.buf[off:end] = data
@@ -268,12 +269,8 @@ class OffsetWriter(Writer):
         if not self.dirty:
             return None
         text, self.buf, self.dirty = self.buf.decode().strip(), bytearray(), False
-        if not text.isdigit():
-            self.fail(errno.EINVAL)
-            raise FsError(errno.EINVAL, f"write one decimal offset, not {text!r}")
         try:
-            self.check_offset(int(text))
+            return self.resolve(text)
         except FsError as exc:
             self.fail(exc.errno)
             raise
-        return int(text)

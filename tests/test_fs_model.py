@@ -206,9 +206,20 @@ def test_group_offsets(model, store):
     model.commit_group_offset(model.nodes.get(f), 2)
     assert model.offset_text(model.nodes.get(f)) == b"2\n"
     assert model.getattr(f).mtime_ns > before
+    node = model.nodes.get(f)
     with pytest.raises(FsError) as info:
-        model.check_group_offset(model.nodes.get(f), 4)  # queue 1 holds offsets 0..2
+        model.group_offset_for(node, "4")  # queue 1 holds offsets 0..2
     assert info.value.errno == errno.EINVAL and "past the end" in str(info.value)
+    # positions and times, resolved by the store (one write resets the queue)
+    assert model.group_offset_for(node, "3") == 3 == model.group_offset_for(node, "latest")
+    assert model.group_offset_for(node, "earliest") == store.min_offset("orders", 1) == 0
+    assert model.group_offset_for(node, "@0") == 0  # the first stored at or after 1970
+    assert model.group_offset_for(node, "@now") == 3  # nothing stored after now: latest
+    assert model.group_offset_for(node, "@-1000w") == 0
+    for text in ("@soon", "first", "-1", "@"):
+        with pytest.raises(FsError) as info:
+            model.group_offset_for(node, text)
+        assert info.value.errno == errno.EINVAL, text
     assert [n for n, _, _ in model.listing(GROUPS_INO).entries(2)] == [b"g1"]
     assert errno_of(model.lookup, GROUPS_INO, b"bad group") == errno.ENOENT
 
@@ -282,9 +293,10 @@ def test_jsonl_body_b64_and_properties():
 
 
 def test_offset_writer_commits_when_the_line_is_complete():
-    def at_most_20(offset: int) -> None:
-        if offset > 20:
+    def at_most_20(text: str) -> int:
+        if not text.isdigit() or int(text) > 20:
             raise FsError(errno.EINVAL, "past the end")
+        return int(text)
 
     w = OffsetWriter(at_most_20)
     assert w.write(0, b"1") is None  # no newline yet
@@ -293,7 +305,10 @@ def test_offset_writer_commits_when_the_line_is_complete():
     assert w.write(0, b"7") is None
     assert w.take() == 7  # at close, without a newline
     with pytest.raises(FsError) as info:
-        OffsetWriter(at_most_20).write(0, b"abc")
+        OffsetWriter(at_most_20).write(0, b"abc\n")
+    assert info.value.errno == errno.EINVAL
+    with pytest.raises(FsError) as info:
+        OffsetWriter(at_most_20).write(0, "é".encode())  # not even a word
     assert info.value.errno == errno.EINVAL
     bad = OffsetWriter(at_most_20)
     with pytest.raises(FsError) as info:

@@ -20,6 +20,7 @@ from ..inodes import (
     Node,
     text_name,
 )
+from ..timenames import when as time_of
 from ..topicnames import topic_entry
 from .base import File, Kind
 
@@ -118,6 +119,27 @@ class GroupQueue(File):
         if offset > hi:
             raise FsError(errno.EINVAL, f"offset {offset} is past the end of "
                                         f"{node.topic}/{node.queue} (max {hi})")
+
+    def resolve(self, node: Node, text: str) -> int:
+        """The offset a written text names: a decimal offset (EINVAL past the end),
+        `earliest` (the queue's first), `latest` (one past its last: only new messages) or
+        `@TIME` (the first message stored at or after TIME, any form at/ takes: `@-1h`,
+        `@today`, `@2026-11-22T10:00Z`; `latest` when none is yet)."""
+        store, topic, q = self.fs.store, node.topic, node.queue
+        if text.isdigit():
+            self.check_offset(node, int(text))
+            return int(text)
+        if text == "earliest":
+            return store.min_offset(topic, q)
+        if text == "latest":
+            return store.max_offset(topic, q)
+        if text.startswith("@"):
+            try:
+                when = time_of(text[1:])
+            except ValueError as exc:
+                raise FsError(errno.EINVAL, str(exc)) from None
+            return min(store.offset_by_time(topic, q, when), store.max_offset(topic, q))
+        raise FsError(errno.EINVAL, f"write an offset, earliest, latest or @TIME, not {text!r}")
 
     def commit(self, node: Node, offset: int) -> None:
         self.fs.store.commit_offset(node.group, node.topic, node.queue, offset)
