@@ -3,7 +3,7 @@
     mqfs pipeline export STORE OUT [--topic T] [--queue Q] [--start TIME] [--end TIME]
     mqfs pipeline stats STORE OUT_DIR [--top N] [--bucket SECONDS]
     mqfs pipeline audit STORE            (exit 1 when any entry disagrees with the CommitLog)
-    mqfs pipeline rebuild STORE OUT [--copy]
+    mqfs pipeline rebuild STORE OUT
 
 Local Spark by default (--master local[*]). On a cluster, submit this file; executors need
 Spark 4, pyarrow and mqfs installed (or --py-files), and the store on storage they all read:
@@ -61,7 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("rebuild", help="regenerate ConsumeQueues and IndexFiles into a new store")
     sp.add_argument("store")
     sp.add_argument("out")
-    sp.add_argument("--copy", action="store_true", help="copy CommitLog files instead of hard links")
     return p
 
 
@@ -162,7 +161,7 @@ def main(argv: list[str]) -> int:
                 return 1 if r["problems"] else 0
             elif args.job == "rebuild":
                 from mqfs.pipeline.jobs import rebuild
-                r = rebuild.run(spark, args.store, args.out, args.copy)
+                r = rebuild.run(spark, args.store, args.out)
                 print(f"rebuilt {r['queues']} queues ({r['cq_units']} units) and "
                       f"{r['index_keys']} index entries into {r['out']}")
         return 0

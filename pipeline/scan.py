@@ -40,7 +40,7 @@ from mqfs.store.format.layout import (
     walk,
 )
 from mqfs.store.format.message import FILLER_TOPIC, PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
-from mqfs.store.integrity.salvage import next_record_in
+from mqfs.store.integrity.salvage import resync_in
 
 from .schema import ARROW_SCHEMA, arrow_schema
 
@@ -130,9 +130,9 @@ def checked_runs(buf, file_from: int, start: int, end: int, checks: Checks,
     """The records starting in [start, end) of one mapped CommitLog file, as runs that check
     out: the store's walker (`layout.walk` with the store's flavor: exactly the records
     `codec.decode` accepts). Each damaged range between runs goes to `checks` once, and the
-    walk goes on at the next record that checks out (`salvage.next_record_in`), as verify
-    does; a run holds at most max_records records and, unless one record is larger,
-    max_bytes bytes."""
+    walk goes on where the store's resync puts the next record (`salvage.resync_in`, as
+    verify, repair and the scrub: never inside a damaged record's intact span); a run holds
+    at most max_records records and, unless one record is larger, max_bytes bytes."""
     u8 = np.frombuffer(buf, np.uint8)
     flavor = checks.flavor if checks.checksums else None
     pos = start
@@ -150,7 +150,7 @@ def checked_runs(buf, file_from: int, start: int, end: int, checks: Checks,
         if w.why == "blank" or pos >= end:
             return
         checks.reject(file_from + pos, file_from, _WHY.get(w.why, "broken record header"))
-        found = next_record_in(buf, file_from, pos + 1, end, checks.flavor)
+        found = resync_in(buf, file_from, pos, end, checks.flavor)
         if found is None:
             return
         pos = found

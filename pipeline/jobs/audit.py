@@ -67,6 +67,7 @@ class Finding:
     problems: list[str] = field(default_factory=list)
     count: int = 0
     unreadable: int = 0  # units/entries pointing at damaged records (reported by the CommitLog task)
+    lost: int = 0  # units pointing at a filler record: messages repair lost, offsets kept taken
     present: list[tuple[int, int]] = field(default_factory=list)  # runs [a, b) of queue offsets
     last_offset: int = -1  # the largest CommitLog offset an IndexFile entry points at
 
@@ -117,8 +118,11 @@ class Records:
             if ok.any():
                 before = len(self.checks.skipped)
                 batch = b.batch(pos[ok], columns=ROW_COLUMNS)
-                f.unreadable += len(self.checks.skipped) - before
-                for r in batch.to_pylist() if batch is not None else []:
+                damaged = len(self.checks.skipped) - before
+                f.unreadable += damaged
+                found = batch.to_pylist() if batch is not None else []
+                f.lost += int(ok.sum()) - damaged - len(found)  # fillers are no rows (as verify)
+                for r in found:
                     out[r["commitlog_offset"]] = r
         return out
 
@@ -269,7 +273,10 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
     those before its last unit, for the IndexFiles those up to the last entry they count."""
     f = Finding("totals")
     # checksums=always: a damaged record is no row even of a query that reads no body
-    df = (spark.read.format("mqfs").options(damagedRecords="skip", records="all", checksums="always")
+    # failOnDataLoss=false: a missing CommitLog file is one problem (`_commitlog_gaps`), not a
+    # failed audit
+    df = (spark.read.format("mqfs").options(damagedRecords="skip", records="all", checksums="always",
+                                            failOnDataLoss="false")
           .load(layout.root))
     # in_queue and .indexed, as Spark column expressions
     ttype = F.col("sys_flag").bitwiseAND(TRANSACTION_MASK)
@@ -278,7 +285,7 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
         .agg(F.count("*").alias("n"), F.max("queue_offset").alias("top")).collect())}
     queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
                       if f_.what.startswith("consumequeue")}
-    units = {name: f_.checked - f_.unreadable for name, f_ in queue_findings.items()}
+    units = {name: f_.checked - f_.unreadable - f_.lost for name, f_ in queue_findings.items()}
     for (t, q), (n, top) in sorted(per_queue.items()):
         if not has_queue_dir(t):  # no directory name holds the topic: served by key only (verify notes it)
             continue

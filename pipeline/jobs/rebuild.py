@@ -19,10 +19,10 @@ from mqfs.store.offline.rebuild import IndexWriter, copy_store, finish, write_qu
 from mqfs.store.offline.views import commitlog_files, store_layout
 
 
-def run(spark: SparkSession, store: str, out: str, copy: bool = False) -> dict:
+def run(spark: SparkSession, store: str, out: str) -> dict:
     layout = store_layout(store)
     out = os.path.abspath(out)
-    copy_store(layout, out, copy)
+    copy_store(layout, out)
     df = spark.read.format("mqfs").option("records", "all").load(out)  # prepared ones are indexed
     # layout.in_queue as a Spark column expression
     queued = (df.filter(F.col("sys_flag").bitwiseAND(TRANSACTION_MASK).isin(*IN_QUEUE_TYPES))

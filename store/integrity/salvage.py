@@ -2,14 +2,18 @@
 (structure, checksums, position field), and every range of bytes between them that does not.
 
 `verify` reports each damaged range once (not once per message behind it); `repair` keeps every
-record the walk found and replaces only the damaged ranges. After damage the walk finds the
-next record by its magic code, and takes it only if it decodes, its checksums hold and its
-PHYSICALOFFSET names the very position it was found at: random bytes cannot pass that.
+record the walk found and replaces only the damaged ranges. After damage the walk goes on
+where the chain puts the next record (`resync`: the damaged record's own TOTALSIZE, or the end
+its parts' lengths give; never inside its span when those agree, so a well-formed record
+planted in a body stays a body), else at the next record found by its magic code that
+decodes, whose checksums hold and whose PHYSICALOFFSET names the very position it was found
+at: random bytes cannot pass that. docs/format.md ("Resync after damage") is the rule.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -80,6 +84,64 @@ def next_record_in(buf, base: int, lo: int, hi: int, flavor: Flavor,
     return None
 
 
+def chain_ends(buf, pos: int, hi: int) -> tuple[int | None, int | None]:
+    """Where the damaged record at pos puts the next record, as the chain of records does:
+    by its TOTALSIZE, and by the lengths of its parts (BODYLEN, TOPICLEN, PROPERTIESLEN);
+    each None when it does not fall in (pos, hi] or the record magic is gone. One flipped
+    bit spoils at most one of the two."""
+    if hi - pos < 8:
+        return None, None
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic not in layout.RECORD_MAGICS:
+        return None, None
+    by_size = pos + total if layout.MIN_RECORD_SIZE <= total <= hi - pos else None
+    by_parts = None
+    if hi - pos >= layout.MIN_RECORD_SIZE:
+        sys_flag = struct.unpack_from(">i", buf, pos + layout.SYSFLAG_POS)[0]
+        at = pos + layout.body_len_pos(layout.born_host_len(sys_flag), layout.store_host_len(sys_flag))
+        body_len = struct.unpack_from(">i", buf, at)[0] if at + 4 <= hi else -1
+        width = layout.topic_len_width(magic)
+        at += 4 + body_len
+        if body_len >= 0 and at + width <= hi:
+            topic_len = int.from_bytes(buf[at:at + width], "big")
+            at += width + topic_len
+            if topic_len > 0 and at + 2 <= hi:
+                end = at + 2 + struct.unpack_from(">h", buf, at)[0]
+                by_parts = end if at + 2 <= end <= hi else None
+    return by_size, by_parts
+
+
+def resync_in(buf, base: int, pos: int, hi: int, flavor: Flavor,
+              regions: Callable[[int, int], list[tuple[int, int]]] | None = None) -> int | None:
+    """Where a walk goes on after the record at pos did not check out: the position in
+    [pos + 1, hi) of the next record it accepts, or None. A record is accepted only where
+    the chain puts it: first at the end the damaged record's own TOTALSIZE or its parts'
+    lengths give (a record that checks out there, or a BLANK that fills the file); when
+    both agree its span is intact and nothing inside it is taken (a record planted in a
+    body stays a body); otherwise, past that span, the first record that checks out
+    (`next_record_in`: decodes, checksums hold, PHYSICALOFFSET names its position).
+    `regions(lo, hi)`: the parts of the file holding data (a preallocated tail unread)."""
+    by_size, by_parts = chain_ends(buf, pos, hi)
+    for at in dict.fromkeys(a for a in (by_size, by_parts) if a is not None and a < hi):
+        if _decode_at(buf, at, base, flavor) is not None or _blank_to_end(buf, at):
+            return at
+    lo = by_size if by_size is not None and by_size == by_parts else pos + 1
+    if lo >= hi:
+        return None
+    return next_record_in(buf, base, lo, hi, flavor,
+                          regions(lo + MAGIC_POS, hi + MAGIC_POS) if regions is not None else None)
+
+
+def resync(mf: MappedFile, pos: int, hi: int, flavor: Flavor) -> int | None:
+    """`resync_in` over one CommitLog file (positions in the file)."""
+    return resync_in(mf.buffer(), mf.file_from_offset, pos, hi, flavor, mf.data_regions)
+
+
+def _blank_to_end(buf, at: int) -> bool:
+    """A BLANK at `at` that fills the file: where the chain of a file ends."""
+    return len(buf) - at >= 8 and struct.unpack_from(">ii", buf, at) == (len(buf) - at, MAGIC_BLANK)
+
+
 def data_end(mf: MappedFile, lo: int) -> int:
     """One past the last non-zero byte of the file at or after lo (lo when there is none).
     Only the data regions are read (`MappedFile.data_regions`), from the end a chunk at a
@@ -141,7 +203,7 @@ def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int 
                              "records were", name, True, store_ts)
             return
         why = _why(view, pos, base, flavor)
-        nxt = next_record(mf, pos + 1, size, flavor)
+        nxt = resync(mf, pos, size, flavor)
         if nxt is None:
             end = size if not last else max(data_end(mf, pos), pos + 1)
             yield Damage(base + pos, base + end, why, name, True, store_ts)

@@ -251,7 +251,7 @@ class Scrub:
                 if msg is not None:
                     at += msg.total_size
                     continue
-                found = salvage.next_record(mf, at + 1, limit, store.flavor)
+                found = salvage.resync(mf, at, limit, store.flavor)
                 self._found(f"damaged record at CommitLog offset {base + at} (file "
                             f"{offset_to_name(base)}): {reason or 'zeros inside flushed data'}; "
                             f"reads of it fail: run `mqfs verify {store.root}` and `mqfs repair`")

@@ -6,7 +6,7 @@ checkpoint, dispatch state), so the first open of the rebuilt store keeps them a
 instead of deciding they went missing and re-indexing. Steps, in order:
 
 1. `copy_store(layout, out)`: CommitLog files, mqfs.json and config/ (without the old dispatch
-   state, which describes the old files).
+   state, which describes the old files), private copies.
 2. `write_queue(...)` once per queue and one `IndexWriter` fed in CommitLog order (its entries
    chain through one sequence of files); these may run in other processes.
 3. `finish(layout, out, queues, last_store_ts)`.
@@ -19,42 +19,54 @@ import os
 import shutil
 from collections.abc import Iterable
 
+import numpy as np
+
 from ..config import StoreConfig, parse_delay_levels
+from ..errors import CodecError
+from ..files import safefs
 from ..files.checkpoint import Checkpoint
 from ..files.consume_queue import ConsumeQueue
 from ..files.dispatcher import TagsCodes
 from ..files.index_file import IndexFile
 from ..files.index_service import IndexService
-from ..format.codec import decode
+from ..format.codec import decode, is_filler
 from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC, keys_to_index
+from ..integrity import log_ends
 from ..meta import dispatch_state
 from ..meta.manifest import MANIFEST
 from ..meta.metadata import TopicTable
-from .views import StoreLayout, commitlog_files, index_files, map_readonly
+from .views import QueueReader, StoreLayout, commitlog_files, index_files, map_readonly
 
 
-def copy_store(layout: StoreLayout, out: str, copy: bool = False) -> None:
-    """Hard-link the CommitLog files (copy the last, still growing one, or all with `copy`,
-    e.g. across filesystems) and copy mqfs.json and config/ into an empty `out`."""
+def copy_store(layout: StoreLayout, out: str) -> None:
+    """Copy the CommitLog files, mqfs.json and config/ into an empty `out` (copies, not hard
+    links: a store's files have one name, and a link would share the source's mode).
+    Everything written is private (0700 directories, 0600 files), as a store mqfs makes:
+    bodies are never readable by others."""
     if os.path.exists(out) and os.listdir(out):
         raise FileExistsError(f"{out} exists and is not empty; rebuild writes a fresh directory")
-    os.makedirs(os.path.join(out, "commitlog"), exist_ok=True)
-    files = commitlog_files(layout.root)
-    for i, (_, path) in enumerate(files):
-        target = os.path.join(out, "commitlog", os.path.basename(path))
-        if copy or i == len(files) - 1:
-            shutil.copyfile(path, target)
-        else:
-            try:
-                os.link(path, target)
-            except OSError:
-                shutil.copyfile(path, target)
+    os.makedirs(out, mode=safefs.DIR_MODE, exist_ok=True)
+    os.chmod(out, safefs.DIR_MODE)
+    os.makedirs(os.path.join(out, "commitlog"), mode=safefs.DIR_MODE, exist_ok=True)
+    for _, path in commitlog_files(layout.root):
+        _private_copy(path, os.path.join(out, "commitlog", os.path.basename(path)))
     if os.path.exists(os.path.join(layout.root, MANIFEST)):
-        shutil.copyfile(os.path.join(layout.root, MANIFEST), os.path.join(out, MANIFEST))
+        _private_copy(os.path.join(layout.root, MANIFEST), os.path.join(out, MANIFEST))
     if os.path.isdir(os.path.join(layout.root, "config")):
         shutil.copytree(os.path.join(layout.root, "config"), os.path.join(out, "config"),
                         ignore=shutil.ignore_patterns(f"{dispatch_state.NAME}*", "queueCuts.json*",
-                                                      "queueEnds.log*"))
+                                                      "queueEnds.log*", f"{log_ends.NAME}*"),
+                        copy_function=_private_copy)
+        for dirpath, _, _ in os.walk(os.path.join(out, "config")):
+            os.chmod(dirpath, safefs.DIR_MODE)
+
+
+def _private_copy(src: str, dst: str) -> str:
+    """Copy a file's bytes into a new file of mode 0600 (never the source's mode)."""
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, safefs.FILE_MODE)
+    with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    return dst
 
 
 def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
@@ -66,6 +78,7 @@ def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
     for its DELAY level and store time."""
     rule = TagsCodes(layout.checked_flavor, parse_delay_levels(message_delay_level))
     delayed = _DelayedRecords(layout) if topic == SCHEDULE_TOPIC else None
+    lost = _LostUnits(layout, topic, queue_id)
     cq = ConsumeQueue(out, topic, queue_id, layout.consume_queue_units)
     n = 0
     try:
@@ -75,14 +88,51 @@ def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
                 code = rule.of(topic, props, store_ts)
             else:
                 code = rule.of(topic, {PROPERTY_TAGS: tags} if tags else {}, 0)
+            if n:  # offsets of messages repair lost keep their filler units
+                n += lost.fill(cq, queue_offset)
             cq.put(commitlog_offset, size, code, queue_offset)
             n += 1
+        n += lost.fill(cq, None)  # and a queue's newest ones (its kept end)
         cq.flush()
     finally:
         cq.close()
+        lost.close()
         if delayed is not None:
             delayed.close()
     return n
+
+
+class _LostUnits:
+    """The units of a repaired store's queue for messages repair lost: they point at a filler
+    record and hold their queue offsets taken, so a rebuild writes them again (and fails,
+    rather than leave a gap the first open would fill with other messages' offsets, when the
+    source queue has none there)."""
+
+    def __init__(self, layout: StoreLayout, topic: str, queue_id: int):
+        self.reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+        self.mapped: dict[int, np.ndarray] = {}
+        self.records = _DelayedRecords(layout)
+        self.topic, self.queue_id = topic, queue_id
+
+    def fill(self, cq: ConsumeQueue, upto: int | None) -> int:
+        """Filler units from the queue's end up to `upto` (None: as far as the source queue
+        has them); how many."""
+        n = 0
+        while upto is None or cq.max_offset < upto:
+            unit = self.reader.unit_at(cq.max_offset, self.mapped)
+            if unit is None or not self.records.is_filler(int(unit["offset"])):
+                if upto is None:
+                    return n
+                raise ValueError(f"queue {self.topic}/{self.queue_id}: no record carries queue "
+                                 f"offset {cq.max_offset} and the store's queue has no filler "
+                                 "unit there: run `mqfs verify` on the store")
+            cq.keep_taken(cq.max_offset + 1, (int(unit["offset"]), int(unit["size"])))
+            n += 1
+        return n
+
+    def close(self) -> None:
+        self.records.close()
+        self.mapped.clear()
 
 
 class _DelayedRecords:
@@ -99,6 +149,19 @@ class _DelayedRecords:
             self.maps[start] = map_readonly(self.files[start])
         msg = decode(self.maps[start], commitlog_offset - start)
         return msg.properties, msg.store_timestamp
+
+    def is_filler(self, commitlog_offset: int) -> bool:
+        """Whether a filler record (repair's, for lost bytes) starts at the offset."""
+        start = commitlog_offset - commitlog_offset % self.size
+        if start not in self.files:
+            return False
+        if start not in self.maps:
+            self.maps[start] = map_readonly(self.files[start])
+        try:
+            msg = decode(self.maps[start], commitlog_offset - start)
+        except CodecError:
+            return False
+        return is_filler(msg.topic, msg.sys_flag)
 
     def close(self) -> None:
         for m in self.maps.values():
