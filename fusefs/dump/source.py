@@ -13,7 +13,7 @@ import numpy as np
 from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.format.layout import Records, fields, walk
 from mqfs.store.format.message import SCHEDULE_TOPIC
-from mqfs.store.integrity.salvage import next_record_in
+from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.views import (
     QueueReader,
     StoreLayout,
@@ -110,7 +110,7 @@ class CommitLog:
                 zeros = buf[pos:pos + 8] == bytes(8)
                 if zeros and i == len(self.files) - 1:
                     break
-                found = next_record_in(buf, base, pos + 1, end, self.flavor)
+                found = resync_in(buf, base, pos, end, self.flavor)  # the store's rule (docs/format.md)
                 if zeros and found is None:  # a file its writer left for the next one
                     break  # before writing its BLANK (a live store), or never marked
                 if base + pos > vouched:  # a record a live writer is still copying,
