@@ -146,6 +146,9 @@ def cmd_init(a: argparse.Namespace) -> int:
 
     if is_store(a.store):
         raise ValueError(f"{a.store} already holds a store")
+    if os.path.isdir(a.store) and os.listdir(a.store):  # a mistyped path, someone's files
+        raise ValueError(f"{a.store} is not empty; mqfs init makes a store in a new or empty "
+                         f"directory")
     cfg = StoreConfig(flavor=a.flavor)
     sizes = XXHASH_SIZES if a.flavor == "xxhash" else {}
     for name in ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries"):

@@ -85,6 +85,16 @@ def is_broker_refused(store_root: str) -> bool:
         return False
 
 
+def journal_stderr() -> bool:
+    """stderr is systemd's journal: the unit (a service, or the mount unit whose mount(8)
+    started this) says so in JOURNAL_STREAM, the device and inode of that stream."""
+    try:
+        st = os.fstat(2)
+    except OSError:
+        return False
+    return os.environ.get("JOURNAL_STREAM") == f"{st.st_dev}:{st.st_ino}"
+
+
 def setup_logging(target: str | None, foreground: bool, store_root: str,
                   read_only: bool = False, debug: bool = False) -> None:
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
@@ -129,6 +139,12 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
         handler.setFormatter(logging.Formatter(
             "%(asctime)s mqfs[%(process)d] %(levelname)s %(name)s: %(message)s"))
     root.handlers[:] = [handler]
+    if not foreground and target != "stderr" and journal_stderr():
+        # a background mount under systemd: its log also goes where `journalctl -u` looks
+        # (the journal stamps time and pid itself); ready() keeps stderr open for it
+        journal = logging.StreamHandler(sys.stderr)
+        journal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(journal)
 
 
 def raise_open_file_limit() -> None:
@@ -298,14 +314,19 @@ def run_daemon(store_root: str, mountpoint: str, opts: MountOptions, *,
             os.write(w, b"ok\n")
             os.close(w)
             devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
+            for fd in (0, 1) if journal_stderr() else (0, 1, 2):
                 os.dup2(devnull, fd)
             os.close(devnull)
             log.info("mounted %s on %s", store_root, mountpoint)
 
         code = serve(store_root, mountpoint, opts, ready)
     except BaseException as exc:  # noqa: BLE001 - report anything to the waiting parent
-        log.exception("mount failed")
+        from mqfs.store import StoreError
+
+        if isinstance(exc, (StoreError, OSError, ValueError)):  # a refusal: one line says it
+            log.warning("mount refused: %s", exc)
+        else:
+            log.exception("mount failed")
         try:
             os.write(w, f"{exc}\n".encode())
         except OSError:

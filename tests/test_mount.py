@@ -429,3 +429,44 @@ def test_mounting_a_path_with_no_store_refuses_until_init(tmp_path, mnt):
     assert os.path.exists(f"{root}/mqfs.json")
     with MessageStore(root) as s:
         assert bytes(s.get("t", 0, 0).body) == b"hi\n"
+
+
+def test_a_background_mount_under_systemd_logs_to_the_journal_too(store, mnt, tmp_path):
+    """systemd names the journal's stream in JOURNAL_STREAM (device:inode of stderr): a
+    background mount keeps logging there, as well as in the store's log, and a refusal is
+    one WARNING line, no traceback. The journal here is a file standing for that stream."""
+    journal = tmp_path / "journal"
+    with open(journal, "a") as err:  # appended to by each process, as a stream would be
+        st = os.fstat(err.fileno())
+        env = {**os.environ, "JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+        proc = subprocess.run([*MQFS, "mount", store, mnt], stderr=err, env=env, timeout=LIMIT)
+    assert proc.returncode == 0
+    pid = daemon_pid(mnt)
+    try:
+        assert sh("rm topics/orders/0/0", cwd=mnt, check=False).returncode != 0  # a refusal, INFO
+        other = tmp_path / "other"
+        other.mkdir()
+        with open(journal, "a") as err:
+            again = subprocess.run([*MQFS, "mount", store, str(other)], stderr=err, env=env, timeout=LIMIT)
+        assert again.returncode != 0
+    finally:
+        mqfs("umount", mnt)
+    wait_gone(pid)
+    text = journal.read_text()
+    assert f"INFO mqfs: mounted {store} on {mnt}" in text, text
+    assert "INFO mqfs: unlink /topics/orders/0/0: EPERM" in text, text
+    assert re.search(r"WARNING mqfs: mount refused: .*in use", text), text
+    assert "Traceback" not in text
+    assert "mounted" in (tmp_path / "store" / "logs" / "mqfs.log").read_text()
+
+
+def test_init_refuses_a_directory_that_is_not_empty(tmp_path):
+    target = tmp_path / "photos"
+    target.mkdir()
+    (target / "holiday.jpg").write_bytes(b"\xff\xd8")
+    proc = mqfs("init", str(target), check=False)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "is not empty" in proc.stderr
+    assert os.listdir(target) == ["holiday.jpg"]
+    mqfs("init", str(tmp_path / "new"))  # a new directory, or an empty one, is fine
+    (tmp_path / "empty").mkdir()
+    mqfs("init", str(tmp_path / "empty"))
