@@ -22,6 +22,7 @@ from tests.crash_corruption import _Case, _mutate, _queue_ends, _serves, _Skip
 from tests.crash_ext4 import MOUNT_OPTIONS
 from tests.crash_oracle import crash_config, expected_message
 from tests.crash_tiers import REPO, CaseResult, run_killed
+from tests.store_helpers import store_state
 from tests.waits import LIMIT
 
 T6_KINDS = ("files-swap", "zero-page", "missing-middle", "missing-oldest", "manifest-flavor",
@@ -30,7 +31,7 @@ KILL_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move",
               "recovery.dispatch", "cq.write", "index.write", "flush.before", "flush.after",
               "checkpoint.before", "checkpoint.after", "abort.create", "abort.delete")
 ENOSPC_SITES = ("repair.journal", "repair.rename", "repair.filler", "repair.move")
-MODES = ("kill", "enospc", "stale", "power-during", "power-after", "full-disk")
+MODES = ("kill", "enospc", "stale", "power-during", "power-after", "full-disk", "restore")
 ON_IMAGE = ("power-during", "power-after", "full-disk")  # modes that need the ext4 image
 _RUN = ("import sys\nfrom mqfs.store.repair import apply_repair, plan_repair\n"
         "print('ready', flush=True)\napply_repair(plan_repair(sys.argv[1]))\n")
@@ -97,6 +98,8 @@ def _interrupt(c: _Case, rng: random.Random, mode: str, image, problems: list[st
         return f"site={site}", hit
     if mode == "stale":
         return "concurrent write between plan and apply", _stale(c, rng, problems)
+    if mode == "restore":
+        return _restored(c, rng, problems)
     if mode == "full-disk":
         return _full_disk(c, rng, image, problems)
     if mode == "power-during":
@@ -162,6 +165,45 @@ def _stale(c: _Case, rng: random.Random, problems: list[str]) -> bool:
         return True
     problems.append("a repair applied a plan made before the store changed")
     return True
+
+
+def _restored(c: _Case, rng: random.Random, problems: list[str]) -> tuple[str, bool]:
+    """Back up the damaged store, kill its repair at a site, restore the backup over the
+    directory (`cp -a`: what only the directory holds, the journal and *.repair files,
+    stays). The next read-write open either finishes the journal (it still describes the
+    files) or refuses in one line changing nothing; then, as the line says, the journal
+    and *.repair files go and the store is repaired as found."""
+    backup = c.root + ".backup"
+    shutil.copytree(c.root, backup, ignore=shutil.ignore_patterns("lock", "mqfs.lock"))
+    site = f"{rng.choice(KILL_SITES)}:{rng.choice((1, 1, 2, 3, 5))}"
+    try:
+        out = run_repair(c.root, site)
+        if out.returncode not in (0, 137):
+            problems.append(f"killed repair failed otherwise: {out.stderr.strip()[-300:]}")
+        for dirpath, _, names in os.walk(backup):
+            rel = os.path.relpath(dirpath, backup)
+            os.makedirs(os.path.join(c.root, rel), exist_ok=True)
+            for n in names:
+                shutil.copy2(os.path.join(dirpath, n), os.path.join(c.root, rel, n))
+    finally:
+        shutil.rmtree(backup, ignore_errors=True)
+    before = store_state(c.root)
+    try:
+        MessageStore(c.root, crash_config(), create=False).open().close()
+        return f"site={site} restored, finished", out.returncode == 137
+    except StoreError as exc:
+        line = str(exc)
+        if store_state(c.root) != before:
+            problems.append(f"a refused open of the restored store changed it: {line}")
+        if "does not belong" not in line:
+            return f"site={site} restored, refused: {line[:80]}", out.returncode == 137
+        if "\n" in line or "nothing was changed" not in line:
+            problems.append(f"the refusal is not one line saying nothing changed: {line}")
+    os.unlink(os.path.join(c.root, "repair-journal.json"))
+    for name in os.listdir(os.path.join(c.root, "commitlog")):
+        if name.endswith(".repair"):
+            os.unlink(os.path.join(c.root, "commitlog", name))
+    return f"site={site} restored, journal refused", out.returncode == 137
 
 
 def _converge(c: _Case, problems: list[str]) -> None:

@@ -21,7 +21,7 @@ def image(tmp_path_factory):
         yield img
 
 
-@pytest.mark.parametrize("mode", ("kill", "enospc", "stale"))
+@pytest.mark.parametrize("mode", ("kill", "enospc", "stale", "restore"))
 @pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
 def test_interrupted_repair_converges_and_keeps_every_message(tmp_path, seed, mode):
     result = t6_case(str(tmp_path), seed, mode)

@@ -241,28 +241,30 @@ def check(root: str, journal: Journal) -> None:
     act on other bytes than those it was written for."""
     directory = os.path.join(root, "commitlog")
     at = STEPS.index(journal.step)
-    if at <= STEPS.index("rename-in"):
-        for name, target in journal.renames:
-            expected = journal.files.get(name)
-            moved = os.path.join(directory, name + ".repair")
-            if at <= STEPS.index("rename-out") and not os.path.lexists(moved):
-                where = os.path.join(directory, name)  # not moved out yet
-            elif os.path.lexists(moved):
-                where = moved
-                # after the first pass every name it renames is free, so a target is too
-                if at == STEPS.index("rename-in") and \
-                        os.path.lexists(os.path.join(directory, target)):
-                    raise _foreign(root, f"{target} is there already, where {name} is to go")
-            else:
-                where = os.path.join(directory, target)  # this rename is done
-            if expected is not None and _fingerprint_at(where, 0, _HEAD) != expected:
-                raise _foreign(root, f"{os.path.basename(where)} is not the file it renames "
-                               f"as {target}")
-    if at > STEPS.index("fillers") or not journal.ranges:
+    for name, target in journal.renames:  # every rename: not begun, half-way or done
+        expected = journal.files.get(name)
+        moved = os.path.join(directory, name + ".repair")
+        if at <= STEPS.index("rename-out") and not os.path.lexists(moved):
+            where = os.path.join(directory, name)  # not moved out yet
+        elif os.path.lexists(moved) and at <= STEPS.index("rename-in"):
+            where = moved
+            # a name moved out stays free in the first pass; after it every name it renames
+            # is free, so a target is too
+            if at <= STEPS.index("rename-out") and os.path.lexists(os.path.join(directory, name)):
+                raise _foreign(root, f"{name} is there again, though it was moved to {name}.repair")
+            if at == STEPS.index("rename-in") and \
+                    os.path.lexists(os.path.join(directory, target)):
+                raise _foreign(root, f"{target} is there already, where {name} is to go")
+        else:
+            where = os.path.join(directory, target)  # this rename is done
+        if expected is not None and _fingerprint_at(where, 0, _HEAD) != expected:
+            raise _foreign(root, f"{os.path.basename(where)} is not the file it renames "
+                           f"as {target}")
+    if not journal.ranges:
         return
     cfg = inspect(root).config
     size = cfg.commitlog_file_size
-    for d in journal.damages:
+    for d in journal.damages:  # every fill: not made yet (the damaged bytes) or made
         expected = journal.ranges.get(d.start)
         if expected is None:
             continue
@@ -271,7 +273,8 @@ def check(root: str, journal: Journal) -> None:
         if not os.path.lexists(where):
             raise _foreign(root, f"{os.path.basename(where)}, which holds the damaged bytes "
                            f"at {d.start}, is missing")
-        if _fingerprint_at(where, lo, lo + d.end - d.start) == expected:
+        if at <= STEPS.index("fillers") and \
+                _fingerprint_at(where, lo, lo + d.end - d.start) == expected:
             continue
         hi, filler = filler_bytes(cfg, d, lo)
         fd = safefs.open_file(where)
@@ -280,8 +283,9 @@ def check(root: str, journal: Journal) -> None:
         finally:
             os.close(fd)
         if not done:
-            raise _foreign(root, f"the bytes at {d.start}..{d.end} are neither the damaged "
-                           "ones it replaces nor its filler record")
+            raise _foreign(root, f"the bytes at {d.start}..{d.end} are not "
+                           + ("the damaged ones it replaces nor " if at <= STEPS.index("fillers")
+                              else "") + "its filler record")
 
 
 def finish_files(root: str) -> dict[tuple[str, int], int]:
