@@ -143,7 +143,7 @@ class MessageStore(StoreReads):
             else:
                 self._load_and_recover(last_exit_ok)
         except BaseException:
-            self._release_files()
+            self._release_files(as_found=True)  # a refused open writes nothing
             if last_exit_ok and os.path.lexists(self.abort_path):
                 safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
@@ -419,7 +419,7 @@ class MessageStore(StoreReads):
             self._log_ends.stop()
         self.flush_services.stop()
         if self._replaced():  # nothing more by path: it would land in the other directory
-            self._release_files()
+            self._release_files(as_found=True)
             self._lock_file.release()
             return
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
@@ -435,11 +435,14 @@ class MessageStore(StoreReads):
         self._release_files()
         self._lock_file.release()
 
-    def _release_files(self) -> None:
-        for part in ("commitlog", "index"):
-            obj = getattr(self, part, None)
-            if obj is not None:
-                obj.close()
+    def _release_files(self, as_found: bool = False) -> None:
+        """Unmap and close everything; `as_found` writes nothing (IndexService.close)."""
+        commitlog = getattr(self, "commitlog", None)
+        if commitlog is not None:
+            commitlog.close()
+        index = getattr(self, "index", None)
+        if index is not None:
+            index.close(as_found)
         queues = getattr(self, "consume_queues", None)
         if queues is not None:
             queues.close()

@@ -10,12 +10,12 @@ import struct
 
 import pytest
 
-from mqfs.store import Message, MessageStore
+from mqfs.store import Message, MessageStore, StoreError
 from mqfs.store.files.checkpoint import Checkpoint
 from mqfs.store.files.index_file import ENTRY_SIZE, HEADER_SIZE
 from mqfs.store.files.index_service import IndexService
 from mqfs.store.format.flavor import XXHASH
-from tests.store_helpers import files_in, small_config
+from tests.store_helpers import files_in, small_config, store_state
 
 NEVER = 3_600_000
 SLOTS, ENTRIES = 64, 2000
@@ -143,3 +143,26 @@ def test_checkpoints_sync_the_newest_indexfile_at_most_every_thorough_interval(t
         assert s.checkpoint.index_count == 11
         s.flush()
         assert s.checkpoint.index_count == 21
+
+
+def test_a_refused_open_leaves_an_index_header_it_made_the_summary_of_in_memory(tmp_path):
+    """Issue 33, item 3: the header of an IndexFile whose entries outgrew it (a writer killed
+    before writing it) is made their summary in memory at load; an open that then refuses
+    (damage inside flushed CommitLog data) wrote that header back at close, 21 bytes, and
+    said nothing was changed."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, _config()) as s:
+        for i in range(50):
+            s.put(Message.create("T", b"m%d" % i * 2000, keys=[f"k{i}"]))
+    index = os.path.join(root, "index", files_in(root, "index")[0])
+    with open(index, "r+b") as f:  # the header a killed writer left: 10 entries, not 51
+        f.seek(HEADER_SIZE - 4)
+        f.write(struct.pack(">i", 10))
+    a, b = (os.path.join(root, "commitlog", n) for n in files_in(root, "commitlog")[1:3])
+    os.rename(a, a + ".x")  # and two CommitLog files swapped: the open refuses
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+    before = store_state(root)
+    with pytest.raises(StoreError, match="nothing was changed"):
+        MessageStore(root, _config(), create=False).open()
+    assert store_state(root) == before

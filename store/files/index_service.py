@@ -422,11 +422,20 @@ class IndexService:
                 fsync_dir(self.directory)  # names of files created since the last seal
                 self.flushed_end_timestamp = max(f.end_timestamp for f in self.files)
 
-    def close(self) -> None:
+    def close(self, as_found: bool = False) -> None:
+        """Close every file, writing each header; `as_found` (a refused open, a store
+        replaced under us) writes nothing: a header `load` made the summary of its entries
+        in memory, or a reserve a crash left, stays as found."""
         with self.lock:
-            for f in self.files + [p[1] for p in self._pending if p[1] is not None]:
-                f.close()  # files load set aside stay as they are (a refused open)
+            for f in self.files:
+                if as_found:
+                    f.mf.close()
+                else:
+                    f.close()
+            for p in self._pending:  # files load set aside stay as they are
+                if p[1] is not None:
+                    p[1].mf.close()
             self._pending = []
             self.files = []
-            if not self.read_only and os.path.lexists(self.reserve_path):
+            if not (self.read_only or as_found) and os.path.lexists(self.reserve_path):
                 safefs.unlink(self.reserve_path)
