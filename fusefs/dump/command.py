@@ -50,7 +50,9 @@ def add_parser(sub) -> None:
     d.add_argument("-i", "--ignore-case", action="store_true", help="-e ignores case")
     d.add_argument("-f", "--format", choices=FORMATS, default="json",
                    help="json (default: one object per line), csv (with a header), raw "
-                        "(bodies, each ending in a newline)")
+                        "(bodies, each ending in a newline), replay (lines append.jsonl "
+                        "publishes again: body, keys, tags, user properties, "
+                        "ORIGIN_MESSAGE_ID)")
     d.add_argument("-n", "--max", type=int, metavar="N", help="stop after N messages")
     d.add_argument("-c", "--count", action="store_true",
                    help="print only how many messages are selected")

@@ -14,7 +14,15 @@ import orjson
 from mqfs.store import StoredMessage
 from mqfs.store.format.layout import host_text
 
-FORMATS = ("json", "csv", "raw")
+FORMATS = ("json", "csv", "raw", "replay")
+# properties a re-published message does not carry over: its own fields (KEYS, TAGS), the
+# old message's identity (UNIQ_KEY) and broker plumbing that would delay, retry or hold it
+# again (RocketMQ's MessageConst names)
+NOT_REPLAYED = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "DELAY", "REAL_TOPIC", "REAL_QID",
+                          "RETRY_TOPIC", "TRAN_MSG", "PGROUP", "WAIT", "RECONSUME_TIME",
+                          "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "MIN_OFFSET",
+                          "MAX_OFFSET", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET"})
+ORIGIN = "ORIGIN_MESSAGE_ID"  # RocketMQ's: the message a retry or DLQ copy came from
 CSV_COLUMNS = ("topic", "queue_id", "queue_offset", "msgid", "keys", "tags", "born_timestamp",
                "store_timestamp", "born_host", "store_host", "commitlog_offset",
                "record_size", "flag", "sys_flag", "reconsume_times", "properties",
@@ -32,6 +40,21 @@ def fields(msg: StoredMessage) -> dict:
         "flag": msg.flag, "sys_flag": msg.sys_flag, "reconsume_times": msg.reconsume_times,
         "properties": msg.properties,
     }
+
+
+def replay(msg: StoredMessage) -> dict:
+    """A line `append.jsonl` takes to publish the message again: body, keys, tags and user
+    properties, ORIGIN_MESSAGE_ID pointing back at the first message (kept when the message
+    is itself a copy: a retry or dead letter)."""
+    props = {k: v for k, v in msg.properties.items() if k not in NOT_REPLAYED}
+    props.setdefault(ORIGIN, msg.msg_id)
+    name, body = body_field(msg.body)
+    line: dict = {name: body, "properties": props}
+    if msg.keys:
+        line["keys"] = msg.keys
+    if msg.tags:
+        line["tags"] = msg.tags
+    return line
 
 
 def body_field(body: bytes | memoryview) -> tuple[str, str]:
@@ -60,6 +83,9 @@ class Writer:
             self.out.write(msg.body)
             if not msg.body or msg.body[-1:] != b"\n":
                 self.out.write(b"\n")
+            return
+        if self.fmt == "replay":
+            self.out.write(orjson.dumps(replay(msg)) + b"\n")
             return
         row = fields(msg)
         name, body = body_field(msg.body)
