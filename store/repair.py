@@ -46,7 +46,8 @@ class RepairPlan:
     damages: list[Damage] = field(default_factory=list)
     accept_head_from: int | None = None  # the oldest file(s) went: the log starts here now
     kept: int = 0  # records that check out
-    lost_estimate: int = 0  # ConsumeQueue entries that point into damaged ranges
+    lost: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # queue -> offsets
+    # of the messages whose ConsumeQueue units point into damaged ranges
     queue_ends: dict[tuple[str, int], int] = field(default_factory=dict)  # offsets given out
     fingerprint: str = ""  # of the store as planned: apply refuses a store that changed since
     finished: list[str] = field(default_factory=list)  # what an interrupted repair still did
@@ -75,10 +76,27 @@ class RepairPlan:
         for d in self.damages:
             out.append(f"quarantine and replace {d}")
         damaged = sum(d.end - d.start for d in self.damages)
-        out.append(f"keep {self.kept} records; about {self.lost_estimate} messages lost in "
-                   f"{len(self.damages)} damaged ranges ({damaged} bytes, copied to "
-                   "quarantine/); rebuild every ConsumeQueue and IndexFile from the CommitLog")
+        count = sum(map(len, self.lost.values()))
+        out.append(f"keep {self.kept} records; {count} message{'' if count == 1 else 's'} the "
+                   f"ConsumeQueues name lost in {len(self.damages)} damaged ranges ({damaged} "
+                   "bytes, copied to quarantine/); rebuild every ConsumeQueue and IndexFile "
+                   "from the CommitLog")
+        out.extend(f"lose {topic}/{queue} {_offsets(offsets)}"
+                   for (topic, queue), offsets in sorted(self.lost.items()))
         return out
+
+
+def _offsets(offsets: list[int], shown: int = 20) -> str:
+    """'offset 5', 'offsets 5-9, 12', with the first `shown` runs and how many more."""
+    runs: list[list[int]] = []
+    for o in sorted(offsets):
+        if runs and o == runs[-1][1] + 1:
+            runs[-1][1] = o
+        else:
+            runs.append([o, o])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:shown])
+    more = f" and {len(runs) - shown} more runs" if len(runs) > shown else ""
+    return f"offset{'' if len(offsets) == 1 else 's'} {text}{more}"
 
 
 def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
@@ -198,7 +216,7 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
             key = (item.topic, item.queue_id)
             if layout.in_queue(item.sys_flag):
                 queue_ends[key] = max(queue_ends.get(key, 0), item.queue_offset + 1)
-    plan.lost_estimate, old_ends = _old_queues(plan.root, plan.config, plan.damages)
+    plan.lost, old_ends = _old_queues(plan.root, plan.config, plan.damages)
     try:  # the counts of the last clean close: offsets given out, even if a queue lost units
         for key, count in dispatch_state.read(plan.root)[0].items():
             old_ends[key] = max(old_ends.get(key, 0), count)
@@ -211,11 +229,11 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
 
 
 def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
-                ) -> tuple[int, dict[tuple[str, int], int]]:
-    """From the ConsumeQueues as they are: how many units point into damaged ranges, and
-    each queue's end (the offsets already given out, which must stay taken)."""
+                ) -> tuple[dict[tuple[str, int], list[int]], dict[tuple[str, int], int]]:
+    """From the ConsumeQueues as they are: the offsets of the units that point into damaged
+    ranges, and each queue's end (the offsets already given out, which must stay taken)."""
     base = os.path.join(root, "consumequeue")
-    lost = 0
+    lost: dict[tuple[str, int], list[int]] = {}
     ends: dict[tuple[str, int], int] = {}
     size = cfg.consume_queue_units * UNIT_SIZE
     for topic in sorted(safefs.listdir(base)) if safefs.is_dir(base) else []:
@@ -237,7 +255,11 @@ def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
                 if written.size:
                     end = start // UNIT_SIZE + int(written[-1]) + 1
                 for d in damages:
-                    lost += int(((units["offset"] >= d.start) & (units["offset"] < d.end)).sum())
+                    hit = np.flatnonzero((units["offset"] >= d.start) & (units["offset"] < d.end)
+                                         & (units["size"] > 0))  # not a unit never written
+                    if hit.size:
+                        lost.setdefault((topic, int(qname)), []).extend(
+                            (start // UNIT_SIZE + hit).tolist())
             ends[(topic, int(qname))] = end
     return lost, ends
 

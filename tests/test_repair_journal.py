@@ -265,3 +265,16 @@ def test_a_journal_of_this_store_is_still_finished_by_a_plain_repair(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert verify_store(root).ok
     _serves_all(root, results, lost={25})
+
+
+def test_the_plan_names_the_messages_a_repair_would_lose(tmp_path):
+    """Not 'about 2 messages lost': which ones, by queue and offset, so their owner can
+    look for them elsewhere before saying yes."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    for i in (3, 4, 22):
+        _flip_body(root, results[i])
+    plan = plan_repair(root)
+    lines = plan.lines()
+    assert "lose T/0 offsets 3-4" in lines and "lose U/0 offset 2" in lines, lines
+    assert any("3 messages the ConsumeQueues name lost" in line for line in lines), lines
