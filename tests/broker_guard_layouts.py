@@ -237,6 +237,14 @@ def layout_pop_kv(root: str) -> None:
     _rocksdb_dir(os.path.join(root, "kvStore"), b"pop")
 
 
+def layout_ha_epoch(root: str) -> None:
+    """Controller-mode HA (AutoSwitchHAService): EpochFileCache keeps `epochFileCheckpoint`
+    (and its .bak) in the store root, one line per epoch: epoch-startOffset."""
+    broker_store(root)
+    for name in ("epochFileCheckpoint", "epochFileCheckpoint.bak"):
+        _write(os.path.join(root, name), b"1-0\n")
+
+
 def layout_unknown(root: str) -> None:
     """A directory a newer broker (or another tool) keeps in the store root."""
     broker_store(root)
@@ -245,4 +253,5 @@ def layout_unknown(root: str) -> None:
 
 LAYOUTS = {"rocksdb": layout_rocksdb, "compaction": layout_compaction, "timer": layout_timer,
            "batch-cq": layout_batch_cq, "pop-kv-store": layout_pop_kv,
-           "consumequeue-ext": layout_cq_ext, "lmq": layout_lmq, "unknown": layout_unknown}
+           "consumequeue-ext": layout_cq_ext, "lmq": layout_lmq, "ha-epoch": layout_ha_epoch,
+           "unknown": layout_unknown}

@@ -23,8 +23,8 @@ EXPECTED = {"rocksdb": {features.ROCKSDB_CQ, features.ROCKSDB_CONFIG},
             "compaction": {features.COMPACTION}, "timer": {features.TIMER},
             "batch-cq": {features.BATCH_CQ}, "consumequeue-ext": {features.CQ_EXT},
             "lmq": {features.LMQ}, "unknown": {features.UNKNOWN},
-            "pop-kv-store": {features.POP_KV}}
-REFUSED = {"rocksdb", "batch-cq", "consumequeue-ext", "lmq", "unknown"}
+            "pop-kv-store": {features.POP_KV}, "ha-epoch": {features.HA_EPOCH}}
+REFUSED = {"rocksdb", "batch-cq", "consumequeue-ext", "lmq", "ha-epoch", "unknown"}
 
 
 @pytest.fixture(params=sorted(LAYOUTS))

@@ -16,6 +16,7 @@ CommitLog file (`RECORDS_LOOKED_AT`, at most `BYTES_LOOKED_AT`); never a whole-s
 | `compaction`             | `compaction/`, `cleanup.policy=COMPACTION` in topics.json | allowed  |
 | `timer`                  | `timerwheel`, `timerlog/`, `consumequeue/rmq_sys_wheel_timer` | allowed |
 | `pop-kv-store`           | `kvStore/` (the broker's pop consumer records)          | allowed    |
+| `ha-epoch`               | `epochFileCheckpoint` (controller-mode HA)              | refused    |
 | `unknown`                | any other entry of the store root                       | refused    |
 
 "refused": a read-write open (mount, `repair --yes`, MessageStore) refuses with one line
@@ -46,6 +47,7 @@ ROCKSDB_CONFIG = "rocksdb-config"
 COMPACTION = "compaction"
 TIMER = "timer"
 POP_KV = "pop-kv-store"
+HA_EPOCH = "ha-epoch"
 UNKNOWN = "unknown"
 
 LMQ_PREFIX = "%LMQ%"  # RocketMQ's MixAll.LMQ_PREFIX
@@ -67,6 +69,8 @@ _WHY_NOT_WRITABLE = {
                 "mqfs would write queue files inside that database",
     ROCKSDB_CONFIG: "the broker keeps topics and consumer offsets in RocksDB: a new topic or "
                     "a commit would not reach it",
+    HA_EPOCH: "the broker's HA epochs say which master wrote each CommitLog range: records "
+              "mqfs adds would belong to no epoch, and replication would cut them",
     UNKNOWN: "mqfs does not know what it is, so it cannot tell that writing keeps it whole",
 }
 
@@ -76,7 +80,7 @@ _BASE = frozenset({"commitlog", "consumequeue", "index", "checkpoint", "abort", 
                    "repair-journal.json", "index.reserve", "lost+found"})
 _FEATURE_ROOTS = {"batchconsumequeue": BATCH_CQ, "consumequeue_ext": CQ_EXT,
                   "compaction": COMPACTION, "timerwheel": TIMER, "timerlog": TIMER,
-                  "kvStore": POP_KV}
+                  "kvStore": POP_KV, "epochFileCheckpoint": HA_EPOCH}
 _ROCKSDB_CONFIG_DIRS = ("topics", "consumerOffsets", "subscriptionGroups", "rdb")
 _ROCKSDB_NAMES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
 _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
@@ -232,7 +236,7 @@ def recognise(root: str) -> Features:
     found: list[Feature] = []
     top = _entries(root)
     for name, kind in sorted(top.items()):
-        feature = _FEATURE_ROOTS.get(name)
+        feature = _FEATURE_ROOTS.get(_base_name(name))
         if feature is not None:
             found.append(Feature(feature, name + ("/" if kind == "dir" else ""), (name,)))
         elif _base_name(name) not in _BASE:
