@@ -20,7 +20,6 @@ import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceCrea
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScan;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonTable;
-import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.sources.EqualTo;
 import org.apache.spark.sql.sources.Filter;
@@ -176,14 +175,15 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
             ScopedScans own = new ScopedScans(shared);
             own.setShortName(NAME);
             StructType read = needed == null ? schema : columns(needed);
-            return new CarryingScan(own, read, options, taken);
+            return "python".equalsIgnoreCase(options.getOrDefault("reader", "").strip())
+                    ? new CarryingScan(own, read, options, taken) : new RecordScan(own, read, options, taken);
         }
     }
 
     /** A scan whose read is planned with the filters in its schema's metadata (PythonBatch
      * hands Python the schema it was built with) but whose rows' schema has none: the
      * metadata would otherwise reach the query's output (a Parquet file written from it). */
-    static final class CarryingScan extends PythonScan {
+    static class CarryingScan extends PythonScan {
         private final StructType read;
 
         CarryingScan(ScopedScans own, StructType read, CaseInsensitiveStringMap options, Filter[] taken) {
@@ -214,12 +214,12 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
         private Carried() {
         }
 
-        /** The filters taken (pushFilters=false or Spark's python filterPushdown conf off:
-         * none); the others are added to `left`, for Spark to evaluate. */
+        /** The filters taken (pushFilters=false: none; Spark's python filterPushdown conf
+         * guards its own Python pushdown, which this builder replaces, so it is not asked);
+         * the others are added to `left`, for Spark to evaluate. */
         static Filter[] take(Filter[] filters, StructType schema, CaseInsensitiveStringMap options, List<Filter> left) {
             List<Filter> taken = new ArrayList<>();
-            boolean on = SQLConf.get().pythonFilterPushDown()
-                    && !"false".equalsIgnoreCase(options.getOrDefault("pushFilters", "").strip());
+            boolean on = !"false".equalsIgnoreCase(options.getOrDefault("pushFilters", "").strip());
             boolean kafka = "kafka".equalsIgnoreCase(options.getOrDefault("shape", "").strip());
             for (Filter f : filters) {
                 (on && takes(f, schema, kafka) ? taken : left).add(f);

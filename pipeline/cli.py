@@ -77,13 +77,13 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-_RAISED = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Record|Loss)): (.+)$")
+_RAISED = re.compile(r"^\s*(?:Caused by: )?(?:[\w.]+\.)?(\w*(?:Error|Exception|Record|Loss)): (.+)$")
 
 
 def one_line(exc: BaseException) -> str:
-    """The cause of a failure in one line. Spark wraps an error raised in a Python worker in
-    pages of JVM and Python traceback; the last 'SomeError: text' line of the Python part is
-    the one that says what went wrong."""
+    """The cause of a failure in one line. Spark wraps an error raised in a Python worker (or
+    in the JVM reader: 'Caused by: ...DamagedRecord: text') in pages of JVM and Python
+    traceback; the last 'SomeError: text' line is the one that says what went wrong."""
     text = str(exc)
     found = [m.group(2) for m in map(_RAISED.match, text.splitlines()) if m
              and not m.group(1).startswith(("Py4J", "Spark", "Analysis"))]

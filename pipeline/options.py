@@ -21,7 +21,7 @@ _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "starting
          "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "shape", "includeHeaders",
          "failOnDataLoss", "damagedRecords", "columns")
 _BATCH = (*_READ, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "minPartitions",
-          "pushFilters", "records", "checksums")
+          "pushFilters", "records", "checksums", "reader")
 _STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger",
            "maxTriggerDelay")
 _WRITE = ("mount", "lockTimeout", "jobId", "checkpointLocation")  # the last: a stream's
@@ -201,6 +201,8 @@ class ReadOptions:
 
 def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     check_names(options, "streaming read" if streaming else "batch read")
+    if not streaming:  # the JVM half (ScopedScans.java) reads by the choice; checked here once
+        _choice(options, "reader", ("jvm", "python"))
     chosen = [n for n in _SELECT if options.get(n)]
     if len(chosen) > 1:
         raise ValueError(f"give one of {', '.join(_SELECT)}, not {' and '.join(chosen)}")

@@ -57,6 +57,7 @@ from mqfs.store.offline.views import (
 
 from .bounds import kept_bounds, start_by_time
 from .carried import carried_filters
+from .jvmplan import JvmPlanReader, jvm_asked, say_python_reads
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .pruning import built_columns
@@ -71,6 +72,7 @@ from .scan import (
     warn,
 )
 from .schema import message_schema, with_store_column
+from .scoped import MARKER
 from .splits import Vouch, split_points
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
@@ -432,6 +434,21 @@ class PushdownReader(MqfsReader):
                                           self.bounds["commitlog_offset"][1]))
 
 
+class TakenFilters(DataSourceReader):
+    """A reader whose filters are already taken (ScopedScans carried them) or not taken at
+    all: Spark sees no pushFilters, which it refuses when its Python pushdown conf is off (a
+    plain session's default)."""
+
+    def __init__(self, reader: DataSourceReader):
+        self.reader = reader
+
+    def partitions(self) -> list[InputPartition]:
+        return list(self.reader.partitions())
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.reader.read(partition)
+
+
 class MqfsDataSource(DataSource):
     """Format "mqfs": batch reads, streaming reads and appends over a store directory."""
 
@@ -470,7 +487,13 @@ class MqfsDataSource(DataSource):
         left = list(reader.pushFilters(carried)) if carried and opts.push_filters else carried
         if left:  # ScopedScans took it from Spark's plan: it must be applied here
             raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
-        return reader
+        if jvm_asked(schema):  # the JVM reader reads what this reader plans
+            return JvmPlanReader(reader)
+        if not self.options.get(MARKER):
+            say_python_reads()
+            if opts.push_filters:  # Spark's own Python pushdown, asked for (pushFilters=true)
+                return reader
+        return TakenFilters(reader)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:

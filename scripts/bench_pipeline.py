@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Query rates of the mqfs Spark data source next to Spark reading the same rows from Parquet.
 
-Builds a store of N messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to
-Parquet, then times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
+Each query runs with the JVM reader (pipeline/RecordScan.java, the default where the jar is
+installed) and with the Python worker path (option reader=python). Builds a store of N
+messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to Parquet, then
+times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
 count of sha2(body) (every body read and hashed), a full scan (every column materialised by the
 `noop` sink), count(), `select topic, queue_offset` (header-only: the query's columns are
 pruned, pipeline/pruning.py) and sum(length(body)); prints rows/s and the ratio to Parquet.
@@ -174,20 +176,26 @@ def main(argv: list[str]) -> int:
 
         queries = [
             ("count of sha2(body)", lambda df: df.select(F.sha2("body", 256).alias("h"))
-             .where("h is not null").count(), mqfs()),
-            ("full scan (noop sink)", lambda df: df.write.format("noop").mode("overwrite").save(), mqfs()),
-            ("count()", lambda df: df.count(), mqfs()),
+             .where("h is not null").count()),
+            ("sum(length(body))", lambda df: df.agg(F.sum(F.length("body"))).collect()),
+            ("full scan (noop sink)", lambda df: df.write.format("noop").mode("overwrite").save()),
+            ("count()", lambda df: df.count()),
             ("select topic, queue_offset", lambda df: df.select("topic", "queue_offset").write
-             .format("noop").mode("overwrite").save(), mqfs()),
-            ("sum(length(body))", lambda df: df.agg(F.sum(F.length("body"))).collect(), mqfs()),
+             .format("noop").mode("overwrite").save()),
         ]
         print(f"pipeline queries, {n} messages x {a.body} B (distinct bodies), {a.master}, "
-              f"{tasks} mqfs partitions, best of {a.runs}")
-        print(f"  {'query':36} {'mqfs rows/s':>12} {'Parquet rows/s':>15} {'ratio':>6}")
-        for name, action, source in queries:
-            mq = best(lambda action=action, source=source: action(source()), a.runs)
+              f"{tasks} mqfs partitions, best of {a.runs}; ratios are to Parquet of the same rows "
+              "in the same run (JVM reader, then the Python worker path: reader=python)")
+        print(f"  {'query':30} {'JVM rows/s':>12} {'Python rows/s':>14} {'Parquet rows/s':>15} "
+              f"{'JVM':>6} {'Python':>7}")
+        for name, action in queries:
+            jvm = best(lambda action=action: action(mqfs()()), a.runs)
+            py = best(lambda action=action: action(mqfs(reader="python")()), a.runs)
             pt = best(lambda action=action: action(pq()), a.runs)
-            print(f"  {name:36} {n / mq:12,.0f} {n / pt:15,.0f} {pt / mq:6.2f}")
+            print(f"  {name:30} {n / jvm:12,.0f} {n / py:14,.0f} {n / pt:15,.0f} {pt / jvm:6.2f} {pt / py:7.2f}")
+        for reader in ("jvm", "python"):
+            print(f"  {reader} reader:")
+            one_queue(spark, lambda reader=reader, **o: mqfs(reader=reader, **o), n, a.runs)
         floor_source(spark, store, n)
         print("  Spark's floor for a Python data source (prebuilt batches, no reader work):")
         for name, action, options in (  # the columns the pruned mqfs read builds
@@ -198,7 +206,6 @@ def main(argv: list[str]) -> int:
                 spark.read.format("mqfs_floor").options(tasks=str(parts), **options).load()), a.runs)
             pt = best(lambda action=action: action(pq()), a.runs)
             print(f"  {name:36} {n / fl:12,.0f} {n / pt:15,.0f} {pt / fl:6.2f}")
-        one_queue(spark, mqfs, n, a.runs)
         small = os.path.join(work, "tenth")
         build(small, n // 10, a.body, a.file_size)
         planning(store, small, a.runs)

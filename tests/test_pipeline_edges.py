@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.errors import AnalysisException, PythonException, StreamingQueryException  # noqa: E402
+from pyspark.errors import AnalysisException, StreamingQueryException  # noqa: E402
 
 from mqfs.pipeline import cli  # noqa: E402
 from mqfs.pipeline.bounds import kept_bounds  # noqa: E402
@@ -88,7 +88,7 @@ def test_skip_steps_over_a_damaged_size_and_keeps_every_intact_record(spark, tmp
         old = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([old[0] ^ 0x10]))
-    with pytest.raises(PythonException) as err:
+    with pytest.raises(Exception) as err:  # a Python worker's or the JVM reader's
         spark.read.format("mqfs").load(root).count()
     assert f"damaged record at CommitLog offset {tenth} " in cli.one_line(err.value)
     got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(root))

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.errors import AnalysisException, PythonException  # noqa: E402
+from pyspark.errors import AnalysisException  # noqa: E402
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In  # noqa: E402
 
 from mqfs.pipeline import cli  # noqa: E402
@@ -131,7 +131,7 @@ def test_a_damaged_body_fails_the_read_or_is_skipped(spark, store, tmp_path):
     bad = str(tmp_path / "bad")
     shutil.copytree(store, bad)
     path, pos, commitlog_offset = flip_body_byte(bad)
-    with pytest.raises(PythonException) as err:
+    with pytest.raises(Exception) as err:  # a Python worker's or the JVM reader's
         spark.read.format("mqfs").load(bad).collect()  # a count() reads no body: header-only
     line = cli.one_line(err.value)
     assert f"damaged record at CommitLog offset {commitlog_offset} ({path} at byte {pos}): checksum" in line
@@ -156,7 +156,7 @@ def test_a_flipped_header_field_fails_the_read(spark, store, tmp_path):
         byte = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 0x01]))
-    with pytest.raises(PythonException) as err:  # read with its body: a header-only read cannot tell
+    with pytest.raises(Exception) as err:  # read with its body: a header-only read cannot tell
         spark.read.format("mqfs").load(bad).collect()
     assert f"damaged record at CommitLog offset {commitlog_offset}" in cli.one_line(err.value)
     got = read_rows(spark.read.format("mqfs").option("damagedRecords", "skip").load(bad))
@@ -173,7 +173,7 @@ def test_a_broken_header_fails_the_read_or_is_stepped_over(spark, store, tmp_pat
     with open(path, "r+b") as f:
         f.seek(commitlog_offset - start + 4)
         f.write(b"\0\0\0\0")  # MAGICCODE
-    with pytest.raises(PythonException) as err:
+    with pytest.raises(Exception) as err:  # a Python worker's or the JVM reader's
         spark.read.format("mqfs").load(bad).count()
     at = f"CommitLog offset {commitlog_offset} ({path} at byte {commitlog_offset - start})"
     assert f"{at}: broken record header" in cli.one_line(err.value)

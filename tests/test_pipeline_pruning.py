@@ -213,11 +213,11 @@ def test_the_reader_builds_what_the_schema_names(store):
                            for f in MESSAGE_SCHEMA.fields if f.name in names])
 
     source = MqfsDataSource({"path": store, MARKER: "true"})
-    reader = source.reader(schema("topic", "queue_offset"))
+    reader = source.reader(schema("topic", "queue_offset")).reader
     assert isinstance(reader, PushdownReader) and reader.opts.columns == {"topic", "queue_offset"}
     batch = next(b for p in reader.partitions() for b in reader.read(p))
     assert batch.schema.names == ["topic", "queue_offset"]
-    count = source.reader(schema("queue_id"))
+    count = source.reader(schema("queue_id")).reader
     assert count.opts.columns == {"queue_id"}
-    plain = MqfsDataSource({"path": store}).reader(schema("body"))
+    plain = MqfsDataSource({"path": store}).reader(schema("body")).reader
     assert isinstance(plain, MqfsReader) and plain.opts.columns == {"body"}

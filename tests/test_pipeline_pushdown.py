@@ -124,12 +124,13 @@ def test_the_marker_is_no_user_option(store):
     anyone is told about."""
     assert read_options({"path": store}, False).push_filters is False  # Spark's own path: opt-in
     assert read_options({"path": store, MARKER: "true"}, False).push_filters is True
-    assert isinstance(MqfsDataSource({"path": store, MARKER: "true"}).reader(None), PushdownReader)
-    assert not isinstance(MqfsDataSource({"path": store}).reader(None), PushdownReader)
+    # (TakenFilters: Spark is shown no pushFilters, which it refuses with its pushdown conf off)
+    assert isinstance(MqfsDataSource({"path": store, MARKER: "true"}).reader(None).reader, PushdownReader)
+    assert not isinstance(MqfsDataSource({"path": store}).reader(None).reader, PushdownReader)
     with pytest.raises(ValueError) as err:
         read_options({"path": store, "bogus": "1"}, False)
     assert MARKER not in str(err.value)
-    assert os.path.basename(scoped_scans_jar() or "").startswith("mqfs-scoped-scans-")
+    assert os.path.basename(scoped_scans_jar() or "") == "mqfs-spark.jar"
 
 
 BASE = 1_700_000_000_000  # store time of the first batch; batch i is stored at BASE + i s
@@ -176,7 +177,7 @@ def test_a_carried_filter_the_reader_does_not_apply_fails_the_read(store):
         MqfsDataSource({"path": store, MARKER: "true"}).reader(schema)
     taken = {FILTERS: json.dumps([{"op": "GreaterThan", "column": "store_timestamp", "values": [{"us": 1}]}])}
     reader = MqfsDataSource({"path": store, MARKER: "true"}).reader(
-        StructType([StructField("store_timestamp", TimestampType(), metadata=taken)]))
+        StructType([StructField("store_timestamp", TimestampType(), metadata=taken)])).reader
     assert isinstance(reader, PushdownReader) and reader.bounds["store_timestamp"][0] == 1
     off = {"path": store, MARKER: "true", "pushFilters": " FALSE"}  # Python's reading of the option
     with pytest.raises(RuntimeError, match="does not apply"):
@@ -259,24 +260,27 @@ def test_time_filters_with_topics_and_kafka_names_prune_too(spark, timed_store):
     assert sum(p.end - p.start for p in parts) == sum(1 for r in want.values() if r["store_timestamp"] >= BASE + 8000)
 
 
-def test_no_jar_from_a_shared_cache_or_a_source_javac_refuses(tmp_path, monkeypatch, capfd):
-    """Sessions still start then, with pushdown opt-in; a jar is code the JVM runs, so it is
-    never taken from or built in a directory others can write."""
+def test_a_missing_jar_is_said_once_and_a_jar_javac_refuses_is_not_installed(tmp_path, monkeypatch, capfd):
+    """Sessions still start without the jar, with pushdown opt-in and reads through Python
+    workers; setup's build says in one line why there is none, and leaves no jar behind."""
     from mqfs.pipeline import scoped
 
-    shared = tmp_path / "shared"
-    (shared / "mqfs").mkdir(parents=True)
-    os.chmod(shared / "mqfs", 0o777)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(shared))
-    assert scoped.scoped_scans_jar() is None
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "own"))
+    jar = tmp_path / "jars" / "mqfs-spark.jar"
+    jar.parent.mkdir()
+    monkeypatch.setattr(scoped, "installed_jar", lambda: str(jar))
+    monkeypatch.setattr(scoped, "_said", False)
+    assert scoped.scoped_scans_jar() is None and scoped.scoped_scans_jar() is None
+    assert capfd.readouterr().err.count(f"{jar} is missing: run scripts/setup") == 1
     bad = tmp_path / "ScopedScans.java"
     bad.write_text("class ScopedScans { not java }\n")
-    monkeypatch.setattr(scoped, "_SOURCE", str(bad))
-    assert scoped.scoped_scans_jar() is None
-    assert "javac failed" in capfd.readouterr().err
-    assert oct(os.stat(tmp_path / "own" / "mqfs").st_mode & 0o777) == "0o700"
-    assert os.listdir(tmp_path / "own" / "mqfs") == []
+    monkeypatch.setattr(scoped, "_sources", lambda: [str(bad)])
+    assert scoped.install() == 1
+    err = capfd.readouterr().err
+    assert "mqfs: no JVM reader: javac failed" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("PATH", str(tmp_path))  # no javac at all
+    assert scoped.install() == 1
+    assert "no javac on PATH" in capfd.readouterr().err
+    assert os.listdir(jar.parent) == []
 
 
 HOUR = 3_600_000

@@ -1,0 +1,181 @@
+package org.mqfs.spark;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * Rows of the read schema (the columns the query needs, of the message shape in
+ * pipeline/schema.py or Kafka's in pipeline/kafka.py, plus `store`), written column by column
+ * into a reused batch: pipeline/scan.py's FileBatcher._columns and kafka.kafka_batch.
+ */
+final class Rows {
+    static final int MAX_ROWS = 4096;
+    private static final int LOG_APPEND_TIME = 1;
+
+    private final String[] names;
+    private final OnHeapColumnVector[] vectors;
+    private final ColumnarBatch batch;
+    private final byte[] store;
+    private final boolean props;  // some column needs PROPERTIES
+    final boolean body;  // some column needs the body (a compressed one is inflated)
+    private byte[] scratch = new byte[4096];
+    int rows;
+    long bytes;
+
+    Rows(StructType schema, String storeName) {
+        names = schema.fieldNames();
+        vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, schema);
+        batch = new ColumnarBatch(vectors);
+        store = storeName == null ? new byte[0] : storeName.getBytes(StandardCharsets.UTF_8);
+        boolean any = false;
+        for (StructField f : schema.fields()) {
+            any |= List.of("keys", "tags", "properties", "key", "headers").contains(f.name());
+        }
+        props = any;
+        body = schema.getFieldIndex("body").isDefined() || schema.getFieldIndex("value").isDefined();
+    }
+
+    boolean full() {
+        return rows >= MAX_ROWS || bytes >= (16 << 20);
+    }
+
+    void clear() {
+        for (OnHeapColumnVector v : vectors) {
+            v.reset();
+        }
+        rows = 0;
+        bytes = 0;
+    }
+
+    ColumnarBatch batch() {
+        batch.setNumRows(rows);
+        return batch;
+    }
+
+    private byte[] copy(ByteBuffer b, int at, int len) {
+        if (scratch.length < len) {
+            scratch = new byte[Math.max(len, 2 * scratch.length)];
+        }
+        b.get(at, scratch, 0, len);
+        return scratch;
+    }
+
+    /** Appends record r (well formed, checked, kept) of a file starting at CommitLog offset
+     * fileFrom; `inflated`: its body when the stored one is compressed (Inflate), else null. */
+    void add(Record r, ByteBuffer b, long fileFrom, byte[] inflated) {
+        int row = rows;
+        byte[] raw = null;
+        List<int[]> pairs = null;
+        if (props) {
+            int len = r.trailer(b) >= 0 ? r.propsLen - Record.TRAILER : r.propsLen;
+            raw = new byte[len];
+            b.get(r.propsPos, raw, 0, len);
+            pairs = Text.pairs(raw, len);
+        }
+        long offset = fileFrom + r.start;
+        for (int c = 0; c < names.length; c++) {
+            WritableColumnVector v = vectors[c];
+            switch (names[c]) {
+                case "topic" -> v.putByteArray(row, copy(b, r.topicPos, r.topicLen), 0, r.topicLen);
+                case "queue_id", "partition" -> v.putInt(row, r.queueId);
+                case "queue_offset", "offset" -> v.putLong(row, r.queueOffset);
+                case "commitlog_offset" -> v.putLong(row, offset);
+                case "size" -> v.putInt(row, r.total);
+                case "store_timestamp", "timestamp" -> v.putLong(row, r.storeTs * 1000);
+                case "born_timestamp" -> v.putLong(row, r.bornTs * 1000);
+                case "born_host" -> v.putByteArray(row, utf8(Text.host(b, r.start + Record.BORN_HOST_POS, r.bornLen)));
+                case "store_host" -> v.putByteArray(row, utf8(Text.host(b, r.storeHostPos(), r.storeLen)));
+                case "msg_id" -> v.putByteArray(row, Text.msgId(b, r.storeHostPos(), r.storeLen, offset));
+                case "flag" -> v.putInt(row, r.flag);
+                case "sys_flag" -> v.putInt(row, r.sysFlag);
+                case "body", "value" -> {
+                    if (inflated != null) {
+                        v.putByteArray(row, inflated);
+                    } else {
+                        v.putByteArray(row, copy(b, r.bodyPos, r.bodyLen), 0, r.bodyLen);
+                    }
+                    bytes += r.bodyLen;
+                }
+                case "timestampType" -> v.putInt(row, LOG_APPEND_TIME);
+                case "store" -> v.putByteArray(row, store);
+                case "keys" -> keys(v, row, raw, pairs);
+                case "key" -> key(v, row, raw, pairs);
+                case "tags" -> {
+                    int[] tag = Text.last(raw, pairs, Text.TAGS);
+                    if (tag == null) {
+                        v.putNull(row);
+                    } else {
+                        v.putByteArray(row, raw, tag[0], tag[1]);
+                    }
+                }
+                case "properties" -> properties(v, row, raw, pairs);
+                case "headers" -> headers(v, row, raw, pairs);
+                default -> throw new IllegalStateException("mqfs: no column " + names[c]);
+            }
+        }
+        rows++;
+    }
+
+    private static byte[] utf8(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    private static void keys(WritableColumnVector v, int row, byte[] raw, List<int[]> pairs) {
+        List<int[]> tokens = Text.tokens(raw, Text.last(raw, pairs, Text.KEYS));
+        WritableColumnVector items = v.arrayData();
+        int first = items.getElementsAppended();
+        for (int[] t : tokens) {
+            items.appendByteArray(raw, t[0], t[1]);
+        }
+        v.putArray(row, first, tokens.size());
+    }
+
+    /** Kafka's key: the keys joined by spaces, null without keys. */
+    private static void key(WritableColumnVector v, int row, byte[] raw, List<int[]> pairs) {
+        List<int[]> tokens = Text.tokens(raw, Text.last(raw, pairs, Text.KEYS));
+        if (tokens.isEmpty()) {
+            v.putNull(row);
+            return;
+        }
+        java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+        for (int[] t : tokens) {
+            if (out.size() > 0) {
+                out.write(' ');
+            }
+            out.write(raw, t[0], t[1]);
+        }
+        v.putByteArray(row, out.toByteArray());
+    }
+
+    private static void properties(WritableColumnVector v, int row, byte[] raw, List<int[]> pairs) {
+        WritableColumnVector names = (WritableColumnVector) v.getChild(0);
+        WritableColumnVector values = (WritableColumnVector) v.getChild(1);
+        int first = names.getElementsAppended();
+        for (int[] p : pairs) {
+            names.appendByteArray(raw, p[0], p[1]);
+            values.appendByteArray(raw, p[2], p[3]);
+        }
+        v.putArray(row, first, pairs.size());
+    }
+
+    /** Kafka's headers: array<struct<key string, value binary>> of the properties. */
+    private static void headers(WritableColumnVector v, int row, byte[] raw, List<int[]> pairs) {
+        WritableColumnVector items = v.arrayData();
+        WritableColumnVector names = (WritableColumnVector) items.getChild(0);
+        WritableColumnVector values = (WritableColumnVector) items.getChild(1);
+        int first = items.getElementsAppended();
+        for (int[] p : pairs) {
+            items.appendStruct(false);
+            names.appendByteArray(raw, p[0], p[1]);
+            values.appendByteArray(raw, p[2], p[3]);
+        }
+        v.putArray(row, first, pairs.size());
+    }
+}

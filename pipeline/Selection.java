@@ -1,0 +1,87 @@
+package org.mqfs.spark;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+/**
+ * The rows a planned read keeps: pipeline/scan.py's RowFilter, resolved by the Python
+ * planner and applied here as FileBatcher._keep applies it (fillers and unqueued records
+ * out unless every record is asked for, then topics, queues, times and offset ranges).
+ */
+final class Selection {
+    private final List<byte[]> topics;  // null: every topic
+    private final Set<Integer> queues;
+    private final long startMs;
+    private final long endMs;
+    private final long[] queueOffsets;
+    private final long[] commitlogOffsets;
+    private final List<Object[]> queueRanges;  // {byte[] topic, int queue, long lo, long hi}
+    private final boolean allRecords;
+
+    Selection(JsonNode f) {
+        topics = f.get("topics").isNull() ? null : names(f.get("topics"));
+        if (f.get("queues").isNull()) {
+            queues = null;
+        } else {
+            queues = new HashSet<>();
+            f.get("queues").forEach(q -> queues.add(q.asInt()));
+        }
+        startMs = f.get("startMs").isNull() ? Long.MIN_VALUE : f.get("startMs").asLong();
+        endMs = f.get("endMs").isNull() ? Long.MAX_VALUE : f.get("endMs").asLong();
+        queueOffsets = range(f.get("queueOffsets"));
+        commitlogOffsets = range(f.get("commitlogOffsets"));
+        if (f.get("queueRanges").isNull()) {
+            queueRanges = null;
+        } else {
+            queueRanges = new ArrayList<>();
+            for (JsonNode r : f.get("queueRanges")) {
+                queueRanges.add(new Object[] {r.get(0).asText().getBytes(StandardCharsets.US_ASCII),
+                    r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong()});
+            }
+        }
+        allRecords = f.get("allRecords").asBoolean();
+    }
+
+    private static List<byte[]> names(JsonNode list) {
+        List<byte[]> out = new ArrayList<>();
+        list.forEach(t -> out.add(t.asText().getBytes(StandardCharsets.UTF_8)));
+        return out;
+    }
+
+    private static long[] range(JsonNode pair) {
+        return new long[] {pair.get(0).isNull() ? Long.MIN_VALUE : pair.get(0).asLong(),
+            pair.get(1).isNull() ? Long.MAX_VALUE : pair.get(1).asLong()};
+    }
+
+    /** Whether the well-formed record r, at this CommitLog offset, is a row of the read. */
+    boolean keeps(Record r, ByteBuffer b, long commitlogOffset) {
+        if (!allRecords && !r.inQueue() || r.filler(b)) {
+            return false;
+        }
+        if (queues != null && !queues.contains(r.queueId)
+                || r.storeTs < startMs || r.storeTs >= endMs
+                || r.queueOffset < queueOffsets[0] || r.queueOffset >= queueOffsets[1]
+                || commitlogOffset < commitlogOffsets[0] || commitlogOffset >= commitlogOffsets[1]) {
+            return false;
+        }
+        if (topics != null && topics.stream().noneMatch(t -> r.topicIs(b, t))) {
+            return false;
+        }
+        if (queueRanges != null) {
+            for (Object[] q : queueRanges) {
+                if (r.queueId == (int) q[1] && r.queueOffset >= (long) q[2] && r.queueOffset < (long) q[3]
+                        && r.topicIs(b, (byte[]) q[0])) {
+                    return true;
+                }
+            }
+            return false;
+        }
+        return true;
+    }
+}

@@ -1,0 +1,125 @@
+"""What the JVM reader (pipeline/java/*.java) is handed: each partition the Python reader
+planned, as JSON the JVM parses.
+
+There is one planner, this package's: offsets, splits, unit selection, pushdown and pruning
+are decided in Python (the reference for what a read selects), in the planning worker Spark
+already runs for every read of a Python data source. When ScopedScans asks for a JVM read (the
+JVM key in the read schema's metadata), the reader's partitions are turned into explicit work:
+byte ranges of CommitLog files to walk, or the CommitLog positions of the units a few-queue
+read selected, with the row filter, the checks and the store's flavor. The JVM reader then
+decodes the records itself, with no Python worker per task; it is held to the Python codec by
+tests/test_pipeline_jvm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files
+
+from .scan import RowFilter, warn
+from .stores import StorePartition, StoresReader
+from .stream import DataLoss
+from .units import UnitRange
+
+JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
+_said = False
+
+
+def jvm_asked(schema: StructType | None) -> bool:
+    return bool(schema is not None and schema.fields and (schema.fields[0].metadata or {}).get(JVM))
+
+
+def say_python_reads() -> None:
+    """Once per process: this read decodes in Python workers (no JVM half on the class path)."""
+    global _said
+    if not _said:
+        _said = True
+        print("mqfs: the JVM reader is not on Spark's class path (run scripts/setup, which puts "
+              "mqfs-spark.jar in pyspark's jars); reading through Python workers, slower", file=sys.stderr)
+
+
+class JvmPartition(InputPartition):
+    """One planned partition as JSON (pickled as its text alone, which the JVM unpickles)."""
+
+    def __init__(self, index: int, text: str):
+        super().__init__(index)
+        self.text = text
+
+    def __reduce__(self):
+        return (JvmPartition, (self.value, self.text))
+
+
+class JvmPlanReader(DataSourceReader):
+    """The Python reader's plan, for the JVM: partitions() only (the JVM reads them)."""
+
+    def __init__(self, reader: DataSourceReader):
+        self.reader = reader
+
+    def partitions(self) -> list[InputPartition]:
+        if isinstance(self.reader, StoresReader):
+            parts = [p for p in self.reader.partitions() if isinstance(p, StorePartition)]
+            plans = [_describe(self.reader.readers[p.store], p.inner, self.reader.roots[p.store]) for p in parts]
+        else:
+            plans = [_describe(self.reader, p, None) for p in self.reader.partitions()]
+        texts = [json.dumps(p, separators=(",", ":")) for p in plans] or ["null"]  # "null": no rows
+        return [JvmPartition(i, t) for i, t in enumerate(texts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
+
+
+def _listed(values: frozenset | None) -> list | None:
+    return None if values is None else sorted(values)
+
+
+def _filter(flt: RowFilter) -> dict:
+    return {"topics": _listed(flt.topics), "queues": _listed(flt.queues), "startMs": flt.start_ms,
+            "endMs": flt.end_ms, "queueOffsets": list(flt.queue_offsets),
+            "commitlogOffsets": list(flt.commitlog_offsets),
+            "queueRanges": None if flt.queue_ranges is None else [list(r) for r in flt.queue_ranges],
+            "allRecords": flt.all_records}
+
+
+def _describe(reader, part: InputPartition, store: str | None) -> dict:
+    """A partition of `reader` (source.MqfsReader) as the JVM reads it."""
+    layout: StoreLayout = reader.layout
+    opts = reader.opts
+    flavor = layout.checked_flavor
+    out = {"store": store, "flavor": flavor.name, "recordCrc": flavor.record_crc,
+           "skip": opts.skip_damaged, "kafka": opts.kafka}
+    if isinstance(part, UnitRange):
+        return {**out, "checksums": True, "filter": _filter(part.flt), "units": _unit_files(layout, part, opts)}
+    pieces = getattr(part, "pieces", None)
+    if not pieces:  # nothing planned: Spark's InputPartition(None)
+        return {**out, "checksums": True, "filter": _filter(RowFilter()), "pieces": []}
+    return {**out, "checksums": not reader._header_only(), "filter": _filter(pieces[0].flt),
+            "pieces": [{"path": p.path, "from": p.file_from, "start": p.start, "end": p.end} for p in pieces]}
+
+
+def _unit_files(layout: StoreLayout, part: UnitRange, opts) -> list[dict]:
+    """The CommitLog positions of queue entries [start, end), per file in queue order (what
+    stream.read_queue_range reads); entries whose records retention deleted are data loss."""
+    qoffs, units = QueueReader(layout.root, part.topic, part.queue_id,
+                               layout.consume_queue_units).read(part.start, part.end)
+    if not len(units):
+        return []
+    at = units["offset"].astype(np.int64)
+    files = commitlog_files(layout.root)
+    which = np.searchsorted(np.array([s for s, _ in files], np.int64), at, side="right") - 1
+    gone = qoffs[which < 0]
+    if gone.size:
+        text = (f"messages {part.topic}/{part.queue_id} offsets {int(gone[0])}..{int(gone[-1])} "
+                "were deleted from the CommitLog before this stream read them")
+        if opts.fail_on_data_loss:
+            raise DataLoss(text + "; restart with failOnDataLoss=false to skip them")
+        warn(text + "; skipped (failOnDataLoss=false)")
+    return [{"path": files[i][1], "from": files[i][0], "at": (at[which == i] - files[i][0]).tolist()}
+            for i in np.unique(which[which >= 0]).tolist()]
