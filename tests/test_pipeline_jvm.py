@@ -33,6 +33,7 @@ from tests.broker_layouts import compressed_workload, json_body  # noqa: E402
 from tests.spark_helpers import build_store, flip_body_byte  # noqa: E402
 from tests.test_broker_stores import _broker_workload, broker_store  # noqa: E402
 from tests.test_layout import _FLAVORS, _HOSTS, messages  # noqa: E402
+from tests.test_resync import WHERE, _flip, _planted_store  # noqa: E402
 
 T0 = 1_700_000_000_000
 FILE = 1 << 16
@@ -202,3 +203,15 @@ def test_compressed_bodies_inflate_the_same_both_ways(spark, tmp_path):
     assert same_rows(spark, root, {"damagedRecords": "skip", "shape": "kafka"}, ["value", "offset"]) == 17
     assert same_rows(spark, root, {}, ["topic", "queue_offset", "size"]) == 16 + 7
     assert same_rows(spark, root, {"damagedRecords": "skip", "subscribe": "Packed", "queue": "1"}) == 4
+
+
+@pytest.mark.parametrize("where", sorted(WHERE))
+def test_a_record_planted_in_a_body_stays_a_body_both_ways(spark, tmp_path, where):
+    """The resync goes on where the chain puts the next record (docs/format.md), never at a
+    well-formed record inside a damaged one's intact span."""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, WHERE[where](a_at, p_at))
+    jvm, python = both(spark, root, {"damagedRecords": "skip"}, ["commitlog_offset", "topic", "body"])
+    assert jvm == python and b_at in {r.commitlog_offset for r in jvm}
+    assert p_at not in {r.commitlog_offset for r in jvm} and a_at not in {r.commitlog_offset for r in jvm}
