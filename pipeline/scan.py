@@ -39,7 +39,15 @@ from mqfs.store.format.layout import (
     trailers,
     walk,
 )
-from mqfs.store.format.message import FILLER_TOPIC, PROPERTY_CRC32, PROPERTY_KEYS, PROPERTY_TAGS, msg_id
+from mqfs.store.format.message import (
+    FILLER_TOPIC,
+    PROPERTY_CRC32,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    decode_properties,
+    msg_id,
+)
+from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, dispatched
 from mqfs.store.integrity.salvage import resync_in
 
 from .schema import ARROW_SCHEMA, arrow_schema
@@ -51,6 +59,7 @@ _KEYS = np.frombuffer(PROPERTY_KEYS.encode(), np.uint8)
 _TAGS = np.frombuffer(PROPERTY_TAGS.encode(), np.uint8)
 _CRC = np.frombuffer(PROPERTY_CRC32.encode(), np.uint8)
 _FILLER = np.frombuffer(FILLER_TOPIC.encode("ascii"), np.uint8)
+_DISPATCH_NAME = PROPERTY_INNER_MULTI_DISPATCH.encode() + b"\x01"
 Range = tuple[int | None, int | None]  # [lo, hi), None = unbounded
 BODY_COLUMNS = frozenset({"body", "keys", "tags", "properties"})  # read from the body onwards
 
@@ -243,18 +252,31 @@ class FileBatcher:
                checked: bool) -> pa.RecordBatch | None:
         starts = records.starts
         f = self._head(records, not header_only(columns))
+        flt = flt or RowFilter()
         keep = ~f["bad"]
         if not keep.all():
             self._reject(starts, ~keep, "malformed record")
-        keep &= self._keep(starts, f, flt or RowFilter())
+        keep &= self._keep(starts, f, flt)
         if keep.any() and not checked:
-            sel = np.flatnonzero(keep)
-            failed = failed_checks(self.mv, self.arr, starts[sel],
-                                   {k: f[k][sel] for k in ("body_pos", "body_len", "crc", "total")},
-                                   self.checks.flavor)
-            if failed.any():
-                self._reject(starts, sel[failed], "checksum mismatch")
-                keep[sel[failed]] = False
+            self._check(starts, f, keep)
+        main = self._rows(starts, f, keep, columns)
+        extra = self._dispatched_rows(starts, f, flt, columns, checked)
+        if extra is None:
+            return main
+        return extra if main is None else pa.Table.from_batches([main, extra]).combine_chunks().to_batches()[0]
+
+    def _check(self, starts: np.ndarray, f: dict[str, np.ndarray], keep: np.ndarray) -> None:
+        """Drop from `keep` (and reject) the kept records whose checksums fail."""
+        sel = np.flatnonzero(keep)
+        failed = failed_checks(self.mv, self.arr, starts[sel],
+                               {k: f[k][sel] for k in ("body_pos", "body_len", "crc", "total")},
+                               self.checks.flavor)
+        if failed.any():
+            self._reject(starts, sel[failed], "checksum mismatch")
+            keep[sel[failed]] = False
+
+    def _rows(self, starts: np.ndarray, f: dict[str, np.ndarray], keep: np.ndarray,
+              columns: frozenset[str] | None) -> pa.RecordBatch | None:
         if columns is None or "body" in columns:
             self._inflate(starts, f, keep)
         if not keep.all():
@@ -263,6 +285,52 @@ class FileBatcher:
             starts = starts[keep]
             f = {k: v[keep] for k, v in f.items()}
         return self._columns(starts, f, columns)
+
+    def _dispatched_rows(self, starts: np.ndarray, f: dict[str, np.ndarray], flt: RowFilter,
+                         columns: frozenset[str] | None, checked: bool) -> pa.RecordBatch | None:
+        """A row for each queue a record is multi-dispatched to (LMQ: `multi_dispatch.dispatched`,
+        what that queue's consumer gets), with that queue's topic, id and offset; the same
+        filters and checks as the records' own rows. None when the batch has none (one search
+        of its bytes for the property's name tells)."""
+        if not len(starts):
+            return None
+        region = self.mv[int(starts[0]):int(starts[-1] + f["total"][-1])]
+        if bytes(region).find(_DISPATCH_NAME) < 0:
+            return None
+        cand = ~f["bad"] & ~f["filler"] & in_queue(f["sys_flag"])
+        rows, topics, qids, qoffs = [], [], [], []
+        for i in np.flatnonzero(cand).tolist():
+            props = bytes(self.mv[int(f["props_pos"][i]):int(f["props_pos"][i] + f["props_len"][i])])
+            if _DISPATCH_NAME not in props:
+                continue
+            try:
+                found = decode_properties(props)
+                topic = bytes(self.mv[int(f["topic_pos"][i]):int(f["topic_pos"][i] + f["topic_len"][i])]
+                              ).decode("ascii")
+            except UnicodeDecodeError:
+                continue  # a malformed record: its own row's checks report it
+            for t, q, o in dispatched(topic, int(f["queue_id"][i]), found):
+                if _passes(flt, t, q, o, int(f["store_ts"][i]), self.file_from + int(starts[i])):
+                    rows.append(i)
+                    topics.append(t)
+                    qids.append(q)
+                    qoffs.append(o)
+        if not rows:
+            return None
+        at = np.array(rows, dtype=np.int64)
+        sub = {k: v[at] for k, v in f.items()}
+        keep = np.ones(len(at), bool)
+        if not checked:
+            self._check(starts[at], sub, keep)
+        batch = self._rows(starts[at], sub, keep, columns)
+        if batch is None:
+            return None
+        kept = np.flatnonzero(keep)
+        served = {"topic": pa.array([topics[k] for k in kept.tolist()], pa.string()),
+                  "queue_id": pa.array(np.array(qids, np.int32)[kept]),
+                  "queue_offset": pa.array(np.array(qoffs, np.int64)[kept])}
+        return pa.RecordBatch.from_arrays(
+            [served.get(name, batch.column(name)) for name in batch.schema.names], schema=batch.schema)
 
     def _inflate(self, starts: np.ndarray, f: dict[str, np.ndarray], keep: np.ndarray) -> None:
         """The bodies a consumer gets for the kept records whose producer compressed them, in
@@ -415,6 +483,21 @@ class FileBatcher:
         chars = np.concatenate([host_hex[inverse], offset_hex], axis=1)
         step = chars.shape[1]
         return _strings(np.arange(0, step * (len(commitlog_offset) + 1), step), chars.ravel())
+
+
+def _passes(flt: RowFilter, topic: str, queue_id: int, queue_offset: int, store_ts: int,
+            commitlog_offset: int) -> bool:
+    """`FileBatcher._keep` for one row given its queue (a multi-dispatched row's)."""
+    if (flt.topics is not None and topic not in flt.topics) or \
+            (flt.queues is not None and queue_id not in flt.queues):
+        return False
+    if (flt.start_ms is not None and store_ts < flt.start_ms) or (flt.end_ms is not None and store_ts >= flt.end_ms):
+        return False
+    for (lo, hi), value in ((flt.queue_offsets, queue_offset), (flt.commitlog_offsets, commitlog_offset)):
+        if (lo is not None and value < lo) or (hi is not None and value >= hi):
+            return False
+    return flt.queue_ranges is None or any(
+        t == topic and q == queue_id and lo <= queue_offset < hi for t, q, lo, hi in flt.queue_ranges)
 
 
 def _fast_properties(d: np.ndarray, offsets: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array] | None:

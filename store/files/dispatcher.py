@@ -331,6 +331,24 @@ class Dispatcher:
         self.units.add_many(queues, len(raw))
 
     # --- records read back from the CommitLog (recovery, rebuild) ------------------------
+    def _lmq_units(self, run: RecordRun, in_queue: np.ndarray, tags: np.ndarray) -> None:
+        """The units a broker adds for multi-dispatched records (multi_dispatch.dispatched):
+        the record's offset, size and tagsCode in each LMQ queue, at the offset its
+        properties give, so a rebuild keeps the LMQ queues the broker wrote."""
+        assert run.dispatched is not None
+        per_queue: dict[Key, list[tuple[int, int]]] = {}
+        for i in in_queue.tolist():
+            for topic, qid, queue_offset in run.dispatched[i]:
+                if has_queue_dir(topic):
+                    per_queue.setdefault((topic, qid), []).append((i, queue_offset))
+        for (topic, qid), found in per_queue.items():
+            rows = np.array([i for i, _ in found], dtype=np.int64)
+            cq = self.consume_queues.get((topic, qid)) or self.create_queue(topic, qid, False)
+            cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows],
+                       np.array([o for _, o in found], dtype=np.int64))
+            self.units.touched[cq] = None
+
+
     def run(self, run: RecordRun) -> None:
         """Units and entries of records in CommitLog order, each queue's and the index's in
         bulk. Units and entries already there are skipped (dispatch is idempotent)."""
@@ -355,5 +373,7 @@ class Dispatcher:
                 cq = self.create_queue(topic, qid, False)
             cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])
             self.units.touched[cq] = None  # synced by the next flush
+        if run.dispatched is not None:
+            self._lmq_units(run, in_queue, tags)
         crash_point("recovery.dispatch")
         self.index.build_run(names, ids, run.keys, run.commitlog_offset, run.store_ts, run.sys_flag)

@@ -38,7 +38,13 @@ from .message import (
     SCHEDULE_TOPIC,
     StoredMessage,
 )
-from .multi_dispatch import describes
+from .multi_dispatch import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    Unit,
+    describes,
+    dispatched,
+)
 
 
 def unit_matches(u8: np.ndarray, pos: np.ndarray, size: np.ndarray, topic: str, queue_id: int,
@@ -119,6 +125,18 @@ def dispatch_properties(joined: np.ndarray, starts: np.ndarray) -> tuple[list[st
     tags_at, keys_at, uniq_at = (_property_spans(joined, items, ends, starts, name)
                                  for name in _DISPATCH_NAMES)
     return _texts(joined, tags_at, len(starts)), _key_spans(joined, keys_at, uniq_at)
+
+
+def dispatched_units(joined: np.ndarray, starts: np.ndarray, topics: list[str], queue_ids: np.ndarray
+                     ) -> list[list[Unit]] | None:
+    """Each record's multi-dispatch units (`multi_dispatch.dispatched`), from properties laid
+    out as for `dispatch_properties`; None when no record names any (one search tells)."""
+    if joined.tobytes().find(PROPERTY_INNER_MULTI_DISPATCH.encode() + b"\x01") < 0:
+        return None
+    names = property_values(joined, starts, PROPERTY_INNER_MULTI_DISPATCH)
+    offsets = property_values(joined, starts, PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+    return [dispatched(t, q, {PROPERTY_INNER_MULTI_DISPATCH: n, PROPERTY_INNER_MULTI_QUEUE_OFFSET: o}) if n else []
+            for t, q, n, o in zip(topics, queue_ids.tolist(), names, offsets)]
 
 
 def property_values(joined: np.ndarray, starts: np.ndarray, name: str) -> list[str]:
@@ -236,6 +254,7 @@ class RecordRun:
     tags: list[str]
     keys: KeySpans  # index keys: UNIQ_KEY, then KEYS tokens
     delays: list[str] | None = None  # DELAY of each record, when one is on SCHEDULE_TOPIC
+    dispatched: list[list[Unit]] | None = None  # each record's LMQ units, when one has any
 
     @classmethod
     def of(cls, msg: StoredMessage) -> RecordRun:
@@ -243,9 +262,11 @@ class RecordRun:
         def col(v: int) -> np.ndarray:
             return np.array([v], dtype=np.int64)
         delays = [msg.properties.get(PROPERTY_DELAY, "")] if msg.topic == SCHEDULE_TOPIC else None
+        units = dispatched(msg.topic, msg.queue_id, msg.properties)
         return cls(col(msg.commitlog_offset), col(msg.total_size), col(msg.queue_id),
                    col(msg.queue_offset), col(msg.sys_flag), col(msg.store_timestamp),
-                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()), delays)
+                   [msg.topic], [msg.tags], KeySpans.of(msg.index_keys()), delays,
+                   [units] if units else None)
 
     def from_row(self, i: int) -> RecordRun:
         """The records of the run from row i on."""
@@ -253,7 +274,8 @@ class RecordRun:
             return self
         return RecordRun(self.commitlog_offset[i:], self.size[i:], self.queue_id[i:], self.queue_offset[i:],
                          self.sys_flag[i:], self.store_ts[i:], self.topics[i:], self.tags[i:],
-                         self.keys.from_row(i), None if self.delays is None else self.delays[i:])
+                         self.keys.from_row(i), None if self.delays is None else self.delays[i:],
+                         None if self.dispatched is None else self.dispatched[i:])
 
     def __len__(self) -> int:
         return len(self.commitlog_offset)

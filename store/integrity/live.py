@@ -95,6 +95,8 @@ class LiveReader:
         for i in rows.tolist():
             key = (run.topics[i], int(run.queue_id[i]))
             self.pending[key] = max(self.pending.get(key, 0), int(run.queue_offset[i]) + 1)
+            for topic, queue_id, queue_offset in run.dispatched[i] if run.dispatched is not None else ():
+                self.pending[(topic, queue_id)] = max(self.pending.get((topic, queue_id), 0), queue_offset + 1)
 
     def _units_of(self, run: RecordRun, rows: list[int]) -> None:
         """Checked new records of a store whose queues are served from the CommitLog: each

@@ -15,6 +15,7 @@ from ..errors import CodecError, CorruptionError, NotFound
 from ..files.consume_queue import PRE_BLANK, UNIT_SIZE, ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
 from ..format import codec, layout
+from ..format.multi_dispatch import dispatched
 from . import salvage
 
 if TYPE_CHECKING:
@@ -188,15 +189,19 @@ def cut_lost_tail(parts: StoreParts, cq: ConsumeQueue, cut: int) -> str | None:
 def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]] | None
                     ) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out: those of
-    `keys`, or every queue a record names (None: a store whose ConsumeQueue mqfs cannot read)."""
+    `keys`, or every queue a record names (None: a store whose ConsumeQueue mqfs cannot read),
+    LMQ queues with the units multi-dispatch gives them."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys or ()}
     tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
     for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
-        if isinstance(item, salvage.Damage) or (keys is not None and
-                                                (item.topic, item.queue_id) not in keys):
+        if isinstance(item, salvage.Damage) or not layout.in_queue(item.sys_flag) \
+                or codec.is_filler(item.topic, item.sys_flag):
             continue
-        if layout.in_queue(item.sys_flag) and not codec.is_filler(item.topic, item.sys_flag):
-            found.setdefault((item.topic, item.queue_id), []).append(
-                (item.queue_offset, item.commitlog_offset, item.total_size,
-                 tags.of(item.topic, item.properties, item.store_timestamp)))
+        units = [(item.topic, item.queue_id, item.queue_offset),  # its own, and any LMQ queue's
+                 *dispatched(item.topic, item.queue_id, item.properties)]
+        for topic, queue_id, queue_offset in units:
+            if keys is None or (topic, queue_id) in keys:
+                found.setdefault((topic, queue_id), []).append(
+                    (queue_offset, item.commitlog_offset, item.total_size,
+                     tags.of(item.topic, item.properties, item.store_timestamp)))
     return {k: RebuiltQueue.of(k[0], k[1], v) for k, v in found.items()}

@@ -133,7 +133,8 @@ def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     delays = columns.property_values(props, starts, message.PROPERTY_DELAY) if message.SCHEDULE_TOPIC in names else None
     topics = names * len(run) if len(names) == 1 else list(map(names.__getitem__, which.tolist()))
     return stop, RecordRun(run.commitlog_offset, run.total, run.queue_id, run.queue_offset, run.sys_flag,
-                           run.store_ts, topics, tags, keys, delays), more
+                           run.store_ts, topics, tags, keys, delays,
+                           columns.dispatched_units(props, starts, topics, run.queue_id)), more
 
 
 def step_record(buf: memoryview, pos: int, size_limit: int, base: int, flavor
