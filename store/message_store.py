@@ -142,11 +142,17 @@ class MessageStore(StoreReads):
                 self._load_read_only(last_exit_ok)
             else:
                 self._load_and_recover(last_exit_ok)
-        except BaseException:
+        except BaseException as exc:
             self._release_files(as_found=True)  # a refused open writes nothing
             if last_exit_ok and os.path.lexists(self.abort_path):
                 safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
+            if repair_ends is not None and isinstance(exc, StoreError):
+                # the journal's file steps ran before the refusal: say so, not "nothing"
+                raise type(exc)(str(exc).replace(
+                    "nothing was changed", "nothing more was changed (the interrupted "
+                    f"repair's file steps were done; {repair_journal.NAME} keeps the rest)")
+                ) from None
             raise
         if not read_only:
             self.retention = Retention(self.root, self.config, self.commitlog.queue,
@@ -471,6 +477,8 @@ class MessageStore(StoreReads):
         log.error("%s", self.stopped)
         if self._scrub is not None:
             self._scrub.halt()
+        if self._log_ends is not None:
+            self._log_ends.stop()  # its rebuilds write by path too
         self._lock_file.hold_replacement()
         return True
 
