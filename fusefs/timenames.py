@@ -1,9 +1,10 @@
-"""Times as people type them, for `<queue>/at/<time>` and `mqfs dump --since/--until`.
+"""Times as people type them, for `<queue>/at/<time>`, group resets (`@TIME`) and
+`mqfs dump --since/--until`.
 
 A time is epoch milliseconds (digits), ISO-8601 (`2026-11-22T10:00:00Z`, `2026-11-22 10:00`,
-`2026-11-22`), `now`, `today` or `yesterday` (local midnight), or an offset from now:
-`-10m`, `-1h`, `-2d`, `-90s`, `-1w` (journalctl's and rpk's forms). A time with no zone is
-local time, as `date` would read it.
+`2026-11-22`), a time of day (`09:00`, `09:05:30`: today), `now`, `today` or `yesterday`
+(local midnight), or an offset from now: `-10m`, `-1h`, `-2d`, `-90s`, `-1w` (journalctl's
+and rpk's forms). A time with no zone is local time, as `date` would read it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import errno
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from datetime import time as dt_time
 
 from .errors import FsError
 
@@ -20,7 +22,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
             "w": 604_800_000}
 _RELATIVE = re.compile(r"-(\d{1,12})(ms|s|m|h|d|w)")
-FORMS = "epoch ms, ISO-8601, now, today, yesterday or -N[ms|s|m|h|d|w]"
+FORMS = "epoch ms, ISO-8601, HH:MM[:SS] (today), now, today, yesterday or -N[ms|s|m|h|d|w]"
 
 
 def now_ms() -> int:
@@ -44,6 +46,13 @@ def when(text: str, now: int | None = None) -> int:
         if text == "yesterday":
             day -= timedelta(days=1)
         return _ms(datetime.combine(day, datetime.min.time()).astimezone())
+    if ":" in text and "-" not in text and "T" not in text:  # 09:00, 09:05:30: today
+        try:
+            clock = dt_time.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is no time ({FORMS})") from None
+        day = datetime.fromtimestamp(now / 1000).date()
+        return _ms(datetime.combine(day, clock).astimezone())
     try:
         parsed = datetime.fromisoformat(text)
         if parsed.tzinfo is None:

@@ -320,3 +320,29 @@ def test_compressed_bodies_are_printed_and_searched_inflated(tmp_path):
     assert [json.loads(x)["body"].encode() for x in proc.stdout.splitlines()] == [text]
     assert b"CommitLog offset" in proc.stderr and proc.stderr.count(b"\n") == 1
     assert _dump(root, "-k", "z", "-f", "raw").stdout == text + b"\n"
+
+
+def test_offsets_of_a_time_range_and_where_a_time_falls_on_every_queue(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)  # one a minute from T0, queues 0..2 in turn
+    since, until = T0 + 30 * 60_000, T0 + 35 * 60_000
+    lines = sh(f"{CMD} dump {root} -t Orders --since {since} --until {until} -f offsets").stdout
+    want = [(m.topic, m.queue_id, m.queue_offset, m.store_timestamp) for m in _all_messages(root)
+            if m.topic == "Orders" and since <= m.store_timestamp <= until]
+    got = [(t.decode(), int(q), int(o), int(ts)) for t, q, o, ts in map(bytes.split, lines.splitlines())]
+    assert sorted(got) == sorted(want) and want
+    # per queue, the first offset at or after a time: one line per queue
+    firsts = sh(f"for q in 1 2; do {CMD} dump {root} -t Orders -q $q --since {since} "
+                "-n 1 -f offsets; done").stdout.splitlines()  # Orders has queues 1 and 2
+    assert [int(x.split()[2]) for x in firsts] == \
+        [min(o for _, q, o, ts in want if q == queue) for queue in (1, 2)]
+
+
+def test_a_time_of_day_is_today():
+    from mqfs.fusefs.timenames import when
+
+    now = when("now")
+    assert when("09:00", now) == when("today", now) + 9 * HOUR
+    assert when("23:59:30", now) == when("today", now) + 24 * HOUR - 30_000
+    with pytest.raises(ValueError):
+        when("25:00", now)

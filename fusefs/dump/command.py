@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
                    help="json (default: one object per line), csv (with a header), raw "
                         "(bodies, each ending in a newline), replay (lines append.jsonl "
                         "publishes again: body, keys, tags, user properties, "
-                        "ORIGIN_MESSAGE_ID)")
+                        "ORIGIN_MESSAGE_ID), offsets (TOPIC QUEUE OFFSET STORE_MS per line)")
     d.add_argument("-n", "--max", type=int, metavar="N", help="stop after N messages")
     d.add_argument("-c", "--count", action="store_true",
                    help="print only how many messages are selected")

@@ -14,7 +14,7 @@ import orjson
 from mqfs.store import StoredMessage
 from mqfs.store.format.layout import host_text
 
-FORMATS = ("json", "csv", "raw", "replay")
+FORMATS = ("json", "csv", "raw", "replay", "offsets")
 # properties a re-published message does not carry over: its own fields (KEYS, TAGS), the
 # old message's identity (UNIQ_KEY) and broker plumbing that would delay, retry or hold it
 # again (RocketMQ's MessageConst names)
@@ -83,6 +83,10 @@ class Writer:
             self.out.write(msg.body)
             if not msg.body or msg.body[-1:] != b"\n":
                 self.out.write(b"\n")
+            return
+        if self.fmt == "offsets":  # where messages are, for a shell loop
+            self.out.write(b"%s %d %d %d\n" % (msg.topic.encode(), msg.queue_id,
+                                                msg.queue_offset, msg.store_timestamp))
             return
         if self.fmt == "replay":
             self.out.write(orjson.dumps(replay(msg)) + b"\n")
