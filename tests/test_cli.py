@@ -54,8 +54,8 @@ def test_a_pipeline_job_on_a_terminal_shows_its_tasks_and_the_commands_whole_tim
     included: the wait the user had), the job's own part beside it."""
     pytest.importorskip("pyspark")
     started = time.monotonic()
-    screen = _on_a_terminal(f"TQDM_MININTERVAL=0 {' '.join(MQFS)} pipeline audit --master "
-                            f"'local[2]' {multi_file_store}", limit=600)
+    screen = _on_a_terminal(f"TQDM_MININTERVAL=0 {' '.join(MQFS)} pipeline --master 'local[2]' "
+                            f"audit {multi_file_store}", limit=600)
     wall = time.monotonic() - started
     assert "audit: starting Spark (local[2])" in screen, screen
     assert re.search(r"audit: +\d+%\|", screen), screen  # the tasks' bar
