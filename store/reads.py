@@ -12,6 +12,7 @@ import numpy as np
 from .errors import CodecError, CorruptionError, NotFound
 from .files.commitlog import CommitLog
 from .files.consume_queue import QueueView, RebuiltQueue
+from .files.consume_queue_ext import EXT_ADDRESS_MAX
 from .files.dispatcher import TagsCodes, takes_unit
 from .files.in_use import Users, in_use
 from .files.index_service import IndexService
@@ -98,7 +99,7 @@ class StoreReads:
             pick = units["offset"] >= 0
             if self.tags_codes.by_tag(topic):  # else the units hold times: records decide
                 codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
-                pick &= np.isin(units["tags"], codes)
+                pick &= np.isin(units["tags"], codes) | (units["tags"] <= EXT_ADDRESS_MAX)  # ext: records decide
             units, queue_offsets = units[pick], queue_offsets[pick]
         out = []
         for commitlog_offset, queue_offset in zip(units["offset"].tolist(), queue_offsets.tolist()):

@@ -113,6 +113,46 @@ def lmq_store(root: str, workload: LmqWorkload | None = None) -> LmqWorkload:
     return workload
 
 
+EXT_FILE_SIZE = 48 << 20  # mappedFileSizeConsumeQueueExt (a sparse file here)
+
+
+def ext_store(root: str) -> dict[tuple[str, int, int], bytes]:
+    """A store of a broker with enableConsumeQueueExt: each unit of topic Filtered holds the
+    address of an ext unit (its tagsCode, store time and a filter bit map) in
+    consumequeue_ext/Filtered/<q>/, as ConsumeQueue.putMessagePositionInfoWrapper writes
+    them. Returns what each queue's consumer gets."""
+    from mqfs.store.files.consume_queue_ext import encode_unit, ext_address
+
+    served: dict[tuple[str, int, int], bytes] = {}
+
+    def writes(s: MessageStore) -> None:
+        for i in range(8):
+            r = s.put(Message.create("Filtered", b"filtered %d" % i, queue_id=i % 2, keys=[f"f-{i}"],
+                                     tags=f"Tag{i % 3}"))
+            served[("Filtered", i % 2, r.queue_offset)] = b"filtered %d" % i
+
+    broker_store(root, writes)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        msgs = {q: s.get_range("Filtered", q, 0, 100) for q in (0, 1)}
+    for q, found in msgs.items():
+        ext_dir = os.path.join(root, "consumequeue_ext", "Filtered", str(q))
+        os.makedirs(ext_dir, mode=0o700)
+        cq_dir = os.path.join(root, "consumequeue", "Filtered", str(q))
+        cq = os.path.join(cq_dir, sorted(os.listdir(cq_dir))[0])
+        ext, offset = bytearray(), 0
+        with open(cq, "r+b") as f:
+            for m in found:
+                unit = encode_unit(s.flavor.tags_code(m.tags), m.store_timestamp, bytes([1 << m.queue_offset % 8]))
+                f.seek(m.queue_offset * 20 + 12)
+                f.write(struct.pack(">q", ext_address(offset)))
+                ext += unit
+                offset += len(unit)
+        with open(os.path.join(ext_dir, "0" * 20), "wb") as f:
+            f.write(bytes(ext))
+            f.truncate(EXT_FILE_SIZE)
+    return served
+
+
 def store_hashes(root: str) -> dict[str, str]:
     """Every file of the store and its hash (what no command may change on a correct store)."""
     return file_hashes(root)

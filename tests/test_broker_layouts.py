@@ -18,6 +18,7 @@ from tests.broker_layouts import (
     LmqWorkload,
     broker_store,
     compressed_workload,
+    ext_store,
     json_body,
     lmq_store,
     store_hashes,
@@ -275,3 +276,35 @@ def test_a_rebuild_from_the_commitlog_writes_the_lmq_units_as_the_broker(tmp_pat
         rebuilt = open(os.path.join(cq, name, "0", "0" * 20), "rb").read()
         assert rebuilt[:len(workload.units[name]) * 20] == raw[:len(workload.units[name]) * 20]
     assert verify_store(root).ok
+
+
+def test_ext_units_are_accepted_and_checked_against_the_ext_file(tmp_path):
+    root = str(tmp_path)
+    served = ext_store(root)
+    _unchanged_by_verify_and_repair(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for q in (0, 1) for m in s.get_range("Filtered", q, 0, 100)}
+        assert got == served
+        assert [m.queue_offset for m in s.get_range("Filtered", 0, 0, 100, tags=["Tag0"])] == [0, 3]
+    # an ext unit whose tagsCode is not its record's: verify says which unit
+    ext = os.path.join(root, "consumequeue_ext", "Filtered", "1", "0" * 20)
+    with open(ext, "r+b") as f:
+        f.seek(23)  # the second unit's tagsCode (units are 21 bytes: a one-byte bit map)
+        f.write(b"\x7f")
+    report = verify_store(root)
+    assert not report.ok
+    assert any("Filtered/1 entry 1 does not match" in line for line in report.lines), report.lines
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_an_ext_stores_messages_and_tags(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = ext_store(root)
+    before = store_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        for (_, q, o), body in served.items():
+            assert sh(f"cat {mnt}/topics/Filtered/{q}/{o}").stdout == body
+        assert sorted(os.listdir(f"{mnt}/topics/Filtered/1/tags/Tag2")) == ["2"]
+        assert sh(f"ls {mnt}/keys/f-5").stdout.split() == [b"Filtered:1:2"]
+    assert store_hashes(root) == before

@@ -19,6 +19,7 @@ from ..errors import StoreFormatError
 from ..files.checkpoint import Checkpoint
 from ..files.commitlog import CommitLog
 from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
+from ..files.consume_queue_ext import ExtReader, is_ext_address
 from ..files.dispatcher import TagsCodes, has_queue_dir
 from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, IndexFile
 from ..files.index_service import build_key
@@ -84,6 +85,7 @@ class _RecordInfo:
     in_queue: bool
     indexed: bool  # not a rolled-back transaction: its keys have entries
     dispatched: tuple[multi_dispatch.Unit, ...] = ()  # its units in other queues (LMQ)
+    store_ts: int = 0
 
     def described_by(self, topic: str, queue_id: int, queue_offset: int) -> bool:
         """multi_dispatch.describes, with the record's dispatch read once by the scan."""
@@ -129,10 +131,10 @@ def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _Record
     dispatches = columns.property_values(*props, multi_dispatch.PROPERTY_INNER_MULTI_DISPATCH)
     rows = zip((run.base + r.starts).tolist(), filler.tolist(), which.tolist(), r.queue_id.tolist(),
                r.queue_offset.tolist(), r.total.tolist(), codes, keys.lists(len(tags)),
-               layout.in_queue(r.sys_flag).tolist(), layout.indexed(r.sys_flag).tolist())
+               layout.in_queue(r.sys_flag).tolist(), layout.indexed(r.sys_flag).tolist(), r.store_ts.tolist())
     lists = zip(dispatches, columns.property_values(*props, multi_dispatch.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
                 ) if any(dispatches) else repeat(("", ""))
-    for (commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue, indexed), \
+    for (commitlog_offset, is_filler, topic, queue_id, queue_offset, size, tag, ks, in_queue, indexed, ts), \
             (dispatch, at) in zip(rows, lists):
         if is_filler:
             fillers.add(commitlog_offset)
@@ -141,7 +143,16 @@ def _add_run(run: salvage.Run, tags_codes: TagsCodes, records: dict[int, _Record
                 multi_dispatch.PROPERTY_INNER_MULTI_DISPATCH: dispatch,
                 multi_dispatch.PROPERTY_INNER_MULTI_QUEUE_OFFSET: at})) if dispatch and in_queue else ()
             records[commitlog_offset] = _RecordInfo(names[topic], queue_id, queue_offset, size,
-                                                    tag, ks, in_queue, indexed, extra)
+                                                    tag, ks, in_queue, indexed, extra, ts)
+
+
+def _tags_match(rec: _RecordInfo, tags: int, ext: ExtReader | None) -> bool:
+    """A unit's tagsCode is its record's, or (ConsumeQueue ext on) the address of an ext unit
+    holding the record's tagsCode and store time."""
+    if ext is None or not is_ext_address(tags):
+        return tags == rec.tags_code
+    unit = ext.unit(tags)
+    return unit is not None and (unit[0], unit[1]) == (rec.tags_code, rec.store_ts)
 
 
 def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
@@ -211,6 +222,7 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             live = (arr["size"] != PRE_BLANK[1]) & (arr["offset"] >= min_commitlog_offset)
             rows = np.flatnonzero(live)  # columns as lists: no numpy scalar per field
             lost, cut = 0, cuts.get(key)
+            ext_units = ExtReader(root, topic, int(qname)) if ext else None
             for qoff, commitlog_offset, size, tags in zip(
                     (rows + first).tolist(), arr["offset"][rows].tolist(), arr["size"][rows].tolist(),
                     arr["tags"][rows].tolist()):
@@ -223,8 +235,8 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
                     if _in_damage(damages, commitlog_offset) is None:
                         mismatch(f"ConsumeQueue {topic}/{qname} entry {qoff} points at "
                                        f"{commitlog_offset}, where no record starts")
-                elif (rec.size, tags if ext and tags <= features.EXT_ADDRESS_MAX else rec.tags_code) != (
-                        size, tags) or not rec.described_by(topic, int(qname), qoff):
+                elif rec.size != size or not _tags_match(rec, tags, ext_units) \
+                        or not rec.described_by(topic, int(qname), qoff):
                     mismatch(f"ConsumeQueue {topic}/{qname} entry {qoff} does not match the "
                                    f"record at {commitlog_offset} ({rec.topic}/{rec.queue_id}/"
                                    f"{rec.queue_offset})")
