@@ -457,7 +457,7 @@ def main() -> int:
         if a.only in (None, "queues"):
             rows += bench_queues(work, a.flavor, topics, per_topic=4)
         if a.only in (None, "proof"):
-            rows += bench_proof(work, a.flavor, small, big, queues=4_000)
+            rows += bench_proof(work, a.flavor, small, big, queues=1_000)
         if a.only in (None, "dropped"):
             rows += bench_dropped(os.path.join(work, "dropped"), a.flavor, topics, per_topic=4)
     finally:
