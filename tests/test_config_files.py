@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mqfs.store import InvalidConfig, InvalidMessage, Message, MessageStore, StoreError, StoreFormatError
-from tests.store_helpers import file_hashes, small_config
+from tests.store_helpers import small_config, store_state
 from tests.waits import LIMIT
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -90,12 +90,12 @@ def _damage(root, name: str, text: str) -> str:
 def test_damaged_config_refuses_the_open_naming_the_file(tmp_path, name, text):
     _store(tmp_path)
     path = _damage(tmp_path, name, text)
-    before = file_hashes(tmp_path)
+    before = store_state(str(tmp_path))
     with pytest.raises(StoreFormatError) as err:
         MessageStore(str(tmp_path)).open()
     line = str(err.value)
     assert line.startswith(path + " ") and "\n" not in line and "delete it" in line
-    assert file_hashes(tmp_path) == before  # no byte changed, the damaged file included
+    assert store_state(str(tmp_path)) == before  # no byte changed, the damaged file included
     if name not in NOT_READ_ONLY:
         with pytest.raises(StoreFormatError, match=f"^{path} "):
             MessageStore(str(tmp_path), small_config(read_only=True)).open()

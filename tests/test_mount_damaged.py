@@ -10,10 +10,9 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from tests.fs_helpers import MQFS, SMALL, mounted, mqfs, needs_fuse, sh
-from tests.store_helpers import file_hashes
+from tests.store_helpers import store_state
 
 pytestmark = [pytest.mark.mount, needs_fuse]
-SKIP = ("lock", "mqfs.log")  # a read-write mount logs its refusal into STORE/logs/
 
 
 def test_damaged_store_refuses_rw_serves_ro_and_repairs(tmp_path):
@@ -33,22 +32,22 @@ def test_damaged_store_refuses_rw_serves_ro_and_repairs(tmp_path):
         byte = f.read(1)[0]
         f.seek(pos)
         f.write(bytes([byte ^ 0x04]))
-    before = file_hashes(root, skip=SKIP)
+    before = store_state(root)
 
     refused = mqfs("mount", root, mnt, check=False)
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1
     assert "CommitLog offset" in refused.stderr and "mqfs repair" in refused.stderr
-    assert not os.path.ismount(mnt) and file_hashes(root, skip=SKIP) == before
+    assert not os.path.ismount(mnt) and store_state(root) == before
 
     with mounted(root, mnt, "-o", "ro"):
         assert sh(f"cat {mnt}/topics/T/0/11").stdout == b"message 11\n"
         assert sh(f"cat {mnt}/topics/T/0/29").stdout == b"message 29\n"
         bad = sh(f"cat {mnt}/topics/T/0/12", check=False)
         assert bad.returncode != 0 and b"Input/output error" in bad.stderr
-    assert file_hashes(root, skip=SKIP) == before
+    assert store_state(root) == before
 
     assert mqfs("repair", root, check=False).returncode == 1  # no terminal, no --yes: nothing
-    assert file_hashes(root, skip=SKIP) == before
+    assert store_state(root) == before
     mqfs("repair", root, "--yes")
     assert mqfs("verify", root).returncode == 0
     with mounted(root, mnt):
@@ -88,7 +87,7 @@ def test_a_stale_interactive_repair_plan_is_refused_after_a_mount_wrote(tmp_path
     with mounted(root, mnt):
         sh(f"for i in $(seq 100 299); do echo message $i > {mnt}/topics/T/0/append; done; "
            f"sync {mnt}/topics/T/0")
-    before = file_hashes(root, skip=SKIP)
+    before = store_state(root)
     os.write(fd, b"y\n")
     rest = b""
     while True:
@@ -102,7 +101,7 @@ def test_a_stale_interactive_repair_plan_is_refused_after_a_mount_wrote(tmp_path
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) != 0
     assert b"changed since this repair was planned" in rest and rest.count(b"mqfs:") == 1
-    assert file_hashes(root, skip=SKIP) == before
+    assert store_state(root) == before
     mqfs("repair", root, "--yes")
     with MessageStore(root, create=False) as s:
         assert [bytes(s.get("T", 0, i).body) for i in range(100, 300)] == \

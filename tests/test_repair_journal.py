@@ -18,7 +18,7 @@ from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash_repair import run_repair
 from tests.crash_tiers import RECOVERY_LOGS
 from tests.fs_helpers import MQFS
-from tests.store_helpers import file_hashes, small_config, store_state
+from tests.store_helpers import small_config, store_state
 
 pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 SIZE = 4096
@@ -84,11 +84,11 @@ def test_a_repair_file_with_no_journal_is_refused_changing_nothing(tmp_path):
     _store(root)
     path = os.path.join(root, "commitlog", sorted(os.listdir(os.path.join(root, "commitlog")))[1])
     os.rename(path, path + ".repair")
-    before = file_hashes(root, skip=("lock",))
+    before = store_state(root)
     with pytest.raises(StoreError, match=r"\.repair is a CommitLog file an interrupted repair"):
         plan_repair(root)
     assert any(".repair is a CommitLog file" in line for line in verify_store(root).lines)
-    assert file_hashes(root, skip=("lock",)) == before
+    assert store_state(root) == before
 
 
 @pytest.mark.parametrize("site", ("repair.journal:1", "repair.filler:1", "repair.move:1",
@@ -121,12 +121,12 @@ def test_a_read_only_open_refuses_a_half_done_repair(tmp_path):
     results = _store(root)
     _flip_body(root, results[5])
     assert run_repair(root, "repair.move:1").returncode == 137
-    before = file_hashes(root, skip=("lock",))
+    before = store_state(root)
     with pytest.raises(StoreError, match="interrupted repair"):
         MessageStore(root, _config(read_only=True), create=False).open()
     report = verify_store(root)
     assert not report.ok and any(NAME in line for line in report.lines)
-    assert file_hashes(root, skip=("lock",)) == before
+    assert store_state(root) == before
 
 
 def test_a_damaged_journal_is_refused_in_one_line(tmp_path):
@@ -147,10 +147,10 @@ def test_a_plan_made_before_the_store_changed_is_refused(tmp_path):
     plan = plan_repair(root)
     with MessageStore(root, _config(), create=False) as s:  # a damaged body: the open serves
         added = [s.put(Message.create("U", b"added %d" % i)) for i in range(50)]
-    before = file_hashes(root, skip=("lock",))
+    before = store_state(root)
     with pytest.raises(StoreError, match="changed since this repair was planned"):
         apply_repair(plan)
-    assert file_hashes(root, skip=("lock",)) == before
+    assert store_state(root) == before
     apply_repair(plan_repair(root))
     assert verify_store(root).ok
     _serves_all(root, results, lost={5})
