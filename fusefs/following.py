@@ -22,6 +22,8 @@ BATCH = 64  # messages read from the store at a time
 
 # (topic, queue, offset, count) -> bodies of messages from that offset, in order
 Reader = Callable[[str, int, int, int], Sequence[bytes]]
+# the same, but each message's length as follow shows it (no body copied)
+Sizer = Callable[[str, int, int, int], Sequence[int]]
 
 
 def shown(body: bytes) -> bytes:
@@ -40,18 +42,18 @@ class FollowFile:
         self.readers = 0  # open handles: while there are any, the start stays
         self.lock = threading.Lock()  # grow and read run in worker threads and on the loop
 
-    def grow(self, read: Reader, max_offset: int) -> int:
+    def grow(self, sizes: Sizer, max_offset: int) -> int:
         """Measure the messages stored since the last call; the file's size."""
         with self.lock:
-            return self._grow(read, max_offset)
+            return self._grow(sizes, max_offset)
 
-    def _grow(self, read: Reader, max_offset: int) -> int:
+    def _grow(self, sizes: Sizer, max_offset: int) -> int:
         while self.end < max_offset:
-            bodies = read(self.topic, self.queue, self.end, min(BATCH, max_offset - self.end))
-            if not bodies:
+            shown_sizes = sizes(self.topic, self.queue, self.end, min(BATCH, max_offset - self.end))
+            if not shown_sizes:
                 break  # retention removed them, or a reader's view is behind: next time
-            for body in bodies:
-                self.size += len(shown(body))
+            for n in shown_sizes:
+                self.size += n
                 self.end += 1
                 if (self.end - self.start) % STRIDE == 0:
                     self.marks.append(self.size)

@@ -123,6 +123,14 @@ class Model:
     def follow_bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
         return [bytes(m.body) for m in self.store.get_range(topic, queue, offset, count)]
 
+    def follow_sizes(self, topic: str, queue: int, offset: int, count: int) -> list[int]:
+        """Each message's length in `follow` (a newline added when its body has none)."""
+        out = []
+        for m in self.store.get_range(topic, queue, offset, count):
+            body = m.body  # once: a compressed body is inflated at each use
+            out.append(len(body) + (bytes(body[-1:]) != b"\n"))
+        return out
+
     def follow_file(self, topic: str, queue: int, opening: bool = False) -> FollowFile:
         """The queue's `follow` file; taken anew (its last FOLLOW_BACK messages on) when
         nobody has it open, so a stat or a first open sees the newest messages."""
@@ -142,7 +150,7 @@ class Model:
 
     def follow_size(self, topic: str, queue: int) -> int:
         file = self.follow_file(topic, queue)
-        return file.grow(self.follow_bodies, self.store.max_offset(topic, queue))
+        return file.grow(self.follow_sizes, self.store.max_offset(topic, queue))
 
     def queue_mtime(self, topic: str, queue: int) -> int:
         return self.times.queue_mtime(topic, queue)

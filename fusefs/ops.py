@@ -534,7 +534,7 @@ class Operations(pyfuse3.Operations):
             if h.closed or self.closing:
                 return b""
             arrived = self.arrived
-            end = await in_thread(file.grow, self.model.follow_bodies, self.store.max_offset(topic, queue))
+            end = await in_thread(file.grow, self.model.follow_sizes, self.store.max_offset(topic, queue))
             if off < end:
                 return await in_thread(file.read, self.model.follow_bodies, off, size)
             with trio.move_on_after(SIGNAL_CHECK):
