@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,9 @@ from .scan import RowFilter, warn
 from .stores import StorePartition, StoresReader
 from .stream import DataLoss
 from .units import UnitRange
+
+if TYPE_CHECKING:
+    from .source import MqfsReader
 
 JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
 _said = False
@@ -60,8 +64,11 @@ class JvmPartition(InputPartition):
 class JvmPlanReader(DataSourceReader):
     """The Python reader's plan, for the JVM: partitions() only (the JVM reads them)."""
 
-    def __init__(self, reader: DataSourceReader):
+    def __init__(self, reader: MqfsReader | StoresReader):
         self.reader = reader
+        readers: list[MqfsReader] = reader.readers if isinstance(reader, StoresReader) else [reader]
+        for r in readers:
+            r.jvm = True  # tasks sized for the JVM
 
     def partitions(self) -> list[InputPartition]:
         if isinstance(self.reader, StoresReader):

@@ -86,6 +86,9 @@ BATCH_BYTES = 32 << 20
 # header-only read (`scan.header_only`, several times less work per byte) HEADER_TASK_BYTES.
 TASK_BYTES = 256 << 20
 HEADER_TASK_BYTES = 1 << 30
+# A task of the JVM reader (pipeline/jvmplan.py) starts in milliseconds: smaller tasks, so
+# every core reads
+JVM_TASK_BYTES = 64 << 20
 _ALL = 1 << 62
 
 
@@ -313,6 +316,7 @@ class MqfsReader(DataSourceReader):
         self.layout = layout
         self.opts = opts
         self.end_offset = end_offset
+        self.jvm = False  # planned for the JVM reader (task size JVM_TASK_BYTES)
 
     def _filter(self) -> RowFilter:
         return row_filter(self.layout, self.opts)
@@ -331,7 +335,7 @@ class MqfsReader(DataSourceReader):
             self.layout, flt, self.opts.min_partitions, self.end_offset)
         if plan.parts is not None:
             return list(plan.parts)
-        size = HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
+        size = JVM_TASK_BYTES if self.jvm else HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
         pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
                                  flt, self.end_offset, plan.span, size)
         return list(group_ranges(pieces, self.opts.min_partitions, size))
