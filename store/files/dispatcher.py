@@ -149,9 +149,13 @@ class Dispatcher:
         prepared or rolled-back transaction), its queue offset and its index keys, with room
         made in both, so a full disk refuses the put before the CommitLog is written."""
         topic, qid = msg.topic, msg.queue_id
-        cq = self.consume_queues.get((topic, qid))
         check = self.consume_queues.end_check
-        if check is not None and layout.in_queue(msg.sys_flag) and has_queue_dir(topic):
+        if check is not None and not (layout.in_queue(msg.sys_flag) and has_queue_dir(topic)):
+            check = None
+        if check is not None:  # before its first use: one that is short is rebuilt in the background
+            check((topic, qid), None)
+        cq = self.consume_queues.get((topic, qid))
+        if check is not None:
             check((topic, qid), cq.next_offset if cq is not None else 0)
         if cq is None and has_queue_dir(topic):
             cq = self.create_queue(topic, qid, True)
@@ -218,8 +222,12 @@ class Dispatcher:
         self.units.make_room(int(counts.sum()) * UNIT_SIZE)
         topic_of = list(names)
         keys = [(topic_of[g >> 32], g & 0xFFFFFFFF) for g in ordered[firsts].tolist()]
-        queues = self.consume_queues.get_many(keys)
         check = self.consume_queues.end_check
+        if check is not None:  # before their first use (see `reserve`)
+            for key, n in zip(keys, counts.tolist()):
+                if n and has_queue_dir(key[0]):
+                    check(key, None)
+        queues = self.consume_queues.get_many(keys)
         if check is not None:  # before a queue is made or an offset given
             for key, cq, n in zip(keys, queues, counts.tolist()):
                 if n and has_queue_dir(key[0]):

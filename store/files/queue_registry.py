@@ -82,9 +82,10 @@ class QueueRegistry:
         self.on_disk: DiskProbe | None = None
         self.owed: int | None = None  # the cut `owe` gave (a queue found on disk owes it too)
         self.retained = 0  # CommitLog minimum every open queue's minimum was set for (`retain`)
-        # set when no record vouched for the queues' ends: asked (key, next offset) before a
-        # put gives a queue an offset; raises while the CommitLog has not proven its end
-        self.end_check: Callable[[Key, int], None] | None = None
+        # set when no record vouched for the queues' ends: asked (key, next offset; None
+        # before the queue is first used) before a put gives a queue an offset; raises while
+        # the CommitLog has not proven its end
+        self.end_check: Callable[[Key, int | None], None] | None = None
 
     def record(self, recorded: dict[Key, Recorded]) -> None:
         """Queues known from a clean close's record, to be opened on first use."""

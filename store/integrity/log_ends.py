@@ -208,8 +208,9 @@ class LogEnds:
         elif oldest is None or oldest[1] == PRE_BLANK[1]:
             self._short(key, f"does not hold offset {low}, its oldest record in the CommitLog")
 
-    def check_put(self, key: Key, next_offset: int) -> None:
-        """Before a put gives queue `key` offset `next_offset`: refused (QueueNotProven) while
+    def check_put(self, key: Key, next_offset: int | None) -> None:
+        """Before a put gives queue `key` offset `next_offset` (None: asked before its first
+        use, so that a put never waits for a rebuild there): refused (QueueNotProven) while
         its end is not proven from the log."""
         with self._lock:
             why = self.failed.get(key)
@@ -224,7 +225,7 @@ class LogEnds:
                     f"queue {key[0]}/{key[1]}: its end is not proven yet (no record of the queues "
                     f"vouches for it; the CommitLog is being walked for its last record, "
                     f"{self.walked >> 20} of {self.total >> 20} MiB, newest first); try again")
-        if got is not None and next_offset < got[0]:
+        if got is not None and next_offset is not None and next_offset < got[0]:
             self._short(key, f"holds {next_offset} units, the CommitLog {got[0]} records")
             raise QueueNotProven(f"queue {key[0]}/{key[1]}: the CommitLog holds offsets up to "
                                  f"{got[0] - 1}; its ConsumeQueue is being rebuilt from it; try again")
@@ -265,7 +266,13 @@ class LogEnds:
                         self.failed[key] = why
                         self.short.discard(key)
                     continue
-                cq = queues.get(key)
+                cq = queues.peek(key)
+                if cq is None and key in queues and self.parts.load_queue is not None:
+                    # its files as they are, not proven: a first use would rebuild it from
+                    # the log once more, and it is rebuilt from this walk now
+                    cq = self.parts.load_queue(key)
+                    cq.recover()
+                    queues.adopt(key, cq)
                 if cq is None:
                     cq = self.make_queue(*key)
                 if cq.max_offset > (int(units[3][-1]) + 1 if len(units[3]) else 0):
