@@ -50,6 +50,7 @@ def test_the_editable_install_names_only_mqfs():
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(1800)  # a wheel build, a venv and a Spark JVM: minutes on a loaded machine
 def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp_path):
     dist = tmp_path / "dist"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), ROOT],
