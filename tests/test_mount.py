@@ -367,8 +367,9 @@ def test_mount_t_fuse_and_an_fstab_line_run_this_checkouts_mqfs(store, mnt, tmp_
 
 def _only_mqfs_of(program: str) -> int:
     """The pid of the one running daemon started as `program` (the venv's script, run by its
-    python, names it as its first argument)."""
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _argv(int(p))[1:2] == [program]]
+    python, names it as its first argument: /usr/local/bin/mqfs for `-t fuse.mqfs`, a link to it)."""
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
+            and [os.path.realpath(a) for a in _argv(int(p))[1:2]] == [program]]
     assert len(pids) == 1, pids
     return pids[0]
 
