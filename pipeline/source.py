@@ -45,6 +45,7 @@ from pyspark.sql.types import StructType
 from mqfs.store.errors import StoreError
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import chain, walk
+from mqfs.store.meta.features import LMQ, recognise
 from mqfs.store.offline.views import (
     StoreLayout,
     commitlog_files,
@@ -492,6 +493,7 @@ class MqfsDataSource(DataSource):
         if left:  # ScopedScans took it from Spark's plan: it must be applied here
             raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
         if jvm_asked(schema):  # the JVM reader reads what this reader plans
+            _refuse_what_the_jvm_reader_misreads(roots)
             return JvmPlanReader(reader)
         if not self.options.get(MARKER):
             say_python_reads()
@@ -523,3 +525,13 @@ class MqfsDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> MqfsStreamWriter:
         """`writeStream.format("mqfs")`, output mode append (a store cannot take rows back)."""
         return MqfsStreamWriter(self._write_root(overwrite), schema, self.options)
+
+
+def _refuse_what_the_jvm_reader_misreads(roots: list[str]) -> None:
+    """The JVM reader gives no LMQ rows yet (a record's row per LMQ queue it is dispatched to:
+    docs/format.md): a read of such a store through it would miss what LMQ consumers get, so
+    it is refused with the option that reads it whole, never answered short."""
+    for root in roots:
+        if LMQ in recognise(root):
+            raise ValueError(f"mqfs: {root} has LMQ queues, which the JVM reader does not read yet; "
+                             "read it with .option('reader', 'python')")
