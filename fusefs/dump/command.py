@@ -108,7 +108,22 @@ def layout_of(path: str) -> StoreLayout:
             root = os.getxattr(path, "user.mqfs.store", follow_symlinks=False)
         except OSError:
             raise StoreFormatError(f"{path} is not a store or an mqfs mount") from None
+        _written_out(path)
         return store_layout(os.fsdecode(root))
+
+
+def _written_out(mount: str) -> None:
+    """Ask the daemon to write out what it holds in memory (an fsync of the mount's root is
+    its flush), so the files show every message put through the mount before this command ran:
+    a new queue's units stay in the daemon's memory until a flush. A read-only mount has
+    nothing of its own to write (its refusal is no error here)."""
+    fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def selected(layout: StoreLayout, sel: Selection, damage: source.Damage
