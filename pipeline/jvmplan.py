@@ -18,16 +18,15 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files
+from mqfs.store.offline.views import StoreLayout
 
-from .scan import RowFilter, warn
+from .scan import RowFilter
 from .stores import StorePartition, StoresReader
-from .stream import DataLoss
+from .stream import units_by_file
 from .units import UnitRange
 
 if TYPE_CHECKING:
@@ -113,20 +112,6 @@ def _describe(reader, part: InputPartition, store: str | None) -> dict:
 
 def _unit_files(layout: StoreLayout, part: UnitRange, opts) -> list[dict]:
     """The CommitLog positions of queue entries [start, end), per file in queue order (what
-    stream.read_queue_range reads); entries whose records retention deleted are data loss."""
-    qoffs, units = QueueReader(layout.root, part.topic, part.queue_id,
-                               layout.consume_queue_units).read(part.start, part.end)
-    if not len(units):
-        return []
-    at = units["offset"].astype(np.int64)
-    files = commitlog_files(layout.root)
-    which = np.searchsorted(np.array([s for s, _ in files], np.int64), at, side="right") - 1
-    gone = qoffs[which < 0]
-    if gone.size:
-        text = (f"messages {part.topic}/{part.queue_id} offsets {int(gone[0])}..{int(gone[-1])} "
-                "were deleted from the CommitLog before this stream read them")
-        if opts.fail_on_data_loss:
-            raise DataLoss(text + "; restart with failOnDataLoss=false to skip them")
-        warn(text + "; skipped (failOnDataLoss=false)")
-    return [{"path": files[i][1], "from": files[i][0], "at": (at[which == i] - files[i][0]).tolist()}
-            for i in np.unique(which[which >= 0]).tolist()]
+    stream.read_queue_range reads, data loss included)."""
+    return [{"path": path, "from": file_from, "at": pos.tolist()}
+            for (file_from, path), pos in units_by_file(layout, part, opts).items()]

@@ -183,14 +183,14 @@ class RefusedStream(DataSourceStreamReader):
         raise self.error
 
 
-def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
-                     opts: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """The records of queue entries [start, end), in queue order, grouped by CommitLog file,
-    every record checked. Entries whose records retention already deleted are data loss."""
+def units_by_file(layout: StoreLayout, part: QueueRange, opts: ReadOptions) -> dict[tuple[int, str], np.ndarray]:
+    """The CommitLog positions of queue entries [start, end), in queue order, per file
+    ((its start offset, path) -> positions in it). Entries whose records retention already
+    deleted are data loss: raised, or skipped with a warning under failOnDataLoss=false."""
     qoffs, units = QueueReader(layout.root, part.topic, part.queue_id,
                                layout.consume_queue_units).read(part.start, part.end)
     if not len(units):
-        return
+        return {}
     commitlog_offset = units["offset"].astype(np.int64)
     files = commitlog_files(layout.root)
     starts = np.array([s for s, _ in files], np.int64)
@@ -202,11 +202,16 @@ def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
         if opts.fail_on_data_loss:
             raise DataLoss(text + "; restart with failOnDataLoss=false to skip them")
         warn(text + "; skipped (failOnDataLoss=false)")
-    for i in np.unique(which[which >= 0]):
-        file_from, path = files[i]
+    return {files[i]: commitlog_offset[which == i] - files[i][0] for i in np.unique(which[which >= 0]).tolist()}
+
+
+def read_queue_range(layout: StoreLayout, part: QueueRange, flt: RowFilter,
+                     opts: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """The records of queue entries [start, end), in queue order, grouped by CommitLog file,
+    every record checked."""
+    for (file_from, path), pos in units_by_file(layout, part, opts).items():
         checks = Checks(layout.checked_flavor, path, opts.skip_damaged)
         batcher = FileBatcher(map_readonly(path), file_from, checks)
-        pos = commitlog_offset[which == i] - file_from
         for s in range(0, len(pos), 16384):
             batch = batcher.batch(pos[s:s + 16384], flt, opts.columns)
             if batch is not None:
