@@ -386,3 +386,34 @@ def test_a_read_only_open_of_a_rocksdb_store_follows_the_records_the_broker_adds
         assert [m.body.tobytes() for m in s.get_range("Orders", 0, 0, 10, tags=["created"])][-1] \
             == b"order 3"
         assert s.queue_ids("Fresh") == [3] and s.get("Fresh", 3, 0).body.tobytes() == b"fresh 0"
+
+
+def test_a_topic_log_line_goes_in_even_where_config_is_missing(tmp_path):
+    from mqfs.store.meta import topic_log
+
+    path = topic_log.log_path(str(tmp_path))  # a broker's store before its first config save
+    topic_log.append(path, [("New", 2)])
+    queues: dict[str, int] = {}
+    assert topic_log.replay(path, queues, 8) == 1 and queues == {"New": 2}
+    assert os.stat(os.path.dirname(path)).st_mode & 0o077 == 0  # made private, as mqfs's files
+
+
+@needs_fuse
+@pytest.mark.allow_logs("not the one the last clean close left")
+def test_a_read_write_mount_of_a_store_with_no_config_directory_makes_topics_and_commits(tmp_path):
+    from tests.broker_layouts import broker_store as bare_broker_store
+
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    bare_broker_store(root, lambda s: s.put(Message.create("Old", b"old")))
+    assert not os.path.exists(os.path.join(root, "config"))
+    with mounted(root, mnt):
+        sh(f"mkdir {mnt}/topics/New && mkdir {mnt}/topics/New/0")
+        sh(f"echo fresh > {mnt}/topics/New/0/append && echo 1 > {mnt}/groups/g/Old/0")
+        sh(f"echo more > {mnt}/topics/Newer/0/append", check=False)  # no such topic: refused
+        assert sh(f"cat {mnt}/topics/New/0/0").stdout == b"fresh\n"
+    topics = _json(root, "topics.json")["topicConfigTable"]
+    assert topics["New"]["readQueueNums"] == 1 and "Newer" not in topics
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        assert s.get("New", 0, 0).body.tobytes() == b"fresh\n"
+        assert s.committed_offset("g", "Old", 0) == 1
+    assert verify_store(root).ok

@@ -53,6 +53,8 @@ def append(path: str, changes: list[tuple[str, int]]) -> None:
     """Append one line per (topic, queue count) and make them durable."""
     data = "".join(json.dumps({"topic": t, "queues": n}) + "\n" for t, n in changes).encode()
     created = not os.path.lexists(path)
+    if created:  # a broker's store may have no config/ yet (the broker makes it at its first save)
+        safefs.makedirs(os.path.dirname(path))
     fd = safefs.open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         view = memoryview(data)
