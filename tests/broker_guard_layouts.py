@@ -12,6 +12,7 @@ import shutil
 import struct
 
 from mqfs.store import Message, MessageStore
+from tests.broker_layouts import BatchWorkload
 from tests.store_helpers import small_config
 
 T0 = 1_700_000_000_000
@@ -94,7 +95,8 @@ def _topic_entry(name: str, attributes: dict[str, str], queues: int = 1) -> str:
             f'\n\t\t\t"writeQueueNums":{queues}\n\t\t}}')
 
 
-def broker_store(root: str, writes=None, topics: dict[str, dict[str, str]] | None = None) -> None:
+def broker_store(root: str, writes=None, topics: dict[str, dict[str, str]] | None = None,
+                 queues: int = 1) -> None:
     """A plain 5.x broker store: rocketmq flavor, no whole-record checksum, no mqfs.json, the
     broker's config/ (topics.json with `topics` added, consumerOffset.json, their .bak, and
     files mqfs never reads)."""
@@ -110,7 +112,7 @@ def broker_store(root: str, writes=None, topics: dict[str, dict[str, str]] | Non
     shutil.rmtree(os.path.join(root, "config"))
     config = os.path.join(root, "config")
     os.mkdir(config, 0o755)
-    extra = "".join(_topic_entry(t, a) for t, a in (topics or {}).items())
+    extra = "".join(_topic_entry(t, a, queues) for t, a in (topics or {}).items())
     files = {"topics.json": TOPICS_JSON.replace("%EXTRA%", extra),
              "consumerOffset.json": OFFSETS_JSON,
              "subscriptionGroup.json": '{"dataVersion":{"counter":1},"subscriptionGroupTable":{}}',
@@ -194,18 +196,14 @@ def layout_timer(root: str) -> None:
     _write(os.path.join(root, "config", "timermetrics"), b'{"dataVersion":{},"timingCount":{}}')
 
 
-def layout_batch_cq(root: str) -> None:
+def layout_batch_cq(root: str, workload: BatchWorkload | None = None) -> BatchWorkload:
     """queue.type=BatchCQ: the topic's units live in batchconsumequeue/<t>/<q>/ (46 bytes:
     offset, size, tagsCode, store time, msgBaseOffset, batchSize, compactedOffset, reserved),
-    none in consumequeue/."""
-    def writes(s: MessageStore) -> None:
-        for i in range(2):
-            s.put(Message.create("Batched", b"batch %d" % i))
-
-    broker_store(root, writes, {"Batched": {"queue.type": "BatchCQ"}})
-    shutil.rmtree(os.path.join(root, "consumequeue", "Batched"))
-    unit = struct.pack(">qiqqqih", 0, 100, 0, T0, 0, 1, 0) + b"\x00" * 4
-    _write(os.path.join(root, "batchconsumequeue", "Batched", "0", "0" * 20), unit * 2)
+    none in consumequeue/; inner-batch records hold several messages (BatchWorkload)."""
+    workload = workload or BatchWorkload()
+    broker_store(root, workload, {workload.topic: {"queue.type": "BatchCQ"}}, queues=2)
+    workload.write_units(root, small_config().commitlog_file_size)
+    return workload
 
 
 def layout_cq_ext(root: str) -> None:

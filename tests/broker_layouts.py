@@ -156,3 +156,83 @@ def ext_store(root: str) -> dict[tuple[str, int, int], bytes]:
 def store_hashes(root: str) -> dict[str, str]:
     """Every file of the store and its hash (what no command may change on a correct store)."""
     return file_hashes(root)
+
+
+# the batches each queue of topic Batched receives, in put order: 1 is a plain message (a
+# send of one message), n > 1 an inner batch of n (a batch send with a uniq id)
+BATCH_PLAN = {0: (1, 3, 1, 4, 2), 1: (5, 1, 1)}
+
+
+class BatchWorkload:
+    """A BatchCQ topic (queue.type=BatchCQ) as a 5.x broker writes it. A batch send becomes one
+    inner-batch record (SendMessageProcessor: SYSFLAG NEED_UNWRAP|INNER_BATCH, INNER_NUM the
+    count of messages MessageDecoder.encodeMessages packed in the body; BatchConsumeQueue.
+    assignQueueOffset: INNER_BASE and QUEUEOFFSET the queue's counter, which then advances by
+    INNER_NUM); a single send a plain record. Each record gets a 46-byte unit in
+    batchconsumequeue/<t>/<q>/ (base, batch size; 1 for a plain one) and none in
+    consumequeue/. The broker's index holds the records' own keys (the batch's UNIQ_KEY),
+    not the inner messages'. `served`: (topic, queue, offset) -> (body, keys, tags)."""
+
+    topic = "Batched"
+
+    def __init__(self, plan=BATCH_PLAN):
+        self.plan = plan
+        self.records: dict[int, list[tuple[int, int, int, int, int]]] = {}  # q -> (offset, size, tags, base, n)
+        self.served: dict[tuple[str, int, int], tuple[bytes, str, str]] = {}
+        self.store_ts: dict[int, int] = {}
+
+    def __call__(self, s: MessageStore) -> None:
+        from mqfs.store.format.batch import (
+            INNER_BATCH_FLAG,
+            NEED_UNWRAP_FLAG,
+            PROPERTY_INNER_BASE,
+            PROPERTY_INNER_NUM,
+            encode_inner,
+        )
+
+        counters: dict[int, int] = {}
+        for step in range(max(len(p) for p in self.plan.values())):
+            for q, sizes in self.plan.items():
+                if step >= len(sizes):
+                    continue
+                n, base = sizes[step], counters.get(q, 0)
+                tags = f"Tag{step % 2}"
+                inner = [(i, b"inner %d of queue %d" % (base + i, q),
+                          {"KEYS": f"bk-{q}-{base + i}", "TAGS": tags, "UNIQ_KEY": f"U{q:02d}{base + i:06d}",
+                           "WAIT": "true"}) for i in range(n)]
+                if n == 1:
+                    flag, body, props = inner[0]
+                    msg = Message(self.topic, body, q, {**props, "CLUSTER": "DefaultCluster"})
+                else:
+                    msg = Message(self.topic, encode_inner(inner), q, {
+                        "UNIQ_KEY": f"B{q:02d}{base:06d}", "WAIT": "true", "CLUSTER": "DefaultCluster",
+                        PROPERTY_INNER_NUM: str(n), PROPERTY_INNER_BASE: str(base)},
+                        sys_flag=NEED_UNWRAP_FLAG | INNER_BATCH_FLAG)
+                r = s.put(msg)
+                tags_code = s.flavor.tags_code(tags) if n == 1 else 0
+                self.records.setdefault(q, []).append((r.commitlog_offset, r.size, tags_code, base, n))
+                self.store_ts[r.commitlog_offset] = r.store_timestamp
+                for i, (_, body, props) in enumerate(inner):
+                    self.served[(self.topic, q, base + i)] = (body, props["KEYS"], tags)
+                counters[q] = base + n
+
+    def write_units(self, root: str, commitlog_file_size: int) -> None:
+        """Each record's QUEUEOFFSET as the broker's counter gave it, the units in
+        batchconsumequeue/ (files of FILE_UNITS units, zeros after the last) and no queue in
+        consumequeue/."""
+        from mqfs.store.format.batch import FILE_UNITS, UNIT_SIZE, encode_unit
+
+        for q, records in self.records.items():
+            for offset, _, _, base, _ in records:
+                path = os.path.join(root, "commitlog", f"{offset // commitlog_file_size * commitlog_file_size:020d}")
+                with open(path, "r+b") as f:
+                    f.seek(offset % commitlog_file_size + 20)  # QUEUEOFFSET
+                    f.write(struct.pack(">q", base))
+            directory = os.path.join(root, "batchconsumequeue", self.topic, str(q))
+            os.makedirs(directory, mode=0o755)
+            raw = b"".join(encode_unit(off, size, tags, self.store_ts[off], base, n)
+                           for off, size, tags, base, n in records)
+            with open(os.path.join(directory, "0" * 20), "wb") as f:
+                f.write(raw)
+                f.truncate(FILE_UNITS * UNIT_SIZE)
+        shutil.rmtree(os.path.join(root, "consumequeue", self.topic))

@@ -14,6 +14,7 @@ from mqfs.store.format.compression import deflate
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import plan_repair
 from tests.broker_layouts import (
+    BATCH_PLAN,
     COMPRESSIONS,
     LmqWorkload,
     broker_store,
@@ -314,3 +315,29 @@ def test_a_read_only_mount_shows_an_ext_stores_messages_and_tags(tmp_path):
         assert sorted(os.listdir(f"{mnt}/topics/Filtered/1/tags/Tag2")) == ["2"]
         assert sh(f"ls {mnt}/keys/f-5").stdout.split() == [b"Filtered:1:2"]
     assert store_hashes(root) == before
+
+
+def test_batch_cq_units_and_inner_batches_decode_as_the_broker_wrote_them(tmp_path):
+    """The BatchCQ reader finds each queue's units as BatchWorkload wrote them, and every inner
+    batch unwraps into its messages at base + i with their own body, keys and tags."""
+    from mqfs.store.files.batch_consume_queue import BatchQueue
+    from mqfs.store.format import batch
+    from mqfs.store.format.codec import decode
+    from tests.broker_guard_layouts import layout_batch_cq
+
+    root = str(tmp_path)
+    w = layout_batch_cq(root)
+    log = open(os.path.join(root, "commitlog", "0" * 20), "rb").read()
+    got = {}
+    for q, records in w.records.items():
+        bq = BatchQueue(root, w.topic, q)
+        assert bq.bounds() == (0, sum(BATCH_PLAN[q]))
+        units = bq.units()
+        assert [tuple(int(u[f]) for f in ("offset", "size", "tags", "base", "batch")) for u in units] == records
+        assert bq.damage is None
+        for offset, *_ in records:
+            rec = decode(log, offset)
+            msgs = batch.unwrap(rec) if batch.is_inner_batch(rec.sys_flag) else [rec]
+            for m in msgs:
+                got[(m.topic, m.queue_id, m.queue_offset)] = (bytes(m.body), m.properties["KEYS"], m.tags)
+    assert got == w.served
