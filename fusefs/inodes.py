@@ -15,6 +15,8 @@ import errno
 import threading
 from dataclasses import dataclass
 
+from mqfs.store.format.message import NAME_MAX
+
 from .errors import FsError
 
 ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO, STATUS_INO = 1, 2, 3, 4, 5
@@ -31,7 +33,6 @@ KEY_VIEW, AT_VIEW, TAG_VIEW = range(3)  # what a link inode's name was found thr
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 QIDX_MASK = (1 << QIDX_BITS) - 1
 
-NAME_MAX = 255
 LONG = 3600.0  # seconds the kernel may cache what never changes (messages, fixed dirs)
 BLKSIZE = 128 * 1024  # large st_blksize so cp and friends use large reads
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import errno
 from urllib.parse import unquote
 
+from mqfs.store.format.message import NAME_MAX
+
 from .errors import FsError
 
-NAME_MAX = 255
 SURELY_FITS = NAME_MAX // 12  # characters
 
 

@@ -59,6 +59,7 @@ from .inodes import (
     JSONL,
     LINES,
     MESSAGE,
+    NAME_MAX,
     QUEUE,
     STAGED,
     STATUS,
@@ -281,7 +282,7 @@ class Operations(pyfuse3.Operations):
         s.f_frsize = st.f_frsize
         s.f_blocks, s.f_bfree, s.f_bavail = st.f_blocks, st.f_bfree, st.f_bavail
         s.f_files, s.f_ffree, s.f_favail = st.f_files, st.f_ffree, st.f_favail
-        s.f_namemax = 255
+        s.f_namemax = NAME_MAX
         return s
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:

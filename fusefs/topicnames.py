@@ -10,7 +10,8 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-NAME_MAX = 255
+from mqfs.store.format.message import NAME_MAX
+
 _KEEP = 200
 
 

@@ -1,4 +1,4 @@
-"""What the JVM reader (pipeline/java/*.java) is handed: each partition the Python reader
+"""What the JVM reader (pipeline/*.java) is handed: each partition the Python reader
 planned, as JSON the JVM parses.
 
 There is one planner, this package's: offsets, splits, unit selection, pushdown and pruning

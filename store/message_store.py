@@ -131,7 +131,7 @@ class MessageStore(StoreReads):
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
         # a read-only open takes no lock: it changes nothing and must not keep a broker or a
-        # daemon from writing the store it shows (store/live.py follows what they add)
+        # daemon from writing the store it shows (store/integrity/live.py follows what they add)
         self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:

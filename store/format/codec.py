@@ -1,7 +1,7 @@
 """Encode and decode whole CommitLog records, byte for byte as Apache RocketMQ writes them: the
-scalar reference that store/layout.py's columnar walker must agree with (tests/test_layout.py).
+scalar reference that store/format/layout.py's columnar walker must agree with (tests/test_layout.py).
 
-Layout (big-endian; docs/format.md, "CommitLog record"; positions and sizes in store/layout.py):
+Layout (big-endian; docs/format.md, "CommitLog record"; positions and sizes in store/format/layout.py):
 TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
 BORNHOST(8|20) STORETIMESTAMP STOREHOST(8|20) RECONSUMETIMES PREPAREDTXOFFSET BODYLEN BODY
 TOPICLEN(1|2) TOPIC PROPERTIESLEN PROPERTIES

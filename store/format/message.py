@@ -57,7 +57,8 @@ MAX_RETRY_TOPIC_LEN = 255
 MAX_STORED_TOPIC_LEN = 32767  # a v2 record's TOPICLEN is an int16
 
 
-NAME_MAX = 255  # bytes in a file name: a topic longer has no consumequeue/<topic> directory
+NAME_MAX = 255  # bytes in a file name (Linux): a topic longer has no consumequeue/<topic> directory
+# (and the mount shortens its names to fit)
 
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024

@@ -153,7 +153,7 @@ class TopicTable:
         self._document = {**document, "topicConfigTable": None}  # its place kept
         self._entries = {name: entry for name, entry in table.items()
                          if entry != _new_topic_entry(name, self.queues[name])}
-        # changes since topics.json was written, in config/topics.log (see store/topic_log.py)
+        # changes since topics.json was written, in config/topics.log (see store/meta/topic_log.py)
         self.log_path = topic_log.log_path(root)
         self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
         self._batch: list[tuple[str, int, int | None]] | None = None
