@@ -31,10 +31,10 @@ class StoreConfig:
     commit_interval_ms: int = 200
     flush_cq_interval_ms: int = 1000
     sync_flush_timeout_ms: int = 5000
-    # retention: off unless set (0); see store/meta/retention.py
+    # retention: off unless set (0); see store/services/retention.py
     retention_hours: float = 0.0  # delete CommitLog files whose newest write is older
     retention_bytes: int = 0  # delete the oldest CommitLog files while they pass this size
-    # the background scrub (store/integrity/scrub.py), once started: share of one core, hours between passes
+    # the background scrub (store/services/scrub.py), once started: share of one core, hours between passes
     scrub_share: float = 0.05
     scrub_interval_hours: float = 24.0
     # access

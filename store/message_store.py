@@ -30,7 +30,6 @@ from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
 from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes, has_queue_dir
-from .files.flush import FlushServices
 from .files.in_use import Users, in_use
 from .files.index_service import IndexService
 from .files.lazy_mapped_file import close_under
@@ -45,15 +44,18 @@ from .format.flavor import flavor_named
 from .format.message import Message, parse_host
 from .integrity import first_use, log_ends, queue_check, registration, repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
-from .integrity.live import LiveReader
+from .integrity.parts import StoreParts
 from .integrity.read_only_open import open_read_only
-from .integrity.recovery import RecoveryReport, StoreParts, recover, tail_record
-from .integrity.scrub import Scrub, damaged_index_files
+from .integrity.recovery import RecoveryReport, recover, tail_record
 from .meta import dispatch_state, features, kept_ends, queue_cuts, queue_ends
+from .meta.log_start import record_min_offset
 from .meta.manifest import inspect, is_store, manifest_path, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
-from .meta.retention import Retention, record_min_offset
 from .reads import StoreReads
+from .services.flush import FlushServices
+from .services.live import LiveReader
+from .services.retention import Retention
+from .services.scrub import Scrub, damaged_index_files
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
@@ -131,7 +133,7 @@ class MessageStore(StoreReads):
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self._lock_file = StoreLock(self.root)
         # a read-only open takes no lock: it changes nothing and must not keep a broker or a
-        # daemon from writing the store it shows (store/integrity/live.py follows what they add)
+        # daemon from writing the store it shows (store/services/live.py follows what they add)
         self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
@@ -180,7 +182,7 @@ class MessageStore(StoreReads):
         return self
 
     def start_scrub(self) -> None:
-        """Start the background scrub (store/integrity/scrub.py): the whole-store check an open no
+        """Start the background scrub (store/services/scrub.py): the whole-store check an open no
         longer makes. A read-only store has none."""
         if self._scrub is not None and self.is_open:
             self._scrub.start()
@@ -270,8 +272,8 @@ class MessageStore(StoreReads):
 
     def _parts(self) -> StoreParts:
         return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
-                          self.index, self.checkpoint, self.dispatch, self.flush_logics, self._vouched,
-                          self._cuts, self._loaded_queue, log_ends=self._log_ends)
+                          self.index, self.checkpoint, self.dispatch, self.flush_logics,
+                          self._queue_object, self._loaded_queue, self._vouched, self._cuts)
 
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cfg = self.config
@@ -372,7 +374,8 @@ class MessageStore(StoreReads):
                 return first_use.prove_read_only(  # type: ignore[return-value]
                     self._parts(), cq, rec, self.recovery is None or self.recovery.abnormal,
                     self._noted)
-            first_use.prove(self._parts(), self.tags_codes, cq, rec, self._kept, self._noted)
+            first_use.prove(self._parts(), self.tags_codes, cq, rec, self._kept, self._noted,
+                            None if self._log_ends is None else self._log_ends.check_open)
         except BaseException:
             cq.close()
             raise

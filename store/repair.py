@@ -33,8 +33,8 @@ from .integrity import repair_journal, salvage
 from .integrity.salvage import Damage, Progress
 from .meta import dispatch_state
 from .meta.features import recognise
+from .meta.log_start import recorded_min_offset
 from .meta.manifest import inspect, is_store
-from .meta.retention import recorded_min_offset
 
 
 @dataclass

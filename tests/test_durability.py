@@ -9,7 +9,7 @@ import pytest
 
 from mqfs.store import FlushTimeout, Message, MessageStore, NotFound
 from mqfs.store.files.checkpoint import Checkpoint
-from mqfs.store.files.flush import GroupCommit, WaitableProgress
+from mqfs.store.services.flush import GroupCommit, WaitableProgress
 from tests.store_helpers import files_in, small_config
 from tests.waits import LIMIT, wait_until
 

@@ -9,7 +9,7 @@ import pytest
 
 from mqfs.fusefs.options import parse_options
 from mqfs.store import Message, MessageStore
-from mqfs.store.meta.retention import recorded_min_offset
+from mqfs.store.meta.log_start import recorded_min_offset
 from tests.store_helpers import files_in, small_config
 
 

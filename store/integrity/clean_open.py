@@ -28,7 +28,8 @@ from ..meta import dispatch_state
 from . import queue_check, salvage
 
 if TYPE_CHECKING:
-    from .recovery import Kept, StoreParts
+    from .parts import StoreParts
+    from .scanner import KeptRuns
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +70,14 @@ def assumed_dispatched(parts: StoreParts) -> int:
     WINDOW before the end of the newest CommitLog data (a broker makes its next file ahead,
     empty). The deciding scan keeps the records from there for that walk."""
     queue = parts.commitlog.queue
-    if parts.assumed is None:
-        parts.assumed = queue.min_offset
-        for mf in reversed(queue.files):
-            end = salvage.data_end(mf, 0)  # (the scan's check for bytes past the end reads it too)
-            if end:
-                parts.assumed = max(mf.file_from_offset + end - WINDOW, queue.min_offset)
-                break
-    return parts.assumed
+    for mf in reversed(queue.files):
+        end = salvage.data_end(mf, 0)  # (the scan's check for bytes past the end reads it too)
+        if end:
+            return max(mf.file_from_offset + end - WINDOW, queue.min_offset)
+    return queue.min_offset
 
 
-def open_newest(parts: StoreParts, kept: Kept | None, trusted: int) -> bool:
+def open_newest(parts: StoreParts, kept: KeptRuns | None, trusted: int) -> bool:
     """Without a record: open the queues of the records the deciding scan kept, newest first,
     until one holds its record (its unit there names that record's offset and size); every
     record after it goes to a queue now open, at that queue's end (`act` dispatches them).
@@ -87,7 +85,7 @@ def open_newest(parts: StoreParts, kept: Kept | None, trusted: int) -> bool:
     record is held, a record after it would not land at its queue's end, or a queue opened is
     damaged (checked as every queue was: `queue_check.check_back`), lost its first file or has
     fewer entries than an earlier clean close counted."""
-    if kept is None or not kept.open or parts.load_queue is None:
+    if kept is None or not kept.open:
         return False
     lowest: dict[Key, int] = {}  # queue -> queue offset of its first record not held
     opened: list[tuple[ConsumeQueue, Recorded | None]] = []
@@ -120,7 +118,7 @@ def _open(parts: StoreParts, key: Key, opened: list[tuple[ConsumeQueue, Recorded
     there is none yet."""
     queues = parts.consume_queues
     cq = queues.peek(key)
-    if cq is None and key in queues and parts.load_queue is not None:
+    if cq is None and key in queues:
         cq = parts.load_queue(key)
         cq.recover()  # finds the end; writes nothing
         opened.append((cq, queues.adopt(key, cq)))

@@ -12,12 +12,12 @@ from ..errors import CorruptionError
 from ..files.mapped_file import MappedFile, offset_to_name
 from ..format import codec
 from ..format.layout import MAGIC_V1, MAGIC_V2
-from ..meta.retention import recorded_min_offset
+from ..meta.log_start import recorded_min_offset
 
 if TYPE_CHECKING:
     from ..files.checkpoint import Checkpoint
     from ..files.commitlog import CommitLog
-    from .recovery import StoreParts
+    from .parts import StoreParts
 
 _PHYSOFFSET = 28  # where a record's header holds its own CommitLog offset
 

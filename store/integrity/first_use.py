@@ -14,7 +14,6 @@ log do not change.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -29,7 +28,8 @@ from ..format import layout
 from ..format.columns import RecordRun
 from ..meta import kept_ends
 from . import queue_check
-from .recovery import NOWHERE, StoreParts, scan_end
+from .parts import StoreParts
+from .scanner import NOWHERE, scan_end
 
 if TYPE_CHECKING:
     Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -39,7 +39,7 @@ Note = Callable[[str, list[str]], None]  # (what was done, files put in quaranti
 
 
 def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
-          kept: kept_ends.Kept, note: Note) -> None:
+          kept: kept_ends.Kept, note: Note, check_end: Callable[[ConsumeQueue], None] | None) -> None:
     """Load a queue known from a record, find its end and prove it (see the module). A
     queue this process dropped with every unit on disk (`QueueRegistry.trim`) takes up the
     end it left, proven then, without touching its files (`ConsumeQueue.resume_at`): they
@@ -61,8 +61,8 @@ def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
     if min_commitlog > 0:  # what retention did to the queues open then
         cq.delete_expired(min_commitlog)
     cq.correct_min_offset(min_commitlog)
-    if parts.log_ends is not None:  # no record vouched for its end: the log's last record
-        parts.log_ends.check_open(cq)
+    if check_end is not None:  # no record vouched for its end: the log's last record
+        check_end(cq)
 
 
 def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed: bool,
@@ -159,9 +159,8 @@ def units_from_log(parts: StoreParts, tags: TagsCodes, topic: str, queue_id: int
         for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
             cols[i].append(col[rows].astype(np.int64))
 
-    mine = dataclasses.replace(parts, dispatch=take)
     start, whole_to = parts.commitlog.queue.min_offset, parts.commitlog.queue.max_offset
-    end, _, _ = scan_end(mine, start, start, parts.config.check_crc_on_recover, None)
+    end, _, _ = scan_end(parts.commitlog, parts.scan_flavor, start, start, take)
     if end < whole_to:  # (puts of other queues may be writing past whole_to meanwhile)
         return None
     out = tuple(np.concatenate(c) if c else np.empty(0, dtype=np.int64) for c in cols)

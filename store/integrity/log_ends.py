@@ -28,7 +28,6 @@ they never appear in the walk and keep the old path.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -47,10 +46,10 @@ from ..format import layout
 from ..format.columns import RecordRun
 from . import queue_check, salvage
 from .queue_swap import swap_in
-from .recovery import scan_end
+from .scanner import scan_end
 
 if TYPE_CHECKING:
-    from .recovery import StoreParts
+    from .parts import StoreParts
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +266,7 @@ class LogEnds:
                         self.short.discard(key)
                     continue
                 cq = queues.peek(key)
-                if cq is None and key in queues and self.parts.load_queue is not None:
+                if cq is None and key in queues:
                     # its files as they are, not proven: a first use would rebuild it from
                     # the log once more, and it is rebuilt from this walk now
                     cq = self.parts.load_queue(key)
@@ -361,9 +360,8 @@ def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int) -> 
             for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
                 cols[key][i].append(col[rows].astype(np.int64))
 
-    mine = dataclasses.replace(parts, dispatch=take)
     start = parts.commitlog.queue.min_offset
-    end, _, _ = scan_end(mine, start, start, parts.config.check_crc_on_recover, None)
+    end, _, _ = scan_end(parts.commitlog, parts.scan_flavor, start, start, take)
     if end < limit:
         return {}
     out: dict[Key, Units] = {}

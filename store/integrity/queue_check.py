@@ -20,7 +20,7 @@ from . import salvage
 
 if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
-    from .recovery import StoreParts
+    from .parts import StoreParts
 
 log = logging.getLogger(__name__)
 

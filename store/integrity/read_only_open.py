@@ -6,13 +6,14 @@ the same whatever their number.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..format import layout
 from ..format.columns import RecordRun
-from .recovery import NOWHERE, RecoveryReport, StoreParts, _bytes_past, _refusal, _start_file, scan_end
+from .log_tail import bytes_past, refusal
+from .parts import StoreParts
+from .recovery import RecoveryReport
+from .scanner import NOWHERE, file_start, scan_end
 
 
 def _newest_begun(parts: StoreParts) -> int:
@@ -38,20 +39,19 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
         return report
     flushed = parts.checkpoint.commitlog_flushed_offset
     last_start = _newest_begun(parts)
-    start = _start_file(parts, min(last_start, flushed or last_start, unsure_from or NOWHERE))
+    start = file_start(parts.commitlog, min(last_start, flushed or last_start, unsure_from or NOWHERE))
     touched: set[tuple[str, int]] = set()
 
     def note(run: RecordRun) -> None:
         rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
         touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
 
-    end, _, reason = scan_end(dataclasses.replace(parts, dispatch=note), start,
-                              NOWHERE if unsure_from is None else unsure_from,
-                              parts.config.check_crc_on_recover, None)
+    end, _, reason = scan_end(parts.commitlog, parts.scan_flavor, start,
+                              NOWHERE if unsure_from is None else unsure_from, note)
     parts.consume_queues.unvouch(touched)
-    reason = reason or _bytes_past(parts, end)
+    reason = reason or bytes_past(parts, end)
     if end < flushed:
-        report.corruption = _refusal(parts, end, flushed, reason)
+        report.corruption = refusal(parts, end, flushed, reason)
         end = min(flushed, queue.max_offset)
     elif reason is not None and crashed:
         report.notes.append(f"a read-write open would cut a torn tail at CommitLog offset {end} "

@@ -29,9 +29,9 @@ from ..format import codec, columns, layout, message, multi_dispatch
 from ..format.flavor import flavor_named
 from ..meta import dispatch_state, features, queue_cuts
 from ..meta.features import Features
+from ..meta.log_start import recorded_min_offset
 from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
-from ..meta.retention import recorded_min_offset
 from . import repair_journal, salvage
 from .salvage import Damage
 

@@ -3,7 +3,7 @@ offset its first file starts at, and every IndexFile's entry count. Normal recov
 ConsumeQueue and IndexFile files, and nothing in RocketMQ's format records how many entries a
 queue had or where it started, so a file deleted while the store was closed would otherwise go
 unnoticed. Each check costs one number per queue: the units themselves are checked against
-their records by the background scrub (store/integrity/scrub.py), not by the open. A file of the wrong
+their records by the background scrub (store/services/scrub.py), not by the open. A file of the wrong
 shape is refused rather than skipped, since skipping it silently turns the check off.
 (Files an older mqfs wrote also hold a digest of each queue's units; it is no longer read.)"""
 

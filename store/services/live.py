@@ -13,7 +13,6 @@ records are walked, only queues they name looked at, only new index entries read
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -29,8 +28,8 @@ from ..files.mapped_file import MappedFile
 from ..files.mapped_file_queue import MappedFileQueue
 from ..format import layout
 from ..format.columns import RecordRun
+from ..integrity.scanner import scan_end
 from ..meta import features
-from .recovery import scan_end
 
 if TYPE_CHECKING:
     from ..message_store import MessageStore
@@ -78,8 +77,7 @@ class LiveReader:
         with s.put_lock:  # one refresh at a time; readers go on meanwhile
             queue = s.commitlog.queue
             queue.show_to(self.read_to, queue.new_files())
-            parts = dataclasses.replace(s._parts(), dispatch=self._note)
-            end, _, _ = scan_end(parts, self.read_to, self.read_to, True, None)
+            end, _, _ = scan_end(s.commitlog, s.flavor, self.read_to, self.read_to, self._note)
             queue.show_to(end)
             self.read_to = max(self.read_to, end)
             self._follow_queues()

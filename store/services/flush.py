@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ..config import StoreConfig
 from ..errors import FlushTimeout
-from .mapped_file_queue import MappedFileQueue
+from ..files.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 RETENTION_INTERVAL_S = 10.0

@@ -18,39 +18,10 @@ import time
 from collections.abc import Callable
 
 from ..config import StoreConfig
-from ..errors import StoreFormatError
-from ..files.json_file import read_json, write_json
 from ..files.mapped_file_queue import MappedFileQueue
+from ..meta.log_start import record_min_offset
 
 log = logging.getLogger(__name__)
-NAME = "retention.json"
-
-
-def _path(root: str) -> str:
-    return os.path.join(root, "config", NAME)
-
-
-def recorded_min_offset(root: str) -> int | None:
-    """The CommitLog minimum retention left (0 for a store mqfs created), or None for a store
-    that never recorded one (written by a broker or an older mqfs)."""
-    path = _path(root)
-    try:
-        data = read_json(path)
-    except (StoreFormatError, RecursionError, ValueError) as exc:
-        raise StoreFormatError(f"{path} is damaged ({exc}); restore it from {path}.bak or "
-                               "delete it (the oldest CommitLog file is then trusted)") from None
-    if data is None:
-        return None
-    value = data.get("commitlogMinOffset") if isinstance(data, dict) else None
-    if type(value) is not int or value < 0:
-        raise StoreFormatError(f"{path} has no valid commitlogMinOffset; restore it from "
-                               f"{path}.bak or delete it (the oldest CommitLog file is then "
-                               "trusted)")
-    return value
-
-
-def record_min_offset(root: str, offset: int) -> None:
-    write_json(_path(root), {"commitlogMinOffset": offset})
 
 
 class Retention:

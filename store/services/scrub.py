@@ -36,9 +36,9 @@ from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
 from ..format import codec
 from ..format.layout import MAGIC_BLANK
-from . import first_use, index_check, queue_check, salvage
-from .queue_swap import swap_in
-from .recovery import NOWHERE, check_run, step_record
+from ..integrity import first_use, index_check, queue_check, salvage
+from ..integrity.queue_swap import swap_in
+from ..integrity.scanner import NOWHERE, check_run, step_record
 
 if TYPE_CHECKING:
     from ..message_store import MessageStore
