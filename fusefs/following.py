@@ -16,6 +16,8 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
+from mqfs.store import MessageStore
+
 FOLLOW_BACK = 10  # messages before the open (tail's default -n, kcat's -o -10)
 STRIDE = 64  # one recorded start position every STRIDE messages
 BATCH = 64  # messages read from the store at a time
@@ -87,3 +89,46 @@ class FollowFile:
                 if got >= want:
                     break
         return b"".join(out)
+
+
+class Follows:
+    """Every queue's `follow` file, kept while anyone has it open, and the readers that
+    hold them. `closing` is set when the mount shuts down: waiting reads then end."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.files: dict[tuple[str, int], FollowFile] = {}
+        self.readers = 0  # open `follow` handles
+        self.closing = False
+
+    def bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
+        return [bytes(m.body) for m in self.store.get_range(topic, queue, offset, count)]
+
+    def sizes(self, topic: str, queue: int, offset: int, count: int) -> list[int]:
+        """Each message's length in `follow` (a newline added when its body has none)."""
+        out = []
+        for m in self.store.get_range(topic, queue, offset, count):
+            body = m.body  # once: a compressed body is inflated at each use
+            out.append(len(body) + (bytes(body[-1:]) != b"\n"))
+        return out
+
+    def file(self, topic: str, queue: int, opening: bool = False) -> FollowFile:
+        """The queue's `follow` file; taken anew (its last FOLLOW_BACK messages on) when
+        nobody has it open, so a stat or a first open sees the newest messages."""
+        file = self.files.get((topic, queue))
+        if file is None or not file.readers:
+            top = self.store.max_offset(topic, queue)
+            start = max(self.store.min_offset(topic, queue), top - FOLLOW_BACK)
+            file = self.files[(topic, queue)] = FollowFile(topic, queue, start)
+        if opening:
+            file.readers += 1
+        return file
+
+    def closed(self, file: FollowFile) -> None:
+        file.readers -= 1
+        if not file.readers and self.files.get((file.topic, file.queue)) is file:
+            del self.files[(file.topic, file.queue)]
+
+    def size(self, topic: str, queue: int) -> int:
+        """The queue's `follow` size now (what `stat` shows; measured anew each time)."""
+        return self.file(topic, queue).grow(self.sizes, self.store.max_offset(topic, queue))

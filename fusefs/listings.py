@@ -5,13 +5,10 @@ from __future__ import annotations
 import stat
 from collections.abc import Iterator
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from .errors import FsError
 from .inodes import MSG_BIT, OFFSET_BITS, OFFSET_MASK, TAG_VIEW, Attr, Node
-
-if TYPE_CHECKING:
-    from .model import Model
+from .parts import Parts
 
 QUEUE_FIXED = 8  # ".", "..", append, append.jsonl, append.lines, tmp, at, tags precede the offsets;
 # `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
@@ -58,18 +55,18 @@ class SnapshotListing(Listing):
     """A small directory, listed from the names taken at opendir (cookie = index + 1).
     `slow`: each entry is a link whose message's record is read."""
 
-    def __init__(self, model: Model, node: Node, children: list[tuple[bytes, int]],
+    def __init__(self, parts: Parts, node: Node, children: list[tuple[bytes, int]],
                  slow: bool = False):
         super().__init__()
         self.slow = slow
-        self.model = model
+        self.parts = parts
         self.names = [(b".", node.ino), (b"..", node.parent), *children]
 
     def entries(self, start: int) -> Iterator[Entry]:
         for i in range(start, len(self.names)):
             name, ino = self.names[i]
             try:
-                attr = self.model.getattr(ino)
+                attr = self.parts.getattr(ino)
             except FsError:
                 continue  # gone since opendir (e.g. an expired message behind a key link)
             yield name, attr, i + 1
@@ -79,21 +76,21 @@ class QueueListing(Listing):
     """A queue directory, streamed from the store: cookie = offset + QUEUE_FIXED + 1, so
     a listing resumes at the right message while the queue grows; never built whole."""
 
-    def __init__(self, model: Model, node: Node, fixed: list[tuple[bytes, int]]):
+    def __init__(self, parts: Parts, node: Node, fixed: list[tuple[bytes, int]]):
         super().__init__()
-        self.model = model
+        self.parts = parts
         self.node = node
         self.fixed = [(b".", node.ino), (b"..", node.parent), *fixed]
 
     def entries(self, start: int) -> Iterator[Entry]:
-        model, node = self.model, self.node
+        parts, node = self.parts, self.node
         for i in range(start, QUEUE_FIXED):
             name, ino = self.fixed[i]
-            yield name, model.getattr(ino), i + 1
-        store, topic, queue = model.store, node.topic, node.queue
+            yield name, parts.getattr(ino), i + 1
+        store, topic, queue = parts.store, node.topic, node.queue
         offset = max(start - QUEUE_FIXED, store.min_offset(topic, queue))
-        qbits = MSG_BIT | model.nodes.qidx(topic, queue) << OFFSET_BITS
-        mode = stat.S_IFREG | (0o444 & ~model.umask)
+        qbits = MSG_BIT | parts.nodes.qidx(topic, queue) << OFFSET_BITS
+        mode = stat.S_IFREG | (0o444 & ~parts.umask)
         while offset < store.max_offset(topic, queue):
             offsets, lengths, stamps = store.list_entries(topic, queue, offset, READDIR_BATCH)
             if not len(offsets):
@@ -111,18 +108,18 @@ class TagListing(Listing):
 
     slow = True
 
-    def __init__(self, model: Model, node: Node):
+    def __init__(self, parts: Parts, node: Node):
         super().__init__()
-        self.model = model
+        self.parts = parts
         self.node = node
 
     def entries(self, start: int) -> Iterator[Entry]:
-        model, node = self.model, self.node
+        parts, node = self.parts, self.node
         for i, ino in enumerate((node.ino, node.parent)):
             if i >= start:
-                yield (b".", b"..")[i], model.getattr(ino), i + 1
-        store, topic, queue = model.store, node.topic, node.queue
-        qidx = model.nodes.qidx(topic, queue)
+                yield (b".", b"..")[i], parts.getattr(ino), i + 1
+        store, topic, queue = parts.store, node.topic, node.queue
+        qidx = parts.nodes.qidx(topic, queue)
         offset = max(start - TAG_FIXED, store.min_offset(topic, queue))
         while offset < store.max_offset(topic, queue):
             found = store.get_range(topic, queue, offset, TAG_SCAN, tags=[node.key],
@@ -130,7 +127,7 @@ class TagListing(Listing):
             for msg in found:
                 if msg.queue_offset > OFFSET_MASK:
                     return
-                yield (b"%d" % msg.queue_offset, model.messages.link_attr(qidx, msg, TAG_VIEW),
+                yield (b"%d" % msg.queue_offset, parts.messages.link_attr(qidx, msg, TAG_VIEW),
                        msg.queue_offset + TAG_FIXED + 1)
             # a full batch may end before the scanned units do: go on after its last
             offset = found[-1].queue_offset + 1 if len(found) == READDIR_BATCH else offset + TAG_SCAN

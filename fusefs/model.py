@@ -10,6 +10,7 @@ of named node (`kinds`), messages and links (`messages`), moving times (`times`)
 from __future__ import annotations
 
 import errno
+import json
 import time
 from collections.abc import Callable
 from typing import cast
@@ -18,7 +19,7 @@ from mqfs.store import Message, MessageStore, PutResult, StoredMessage
 from mqfs.store.files.staging import Staging
 
 from .errors import FsError
-from .following import FOLLOW_BACK, FollowFile
+from .following import Follows
 from .inodes import (
     GROUP_QUEUE,
     LINK,
@@ -28,17 +29,21 @@ from .inodes import (
     NAME_MAX,
     STAGED,
     STAGED_BIT,
+    STATUS,
     Attr,
     Node,
     NodeTable,
 )
 from .kinds import KINDS, Kind
 from .kinds.groups import GroupQueue
+from .kinds.root import Status
 from .listings import Listing
 from .messages import Messages, message_xattr
+from .parts import Parts
+from .recent import Recent
 from .spool import Budget, Spool
 from .staged import Staged, StagedFiles
-from .status import Recent, status
+from .status import status
 from .times import QueueTimes
 
 KEY_HITS_MAX = 10_000  # default cap on entries listed under one /keys/<key> (-o keys_max=)
@@ -52,30 +57,29 @@ class Model:
                  keys_max: int = KEY_HITS_MAX, budget: Budget | None = None) -> None:
         self.store = store
         self.nodes = NodeTable()
-        self.started_ns = time.time_ns()
-        self.umask = umask
-        self.keys_max = keys_max
-        self.budget = budget or Budget()
+        started_ns = time.time_ns()
         # staging holds spilled bodies; a read-only store gets none (writes are EROFS)
         self.staging = None if store.config.read_only else Staging(store.root)
         self.messages = Messages(store, self.nodes, umask)
-        self.times = QueueTimes(store, self.nodes, self.started_ns)
+        self.times = QueueTimes(store, self.nodes, started_ns)
         self.tmp = StagedFiles(self.nodes, umask, None if self.staging is None else self.spool,
                                self.body_limit)
         self.staged = self.tmp.staged
         self.tmp_dirs = self.tmp.tmp_dirs
-        self.commit_ns: dict[tuple[str, str, int], int] = {}
+        self.follows = Follows(store)
         self.recent = Recent()
         self._limits: dict[str, int] = {}
         self.forget_attrs: Callable[[list[int]], None] = lambda inodes: None
-        self.followers = 0  # open `follow` handles (kept by the adapter)
-        self.status_size = 0  # bytes of the status.json text made at its last open (its st_size)
-        self.follow_files: dict[tuple[str, int], FollowFile] = {}  # `follow` of a queue
-        self.kinds: dict[int, Kind] = {cls.kind: cls(self) for cls in KINDS}
+        self.parts = Parts(store, self.nodes, self.messages, self.times, self.tmp, self.follows,
+                           self.recent, budget or Budget(), umask, keys_max, started_ns,
+                           time.time_ns, self.getattr, self.node_attr, self.body_limit,
+                           self.spool, self.put)
+        self.kinds: dict[int, Kind] = {cls.kind: cls(self.parts) for cls in KINDS}
         self.group_files = cast(GroupQueue, self.kinds[GROUP_QUEUE])
+        self.status_file = cast(Status, self.kinds[STATUS])
 
     def spool(self) -> Spool:
-        return Spool(self.staging, self.budget)
+        return Spool(self.staging, self.parts.budget)
 
     def body_limit(self, topic: str, queue: int) -> int:
         """The largest body a plain message to topic may have (max size or file size)."""
@@ -91,7 +95,13 @@ class Model:
 
     def status(self) -> dict:
         """What /status.json shows."""
-        return status(self)
+        return status(self.parts)
+
+    def status_text(self) -> bytes:
+        """/status.json's text, made now (its size is what stat shows until the next)."""
+        text = (json.dumps(self.status(), indent=1) + "\n").encode()
+        self.status_file.size = len(text)
+        return text
 
     # --- names and attributes --------------------------------------------------------------
     def lookup(self, parent: int, name: bytes) -> Attr:
@@ -119,38 +129,6 @@ class Model:
         if kind.moving:
             self.times.shown(node.ino)  # before the time is read: see QueueTimes.note_puts
         return kind.attr(node)
-
-    def follow_bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
-        return [bytes(m.body) for m in self.store.get_range(topic, queue, offset, count)]
-
-    def follow_sizes(self, topic: str, queue: int, offset: int, count: int) -> list[int]:
-        """Each message's length in `follow` (a newline added when its body has none)."""
-        out = []
-        for m in self.store.get_range(topic, queue, offset, count):
-            body = m.body  # once: a compressed body is inflated at each use
-            out.append(len(body) + (bytes(body[-1:]) != b"\n"))
-        return out
-
-    def follow_file(self, topic: str, queue: int, opening: bool = False) -> FollowFile:
-        """The queue's `follow` file; taken anew (its last FOLLOW_BACK messages on) when
-        nobody has it open, so a stat or a first open sees the newest messages."""
-        file = self.follow_files.get((topic, queue))
-        if file is None or not file.readers:
-            top = self.store.max_offset(topic, queue)
-            start = max(self.store.min_offset(topic, queue), top - FOLLOW_BACK)
-            file = self.follow_files[(topic, queue)] = FollowFile(topic, queue, start)
-        if opening:
-            file.readers += 1
-        return file
-
-    def follow_closed(self, file: FollowFile) -> None:
-        file.readers -= 1
-        if not file.readers and self.follow_files.get((file.topic, file.queue)) is file:
-            del self.follow_files[(file.topic, file.queue)]
-
-    def follow_size(self, topic: str, queue: int) -> int:
-        file = self.follow_file(topic, queue)
-        return file.grow(self.follow_sizes, self.store.max_offset(topic, queue))
 
     def queue_mtime(self, topic: str, queue: int) -> int:
         return self.times.queue_mtime(topic, queue)

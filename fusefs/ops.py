@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import logging
 import os
 import stat
@@ -466,7 +465,7 @@ class Operations(pyfuse3.Operations):
                     writer = AppendWriter(node.topic, node.queue, limit, model.spool())
                 else:
                     lines = LinesWriter if kind == LINES else JsonlWriter
-                    writer = lines(node.topic, node.queue, limit, model.budget,
+                    writer = lines(node.topic, node.queue, limit, model.parts.budget,
                                    self.store.max_body_size)
             return FileInfo(fh=self.files.add(WriteHandle(inode, writer)), direct_io=True,
                             keep_cache=False, nonseekable=True)
@@ -484,24 +483,22 @@ class Operations(pyfuse3.Operations):
             return FileInfo(fh=self.files.add(StagedHandle(entry)), direct_io=True,
                             keep_cache=False)
         if kind == STATUS:
-            status = await in_thread(model.status)  # statvfs, each queue's newest record
-            text = (json.dumps(status, indent=1) + "\n").encode()
-            model.status_size = len(text)
+            text = await in_thread(model.status_text)  # statvfs, each queue's newest record
             return FileInfo(fh=self.files.add(TextHandle(text)), direct_io=True,
                             keep_cache=False)
         if kind == FOLLOW:
             if writing:
                 raise FsError(errno.EACCES, "follow is read-only")
-            if self.model.followers >= FOLLOWERS_MAX:
+            if self.model.follows.readers >= FOLLOWERS_MAX:
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
             mine = self.following.get(ctx.uid, 0)
             if mine >= FOLLOWERS_PER_USER:
                 raise FsError(errno.EMFILE, f"at most {FOLLOWERS_PER_USER} follow readers per "
                                             f"user (uid {ctx.uid} has them)")
             node = model.nodes.get(inode)
-            handle = FollowHandle(inode, model.follow_file(node.topic, node.queue, opening=True),
+            handle = FollowHandle(inode, model.follows.file(node.topic, node.queue, opening=True),
                                   ctx.pid, ctx.uid)
-            self.model.followers += 1
+            self.model.follows.readers += 1
             self.following[ctx.uid] = mine + 1
             # seekable: tail reads the last lines back from the end, then what the size grew by
             return FileInfo(fh=self.files.add(handle), direct_io=True, keep_cache=False)
@@ -535,9 +532,9 @@ class Operations(pyfuse3.Operations):
             if h.closed or self.closing:
                 return b""
             arrived = self.arrived
-            end = await in_thread(file.grow, self.model.follow_sizes, self.store.max_offset(topic, queue))
+            end = await in_thread(file.grow, self.model.follows.sizes, self.store.max_offset(topic, queue))
             if off < end:
-                return await in_thread(file.read, self.model.follow_bodies, off, size)
+                return await in_thread(file.read, self.model.follows.bodies, off, size)
             with trio.move_on_after(SIGNAL_CHECK):
                 await arrived.wait()
             if signal_pending(h.opener):
@@ -614,8 +611,8 @@ class Operations(pyfuse3.Operations):
                                  writer.close)
         elif isinstance(h, FollowHandle):
             h.closed = True
-            self.model.follow_closed(h.file)
-            self.model.followers -= 1
+            self.model.follows.closed(h.file)
+            self.model.follows.readers -= 1
             self.following[h.uid] -= 1
             if not self.following[h.uid]:
                 del self.following[h.uid]

@@ -154,19 +154,23 @@ def test_only_published_store_names_are_imported(package):
     assert unpublished == []
 
 
-def test_pipeline_modules_import_no_cycle():
-    """Modules that import each other (source and stream did) load only in one order."""
+def every_import(tree: ast.Module) -> list[ast.ImportFrom]:
+    """Every `from ... import`, those under `if TYPE_CHECKING:` too."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+
+
+def import_cycles(package: str, imports=runtime_imports) -> list[str]:
+    """The modules of a package that reach themselves through its relative imports."""
     graph: dict[str, set[str]] = {}
-    for path in sources("pipeline"):
+    for path in sources(package):
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        package = ".".join(parts[:-1])
+        pkg = ".".join(parts[:-1])
         deps = set()
-        # pipeline's modules import each other relatively; imports for type hints load nothing
-        for node in runtime_imports(ast.parse(path.read_text())):
+        for node in imports(ast.parse(path.read_text())):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                anchor = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             deps.add(base)
             deps.update(f"{base}.{a.name}" for a in node.names)
@@ -182,4 +186,16 @@ def test_pipeline_modules_import_no_cycle():
                 return True
         return False
 
-    assert [n for n in sorted(graph) if reaches(n, n, set())] == []
+    return [n for n in sorted(graph) if reaches(n, n, set())]
+
+
+def test_pipeline_modules_import_no_cycle():
+    """Modules that import each other (source and stream did) load only in one order;
+    pipeline's imports for type hints load nothing and are left out."""
+    assert import_cycles("pipeline") == []
+
+
+def test_fusefs_modules_import_no_cycle_not_even_for_type_hints():
+    """The filesystem's parts are given what they use (fusefs/parts.py), so none imports
+    the Model that holds it, not even for a type hint."""
+    assert import_cycles("fusefs", every_import) == []

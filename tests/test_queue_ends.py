@@ -14,7 +14,6 @@ import sys
 import pytest
 
 from mqfs.fusefs.model import Model
-from mqfs.fusefs.status import status
 from mqfs.store import Message, MessageStore
 from mqfs.store.integrity.verify import verify_store
 from tests.store_helpers import killed_writer, small_config
@@ -78,7 +77,7 @@ def test_after_a_crash_status_json_lists_every_queue_without_opening_one(tmp_pat
         assert s.recovery.abnormal
         touched = {("t0", 0), ("t1", 0), ("t2", 0)}
         assert set(s.consume_queues.opened()) == touched
-        shown = status(Model(s))["queues"]
+        shown = Model(s).status()["queues"]
         assert set(s.consume_queues.opened()) == touched  # the listing opened none
         assert len(shown) == TOPICS * 4
         for name, row in shown.items():

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import errno
 import stat
-from typing import TYPE_CHECKING
 
 from ..errors import FsError
 from ..inodes import Attr, Node, canonical_int, text_name
 from ..listings import Listing, SnapshotListing
+from ..parts import Parts
 from ..topicnames import TopicNames, topic_named
-
-if TYPE_CHECKING:
-    from ..model import Model
 
 
 class Kind:
@@ -26,9 +23,9 @@ class Kind:
     searches = False  # a lookup in it searches the store's indexes (a worker thread's job)
     slow_listing = False  # its listing queries the store at opendir (a worker thread's job)
 
-    def __init__(self, fs: Model) -> None:
-        self.fs = fs
-        self.mode = (stat.S_IFDIR if self.is_dir else stat.S_IFREG) | (self.perm & ~fs.umask)
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.mode = (stat.S_IFDIR if self.is_dir else stat.S_IFREG) | (self.perm & ~parts.umask)
 
     def lookup(self, node: Node, name: bytes) -> Attr:
         """The attributes of `name` in this directory (a name of at most NAME_MAX bytes,
@@ -40,7 +37,7 @@ class Kind:
         return self.searches
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.mode, 0, self.fs.started_ns, 2)
+        return Attr(node.ino, self.mode, 0, self.parts.started_ns, 2)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         """(name, inode) of a small directory, taken once per opendir. None by default:
@@ -48,7 +45,7 @@ class Kind:
         return []
 
     def listing(self, node: Node) -> Listing:
-        return SnapshotListing(self.fs, node, self.children(node), self.slow_listing)
+        return SnapshotListing(self.parts, node, self.children(node), self.slow_listing)
 
     def path(self, node: Node) -> str:
         raise NotImplementedError
@@ -60,11 +57,11 @@ class Kind:
         raise FsError(errno.EPERM, "directories are created only in /topics and /topics/<t>")
 
     def has_queue(self, topic: str, queue: int) -> bool:
-        return queue in self.fs.store.queue_ids(topic)
+        return queue in self.parts.store.queue_ids(topic)
 
     def existing_topic(self, name: bytes) -> str:
         """The topic a name spells; ENOENT when the store has no such topic."""
-        topic = topic_named(text_name(name), TopicNames(self.fs.store))
+        topic = topic_named(text_name(name), TopicNames(self.parts.store))
         if topic is None:
             raise FsError(errno.ENOENT)
         return topic

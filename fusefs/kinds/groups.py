@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import time
 
 from mqfs.store.errors import InvalidMessage
 from mqfs.store.meta.metadata import validate_group
@@ -20,6 +19,7 @@ from ..inodes import (
     Node,
     text_name,
 )
+from ..parts import Parts
 from ..timenames import when as time_of
 from ..topicnames import topic_entry
 from .base import File, Kind
@@ -41,13 +41,13 @@ class Groups(Kind):
             validate_group(group)
         except InvalidMessage:
             raise FsError(errno.ENOENT) from None
-        return self.fs.node_attr(self._group(group))
+        return self.parts.node_attr(self._group(group))
 
     def _group(self, group: str) -> Node:
-        return self.fs.nodes.intern(("g", group), GROUP, GROUPS_INO, group=group)
+        return self.parts.nodes.intern(("g", group), GROUP, GROUPS_INO, group=group)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(g.encode(), self._group(g).ino) for g in sorted(self.fs.store.groups())]
+        return [(g.encode(), self._group(g).ino) for g in sorted(self.parts.store.groups())]
 
     def path(self, node: Node) -> str:
         return "/groups"
@@ -59,14 +59,14 @@ class Group(Kind):
     kind = GROUP
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        return self.fs.node_attr(self._topic(node, self.existing_topic(name)))
+        return self.parts.node_attr(self._topic(node, self.existing_topic(name)))
 
     def _topic(self, node: Node, topic: str) -> Node:
-        return self.fs.nodes.intern(("gt", node.group, topic), GROUP_TOPIC, node.ino,
+        return self.parts.nodes.intern(("gt", node.group, topic), GROUP_TOPIC, node.ino,
                                     group=node.group, topic=topic)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(topic_entry(t).encode(), self._topic(node, t).ino) for t in sorted(self.fs.store.topics())]
+        return [(topic_entry(t).encode(), self._topic(node, t).ino) for t in sorted(self.parts.store.topics())]
 
     def path(self, node: Node) -> str:
         return group_path(node)
@@ -78,14 +78,14 @@ class GroupTopic(Kind):
     kind = GROUP_TOPIC
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        return self.fs.node_attr(self._queue(node, self.existing_queue(node.topic, name)))
+        return self.parts.node_attr(self._queue(node, self.existing_queue(node.topic, name)))
 
     def _queue(self, node: Node, q: int) -> Node:
-        return self.fs.nodes.intern(("gq", node.group, node.topic, q), GROUP_QUEUE, node.ino,
+        return self.parts.nodes.intern(("gq", node.group, node.topic, q), GROUP_QUEUE, node.ino,
                                     group=node.group, topic=node.topic, queue=q)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(b"%d" % q, self._queue(node, q).ino) for q in self.fs.store.queue_ids(node.topic)]
+        return [(b"%d" % q, self._queue(node, q).ino) for q in self.parts.store.queue_ids(node.topic)]
 
     def path(self, node: Node) -> str:
         return group_path(node)
@@ -98,9 +98,13 @@ class GroupQueue(File):
     kind = GROUP_QUEUE
     perm = 0o666
 
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        self.commit_ns: dict[tuple[str, str, int], int] = {}  # last commit through this mount
+
     def attr(self, node: Node) -> Attr:
         text = self.offset_text(node)
-        when = self.fs.commit_ns.get((node.group, node.topic, node.queue), self.fs.started_ns)
+        when = self.commit_ns.get((node.group, node.topic, node.queue), self.parts.started_ns)
         return Attr(node.ino, self.mode, len(text), when, 1, LONG, 0.0)
 
     def path(self, node: Node) -> str:
@@ -108,14 +112,14 @@ class GroupQueue(File):
 
     def offset_text(self, node: Node) -> bytes:
         """The committed offset, or where a new consumer starts (the queue's min offset)."""
-        store = self.fs.store
+        store = self.parts.store
         value = store.committed_offset(node.group, node.topic, node.queue)
         if value is None:
             value = store.min_offset(node.topic, node.queue)
         return b"%d\n" % value
 
     def check_offset(self, node: Node, offset: int) -> None:
-        hi = self.fs.store.max_offset(node.topic, node.queue)
+        hi = self.parts.store.max_offset(node.topic, node.queue)
         if offset > hi:
             raise FsError(errno.EINVAL, f"offset {offset} is past the end of "
                                         f"{node.topic}/{node.queue} (max {hi})")
@@ -125,7 +129,7 @@ class GroupQueue(File):
         `earliest` (the queue's first), `latest` (one past its last: only new messages) or
         `@TIME` (the first message stored at or after TIME, any form at/ takes: `@-1h`,
         `@today`, `@2026-11-22T10:00Z`; `latest` when none is yet)."""
-        store, topic, q = self.fs.store, node.topic, node.queue
+        store, topic, q = self.parts.store, node.topic, node.queue
         if text.isdigit():
             self.check_offset(node, int(text))
             return int(text)
@@ -142,5 +146,5 @@ class GroupQueue(File):
         raise FsError(errno.EINVAL, f"write an offset, earliest, latest or @TIME, not {text!r}")
 
     def commit(self, node: Node, offset: int) -> None:
-        self.fs.store.commit_offset(node.group, node.topic, node.queue, offset)
-        self.fs.commit_ns[(node.group, node.topic, node.queue)] = time.time_ns()
+        self.parts.store.commit_offset(node.group, node.topic, node.queue, offset)
+        self.commit_ns[(node.group, node.topic, node.queue)] = self.parts.clock()

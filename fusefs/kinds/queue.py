@@ -52,27 +52,27 @@ class Queue(InQueue, MovingDir):
     def lookup(self, node: Node, name: bytes) -> Attr:
         child = CHILDREN.get(name)
         if child is not None:
-            return self.fs.node_attr(self.fs.nodes.child(node, *child))
+            return self.parts.node_attr(self.parts.nodes.child(node, *child))
         offset = canonical_int(name)
         if offset is None:
             raise FsError(errno.ENOENT)
-        return self.fs.messages.attr(node, offset)
+        return self.parts.messages.attr(node, offset)
 
     def lookup_slow(self, node: Node, name: bytes) -> bool:
         """A message with a large body (see `Messages.cached_if_small`)."""
         offset = canonical_int(name)
         if offset is None or offset > OFFSET_MASK:
             return False
-        return not self.fs.messages.cached_if_small(node, offset)
+        return not self.parts.messages.cached_if_small(node, offset)
 
     def listing(self, node: Node) -> Listing:
-        nodes = self.fs.nodes
-        return QueueListing(self.fs, node,
+        nodes = self.parts.nodes
+        return QueueListing(self.parts, node,
                             [(name, nodes.child(node, *CHILDREN[name]).ino) for name in LISTED])
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
-        lo = self.fs.store.min_offset(node.topic, node.queue)
-        hi = self.fs.store.max_offset(node.topic, node.queue)
+        lo = self.parts.store.min_offset(node.topic, node.queue)
+        hi = self.parts.store.max_offset(node.topic, node.queue)
         return {b"user.min_offset": b"%d" % lo, b"user.max_offset": b"%d" % hi}
 
 
@@ -84,7 +84,7 @@ class QueueFile(InQueue, File):
 
     def attr(self, node: Node) -> Attr:
         return Attr(node.ino, self.mode, 0,
-                    self.fs.times.queue_mtime(node.topic, node.queue), blksize=self.blksize)
+                    self.parts.times.queue_mtime(node.topic, node.queue), blksize=self.blksize)
 
 
 class Append(QueueFile):
@@ -118,8 +118,8 @@ class Follow(QueueFile):
     tail = "/follow"
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.mode, self.fs.follow_size(node.topic, node.queue),
-                    self.fs.times.queue_mtime(node.topic, node.queue), attr_timeout=0.0,
+        return Attr(node.ino, self.mode, self.parts.follows.size(node.topic, node.queue),
+                    self.parts.times.queue_mtime(node.topic, node.queue), attr_timeout=0.0,
                     blksize=self.blksize)
 
 
@@ -131,7 +131,7 @@ class Tmp(InQueue, Kind):
     tail = "/tmp"
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        return self.fs.tmp.lookup(node.ino, name)
+        return self.parts.tmp.lookup(node.ino, name)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return self.fs.tmp.names(node.ino)
+        return self.parts.tmp.names(node.ino)

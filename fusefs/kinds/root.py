@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import time
 
 from mqfs.store.errors import InvalidMessage
 from mqfs.store.format.message import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
@@ -27,6 +26,7 @@ from ..inodes import (
     canonical_int,
     text_name,
 )
+from ..parts import Parts
 from ..topicnames import topic_entry
 from .base import File, Kind
 
@@ -45,7 +45,7 @@ class Root(Kind):
         ino = ROOT_NAMES.get(name)
         if ino is None:
             raise FsError(errno.ENOENT)
-        return self.fs.getattr(ino)
+        return self.parts.getattr(ino)
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         return list(ROOT_ENTRIES)
@@ -54,7 +54,7 @@ class Root(Kind):
         return "/"
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
-        store = self.fs.store
+        store = self.parts.store
         return {b"user.mqfs.pid": b"%d" % os.getpid(),
                 b"user.mqfs.store": store.root.encode(),
                 b"user.mqfs.flush_mode": store.config.flush_mode.encode()}
@@ -66,8 +66,12 @@ class Status(File):
 
     kind = STATUS
 
+    def __init__(self, parts: Parts) -> None:
+        super().__init__(parts)
+        self.size = 0  # bytes of the text made at the last open
+
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.mode, self.fs.status_size, time.time_ns(), 1, LONG, 0.0)
+        return Attr(node.ino, self.mode, self.size, self.parts.clock(), 1, LONG, 0.0)
 
     def path(self, node: Node) -> str:
         return "/status.json"
@@ -82,17 +86,17 @@ class MovingDir(Kind):
     moving = True
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.mode, 0, self.fs.times.dir_mtime(node), 2)
+        return Attr(node.ino, self.mode, 0, self.parts.times.dir_mtime(node), 2)
 
 
 class Topics(MovingDir):
     kind = TOPICS
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        return self.fs.node_attr(self.fs.nodes.topic(self.existing_topic(name)))
+        return self.parts.node_attr(self.parts.nodes.topic(self.existing_topic(name)))
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(topic_entry(t).encode(), self.fs.nodes.topic(t).ino) for t in sorted(self.fs.store.topics())]
+        return [(topic_entry(t).encode(), self.parts.nodes.topic(t).ino) for t in sorted(self.parts.store.topics())]
 
     def path(self, node: Node) -> str:
         return "/topics"
@@ -107,10 +111,10 @@ class Topics(MovingDir):
             validate_topic(topic)
         except InvalidMessage as exc:
             raise FsError(errno.EINVAL, str(exc)) from None
-        if self.fs.store.has_topic(topic):
+        if self.parts.store.has_topic(topic):
             raise FsError(errno.EEXIST)
-        self.fs.store.create_topic(topic, 0)
-        return self.fs.node_attr(self.fs.nodes.topic(topic))
+        self.parts.store.create_topic(topic, 0)
+        return self.parts.node_attr(self.parts.nodes.topic(topic))
 
 
 class Topic(MovingDir):
@@ -118,17 +122,17 @@ class Topic(MovingDir):
 
     def lookup(self, node: Node, name: bytes) -> Attr:
         q = self.existing_queue(node.topic, name)
-        return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))
+        return self.parts.node_attr(self.parts.nodes.queue(node.topic, q))
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
-        return [(b"%d" % q, self.fs.nodes.queue(node.topic, q).ino)
-                for q in self.fs.store.queue_ids(node.topic)]
+        return [(b"%d" % q, self.parts.nodes.queue(node.topic, q).ino)
+                for q in self.parts.store.queue_ids(node.topic)]
 
     def path(self, node: Node) -> str:
         return f"/topics/{topic_entry(node.topic)}"
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
-        return {b"user.queues": b"%d" % len(self.fs.store.queue_ids(node.topic))}
+        return {b"user.queues": b"%d" % len(self.parts.store.queue_ids(node.topic))}
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
         """mkdir N in /topics/<t> creates queue N (a new topic has none, so `mkdir T/{0..3}`
@@ -141,10 +145,10 @@ class Topic(MovingDir):
             raise FsError(errno.EINVAL, "queue directories are named by their number")
         if self.has_queue(node.topic, q):
             raise FsError(errno.EEXIST)
-        ids = self.fs.store.queue_ids(node.topic)
+        ids = self.parts.store.queue_ids(node.topic)
         after = ids[-1] + 1 if ids else 0
-        self.fs.store.add_queue(node.topic, q)
+        self.parts.store.add_queue(node.topic, q)
         if q > after:
             log.info("mkdir /topics/%s/%d: made queues %d..%d (a topic's queues are numbered "
                      "from 0 without gaps)", node.topic, q, after, q)
-        return self.fs.node_attr(self.fs.nodes.queue(node.topic, q))
+        return self.parts.node_attr(self.parts.nodes.queue(node.topic, q))

@@ -46,7 +46,7 @@ class SearchedDir(Search):
     entry) must not search the index every time. Listings are never cached."""
 
     def attr(self, node: Node) -> Attr:
-        return Attr(node.ino, self.mode, 0, self.fs.started_ns, 2, SEARCHED_DIR_TIMEOUT,
+        return Attr(node.ino, self.mode, 0, self.parts.started_ns, 2, SEARCHED_DIR_TIMEOUT,
                     SEARCHED_DIR_TIMEOUT)
 
 
@@ -61,11 +61,11 @@ class At(InQueue, Search):
         the answer for a time still to come will change."""
         when = parse_time(name)
         topic, queue = node.topic, node.queue
-        store, messages = self.fs.store, self.fs.messages
+        store, messages = self.parts.store, self.parts.messages
         offset = store.offset_by_time(topic, queue, when)
         if offset >= store.max_offset(topic, queue):
             raise FsError(errno.ENOENT)
-        attr = messages.link_attr(self.fs.nodes.qidx(topic, queue),
+        attr = messages.link_attr(self.parts.nodes.qidx(topic, queue),
                                   messages.get(topic, queue, offset), AT_VIEW)
         attr.entry_timeout = attr.attr_timeout = 0.0
         return attr
@@ -81,7 +81,7 @@ class Tags(InQueue, Search):
         tag = name_key(name)
         if not self._first_tagged(node.topic, node.queue, tag):
             raise FsError(errno.ENOENT)
-        return self.fs.node_attr(self.fs.nodes.intern(
+        return self.parts.node_attr(self.parts.nodes.intern(
             ("tag", node.topic, node.queue, tag), TAGDIR, node.ino, topic=node.topic,
             queue=node.queue, key=tag))
 
@@ -89,7 +89,7 @@ class Tags(InQueue, Search):
         """Whether any message of the queue carries the tag. Asked at every path walk through
         tags/<tag> (`ls -l` asks three times per entry), so the scan starts small and grows:
         a tag seen early in the queue costs a few units, not a whole scan step."""
-        store = self.fs.store
+        store = self.parts.store
         offset, end = store.min_offset(topic, queue), store.max_offset(topic, queue)
         step = TAG_FIRST_SCAN
         while offset < end:
@@ -110,14 +110,14 @@ class TagDir(InQueue, SearchedDir):
         offset = canonical_int(name)
         if offset is None:
             raise FsError(errno.ENOENT)
-        msg = self.fs.messages.get(node.topic, node.queue, offset)
+        msg = self.parts.messages.get(node.topic, node.queue, offset)
         if msg.tags != node.key:
             raise FsError(errno.ENOENT)
-        return self.fs.messages.link_attr(self.fs.nodes.qidx(node.topic, node.queue), msg,
+        return self.parts.messages.link_attr(self.parts.nodes.qidx(node.topic, node.queue), msg,
                                           TAG_VIEW)
 
     def listing(self, node: Node) -> Listing:
-        return TagListing(self.fs, node)
+        return TagListing(self.parts, node)
 
     def path(self, node: Node) -> str:
         return super().path(node) + f"/tags/{node.key}"
@@ -131,9 +131,9 @@ class Keys(Search):
 
     def lookup(self, node: Node, name: bytes) -> Attr:
         key = name_key(name)
-        if not self.fs.store.query_key(key, max_n=1, queued=True):
+        if not self.parts.store.query_key(key, max_n=1, queued=True):
             raise FsError(errno.ENOENT)
-        return self.fs.node_attr(self.fs.nodes.intern(("k", key), KEYDIR, KEYS_INO, key=key))
+        return self.parts.node_attr(self.parts.nodes.intern(("k", key), KEYDIR, KEYS_INO, key=key))
 
     def path(self, node: Node) -> str:
         return "/keys"
@@ -146,30 +146,30 @@ class KeyDir(SearchedDir):
     slow_listing = True  # a query of the IndexFiles, made at opendir
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        topic, q, offset = _parse_link_name(name, TopicNames(self.fs.store))
+        topic, q, offset = _parse_link_name(name, TopicNames(self.parts.store))
         if not self.has_queue(topic, q):
             raise FsError(errno.ENOENT)
-        msg = self.fs.messages.get(topic, q, offset)
+        msg = self.parts.messages.get(topic, q, offset)
         if node.key not in msg.index_keys():
             raise FsError(errno.ENOENT)
-        return self.fs.messages.link_attr(self.fs.nodes.qidx(topic, q), msg, KEY_VIEW)
+        return self.parts.messages.link_attr(self.parts.nodes.qidx(topic, q), msg, KEY_VIEW)
 
     def hits(self, key: str) -> tuple[list[StoredMessage], bool]:
         """The newest `keys_max` true hits of a key, and whether there were more; a cut
         listing is remembered for status.json."""
-        keys_max = self.fs.keys_max
-        hits = self.fs.store.query_key(key, max_n=keys_max + 1, queued=True)
+        keys_max = self.parts.keys_max
+        hits = self.parts.store.query_key(key, max_n=keys_max + 1, queued=True)
         cut = len(hits) > keys_max
         if cut:
             del hits[keys_max:]
-            self.fs.recent.key_cut(key, keys_max)
+            self.parts.recent.key_cut(key, keys_max)
         return hits, cut
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         hits, _ = self.hits(node.key)
         hits.sort(key=lambda m: (m.topic, m.queue_id, m.queue_offset))
         return [(link_entry(m.topic, m.queue_id, m.queue_offset).encode(),
-                 link_ino(self.fs.nodes.qidx(m.topic, m.queue_id), m.queue_offset, KEY_VIEW))
+                 link_ino(self.parts.nodes.qidx(m.topic, m.queue_id), m.queue_offset, KEY_VIEW))
                 for m in hits]
 
     def path(self, node: Node) -> str:
@@ -177,7 +177,7 @@ class KeyDir(SearchedDir):
 
     def xattrs(self, node: Node) -> dict[bytes, bytes]:
         _, cut = self.hits(node.key)
-        return {b"user.keys_max": b"%d" % self.fs.keys_max,
+        return {b"user.keys_max": b"%d" % self.parts.keys_max,
                 b"user.truncated": b"1" if cut else b"0"}
 
 
