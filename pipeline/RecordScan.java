@@ -3,6 +3,8 @@ package org.mqfs.spark;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 
 import net.razorvine.pickle.Unpickler;
 
@@ -11,7 +13,9 @@ import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonBatch;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceReadInfo;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonInputPartition;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.MetadataBuilder;
@@ -27,22 +31,35 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * with the JVM key in the read schema's metadata, and the Python reader hands each one back
  * as JSON (pipeline/jvmplan.py) instead of reading it. Tasks then read those byte ranges or
  * unit positions here, with no Python worker. Streams keep PythonScan's micro-batches.
+ *
+ * <p>Where a store has a feature the JVM reader does not read (jvmplan.JVM_UNREAD), the
+ * planner's first partition is a PythonRead naming it: the scan says so once and reads the
+ * other partitions through Spark's Python batch, as a read with reader=python would.
  */
 final class RecordScan extends ScopedScans.CarryingScan {
     static final String JVM = "mqfs.jvm";  // = pipeline/jvmplan.py JVM
     private static final String PLAN_MODULE = "mqfs.pipeline.jvmplan";
 
+    private static final Set<String> SAID = ConcurrentHashMap.newKeySet();
+
     static {  // a JvmPartition pickles as (index, JSON text): the text is the plan
         Unpickler.registerConstructor(PLAN_MODULE, "JvmPartition", args -> args[1]);
+        Unpickler.registerConstructor(PLAN_MODULE, "PythonRead", args -> new PythonRead((String) args[0]));
+    }
+
+    /** The planner's word that this read goes through Python workers, and why. */
+    record PythonRead(String why) {
     }
 
     private final ScopedScans own;
     private final StructType asked;
     private final CaseInsensitiveStringMap options;
+    private final Filter[] taken;
 
     RecordScan(ScopedScans own, StructType read, CaseInsensitiveStringMap options, Filter[] taken) {
         super(own, read, options, taken);
         this.own = own;
+        this.taken = taken;
         this.asked = mark(ScopedScans.Carried.attach(read, taken));
         this.options = options;
     }
@@ -67,34 +84,62 @@ final class RecordScan extends ScopedScans.CarryingScan {
 
     @Override
     public Batch toBatch() {
-        return new Batch() {
-            @Override
-            public InputPartition[] planInputPartitions() {
-                PythonDataSourceReadInfo info = own.getOrCreateReadInfo(ScopedScans.NAME, options, asked, false);
-                List<InputPartition> parts = new ArrayList<>();
-                for (byte[] pickled : scala.jdk.javaapi.CollectionConverters.asJava(info.partitions())) {
-                    parts.add(new Planned(plan(pickled)));
-                }
-                return parts.toArray(new InputPartition[0]);
-            }
-
-            @Override
-            public PartitionReaderFactory createReaderFactory() {
-                return new Readers(readSchema());
-            }
-        };
+        return new Planning();
     }
 
-    private static String plan(byte[] pickled) {
-        try {
-            Object text = new Unpickler().loads(pickled);
-            if (text instanceof String s) {
-                return s;
+    /** The planner's partitions, read here or (PythonRead first) through Spark's Python batch. */
+    private final class Planning implements Batch {
+        private InputPartition[] parts;
+        private PythonBatch python;
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            if (parts == null) {
+                PythonDataSourceReadInfo info = own.getOrCreateReadInfo(ScopedScans.NAME, options, asked, false);
+                List<byte[]> pickles = scala.jdk.javaapi.CollectionConverters.asJava(info.partitions());
+                Object first = pickles.isEmpty() ? null : unpickle(pickles.get(0));
+                List<InputPartition> out = new ArrayList<>();
+                if (first instanceof PythonRead read) {
+                    if (SAID.add(read.why())) {
+                        System.err.println("mqfs: " + read.why() + "; reading it through Python workers (slower)");
+                    }
+                    // the read info `own` holds now is the Python reader's: PythonBatch takes it
+                    python = new PythonBatch(own, ScopedScans.NAME, ScopedScans.Carried.attach(readSchema(), taken),
+                            options);
+                    for (int i = 1; i < pickles.size(); i++) {
+                        out.add(new PythonInputPartition(i - 1, pickles.get(i)));
+                    }
+                } else {
+                    for (byte[] pickled : pickles) {
+                        out.add(new Planned(plan(pickled)));
+                    }
+                }
+                parts = out.toArray(new InputPartition[0]);
             }
-            throw new IllegalStateException("mqfs: the Python planner sent " + text + ", not a JVM plan");
+            return parts;
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            planInputPartitions();
+            return python != null ? python.createReaderFactory() : new Readers(readSchema());
+        }
+    }
+
+    private static Object unpickle(byte[] pickled) {
+        try {
+            return new Unpickler().loads(pickled);
         } catch (IOException e) {
             throw new IllegalStateException("mqfs: unreadable plan from the Python planner", e);
         }
+    }
+
+    private static String plan(byte[] pickled) {
+        Object text = unpickle(pickled);
+        if (text instanceof String s) {
+            return s;
+        }
+        throw new IllegalStateException("mqfs: the Python planner sent " + text + ", not a JVM plan");
     }
 
     /** A partition the Python planner described (JSON, parsed by the task). */

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from mqfs.store.meta.features import BATCH_CQ, LMQ, recognise
 from mqfs.store.offline.views import StoreLayout
 
 from .scan import RowFilter
@@ -33,7 +34,22 @@ if TYPE_CHECKING:
     from .source import MqfsReader
 
 JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
+# Store features (store/meta/features.py) whose rows the JVM reader does not give yet: a store
+# with one is read by the Python reader (FallbackReader), never answered short
+JVM_UNREAD = (LMQ, BATCH_CQ)
 _said = False
+
+
+def jvm_unread(root: str) -> str | None:
+    """Why the JVM reader cannot read the store at `root` (a feature it does not read), or
+    None. Recognition reads a few listings and files, never the store's records
+    (features.recognise); the source does it once per DataFrame, with its pinned snapshot."""
+    found = recognise(root)
+    for name in JVM_UNREAD:
+        feature = found.named(name)
+        if feature is not None:
+            return f"{root} uses {name} ({feature.seen}), which the JVM reader does not read yet"
+    return None
 
 
 def jvm_asked(schema: StructType | None) -> bool:
@@ -58,6 +74,35 @@ class JvmPartition(InputPartition):
 
     def __reduce__(self):
         return (JvmPartition, (self.value, self.text))
+
+
+class PythonRead(InputPartition):
+    """The first partition of a read the JVM scan hands to the Python reader (RecordScan.java
+    reads the other partitions through Spark's Python batch): `why` is said once."""
+
+    def __init__(self, why: str):
+        super().__init__(0)
+        self.why = why
+
+    def __reduce__(self):
+        return (PythonRead, (self.why,))
+
+
+class FallbackReader(DataSourceReader):
+    """The Python reader's partitions after a PythonRead: the JVM scan of a store with a
+    feature the JVM reader does not read (`jvm_unread`) reads them through Python workers."""
+
+    def __init__(self, reader: DataSourceReader, why: str):
+        self.reader = reader
+        self.why = why
+
+    def partitions(self) -> list[InputPartition]:
+        return [PythonRead(self.why), *self.reader.partitions()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, PythonRead):  # the JVM scan never sends it; it holds no rows
+            return iter(())
+        return self.reader.read(partition)
 
 
 class JvmPlanReader(DataSourceReader):

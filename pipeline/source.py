@@ -45,7 +45,6 @@ from pyspark.sql.types import StructType
 from mqfs.store.errors import StoreError
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import chain, walk
-from mqfs.store.meta.features import LMQ, recognise
 from mqfs.store.offline.views import (
     StoreLayout,
     commitlog_files,
@@ -58,7 +57,7 @@ from mqfs.store.offline.views import (
 
 from .bounds import kept_bounds, start_by_time
 from .carried import carried_filters
-from .jvmplan import JvmPlanReader, jvm_asked, say_python_reads
+from .jvmplan import FallbackReader, JvmPlanReader, jvm_asked, jvm_unread, say_python_reads
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .pruning import built_columns
@@ -468,6 +467,7 @@ class MqfsDataSource(DataSource):
         if getattr(self, "end_offsets", None) is None and (self.options.get("path") or self.options.get("paths")):
             self.roots = store_roots(self.options)
             self.end_offsets = {r: commitlog_end(store_layout(r)) for r in self.roots}
+            self.jvm_unread = {r: jvm_unread(r) for r in self.roots}
         kafka, headers = shape(self.options)
         schema = kafka_schema(headers) if kafka else message_schema(columns_option(self.options))
         return with_store_column(schema) if several(self.options) else schema
@@ -493,13 +493,25 @@ class MqfsDataSource(DataSource):
         if left:  # ScopedScans took it from Spark's plan: it must be applied here
             raise RuntimeError(f"mqfs: ScopedScans.java took filter {left[0]} that the reader does not apply")
         if jvm_asked(schema):  # the JVM reader reads what this reader plans
-            _refuse_what_the_jvm_reader_misreads(roots)
-            return JvmPlanReader(reader)
+            why = self._jvm_unread(roots)
+            if why is None:
+                return JvmPlanReader(reader)
+            if (self.options.get("reader") or "").strip().lower() == "jvm":
+                raise ValueError(f"mqfs: {why}; read it with .option('reader', 'python') (or "
+                                 "without the reader option: the Python reader is then chosen)")
+            return FallbackReader(TakenFilters(reader), why)
         if not self.options.get(MARKER):
             say_python_reads()
             if opts.push_filters:  # Spark's own Python pushdown, asked for (pushFilters=true)
                 return reader
         return TakenFilters(reader)
+
+    def _jvm_unread(self, roots: list[str]) -> str | None:
+        """jvmplan.jvm_unread of the first store that has such a feature: pinned with the
+        snapshot (schema()), so a planned read recognises nothing again."""
+        pinned = getattr(self, "jvm_unread", None) or {}
+        return next((why for why in (pinned[r] if r in pinned else jvm_unread(r) for r in roots)
+                     if why is not None), None)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
@@ -526,12 +538,3 @@ class MqfsDataSource(DataSource):
         """`writeStream.format("mqfs")`, output mode append (a store cannot take rows back)."""
         return MqfsStreamWriter(self._write_root(overwrite), schema, self.options)
 
-
-def _refuse_what_the_jvm_reader_misreads(roots: list[str]) -> None:
-    """The JVM reader gives no LMQ rows yet (a record's row per LMQ queue it is dispatched to:
-    docs/format.md): a read of such a store through it would miss what LMQ consumers get, so
-    it is refused with the option that reads it whole, never answered short."""
-    for root in roots:
-        if LMQ in recognise(root):
-            raise ValueError(f"mqfs: {root} has LMQ queues, which the JVM reader does not read yet; "
-                             "read it with .option('reader', 'python')")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import struct
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -29,6 +31,7 @@ from mqfs.store.format.codec import Encoder  # noqa: E402
 from mqfs.store.format.compression import deflate  # noqa: E402
 from mqfs.store.meta.manifest import write_manifest  # noqa: E402
 from tests import broker_layouts as layouts  # noqa: E402
+from tests.broker_guard_layouts import layout_batch_cq  # noqa: E402
 from tests.broker_layouts import compressed_workload, json_body  # noqa: E402
 from tests.spark_helpers import build_store, flip_body_byte  # noqa: E402
 from tests.test_broker_stores import _broker_workload, broker_store  # noqa: E402
@@ -215,3 +218,51 @@ def test_a_record_planted_in_a_body_stays_a_body_both_ways(spark, tmp_path, wher
     jvm, python = both(spark, root, {"damagedRecords": "skip"}, ["commitlog_offset", "topic", "body"])
     assert jvm == python and b_at in {r.commitlog_offset for r in jvm}
     assert p_at not in {r.commitlog_offset for r in jvm} and a_at not in {r.commitlog_offset for r in jvm}
+
+
+FALLBACK = r"""
+import sys
+from pyspark.sql import SparkSession
+
+root = sys.argv[1]
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+def rows(reader=None):
+    df = spark.read.format("mqfs")
+    df = (df.option("reader", reader) if reader else df).load(root)
+    return sorted((r.topic, r.queue_offset, bytes(r.body).hex()) for r in df.collect())
+print("ROWS", rows() == rows("python") and rows() != [], flush=True)
+try:
+    spark.read.format("mqfs").option("reader", "jvm").load(root).count()
+except Exception as exc:
+    print("REFUSED", [x for x in str(exc).splitlines() if x.startswith("ValueError: mqfs:")], flush=True)
+spark.stop()
+"""
+
+
+def test_a_store_with_a_feature_the_jvm_reader_lacks_is_read_by_python_and_said_once(tmp_path):
+    """A BatchCQ store (jvmplan.JVM_UNREAD): the default read falls back to the Python reader
+    (the same rows), says so in one line once per session however many reads; reader=jvm
+    refuses in one line naming the feature and the option that reads it."""
+    root = str(tmp_path / "batched")
+    layout_batch_cq(root)
+    done = subprocess.run([sys.executable, "-c", FALLBACK, root], capture_output=True, text=True,
+                          cwd=str(tmp_path), env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ROWS True" in done.stdout, done.stderr[-3000:]
+    said = [x for x in done.stderr.splitlines() if "reading it through Python workers" in x]
+    assert said == [f"mqfs: {root} uses batch-cq (batchconsumequeue/), which the JVM reader does not "
+                    "read yet; reading it through Python workers (slower)"], done.stderr[-3000:]
+    refused = re.search(r"REFUSED \[(.*)\]", done.stdout)
+    assert refused and f"{root} uses batch-cq" in refused.group(1)
+    assert "option('reader', 'python')" in refused.group(1)
+
+
+def test_a_store_with_a_feature_the_jvm_reader_lacks_reads_the_same_by_default(spark, tmp_path):
+    root = str(tmp_path / "batched")
+    layout_batch_cq(root)
+    for columns in (None, ["topic", "queue_offset"]):
+        default, python = (spark.read.format("mqfs").options(**reader).load(root)
+                           for reader in ({}, {"reader": "python"}))
+        if columns:
+            default, python = default.select(*columns), python.select(*columns)
+        assert sorted(default.collect(), key=repr) == sorted(python.collect(), key=repr) != []
