@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .batch_reads import BatchReads
 from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
 from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError, UnsupportedFeature
@@ -232,6 +233,10 @@ class MessageStore(StoreReads):
             notes.append("the broker keeps topics and consumer offsets in RocksDB (config/"
                          "topics/, config/consumerOffsets/), which mqfs cannot read: topics "
                          "are those the CommitLog shows, and no group offset is shown")
+        batch_topics = features.topics_of(self.features, features.BATCH_CQ)
+        if batch_topics:  # the broker's batchconsumequeue/ serves them (store/batch_reads.py)
+            self.batch = BatchReads(self.root, batch_topics, self._read)
+            self.topic_table.add_found((t, q) for t in batch_topics for q in self.batch.queue_ids(t))
         if features.ROCKSDB_CQ in self.features:
             found = queue_check.queues_from_log(self._parts(), None)
             for key, rebuilt in found.items():

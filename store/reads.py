@@ -9,7 +9,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .batch_reads import BatchReads
 from .errors import CodecError, CorruptionError, NotFound
+from .files.batch_consume_queue import BatchQueue
 from .files.commitlog import CommitLog
 from .files.consume_queue import QueueView, RebuiltQueue
 from .files.consume_queue_ext import EXT_ADDRESS_MAX
@@ -17,7 +19,7 @@ from .files.dispatcher import TagsCodes, takes_unit
 from .files.in_use import Users, in_use
 from .files.index_service import IndexService
 from .files.queue_registry import QueueRegistry
-from .format import codec, message
+from .format import batch, codec, message
 from .format.flavor import Flavor
 from .format.message import StoredMessage
 from .format.multi_dispatch import describes
@@ -47,6 +49,10 @@ class StoreReads:
     tags_codes: TagsCodes
     flavor: Flavor
     users: Users  # every public call below is one (a close waits for them)
+    batch: BatchReads | None = None  # a broker's BatchCQ topics (read-only opens)
+
+    def _bq(self, topic: str, queue_id: int) -> BatchQueue | None:
+        return self.batch.queue(topic, queue_id) if self.batch is not None else None
 
     def _cq(self, topic: str, queue_id: int) -> QueueView:
         key = (topic, queue_id)
@@ -68,6 +74,8 @@ class StoreReads:
 
     @in_use
     def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
+        if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
+            return self.batch.get(bq, offset)
         cq = self._cq(topic, queue_id)
         entry = cq.entry(offset)
         if entry is None:
@@ -91,6 +99,8 @@ class StoreReads:
         that must go on past damage."""
         if offset < 0 or n < 0:
             raise NotFound(f"offset {offset} and count {n} must not be negative")
+        if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
+            return self.batch.get_range(bq, offset, n, tags, skip_damaged, limit)
         cq = self._cq(topic, queue_id)
         units = cq.entries(offset, n)
         queue_offsets = np.arange(len(units), dtype=np.int64) + max(offset, cq.min_offset)
@@ -122,6 +132,8 @@ class StoreReads:
         read from ConsumeQueue units and record headers only: a listing of a million
         messages must not decode a million records (a compressed one is inflated for its
         size)."""
+        if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
+            return self.batch.list_entries(bq, offset, n)
         units = self._cq(topic, queue_id).entries(max(offset, 0), n)
         first = max(offset, self._cq(topic, queue_id).min_offset)
         queue_offsets = np.arange(first, first + len(units), dtype=np.int64)
@@ -135,6 +147,8 @@ class StoreReads:
 
     @in_use
     def min_offset(self, topic: str, queue_id: int) -> int:
+        if (bq := self._bq(topic, queue_id)) is not None:
+            return bq.bounds()[0]
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None and self.commitlog.queue.min_offset == 0:
             return rec.min_offset  # a queue not open: as recorded (retention never cut the log)
@@ -142,6 +156,8 @@ class StoreReads:
 
     @in_use
     def max_offset(self, topic: str, queue_id: int) -> int:
+        if (bq := self._bq(topic, queue_id)) is not None:
+            return bq.bounds()[1]
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None:
             return rec.entries  # a queue not open: as recorded (a put opens it and proves its end)
@@ -152,6 +168,8 @@ class StoreReads:
         """Store time (ms) of a queue's newest message, None when it has none: from the last
         clean close's record for a queue not open (so a listing of every topic's time opens
         no queue), else from its last unit's record header."""
+        if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
+            return self.batch.newest_store_time(bq)
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None and rec.newest:
             return rec.newest
@@ -163,6 +181,8 @@ class StoreReads:
 
     @in_use
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
+        if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
+            return self.batch.offset_by_time(bq, ts, upper)
         cq = self._cq(topic, queue_id)
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at,
                                  lambda offsets: self.commitlog.body_sizes_and_times(offsets)[1],
@@ -188,9 +208,13 @@ class StoreReads:
                     continue
                 if msg.topic == t and key in msg.index_keys() and \
                         begin <= msg.store_timestamp <= end and \
-                        (not queued or takes_unit(msg.topic, msg.sys_flag)):
-                    hits[commitlog_offset] = msg
+                        (not queued or takes_unit(msg.topic, msg.sys_flag)) and \
+                        not (self._bq(t, msg.queue_id) is not None and batch.is_inner_batch(msg.sys_flag)):
+                    hits[commitlog_offset] = msg  # an inner batch's own keys are no consumer's
         found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
+        if self.batch is not None:  # inner messages: the IndexFile holds not their keys
+            inner = self.batch.query_key(key, topic, begin, end)
+            found = sorted(found + inner, key=lambda m: (m.commitlog_offset, m.queue_offset), reverse=True)
         return found[:max_n]
 
     @in_use
@@ -219,4 +243,6 @@ class StoreReads:
     def queue_ids(self, topic: str) -> list[int]:
         """The queues shown for a topic: those topics.json declares and those on disk (a
         broker's delay topic may hold queue 2 alone); [] for no such topic."""
+        if self.batch is not None and topic in self.batch.topics:
+            return sorted(set(self.topic_table.queue_ids(topic)) | set(self.batch.queue_ids(topic)))
         return self.topic_table.queue_ids(topic)

@@ -4,12 +4,15 @@ their consumers see them: in the store API, verify, repair, the mounts and the S
 import errno
 import os
 import shutil
+import struct
 import subprocess
+import zlib
 
 import pytest
 
 from mqfs.store import Message, MessageStore
-from mqfs.store.errors import CorruptionError
+from mqfs.store.errors import CorruptionError, NotFound
+from mqfs.store.format import batch
 from mqfs.store.format.compression import deflate
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import plan_repair
@@ -339,3 +342,101 @@ def test_batch_cq_units_and_inner_batches_decode_as_the_broker_wrote_them(tmp_pa
             for m in msgs:
                 got[(m.topic, m.queue_id, m.queue_offset)] = (bytes(m.body), m.properties["KEYS"], m.tags)
     assert got == w.served
+
+
+def _batch_store(root: str):
+    from tests.broker_guard_layouts import layout_batch_cq
+
+    return layout_batch_cq(root)
+
+
+def test_a_batch_cq_topic_reads_as_its_consumers_get_it(tmp_path):
+    """Every message of every inner batch at its own offset, with its own body, keys and tags;
+    tag filters, key queries (the inner messages' keys, which the broker's IndexFile lacks)
+    and time searches; the batch record's own UNIQ_KEY is no consumer's message."""
+    root = str(tmp_path)
+    w = _batch_store(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert s.queue_ids(w.topic) == [0, 1]
+        got = {}
+        for q, sizes in BATCH_PLAN.items():
+            assert (s.min_offset(w.topic, q), s.max_offset(w.topic, q)) == (0, sum(sizes))
+            msgs = s.get_range(w.topic, q, 0, 100)
+            assert [m.queue_offset for m in msgs] == list(range(sum(sizes)))
+            got.update({(m.topic, m.queue_id, m.queue_offset): (bytes(m.body), m.keys[0], m.tags) for m in msgs})
+            offsets, lengths, stamps = s.list_entries(w.topic, q, 0, 100)
+            assert offsets.tolist() == list(range(sum(sizes)))
+            assert lengths.tolist() == [len(w.served[(w.topic, q, o)][0]) for o in range(sum(sizes))]
+            assert s.offset_by_time(w.topic, q, 0) == 0 and s.newest_store_time(w.topic, q) is not None
+        assert got == w.served
+        one = s.get(w.topic, 0, 7)  # the third of the inner batch at 5..8
+        assert (bytes(one.body), one.keys, one.tags) == (b"inner 7 of queue 0", ["bk-0-7"], "Tag1")
+        assert one.properties["UNIQ_KEY"] == "U00000007" and "INNER_NUM" not in one.properties
+        assert [m.queue_offset for m in s.get_range(w.topic, 0, 0, 100, tags=["Tag1"])] == [1, 2, 3, 5, 6, 7, 8]
+        for key, where in (("bk-1-3", (1, 3)), ("bk-0-0", (0, 0)), ("U00000010", (0, 10))):
+            hits = s.query_key(key, queued=True)
+            assert [(m.queue_id, m.queue_offset) for m in hits] == [where], key
+        assert s.query_key("B00000001", queued=True) == []  # the batch's own key
+        with pytest.raises(NotFound):
+            s.get(w.topic, 0, 11)
+
+
+def test_verify_checks_batch_cq_queues_and_repair_changes_no_byte(tmp_path):
+    root = str(tmp_path)
+    _batch_store(root)
+    before = store_hashes(root)
+    report = verify_store(root)
+    assert report.ok and any("8 BatchCQ units checked" in line for line in report.lines), report.lines
+    assert not plan_repair(root).needed
+    assert "nothing to repair" in mqfs("repair", "--yes", root).stdout
+    assert store_hashes(root) == before
+
+
+def _damage_batch(root: str, w, how: str) -> str:
+    """Damage a BatchCQ store three ways; returns what verify and reads must name."""
+    unit_file = os.path.join(root, "batchconsumequeue", w.topic, "0", "0" * 20)
+    offset, size, _, base, n = w.records[0][3]  # the inner batch of 4 at 5..8
+    if how == "truncated unit file":
+        with open(unit_file, "r+b") as f:
+            f.truncate(46 * 3 + 20)  # the fourth unit cut short
+        return "cut short"
+    if how == "INNER_NUM disagrees with batchSize":
+        with open(unit_file, "r+b") as f:
+            f.seek(46 * 3 + 36)
+            f.write(struct.pack(">h", 3))  # the unit says 3, the record holds 4
+            f.seek(46 * 4 + 28)
+            f.write(struct.pack(">q", 8))  # and the next unit follows on from there
+        return "says 3 messages"
+    with open(os.path.join(root, "commitlog", "0" * 20), "r+b") as f:  # an inner message cut
+        f.seek(offset + 84)  # BODYLEN (IPv4 hosts)
+        (body_len,) = struct.unpack(">i", f.read(4))
+        body = bytearray(f.read(body_len))
+        last = sum(size for size, *_ in batch.inner_parts(body, "test")[:3])
+        body[last + 16:last + 20] = struct.pack(">i", body_len)  # its body runs past the batch
+        f.seek(offset + 88)
+        f.write(body)
+        f.seek(offset + 8)  # BODYCRC as the broker computes it: the record itself checks out
+        f.write(struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF))
+    return "inner message 3"
+
+
+@pytest.mark.parametrize("how", ["truncated unit file", "INNER_NUM disagrees with batchSize",
+                                 "inner message cut"])
+def test_damaged_batch_cq_is_reported_and_read_as_an_error_never_as_messages(tmp_path, how):
+    root = str(tmp_path)
+    w = _batch_store(root)
+    what = _damage_batch(root, w, how)
+    report = verify_store(root)
+    assert not report.ok and any("PROBLEM" in line and what in line for line in report.lines), report.lines
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        good = {(m.topic, m.queue_id, m.queue_offset): (bytes(m.body), m.keys[0], m.tags)
+                for q in (0, 1) for m in s.get_range(w.topic, q, 0, 100, skip_damaged=True)}
+        assert good and all(w.served[k] == v for k, v in good.items())  # never other messages
+        assert not any(k[1:] in {(0, 5), (0, 6), (0, 7), (0, 8)} for k in good) or how == "truncated unit file"
+        if how == "truncated unit file":
+            assert s.max_offset(w.topic, 0) == 5  # the units before the cut
+            with pytest.raises((CorruptionError, NotFound), match="cut short"):
+                s.get(w.topic, 0, 5)
+        else:
+            with pytest.raises(CorruptionError, match=what):
+                s.get(w.topic, 0, 6)

@@ -32,7 +32,7 @@ from ..meta.features import Features
 from ..meta.log_start import recorded_min_offset
 from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
-from . import repair_journal, salvage
+from . import batch_check, repair_journal, salvage
 from .salvage import Damage
 
 Progress = Callable[[int, int], None]
@@ -167,10 +167,7 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
         report.lines.append("note: consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs "
                             "cannot read: not checked (its queues are served from the CommitLog)")
         return 0
-    batch = features.topics_of(found, features.BATCH_CQ)
-    if batch:
-        report.lines.append(f"note: {len(batch)} BatchCQ topic(s) ({sorted(batch)[0]}...) keep their "
-                            "units in batchconsumequeue/: not checked")
+    batch = features.topics_of(found, features.BATCH_CQ)  # checked by batch_check
     ext = features.CQ_EXT in found  # a unit's tagsCode may address consumequeue_ext/
     expected: dict[tuple[str, int], list[int]] = {}
     for commitlog_offset, r in records.items():
@@ -394,7 +391,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     lock = StoreLock(root)
     lock.acquire(shared=True)
     records: dict[int, _RecordInfo] = {}
-    cq_checked = ix_checked = 0
+    cq_checked = ix_checked = batch_checked = 0
     try:
         torn_from = None
         if os.path.exists(os.path.join(root, "abort")):
@@ -409,6 +406,10 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
             bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
             records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
                                                         torn_from)
+            batch_checked = batch_check.check(
+                root, features.topics_of(used, features.BATCH_CQ), records,
+                lambda offset: _in_damage(damages, offset) is not None,
+                lambda offset: cl.read(offset, check_crc=True), report.problem)
         finally:
             cl.close()
         cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
@@ -424,6 +425,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     if report.pending > MAX_LISTED:
         report.lines.append(f"note: ... and {report.pending - MAX_LISTED} more the next "
                             "read-write open rebuilds")
+    if batch_checked:
+        report.lines.insert(0, f"{batch_checked} BatchCQ units checked (batchconsumequeue/, inner batches "
+                               "unwrapped)")
     report.lines.insert(0, f"{len(records)} CommitLog records, {cq_checked} ConsumeQueue entries, "
                            f"{ix_checked} IndexFile entries checked ({flavor.name} flavor)")
     report.lines.append("OK" if report.ok else
