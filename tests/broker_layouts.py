@@ -161,6 +161,7 @@ def store_hashes(root: str) -> dict[str, str]:
 # the batches each queue of topic Batched receives, in put order: 1 is a plain message (a
 # send of one message), n > 1 an inner batch of n (a batch send with a uniq id)
 BATCH_PLAN = {0: (1, 3, 1, 4, 2), 1: (5, 1, 1)}
+BATCH_T0 = 1_700_000_000_000  # step i of the plan is stored a minute after step i - 1
 
 
 class BatchWorkload:
@@ -196,6 +197,7 @@ class BatchWorkload:
                 if step >= len(sizes):
                     continue
                 n, base = sizes[step], counters.get(q, 0)
+                s.clock = lambda: BATCH_T0 + 60_000 * step  # noqa: B023 (called by this put)
                 tags = f"Tag{step % 2}"
                 inner = [(i, b"inner %d of queue %d" % (base + i, q),
                           {"KEYS": f"bk-{q}-{base + i}", "TAGS": tags, "UNIQ_KEY": f"U{q:02d}{base + i:06d}",

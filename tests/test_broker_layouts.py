@@ -2,10 +2,12 @@
 their consumers see them: in the store API, verify, repair, the mounts and the Spark source."""
 
 import errno
+import json
 import os
 import shutil
 import struct
 import subprocess
+import time
 import zlib
 
 import pytest
@@ -18,6 +20,7 @@ from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import plan_repair
 from tests.broker_layouts import (
     BATCH_PLAN,
+    BATCH_T0,
     COMPRESSIONS,
     LmqWorkload,
     broker_store,
@@ -440,3 +443,34 @@ def test_damaged_batch_cq_is_reported_and_read_as_an_error_never_as_messages(tmp
         else:
             with pytest.raises(CorruptionError, match=what):
                 s.get(w.topic, 0, 6)
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_batch_cq_queues_as_consumers_get_them(tmp_path):
+    """ls, cat, getfattr, grep, keys/, tags/ and at/ on a read-only mount of a BatchCQ store:
+    exactly the consumer's messages; no byte of the store changes."""
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    w = _batch_store(root)
+    before = store_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        top = f"{mnt}/topics/{w.topic}"
+        for q, sizes in BATCH_PLAN.items():
+            listed = sh(f"ls {top}/{q}").stdout.decode().split()
+            assert sorted(int(n) for n in listed if n.isdigit()) == list(range(sum(sizes)))
+            for offset in range(sum(sizes)):
+                body, keys, tags = w.served[(w.topic, q, offset)]
+                assert sh(f"cat {top}/{q}/{offset}").stdout == body
+                attrs = sh(f"getfattr -d --absolute-names {top}/{q}/{offset}").stdout.decode()
+                assert f'user.keys="{keys}"' in attrs and f'user.tags="{tags}"' in attrs
+                assert f'user.queue_offset="{offset}"' in attrs
+            assert sh(f"getfattr -n user.max_offset --only-values {top}/{q}").stdout == str(sum(sizes)).encode()
+        assert sh(f"grep -rl 'inner 7 of queue 0' {top}").stdout == f"{top}/0/7\n".encode()
+        assert sh(f"ls {mnt}/keys/bk-1-3").stdout == f"{w.topic}:1:3\n".encode()
+        assert sh(f"cat {mnt}/keys/bk-0-6/{w.topic}:0:6").stdout == b"inner 6 of queue 0"
+        assert sh(f"ls {mnt}/keys/B00000005", check=False).returncode != 0  # the batch's own key
+        assert sh(f"ls {top}/0/tags/Tag1").stdout.split() == [b"1", b"2", b"3", b"5", b"6", b"7", b"8"]
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((BATCH_T0 + 3 * 60_000) // 1000))
+        assert sh(f"readlink {top}/0/at/{at}Z").stdout == b"../5\n"
+        status = json.loads(sh(f"cat {mnt}/status.json").stdout)
+        assert status["live"]["queues_awaiting_units"] == 0
+    assert store_hashes(root) == before

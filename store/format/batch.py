@@ -9,7 +9,7 @@ QUEUEOFFSET = INNER_BASE) holds INNER_NUM messages in its body, each
 `int32 size, int32 magic (0), int32 body crc (0), int32 flag, int32 body length, body,
 int16 properties length, properties` (MessageDecoder.encodeMessage); a consumer gets message
 *i* at queue offset INNER_BASE + i with its own flag, body and properties and the record's
-topic, queue, hosts, times and CommitLog offset (MessageDecoder.decodeMessage).
+topic, queue, hosts, times, size and CommitLog offset (MessageDecoder.decodeMessage).
 """
 
 from __future__ import annotations
@@ -124,11 +124,11 @@ def unwrap(msg: StoredMessage) -> list[StoredMessage]:
     if len(parts) != n:
         raise CorruptionError(f"{where} holds {len(parts)} messages, INNER_NUM says {n}")
     sys_flag = msg.sys_flag & ~(COMPRESSED_FLAG | COMPRESSION_TYPE_MASK)  # the body is inflated
-    return [StoredMessage(size, msg.magic, 0, msg.queue_id, flag, msg.queue_offset + i,
+    return [StoredMessage(msg.total_size, msg.magic, 0, msg.queue_id, flag, msg.queue_offset + i,
                           msg.commitlog_offset, sys_flag, msg.born_timestamp, msg.born_host_raw,
                           msg.store_timestamp, msg.store_host_raw, msg.reconsume_times,
                           msg.prepared_transaction_offset, body, msg.topic, props)
-            for i, (size, flag, body, props) in enumerate(parts)]
+            for i, (_, flag, body, props) in enumerate(parts)]
 
 
 def served(msg: StoredMessage, topic: str, queue_id: int, queue_offset: int) -> StoredMessage | None:
