@@ -346,3 +346,50 @@ def test_a_time_of_day_is_today():
     assert when("23:59:30", now) == when("today", now) + 24 * HOUR - 30_000
     with pytest.raises(ValueError):
         when("25:00", now)
+
+
+def _plant(root: str, outside: str, what: str) -> list[str]:
+    """A symbolic link in place of one of the store's own files or directories, pointing at
+    the same kind of thing in another store; the dump arguments that would read it."""
+    def swap(rel: str) -> None:
+        os.rename(os.path.join(root, rel), os.path.join(root, rel + ".moved"))
+        os.symlink(os.path.join(outside, rel), os.path.join(root, rel))
+
+    if what == "commitlog file":
+        swap(f"commitlog/{0:020d}")
+        return []
+    if what == "consumequeue dir":
+        swap("consumequeue/Pay/0")
+        return ["-t", "Pay"]
+    if what == "index file":
+        swap(os.path.join("index", sorted(os.listdir(os.path.join(root, "index")))[0]))
+        return ["-k", "o-3"]
+    swap("config")
+    return ["-e", "order"]
+
+
+@pytest.mark.parametrize("what", ["commitlog file", "consumequeue dir", "index file", "config"])
+def test_a_link_planted_in_a_store_is_refused_in_one_line_and_never_read_through(tmp_path, what):
+    root, outside = str(tmp_path / "s"), str(tmp_path / "other")
+    _store(root, 30)
+    with MessageStore(outside, small_config()) as s:  # what a link could lead a dump to
+        for i in range(30):
+            s.put(Message.create("Orders" if i % 3 else "Pay", b"secret %d" % i, queue_id=i % 3,
+                                 keys=[f"o-{i}"]))
+    os.symlink(root, str(tmp_path / "link"))  # a link *to* the store is the administrator's
+    assert _dump(str(tmp_path / "link")).stdout == _dump(root).stdout
+    args = _plant(root, outside, what)
+    proc = _dump(root, *args, check=2)
+    err = proc.stderr.decode()
+    assert "symbolic link" in err and err.count("\n") == 1, err
+    assert b"secret" not in proc.stdout and proc.stdout == b""
+
+
+def test_a_link_planted_in_a_broker_store_is_refused(tmp_path):
+    root, outside = str(tmp_path / "store"), str(tmp_path / "elsewhere")
+    broker_store(root, _broker_workload)
+    os.makedirs(outside)
+    os.rename(os.path.join(root, "consumequeue"), os.path.join(outside, "consumequeue"))
+    os.symlink(os.path.join(outside, "consumequeue"), os.path.join(root, "consumequeue"))
+    proc = _dump(root, "-t", "Orders", check=2)
+    assert b"symbolic link" in proc.stderr and proc.stderr.count(b"\n") == 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mqfs.store import Message, MessageStore, StoreConfig
 from tests.fs_helpers import MQFS, SMALL, mounted, mqfs, needs_fuse, sh
 
@@ -53,3 +55,28 @@ def test_replay_and_redrive_publish_new_messages_with_what_the_old_ones_carried(
         "RECONSUME_TIME" not in redriven["properties"]
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
         assert s.max_offset("%DLQ%billing", 0) == 1  # the dead letter itself is kept
+
+
+@needs_fuse
+@pytest.mark.parametrize("selection", [[], ["-t", "Orders"]], ids=["whole store", "topic"])
+def test_a_replay_into_the_selection_it_reads_stops_at_the_end_seen_at_start(tmp_path, selection):
+    """The dump's output lands in the store while it reads (each buffer the shell writes is
+    put at once): a dump that went on to what it wrote would publish its copies again until
+    the disk filled, and one that took a queue's end only when it got there would copy the
+    copies of the queues it had read. More records than one run of the walk (65,536) and
+    two queues, so both would show."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    mqfs("init", root, *SMALL)
+    n = 70_000
+    with MessageStore(root) as s:
+        s.create_topic("Orders", 2)
+        for q in (0, 1):
+            s.put_batch([Message.create("Orders", b"%d-%d" % (q, i), queue_id=q)
+                         for i in range(n // 2)])
+    with mounted(root, mnt):
+        sel = " ".join(selection)
+        sh(f"{CMD} dump {mnt} {sel} -f replay > {mnt}/topics/Orders/1/append.jsonl")
+        q0 = sh(f"{CMD} dump {mnt} -t Orders -q 0 -f raw").stdout.splitlines()
+        q1 = sh(f"{CMD} dump {mnt} -t Orders -q 1 -f raw").stdout.splitlines()
+    assert len(q0) == n // 2 and len(q1) == n + n // 2  # each message once more, no copy copied
+    assert sorted(q1[n // 2:]) == sorted(q0 + q1[:n // 2])

@@ -51,6 +51,7 @@ class CommitLog:
         self.flavor = layout.checked_flavor  # what a resync checks records with
         self.layout = layout
         self._vouched: int | None = None
+        self._end: int | None = None
 
     def mapped(self, i: int) -> mmap.mmap:
         mm = self._maps.pop(i, None) or map_readonly(self.files[i][1])
@@ -85,6 +86,29 @@ class CommitLog:
             self._vouched = int(starts[-1]) if len(starts) else -1
         return self._vouched
 
+    def end(self) -> int:
+        """Where the records ended when the walk began: on from the newest record a unit
+        vouched for, as far as whole records follow. The walk stops there, so what is
+        written while it runs (a replay into the store it reads) is never read: a dump is a
+        snapshot, as a DataFrame of the pipeline is, and cannot feed on its own output."""
+        if self._end is None:
+            vouched = self.vouched()
+            i = max(int(np.searchsorted(self.starts, vouched, side="right")) - 1, 0)
+            pos = max(vouched - int(self.starts[i]), 0) if len(self.files) else 0
+            end = 0
+            while i < len(self.files):
+                buf = self.mapped(i)
+                w = walk(buf, pos, len(buf), CHUNK)
+                end = int(self.starts[i]) + w.stop
+                if w.why == "limit":
+                    pos = w.stop
+                    continue
+                if w.why not in ("blank", "room") or i == len(self.files) - 1:
+                    break
+                i, pos = i + 1, 0
+            self._end = end
+        return self._end
+
     def walk(self, damage: Damage) -> Iterator[Run]:
         """Every record, in store order; damaged bytes go to `damage` once and the walk goes
         on at the next record that checks out, as verify does. Past the newest record a unit
@@ -92,12 +116,15 @@ class CommitLog:
         walk quietly (a live writer's record in flight, a crash's torn tail). Zeros where a
         file's records stop, with no record after them, are its end: the last file's is where
         a writer's next record goes, an earlier one's a file a live writer left before its
-        BLANK."""
+        BLANK. The walk ends where the records ended when it began (`end`)."""
         vouched = self.vouched()  # before any record is read: what a unit vouched for then
+        stop_at = self.end()
         for i, (base, _) in enumerate(self.files):
+            if base >= stop_at:
+                return
             buf = self.mapped(i)
             u8 = np.frombuffer(buf, np.uint8)
-            pos, end = 0, len(buf)
+            pos, end = 0, min(len(buf), stop_at - base)
             while pos < end:
                 w = walk(buf, pos, end, CHUNK, None, u8)
                 if len(w.records):
@@ -105,7 +132,7 @@ class CommitLog:
                 pos = w.stop
                 if w.why == "limit":
                     continue
-                if w.why in ("blank", "room"):
+                if w.why in ("blank", "room") or pos >= end:
                     break
                 zeros = buf[pos:pos + 8] == bytes(8)
                 if zeros and i == len(self.files) - 1:
@@ -128,6 +155,7 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
     selection keeps the units whose tagsCode is one of the tags' (the record is checked
     later, so a hash collision never shows)."""
     codes = np.array([tags_code(t) for t in sel.tags], dtype=np.int64)
+    ranges = []  # every queue's range first: units written while the dump runs are not read
     for topic, q in queues(layout.root):
         if (sel.topics and topic not in sel.topics) or (sel.queues and q not in sel.queues):
             continue
@@ -141,6 +169,9 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
             lo = max(lo, offset_by_time(layout, topic, q, sel.since))
         if lo < hi and sel.until is not None:
             hi = min(hi, offset_by_time(layout, topic, q, sel.until, upper=True) + 1)
+        if lo < hi:
+            ranges.append((topic, reader, lo, hi))
+    for topic, reader, lo, hi in ranges:
         for a in range(lo, hi, CHUNK):
             _, units = reader.read(a, min(a + CHUNK, hi))
             if len(codes) and topic != SCHEDULE_TOPIC:  # delay units hold times, not tags

@@ -370,6 +370,27 @@ def size(path: str) -> int:
 _LISTED = ("", "commitlog", "index", "config", "logs")
 
 
+def refuse_links(root: str) -> None:
+    """Refuse (UntrustedStore, one line) a store holding a symbolic link where a reader looks
+    first: the directory, its entries and the files of commitlog/, index/, config/ and logs/.
+    No owner check: a reader may read a store another user writes (a broker's). ConsumeQueue
+    directories are checked as they are listed (`subdirs`), files as they are opened."""
+    with directory(root, write=False):
+        pass
+    for sub in _LISTED:
+        base = os.path.join(root, sub) if sub else root
+        try:
+            fd = open_dir(base, write=False)
+        except FileNotFoundError:
+            continue
+        try:
+            for entry in os.scandir(fd):
+                if entry.is_symlink():
+                    raise _refuse_link(os.path.join(base, entry.name))
+        finally:
+            os.close(fd)
+
+
 def check_store(root: str) -> None:
     """Refuse, before anything is written, a store another user could turn against this
     process: the directory, its top-level entries and the files of commitlog/, index/,

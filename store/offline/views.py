@@ -3,7 +3,9 @@ CommitLog files, read ConsumeQueue units and IndexFile entries as numpy arrays.
 
 Offline readers read stores that may be live (held by a MessageStore or a mount) or written by
 Apache RocketMQ, so nothing here takes the lock or writes, truncates or unlinks anything
-(mapped_file.load_files deletes an empty last file, which is why it is not used).
+(mapped_file.load_files deletes an empty last file, which is why it is not used). The store
+directory is untrusted input: every file is opened and every directory listed through safefs,
+so a symbolic link planted in it is refused (one line), never read through.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import StoreFormatError
+from ..errors import StoreFormatError, UntrustedStore
+from ..files import safefs
 from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
 from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
@@ -44,27 +47,37 @@ class StoreLayout:
 
 
 def store_layout(root: str) -> StoreLayout:
-    """mqfs.json when present; a directory without it is a RocketMQ broker's store."""
-    root = os.path.abspath(root)
+    """mqfs.json when present; a directory without it is a RocketMQ broker's store. The root
+    is resolved first (a link to the store is the administrator's); a link inside it is
+    refused (UntrustedStore) before any file is read."""
+    root = os.path.realpath(root)
     if not is_store(root):
         raise StoreFormatError(f"{root} is not a store (no mqfs.json and no commitlog/)")
+    safefs.refuse_links(root)
     cfg = read_manifest(root)
     return StoreLayout(root, cfg.flavor, cfg.commitlog_file_size, cfg.consume_queue_units,
                        cfg.index_slots, cfg.index_entries, cfg.record_crc)
 
 
 def numbered_files(directory: str, name_len: int = 20) -> list[tuple[int, str]]:
-    """(number, path) of the non-empty files named by `name_len` digits, in order."""
+    """(number, path) of the non-empty files named by `name_len` digits, in order; a link
+    among them, or on the way to the directory, is refused (UntrustedStore)."""
     try:
-        names = os.listdir(directory)
+        fd = safefs.open_dir(directory, write=False)
     except FileNotFoundError:
         return []
     found = []
-    for name in names:
-        if len(name) == name_len and name.isdigit():
-            path = os.path.join(directory, name)
-            if os.path.getsize(path) > 0:
-                found.append((int(name), path))
+    try:
+        for entry in os.scandir(fd):
+            name = entry.name
+            if len(name) == name_len and name.isdigit():
+                if entry.is_symlink():
+                    raise UntrustedStore(f"{directory}/{name} is a symbolic link: mqfs "
+                                                "never follows links inside a store")
+                if entry.stat(follow_symlinks=False).st_size > 0:
+                    found.append((int(name), os.path.join(directory, name)))
+    finally:
+        os.close(fd)
     return sorted(found)
 
 
@@ -73,20 +86,27 @@ def commitlog_files(root: str) -> list[tuple[int, str]]:
 
 
 def map_readonly(path: str) -> mmap.mmap:
-    """A read-only shared mapping: sees a live writer's appends, cannot change the file."""
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    """A read-only shared mapping: sees a live writer's appends, cannot change the file (a
+    link at or on the way to `path` is refused, never followed)."""
+    fd = safefs.open_file(path)
+    try:
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
 
 
 def queues(root: str) -> list[tuple[str, int]]:
-    """Every (topic, queue id) that has a ConsumeQueue directory."""
+    """Every (topic, queue id) that has a ConsumeQueue directory; a link among them is
+    refused (UntrustedStore)."""
     base = os.path.join(root, "consumequeue")
     found: list[tuple[str, int]] = []
-    for topic in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        tdir = os.path.join(base, topic)
-        if os.path.isdir(tdir):
-            found.extend((topic, int(q)) for q in sorted(os.listdir(tdir), key=lambda s: (len(s), s))
-                         if q.isdigit() and os.path.isdir(os.path.join(tdir, q)))
+    try:
+        topics = sorted(safefs.subdirs(base))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for topic in topics:
+        names = safefs.subdirs(os.path.join(base, topic))
+        found.extend((topic, int(q)) for q in sorted(names, key=lambda s: (len(s), s)) if q.isdigit())
     return found
 
 
