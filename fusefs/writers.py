@@ -219,7 +219,7 @@ def read_lines(text: bytes, topic: str, queue: int, limit: int) -> list[Message]
     twice as fast as json, which decodes text first. It refuses every line json refuses and
     reads strings, lists and objects as json does (numbers may differ, but no field of a
     message is a number), so whatever this accepts decode_line reads to the same message
-    (tests/test_jsonl.py checks it); what it does not, decode_line explains."""
+    (tests/store/test_jsonl.py checks it); what it does not, decode_line explains."""
     out: list[Message] = []
     try:
         for line in io.BytesIO(text):  # lines with their newline, found with memchr

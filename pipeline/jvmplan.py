@@ -8,7 +8,7 @@ JVM key in the read schema's metadata), the reader's partitions are turned into 
 byte ranges of CommitLog files to walk, or the CommitLog positions of the units a few-queue
 read selected, with the row filter, the checks and the store's flavor. The JVM reader then
 decodes the records itself, with no Python worker per task; it is held to the Python codec by
-tests/test_pipeline_jvm.py.
+tests/pipeline/test_pipeline_jvm.py.
 """
 
 from __future__ import annotations

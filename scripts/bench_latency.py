@@ -6,7 +6,7 @@ a third lists a key with thousands of hits, a tag and an `at/` time; the baselin
 probes on the same mount with nothing else running, in the same run, and each figure is
 printed as a ratio to it. A loop held by the key listing, a 4 MiB copy or a synced put would
 hold every probe that whole time (worst 0.7-1.0 s before the handlers moved to threads).
-tests/test_mount_latency.py checks the same load for correctness. A timing report, not a
+tests/fusefs/test_mount_latency.py checks the same load for correctness. A timing report, not a
 test: it never fails on speed."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mqfs.store import Message, MessageStore  # noqa: E402
-from tests.fs_helpers import SMALL, mounted, mqfs  # noqa: E402
+from tests.fusefs.helpers import SMALL, mounted, mqfs  # noqa: E402
 
 BIG = 4 << 20
 

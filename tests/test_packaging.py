@@ -86,7 +86,7 @@ def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp
                                capture_output=True, text=True, cwd="/").stdout
         assert where.startswith(site), where  # the wheel's copy, not this checkout's
 
-    from tests.spark_helpers import build_store
+    from tests.pipeline.helpers import build_store
     store = tmp_path / "store"
     build_store(str(store), 300)
     script = textwrap.dedent(f"""
@@ -116,7 +116,7 @@ def test_a_plain_session_of_the_editable_install_finds_the_format(tmp_path):
     """The README's snippet with .venv/bin/python, not activated: Spark's workers get this
     python (mqfs-pyspark-python.pth), not `python3` from PATH, so format "mqfs" is found."""
     pytest.importorskip("pyspark")
-    from tests.spark_helpers import build_store
+    from tests.pipeline.helpers import build_store
     store = tmp_path / "store"
     build_store(str(store), 120)
     script = textwrap.dedent(f"""

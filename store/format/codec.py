@@ -1,5 +1,5 @@
 """Encode and decode whole CommitLog records, byte for byte as Apache RocketMQ writes them: the
-scalar reference that store/format/layout.py's columnar walker must agree with (tests/test_layout.py).
+scalar reference that store/format/layout.py's columnar walker must agree with (tests/store/test_layout.py).
 
 Layout (big-endian; docs/format.md, "CommitLog record"; positions and sizes in store/format/layout.py):
 TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP

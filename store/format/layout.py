@@ -4,7 +4,7 @@ Every module that reads record bytes without `codec.decode` (recovery, salvage, 
 commitlog helpers, the pipeline's Arrow reader and audit) takes field positions, magic codes,
 the smallest record, the sysflag predicates and host formatting from here, so the layout has
 one owner. `codec.decode`/`Encoder` stay the scalar reference; `walk` is the columnar reader
-that must agree with them (tests/test_layout.py proves it on random stores).
+that must agree with them (tests/store/test_layout.py proves it on random stores).
 """
 
 from __future__ import annotations

@@ -1,0 +1,395 @@
+"""`mqfs dump`: every field of every selected message, read from the store's files (mounted
+or not, a broker's, one being written), driven through the command and real shell tools,
+and each selection held to a filter over the whole store."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.format.layout import host_text
+from tests.fusefs.helpers import MQFS, mounted, needs_fuse, sh
+from tests.store.helpers import REPO, file_hashes, small_config
+from tests.store.test_broker_stores import SCHEDULE, _broker_workload, broker_store
+
+T0 = 1_790_000_000_000
+HOUR = 3_600_000
+CMD = " ".join(MQFS)
+
+
+def _store(root: str, n: int = 120) -> None:
+    """Two topics, three queues, text and binary bodies, keys, tags and properties, stored
+    one minute apart from T0 (files small enough to roll)."""
+    with MessageStore(root, small_config()) as s:
+        clock = [T0]
+        s.clock = lambda: clock[0]
+        for i in range(n):
+            body = b"order %d is %s" % (i, b"paid" if i % 4 == 0 else b"open") if i % 5 else \
+                bytes([0xFF, 0xFE, i % 256])
+            s.put(Message.create("Orders" if i % 3 else "Pay", body, queue_id=i % 3,
+                                 keys=[f"o-{i}", f"c-{i % 7}"], tags=f"t{i % 4}",
+                                 properties={"ORDER_ID": str(i), "SHOP": f"s{i % 2}"}))
+            clock[0] += 60_000
+
+
+def _dump(*args: str, check: int | None = 0) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*MQFS, "dump", *args], capture_output=True, timeout=120)
+    if check is not None:
+        assert proc.returncode == check, (args, proc.returncode, proc.stderr)
+    return proc
+
+
+def _lines(*args: str) -> list[dict]:
+    return [json.loads(line) for line in _dump(*args).stdout.splitlines()]
+
+
+def _all_messages(root: str) -> list:
+    """Every stored message, in store order, as the store's own read gives it."""
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        found = [s.get(t, q, o) for t in s.topics() for q in s.queue_ids(t)
+                 for o in range(s.min_offset(t, q), s.max_offset(t, q))]
+        fields = [SimpleNamespace(**{name: getattr(m, name) for name in FIELDS},
+                                  body=bytes(m.body)) for m in found]
+    return sorted(fields, key=lambda m: m.commitlog_offset)
+
+
+FIELDS = ("topic", "queue_id", "queue_offset", "msg_id", "keys", "tags", "born_timestamp",
+          "store_timestamp", "born_host", "store_host", "commitlog_offset", "total_size", "flag",
+          "sys_flag", "reconsume_times", "properties")
+
+
+def test_dump_prints_every_field_of_every_message_in_store_order_and_changes_nothing(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)
+    before = file_hashes(root)
+    lines = _lines(root)
+    stored = _all_messages(root)
+    assert len(lines) == len(stored) == 120
+    for line, m in zip(lines, stored):
+        expected = {
+            "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "msgid": m.msg_id, "keys": m.keys, "tags": m.tags,
+            "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
+            "born_host": host_text(*m.born_host), "store_host": host_text(*m.store_host),
+            "commitlog_offset": m.commitlog_offset, "record_size": m.total_size, "flag": m.flag,
+            "sys_flag": m.sys_flag, "reconsume_times": m.reconsume_times,
+            "properties": m.properties,
+        }
+        if _utf8(m.body):
+            expected["body"] = m.body.decode()
+        else:
+            expected["body_b64"] = base64.b64encode(m.body).decode()
+        assert line == expected
+    assert any("body_b64" in line for line in lines) and any("body" in line for line in lines)
+    assert file_hashes(root) == before  # nothing written, no lock file made
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+# each selection, and the same filter over the whole store
+SELECTIONS = [
+    (["-t", "Pay"], lambda m: m.topic == "Pay"),
+    (["-t", "Orders", "-q", "2"], lambda m: m.topic == "Orders" and m.queue_id == 2),
+    (["-q", "1", "-q", "2"], lambda m: m.queue_id in (1, 2)),
+    (["-t", "Orders", "--from-offset", "10", "--to-offset", "12"],
+     lambda m: m.topic == "Orders" and 10 <= m.queue_offset <= 12),
+    (["--since", str(T0 + 30 * 60_000), "--until", str(T0 + 40 * 60_000)],
+     lambda m: T0 + 30 * 60_000 <= m.store_timestamp <= T0 + 40 * 60_000),
+    (["-t", "Pay", "--since", "2026-09-21T14:43:20Z"],  # T0 + 30 min, as ISO-8601
+     lambda m: m.topic == "Pay" and m.store_timestamp >= T0 + 30 * 60_000),
+    (["-k", "o-17"], lambda m: "o-17" in m.keys),
+    (["-k", "c-3", "-t", "Orders"], lambda m: "c-3" in m.keys and m.topic == "Orders"),
+    (["-k", "c-3", "-k", "o-2"], lambda m: "c-3" in m.keys or "o-2" in m.keys),
+    (["--tag", "t1"], lambda m: m.tags == "t1"),
+    (["--tag", "t1", "--tag", "t2", "-q", "0"], lambda m: m.tags in ("t1", "t2") and m.queue_id == 0),
+    (["-p", "ORDER_ID=42"], lambda m: m.properties["ORDER_ID"] == "42"),
+    (["-p", "SHOP=s1", "-p", "ORDER_ID=43"], lambda m: m.properties["ORDER_ID"] == "43"),
+    (["-p", "SHOP=s"], lambda m: False),  # a value is whole, never a prefix
+    (["-p", "SHOP"], lambda m: True),
+    (["-e", "paid"], lambda m: b"paid" in m.body),
+    (["-e", "^order 1[0-9] "], lambda m: re.match(rb"order 1[0-9] ", m.body) is not None),
+    (["-e", "OPEN$", "-i"], lambda m: m.body.endswith(b"open")),
+    (["-e", r"\xff"], lambda m: m.body.startswith(b"\xff")),
+    (["-e", "x*"], lambda m: True),  # matches the empty string: every body, binary ones too
+    (["-e", "is open", "--tag", "t3", "-t", "Orders"],
+     lambda m: b"is open" in m.body and m.tags == "t3" and m.topic == "Orders"),
+]
+
+
+@pytest.mark.parametrize("args, keep", SELECTIONS, ids=[" ".join(a) for a, _ in SELECTIONS])
+def test_a_selection_prints_what_a_filter_over_the_whole_store_keeps(tmp_path, args, keep):
+    root = str(tmp_path / "s")
+    _store(root)
+    want = [(m.topic, m.queue_id, m.queue_offset) for m in _all_messages(root) if keep(m)]
+    proc = _dump(root, *args, check=0 if want else 1)
+    got = [(d["topic"], d["queue_id"], d["queue_offset"]) for d in map(json.loads, proc.stdout.splitlines())]
+    assert sorted(got) == sorted(want)
+    count = _dump(root, *args, "--count", check=0 if want else 1)
+    assert count.stdout == b"%d\n" % len(want)
+
+
+def test_relative_times_count_back_from_now(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        now = s.clock()
+        for age_min in (180, 90, 30, 5):
+            s.clock = lambda age=age_min: now - age * 60_000
+            s.put(Message.create("T", b"age %d" % age_min))
+    bodies = lambda *a: _dump(root, "-f", "raw", *a).stdout.split()  # noqa: E731
+    assert bodies("--since", "-1h") == [b"age", b"30", b"age", b"5"]
+    assert bodies("--since", "-2h", "--until", "-10m") == [b"age", b"90", b"age", b"30"]
+    assert bodies("--since=-100m", "-t", "T") == [b"age", b"90", b"age", b"30", b"age", b"5"]
+    assert _dump(root, "--since", "now", check=1).stdout == b""
+
+
+def test_csv_and_raw_bodies_through_shell_tools(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)
+    stored = _all_messages(root)
+    rows = list(csv.DictReader(io.StringIO(sh(f"{CMD} dump {root} -f csv").stdout.decode())))
+    assert len(rows) == len(stored)
+    for row, m in zip(rows, stored):
+        body = m.body if row["body_encoding"] == "text" else None
+        assert (row["topic"], int(row["queue_offset"]), row["keys"], row["tags"]) == \
+            (m.topic, m.queue_offset, " ".join(m.keys), m.tags)
+        assert json.loads(row["properties"]) == m.properties
+        assert (row["body"].encode() if body else base64.b64decode(row["body"])) == m.body
+    raw = sh(f"{CMD} dump {root} -t Orders -q 1 -f raw | head -3").stdout
+    first = [m.body for m in stored if (m.topic, m.queue_id) == ("Orders", 1)][:3]
+    assert raw == b"".join(b + b"\n" for b in first)
+    # jq over the JSON lines: the shell way to pick fields
+    ids = sh(f"{CMD} dump {root} -p ORDER_ID=42 | jq -r .properties.ORDER_ID").stdout
+    assert ids == b"42\n"
+
+
+def test_exit_statuses_and_errors_are_one_line(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root, 10)
+    assert _dump(root, "-e", "paid", check=0).stdout
+    assert _dump(root, "-e", "nothing like this", check=1).stdout == b""
+    for args, words in ((["--since", "soon"], "is no time"), (["-e", "("], "--regex"),
+                        (["-p", "=x"], "no name")):
+        err = _dump(root, *args, check=2).stderr.decode()
+        assert words in err and err.count("\n") == 1, err
+    err = _dump(str(tmp_path / "nothing"), check=2).stderr.decode()
+    assert "is not a store" in err and err.count("\n") == 1
+    assert _dump(root, "--format", "xml", check=2).stderr.count(b"\n") == 1  # usage
+    # a reader that goes away early: quiet, no traceback
+    proc = sh(f"{CMD} dump {root} | head -c 10; echo \" ${{PIPESTATUS[0]}}\"")
+    assert proc.stderr == b"" and proc.stdout.endswith((b" 0\n", b" 141\n"))
+    assert _dump("--help").stdout.count(b"exit status") == 1
+
+
+def test_a_damaged_record_is_named_and_skipped_with_status_2(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root, 20)
+    victim = _all_messages(root)[7]
+    path = os.path.join(root, "commitlog", f"{0:020d}")
+    with open(path, "r+b") as f:  # a flipped bit in the body of the eighth message
+        f.seek(victim.commitlog_offset + victim.total_size - 40)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 1]))
+    # a key lookup checks its hits as the store's query does: a damaged one is no hit
+    assert _dump(root, "-k", victim.keys[0], check=1).stdout == b""
+    for args in ([], ["-t", victim.topic], ["-e", "order"]):
+        proc = _dump(root, *args, check=2)
+        err = proc.stderr.decode()
+        assert f"CommitLog offset {victim.commitlog_offset}" in err and err.count("\n") == 1, err
+        assert victim.msg_id.encode() not in proc.stdout
+    assert len(_dump(root, check=2).stdout.splitlines()) == 19
+
+
+@needs_fuse
+def test_dump_of_a_mount_reads_its_store_and_sees_what_was_just_written(tmp_path):
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _store(root, 30)
+    with mounted(root, mnt):
+        assert _dump(mnt).stdout == _dump(root).stdout
+        sh(f"echo 'fresh through the mount' > {mnt}/topics/Orders/1/append")
+        line = json.loads(_dump(mnt, "-e", "fresh").stdout)  # the CommitLog walk: at once
+        assert (line["topic"], line["queue_id"], line["body"]) == \
+            ("Orders", 1, "fresh through the mount\n")
+        path = f"{mnt}/topics/Orders/1/{line['queue_offset']}"
+        assert sh(f"cat {path}").stdout == line["body"].encode()
+        # every body the dump prints is what cat prints through the mount
+        for d in _lines(mnt, "-t", "Pay"):
+            with open(f"{mnt}/topics/Pay/{d['queue_id']}/{d['queue_offset']}", "rb") as f:
+                data = f.read()
+            assert data == (d["body"].encode() if "body" in d else base64.b64decode(d["body_b64"]))
+
+
+def test_a_broker_store_dumps_as_the_broker_serves_it(tmp_path):
+    root = str(tmp_path / "store")
+    broker_store(root, _broker_workload)
+    before = file_hashes(root)
+    lines = _lines(root)
+    bodies = [d.get("body") for d in lines]
+    # prepared and rolled-back records have no queue unit: not messages a consumer gets
+    assert "prepared" not in bodies and "rolled back" not in bodies
+    assert {"half", "committed", "order-0", "order-2", "later", "long"} <= set(bodies)
+    assert [d["body"] for d in _lines(root, "-k", "tx-1")] == ["half", "committed"]
+    assert [d["queue_offset"] for d in _lines(root, "-t", SCHEDULE, "--tag", "TagB")] == [1]
+    assert _lines(root, "-t", "Orders", "--from-offset", "1")[0]["body"] == "order-1"
+    assert file_hashes(root) == before
+
+
+WRITER = """
+import sys
+from mqfs.store import Message, MessageStore
+from tests.store.helpers import small_config
+root, n = sys.argv[1], int(sys.argv[2])
+with MessageStore(root, small_config(index_slots=64, index_entries=1000)) as s:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(n):
+        s.put(Message.create("T%d" % (i % 2), b"body-%d" % i, keys=["key-%d" % i],
+                             properties={"i": str(i)}))
+        if i % 50 == 0:
+            s.flush()
+    s.flush()
+    print("done", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_dump_follows_no_lock_while_a_writer_runs_and_prints_only_whole_records(tmp_path):
+    root, n = str(tmp_path / "s"), 3000
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, root, str(n)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, cwd=REPO, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    seen, rounds = 0, 0
+    while True:
+        done = proc.poll() is not None or _writer_done(proc)
+        got = _dump(root, check=None)
+        assert got.returncode in (0, 1), got.stderr
+        numbers = [int(d["properties"]["i"]) for d in map(json.loads, got.stdout.splitlines())]
+        for d in map(json.loads, got.stdout.splitlines()):
+            assert d["body"] == "body-" + d["properties"]["i"]
+        assert numbers == list(range(len(numbers)))  # store order, a prefix of what was written
+        assert len(numbers) >= seen
+        seen, rounds = len(numbers), rounds + 1
+        if done:
+            break
+    assert seen == n and rounds > 1
+    assert _dump(root, "-t", "T1", "--count").stdout == b"%d\n" % (n // 2)
+    proc.stdin.write("\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+
+
+def _writer_done(proc: subprocess.Popen) -> bool:
+    """Whether the writer said "done" (a non-blocking look at its stdout)."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 0)
+    return bool(ready) and proc.stdout.readline() == "done\n"
+
+
+def test_compressed_bodies_are_printed_and_searched_inflated(tmp_path):
+    from mqfs.store.format.compression import COMPRESSED_FLAG, compression_flags, deflate
+
+    root = str(tmp_path / "s")
+    text = b"a compressed refund note " * 300
+    with MessageStore(root, small_config(commitlog_file_size=1 << 20)) as s:
+        s.put(Message.create("T", b"plain refund"))
+        s.put(Message.create("T", deflate(text, "zlib"), keys=["z"],
+                             sys_flag=COMPRESSED_FLAG | compression_flags("zlib")))
+        s.put(Message.create("T", b"not a zlib stream", sys_flag=COMPRESSED_FLAG))
+    proc = _dump(root, "-e", "refund note", check=2)  # the bad stream is named, and skipped
+    assert [json.loads(x)["body"].encode() for x in proc.stdout.splitlines()] == [text]
+    assert b"CommitLog offset" in proc.stderr and proc.stderr.count(b"\n") == 1
+    assert _dump(root, "-k", "z", "-f", "raw").stdout == text + b"\n"
+
+
+def test_offsets_of_a_time_range_and_where_a_time_falls_on_every_queue(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)  # one a minute from T0, queues 0..2 in turn
+    since, until = T0 + 30 * 60_000, T0 + 35 * 60_000
+    lines = sh(f"{CMD} dump {root} -t Orders --since {since} --until {until} -f offsets").stdout
+    want = [(m.topic, m.queue_id, m.queue_offset, m.store_timestamp) for m in _all_messages(root)
+            if m.topic == "Orders" and since <= m.store_timestamp <= until]
+    got = [(t.decode(), int(q), int(o), int(ts)) for t, q, o, ts in map(bytes.split, lines.splitlines())]
+    assert sorted(got) == sorted(want) and want
+    # per queue, the first offset at or after a time: one line per queue
+    firsts = sh(f"for q in 1 2; do {CMD} dump {root} -t Orders -q $q --since {since} "
+                "-n 1 -f offsets; done").stdout.splitlines()  # Orders has queues 1 and 2
+    assert [int(x.split()[2]) for x in firsts] == \
+        [min(o for _, q, o, ts in want if q == queue) for queue in (1, 2)]
+
+
+def test_a_time_of_day_is_today():
+    from mqfs.fusefs.timenames import when
+
+    now = when("now")
+    assert when("09:00", now) == when("today", now) + 9 * HOUR
+    assert when("23:59:30", now) == when("today", now) + 24 * HOUR - 30_000
+    with pytest.raises(ValueError):
+        when("25:00", now)
+
+
+def _plant(root: str, outside: str, what: str) -> list[str]:
+    """A symbolic link in place of one of the store's own files or directories, pointing at
+    the same kind of thing in another store; the dump arguments that would read it."""
+    def swap(rel: str) -> None:
+        os.rename(os.path.join(root, rel), os.path.join(root, rel + ".moved"))
+        os.symlink(os.path.join(outside, rel), os.path.join(root, rel))
+
+    if what == "commitlog file":
+        swap(f"commitlog/{0:020d}")
+        return []
+    if what == "consumequeue dir":
+        swap("consumequeue/Pay/0")
+        return ["-t", "Pay"]
+    if what == "index file":
+        swap(os.path.join("index", sorted(os.listdir(os.path.join(root, "index")))[0]))
+        return ["-k", "o-3"]
+    swap("config")
+    return ["-e", "order"]
+
+
+@pytest.mark.parametrize("what", ["commitlog file", "consumequeue dir", "index file", "config"])
+def test_a_link_planted_in_a_store_is_refused_in_one_line_and_never_read_through(tmp_path, what):
+    root, outside = str(tmp_path / "s"), str(tmp_path / "other")
+    _store(root, 30)
+    with MessageStore(outside, small_config()) as s:  # what a link could lead a dump to
+        for i in range(30):
+            s.put(Message.create("Orders" if i % 3 else "Pay", b"secret %d" % i, queue_id=i % 3,
+                                 keys=[f"o-{i}"]))
+    os.symlink(root, str(tmp_path / "link"))  # a link *to* the store is the administrator's
+    assert _dump(str(tmp_path / "link")).stdout == _dump(root).stdout
+    args = _plant(root, outside, what)
+    proc = _dump(root, *args, check=2)
+    err = proc.stderr.decode()
+    assert "symbolic link" in err and err.count("\n") == 1, err
+    assert b"secret" not in proc.stdout and proc.stdout == b""
+
+
+def test_a_link_planted_in_a_broker_store_is_refused(tmp_path):
+    root, outside = str(tmp_path / "store"), str(tmp_path / "elsewhere")
+    broker_store(root, _broker_workload)
+    os.makedirs(outside)
+    os.rename(os.path.join(root, "consumequeue"), os.path.join(outside, "consumequeue"))
+    os.symlink(os.path.join(outside, "consumequeue"), os.path.join(root, "consumequeue"))
+    proc = _dump(root, "-t", "Orders", check=2)
+    assert b"symbolic link" in proc.stderr and proc.stderr.count(b"\n") == 1

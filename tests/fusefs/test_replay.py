@@ -1,0 +1,82 @@
+"""Replay and redrive with the shell: `mqfs dump -f replay` into a queue's append.jsonl
+publishes a stored message again, as a new record with its keys, tags and user
+properties and ORIGIN_MESSAGE_ID pointing back; a dead letter goes back to the topic its
+RETRY_TOPIC names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mqfs.store import Message, MessageStore, StoreConfig
+from tests.fusefs.helpers import MQFS, SMALL, mounted, mqfs, needs_fuse, sh
+
+CMD = " ".join(MQFS)
+
+
+def _store(root: str) -> str:
+    mqfs("init", root, *SMALL)
+    with MessageStore(root) as s:
+        s.create_topic("Orders", 2)
+        r = s.put(Message.create("Orders", b"order 7", keys=["o-7", "c-1"], tags="created",
+                                 properties={"ORDER_ID": "7", "UNIQ_KEY": "AB12"}))
+        # what a broker leaves in a dead-letter queue after the retries ran out
+        s.put(Message.create("%DLQ%billing", b"\xff binary order 9", keys=["o-9"], tags="paid",
+                             properties={"ORDER_ID": "9", "RETRY_TOPIC": "Orders",
+                                         "ORIGIN_MESSAGE_ID": "0A0000010000000000000001",
+                                         "RECONSUME_TIME": "16", "MAX_RECONSUME_TIMES": "16"}))
+        return r.msg_id
+
+
+@needs_fuse
+def test_replay_and_redrive_publish_new_messages_with_what_the_old_ones_carried(tmp_path):
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    first = _store(root)
+    with mounted(root, mnt):
+        sh(f"{CMD} dump {mnt} -k o-7 -f replay > {mnt}/topics/Orders/1/append.jsonl")
+        # redrive: every dead letter back to the topic it came from
+        sh(f"t=$({CMD} dump {mnt} -t %DLQ%billing -n 1 | jq -r .properties.RETRY_TOPIC); "
+           f"{CMD} dump {mnt} -t %DLQ%billing -f replay > {mnt}/topics/$t/0/append.jsonl")
+        again = json.loads(sh(f"{CMD} dump {mnt} -t Orders -q 1").stdout)
+        back = [json.loads(x) for x in sh(f"{CMD} dump {mnt} -t Orders -q 0").stdout.splitlines()]
+        assert sh(f"cat {mnt}/topics/Orders/1/0").stdout == b"order 7"
+    assert (again["body"], again["keys"], again["tags"]) == ("order 7", ["o-7", "c-1"], "created")
+    assert again["properties"] == {"ORDER_ID": "7", "ORIGIN_MESSAGE_ID": first, "KEYS": "o-7 c-1",
+                                   "TAGS": "created"}  # the old UNIQ_KEY is not carried over
+    assert again["msgid"] != first  # a new record: new msgId, offset, store fields
+    original = back[0]
+    assert original["msgid"] == first  # the first message stays where it was
+    redriven = back[1]
+    assert (redriven["body_b64"], redriven["keys"], redriven["tags"]) == \
+        ("/yBiaW5hcnkgb3JkZXIgOQ==", ["o-9"], "paid")
+    assert redriven["properties"]["ORIGIN_MESSAGE_ID"] == "0A0000010000000000000001"  # kept
+    assert "RETRY_TOPIC" not in redriven["properties"] and \
+        "RECONSUME_TIME" not in redriven["properties"]
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        assert s.max_offset("%DLQ%billing", 0) == 1  # the dead letter itself is kept
+
+
+@needs_fuse
+@pytest.mark.parametrize("selection", [[], ["-t", "Orders"]], ids=["whole store", "topic"])
+def test_a_replay_into_the_selection_it_reads_stops_at_the_end_seen_at_start(tmp_path, selection):
+    """The dump's output lands in the store while it reads (each buffer the shell writes is
+    put at once): a dump that went on to what it wrote would publish its copies again until
+    the disk filled, and one that took a queue's end only when it got there would copy the
+    copies of the queues it had read. More records than one run of the walk (65,536) and
+    two queues, so both would show."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    mqfs("init", root, *SMALL)
+    n = 70_000
+    with MessageStore(root) as s:
+        s.create_topic("Orders", 2)
+        for q in (0, 1):
+            s.put_batch([Message.create("Orders", b"%d-%d" % (q, i), queue_id=q)
+                         for i in range(n // 2)])
+    with mounted(root, mnt):
+        sel = " ".join(selection)
+        sh(f"{CMD} dump {mnt} {sel} -f replay > {mnt}/topics/Orders/1/append.jsonl")
+        q0 = sh(f"{CMD} dump {mnt} -t Orders -q 0 -f raw").stdout.splitlines()
+        q1 = sh(f"{CMD} dump {mnt} -t Orders -q 1 -f raw").stdout.splitlines()
+    assert len(q0) == n // 2 and len(q1) == n + n // 2  # each message once more, no copy copied
+    assert sorted(q1[n // 2:]) == sorted(q0 + q1[:n // 2])

@@ -1,0 +1,268 @@
+"""The JVM reader (pipeline/RecordScan.java and its classes) against the Python reader, the
+reference: the same DataFrame read both ways (`reader=python` keeps the Python worker path)
+gives the same rows, row for row and column for column, on hypothesis-generated CommitLogs
+(both flavors, with and without whole-record checksums, v1 and v2 records, IPv6 hosts,
+properties, transactions, fillers, flipped bytes), on compressed bodies (good and bad
+streams), on stores the store's writer builds
+(several files and partitions, pushed filters, few-queue reads through the units, several
+stores, Kafka's shape), and on a broker-written layout."""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import TimestampType  # noqa: E402
+
+from mqfs.store import Message, StoreConfig  # noqa: E402
+from mqfs.store.format import codec, layout  # noqa: E402
+from mqfs.store.format.codec import Encoder  # noqa: E402
+from mqfs.store.format.compression import deflate  # noqa: E402
+from mqfs.store.meta.manifest import write_manifest  # noqa: E402
+from tests.pipeline.helpers import build_store, flip_body_byte  # noqa: E402
+from tests.store import broker_layouts as layouts  # noqa: E402
+from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
+from tests.store.broker_layouts import compressed_workload, json_body  # noqa: E402
+from tests.store.test_broker_stores import _broker_workload, broker_store  # noqa: E402
+from tests.store.test_layout import _FLAVORS, _HOSTS, messages  # noqa: E402
+from tests.store.test_resync import WHERE, _flip, _planted_store  # noqa: E402
+
+T0 = 1_700_000_000_000
+FILE = 1 << 16
+HEADER = ["topic", "queue_id", "queue_offset", "commitlog_offset", "size", "store_timestamp",
+          "born_timestamp", "born_host", "store_host", "msg_id", "flag", "sys_flag"]
+SHAPES = [  # (options, columns selected; None: every column)
+    ({}, None),
+    ({}, HEADER),
+    ({}, ["body"]),
+    ({}, ["keys", "tags", "properties", "commitlog_offset"]),
+    ({"records": "all"}, None),
+    ({"checksums": "always"}, ["topic", "queue_offset"]),
+    ({"shape": "kafka", "includeHeaders": "true"}, None),
+    ({"shape": "kafka"}, ["key", "partition", "offset", "timestampType"]),
+]
+
+
+def both(spark, paths, options: dict, columns: list[str] | None = None, where: str | None = None):
+    """The rows of one read by each reader, in the same order, and the plans' reader names."""
+    out = []
+    for reader in ("jvm", "python"):
+        df = spark.read.format("mqfs").options(**options, reader=reader).load(paths)
+        if where:
+            df = df.where(where)
+        if columns:
+            df = df.select(*columns)
+        df = df.select(*[F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, TimestampType)
+                         else F.col(f.name) for f in df.schema.fields])  # any time, even one Python cannot hold
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        out.append((sorted(df.collect(), key=repr), plan))
+    (jvm, jvm_plan), (python, python_plan) = out
+    assert "(JVM)" in jvm_plan and "(Python)" in python_plan
+    return jvm, python
+
+
+def same_rows(spark, paths, options: dict, columns: list[str] | None = None, where: str | None = None) -> int:
+    jvm, python = both(spark, paths, options, columns, where)
+    assert len(jvm) == len(python)
+    for a, b in zip(jvm, python):
+        assert a == b
+    return len(jvm)
+
+
+@st.composite
+def commitlogs(draw):
+    """(flavor, CommitLog bytes): records stamped at their own offsets (and sealed where the
+    flavor has trailers), filler records among them, up to two flipped bytes, then zeros, a
+    BLANK or nothing to the end of the file."""
+    flavor = draw(st.sampled_from(_FLAVORS))
+    hosts = draw(st.lists(st.sampled_from(_HOSTS), min_size=1, max_size=2))
+    encoders = [Encoder(flavor, h, 4 << 20) for h in hosts]
+    buf = bytearray()
+    for i, msg in enumerate(draw(st.lists(messages(), min_size=1, max_size=14))):
+        if draw(st.integers(0, 7)) == 0:
+            rec = codec.filler_record(draw(st.integers(130, 400)), len(buf), T0 + i,
+                                      encoders[0].store_host_raw, flavor)
+        else:
+            rec, ts_pos = encoders[i % len(encoders)].encode(msg)
+            codec.stamp(rec, ts_pos, i, len(buf), T0 + i)
+            if flavor.record_crc:
+                codec.seal(rec, flavor)
+        buf += rec
+    for _ in range(draw(st.integers(0, 2))):
+        buf[draw(st.integers(0, len(buf) - 1))] ^= draw(st.integers(1, 255))
+    tail = draw(st.sampled_from(["zeros", "blank"]))
+    if tail == "blank" and FILE - len(buf) >= 8:
+        buf += struct.pack(">ii", FILE - len(buf), layout.MAGIC_BLANK)
+    return flavor, bytes(buf[:FILE]).ljust(FILE, b"\0")
+
+
+def commitlog_store(flavor, data: bytes) -> str:
+    root = tempfile.mkdtemp(prefix="mqfs-jvm-")
+    write_manifest(root, StoreConfig(flavor=flavor.name, record_crc=flavor.record_crc, commitlog_file_size=FILE))
+    os.makedirs(os.path.join(root, "commitlog"))
+    with open(os.path.join(root, "commitlog", "0" * 20), "wb") as f:
+        f.write(data)
+    return root
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(logs=st.lists(commitlogs(), min_size=1, max_size=10), shape=st.sampled_from(SHAPES))
+def test_generated_commitlogs_read_the_same_both_ways(spark, logs, shape):
+    """Damaged records are skipped by both at the same places (the walk, the resync), and every
+    other record is the same row, whatever the columns (header-only reads check headers only).
+    The CommitLogs of an example are read as several stores (each alone, with its own flavor):
+    one Spark query per reader for many CommitLogs."""
+    roots = [commitlog_store(*log) for log in logs]
+    options, columns = shape
+    same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """Two stores of a few thousand varied messages over several CommitLog files."""
+    a, b = (str(tmp_path_factory.mktemp("jvm") / n) for n in ("a", "b"))
+    build_store(a, 3000)
+    build_store(b, 1500, seed=7)
+    return a, b
+
+
+@pytest.mark.parametrize("options, columns", SHAPES)
+def test_a_written_store_reads_the_same_both_ways(spark, stores, options, columns):
+    assert same_rows(spark, stores[0], {"minPartitions": "3", **options}, columns) > 2000
+
+
+@pytest.mark.parametrize("where", [
+    "topic = 'Orders'", "topic in ('Orders', 'Audit_Log') and queue_id = 1",
+    "queue_offset between 100 and 180", "commitlog_offset >= 1500000",
+    "store_timestamp >= timestamp_millis(0)",
+])
+def test_pushed_filters_read_the_same_both_ways(spark, stores, where):
+    same_rows(spark, stores[0], {}, None, where)
+
+
+@pytest.mark.parametrize("options", [
+    {"subscribe": "Payments", "queue": "2"},  # a few queues: read through their units
+    {"assign": '{"Orders": [0]}', "startingOffsets": '{"Orders": {"0": 10}}'},
+    {"subscribe": "Orders", "shape": "kafka", "includeHeaders": "true"},
+])
+def test_few_queue_reads_read_the_same_both_ways(spark, stores, options):
+    assert same_rows(spark, stores[0], options) > 0
+
+
+def test_several_stores_read_the_same_both_ways(spark, stores):
+    assert same_rows(spark, list(stores), {}) == 4500
+    assert same_rows(spark, list(stores), {}, ["store", "topic", "queue_offset"], "queue_id = 1") > 0
+
+
+def test_a_damaged_record_fails_both_the_same_way_and_is_skipped_the_same_way(spark, tmp_path):
+    root = str(tmp_path / "s")
+    build_store(root, 400)
+    flip_body_byte(root)
+    errors = []
+    for reader in ("jvm", "python"):
+        with pytest.raises(Exception) as err:
+            spark.read.format("mqfs").option("reader", reader).load(root).select("body").collect()
+        errors.append(re.search(r"damaged record at CommitLog offset \d+ \([^)]*\): checksum mismatch",
+                                str(err.value)).group(0))
+    assert errors[0] == errors[1]
+    assert same_rows(spark, root, {"damagedRecords": "skip"}) == 399
+
+
+def test_a_broker_store_reads_the_same_both_ways(spark, tmp_path):
+    root = str(tmp_path / "broker")
+    broker_store(root, _broker_workload)
+    assert same_rows(spark, root, {}) > 0
+    assert same_rows(spark, root, {"records": "all"}) > same_rows(spark, root, {"subscribe": "TxTopic"})
+
+
+def _compressed_and_bad(s) -> None:
+    compressed_workload(s)
+    for flag in (0x101, 0x201, 0x301, 0x501, 0x1):  # cut short, and a type RocketMQ does not know
+        good = deflate(json_body(1), {0x101: "lz4", 0x201: "zstd"}.get(flag, "zlib"))
+        s.put(Message.create("Bad", good[:-4], sys_flag=flag))
+    s.put(Message.create("Bad", b"", sys_flag=0x101))
+    s.put(Message.create("Bad", deflate(b"fine" * 2000, "lz4"), sys_flag=0x101))
+
+
+def test_compressed_bodies_inflate_the_same_both_ways(spark, tmp_path):
+    """Every compression as the Java producers write it inflates to the same body; a stream
+    that does not inflate is a damaged record to both (skipped), and a read without the body
+    does not inflate at all."""
+    root = str(tmp_path / "packed")
+    layouts.broker_store(root, _compressed_and_bad)
+    assert same_rows(spark, root, {"damagedRecords": "skip"}) == 16 + 1
+    assert same_rows(spark, root, {"damagedRecords": "skip", "shape": "kafka"}, ["value", "offset"]) == 17
+    assert same_rows(spark, root, {}, ["topic", "queue_offset", "size"]) == 16 + 7
+    assert same_rows(spark, root, {"damagedRecords": "skip", "subscribe": "Packed", "queue": "1"}) == 4
+
+
+@pytest.mark.parametrize("where", sorted(WHERE))
+def test_a_record_planted_in_a_body_stays_a_body_both_ways(spark, tmp_path, where):
+    """The resync goes on where the chain puts the next record (docs/format.md), never at a
+    well-formed record inside a damaged one's intact span."""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, WHERE[where](a_at, p_at))
+    jvm, python = both(spark, root, {"damagedRecords": "skip"}, ["commitlog_offset", "topic", "body"])
+    assert jvm == python and b_at in {r.commitlog_offset for r in jvm}
+    assert p_at not in {r.commitlog_offset for r in jvm} and a_at not in {r.commitlog_offset for r in jvm}
+
+
+FALLBACK = r"""
+import sys
+from pyspark.sql import SparkSession
+
+root = sys.argv[1]
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+def rows(reader=None):
+    df = spark.read.format("mqfs")
+    df = (df.option("reader", reader) if reader else df).load(root)
+    return sorted((r.topic, r.queue_offset, bytes(r.body).hex()) for r in df.collect())
+print("ROWS", rows() == rows("python") and rows() != [], flush=True)
+try:
+    spark.read.format("mqfs").option("reader", "jvm").load(root).count()
+except Exception as exc:
+    print("REFUSED", [x for x in str(exc).splitlines() if x.startswith("ValueError: mqfs:")], flush=True)
+spark.stop()
+"""
+
+
+def test_a_store_with_a_feature_the_jvm_reader_lacks_is_read_by_python_and_said_once(tmp_path):
+    """A BatchCQ store (jvmplan.JVM_UNREAD): the default read falls back to the Python reader
+    (the same rows), says so in one line once per session however many reads; reader=jvm
+    refuses in one line naming the feature and the option that reads it."""
+    root = str(tmp_path / "batched")
+    layout_batch_cq(root)
+    done = subprocess.run([sys.executable, "-c", FALLBACK, root], capture_output=True, text=True,
+                          cwd=str(tmp_path), env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ROWS True" in done.stdout, done.stderr[-3000:]
+    said = [x for x in done.stderr.splitlines() if "reading it through Python workers" in x]
+    assert said == [f"mqfs: {root} uses batch-cq (batchconsumequeue/), which the JVM reader does not "
+                    "read yet; reading it through Python workers (slower)"], done.stderr[-3000:]
+    refused = re.search(r"REFUSED \[(.*)\]", done.stdout)
+    assert refused and f"{root} uses batch-cq" in refused.group(1)
+    assert "option('reader', 'python')" in refused.group(1)
+
+
+def test_a_store_with_a_feature_the_jvm_reader_lacks_reads_the_same_by_default(spark, tmp_path):
+    root = str(tmp_path / "batched")
+    layout_batch_cq(root)
+    for columns in (None, ["topic", "queue_offset"]):
+        default, python = (spark.read.format("mqfs").options(**reader).load(root)
+                           for reader in ({}, {"reader": "python"}))
+        if columns:
+            default, python = default.select(*columns), python.select(*columns)
+        assert sorted(default.collect(), key=repr) == sorted(python.collect(), key=repr) != []

@@ -1,0 +1,1 @@
+"""Tests of mqfs.store: the engine, its files, recovery, repair and broker layouts."""

@@ -1,0 +1,89 @@
+"""Small-file store configs, message factories and file hashes shared by the store tests."""
+
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.format.message import StoredMessage
+from mqfs.store.integrity.salvage import Damage, walk
+from tests import REPO
+
+
+def killed_writer(script: str, *args: str, timeout: float = 180, env: dict | None = None) -> None:
+    """Run a writer (Python source) that prints "acknowledged" once its puts returned and then
+    kill -9s itself: a real crash, at a point the test chose."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    assert proc.returncode == -signal.SIGKILL and proc.stdout == "acknowledged\n", proc.stderr
+
+
+def small_config(**overrides) -> StoreConfig:
+    """Files small enough that a few hundred messages roll CommitLog, CQ and index files."""
+    values = dict(commitlog_file_size=64 * 1024, consume_queue_units=100, index_slots=64,
+                  index_entries=200)
+    values.update(overrides)
+    return StoreConfig(**values)
+
+
+def random_messages(rng: random.Random, n: int, topics=("TopicA", "TopicB"), queues=3,
+                    max_body=3000) -> list[Message]:
+    out = []
+    for i in range(n):
+        body = rng.randbytes(rng.randint(0, max_body))
+        out.append(Message.create(rng.choice(topics), body, queue_id=rng.randrange(queues),
+                                  keys=[f"key-{i}", f"shared-{i % 7}"], tags=f"tag{i % 3}"))
+    return out
+
+
+def files_in(root: str, sub: str) -> list[str]:
+    path = os.path.join(root, sub)
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def store_state(root: str) -> dict[str, str]:
+    """Every directory and file under a store (sha256 of each file, its mode and link
+    count), but the lock files a refused command may create and the logs it writes: what a
+    "nothing was changed" line promises stays the same (assert it around every refusal)."""
+    out = {}
+    for dirpath, dirs, names in os.walk(root):
+        for d in dirs:
+            rel = os.path.relpath(os.path.join(dirpath, d), root)
+            if rel != "logs":  # a refused read-write mount logs why there
+                out[rel + "/"] = "dir"
+        for n in names:
+            path = os.path.join(dirpath, n)
+            rel = os.path.relpath(path, root)
+            if n in ("lock", "mqfs.lock") or rel.startswith("logs" + os.sep):
+                continue
+            st = os.lstat(path)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            out[rel] = f"{digest} {st.st_mode:o} {st.st_nlink}"
+    return out
+
+
+def file_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file under root (but names in `skip`): what "changes nothing" compares."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            if n in skip:
+                continue
+            path = os.path.join(dirpath, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def stored_records(store: MessageStore) -> tuple[list[StoredMessage], list[Damage]]:
+    """Every record of an open store's CommitLog in order, read with the store's own walker
+    (salvage.walk, the one verify and repair use), and every damaged range it met."""
+    records, damages = [], []
+    log = store.commitlog
+    for item in walk(log.queue.files, store.flavor, log.file_size):
+        (damages if isinstance(item, Damage) else records).append(item)
+    return records, damages

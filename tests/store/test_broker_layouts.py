@@ -1,0 +1,476 @@
+"""RocketMQ 5 layouts (tests/store/broker_layouts.py builds them as a broker writes them) shown as
+their consumers see them: in the store API, verify, repair, the mounts and the Spark source."""
+
+import errno
+import json
+import os
+import shutil
+import struct
+import subprocess
+import time
+import zlib
+
+import pytest
+
+from mqfs.store import Message, MessageStore
+from mqfs.store.errors import CorruptionError, NotFound
+from mqfs.store.format import batch
+from mqfs.store.format.compression import deflate
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import plan_repair
+from tests.fusefs.helpers import mounted, mqfs, needs_fuse, sh
+from tests.store.broker_layouts import (
+    BATCH_PLAN,
+    BATCH_T0,
+    COMPRESSIONS,
+    LmqWorkload,
+    broker_store,
+    compressed_workload,
+    ext_store,
+    json_body,
+    lmq_store,
+    store_hashes,
+)
+from tests.store.helpers import small_config
+
+# a broker leaves no dispatchState.json: a read-write open cannot tell its clean close
+pytestmark = pytest.mark.allow_logs("not the one the last clean close left")
+
+
+def _compressed(root: str) -> dict:
+    served: dict = {}
+    broker_store(root, lambda s: served.update(compressed_workload(s)))
+    return served
+
+
+def _unchanged_by_verify_and_repair(root: str) -> None:
+    """verify finds nothing, and `repair --yes` changes no byte of the store."""
+    before = store_hashes(root)
+    report = verify_store(root)
+    assert report.ok, report.lines
+    assert not plan_repair(root).needed
+    out = mqfs("repair", "--yes", root).stdout
+    assert "nothing to repair" in out
+    assert store_hashes(root) == before
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_the_store_api_gives_inflated_bodies_and_keeps_the_stored_ones(tmp_path, read_only):
+    root = str(tmp_path)
+    served = _compressed(root)
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for q in range(len(COMPRESSIONS)) for m in s.get_range("Packed", q, 0, 10)}
+        assert got == served
+        lz4 = s.get("Packed", 0, 0)
+        assert lz4.sys_flag == 0x101 and bytes(lz4.stored_body) == deflate(json_body(0), "lz4")
+        assert s.get("Packed", 3, 0).sys_flag == 0x1  # a 4.x producer: zlib, no type bits
+        assert s.get("Packed", 1, 1).stored_body == s.get("Packed", 1, 1).body == b"small 1"
+        # keys find the compressed messages; a listing gives the size a consumer gets
+        assert [bytes(m.body) for m in s.query_key("zstd-2", "Packed")] == [json_body(2)]
+        lengths = s.list_entries("Packed", 2, 0, 10)[1].tolist()
+        assert lengths == [len(served[("Packed", 2, i)]) for i in range(4)]
+    _unchanged_by_verify_and_repair(root)
+
+
+def test_a_body_that_does_not_inflate_is_an_error_never_garbage(tmp_path):
+    """A producer's bad stream (its checksums hold): CorruptionError naming the record, for
+    every compression; the record next to it reads."""
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        for kind, flag in (("lz4", 0x101), ("zstd", 0x201), ("zlib", 0x301), ("type 5", 0x501)):
+            good = deflate(json_body(1), "zlib" if kind.startswith("type") else kind)
+            cut = s.put(Message.create("Bad", good[:-4], sys_flag=flag))
+            with pytest.raises(CorruptionError, match=f"{kind} body of the record at CommitLog "
+                                                      f"offset {cut.commitlog_offset}"):
+                len(s.get("Bad", 0, cut.queue_offset).body)
+        flipped = bytearray(deflate(json_body(1), "zstd"))
+        flipped[1] ^= 0xFF  # the frame's magic (a flipped literal inflates to other bytes:
+        # the record checksums over the stored bytes catch flips after the producer)
+        r = s.put(Message.create("Bad", bytes(flipped), sys_flag=0x201))
+        with pytest.raises(CorruptionError, match="zstd"):
+            len(s.get("Bad", 0, r.queue_offset).body)
+        ok = s.put(Message.create("Bad", deflate(b"fine" * 2000, "lz4"), sys_flag=0x101))
+        assert s.get("Bad", 0, ok.queue_offset).body == b"fine" * 2000
+
+
+def test_a_flipped_bit_in_a_compressed_body_is_caught_by_the_stored_bytes_checksum(tmp_path):
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        r = s.put(Message.create("T", deflate(json_body(3), "lz4"), sys_flag=0x101))
+        body_at = r.commitlog_offset + r.size - len(deflate(json_body(3), "lz4")) // 2 - 40
+    name = os.path.join(root, "commitlog", os.listdir(os.path.join(root, "commitlog"))[0])
+    with open(name, "r+b") as f:
+        f.seek(body_at)
+        byte = f.read(1)
+        f.seek(body_at)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with MessageStore(root, small_config(read_only=True), create=False) as s, \
+            pytest.raises(CorruptionError, match="checksum"):
+        s.get("T", 0, 0)
+    assert not verify_store(root).ok
+
+
+@needs_fuse
+def test_mounts_show_inflated_bodies_with_honest_sizes_and_the_stored_bytes_in_an_xattr(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = _compressed(root)
+    for options in (("-o", "ro"), ()):
+        with mounted(root, mnt, *options):
+            q = f"{mnt}/topics/Packed"
+            for (_, queue, offset), body in served.items():
+                assert sh(f"cat {q}/{queue}/{offset}").stdout == body
+                assert os.stat(f"{q}/{queue}/{offset}").st_size == len(body)
+            # ls -l takes its sizes from the listing
+            sizes = sh(f"ls -l {q}/0 | awk 'NR>1 && $9 ~ /^[0-9]+$/ {{print $9, $5}}'").stdout.decode().split()
+            assert dict(zip(sizes[::2], map(int, sizes[1::2]))) == \
+                {str(o): len(b) for (_, qq, o), b in served.items() if qq == 0}
+            hits = sh(f"grep -rl needle-2 {q}").stdout.decode().split()
+            assert sorted(hits) == sorted(f"{q}/{n}/2" for n in range(len(COMPRESSIONS)))
+            attrs = sh(f"getfattr -d {q}/1/0").stdout.decode()
+            assert 'user.compression="zstd"' in attrs and "user.stored_body" not in attrs
+            assert f'user.stored_size="{len(deflate(json_body(0), "zstd"))}"' in attrs
+            raw = sh(f"getfattr --only-values -n user.stored_body {q}/1/0").stdout
+            assert raw == deflate(json_body(0), "zstd")
+            plain = sh(f"getfattr -d {q}/1/1").stdout.decode()
+            assert "user.compression" not in plain
+            assert sh(f"ls {mnt}/keys/lz4-2").stdout.split() == [b"Packed:0:2"]
+            assert sh(f"cat {mnt}/keys/zlib-0/*").stdout == json_body(0)
+            assert sorted(sh(f"ls {q}/2/tags/T0").stdout.split()) == [b"0", b"2"]
+    _unchanged_by_verify_and_repair(root)
+
+
+@needs_fuse
+def test_a_mount_answers_eio_for_a_body_that_does_not_inflate(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+
+    def writes(s: MessageStore) -> None:
+        s.put(Message.create("Bad", deflate(json_body(1), "lz4")[:-8], sys_flag=0x101))
+        s.put(Message.create("Bad", deflate(json_body(2), "lz4"), sys_flag=0x101))
+
+    broker_store(root, writes)
+    with mounted(root, mnt, "-o", "ro"):
+        proc = subprocess.run(["cat", f"{mnt}/topics/Bad/0/0"], capture_output=True)
+        assert proc.returncode != 0 and os.strerror(errno.EIO).encode() in proc.stderr
+        assert sh(f"cat {mnt}/topics/Bad/0/1").stdout == json_body(2)
+
+
+@pytest.mark.spark
+def test_the_spark_source_gives_inflated_bodies(tmp_path, spark):
+    root = str(tmp_path)
+    served = _compressed(root)
+    df = spark.read.format("mqfs").load(root)
+    rows = {(r.topic, r.queue_id, r.queue_offset): bytes(r.body)
+            for r in df.select("topic", "queue_id", "queue_offset", "body").collect()}
+    assert rows == served
+    planned = spark.read.format("mqfs").option("subscribe", "Packed").load(root)
+    assert {(r.queue_id, r.queue_offset): bytes(r.body) for r in planned.collect()} == \
+        {(q, o): b for (_, q, o), b in served.items()}
+
+
+@pytest.mark.spark
+def test_the_spark_source_fails_or_skips_a_body_that_does_not_inflate(tmp_path, spark):
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        s.put(Message.create("Bad", deflate(json_body(1), "zstd")[:-8], sys_flag=0x201))
+        s.put(Message.create("Bad", b"plain"))
+    with pytest.raises(Exception, match="does not inflate|cut short"):
+        spark.read.format("mqfs").load(root).collect()
+    rows = spark.read.format("mqfs").option("damagedRecords", "skip").load(root).collect()
+    assert [bytes(r.body) for r in rows] == [b"plain"]
+
+
+def test_lmq_queues_verify_and_read_with_their_messages(tmp_path):
+    root = str(tmp_path)
+    workload = lmq_store(root)
+    _unchanged_by_verify_and_repair(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert sorted(s.topics()) == ["%LMQ%a", "%LMQ%b", "%LMQ%c", "Parent"]
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for t in s.topics() for q in s.queue_ids(t) for m in s.get_range(t, q, 0, 100)}
+        assert got == workload.served
+        m = s.get("%LMQ%c", 0, 3)  # read there with that queue's offset; the record names its parent's
+        assert (m.topic, m.queue_offset, bytes(m.body)) == ("%LMQ%c", 3, b"lmq message 5")
+        assert m.properties["INNER_MULTI_DISPATCH"] == "%LMQ%a,%LMQ%b,%LMQ%c"
+        assert [x.queue_offset for x in s.get_range("%LMQ%b", 0, 0, 10, tags=["TagL"])] == [0, 1, 2, 3]
+        assert s.max_offset("%LMQ%a", 0) == 4
+
+
+def test_verify_reports_a_queue_a_record_names_that_has_no_unit(tmp_path):
+    root = str(tmp_path)
+    lmq_store(root, LmqWorkload(unit_less="%LMQ%gone"))
+    report = verify_store(root)
+    assert not report.ok
+    assert any("%LMQ%gone/0" in line for line in report.lines), report.lines
+
+
+def test_verify_reports_an_lmq_unit_at_an_offset_its_record_does_not_name(tmp_path):
+    root = str(tmp_path)
+    workload = LmqWorkload()
+    broker_store(root, workload)
+    a = workload.units["%LMQ%a"]
+    a[0], a[1] = a[1], a[0]  # two units swapped: each points at a record naming another offset
+    workload.write_units(root)
+    report = verify_store(root)
+    assert not report.ok
+    assert any("%LMQ%a/0 entry 0 does not match" in line for line in report.lines), report.lines
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        # the queue's first use finds its units wrong and serves it rebuilt from the log
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for t in s.topics() for q in s.queue_ids(t) for m in s.get_range(t, q, 0, 100)}
+        assert got == workload.served
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_lmq_queues_with_their_messages(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    workload = lmq_store(root)
+    with mounted(root, mnt, "-o", "ro"):
+        assert sorted(os.listdir(f"{mnt}/topics")) == ["%LMQ%a", "%LMQ%b", "%LMQ%c", "Parent"]
+        for (topic, queue, offset), body in workload.served.items():
+            assert sh(f"cat '{mnt}/topics/{topic}/{queue}/{offset}'").stdout == body
+        lmq = f"{mnt}/topics/%LMQ%b/0"
+        assert sorted(int(n) for n in os.listdir(lmq) if n.isdigit()) == [0, 1, 2, 3]
+        assert sorted(os.listdir(f"{lmq}/tags/TagL")) == ["0", "1", "2", "3"]
+        assert sh(f"cat '{lmq}/tags/TagL/2'").stdout == workload.served[("%LMQ%b", 0, 2)]
+        assert sh(f"getfattr --only-values -n user.queue_offset '{lmq}/3'").stdout == b"3"
+        first = sorted(int(n) for n in os.listdir(lmq) if n.isdigit())[0]
+        assert os.readlink(f"{lmq}/at/0") == f"../{first}"
+        assert sh(f"ls {mnt}/keys/lmq-5").stdout.split() == [b"Parent:1:2"]
+    _unchanged_by_verify_and_repair(root)
+
+
+@pytest.mark.spark
+def test_the_spark_source_shows_lmq_queues_with_their_messages(tmp_path, spark):
+    """One row per message each queue's consumer gets: the parent's rows and a row per LMQ
+    queue a record is dispatched to, with that queue's topic, id and offset, however planned."""
+    root = str(tmp_path)
+    workload = lmq_store(root)
+    for reader in ({}, {"reader": "python"}):  # the default: the JVM reader where it is installed
+        def reads(reader=reader):
+            return spark.read.format("mqfs").options(**reader)
+
+        df = reads().load(root)
+        rows = {(r.topic, r.queue_id, r.queue_offset): bytes(r.body)
+                for r in df.select("topic", "queue_id", "queue_offset", "body").collect()}
+        assert rows == workload.served
+        assert df.count() == len(workload.served)
+        for topic in ("%LMQ%b", "Parent"):
+            planned = reads().option("subscribe", topic).load(root)
+            assert {(r.topic, r.queue_id, r.queue_offset): bytes(r.body) for r in planned.collect()} == \
+                {k: v for k, v in workload.served.items() if k[0] == topic}
+        one = reads().option("subscribe", "%LMQ%c").load(root).where("queue_offset >= 2")
+        assert sorted(r.queue_offset for r in one.collect()) == [2, 3]
+
+
+@pytest.mark.allow_logs("recover|checkpoint|ConsumeQueue|queue")
+def test_a_rebuild_from_the_commitlog_writes_the_lmq_units_as_the_broker(tmp_path, monkeypatch):
+    """Recovery's re-dispatch (what a read-write open or repair rebuilds queues with) gives the
+    LMQ queues the broker's units, byte for byte. A read-write open of an LMQ store is refused
+    today (store/meta/features.py); the refusal is lifted here to drive the rebuild."""
+    from mqfs.store.meta.features import Features
+
+    root = str(tmp_path)
+    workload = lmq_store(root)
+    cq = os.path.join(root, "consumequeue")
+    broker_units = {name: open(os.path.join(cq, name, "0", "0" * 20), "rb").read() for name in workload.units}
+    for name in workload.units:
+        shutil.rmtree(os.path.join(cq, name))
+    shutil.rmtree(os.path.join(cq, "Parent"))
+    os.unlink(os.path.join(root, "checkpoint"))
+    monkeypatch.setattr(Features, "refusal", lambda self: None)
+    with MessageStore(root, small_config(flavor="rocketmq", record_crc=False), create=False) as s:
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for t in s.topics() for q in s.queue_ids(t) for m in s.get_range(t, q, 0, 100)}
+        assert got == workload.served
+    for name, raw in broker_units.items():
+        rebuilt = open(os.path.join(cq, name, "0", "0" * 20), "rb").read()
+        assert rebuilt[:len(workload.units[name]) * 20] == raw[:len(workload.units[name]) * 20]
+    assert verify_store(root).ok
+
+
+def test_ext_units_are_accepted_and_checked_against_the_ext_file(tmp_path):
+    root = str(tmp_path)
+    served = ext_store(root)
+    _unchanged_by_verify_and_repair(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        got = {(m.topic, m.queue_id, m.queue_offset): bytes(m.body)
+               for q in (0, 1) for m in s.get_range("Filtered", q, 0, 100)}
+        assert got == served
+        assert [m.queue_offset for m in s.get_range("Filtered", 0, 0, 100, tags=["Tag0"])] == [0, 3]
+    # an ext unit whose tagsCode is not its record's: verify says which unit
+    ext = os.path.join(root, "consumequeue_ext", "Filtered", "1", "0" * 20)
+    with open(ext, "r+b") as f:
+        f.seek(23)  # the second unit's tagsCode (units are 21 bytes: a one-byte bit map)
+        f.write(b"\x7f")
+    report = verify_store(root)
+    assert not report.ok
+    assert any("Filtered/1 entry 1 does not match" in line for line in report.lines), report.lines
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_an_ext_stores_messages_and_tags(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = ext_store(root)
+    before = store_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        for (_, q, o), body in served.items():
+            assert sh(f"cat {mnt}/topics/Filtered/{q}/{o}").stdout == body
+        assert sorted(os.listdir(f"{mnt}/topics/Filtered/1/tags/Tag2")) == ["2"]
+        assert sh(f"ls {mnt}/keys/f-5").stdout.split() == [b"Filtered:1:2"]
+    assert store_hashes(root) == before
+
+
+def test_batch_cq_units_and_inner_batches_decode_as_the_broker_wrote_them(tmp_path):
+    """The BatchCQ reader finds each queue's units as BatchWorkload wrote them, and every inner
+    batch unwraps into its messages at base + i with their own body, keys and tags."""
+    from mqfs.store.files.batch_consume_queue import BatchQueue
+    from mqfs.store.format import batch
+    from mqfs.store.format.codec import decode
+    from tests.store.broker_guard_layouts import layout_batch_cq
+
+    root = str(tmp_path)
+    w = layout_batch_cq(root)
+    log = open(os.path.join(root, "commitlog", "0" * 20), "rb").read()
+    got = {}
+    for q, records in w.records.items():
+        bq = BatchQueue(root, w.topic, q)
+        assert bq.bounds() == (0, sum(BATCH_PLAN[q]))
+        units = bq.units()
+        assert [tuple(int(u[f]) for f in ("offset", "size", "tags", "base", "batch")) for u in units] == records
+        assert bq.damage is None
+        for offset, *_ in records:
+            rec = decode(log, offset)
+            msgs = batch.unwrap(rec) if batch.is_inner_batch(rec.sys_flag) else [rec]
+            for m in msgs:
+                got[(m.topic, m.queue_id, m.queue_offset)] = (bytes(m.body), m.properties["KEYS"], m.tags)
+    assert got == w.served
+
+
+def _batch_store(root: str):
+    from tests.store.broker_guard_layouts import layout_batch_cq
+
+    return layout_batch_cq(root)
+
+
+def test_a_batch_cq_topic_reads_as_its_consumers_get_it(tmp_path):
+    """Every message of every inner batch at its own offset, with its own body, keys and tags;
+    tag filters, key queries (the inner messages' keys, which the broker's IndexFile lacks)
+    and time searches; the batch record's own UNIQ_KEY is no consumer's message."""
+    root = str(tmp_path)
+    w = _batch_store(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert s.queue_ids(w.topic) == [0, 1]
+        got = {}
+        for q, sizes in BATCH_PLAN.items():
+            assert (s.min_offset(w.topic, q), s.max_offset(w.topic, q)) == (0, sum(sizes))
+            msgs = s.get_range(w.topic, q, 0, 100)
+            assert [m.queue_offset for m in msgs] == list(range(sum(sizes)))
+            got.update({(m.topic, m.queue_id, m.queue_offset): (bytes(m.body), m.keys[0], m.tags) for m in msgs})
+            offsets, lengths, stamps = s.list_entries(w.topic, q, 0, 100)
+            assert offsets.tolist() == list(range(sum(sizes)))
+            assert lengths.tolist() == [len(w.served[(w.topic, q, o)][0]) for o in range(sum(sizes))]
+            assert s.offset_by_time(w.topic, q, 0) == 0 and s.newest_store_time(w.topic, q) is not None
+        assert got == w.served
+        one = s.get(w.topic, 0, 7)  # the third of the inner batch at 5..8
+        assert (bytes(one.body), one.keys, one.tags) == (b"inner 7 of queue 0", ["bk-0-7"], "Tag1")
+        assert one.properties["UNIQ_KEY"] == "U00000007" and "INNER_NUM" not in one.properties
+        assert [m.queue_offset for m in s.get_range(w.topic, 0, 0, 100, tags=["Tag1"])] == [1, 2, 3, 5, 6, 7, 8]
+        for key, where in (("bk-1-3", (1, 3)), ("bk-0-0", (0, 0)), ("U00000010", (0, 10))):
+            hits = s.query_key(key, queued=True)
+            assert [(m.queue_id, m.queue_offset) for m in hits] == [where], key
+        assert s.query_key("B00000001", queued=True) == []  # the batch's own key
+        with pytest.raises(NotFound):
+            s.get(w.topic, 0, 11)
+
+
+def test_verify_checks_batch_cq_queues_and_repair_changes_no_byte(tmp_path):
+    root = str(tmp_path)
+    _batch_store(root)
+    before = store_hashes(root)
+    report = verify_store(root)
+    assert report.ok and any("8 BatchCQ units checked" in line for line in report.lines), report.lines
+    assert not plan_repair(root).needed
+    assert "nothing to repair" in mqfs("repair", "--yes", root).stdout
+    assert store_hashes(root) == before
+
+
+def _damage_batch(root: str, w, how: str) -> str:
+    """Damage a BatchCQ store three ways; returns what verify and reads must name."""
+    unit_file = os.path.join(root, "batchconsumequeue", w.topic, "0", "0" * 20)
+    offset, size, _, base, n = w.records[0][3]  # the inner batch of 4 at 5..8
+    if how == "truncated unit file":
+        with open(unit_file, "r+b") as f:
+            f.truncate(46 * 3 + 20)  # the fourth unit cut short
+        return "cut short"
+    if how == "INNER_NUM disagrees with batchSize":
+        with open(unit_file, "r+b") as f:
+            f.seek(46 * 3 + 36)
+            f.write(struct.pack(">h", 3))  # the unit says 3, the record holds 4
+            f.seek(46 * 4 + 28)
+            f.write(struct.pack(">q", 8))  # and the next unit follows on from there
+        return "says 3 messages"
+    with open(os.path.join(root, "commitlog", "0" * 20), "r+b") as f:  # an inner message cut
+        f.seek(offset + 84)  # BODYLEN (IPv4 hosts)
+        (body_len,) = struct.unpack(">i", f.read(4))
+        body = bytearray(f.read(body_len))
+        last = sum(size for size, *_ in batch.inner_parts(body, "test")[:3])
+        body[last + 16:last + 20] = struct.pack(">i", body_len)  # its body runs past the batch
+        f.seek(offset + 88)
+        f.write(body)
+        f.seek(offset + 8)  # BODYCRC as the broker computes it: the record itself checks out
+        f.write(struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF))
+    return "inner message 3"
+
+
+@pytest.mark.parametrize("how", ["truncated unit file", "INNER_NUM disagrees with batchSize",
+                                 "inner message cut"])
+def test_damaged_batch_cq_is_reported_and_read_as_an_error_never_as_messages(tmp_path, how):
+    root = str(tmp_path)
+    w = _batch_store(root)
+    what = _damage_batch(root, w, how)
+    report = verify_store(root)
+    assert not report.ok and any("PROBLEM" in line and what in line for line in report.lines), report.lines
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        good = {(m.topic, m.queue_id, m.queue_offset): (bytes(m.body), m.keys[0], m.tags)
+                for q in (0, 1) for m in s.get_range(w.topic, q, 0, 100, skip_damaged=True)}
+        assert good and all(w.served[k] == v for k, v in good.items())  # never other messages
+        assert not any(k[1:] in {(0, 5), (0, 6), (0, 7), (0, 8)} for k in good) or how == "truncated unit file"
+        if how == "truncated unit file":
+            assert s.max_offset(w.topic, 0) == 5  # the units before the cut
+            with pytest.raises((CorruptionError, NotFound), match="cut short"):
+                s.get(w.topic, 0, 5)
+        else:
+            with pytest.raises(CorruptionError, match=what):
+                s.get(w.topic, 0, 6)
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_batch_cq_queues_as_consumers_get_them(tmp_path):
+    """ls, cat, getfattr, grep, keys/, tags/ and at/ on a read-only mount of a BatchCQ store:
+    exactly the consumer's messages; no byte of the store changes."""
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    w = _batch_store(root)
+    before = store_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        top = f"{mnt}/topics/{w.topic}"
+        for q, sizes in BATCH_PLAN.items():
+            listed = sh(f"ls {top}/{q}").stdout.decode().split()
+            assert sorted(int(n) for n in listed if n.isdigit()) == list(range(sum(sizes)))
+            for offset in range(sum(sizes)):
+                body, keys, tags = w.served[(w.topic, q, offset)]
+                assert sh(f"cat {top}/{q}/{offset}").stdout == body
+                attrs = sh(f"getfattr -d --absolute-names {top}/{q}/{offset}").stdout.decode()
+                assert f'user.keys="{keys}"' in attrs and f'user.tags="{tags}"' in attrs
+                assert f'user.queue_offset="{offset}"' in attrs
+            assert sh(f"getfattr -n user.max_offset --only-values {top}/{q}").stdout == str(sum(sizes)).encode()
+        assert sh(f"grep -rl 'inner 7 of queue 0' {top}").stdout == f"{top}/0/7\n".encode()
+        assert sh(f"ls {mnt}/keys/bk-1-3").stdout == f"{w.topic}:1:3\n".encode()
+        assert sh(f"cat {mnt}/keys/bk-0-6/{w.topic}:0:6").stdout == b"inner 6 of queue 0"
+        assert sh(f"ls {mnt}/keys/B00000005", check=False).returncode != 0  # the batch's own key
+        assert sh(f"ls {top}/0/tags/Tag1").stdout.split() == [b"1", b"2", b"3", b"5", b"6", b"7", b"8"]
+        at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((BATCH_T0 + 3 * 60_000) // 1000))
+        assert sh(f"readlink {top}/0/at/{at}Z").stdout == b"../5\n"
+        status = json.loads(sh(f"cat {mnt}/status.json").stdout)
+        assert status["live"]["queues_awaiting_units"] == 0
+    assert store_hashes(root) == before

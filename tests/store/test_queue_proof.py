@@ -1,0 +1,179 @@
+"""A queue no count record vouches for never gives an offset out again, and a ConsumeQueue
+file lost in the middle never hides a queue's older messages (issue 33, items 1 and 2).
+
+Without config/dispatchState.json or config/queueEnds.log to vouch for the queues (a broker's
+store, "delete consumequeue/ and restart", config/ restored from an older copy), each queue's
+last record in the CommitLog decides its end (store/integrity/log_ends.py)."""
+
+import os
+import shutil
+
+import pytest
+
+from mqfs.store import Message, MessageStore
+from mqfs.store.errors import QueueNotProven
+from mqfs.store.integrity import log_ends
+from mqfs.store.integrity.verify import verify_store
+from tests.fusefs.helpers import mounted, needs_fuse, sh
+from tests.store.helpers import small_config
+from tests.store.test_broker_stores import broker_store
+
+BROKER = dict(flavor="rocketmq", record_crc=False, index_slots=64, index_entries=256)
+OTHERS = 1500  # records of other queues after T/0's: the newest 4 MiB hold none of T/0's
+
+pytestmark = pytest.mark.allow_logs(r"^queue ends: ", r"^recovery: ", r"^scrub: ",
+                                    r"^no abort file, but the checkpoint")
+
+
+def _workload(s: MessageStore) -> None:
+    for i in range(5):
+        s.put(Message.create("T", b"old-%d" % i, queue_id=0, keys=[f"k{i}"]))
+    for i in range(OTHERS):
+        s.put(Message.create("U", b"u" * 300, queue_id=i % 4))
+
+
+def _broker_store(root: str) -> None:
+    """A broker's store (no mqfs.json, no mqfs config files, a RocketMQ checkpoint) whose
+    T/0 has 5 messages written long before its newest records."""
+    broker_store(root, _workload)
+    os.mkdir(os.path.join(root, "config"))  # a broker's holds topics.json and the like
+    with open(os.path.join(root, "checkpoint"), "r+b") as f:  # RocketMQ's: no mqfs blocks
+        f.seek(40)
+        f.write(bytes(48))
+
+
+def _hand_rebuilt(root: str, what: str) -> None:
+    for sub in ("config/dispatchState.json", "config/queueEnds.log"):
+        if os.path.exists(os.path.join(root, sub)):
+            os.unlink(os.path.join(root, sub))
+    shutil.rmtree(os.path.join(root, "consumequeue", *what.split("/")) if what else
+                  os.path.join(root, "consumequeue"))
+
+
+@pytest.mark.parametrize("deleted", ["T/0", "T", ""])
+def test_a_queue_whose_consume_queue_was_deleted_keeps_its_messages_and_offsets(tmp_path, deleted):
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    _hand_rebuilt(root, deleted)
+    assert not verify_store(root).ok  # the CommitLog holds T/0's records, no queue does
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        assert s.max_offset("T", 0) == 5
+        assert [m.body for m in s.get_range("T", 0, 0, 10)] == [b"old-%d" % i for i in range(5)]
+        assert s.put(Message.create("T", b"new", queue_id=0, keys=["k0"])).queue_offset == 5
+        # the key names two messages now, each its own (the old one not served as the new)
+        assert sorted((m.queue_offset, bytes(m.body)) for m in s.query_key("k0", topic="T")) == \
+            [(0, b"old-0"), (5, b"new")]
+        assert bytes(s.get("T", 0, 0).body) == b"old-0"
+    assert verify_store(root).ok
+
+
+def test_a_put_waits_for_the_proof_and_never_guesses(tmp_path, monkeypatch):
+    """A log the open does not walk whole: a put to a queue whose end the walk has not
+    reached is refused (EAGAIN through a mount), never given offset 0; once the background
+    walk and rebuild are done it gets the next offset. Closing before that leaves
+    config/queueProof.json, so the next open proves again rather than trust the record the
+    close wrote."""
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    _hand_rebuilt(root, "T/0")
+    monkeypatch.setattr(log_ends, "FOREGROUND", 0)
+    monkeypatch.setattr(log_ends.LogEnds, "start", lambda self: None)  # no background walk yet
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        with pytest.raises(QueueNotProven, match="not proven yet"):
+            s.put(Message.create("T", b"new", queue_id=0))
+        with pytest.raises(QueueNotProven):
+            s.put_batch([Message.create("T", b"new", queue_id=0)])
+    assert log_ends.pending(root)
+    assert os.path.exists(os.path.join(root, "config", "dispatchState.json"))
+    monkeypatch.undo()
+    monkeypatch.setattr(log_ends, "FOREGROUND", 0)  # the background walks it all
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        while True:
+            try:
+                put = s.put(Message.create("T", b"new", queue_id=0))
+                break
+            except QueueNotProven:
+                s._log_ends._thread.join(0.05)  # (polls the proof thread, bounded)
+        assert put.queue_offset == 5
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == \
+            [b"old-%d" % i for i in range(5)] + [b"new"]
+    assert not log_ends.pending(root)
+    assert verify_store(root).ok
+
+
+@needs_fuse
+def test_a_mount_after_consumequeue_was_deleted_serves_the_old_messages_and_appends_after(tmp_path):
+    """The issue's reproducer: `rm -rf consumequeue config/dispatchState.json
+    config/queueEnds.log` on a broker-flavor store, then mount."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _broker_store(root)
+    _hand_rebuilt(root, "T/0")
+    with mounted(root, mnt):
+        listed = sh(f"ls {mnt}/topics/T/0").stdout.split()
+        assert [n for n in listed if n.isdigit()] == [b"0", b"1", b"2", b"3", b"4"]
+        sh(f"printf new > {mnt}/topics/T/0/append")
+        assert sh(f"cat {mnt}/topics/T/0/5").stdout == b"new"
+        assert sh(f"cat {mnt}/topics/T/0/0").stdout == b"old-0"
+        assert sorted(sh(f"ls {mnt}/keys/k0").stdout.split()) == [b"T:0:0"]
+        assert sh(f"cat {mnt}/keys/k0/T:0:0").stdout == b"old-0"
+
+
+def _store_with_three_files(root: str) -> None:
+    with MessageStore(root, small_config()) as s:
+        for i in range(250):
+            s.put(Message.create("T", b"m-%d" % i, queue_id=0))
+
+
+def _drop_middle_file(root: str) -> None:
+    os.unlink(os.path.join(root, "consumequeue", "T", "0", f"{2000:020d}"))  # units 100..199
+
+
+def test_a_middle_consume_queue_file_deleted_is_found_at_first_use_and_rebuilt(tmp_path):
+    root = str(tmp_path / "s")
+    _store_with_three_files(root)
+    _drop_middle_file(root)
+    report = verify_store(root)
+    assert not report.ok and any("lost a file in the middle" in line for line in report.lines)
+    with MessageStore(root, small_config()) as s:
+        assert s.min_offset("T", 0) == 0
+        assert bytes(s.get("T", 0, 150).body) == b"m-150"
+        assert s.put(Message.create("T", b"next", queue_id=0)).queue_offset == 250
+        assert any("lost a file in the middle" in n for n in s.recovery.notes)
+    assert verify_store(root).ok
+
+
+def test_a_middle_consume_queue_file_deleted_is_rebuilt_without_a_record_too(tmp_path):
+    root = str(tmp_path / "s")
+    _store_with_three_files(root)
+    _drop_middle_file(root)
+    for name in ("dispatchState.json", "queueEnds.log"):
+        os.unlink(os.path.join(root, "config", name))
+    with MessageStore(root, small_config()) as s:
+        assert [bytes(m.body) for m in s.get_range("T", 0, 95, 10)] == [b"m-%d" % i for i in range(95, 105)]
+        assert s.put(Message.create("T", b"next", queue_id=0)).queue_offset == 250
+    assert verify_store(root).ok
+
+
+def test_the_scrub_finds_a_middle_file_deleted_under_an_open_queue(tmp_path):
+    root = str(tmp_path / "s")
+    _store_with_three_files(root)
+    with MessageStore(root, small_config()) as s:
+        s.get("T", 0, 0)  # the queue is open (its first use is past)
+        cq = s.consume_queues[("T", 0)]
+        cq.queue.files.pop(1).close()  # as if the file was gone when the queue was loaded
+        _drop_middle_file(root)
+        s.scrub()
+        assert any("lost a file in the middle" in f for f in s.scrub_status()["findings"])
+        assert bytes(s.get("T", 0, 150).body) == b"m-150"
+    assert verify_store(root).ok
+
+
+def test_verify_counts_a_queue_directory_without_files_as_damage(tmp_path):
+    root = str(tmp_path / "s")
+    _store_with_three_files(root)
+    qdir = os.path.join(root, "consumequeue", "T", "0")
+    shutil.rmtree(qdir)
+    os.mkdir(qdir)
+    report = verify_store(root)
+    assert not report.ok
+    assert any("T/0 has no file" in line for line in report.lines)

@@ -1,0 +1,280 @@
+"""Repair as a transaction: a journal before the first change, rolled forward by the next repair
+or read-write open wherever a kill -9 or ENOSPC stopped it; a CommitLog file left between
+two names is never taken for missing data; the offsets of messages lost to damage stay taken;
+a plan applies only to the store it was made for."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from mqfs.store import CorruptionError, Message, MessageStore, StoreError
+from mqfs.store.integrity.repair_journal import NAME
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
+from tests.crash.repair import run_repair
+from tests.crash.tiers import RECOVERY_LOGS
+from tests.fusefs.helpers import MQFS
+from tests.store.helpers import small_config, store_state
+
+pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
+SIZE = 4096
+
+
+def _config(**kw):
+    return small_config(commitlog_file_size=SIZE, **kw)
+
+
+def _store(root: str) -> list:
+    """20 messages on T/0 then 10 on U/0, over several CommitLog files."""
+    with MessageStore(root, _config()) as s:
+        return [s.put(Message.create("T" if i < 20 else "U", b"body %03d " % i * 40))
+                for i in range(30)]
+
+
+def _flip_body(root: str, r) -> None:
+    path = os.path.join(root, "commitlog", f"{r.commitlog_offset - r.commitlog_offset % SIZE:020d}")
+    with open(path, "r+b") as f:
+        f.seek(r.commitlog_offset % SIZE + 100)
+        b = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([b ^ 1]))
+
+
+def _swap_files(root: str) -> None:
+    names = sorted(os.listdir(os.path.join(root, "commitlog")))
+    a, b = (os.path.join(root, "commitlog", n) for n in names[1:3])
+    os.rename(a, a + ".x")
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+
+
+def _serves_all(root: str, results, lost=()) -> None:
+    with MessageStore(root, _config(), create=False) as s:
+        for i in range(len(results)):
+            topic, qoff = ("T", i) if i < 20 else ("U", i - 20)
+            if i in lost:
+                with pytest.raises(CorruptionError):
+                    s.get(topic, 0, qoff)
+            else:
+                assert bytes(s.get(topic, 0, qoff).body) == b"body %03d " % i * 40
+
+
+@pytest.mark.parametrize("nth", (1, 2, 3, 4))
+def test_kill_between_rename_passes_loses_nothing(tmp_path, nth):
+    """Issue 20 item 1: killed after its nth rename, the next `mqfs repair --yes` finishes the
+    swap from the journal instead of taking a *.repair file for a missing one."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _swap_files(root)
+    assert run_repair(root, f"repair.rename:{nth}").returncode == 137
+    out = subprocess.run([*MQFS, "repair", "--yes", root], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "finished an interrupted repair" in out.stdout
+    assert not [n for n in os.listdir(os.path.join(root, "commitlog")) if n.endswith(".repair")]
+    assert verify_store(root).ok and not os.path.exists(os.path.join(root, NAME))
+    _serves_all(root, results)
+
+
+def test_a_repair_file_with_no_journal_is_refused_changing_nothing(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)
+    path = os.path.join(root, "commitlog", sorted(os.listdir(os.path.join(root, "commitlog")))[1])
+    os.rename(path, path + ".repair")
+    before = store_state(root)
+    with pytest.raises(StoreError, match=r"\.repair is a CommitLog file an interrupted repair"):
+        plan_repair(root)
+    assert any(".repair is a CommitLog file" in line for line in verify_store(root).lines)
+    assert store_state(root) == before
+
+
+@pytest.mark.parametrize("site", ("repair.journal:1", "repair.filler:1", "repair.move:1",
+                                  "repair.move:3", "recovery.dispatch:1", "cq.write:1",
+                                  "checkpoint.before:1", "repair.move:1:enospc",
+                                  "repair.move:3:enospc", "repair.filler:1:enospc"))
+@pytest.mark.parametrize("finisher", ("open", "repair"))
+def test_interrupted_repair_keeps_a_lost_message_offset_taken(tmp_path, site, finisher):
+    """Issue 20 item 2: the last message of T is damaged; however the repair is stopped, the
+    next open or repair finishes it and T's next message gets offset 20, not 19 again."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[19])
+    out = run_repair(root, site)
+    assert out.returncode == 137 or "injected" in out.stderr, out.stderr
+    assert os.path.exists(os.path.join(root, NAME))
+    if finisher == "repair":
+        before = store_state(root)
+        plan = plan_repair(root)  # the plan reads only: the journal is still to finish
+        assert plan.interrupted and plan.needed and store_state(root) == before
+        assert "finished an interrupted repair" in apply_repair(plan)[0]
+    with MessageStore(root, _config(), create=False) as s:
+        assert s.put(Message.create("T", b"next")).queue_offset == 20
+    assert verify_store(root).ok and not os.path.exists(os.path.join(root, NAME))
+    _serves_all(root, results, lost={19})
+
+
+def test_a_read_only_open_refuses_a_half_done_repair(tmp_path):
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[5])
+    assert run_repair(root, "repair.move:1").returncode == 137
+    before = store_state(root)
+    with pytest.raises(StoreError, match="interrupted repair"):
+        MessageStore(root, _config(read_only=True), create=False).open()
+    report = verify_store(root)
+    assert not report.ok and any(NAME in line for line in report.lines)
+    assert store_state(root) == before
+
+
+def test_a_damaged_journal_is_refused_in_one_line(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root)
+    with open(os.path.join(root, NAME), "w") as f:
+        f.write('{"format": 1, "step": "fillers", "renames": [["../../etc/passwd", "x"]]}')
+    with pytest.raises(StoreError, match="not 20 digits"):
+        MessageStore(root, _config(), create=False).open()
+
+
+def test_a_plan_made_before_the_store_changed_is_refused(tmp_path):
+    """Issue 20 item 3: the plan is shown, then the store is opened and written; applying
+    the old plan refuses and changes nothing, and a new plan keeps the new messages."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[5])
+    plan = plan_repair(root)
+    with MessageStore(root, _config(), create=False) as s:  # a damaged body: the open serves
+        added = [s.put(Message.create("U", b"added %d" % i)) for i in range(50)]
+    before = store_state(root)
+    with pytest.raises(StoreError, match="changed since this repair was planned"):
+        apply_repair(plan)
+    assert store_state(root) == before
+    apply_repair(plan_repair(root))
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={5})
+    with MessageStore(root, _config(), create=False) as s:
+        assert [bytes(s.get("U", 0, r.queue_offset).body) for r in added] == \
+            [b"added %d" % i for i in range(50)]
+
+
+@pytest.mark.parametrize("loss", ("consumequeue", "checkpoint"))
+def test_offsets_a_repair_kept_stay_taken_after_a_later_rebuild(tmp_path, loss):
+    """The queue units that keep lost offsets taken are derived data; when a later open
+    rebuilds the queue from the records (its files deleted, or a crash that lost the
+    checkpoint), config/keptQueueEnds.json still keeps offset 19 of T taken."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[19])
+    apply_repair(plan_repair(root))
+    if loss == "consumequeue":
+        shutil.rmtree(os.path.join(root, "consumequeue", "T"))
+    else:
+        os.unlink(os.path.join(root, "checkpoint"))
+        with open(os.path.join(root, "abort"), "w") as f:
+            f.write("1")
+    with MessageStore(root, _config(), create=False) as s:
+        assert s.put(Message.create("T", b"next")).queue_offset == 20
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={19})
+
+
+@pytest.mark.parametrize("forged", (
+    ("config/keptQueueEnds.json", '{"T": {"0": {"end": 1000000000000, "filler": [0, 92]}}}',
+     "more messages than the CommitLog could ever have held"),
+    (NAME, '{"format": 1, "step": "fillers", "damages": [{"start": 4000, "end": 9000, '
+     '"file": "x", "storeTs": 0}]}', "crosses a CommitLog file's end")))
+def test_a_forged_kept_end_or_journal_is_refused_in_one_line(tmp_path, forged):
+    """The store directory is input: a kept end past anything the CommitLog could hold
+    would make an open write units until the disk is full."""
+    root = str(tmp_path / "s")
+    _store(root)
+    name, text, message = forged
+    with open(os.path.join(root, name), "w") as f:
+        f.write(text)
+    with pytest.raises(StoreError, match=message):
+        MessageStore(root, _config(), create=False).open()
+
+
+def _restore(backup: str, root: str) -> None:
+    """Copy a backup over the store directory, as `cp -a backup/. store/` does: files of the
+    backup replace their namesakes, what only the directory holds (the journal, a *.repair
+    file an interrupted repair left) stays."""
+    for dirpath, _, names in os.walk(backup):
+        rel = os.path.relpath(dirpath, backup)
+        os.makedirs(os.path.join(root, rel), exist_ok=True)
+        for n in names:
+            shutil.copy2(os.path.join(dirpath, n), os.path.join(root, rel, n))
+
+
+@pytest.mark.parametrize("site", ("repair.rename:1", "repair.rename:3", "repair.filler:1",
+                                  "repair.move:1"))
+def test_a_journal_is_never_rolled_into_a_store_restored_over_it(tmp_path, site):
+    """Issue 33, item 3: a repair of swapped and damaged files is interrupted, then the store
+    is restored from a backup over the directory. The journal no longer describes the files:
+    a read-write open, `repair` (with or without --yes) and a read-only open each refuse in
+    one line, changing nothing; with the journal moved out, the restored store is whole."""
+    root, backup = str(tmp_path / "s"), str(tmp_path / "backup")
+    results = _store(root)
+    shutil.copytree(root, backup)
+    _swap_files(root)
+    _flip_body(root, results[25])
+    out = run_repair(root, site)
+    assert out.returncode == 137, out.stderr
+    assert os.path.exists(os.path.join(root, NAME))
+    _restore(backup, root)
+    before = store_state(root)
+    with pytest.raises(StoreError, match="does not belong to the store as it is now") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    assert store_state(root) == before
+    with pytest.raises(StoreError, match="does not belong"):
+        plan_repair(root)
+    assert store_state(root) == before
+    for args in (["repair", root], ["repair", "--yes", root]):
+        cli = subprocess.run([*MQFS, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert cli.returncode == 1 and "does not belong" in cli.stderr, cli.stdout + cli.stderr
+        assert cli.stderr.count("\n") == 1, cli.stderr
+        assert store_state(root) == before
+    with pytest.raises(StoreError, match="interrupted repair"):
+        MessageStore(root, _config(read_only=True), create=False).open()
+    assert store_state(root) == before
+    os.unlink(os.path.join(root, NAME))  # as the line says: the journal and *.repair out
+    for name in os.listdir(os.path.join(root, "commitlog")):
+        if name.endswith(".repair"):
+            os.unlink(os.path.join(root, "commitlog", name))
+    assert verify_store(root).ok
+    _serves_all(root, results)
+
+
+def test_a_journal_of_this_store_is_still_finished_by_a_plain_repair(tmp_path):
+    """The check lets the store's own journal through at every step: a kill anywhere in a
+    swap-and-fill repair is finished by `repair --yes`, the plan before it changing nothing."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _swap_files(root)
+    _flip_body(root, results[25])
+    for nth in (1, 2, 3, 4):
+        assert run_repair(root, f"repair.rename:{nth}").returncode == 137
+        before = store_state(root)
+        plan = plan_repair(root)
+        assert plan.interrupted and store_state(root) == before
+        break
+    out = subprocess.run([*MQFS, "repair", "--yes", root], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={25})
+
+
+def test_the_plan_names_the_messages_a_repair_would_lose(tmp_path):
+    """Not 'about 2 messages lost': which ones, by queue and offset, so their owner can
+    look for them elsewhere before saying yes."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    for i in (3, 4, 22):
+        _flip_body(root, results[i])
+    plan = plan_repair(root)
+    lines = plan.lines()
+    assert "lose T/0 offsets 3-4" in lines and "lose U/0 offset 2" in lines, lines
+    assert any("3 messages the ConsumeQueues name lost" in line for line in lines), lines

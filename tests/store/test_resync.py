@@ -1,0 +1,95 @@
+"""The resync never takes a record inside an intact record's span (issue 33, item 6).
+
+A message whose body holds a well-formed record, with its own PHYSICALOFFSET and checksum,
+is planted; one bit of the outer record is flipped. Every walker (verify and repair, the
+scrub, the Spark source's Python reader) must go on where the chain of records puts the next
+record, never at the planted one: before, repair kept it as a message and key lookups served
+it for another message's key."""
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from mqfs.pipeline.scan import Checks, checked_runs
+from mqfs.store import Message, MessageStore
+from mqfs.store.format import layout
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.repair import apply_repair, plan_repair
+from tests.store.helpers import small_config
+
+CFG = dict(record_crc=False)  # the BODYCRC alone: a planted record needs no trailer recomputed
+pytestmark = pytest.mark.allow_logs(r"^scrub: ", r"^recovery: ")
+
+
+def _planted_store(root: str, tmp: str) -> tuple[int, int, int]:
+    """A store of: m0, A (its body holding record P, a message of T/0 keyed 'victim' that
+    names its own position), B (the real T/0 message keyed 'victim'). (A's offset, P's
+    offset, B's offset)."""
+    with MessageStore(tmp, small_config(**CFG)) as scratch:
+        r = scratch.put(Message.create("T", b"planted", queue_id=0, keys=["victim"]))
+        mf = scratch.commitlog.queue.find(r.commitlog_offset)
+        at = r.commitlog_offset - mf.file_from_offset
+        planted = bytearray(mf.buffer()[at:at + r.size])
+    with MessageStore(root, small_config(**CFG)) as s:
+        s.put(Message.create("Other", b"first", queue_id=0))
+        a_at = s.commitlog.max_offset
+        p_at = a_at + layout.body_pos(8, 8) + 16
+        struct.pack_into(">q", planted, layout.PHYSICAL_OFFSET_POS, p_at)
+        body = b"x" * 16 + bytes(planted) + b"y" * 16
+        a = s.put(Message.create("Other", body, queue_id=0))
+        assert a.commitlog_offset == a_at
+        b = s.put(Message.create("T", b"real", queue_id=0, keys=["victim"]))
+    return a_at, p_at, b.commitlog_offset
+
+
+def _flip(root: str, at: int) -> None:
+    path = os.path.join(root, "commitlog", "0" * 20)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x01]))
+
+
+WHERE = {"body": lambda a, p: p - 8,  # in A's body, before P: only BODYCRC fails
+         "totalsize": lambda a, p: a + 3,  # A's TOTALSIZE one off: its parts still give its end
+         "bodylen": lambda a, p: a + layout.body_len_pos(8, 8) + 3}  # A's BODYLEN one off
+
+
+@pytest.mark.parametrize("where", sorted(WHERE))
+def test_a_record_planted_in_a_body_never_becomes_a_message(tmp_path, where):
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, WHERE[where](a_at, p_at))
+    report = verify_store(root)
+    assert not report.ok
+    damaged = [line for line in report.lines if "damaged CommitLog bytes" in line]
+    assert damaged == [line for line in damaged if f"bytes {a_at}..{b_at} " in line] and len(damaged) == 1, \
+        report.lines
+    plan = plan_repair(root)
+    apply_repair(plan)
+    assert verify_store(root).ok
+    with MessageStore(root, small_config(**CFG)) as s:
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"real"]
+        assert [(m.commitlog_offset, bytes(m.body)) for m in s.query_key("victim", topic="T")] == \
+            [(b_at, b"real")]
+
+
+@pytest.mark.parametrize("where", sorted(WHERE))
+def test_the_scrub_and_the_spark_reader_resync_past_the_planted_record(tmp_path, where):
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    with MessageStore(root, small_config(**CFG)) as s:  # (an open would refuse the damage)
+        _flip(root, WHERE[where](a_at, p_at))  # the mapping sees it: one page cache
+        s.scrub()
+        findings = [f for f in s.scrub_status()["findings"] if "damaged record" in f]
+        assert len(findings) == 1 and f"offset {a_at} " in findings[0], findings
+        mf = s.commitlog.queue.files[0]
+        checks = Checks(s.flavor, skip=True)
+        starts = [int(x) for run in checked_runs(mf.buffer(), 0, 0, s.commitlog.max_offset, checks,
+                                                 1 << 10, 1 << 20)
+                  for x in np.asarray(run.starts)]
+        assert p_at not in starts and b_at in starts
+        assert [at for at, _ in checks.skipped] == [a_at]
