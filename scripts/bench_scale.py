@@ -15,8 +15,8 @@ figure next to a baseline measured in the same run, as a ratio (issue 19's "Must
    one message to each queue after the flush dropped most of them from the open queues'
    cache (against put_batch into one queue), and the flush that writes their units out.
 4. Queue ends without a record (`--only proof`): the open of a store whose record of queues
-   was deleted with one queue's directory, and the first puts after it (store/integrity/
-   log_ends.py), against the clean open of the same store.
+   was deleted with one queue's directory, and the first puts after it (store/queues/
+   log_proof.py), against the clean open of the same store.
 
 Full scale (the default): 1 GB and 8 GB stores, 20,000 topics x 4 queues; --quick: 128 MB
 and 1 GB, 2,000 x 4. Stores use the rocketmq flavor (1 GiB CommitLog files, 300,000-unit

@@ -36,22 +36,27 @@ from .files.index_service import IndexService
 from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
-from .files.queue_registry import QueueRegistry, Recorded
 from .files.unit_flush import UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import Message, parse_host
-from .integrity import first_use, log_ends, queue_check, registration, repair_journal
+from .integrity import repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.parts import StoreParts
 from .integrity.read_only_open import open_read_only
 from .integrity.recovery import RecoveryReport, recover, tail_record
-from .meta import dispatch_state, features, kept_ends, queue_cuts, queue_ends
+from .meta import features
 from .meta.log_start import record_min_offset
 from .meta.manifest import inspect, is_store, manifest_path, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
+from .queues import check as queue_check
+from .queues import cuts as queue_cuts
+from .queues import dispatch_state, first_use, kept_ends, registration
+from .queues import ends_log as queue_ends
+from .queues import log_proof as log_ends
+from .queues.registry import QueueRegistry, Recorded
 from .reads import StoreReads
 from .services.flush import FlushServices
 from .services.live import LiveReader
@@ -335,7 +340,7 @@ class MessageStore(StoreReads):
 
     def _prove_ends(self) -> None:
         """No record vouched for the queues' ends: the CommitLog's last records decide them
-        (store/integrity/log_ends.py); puts ask it until then."""
+        (store/queues/log_proof.py); puts ask it until then."""
         why = ("an earlier open did not finish proving them" if log_ends.pending(self.root) else
                "no record of the queues vouches for them (a broker's store, consumequeue/ or "
                "config/ changed by hand, or a crash without config/queueEnds.log)")
@@ -357,7 +362,7 @@ class MessageStore(StoreReads):
 
     def _register_queues(self, last_exit_ok: bool) -> None:
         """Know every queue without opening it, each proven at its first use (`_open_recorded`):
-        store/integrity/registration.py says from what."""
+        store/queues/registration.py says from what."""
         self._kept = kept_ends.read(self.root)
         self._vouched, self._cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
@@ -371,7 +376,7 @@ class MessageStore(StoreReads):
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
-        (store/integrity/first_use.py), under the registry's lock."""
+        (store/queues/first_use.py), under the registry's lock."""
         read_only = self.config.read_only
         cq = self._queue_object(key, read_only)
         try:

@@ -31,10 +31,10 @@ from .format.flavor import flavor_named
 from .format.message import validate_stored_topic
 from .integrity import repair_journal, salvage
 from .integrity.salvage import Damage, Progress
-from .meta import dispatch_state
 from .meta.features import recognise
 from .meta.log_start import recorded_min_offset
 from .meta.manifest import inspect, is_store
+from .queues import dispatch_state
 
 
 @dataclass

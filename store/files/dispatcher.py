@@ -22,10 +22,10 @@ from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
 from .consume_queue import TAIL_MAX, UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
-from .queue_registry import Key, QueueRegistry
 from .unit_flush import UnitFlush
 
 if TYPE_CHECKING:
+    from ..queues.registry import Key, QueueRegistry
     from .index_service import IndexService
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")  # what Integer.parseInt reads (range checked after)

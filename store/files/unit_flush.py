@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 
 from . import safefs
 from .consume_queue import ConsumeQueue
-from .queue_registry import Key
 
 BUFFERED_MAX = 16 << 20  # bytes of units buffered in all before a put writes them out
 SYNCFS_FROM = 64  # queues to sync at once from which one syncfs beats an fsync each
@@ -35,7 +34,7 @@ class UnitFlush:
     to the registry as units alone is not among `touched`."""
 
     def __init__(self, root: str, lock: threading.Lock,
-                 opened: Callable[[], dict[Key, ConsumeQueue]] = dict):
+                 opened: Callable[[], dict[tuple[str, int], ConsumeQueue]] = dict):
         self.root = root
         self.lock = lock
         self.opened = opened

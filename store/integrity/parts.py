@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
     from ..files.consume_queue import ConsumeQueue
     from ..files.index_service import IndexService
-    from ..files.queue_registry import QueueRegistry
     from ..format.columns import RecordRun
     from ..format.flavor import Flavor
-    from ..meta.dispatch_state import Vouched
+    from ..queues.dispatch_state import Vouched
+    from ..queues.registry import QueueRegistry
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class StoreParts:
     queue_object: Callable[[tuple[str, int], bool], ConsumeQueue]
     load_queue: Callable[[tuple[str, int]], ConsumeQueue]
     # the last clean close's record, when the open trusts it: queues not opened yet are
-    # proven at their first use (store/integrity/first_use.py), not here
+    # proven at their first use (store/queues/first_use.py), not here
     vouched: Vouched | None = None
     # cuts earlier crashes' recoveries left queues (config/queueCuts.json)
     cuts: dict[tuple[str, int], int] = field(default_factory=dict)

@@ -36,8 +36,9 @@ from ..crash_points import crash_point
 from ..errors import CorruptionError, StoreError
 from ..files.consume_queue import ConsumeQueue
 from ..format import codec, layout
-from ..meta import dispatch_state
-from . import clean_open, commitlog_files, log_tail, queue_check, salvage
+from ..queues import check as queue_check
+from ..queues import clean_open, dispatch_state
+from . import commitlog_files, log_tail, salvage
 from .parts import StoreParts
 from .scanner import NOWHERE, KeptRuns, Progress, file_start, scan_end, step_record
 

@@ -28,9 +28,9 @@ from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
 from ..format import codec, layout, message
 from ..format.flavor import flavor_named
-from ..meta import kept_ends
 from ..meta.log_start import record_min_offset
 from ..meta.manifest import inspect, write_manifest
+from ..queues import kept_ends
 from .salvage import Damage
 
 if TYPE_CHECKING:

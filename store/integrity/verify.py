@@ -27,11 +27,13 @@ from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, load_files
 from ..format import codec, columns, layout, message, multi_dispatch
 from ..format.flavor import flavor_named
-from ..meta import dispatch_state, features, queue_cuts
+from ..meta import features
 from ..meta.features import Features
 from ..meta.log_start import recorded_min_offset
 from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
+from ..queues import cuts as queue_cuts
+from ..queues import dispatch_state
 from . import batch_check, repair_journal, salvage
 from .salvage import Damage
 

@@ -31,10 +31,10 @@ from ..files.index_file import IndexFile
 from ..files.index_service import IndexService
 from ..format.codec import decode, is_filler
 from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC, keys_to_index
-from ..integrity import log_ends
-from ..meta import dispatch_state
 from ..meta.manifest import MANIFEST
 from ..meta.metadata import TopicTable
+from ..queues import dispatch_state
+from ..queues import log_proof as log_ends
 from .views import QueueReader, StoreLayout, commitlog_files, index_files, map_readonly
 
 

@@ -36,9 +36,11 @@ from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
 from ..format import codec
 from ..format.layout import MAGIC_BLANK
-from ..integrity import first_use, index_check, queue_check, salvage
-from ..integrity.queue_swap import swap_in
+from ..integrity import index_check, salvage
 from ..integrity.scanner import NOWHERE, check_run, step_record
+from ..queues import check as queue_check
+from ..queues import first_use
+from ..queues.swap import swap_in
 
 if TYPE_CHECKING:
     from ..message_store import MessageStore

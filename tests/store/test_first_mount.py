@@ -15,8 +15,8 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.files.checkpoint import Checkpoint
-from mqfs.store.integrity import clean_open
 from mqfs.store.integrity.verify import verify_store
+from mqfs.store.queues import clean_open
 from tests.fusefs.helpers import mounted, needs_fuse, sh
 from tests.store.helpers import small_config
 

@@ -138,7 +138,7 @@ def test_a_queue_directory_the_record_does_not_name_is_found_before_a_put(tmp_pa
     root = str(tmp_path / "s")
     _killed(root, "flush")
     # drop t5/1 from the record: rewrite the file with a base that does not name it
-    from mqfs.store.meta import queue_ends
+    from mqfs.store.queues import ends_log as queue_ends
     found, _ = queue_ends.replay(root, 1 << 62)
     assert found is not None and ("t5", 1) in found.ends
     del found.ends[("t5", 1)]
@@ -209,7 +209,7 @@ def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
     """Each checkpoint appends the queues that changed; past max(1 MiB, its base) of deltas
     the file is rewritten as one base, so it stays bounded whatever the number of
     checkpoints, and its chain names every queue's count as of the last one."""
-    from mqfs.store.meta import queue_ends
+    from mqfs.store.queues import ends_log as queue_ends
     root = str(tmp_path / "s")
     sizes = []
     with MessageStore(root, small_config(flush_cq_interval_ms=3_600_000,

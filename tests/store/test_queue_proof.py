@@ -3,7 +3,7 @@ file lost in the middle never hides a queue's older messages (issue 33, items 1 
 
 Without config/dispatchState.json or config/queueEnds.log to vouch for the queues (a broker's
 store, "delete consumequeue/ and restart", config/ restored from an older copy), each queue's
-last record in the CommitLog decides its end (store/integrity/log_ends.py)."""
+last record in the CommitLog decides its end (store/queues/log_proof.py)."""
 
 import os
 import shutil
@@ -12,8 +12,8 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.errors import QueueNotProven
-from mqfs.store.integrity import log_ends
 from mqfs.store.integrity.verify import verify_store
+from mqfs.store.queues import log_proof as log_ends
 from tests.fusefs.helpers import mounted, needs_fuse, sh
 from tests.store.helpers import small_config
 from tests.store.test_broker_stores import broker_store

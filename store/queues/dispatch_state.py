@@ -18,7 +18,7 @@ from ..files.consume_queue import ConsumeQueue
 from ..files.index_file import IndexFile
 from ..files.json_file import read_json, write_json
 from ..format.message import validate_stored_topic
-from .metadata import checked_name, json_int, json_object, queue_id_key
+from ..meta.metadata import checked_name, json_int, json_object, queue_id_key
 
 NAME = "dispatchState.json"
 _FIX = "delete it: the next clean close writes it again"
@@ -190,7 +190,7 @@ def lost_heads(root: str | None, consume_queues: Queues, commitlog_min: int) -> 
 def lost_since_close(root: str, consume_queues: Queues | None, index_files: list[IndexFile]
                      ) -> tuple[list[tuple[str, int]], bool]:
     """Queues with fewer entries than at the last clean close, and whether IndexFiles went.
-    consume_queues None: the queues are checked as they are opened (`queue_check.prove`)."""
+    consume_queues None: the queues are checked as they are opened (`first_use.prove`)."""
     queues, recorded, _ = read(root)
     short = []
     for (topic, qid), count in queues.items():

@@ -16,9 +16,9 @@ import os
 from typing import Any
 
 from ..files.json_file import read_json, write_json
-from ..files.queue_registry import QueueRegistry
 from ..format.message import validate_stored_topic
-from .metadata import checked_name, json_int, json_object
+from ..meta.metadata import checked_name, json_int, json_object
+from .registry import QueueRegistry
 
 NAME = "queueCuts.json"
 _FIX = ("delete it: each queue a crash left untouched is then checked against the CommitLog "

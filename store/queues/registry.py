@@ -9,7 +9,7 @@ found by listing consumequeue/ (`on_disk`) and registered without a count (`vouc
 asked for its offsets, such a queue is opened); a crash's recovery opens only the queues it
 dispatches records to, and leaves each other queue a cut to make at its first use (`cut`).
 A clean exit without a record to trust (a broker's store) is listed too: its recovery opens
-the queues of the newest records (store/integrity/clean_open.py).
+the queues of the newest records (store/queues/clean_open.py).
 
 A queue a put_batch makes (`add_fresh`) is held as its units alone, bytes the garbage collector
 does not track, until something asks for its object: a read, a later put, a flush (`opened`).
@@ -35,9 +35,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import safefs
-from .commitlog import CommitLog
-from .consume_queue import PRE_BLANK, ConsumeQueue
+from ..files import safefs
+from ..files.commitlog import CommitLog
+from ..files.consume_queue import PRE_BLANK, ConsumeQueue
 
 Key = tuple[str, int]
 

@@ -41,15 +41,16 @@ from ..files import safefs
 from ..files.consume_queue import PRE_BLANK, ConsumeQueue
 from ..files.dispatcher import TagsCodes, has_queue_dir
 from ..files.json_file import write_json
-from ..files.queue_registry import Key
 from ..format import layout
 from ..format.columns import RecordRun
-from . import queue_check, salvage
-from .queue_swap import swap_in
-from .scanner import scan_end
+from ..integrity import salvage
+from ..integrity.scanner import scan_end
+from . import check
+from .registry import Key
+from .swap import swap_in
 
 if TYPE_CHECKING:
-    from .parts import StoreParts
+    from ..integrity.parts import StoreParts
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ class LogEnds:
         if got is None or got == (0, 0):
             return
         end, low = got
-        gap = queue_check.missing_file(cq)
+        gap = check.missing_file(cq)
         oldest = cq.entry(low) if cq.min_offset <= low < cq.max_offset else None
         if cq.max_offset < end:
             self._short(key, f"holds {cq.max_offset} units, the CommitLog {end} records")

@@ -22,7 +22,7 @@ from ..files import quarantine, safefs
 from ..files.consume_queue import UNIT_SIZE, ConsumeQueue
 
 if TYPE_CHECKING:
-    from ..files.queue_registry import QueueRegistry
+    from .registry import QueueRegistry
 
 Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # offsets, sizes, tags, queue offsets
 

@@ -1,8 +1,8 @@
-"""How an open comes to know every queue without opening it (store/files/queue_registry.py).
+"""How an open comes to know every queue without opening it (store/queues/registry.py).
 
 - After a clean close that recorded every queue: from that record (config/dispatchState.json),
   each with its count (a lower bound for the queues the close names `unproven`).
-- After a crash: from config/queueEnds.log (store/meta/queue_ends.py), each with its count as
+- After a crash: from config/queueEnds.log (store/queues/ends_log.py), each with its count as
   of the last checkpoint, when the file's chain reaches the checkpoint; queues it does not
   name are looked for on disk at their first use (`QueueRegistry.on_disk`).
 - Else after a crash, and without such a record (a RocketMQ broker's store, an older mqfs's,
@@ -10,7 +10,7 @@
   directory names), counts unknown. The count and head the last clean close recorded still
   tell lost units and a lost first file (read-write); a read-only open expects a head of 0.
 Each queue keeps the cut a crash's recovery left it (config/queueCuts.json). Recovery opens
-the few it must (store/integrity/clean_open.py after a clean exit).
+the few it must (store/queues/clean_open.py after a clean exit).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import logging
 
 from ..errors import StoreError
 from ..files.checkpoint import Checkpoint
-from ..files.queue_registry import DiskProbe, Key, QueueRegistry, Recorded, on_disk
-from ..meta import dispatch_state, queue_cuts, queue_ends
-from ..meta.dispatch_state import Saved, Vouched
+from . import cuts as queue_cuts
+from . import dispatch_state
+from . import ends_log as queue_ends
+from .dispatch_state import Saved, Vouched
+from .registry import DiskProbe, Key, QueueRegistry, Recorded, on_disk
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,8 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
     the state of config/queueEnds.log it registered the queues from. `proving`: an earlier
-    open's proof of the queue ends from the CommitLog did not finish (store/integrity/
-    log_ends.py), so no record written since vouches for them: the listing, as without one."""
+    open's proof of the queue ends from the CommitLog did not finish (store/queues/
+    log_proof.py), so no record written since vouches for them: the listing, as without one."""
     cuts = queue_cuts.read(root)
     vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) \
         if last_exit_ok and not proving else None

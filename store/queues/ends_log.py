@@ -38,14 +38,14 @@ import xxhash
 from ..crash_points import crash_point
 from ..files import safefs
 from ..files.consume_queue import PRE_BLANK
-from ..files.queue_registry import Key
 from ..format.message import validate_stored_topic
-from .metadata import checked_name
+from ..meta.metadata import checked_name
+from .registry import Key
 
 if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
     from ..files.consume_queue import ConsumeQueue
-    from ..files.queue_registry import QueueRegistry
+    from .registry import QueueRegistry
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import Any
 from ..errors import StoreFormatError
 from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
-from ..files.queue_registry import QueueRegistry
 from ..format.message import validate_topic
-from .metadata import checked_name, json_int, json_object, queue_id_key
+from ..meta.metadata import checked_name, json_int, json_object, queue_id_key
+from .registry import QueueRegistry
 
 NAME = "keptQueueEnds.json"
 _FIX = (f"restore config/{NAME} from its .bak; without it, offsets of messages an earlier "

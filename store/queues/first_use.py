@@ -1,5 +1,5 @@
 """A queue's first use in a store opened lazily: the check an open used to make of every queue,
-made of one queue when it is first needed (`files.queue_registry`).
+made of one queue when it is first needed (`queues.registry`).
 
 The queue's end is found from the back of its files and proven: its last units (and the
 tagsCodes of the last few) must describe their records, its first file must be where the
@@ -23,13 +23,12 @@ import numpy as np
 from ..errors import CorruptionError
 from ..files.consume_queue import ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
-from ..files.queue_registry import Recorded
 from ..format import layout
 from ..format.columns import RecordRun
-from ..meta import kept_ends
-from . import queue_check
-from .parts import StoreParts
-from .scanner import NOWHERE, scan_end
+from ..integrity.parts import StoreParts
+from ..integrity.scanner import NOWHERE, scan_end
+from . import check, kept_ends
+from .registry import Recorded
 
 if TYPE_CHECKING:
     Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -54,7 +53,7 @@ def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
         cq.load()
         cq.recover()
         if rec.cut is not None:
-            _noted(queue_check.cut_lost_tail(parts, cq, rec.cut), note)
+            _noted(check.cut_lost_tail(parts, cq, rec.cut), note)
         why = _problem(parts, cq, rec, min_commitlog)
         if why is not None:
             _rebuild(parts, tags, cq, rec, why, kept.get((cq.topic, cq.queue_id)), note)
@@ -77,10 +76,10 @@ def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed:
     cq.recover()
     end = parts.commitlog.queue.max_offset  # a live follower moves it
     if rec.cut is not None:
-        queue_check.cut_lost_tail(parts, cq, rec.cut)
+        check.cut_lost_tail(parts, cq, rec.cut)
     if crashed:
         cq.truncate_from_physical(end)
-    bad = queue_check.check_back(parts, cq, parts.checkpoint.cq_flushed_offset if crashed
+    bad = check.check_back(parts, cq, parts.checkpoint.cq_flushed_offset if crashed
                                  else NOWHERE) is not None
     if not crashed:
         cq.truncate_from_physical(end)
@@ -92,7 +91,7 @@ def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed:
     key = (cq.topic, cq.queue_id)
     note(f"ConsumeQueue {key[0]}/{key[1]} is damaged: served from the CommitLog; a read-write "
          "open rebuilds it", [])
-    return queue_check.queues_from_log(parts, {key})[key]
+    return check.queues_from_log(parts, {key})[key]
 
 
 def _noted(text: str | None, note: Note) -> None:
@@ -103,12 +102,12 @@ def _noted(text: str | None, note: Note) -> None:
 
 def _problem(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, min_commitlog: int) -> str | None:
     """What is wrong with a queue just loaded, or None."""
-    bad = queue_check.check_back(parts, cq, NOWHERE)
+    bad = check.check_back(parts, cq, NOWHERE)
     if bad is not None:
         return f"unit {bad[0]} does not match its record"
     if min_commitlog == 0 and cq.queue.files and cq.first_file_offset > rec.head:
         return f"lost its first file(s) (it starts at offset {cq.first_file_offset})"
-    gap = queue_check.missing_file(cq)
+    gap = check.missing_file(cq)
     if gap is not None:
         return f"lost a file in the middle (its units from offset {gap})"
     if cq.max_offset < rec.entries:

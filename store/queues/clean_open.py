@@ -2,7 +2,7 @@
 
 With the last clean close's record (config/dispatchState.json, `vouched`): queues that lost
 entries since it, and lost IndexFiles, are rebuilt; every other check is each queue's at its
-first use (store/integrity/first_use.py).
+first use (store/queues/first_use.py).
 
 Without a record to trust (a RocketMQ broker's store, an older mqfs's, or one whose record was
 quarantined) the queues are registered from the listing, counts unknown, and proven at their
@@ -22,14 +22,14 @@ import numpy as np
 
 from ..files.consume_queue import ConsumeQueue
 from ..files.dispatcher import has_queue_dir
-from ..files.queue_registry import Key, Recorded
 from ..format import layout
-from ..meta import dispatch_state
-from . import queue_check, salvage
+from ..integrity import salvage
+from . import check, dispatch_state
+from .registry import Key, Recorded
 
 if TYPE_CHECKING:
-    from .parts import StoreParts
-    from .scanner import KeptRuns
+    from ..integrity.parts import StoreParts
+    from ..integrity.scanner import KeptRuns
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def open_newest(parts: StoreParts, kept: KeptRuns | None, trusted: int) -> bool:
     record after it goes to a queue now open, at that queue's end (`act` dispatches them).
     False when that cannot stand for the whole check (every queue is then opened): no kept
     record is held, a record after it would not land at its queue's end, or a queue opened is
-    damaged (checked as every queue was: `queue_check.check_back`), lost its first file or has
+    damaged (checked as every queue was: `check.check_back`), lost its first file or has
     fewer entries than an earlier clean close counted."""
     if kept is None or not kept.open:
         return False
@@ -109,7 +109,7 @@ def open_newest(parts: StoreParts, kept: KeptRuns | None, trusted: int) -> bool:
                                  and cq.first_file_offset > rec.head) for cq, rec in opened):
         return False
     ends = {key: cq.max_offset if (cq := parts.consume_queues.peek(key)) is not None else 0 for key in lowest}
-    return ends == lowest and not queue_check.damaged_queues(parts, trusted)
+    return ends == lowest and not check.damaged_queues(parts, trusted)
 
 
 def _open(parts: StoreParts, key: Key, opened: list[tuple[ConsumeQueue, Recorded | None]]

@@ -16,11 +16,11 @@ from ..files.consume_queue import PRE_BLANK, UNIT_SIZE, ConsumeQueue, RebuiltQue
 from ..files.dispatcher import TagsCodes
 from ..format import codec, layout
 from ..format.multi_dispatch import dispatched
-from . import salvage
+from ..integrity import salvage
 
 if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
-    from .parts import StoreParts
+    from ..integrity.parts import StoreParts
 
 log = logging.getLogger(__name__)
 
