@@ -73,7 +73,7 @@ def test_every_path_a_doc_names_exists(doc):
 
 @pytest.mark.parametrize("tree", SOURCES)
 def test_every_path_a_comment_names_exists(tree):
-    """Docstrings and comments name modules as docs do (`store/integrity/live.py`)."""
+    """Docstrings and comments name modules as docs do (`store/files/safefs.py`)."""
     wrong = [f"{name}: {path}" for name in tracked() if name.startswith(tree + "/")
              and (name.endswith(".py") or tree == "scripts")
              for path in missing_paths((ROOT / name).read_text())]
