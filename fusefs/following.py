@@ -11,6 +11,7 @@ the messages read while it stays open by a few bytes each, not with the queue.""
 
 from __future__ import annotations
 
+import errno
 import threading
 from array import array
 from bisect import bisect_right
@@ -18,7 +19,12 @@ from collections.abc import Callable, Sequence
 
 from mqfs.store import MessageStore
 
+from .errors import FsError
+
 FOLLOW_BACK = 10  # messages before the open (tail's default -n, kcat's -o -10)
+FOLLOWERS_MAX = 32  # blocked `follow` reads each hold one of pyfuse3's (99) request tasks
+FOLLOWERS_PER_USER = FOLLOWERS_MAX // 2  # so that one user cannot take every slot
+SIGNAL_CHECK = 0.25  # seconds between checks for a signal sent to a waiting follow reader
 STRIDE = 64  # one recorded start position every STRIDE messages
 BATCH = 64  # messages read from the store at a time
 
@@ -26,6 +32,19 @@ BATCH = 64  # messages read from the store at a time
 Reader = Callable[[str, int, int, int], Sequence[bytes]]
 # the same, but each message's length as follow shows it (no body copied)
 Sizer = Callable[[str, int, int, int], Sequence[int]]
+
+
+def signal_pending(pid: int) -> bool:
+    """Whether a signal waits for process pid (its main thread or the process as a whole).
+    A process that is gone counts as no: its fd may live on in a child that reads it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16):
+                    return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def shown(body: bytes) -> bytes:
@@ -99,7 +118,38 @@ class Follows:
         self.store = store
         self.files: dict[tuple[str, int], FollowFile] = {}
         self.readers = 0  # open `follow` handles
+        self.by_user: dict[int, int] = {}  # uid -> open `follow` handles
         self.closing = False
+
+    def open(self, topic: str, queue: int, uid: int) -> FollowFile:
+        """A reader's slot and the file it reads; EMFILE past the limits (a waiting read
+        holds one of pyfuse3's request tasks)."""
+        if self.readers >= FOLLOWERS_MAX:
+            raise FsError(errno.EMFILE, f"at most {FOLLOWERS_MAX} follow readers at once")
+        mine = self.by_user.get(uid, 0)
+        if mine >= FOLLOWERS_PER_USER:
+            raise FsError(errno.EMFILE, f"at most {FOLLOWERS_PER_USER} follow readers per "
+                                        f"user (uid {uid} has them)")
+        file = self.file(topic, queue, opening=True)
+        self.readers += 1
+        self.by_user[uid] = mine + 1
+        return file
+
+    def leave(self, file: FollowFile, uid: int) -> None:
+        """A reader's handle is released; the file is forgotten with its last reader."""
+        file.readers -= 1
+        if not file.readers and self.files.get((file.topic, file.queue)) is file:
+            del self.files[(file.topic, file.queue)]
+        self.readers -= 1
+        self.by_user[uid] -= 1
+        if not self.by_user[uid]:
+            del self.by_user[uid]
+
+    def read(self, file: FollowFile, position: int, size: int) -> bytes | None:
+        """Up to `size` bytes of the file at `position` (a worker thread's job: records are
+        read), measuring what was stored since; None at its end, to wait for messages."""
+        end = file.grow(self.sizes, self.store.max_offset(file.topic, file.queue))
+        return file.read(self.bodies, position, size) if position < end else None
 
     def bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
         return [bytes(m.body) for m in self.store.get_range(topic, queue, offset, count)]
@@ -123,11 +173,6 @@ class Follows:
         if opening:
             file.readers += 1
         return file
-
-    def closed(self, file: FollowFile) -> None:
-        file.readers -= 1
-        if not file.readers and self.files.get((file.topic, file.queue)) is file:
-            del self.files[(file.topic, file.queue)]
 
     def size(self, topic: str, queue: int) -> int:
         """The queue's `follow` size now (what `stat` shows; measured anew each time)."""

@@ -1,76 +1,311 @@
-"""What an open file or directory handle holds, and the table that numbers them."""
+"""What an open file is: the handle an open returns (the Model's `open`, a kind's `open`),
+and the table that numbers them.
+
+A handle does its own reads, writes, commits and release, and says where each step runs:
+on the event loop when it answers from memory, in a worker thread when it may wait for the
+disk (a put, a record read), in the spool lane when it touches a staging file. The adapter
+provides those places (`Runner`), numbers the handles and turns their FsErrors into errnos;
+it knows nothing of what each one is (docs/concurrency.md says which step runs where).
+"""
 
 from __future__ import annotations
 
 import errno
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from .errors import FsError
-from .following import FollowFile
-from .staged import Staged
+from mqfs.store import Message, PutResult
+
+from .errors import FsError, errno_for
+from .following import SIGNAL_CHECK, FollowFile, Follows, signal_pending
+from .staged import Staged, StagedFiles
 from .writers import AppendWriter, JsonlWriter, OffsetWriter
 
+log = logging.getLogger("mqfs")
+
+R = TypeVar("R")
+T = TypeVar("T")
+Put = Callable[[list[Message]], list[PutResult]]
+
+
+class Runner(Protocol):
+    """The places the adapter offers a handle's steps."""
+
+    async def thread(self, fn: Callable[..., R], *args: Any) -> R:
+        """In a worker thread: work that may wait for the disk."""
+        ...
+
+    async def spool(self, on_disk: bool, fn: Callable[..., R], *args: Any) -> R:
+        """Work on a spool: in the spool lane (one thread, in arrival order) when it touches
+        its staging file or the lane is busy, else on the loop."""
+        ...
+
+    def stored(self) -> None:
+        """Messages were stored: wake `follow` readers."""
+
+    def arrival(self) -> trio.Event:
+        """What the next `stored` sets (taken before looking, so no store is missed)."""
+        ...
+
+    async def wait(self, arrival: trio.Event, seconds: float) -> None:
+        """Until the arrival is set or the seconds have passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """How a file is opened: for writing, with O_TRUNC, and by whom."""
+
+    writing: bool
+    truncate: bool = False
+    uid: int = 0
+    pid: int = 0
+
+
+class Handle:
+    """An open file. The defaults: reads as empty, refuses writes, nothing to commit."""
+
+    ino: int
+    direct_io = True  # every read and write reaches the daemon (no page cache)
+    keep_cache = False
+    nonseekable = False
+
+    async def read(self, run: Runner, off: int, size: int) -> bytes:
+        return b""
+
+    async def write(self, run: Runner, off: int, buf: bytes) -> int:
+        raise FsError(errno.EBADF)
+
+    async def commit(self, run: Runner) -> None:
+        """Make what was written visible: at each close of a descriptor (FUSE flush) and
+        at fsync."""
+
+    async def release(self, run: Runner) -> None:
+        """The last descriptor of the open file is closed."""
+
 
 @dataclass
-class MessageHandle:
+class MessageHandle(Handle):
+    """A message: its body, read whole at open (messages never change, so kept cached)."""
+
+    ino: int
     body: bytes
+    direct_io = False
+    keep_cache = True
+
+    async def read(self, run: Runner, off: int, size: int) -> bytes:
+        return memoryview(self.body)[off:off + size]  # type: ignore[return-value]
 
 
 @dataclass
-class WriteHandle:
-    """An open `append` or `append.jsonl`; writer is None when opened read-only. `lane`
-    keeps the writes and commits of one handle in order while they wait for threads."""
+class TextHandle(Handle):
+    """Generated text fixed at open (status.json)."""
+
+    ino: int
+    text: bytes
+
+    async def read(self, run: Runner, off: int, size: int) -> bytes:
+        return self.text[off:off + size]
+
+
+@dataclass
+class OffsetHandle(Handle):
+    """A group's offset file: its text at open; a written offset is committed (in a
+    worker thread) when its line is complete, or at the commit."""
+
+    ino: int
+    text: bytes
+    writer: OffsetWriter | None
+    commit_offset: Callable[[int], None]
+
+    async def read(self, run: Runner, off: int, size: int) -> bytes:
+        return self.text[off:off + size]
+
+    async def write(self, run: Runner, off: int, buf: bytes) -> int:
+        if self.writer is None:
+            raise FsError(errno.EBADF)
+        offset = self.writer.write(off, buf)
+        if offset is not None:
+            await self._commit(run, offset)
+        return len(buf)
+
+    async def commit(self, run: Runner) -> None:
+        if self.writer is not None:
+            offset = self.writer.take()
+            if offset is not None:
+                await self._commit(run, offset)
+
+    async def _commit(self, run: Runner, offset: int) -> None:
+        await run.thread(self.commit_offset, offset)
+        self.text = b"%d\n" % offset
+
+
+@dataclass
+class SinkHandle(Handle):
+    """`append`, `append.jsonl` or `append.lines`; writer is None when opened read-only.
+    `lane` keeps the writes and commits of one handle in order while they wait for
+    threads."""
 
     ino: int
     writer: AppendWriter | JsonlWriter | None
+    put: Put
     lane: trio.Lock = field(default_factory=trio.Lock)
+    nonseekable = True
+
+    def _on_disk(self) -> bool:
+        return False
+
+    async def commit(self, run: Runner) -> None:
+        writer = self.writer
+        if writer is not None:
+            async with self.lane:
+                await self._put(run, writer, await run.spool(self._on_disk(), writer.take))
+
+    async def _put(self, run: Runner, writer: AppendWriter | JsonlWriter,
+                   messages: list[Message]) -> None:
+        """Store (in a worker thread: bodies may be large, sync mode waits for the disk);
+        a refusal fails the writer, so the handle refuses everything after it."""
+        if not messages:
+            return
+        try:
+            await run.thread(self.put, messages)
+        except Exception as exc:
+            writer.fail(errno_for(exc) or errno.EIO)
+            raise
+        run.stored()
+
+    async def release(self, run: Runner) -> None:
+        writer = self.writer
+        if writer is not None:
+            if writer.pending:
+                log.warning("released an append handle with %d unflushed bytes; dropped",
+                            writer.pending)
+            await run.spool(self._on_disk(), writer.close)
 
 
 @dataclass
-class OffsetHandle:
-    ino: int
-    text: bytes
-    writer: OffsetWriter | None = None
+class AppendHandle(SinkHandle):
+    """`append`: the bytes written since the last commit are one message."""
+
+    writer: AppendWriter | None
+
+    def _on_disk(self) -> bool:
+        return self.writer is not None and self.writer.spool.on_disk
+
+    async def write(self, run: Runner, off: int, buf: bytes) -> int:
+        writer = self.writer
+        if writer is None:
+            raise FsError(errno.EBADF)
+        async with self.lane:
+            spool = writer.spool
+            return await run.spool(not spool.fits_in_memory(spool.size + len(buf)),
+                                   writer.write, buf)
 
 
 @dataclass
-class StagedHandle:
+class LinesHandle(SinkHandle):
+    """`append.jsonl` and `append.lines`: each line a message, stored as its newline
+    arrives; the lines one write completes are decoded and stored in one worker-thread
+    trip (decoding a megabyte of lines would hold the loop as long as storing them)."""
+
+    writer: JsonlWriter | None
+
+    async def write(self, run: Runner, off: int, buf: bytes) -> int:
+        if self.writer is None:
+            raise FsError(errno.EBADF)
+        async with self.lane:
+            if await run.thread(self._write_lines, self.writer, buf):
+                run.stored()
+            return len(buf)
+
+    def _write_lines(self, writer: JsonlWriter, buf: bytes) -> bool:
+        """True when lines were stored."""
+        messages = writer.write(buf)
+        if not messages:
+            return False
+        try:
+            self.put(messages)
+        except Exception as exc:
+            writer.fail(errno_for(exc) or errno.EIO)
+            raise
+        return True
+
+
+@dataclass
+class StagedHandle(Handle):
+    """A file in tmp/ (`fusefs.staged`): read and written anywhere, through its spool."""
+
     entry: Staged
+    files: StagedFiles
+
+    @property
+    def ino(self) -> int:  # type: ignore[override]
+        return self.entry.ino
+
+    async def read(self, run: Runner, off: int, size: int) -> bytes:
+        entry = self.entry
+        if entry.gone:
+            raise FsError(errno.ENOENT, "the staged file was published or removed")
+        return await run.spool(entry.spool.on_disk, entry.spool.read, off, size)
+
+    async def write(self, run: Runner, off: int, buf: bytes) -> int:
+        disk = not self.entry.spool.fits_in_memory(off + len(buf))
+        return await run.spool(disk, self.files.write, self.entry, off, buf)
 
 
 @dataclass
-class TextHandle:
-    """Generated text fixed at open (status.json)."""
-
-    text: bytes
-
-
-@dataclass
-class FollowHandle:
+class FollowHandle(Handle):
     """`follow`: the queue's follow file (fixed while open) and who holds it."""
 
     ino: int
     file: FollowFile
+    follows: Follows
     opener: int  # pid of the process that opened it: its signals end a waiting read
     uid: int  # whose slot it holds
     closed: bool = False
 
+    async def read(self, run: Runner, off: int, size: int) -> bytes:
+        """The follow file's bytes at `off` (`fusefs.following`); at its end, waits until a
+        message makes it grow, so `cat follow` prints new messages as they come.
+
+        pyfuse3 does not pass on the kernel's INTERRUPT, and the kernel waits for the answer
+        of a read the daemon has taken even when the reader is killed: so a waiting read
+        looks at the opener's pending signals a few times a second and answers EINTR when
+        there is one (Ctrl-C, `timeout`, kill end `cat follow` at once)."""
+        while True:
+            if self.closed or self.follows.closing:
+                return b""
+            arrival = run.arrival()
+            data = await run.thread(self.follows.read, self.file, off, size)
+            if data is not None:
+                return data
+            await run.wait(arrival, SIGNAL_CHECK)
+            if signal_pending(self.opener):
+                raise FsError(errno.EINTR, "the reader was signalled while waiting")
+
+    async def release(self, run: Runner) -> None:
+        self.closed = True
+        self.follows.leave(self.file, self.uid)
+        run.stored()  # wakes a read still waiting for this handle, which then ends
+
 
 @dataclass
-class Handles:
-    table: dict[int, Any] = field(default_factory=dict)
+class Handles(Generic[T]):
+    """Open files or directories, by the number the kernel is given."""
+
+    table: dict[int, T] = field(default_factory=dict)
     next: int = 1
 
-    def add(self, obj: Any) -> int:
+    def add(self, obj: T) -> int:
         fh = self.next
         self.next += 1
         self.table[fh] = obj
         return fh
 
-    def get(self, fh: int) -> Any:
+    def get(self, fh: int) -> T:
         try:
             return self.table[fh]
         except KeyError:

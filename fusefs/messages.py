@@ -16,6 +16,7 @@ from mqfs.store.format.compression import compression_of
 from mqfs.store.format.layout import host_text
 
 from .errors import FsError
+from .handles import Handle, MessageHandle, Runner
 from .inodes import (
     AT_VIEW,
     LINK_BIT,
@@ -115,6 +116,14 @@ class Messages:
             if body is not None:
                 self._body_bytes -= len(body)
         return body if body is not None else bytes(self.message(ino).body)
+
+    async def open(self, run: Runner, ino: int, writing: bool) -> Handle:
+        """A message's handle holds its body: a body the lookup just copied, or a small one
+        decoded from the mapping, is taken on the loop; a larger one in a worker thread."""
+        if writing:
+            raise FsError(errno.EACCES, "messages are read-only")
+        body = await run.thread(self.body, ino) if self.body_slow(ino) else self.body(ino)
+        return MessageHandle(ino, body)
 
     def readlink(self, ino: int) -> bytes:
         if not ino & LINK_BIT:

@@ -10,16 +10,17 @@ of named node (`kinds`), messages and links (`messages`), moving times (`times`)
 from __future__ import annotations
 
 import errno
-import json
+import os
 import time
 from collections.abc import Callable
 from typing import cast
 
-from mqfs.store import Message, MessageStore, PutResult, StoredMessage
+from mqfs.store import Message, MessageStore, PutResult
 from mqfs.store.files.staging import Staging
 
 from .errors import FsError
 from .following import Follows
+from .handles import Handle, Opening, Runner
 from .inodes import (
     GROUP_QUEUE,
     LINK,
@@ -27,22 +28,23 @@ from .inodes import (
     MESSAGE,
     MSG_BIT,
     NAME_MAX,
+    QUEUE,
     STAGED,
     STAGED_BIT,
-    STATUS,
+    TMP,
     Attr,
     Node,
     NodeTable,
 )
 from .kinds import KINDS, Kind
 from .kinds.groups import GroupQueue
-from .kinds.root import Status
+from .kinds.queue import Queue, Tmp
 from .listings import Listing
 from .messages import Messages, message_xattr
 from .parts import Parts
 from .recent import Recent
 from .spool import Budget, Spool
-from .staged import Staged, StagedFiles
+from .staged import StagedFiles
 from .status import status
 from .times import QueueTimes
 
@@ -64,8 +66,6 @@ class Model:
         self.times = QueueTimes(store, self.nodes, started_ns)
         self.tmp = StagedFiles(self.nodes, umask, None if self.staging is None else self.spool,
                                self.body_limit)
-        self.staged = self.tmp.staged
-        self.tmp_dirs = self.tmp.tmp_dirs
         self.follows = Follows(store)
         self.recent = Recent()
         self._limits: dict[str, int] = {}
@@ -76,7 +76,8 @@ class Model:
                            self.spool, self.put)
         self.kinds: dict[int, Kind] = {cls.kind: cls(self.parts) for cls in KINDS}
         self.group_files = cast(GroupQueue, self.kinds[GROUP_QUEUE])
-        self.status_file = cast(Status, self.kinds[STATUS])
+        self.queue_dir = cast(Queue, self.kinds[QUEUE])
+        self.tmp_dir = cast(Tmp, self.kinds[TMP])
 
     def spool(self) -> Spool:
         return Spool(self.staging, self.parts.budget)
@@ -96,12 +97,6 @@ class Model:
     def status(self) -> dict:
         """What /status.json shows."""
         return status(self.parts)
-
-    def status_text(self) -> bytes:
-        """/status.json's text, made now (its size is what stat shows until the next)."""
-        text = (json.dumps(self.status(), indent=1) + "\n").encode()
-        self.status_file.size = len(text)
-        return text
 
     # --- names and attributes --------------------------------------------------------------
     def lookup(self, parent: int, name: bytes) -> Attr:
@@ -129,9 +124,6 @@ class Model:
         if kind.moving:
             self.times.shown(node.ino)  # before the time is read: see QueueTimes.note_puts
         return kind.attr(node)
-
-    def queue_mtime(self, topic: str, queue: int) -> int:
-        return self.times.queue_mtime(topic, queue)
 
     def kind(self, ino: int) -> int:
         if ino & MSG_BIT:
@@ -169,9 +161,6 @@ class Model:
     def getattr_slow(self, ino: int) -> bool:
         return bool(ino & MSG_BIT) and self.messages.getattr_slow(ino)
 
-    def body_slow(self, ino: int) -> bool:
-        return self.messages.body_slow(ino)
-
     def listing_slow(self, ino: int) -> bool:
         node = self.nodes.find(ino)
         return node is not None and self.kinds[node.kind].slow_listing
@@ -181,12 +170,6 @@ class Model:
         return bool(ino & MSG_BIT) or self.listing_slow(ino)
 
     # --- messages and links ----------------------------------------------------------------
-    def body(self, ino: int) -> bytes:
-        return self.messages.body(ino)
-
-    def message(self, ino: int) -> StoredMessage:
-        return self.messages.message(ino)
-
     def readlink(self, ino: int) -> bytes:
         return self.messages.readlink(ino)
 
@@ -204,12 +187,35 @@ class Model:
         if not name.startswith(b"user."):
             value = None
         elif ino & MSG_BIT and not ino & LINK_BIT:
-            value = message_xattr(self.message(ino), name)
+            value = message_xattr(self.messages.message(ino), name)
         else:
             value = self.xattrs(ino).get(name)
         if value is None:
             raise FsError(errno.ENODATA)
         return value
+
+    def setxattr(self, ino: int, name: bytes, value: bytes) -> None:
+        """Only a staged file's user.keys and user.tags can be set."""
+        if self.kind(ino) != STAGED:
+            raise FsError(errno.EPERM, "attributes are read-only (but user.keys and user.tags "
+                                       "of files in tmp/)")
+        self.tmp.set_xattr(self.tmp.get(ino), name, value)
+
+    # --- open files ------------------------------------------------------------------------
+    async def open(self, run: Runner, ino: int, how: Opening) -> Handle:
+        """The handle of an open file: a message's, a staged file's, or a kind's."""
+        if ino & MSG_BIT:
+            if ino & LINK_BIT:
+                raise FsError(errno.EISDIR)
+            return await self.messages.open(run, ino, how.writing)
+        if ino & STAGED_BIT:
+            return await self.tmp_dir.open_staged(run, self.tmp.get(ino), how)
+        node = self.nodes.get(ino)
+        return await self.kinds[node.kind].open(run, node, how)
+
+    def create(self, parent: int, name: bytes, mode: int) -> tuple[Handle, Attr]:
+        """A new file, open: only in tmp/."""
+        return self.tmp_dir.create(parent, name, mode)
 
     # --- changes ---------------------------------------------------------------------------
     def mkdir(self, parent: int, name: bytes) -> Attr:
@@ -217,46 +223,79 @@ class Model:
         node = self.nodes.get(parent)
         return self.kinds[node.kind].mkdir(node, name)
 
+    async def setattr(self, run: Runner, ino: int, size: int | None, owner: bool) -> Attr:
+        """A new size (a staged file's any, a writable file's 0: O_TRUNC), times (accepted,
+        changing nothing); modes and owners (`owner`) are refused."""
+        kind = self.kind(ino)
+        if owner:
+            raise FsError(errno.EPERM, "modes and owners are fixed (mount options uid, gid, "
+                                       "umask)")
+        if kind == STAGED:
+            if size is not None:
+                await self.tmp_dir.truncate(run, self.tmp.get(ino), size)
+            return self.getattr(ino)
+        if kind in (MESSAGE, LINK) or not self.kinds[kind].takes_writes:
+            raise FsError(errno.EPERM, "messages and directories are immutable")
+        if size is not None and size != 0:
+            raise FsError(errno.EPERM, "writable files can only be truncated to 0 (O_TRUNC)")
+        return self.getattr(ino)
+
+    async def unlink(self, run: Runner, parent: int, name: bytes) -> None:
+        if self.kind(parent) != TMP:
+            raise FsError(errno.EPERM, "messages are removed only by retention")
+        await self.tmp_dir.remove(run, parent, name)
+
+    async def rename(self, run: Runner, parent: int, name: bytes, new_parent: int,
+                     new_name: bytes, *, exchange: bool, noreplace: bool) -> None:
+        """Out of tmp/: into tmp/ is a plain rename; into a queue directory (any name, or
+        onto `append`) publishes the staged file as one message of that queue."""
+        if self.kind(parent) != TMP:
+            raise FsError(errno.EPERM, "only files in tmp/ can be renamed")
+        if exchange:
+            raise FsError(errno.EINVAL, "files in tmp/ cannot be exchanged")
+        entry = self.tmp.entry(parent, name)
+        target = self.kind(new_parent)
+        if target == TMP:
+            await self.tmp_dir.move_in(run, new_parent, entry, new_name, noreplace)
+            return
+        if target != QUEUE:
+            raise FsError(errno.EPERM, "publish a staged file by renaming it into a queue "
+                                       "directory")
+        self.queue_dir.check_publish_name(new_name)
+        if noreplace and new_name != b"append":
+            try:
+                self.lookup(new_parent, new_name)
+                raise FsError(errno.EEXIST)
+            except FsError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+        await self.queue_dir.publish(run, self.nodes.get(new_parent), entry)
+
     def put(self, messages: list[Message]) -> list[PutResult]:
-        """Store messages (all or none) and move the times of their queues."""
-        results = self.store.put_batch(messages)
+        """Store messages (all or none) and move the times of their queues; a refusal for
+        size is EFBIG with the limit that applied."""
+        try:
+            results = self.store.put_batch(messages)
+        except Exception as exc:
+            for msg in messages:
+                room = self.store.max_body_size(msg)
+                if len(msg.body) > room:
+                    raise FsError(errno.EFBIG, f"body is {len(msg.body)} bytes, the limit here "
+                                               f"is {room}") from exc
+            raise
         moved = self.times.note_puts(messages, results)
         if moved:
             self.forget_attrs(moved)
         return results
 
-    # --- group offset files ----------------------------------------------------------------
-    def offset_text(self, node: Node) -> bytes:
-        return self.group_files.offset_text(node)
+    def flush(self) -> None:
+        """Everything on disk (fsync, fsyncdir): a worker thread's job."""
+        self.store.flush()
 
-    def group_offset_for(self, node: Node, text: str) -> int:
-        """The offset a text written to a group file names (FsError when refused)."""
-        return self.group_files.resolve(node, text)
+    def disk(self) -> os.statvfs_result:
+        """The store's file system (statfs): a worker thread's job."""
+        return os.statvfs(self.store.root)
 
-    def commit_group_offset(self, node: Node, offset: int) -> None:
-        self.group_files.commit(node, offset)
-
-    # --- tmp/: staged files (see `fusefs.staged`) -----------------------------------------
-    def tmp_create(self, tmp_ino: int, name: bytes) -> Attr:
-        return self.tmp.create(tmp_ino, name)
-
-    def tmp_entry(self, tmp_ino: int, name: bytes) -> Staged:
-        return self.tmp.entry(tmp_ino, name)
-
-    def tmp_unlink(self, tmp_ino: int, name: bytes) -> None:
-        self.tmp.unlink(tmp_ino, name)
-
-    def tmp_move(self, entry: Staged, tmp_ino: int, name: bytes, noreplace: bool) -> None:
-        self.tmp.move(entry, tmp_ino, name, noreplace)
-
-    def staged_write(self, entry: Staged, offset: int, data: bytes) -> int:
-        return self.tmp.write(entry, offset, data)
-
-    def staged_truncate(self, entry: Staged, size: int) -> None:
-        self.tmp.truncate(entry, size)
-
-    def staged_message(self, entry: Staged, topic: str, queue: int) -> Message:
-        return self.tmp.message(entry, topic, queue)
-
-    def set_staged_xattr(self, entry: Staged, name: bytes, value: bytes) -> None:
-        self.tmp.set_xattr(entry, name, value)
+    def stop_following(self) -> None:
+        """Shutting down: waiting `follow` reads answer EOF (once woken)."""
+        self.follows.closing = True

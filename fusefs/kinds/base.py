@@ -1,5 +1,6 @@
 """What every kind of named node answers: lookup in it, its attributes, its listing, its path
-(for logs) and its xattrs. One class per kind; `fusefs.kinds` registers them."""
+(for logs), its xattrs, mkdir in it and its open (the handle). One class per kind, with the
+rules of that kind; `fusefs.kinds` registers them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import errno
 import stat
 
 from ..errors import FsError
+from ..handles import Handle, Opening, Runner
 from ..inodes import Attr, Node, canonical_int, text_name
 from ..listings import Listing, SnapshotListing
 from ..parts import Parts
@@ -22,6 +24,7 @@ class Kind:
     moving = False  # its mtime is the newest message's: the kernel is told when it moves
     searches = False  # a lookup in it searches the store's indexes (a worker thread's job)
     slow_listing = False  # its listing queries the store at opendir (a worker thread's job)
+    takes_writes = False  # a file opened for writing: O_TRUNC (to size 0) is accepted
 
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
@@ -55,6 +58,10 @@ class Kind:
 
     def mkdir(self, node: Node, name: bytes) -> Attr:
         raise FsError(errno.EPERM, "directories are created only in /topics and /topics/<t>")
+
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        """The handle of an open file of this kind (directories are opened with opendir)."""
+        raise FsError(errno.EISDIR)
 
     def has_queue(self, topic: str, queue: int) -> bool:
         return queue in self.parts.store.queue_ids(topic)

@@ -8,6 +8,7 @@ from mqfs.store.errors import InvalidMessage
 from mqfs.store.meta.metadata import validate_group
 
 from ..errors import FsError
+from ..handles import Handle, OffsetHandle, Opening, Runner
 from ..inodes import (
     GROUP,
     GROUP_QUEUE,
@@ -22,6 +23,7 @@ from ..inodes import (
 from ..parts import Parts
 from ..timenames import when as time_of
 from ..topicnames import topic_entry
+from ..writers import OffsetWriter
 from .base import File, Kind
 
 
@@ -97,6 +99,7 @@ class GroupQueue(File):
 
     kind = GROUP_QUEUE
     perm = 0o666
+    takes_writes = True
 
     def __init__(self, parts: Parts) -> None:
         super().__init__(parts)
@@ -109,6 +112,13 @@ class GroupQueue(File):
 
     def path(self, node: Node) -> str:
         return group_path(node)
+
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        offsets = None
+        if how.writing:
+            offsets = OffsetWriter(lambda text: self.resolve(node, text))
+        return OffsetHandle(node.ino, self.offset_text(node), offsets,
+                            lambda offset: self.commit(node, offset))
 
     def offset_text(self, node: Node) -> bytes:
         """The committed offset, or where a new consumer starts (the queue's min offset)."""

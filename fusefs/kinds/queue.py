@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import errno
+import stat
 
 from ..errors import FsError
+from ..handles import (
+    AppendHandle,
+    FollowHandle,
+    Handle,
+    LinesHandle,
+    Opening,
+    Runner,
+    StagedHandle,
+)
 from ..inodes import (
     APPEND,
     AT,
@@ -21,7 +31,9 @@ from ..inodes import (
     canonical_int,
 )
 from ..listings import Listing, QueueListing
+from ..staged import Staged
 from ..topicnames import topic_entry
+from ..writers import AppendWriter, JsonlWriter, LinesWriter
 from .base import File, Kind
 from .root import MovingDir
 
@@ -33,6 +45,8 @@ SINK_BLKSIZE = 1 << 20  # append files: cat and cp write 1 MiB per request (the 
 CHILDREN = {b"append": (APPEND, "a"), b"append.jsonl": (JSONL, "j"), b"append.lines": (LINES, "l"),
             b"follow": (FOLLOW, "f"), b"tmp": (TMP, "tmp"), b"at": (AT, "at"), b"tags": (TAGS, "tags")}
 LISTED = (b"append", b"append.jsonl", b"append.lines", b"tmp", b"at", b"tags")
+# names a staged file cannot be published as: the queue's own entries, but `append`
+UNPUBLISHABLE = frozenset(CHILDREN) - {b"append"}
 
 
 class InQueue:
@@ -75,6 +89,27 @@ class Queue(InQueue, MovingDir):
         hi = self.parts.store.max_offset(node.topic, node.queue)
         return {b"user.min_offset": b"%d" % lo, b"user.max_offset": b"%d" % hi}
 
+    @staticmethod
+    def check_publish_name(name: bytes) -> None:
+        """A staged file renamed into the queue publishes under any new name or `append`;
+        the queue's other entries are refused."""
+        if name in UNPUBLISHABLE:
+            raise FsError(errno.EINVAL, "rename into the queue directory or onto append")
+
+    async def publish(self, run: Runner, node: Node, entry: Staged) -> None:
+        """Store a staged file as one message of this queue, then remove it from tmp/; the
+        rename answers once it is stored (refused: the file stays)."""
+        tmp = self.parts.tmp
+        entry.busy = True
+        try:
+            msg = await run.spool(entry.spool.on_disk, tmp.message, entry, node.topic,
+                                  node.queue)
+            await run.thread(self.parts.put, [msg])
+            run.stored()
+        finally:
+            entry.busy = False
+        await run.spool(entry.spool.on_disk, tmp.unlink, entry.parent, entry.name)
+
 
 class QueueFile(InQueue, File):
     """A file of a queue, always empty to stat, whose mtime is the queue's."""
@@ -94,6 +129,14 @@ class Append(QueueFile):
     tail = "/append"
     perm = 0o666
     blksize = SINK_BLKSIZE
+    takes_writes = True
+
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        writer = None
+        if how.writing:
+            writer = AppendWriter(node.topic, node.queue,
+                                  self.parts.body_limit(node.topic, node.queue), self.parts.spool())
+        return AppendHandle(node.ino, writer, self.parts.put)
 
 
 class Jsonl(Append):
@@ -101,13 +144,23 @@ class Jsonl(Append):
 
     kind = JSONL
     tail = "/append.jsonl"
+    writer: type[JsonlWriter] = JsonlWriter
+
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        writer = None
+        if how.writing:
+            parts = self.parts
+            writer = self.writer(node.topic, node.queue, parts.body_limit(node.topic, node.queue),
+                                 parts.budget, parts.store.max_body_size)
+        return LinesHandle(node.ino, writer, self.parts.put)
 
 
-class Lines(Append):
+class Lines(Jsonl):
     """append.lines: as append, one message per line."""
 
     kind = LINES
     tail = "/append.lines"
+    writer = LinesWriter
 
 
 class Follow(QueueFile):
@@ -122,6 +175,13 @@ class Follow(QueueFile):
                     self.parts.times.queue_mtime(node.topic, node.queue), attr_timeout=0.0,
                     blksize=self.blksize)
 
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        if how.writing:
+            raise FsError(errno.EACCES, "follow is read-only")
+        follows = self.parts.follows
+        return FollowHandle(node.ino, follows.open(node.topic, node.queue, how.uid), follows,
+                            how.pid, how.uid)
+
 
 class Tmp(InQueue, Kind):
     """tmp/: files being staged (see `fusefs.staged`)."""
@@ -135,3 +195,35 @@ class Tmp(InQueue, Kind):
 
     def children(self, node: Node) -> list[tuple[bytes, int]]:
         return self.parts.tmp.names(node.ino)
+
+    # staged files: their inodes are the Model's to dispatch (not table nodes), so these
+    # take the tmp/ directory's inode
+    def create(self, tmp_ino: int, name: bytes, mode: int) -> tuple[Handle, Attr]:
+        """A new staged file, open."""
+        if not stat.S_ISREG(mode) and stat.S_IFMT(mode):
+            raise FsError(errno.EPERM, "only regular files can be staged")
+        tmp = self.parts.tmp
+        attr = tmp.create(tmp_ino, name)
+        return StagedHandle(tmp.staged[attr.ino], tmp), attr
+
+    async def open_staged(self, run: Runner, entry: Staged, how: Opening) -> Handle:
+        if how.truncate and how.writing:
+            await run.spool(entry.spool.on_disk, self.parts.tmp.truncate, entry, 0)
+        return StagedHandle(entry, self.parts.tmp)
+
+    async def truncate(self, run: Runner, entry: Staged, size: int) -> None:
+        disk = entry.spool.on_disk or size > entry.spool.size
+        await run.spool(disk, self.parts.tmp.truncate, entry, size)
+
+    async def remove(self, run: Runner, tmp_ino: int, name: bytes) -> None:
+        """rm: abandons it (closing its staging file, if any, in the lane)."""
+        entry = self.parts.tmp.entry(tmp_ino, name)
+        await run.spool(entry.spool.on_disk, self.parts.tmp.unlink, entry.parent, entry.name)
+
+    async def move_in(self, run: Runner, tmp_ino: int, entry: Staged, name: bytes,
+                      noreplace: bool) -> None:
+        """A rename from a tmp/ into this one: a plain rename (replacing what has the name)."""
+        tmp = self.parts.tmp
+        replaced = tmp.tmp_dirs.get(tmp_ino, {}).get(name)
+        disk = replaced is not None and tmp.staged[replaced].spool.on_disk
+        await run.spool(disk, tmp.move, entry, tmp_ino, name, noreplace)

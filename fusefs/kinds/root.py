@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 
@@ -10,6 +11,7 @@ from mqfs.store.errors import InvalidMessage
 from mqfs.store.format.message import MAX_RETRY_TOPIC_LEN, MAX_TOPIC_LEN, validate_topic
 
 from ..errors import FsError
+from ..handles import Handle, Opening, Runner, TextHandle
 from ..inodes import (
     GROUPS_INO,
     KEYS_INO,
@@ -27,6 +29,7 @@ from ..inodes import (
     text_name,
 )
 from ..parts import Parts
+from ..status import status
 from ..topicnames import topic_entry
 from .base import File, Kind
 
@@ -75,6 +78,15 @@ class Status(File):
 
     def path(self, node: Node) -> str:
         return "/status.json"
+
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        return TextHandle(node.ino, await run.thread(self.text))  # statvfs, newest records
+
+    def text(self) -> bytes:
+        """The text, made now; its size is what stat shows until the next."""
+        text = (json.dumps(status(self.parts), indent=1) + "\n").encode()
+        self.size = len(text)
+        return text
 
 
 class MovingDir(Kind):

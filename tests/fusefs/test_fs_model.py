@@ -8,8 +8,10 @@ import stat
 from datetime import UTC, datetime
 
 import pytest
+import trio
 
 from mqfs.fusefs.errors import FsError
+from mqfs.fusefs.handles import Opening
 from mqfs.fusefs.inodes import (
     GROUPS_INO,
     KEYS_INO,
@@ -85,7 +87,7 @@ def test_message_inode_is_computed_from_queue_and_offset(model, store):
     assert a.mtime_ns == msg.store_timestamp * 1_000_000
     assert stat.S_ISREG(a.mode) and a.mode & 0o777 == 0o444
     assert model.getattr(a.ino).size == a.size
-    assert bytes(model.message(a.ino).body) == b"body 5"
+    assert bytes(model.messages.message(a.ino).body) == b"body 5"
 
 
 @pytest.mark.parametrize("name", [b"007", b"-1", b"3", b"99999", b"1e3", b" 1", b"0x1"])
@@ -201,24 +203,24 @@ def test_message_xattrs(model, store):
 
 def test_group_offsets(model, store):
     f = walk(model, "groups", "g1", "orders", "1")
-    assert model.offset_text(model.nodes.get(f)) == b"0\n"  # never committed: the queue's min
+    assert model.group_files.offset_text(model.nodes.get(f)) == b"0\n"  # never committed: the queue's min
     before = model.getattr(f).mtime_ns
-    model.commit_group_offset(model.nodes.get(f), 2)
-    assert model.offset_text(model.nodes.get(f)) == b"2\n"
+    model.group_files.commit(model.nodes.get(f), 2)
+    assert model.group_files.offset_text(model.nodes.get(f)) == b"2\n"
     assert model.getattr(f).mtime_ns > before
     node = model.nodes.get(f)
     with pytest.raises(FsError) as info:
-        model.group_offset_for(node, "4")  # queue 1 holds offsets 0..2
+        model.group_files.resolve(node, "4")  # queue 1 holds offsets 0..2
     assert info.value.errno == errno.EINVAL and "past the end" in str(info.value)
     # positions and times, resolved by the store (one write resets the queue)
-    assert model.group_offset_for(node, "3") == 3 == model.group_offset_for(node, "latest")
-    assert model.group_offset_for(node, "earliest") == store.min_offset("orders", 1) == 0
-    assert model.group_offset_for(node, "@0") == 0  # the first stored at or after 1970
-    assert model.group_offset_for(node, "@now") == 3  # nothing stored after now: latest
-    assert model.group_offset_for(node, "@-1000w") == 0
+    assert model.group_files.resolve(node, "3") == 3 == model.group_files.resolve(node, "latest")
+    assert model.group_files.resolve(node, "earliest") == store.min_offset("orders", 1) == 0
+    assert model.group_files.resolve(node, "@0") == 0  # the first stored at or after 1970
+    assert model.group_files.resolve(node, "@now") == 3  # nothing stored after now: latest
+    assert model.group_files.resolve(node, "@-1000w") == 0
     for text in ("@soon", "first", "-1", "@"):
         with pytest.raises(FsError) as info:
-            model.group_offset_for(node, text)
+            model.group_files.resolve(node, text)
         assert info.value.errno == errno.EINVAL, text
     assert [n for n, _, _ in model.listing(GROUPS_INO).entries(2)] == [b"g1"]
     assert errno_of(model.lookup, GROUPS_INO, b"bad group") == errno.ENOENT
@@ -410,24 +412,24 @@ def test_key_listing_cap_is_reported(store):
 
 def test_staged_files_publish_once_and_abandon(model, store):
     tmp = walk(model, "topics", "orders", "1", "tmp")
-    a = model.tmp_create(tmp, b"x")
-    entry = model.staged[a.ino]
-    model.staged_write(entry, 0, b"hello ")
-    model.staged_write(entry, 6, b"world")
-    model.set_staged_xattr(entry, b"user.keys", b"s1 s2")
+    a = model.tmp.create(tmp, b"x")
+    entry = model.tmp.staged[a.ino]
+    model.tmp.write(entry, 0, b"hello ")
+    model.tmp.write(entry, 6, b"world")
+    model.tmp.set_xattr(entry, b"user.keys", b"s1 s2")
     assert [n for n, _, _ in model.listing(tmp).entries(2)] == [b"x"]
-    msg = model.staged_message(entry, "orders", 1)
+    msg = model.tmp.message(entry, "orders", 1)
     assert (msg.body, msg.keys) == (b"hello world", ["s1", "s2"])
     model.put([msg])
-    model.tmp_unlink(tmp, b"x")
+    model.tmp.unlink(tmp, b"x")
     assert errno_of(model.lookup, tmp, b"x") == errno.ENOENT
-    assert errno_of(model.staged_write, entry, 0, b"late") == errno.ENOENT
+    assert errno_of(model.tmp.write, entry, 0, b"late") == errno.ENOENT
     assert bytes(store.get("orders", 1, 3).body) == b"hello world"
-    b = model.staged[model.tmp_create(tmp, b"y").ino]
-    assert errno_of(model.tmp_create, tmp, b"y") == errno.EEXIST
+    b = model.tmp.staged[model.tmp.create(tmp, b"y").ino]
+    assert errno_of(model.tmp.create, tmp, b"y") == errno.EEXIST
     limit = model.body_limit("orders", 1)
-    assert errno_of(model.staged_write, b, limit, b"!") == errno.EFBIG
-    assert errno_of(model.tmp_create, walk(model, "topics", "orders", "1"), b"z") == errno.EPERM
+    assert errno_of(model.tmp.write, b, limit, b"!") == errno.EFBIG
+    assert errno_of(model.tmp.create, walk(model, "topics", "orders", "1"), b"z") == errno.EPERM
 
 
 def test_queue_and_topic_mtimes_follow_the_newest_message(model, store):
@@ -456,7 +458,7 @@ def test_status_is_json_with_queues_and_errors(model, store):
     model.note_error("write", "/topics/orders/0/append.jsonl", errno.EINVAL, "line 1: not JSON")
     status = json.loads(json.dumps(model.status()))
     assert status["queues"]["orders/0"] == {"min_offset": 0, "max_offset": 3,
-                                            "newest_store_time_ms": model.queue_mtime("orders", 0)
+                                            "newest_store_time_ms": model.times.queue_mtime("orders", 0)
                                             // 1_000_000}
     assert status["groups"]["g@orders/0"] == {"committed": 1, "lag": 2}
     assert status["recent_errors"][0]["reason"] == "line 1: not JSON"
@@ -576,13 +578,13 @@ def test_what_may_wait_for_the_disk_is_told_apart_from_cached_answers(model, sto
     assert not model.lookup_slow(q, b"0")  # small: decoded and cached right away
     small_ino = model.lookup(q, b"0").ino
     assert not model.getattr_slow(small_ino)
-    assert not model.body_slow(small_ino) and model.body(small_ino) == b"body 0"
-    assert not model.body_slow(small_ino)  # attributes cached, body small: copied on the loop
+    assert not model.messages.body_slow(small_ino) and model.messages.body(small_ino) == b"body 0"
+    assert not model.messages.body_slow(small_ino)  # attributes cached, body small: copied on the loop
     assert model.lookup_slow(q, b"3") and model.lookup_slow(q, b"3")  # a 64 KiB+ body
     big_ino = model.lookup(q, b"3").ino
     assert not model.getattr_slow(big_ino)
-    model.body(big_ino)  # the copy kept from the lookup is used once
-    assert model.body_slow(big_ino) and model.xattrs_slow(big_ino)
+    model.messages.body(big_ino)  # the copy kept from the lookup is used once
+    assert model.messages.body_slow(big_ino) and model.xattrs_slow(big_ino)
     link = model.lookup(model.lookup(KEYS_INO, b"k0").ino, b"orders:0:0").ino
     assert model.getattr_slow(link) and not model.xattrs_slow(q)
 
@@ -612,9 +614,9 @@ def test_every_kind_of_node_has_one_class_that_names_its_path(model):
         seen.add(model.kind(ino))
     assert set(model.kinds) <= seen
     tmp = walk(model, *queue, "tmp")
-    staged = model.tmp_create(tmp, b"draft").ino
+    staged = model.tmp.create(tmp, b"draft").ino
     assert model.path(staged) == "/topics/orders/1/tmp/draft"
-    model.tmp_unlink(tmp, b"draft")
+    model.tmp.unlink(tmp, b"draft")
     assert model.path(staged) == "(staged file 1, gone)"
     assert model.path(999) == "(inode 999)"
 
@@ -631,3 +633,79 @@ def test_the_times_and_status_of_a_reopened_store_open_no_queue(tmp_path):
         assert status["queues"]["t7/2"] == {"min_offset": 0, "max_offset": 1,
                                             "newest_store_time_ms": newest}
         assert not s.consume_queues.opened()
+
+
+class InlineRunner:
+    """Every step of a handle in the caller: a model test has no event loop to keep free."""
+
+    def __init__(self) -> None:
+        self.stores = 0
+
+    async def thread(self, fn, *args):
+        return fn(*args)
+
+    async def spool(self, on_disk, fn, *args):
+        return fn(*args)
+
+    def stored(self) -> None:
+        self.stores += 1
+
+    def arrival(self):
+        return trio.Event()
+
+    async def wait(self, arrival, seconds) -> None:
+        pass
+
+
+async def refused(call) -> int:
+    with pytest.raises(FsError) as info:
+        await call
+    return info.value.errno
+
+
+def test_open_and_the_rules_of_each_kind_need_no_kernel(model, store):
+    """The Model opens every kind of file into a handle that does that kind's work, and
+    keeps its rules (EFBIG, the names a publish may not take, what can be truncated)."""
+    run = InlineRunner()
+    q = walk(model, "topics", "orders", "1")
+    tmp, append = model.lookup(q, b"tmp").ino, model.lookup(q, b"append").ino
+    limit = model.body_limit("orders", 1)
+
+    async def scenario() -> None:
+        h = await model.open(run, append, Opening(writing=True))
+        assert (h.direct_io, h.keep_cache, h.nonseekable) == (True, False, True)
+        assert await h.write(run, 0, b"one") == 3 and run.stores == 0
+        await h.commit(run)
+        assert bytes(store.get("orders", 1, 3).body) == b"one" and run.stores == 1
+        assert await refused(h.write(run, 0, b"x" * (limit + 1))) == errno.EFBIG
+        assert await refused(h.commit(run)) == errno.EFBIG  # the handle stays refused
+        msg = await model.open(run, model.lookup(q, b"3").ino, Opening(writing=False))
+        assert (msg.direct_io, msg.keep_cache) == (False, True)
+        assert bytes(await msg.read(run, 0, 100)) == b"one"
+        assert await refused(model.open(run, msg.ino, Opening(writing=True))) == errno.EACCES
+        assert await refused(model.open(run, q, Opening(writing=False))) == errno.EISDIR
+
+        staged, _ = model.create(tmp, b"x", stat.S_IFREG | 0o644)
+        assert await staged.write(run, 0, b"staged") == 6
+        for name in (b"tmp", b"follow", b"append.jsonl", b"append.lines", b"at", b"tags"):
+            assert await refused(model.rename(run, tmp, b"x", q, name, exchange=False,
+                                              noreplace=False)) == errno.EINVAL, name
+        assert await refused(model.rename(run, tmp, b"x", q, b"0", exchange=False,
+                                          noreplace=True)) == errno.EEXIST
+        await model.rename(run, tmp, b"x", q, b"anything", exchange=False, noreplace=False)
+        assert bytes(store.get("orders", 1, 4).body) == b"staged"
+        assert errno_of(model.lookup, tmp, b"x") == errno.ENOENT
+
+        assert (await model.setattr(run, append, 0, owner=False)).ino == append  # O_TRUNC
+        assert await refused(model.setattr(run, append, 5, owner=False)) == errno.EPERM
+        assert await refused(model.setattr(run, msg.ino, 0, owner=False)) == errno.EPERM
+        assert await refused(model.unlink(run, q, b"3")) == errno.EPERM
+
+        status = await model.open(run, STATUS_INO, Opening(writing=False))
+        text = await status.read(run, 0, 1 << 20)
+        assert json.loads(text)["queues"]["orders/1"]["max_offset"] == 5
+        assert model.getattr(STATUS_INO).size == len(text)
+
+    trio.run(scenario)
+    too_big = Message.create("orders", b"x" * (limit + 1), queue_id=1)
+    assert errno_of(model.put, [too_big]) == errno.EFBIG

@@ -16,7 +16,7 @@ import tempfile
 
 import pytest
 
-from mqfs.fusefs.ops import FOLLOWERS_PER_USER
+from mqfs.fusefs.following import FOLLOWERS_PER_USER
 from mqfs.store import InvalidMessage, Message, MessageStore
 from tests.fusefs.helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 from tests.store.helpers import small_config
