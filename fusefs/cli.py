@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "written), retention_hours=H and retention_bytes=N (delete the oldest "
                         "CommitLog files; off by default), message_delay_level='1s 5s ... 2h' "
                         "(the broker's messageDelayLevel, for delayed messages' units), "
-                        "debug (as -d); fstab-only options "
+                        "all_versions (compaction topics with every version the CommitLog "
+                        "holds, not as the broker serves them), debug (as -d); fstab-only options "
                         "are ignored")
     m.add_argument("-f", "--foreground", action="store_true", help="stay in the foreground")
     m.add_argument("-d", "--debug", action="store_true",
@@ -235,8 +236,9 @@ def cmd_info(a: argparse.Namespace) -> int:
             for q in s.queue_ids(topic):
                 lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
                 span = f"offsets {lo}..{hi - 1}" if hi > lo else "no messages"
-                print(f"  {topic}/{q}: {span}" + (f" ({_plural(hi - lo, 'message')})"
-                                                  if hi > lo else ""))
+                # a compaction topic's offsets have gaps where versions were compacted away
+                n = len(s.list_entries(topic, q, lo, hi - lo)[0]) if topic in s.compaction else hi - lo
+                print(f"  {topic}/{q}: {span}" + (f" ({_plural(n, 'message')})" if hi > lo else ""))
         for note in notes[told:]:  # what each queue's first use found (a damaged one)
             print(f"recovery     {note}")
         for group, per_topic in sorted(s.groups().items()):
@@ -284,6 +286,12 @@ def cmd_repair(a: argparse.Namespace) -> int:
     if before.ok and not plan.needed:
         print("nothing to repair: verify finds no problem")
         return 0
+    if not before.repairable and not plan.needed:
+        print("\n".join(before.lines[1:-1]))
+        print(f"nothing to repair: {_plural(before.problems, 'problem')} "
+              f"{'is' if before.problems == 1 else 'are'} in the broker's own files, which "
+              "repair leaves as they are")
+        return 1
     for line in before.lines:
         print(line)
     print("repair would:")

@@ -29,7 +29,7 @@ STRIDE = 64  # one recorded start position every STRIDE messages
 BATCH = 64  # messages read from the store at a time
 
 # (topic, queue, offset, count) -> bodies of messages from that offset, in order
-Reader = Callable[[str, int, int, int], Sequence[bytes]]
+Reader = Callable[[str, int, int, int], Sequence[bytes | None]]  # None: no message there
 # the same, but each message's length as follow shows it (no body copied)
 Sizer = Callable[[str, int, int, int], Sequence[int]]
 
@@ -47,8 +47,11 @@ def signal_pending(pid: int) -> bool:
     return False
 
 
-def shown(body: bytes) -> bytes:
-    """A body as follow shows it: ending in a newline."""
+def shown(body: bytes | None) -> bytes:
+    """A body as follow shows it: ending in a newline; nothing for an offset no message
+    holds (a compaction topic's versions compacted away)."""
+    if body is None:
+        return b""
     return body if body.endswith(b"\n") else body + b"\n"
 
 
@@ -151,16 +154,23 @@ class Follows:
         end = file.grow(self.sizes, self.store.max_offset(file.topic, file.queue))
         return file.read(self.bodies, position, size) if position < end else None
 
-    def bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes]:
-        return [bytes(m.body) for m in self.store.get_range(topic, queue, offset, count)]
+    def bodies(self, topic: str, queue: int, offset: int, count: int) -> list[bytes | None]:
+        msgs = self.store.get_range(topic, queue, offset, count)
+        if topic not in self.store.compaction:
+            return [bytes(m.body) for m in msgs]
+        found = {m.queue_offset: bytes(m.body) for m in msgs}  # offsets with gaps: one per offset
+        return [found.get(o) for o in range(offset, offset + count)]
 
     def sizes(self, topic: str, queue: int, offset: int, count: int) -> list[int]:
-        """Each message's length in `follow` (a newline added when its body has none)."""
-        out = []
+        """Each message's length in `follow` (a newline added when its body has none); 0 for
+        an offset a compaction topic's queue skips."""
+        found = {}
         for m in self.store.get_range(topic, queue, offset, count):
             body = m.body  # once: a compressed body is inflated at each use
-            out.append(len(body) + (bytes(body[-1:]) != b"\n"))
-        return out
+            found[m.queue_offset] = len(body) + (bytes(body[-1:]) != b"\n")
+        if topic not in self.store.compaction:
+            return list(found.values())
+        return [found.get(o, 0) for o in range(offset, offset + count)]
 
     def file(self, topic: str, queue: int, opening: bool = False) -> FollowFile:
         """The queue's `follow` file; taken anew (its last FOLLOW_BACK messages on) when

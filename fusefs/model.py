@@ -83,7 +83,11 @@ class Model:
         return Spool(self.staging, self.parts.budget)
 
     def body_limit(self, topic: str, queue: int) -> int:
-        """The largest body a plain message to topic may have (max size or file size)."""
+        """The largest body a plain message to topic may have (max size or file size); asked
+        when a writer opens, so a topic that takes no puts (a compaction topic) refuses there:
+        a shell never checks close."""
+        if topic in self.store.compaction:
+            self.store.check_writable(topic)
         limit = self._limits.get(topic)
         if limit is None:
             limit = self._limits[topic] = self.store.max_body_size(

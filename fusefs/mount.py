@@ -212,7 +212,8 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
                       retention_bytes=opts.retention_bytes,
                       message_delay_level=opts.message_delay_level or StoreConfig.message_delay_level,
-                      live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0)
+                      live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0,
+                      all_versions=opts.all_versions)
     crashed = os.path.exists(os.path.join(store_root, "abort"))
     # a clean open only re-checks the tail: quick, and not worth a bar
     started = time.monotonic()

@@ -37,6 +37,7 @@ class MountOptions:
     retention_hours: float = 0.0  # off: CommitLog files are kept until this is set
     retention_bytes: int = 0  # off: no size limit on the store's own CommitLog
     message_delay_level: str | None = None  # the broker's messageDelayLevel, when not the default
+    all_versions: bool = False  # compaction topics: every version, not the broker's view
     debug: bool = False  # foreground, libfuse's request trace and the debug log on stderr
 
     def fuse_options(self, store_root: str) -> set[str]:
@@ -97,6 +98,8 @@ def parse_options(groups: list[str]) -> MountOptions:
                 opts.allow_root = True
             elif item == "debug":
                 opts.debug = True
+            elif item == "all_versions":
+                opts.all_versions = True
             elif name in ("uid", "gid"):
                 setattr(opts, name, _owner(name, value))
             elif name in ("keys_max", "buffer_max", "retention_bytes"):
@@ -119,7 +122,7 @@ def parse_options(groups: list[str]) -> MountOptions:
                 raise ValueError(f"unknown mount option {item!r} (known: flush=async|sync, "
                                  "transient, ro, allow_other, allow_root, uid=N|USER, gid=N|GROUP, "
                                  "umask=OCTAL, keys_max=N, buffer_max=BYTES, retention_hours=H, "
-                                 "retention_bytes=N, message_delay_level='1s 5s ...', debug)")
+                                 "retention_bytes=N, message_delay_level='1s 5s ...', all_versions, debug)")
     if opts.allow_other and opts.allow_root:
         raise ValueError("allow_other and allow_root exclude each other")
     return opts

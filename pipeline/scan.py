@@ -85,6 +85,7 @@ class RowFilter:
     commitlog_offsets: Range = (None, None)
     queue_ranges: tuple[tuple[str, int, int, int], ...] | None = None
     all_records: bool = False  # else only queued ones: what a broker serves a consumer
+    excluded_topics: frozenset[str] = frozenset()  # served from elsewhere (pipeline/compacted.py)
 
 
 ALL_ROWS = RowFilter()
@@ -431,6 +432,8 @@ class FileBatcher:
                 for _, q, lo, hi in (r for r in flt.queue_ranges if r[0] == t):
                     hit |= in_topic & (f["queue_id"] == q) & (f["queue_offset"] >= lo) & (f["queue_offset"] < hi)
             keep &= hit
+        for t in flt.excluded_topics:
+            keep &= ~self._topic_is(f, keep, t.encode())
         return keep & ~self._topic_is(f, keep, _FILLER)
 
     def _bodies(self, pos: np.ndarray, lens: np.ndarray) -> pa.Array:

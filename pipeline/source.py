@@ -55,6 +55,7 @@ from mqfs.store.offline.views import (
     store_layout,
 )
 
+from . import compacted
 from .bounds import kept_bounds, start_by_time
 from .carried import carried_filters
 from .jvmplan import FallbackReader, JvmPlanReader, jvm_asked, jvm_unread, say_python_reads
@@ -330,15 +331,19 @@ class MqfsReader(DataSourceReader):
             return []
         if self.end_offset is None:
             self.end_offset = commitlog_end(self.layout)
+        views = compacted.compaction_views(self.layout, self.opts)
+        flt = compacted.excluding(flt, views)
         # units point at queued records only: a read of every record walks the CommitLog
         plan = UnitPlan(None) if flt.all_records else plan_units(
             self.layout, flt, self.opts.min_partitions, self.end_offset)
         if plan.parts is not None:
-            return list(plan.parts)
-        size = JVM_TASK_BYTES if self.jvm else HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
-        pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
-                                 flt, self.end_offset, plan.span, size)
-        return list(group_ranges(pieces, self.opts.min_partitions, size))
+            parts: list[InputPartition] = list(plan.parts)
+        else:
+            size = JVM_TASK_BYTES if self.jvm else HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
+            pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
+                                     flt, self.end_offset, plan.span, size)
+            parts = list(group_ranges(pieces, self.opts.min_partitions, size))
+        return parts + compacted.plan(views, flt, len(parts))
 
     def _header_only(self) -> bool:
         """Whether records are checked only as far as their headers (`scan.header_only`)."""
@@ -350,6 +355,9 @@ class MqfsReader(DataSourceReader):
     def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, UnitRange):
             yield from read_units(self.layout, partition, self.opts)
+            return
+        if isinstance(partition, compacted.CompactedPartition):
+            yield from compacted.read(self.layout, partition, self.opts)
             return
         if not isinstance(partition, RangeGroup):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows

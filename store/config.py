@@ -40,6 +40,8 @@ class StoreConfig:
     # access
     read_only: bool = False
     live_refresh_ms: int = 0  # read-only: take in what another process writes, this often
+    # compaction topics: every version the CommitLog holds, not the broker's compacted view
+    all_versions: bool = False
     check_crc_on_recover: bool = True
 
     def validate(self) -> None:

@@ -29,6 +29,7 @@ from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFo
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
+from .files.compaction_log import CompactionViews
 from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes, has_queue_dir
 from .files.in_use import Users, in_use
@@ -137,6 +138,10 @@ class MessageStore(StoreReads):
         self._scrub = None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
+        self.compaction = CompactionViews(
+            self.root, frozenset() if cfg.all_versions else
+            features.topics_of(self.features, features.COMPACTION), self.flavor,
+            features.policies_unknown(self.root, self.features))
         self._lock_file = StoreLock(self.root)
         # a read-only open takes no lock: it changes nothing and must not keep a broker or a
         # daemon from writing the store it shows (store/services/live.py follows what they add)
@@ -495,12 +500,33 @@ class MessageStore(StoreReads):
         self._lock_file.hold_replacement()
         return True
 
+    def check_writable(self, topic: str) -> None:
+        """ReadOnlyStore when puts to `topic` are refused: a compaction topic the broker serves
+        from compaction/ (it would never copy the record there, so its consumers would never
+        get it), or one whose cleanup.policy the broker cannot read; or the store's."""
+        self._writable()
+        policy = self.compaction.unreadable.get(topic)
+        if policy is not None:
+            raise ReadOnlyStore(f"topics.json gives {topic} cleanup.policy={policy!r}, which "
+                                "RocketMQ does not know: the broker cannot serve it")
+        if topic in self.compaction:
+            raise ReadOnlyStore(
+                f"{topic} is a compaction topic, which the broker serves from compaction/ "
+                "(mqfs does not write it): a message put here would never reach its "
+                "consumers; send it through the broker")
+
+    def _not_compacted(self, msgs: list[Message]) -> None:
+        for topic in {m.topic for m in msgs} & self.compaction.topics:
+            self.check_writable(topic)
+
     @in_use
     def put(self, message: Message) -> PutResult:
         """Append one message; when it returns it is readable and findable (and on disk in
         sync mode). The lean path: one encode, one lock, units and entries written in place."""
         if not self.is_open or self.config.read_only or self.stopped is not None:
             self._writable()
+        if self.compaction.topics:
+            self._not_compacted([message])
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
         self.commitlog.check_fits(size)
@@ -536,6 +562,8 @@ class MessageStore(StoreReads):
         than as many puts."""
         self._writable()
         msgs = list(messages)
+        if self.compaction.topics:
+            self._not_compacted(msgs)
         if len(msgs) <= 1:
             # one message: put's path writes the same bytes for ~1/30 of the batch path's
             # fixed cost (an `append` close through the mount is exactly this)

@@ -13,6 +13,7 @@ from .batch_reads import BatchReads
 from .errors import CodecError, CorruptionError, NotFound
 from .files.batch_consume_queue import BatchQueue
 from .files.commitlog import CommitLog
+from .files.compaction_log import CompactedQueue, CompactionViews
 from .files.consume_queue import QueueView, RebuiltQueue
 from .files.consume_queue_ext import EXT_ADDRESS_MAX
 from .files.dispatcher import TagsCodes, takes_unit
@@ -53,6 +54,11 @@ class StoreReads:
 
     def _bq(self, topic: str, queue_id: int) -> BatchQueue | None:
         return self.batch.queue(topic, queue_id) if self.batch is not None else None
+    compaction: CompactionViews  # compaction topics, served as the broker serves them
+
+    def _compacted(self, topic: str, queue_id: int) -> CompactedQueue | None:
+        """The queue as the broker serves it when the topic is a compaction topic, else None."""
+        return self.compaction.queue(topic, queue_id) if topic in self.compaction else None
 
     def _cq(self, topic: str, queue_id: int) -> QueueView:
         key = (topic, queue_id)
@@ -76,6 +82,9 @@ class StoreReads:
     def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
         if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
             return self.batch.get(bq, offset)
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            return compacted.get(offset)
         cq = self._cq(topic, queue_id)
         entry = cq.entry(offset)
         if entry is None:
@@ -101,6 +110,9 @@ class StoreReads:
             raise NotFound(f"offset {offset} and count {n} must not be negative")
         if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
             return self.batch.get_range(bq, offset, n, tags, skip_damaged, limit)
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            return _compacted_range(compacted, offset, n, tags, skip_damaged, limit)
         cq = self._cq(topic, queue_id)
         units = cq.entries(offset, n)
         queue_offsets = np.arange(len(units), dtype=np.int64) + max(offset, cq.min_offset)
@@ -134,6 +146,11 @@ class StoreReads:
         size)."""
         if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
             return self.batch.list_entries(bq, offset, n)
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            units = compacted.units_from(max(offset, 0), n)
+            return (units["base"].astype(np.int64), np.array(
+                [compacted.body_size(u) for u in units], dtype=np.int64), units["store_time"].astype(np.int64))
         units = self._cq(topic, queue_id).entries(max(offset, 0), n)
         first = max(offset, self._cq(topic, queue_id).min_offset)
         queue_offsets = np.arange(first, first + len(units), dtype=np.int64)
@@ -149,6 +166,9 @@ class StoreReads:
     def min_offset(self, topic: str, queue_id: int) -> int:
         if (bq := self._bq(topic, queue_id)) is not None:
             return bq.bounds()[0]
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            return compacted.min_offset
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None and self.commitlog.queue.min_offset == 0:
             return rec.min_offset  # a queue not open: as recorded (retention never cut the log)
@@ -158,6 +178,9 @@ class StoreReads:
     def max_offset(self, topic: str, queue_id: int) -> int:
         if (bq := self._bq(topic, queue_id)) is not None:
             return bq.bounds()[1]
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            return compacted.max_offset
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None:
             return rec.entries  # a queue not open: as recorded (a put opens it and proves its end)
@@ -170,6 +193,9 @@ class StoreReads:
         no queue), else from its last unit's record header."""
         if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
             return self.batch.newest_store_time(bq)
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            return int(compacted.units["store_time"][-1]) if len(compacted.units) else None
         rec = self.consume_queues.recorded((topic, queue_id))
         if rec is not None and rec.newest:
             return rec.newest
@@ -183,6 +209,9 @@ class StoreReads:
     def offset_by_time(self, topic: str, queue_id: int, ts: int, upper: bool = False) -> int:
         if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
             return self.batch.offset_by_time(bq, ts, upper)
+        compacted = self._compacted(topic, queue_id)
+        if compacted is not None:
+            return compacted.offset_by_time(ts, upper)
         cq = self._cq(topic, queue_id)
         return cq.offset_by_time(ts, self.commitlog.store_timestamp_at,
                                  lambda offsets: self.commitlog.body_sizes_and_times(offsets)[1],
@@ -193,7 +222,9 @@ class StoreReads:
                   max_n: int = 64, queued: bool = False) -> list[StoredMessage]:
         """Messages whose UNIQ_KEY or KEYS hold `key`, newest first; hash collisions removed.
         A prepared transaction is indexed but has no queue unit (its QUEUEOFFSET names
-        another message); `queued` leaves out every record no queue serves."""
+        another message); `queued` leaves out every record no queue serves (a compaction
+        topic's versions the broker compacted away too) and gives a compaction topic's
+        messages as the broker serves them."""
         if not key or max_n <= 0:
             return []
         topics = [topic] if topic is not None else sorted(self.topic_table.counts())
@@ -210,12 +241,27 @@ class StoreReads:
                         begin <= msg.store_timestamp <= end and \
                         (not queued or takes_unit(msg.topic, msg.sys_flag)) and \
                         not (self._bq(t, msg.queue_id) is not None and batch.is_inner_batch(msg.sys_flag)):
-                    hits[commitlog_offset] = msg  # an inner batch's own keys are no consumer's
-        found = sorted(hits.values(), key=lambda m: m.commitlog_offset, reverse=True)
+                    # an inner batch's own keys are no consumer's
+                    served = self._as_served(msg) if queued else msg
+                    if served is not None:
+                        hits[commitlog_offset] = served
+        # by the CommitLog offset of the record found (a compaction copy's own is elsewhere)
+        found = [m for _, m in sorted(hits.items(), key=lambda hit: hit[0], reverse=True)]
         if self.batch is not None:  # inner messages: the IndexFile holds not their keys
             inner = self.batch.query_key(key, topic, begin, end)
             found = sorted(found + inner, key=lambda m: (m.commitlog_offset, m.queue_offset), reverse=True)
         return found[:max_n]
+
+    def _as_served(self, msg: StoredMessage) -> StoredMessage | None:
+        """A CommitLog record as its queue serves it: a compaction topic's from compaction/
+        (None when compacted away or damaged there), any other's as it is."""
+        compacted = self._compacted(msg.topic, msg.queue_id)
+        if compacted is None:
+            return msg
+        try:
+            return compacted.get(msg.queue_offset)
+        except (NotFound, CorruptionError):
+            return None
 
     @in_use
     def get_by_msgid(self, msg_id: str) -> StoredMessage:
@@ -246,3 +292,27 @@ class StoreReads:
         if self.batch is not None and topic in self.batch.topics:
             return sorted(set(self.topic_table.queue_ids(topic)) | set(self.batch.queue_ids(topic)))
         return self.topic_table.queue_ids(topic)
+
+
+def _compacted_range(queue: CompactedQueue, offset: int, n: int, tags: Iterable[str] | None,
+                     skip_damaged: bool, limit: int | None) -> list[StoredMessage]:
+    """get_range over a compaction topic's queue as the broker serves it (offsets with gaps)."""
+    return _read_units(queue, queue.units_in(offset, n), tags, skip_damaged, limit)
+
+
+def _read_units(queue: CompactedQueue, units: np.ndarray, tags: Iterable[str] | None,
+                skip_damaged: bool, limit: int | None) -> list[StoredMessage]:
+    wanted = None if tags is None else set(tags)
+    out = []
+    for unit in units:
+        try:
+            msg = queue.read(unit)
+        except CorruptionError:
+            if skip_damaged:
+                continue
+            raise
+        if wanted is None or msg.tags in wanted:
+            out.append(msg)
+            if len(out) == limit:
+                break
+    return out

@@ -35,6 +35,7 @@ from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import cuts as queue_cuts
 from ..queues import dispatch_state
 from . import batch_check, repair_journal, salvage
+from .compaction_check import check_compaction
 from .salvage import Damage
 
 Progress = Callable[[int, int], None]
@@ -47,6 +48,7 @@ class VerifyReport:
     problems: int = 0
     crashed: bool = False  # the abort file is there: recovery has yet to run
     pending: int = 0  # ConsumeQueue/IndexFile mismatches recovery will rebuild (crashed)
+    brokers_problems: int = 0  # of `problems`: in files only the broker writes
 
     @property
     def ok(self) -> bool:
@@ -74,6 +76,17 @@ class VerifyReport:
         self.problems += 1
         if self.problems <= MAX_LISTED:
             self.lines.append("PROBLEM " + text)
+
+    def brokers(self, text: str) -> None:
+        """A problem in files only the broker writes (compaction/, its topic attributes):
+        repair leaves them as they are, so it never acts on these alone."""
+        self.brokers_problems += 1
+        self.problem(text)
+
+    @property
+    def repairable(self) -> int:
+        """Problems `mqfs repair` can do something about."""
+        return self.problems - self.brokers_problems
 
 
 @dataclass
@@ -393,7 +406,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     lock = StoreLock(root)
     lock.acquire(shared=True)
     records: dict[int, _RecordInfo] = {}
-    cq_checked = ix_checked = batch_checked = 0
+    cq_checked = ix_checked = batch_checked = compacted = 0
     try:
         torn_from = None
         if os.path.exists(os.path.join(root, "abort")):
@@ -418,6 +431,8 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
                                    fillers, report, bar.advance, used)
         ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
                                   damages, report, bar.advance)
+        compacted = check_compaction(root, flavor, used, records, report.brokers,
+                                     lambda text: report.lines.append(f"note: {text}"))
     except StoreFormatError as exc:
         report.problem(str(exc))
     finally:
@@ -431,7 +446,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         report.lines.insert(0, f"{batch_checked} BatchCQ units checked (batchconsumequeue/, inner batches "
                                "unwrapped)")
     report.lines.insert(0, f"{len(records)} CommitLog records, {cq_checked} ConsumeQueue entries, "
-                           f"{ix_checked} IndexFile entries checked ({flavor.name} flavor)")
+                           f"{ix_checked} IndexFile entries"
+                           + (f", {compacted} compactionCq units" if compacted else "")
+                           + f" checked ({flavor.name} flavor)")
     report.lines.append("OK" if report.ok else
                         f"{report.problems} problems: `mqfs repair {root}` shows what it would do")
     return report

@@ -14,6 +14,7 @@ CommitLog file (`RECORDS_LOOKED_AT`, at most `BYTES_LOOKED_AT`); never a whole-s
 | `rocksdb-consumequeue`   | `consumequeue/` holding CURRENT, MANIFEST-*, *.sst      | refused    |
 | `rocksdb-config`         | `config/{topics,consumerOffsets,subscriptionGroups,rdb}/` | refused  |
 | `compaction`             | `compaction/`, `cleanup.policy=COMPACTION` in topics.json | allowed  |
+| `unknown-cleanup-policy` | a `cleanup.policy` in topics.json RocketMQ does not know  | allowed    |
 | `timer`                  | `timerwheel`, `timerlog/`, `consumequeue/rmq_sys_wheel_timer` | allowed |
 | `pop-kv-store`           | `kvStore/` (the broker's pop consumer records)          | allowed    |
 | `ha-epoch`               | `epochFileCheckpoint` (controller-mode HA)              | refused    |
@@ -24,6 +25,8 @@ CommitLog file (`RECORDS_LOOKED_AT`, at most `BYTES_LOOKED_AT`); never a whole-s
 a queue mqfs would write or rebuild is kept elsewhere or in another shape, or a commit or a new
 topic would not reach the broker. "allowed": mqfs's writes (CommitLog, ConsumeQueue, IndexFile,
 its config files) leave the feature's files whole; they are never touched (`Features.foreign`).
+A compaction topic's queues are served from compaction/ (store/files/compaction_log.py) and
+refuse puts, as do a topic whose cleanup.policy the broker cannot read (its reads fail there).
 Where in doubt, refuse: `-o ro` always works.
 """
 
@@ -45,6 +48,7 @@ CQ_EXT = "consumequeue-ext"
 ROCKSDB_CQ = "rocksdb-consumequeue"
 ROCKSDB_CONFIG = "rocksdb-config"
 COMPACTION = "compaction"
+BAD_POLICY = "unknown-cleanup-policy"
 TIMER = "timer"
 POP_KV = "pop-kv-store"
 HA_EPOCH = "ha-epoch"
@@ -135,10 +139,15 @@ def notes(features: Features) -> list[str]:
     """What a user should know of how mqfs shows the features it reads as they are."""
     out = []
     compaction = features.named(COMPACTION)
-    if compaction is not None:
-        which = ", ".join(compaction.topics) or "see compaction/"
-        out.append(f"compaction topics ({which}) are shown with every version the CommitLog "
-                   "holds, not the broker's compacted view (compaction/ is not read)")
+    if compaction is not None and compaction.topics:
+        out.append(f"compaction topics ({', '.join(compaction.topics)}) are shown as the broker "
+                   "serves them, from compaction/ (newest version of each key where it "
+                   "compacted, offsets with gaps); -o all_versions shows every version the "
+                   "CommitLog holds")
+    bad = features.named(BAD_POLICY)
+    if bad is not None:
+        out.append(f"topics.json gives {', '.join(bad.topics)} a cleanup.policy RocketMQ does "
+                   "not know (DELETE or COMPACTION): reading them fails, as the broker's reads do")
     return out
 
 
@@ -146,6 +155,15 @@ def topics_of(features: Features, name: str) -> frozenset[str]:
     """The topics (or LMQ queues) a per-topic feature concerns; empty when it is not used."""
     found = features.named(name)
     return frozenset(found.topics) if found is not None else frozenset()
+
+
+def policies_unknown(root: str, features: Features) -> dict[str, str]:
+    """topic -> the cleanup.policy RocketMQ does not know that topics.json gives it."""
+    bad = topics_of(features, BAD_POLICY)
+    if not bad:
+        return {}
+    attributes = _topic_attributes(root)
+    return {t: attributes[t]["cleanup.policy"] for t in bad if t in attributes}
 
 
 def _entries(path: str) -> dict[str, str]:
@@ -183,7 +201,7 @@ def _topic_attributes(root: str) -> dict[str, dict[str, str]]:
     missing or not readable as JSON (TopicTable then says what is wrong with it)."""
     try:
         raw = safefs.read_bytes(os.path.join(root, "config", "topics.json"))
-        if b"BatchCQ" not in raw and b"COMPACTION" not in raw:
+        if b"BatchCQ" not in raw and b"cleanup.policy" not in raw:
             return {}  # the values looked for: a table of 100,000 topics is not parsed twice
         data = parse_text(raw.decode())
         table = data["topicConfigTable"]
@@ -267,6 +285,11 @@ def recognise(root: str) -> Features:
     if compacted:
         found.append(Feature(COMPACTION, f"topics.json: {compacted[0]} cleanup.policy=COMPACTION",
                              topics=compacted))
+    bad = tuple(sorted(t for t, a in attributes.items()
+                       if a.get("cleanup.policy", "DELETE") not in ("DELETE", "COMPACTION")))
+    if bad:
+        found.append(Feature(BAD_POLICY, f"topics.json: {bad[0]} cleanup.policy="
+                                         f"{attributes[bad[0]]['cleanup.policy']!r}", topics=bad))
     if cq.get(TIMER_TOPIC) == "dir":
         found.append(Feature(TIMER, f"consumequeue/{TIMER_TOPIC}/"))
     if LMQ not in {f.name for f in found} and any(

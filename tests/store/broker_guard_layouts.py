@@ -12,6 +12,8 @@ import shutil
 import struct
 
 from mqfs.store import Message, MessageStore
+from mqfs.store.format.batch import encode_unit
+from mqfs.store.format.layout import MAGIC_BLANK
 from tests.store.broker_layouts import BatchWorkload
 from tests.store.helpers import small_config
 
@@ -154,25 +156,138 @@ def layout_rocksdb(root: str) -> None:
         _rocksdb_dir(os.path.join(root, "config", name), name.encode())
 
 
+class CompactionQueueFiles:
+    """What RocketMQ 5's CompactionLog writes for one queue of a compaction topic, in memory:
+    compactionLog files (copies of the CommitLog records, PHYSICALOFFSET set to the copy's own
+    position; a BLANK where the next copy does not fit) and compactionCq files named as the
+    log file they index (46-byte units; an end unit where a file is closed early), rolled
+    when either is full (CompactionAppendMessageCallback.doAppend); `compact()` is
+    CompactionLog.compactAndReplace. `served` is what the broker's getMessage gives."""
+
+    def __init__(self, cq_size: int, log_size: int):
+        self.cq_size, self.log_size = cq_size, log_size
+        self.logs: dict[int, bytearray] = {}
+        self.cqs: dict[int, bytearray] = {}
+        self.kept: dict[int, list[tuple[int, str, bytes]]] = {}  # file -> (queue offset, keys, body)
+        self.current = -1
+        self.log_pos = self.cq_pos = 0
+        self.newest = -1  # the newest queue offset taken ("fix duplicate")
+        self.position = -1  # CompactionPositionMgr's offset for the queue
+
+    def _roll(self, start: int) -> None:
+        self.logs[start], self.cqs[start], self.kept[start] = bytearray(self.log_size), bytearray(self.cq_size), []
+        self.current, self.log_pos, self.cq_pos = start, 0, 0
+
+    def append(self, record: bytes, keys: str, body: bytes, tags_code: int, store_ts: int, queue_offset: int) -> None:
+        if queue_offset <= self.newest or not keys:
+            return
+        if self.current < 0:
+            self._roll(0)
+        elif self.log_pos == self.log_size:
+            self._roll(self.current + self.log_size)
+        if self.cq_pos + 46 >= self.cq_size or len(record) + 8 > self.log_size - self.log_pos:
+            cq, log = self.cqs[self.current], self.logs[self.current]
+            if self.cq_pos + 46 <= self.cq_size:  # SparseConsumeQueue.putEndPositionInfo
+                cq[self.cq_pos:self.cq_pos + 46] = struct.pack(">qiqqqhii", -1, 0, 0, 0, 0, 0, -1, 0)
+            log[self.log_pos:self.log_pos + 8] = struct.pack(">ii", self.log_size - self.log_pos, MAGIC_BLANK)
+            self._roll(self.current + self.log_size)
+        position = self.current + self.log_pos
+        copy = bytearray(record)
+        copy[28:36] = struct.pack(">q", position)
+        self.logs[self.current][self.log_pos:self.log_pos + len(copy)] = copy
+        self.cqs[self.current][self.cq_pos:self.cq_pos + 46] = encode_unit(
+            position, len(copy), tags_code, store_ts, queue_offset, 1)
+        self.log_pos += len(copy)
+        self.cq_pos += 46
+        self.kept[self.current].append((queue_offset, keys, body))
+        self.newest = queue_offset
+
+    def compact(self) -> None:
+        """Every file but the newest rewritten from offset 0 with the newest version of each
+        key among them (a version with no body is dropped: a tombstone), newer files kept."""
+        files = sorted(self.logs)
+        if len(files) < 2:
+            return
+        older, newest_file = files[:-1], files[-1]
+        if not any(e[0] > self.position for f in older for e in self.kept[f]):
+            return
+        latest: dict[str, int] = {}
+        last = -1
+        for f in older:
+            for offset, keys, _ in self.kept[f]:
+                if offset > self.position:
+                    latest[keys], last = offset, offset
+        records = [(f, i) for f in older for i in range(len(self.kept[f]))]
+        old_logs, old_cqs, old_kept = self.logs, self.cqs, self.kept
+        units = {f: [struct.unpack_from(">qiqqqhii", old_cqs[f], 46 * i) for i in range(len(old_kept[f]))]
+                 for f in older}
+        current = (old_logs[newest_file], old_cqs[newest_file], old_kept[newest_file], self.log_pos, self.cq_pos)
+        self.logs, self.cqs, self.kept, self.current, self.newest = {}, {}, {}, -1, -1
+        for f, i in records:
+            offset, keys, body = old_kept[f][i]
+            if offset > last or (offset >= latest.get(keys, -1) and body):
+                position, size, tags_code, store_ts = units[f][i][:4]
+                record = bytes(old_logs[f][position - f:position - f + size])
+                self.append(record, keys, body, tags_code, store_ts, offset)
+        self.logs[newest_file], self.cqs[newest_file], self.kept[newest_file], self.log_pos, self.cq_pos = current
+        self.current = newest_file
+        self.newest = max(e[0] for e in self.kept[newest_file])
+        self.position = last
+
+    def served(self) -> list[tuple[int, bytes]]:
+        return [(offset, body) for f in sorted(self.kept) for offset, _, body in self.kept[f]]
+
+    def write(self, root: str, topic: str, queue_id: int) -> None:
+        for kind, files in (("compactionLog", self.logs), ("compactionCq", self.cqs)):
+            for start, data in files.items():
+                _write(os.path.join(root, "compaction", kind, topic, str(queue_id), f"{start:020d}"), bytes(data))
+
+
+COMPACTION_CQ_SIZE = 16 * 46  # compactionCqMappedFileSize of these tests: 16 units a file
+
+
 def _compaction_records(s: MessageStore) -> None:
-    for i in range(6):  # three keys, two versions each: the broker serves the newest of each
-        s.put(Message.create("Compacted", b"v%d of k%d" % (i // 3, i % 3), keys=[f"k{i % 3}"]))
+    for i in range(96):  # seven keys on two queues, versions of many sizes, a tombstone
+        body = b"" if i == 58 else (b"v%d of k%d " % (i, i % 7)) * (1 + i % 9) * 3
+        s.put(Message.create("Compacted", body, queue_id=i % 2, keys=[f"k{i % 7}"],
+                             tags=f"T{i % 3}"))
 
 
-def layout_compaction(root: str) -> None:
+def layout_compaction(root: str, compact_after: int = 64, topic_attributes: dict[str, str] | None = None
+                      ) -> dict[tuple[str, int, int], bytes]:
     """cleanup.policy=COMPACTION: the topic's records stay in the CommitLog and its
-    ConsumeQueue; CompactionStore keeps compaction/compactionLog/<t>/<q>/ (records, CommitLog
-    format), compaction/compactionCq/<t>/<q>/ (BatchConsumeQueue units) and
-    compaction/position-checkpoint."""
-    broker_store(root, _compaction_records, {"Compacted": {"cleanup.policy": "COMPACTION"}})
-    base = os.path.join(root, "compaction")
-    with open(os.path.join(root, "commitlog", "0" * 20), "rb") as f:
-        log = f.read()
-    # the newest version of each key, copied as a record (the broker rewrites offsets)
-    _write(os.path.join(base, "compactionLog", "Compacted", "0", "0" * 20), log[:4096])
-    unit = struct.pack(">qiqqqiq", 0, 100, 0, T0, 0, 1, 0) + b"\x00" * 2  # 46 bytes
-    _write(os.path.join(base, "compactionCq", "Compacted", "0", "0" * 20), unit * 3)
-    _write(os.path.join(base, "position-checkpoint"), b'{"queueOffsetMap":{"Compacted:0":6}}')
+    ConsumeQueue; the broker's dispatcher (CommitLogDispatcherCompaction) also copies each
+    into compaction/compactionLog/<t>/<q>/ with a unit in compaction/compactionCq/<t>/<q>/,
+    its compaction rewrites the older files to the newest version of each key, and
+    CompactionPositionMgr keeps compaction/position-checkpoint. Here the first
+    `compact_after` records are dispatched, each queue compacted, then the rest dispatched.
+    Returns what the broker serves: (topic, queue, offset) -> body."""
+    from mqfs.store.format.compaction import log_file_size
+
+    broker_store(root, _compaction_records,
+                 {"Compacted": topic_attributes or {"cleanup.policy": "COMPACTION"}})
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        msgs = sorted((m for q in (0, 1) for m in s.get_range("Compacted", q, 0, 1000)),
+                      key=lambda m: m.commitlog_offset)
+        tags = {(m.queue_id, m.queue_offset): s.consume_queues.get(("Compacted", m.queue_id)).entry(m.queue_offset)[2]
+                for m in msgs}
+    log = b"".join(open(os.path.join(root, "commitlog", n), "rb").read()
+                   for n in sorted(os.listdir(os.path.join(root, "commitlog"))))
+    queues = {q: CompactionQueueFiles(COMPACTION_CQ_SIZE, log_file_size(COMPACTION_CQ_SIZE, 4096)) for q in (0, 1)}
+    for i, m in enumerate(msgs):
+        if i == compact_after:
+            for files in queues.values():
+                files.compact()
+        record = log[m.commitlog_offset:m.commitlog_offset + m.total_size]
+        queues[m.queue_id].append(record, m.properties["KEYS"], bytes(m.body), tags[(m.queue_id, m.queue_offset)],
+                                  m.store_timestamp, m.queue_offset)
+    served = {}
+    for q, files in queues.items():
+        files.write(root, "Compacted", q)
+        served.update({("Compacted", q, offset): body for offset, body in files.served()})
+    positions = ",".join(f'"Compacted_{q}":{files.position}' for q, files in queues.items())
+    _write(os.path.join(root, "compaction", "position-checkpoint"), f'{{"queueOffsetMap":{{{positions}}}}}'.encode())
+    return served
 
 
 def _timer_records(s: MessageStore) -> None:

@@ -474,3 +474,190 @@ def test_a_read_only_mount_shows_batch_cq_queues_as_consumers_get_them(tmp_path)
         status = json.loads(sh(f"cat {mnt}/status.json").stdout)
         assert status["live"]["queues_awaiting_units"] == 0
     assert store_hashes(root) == before
+
+
+# --- compaction topics (cleanup.policy=COMPACTION) -------------------------------------------
+
+def _compaction(root: str) -> dict:
+    from tests.store.broker_guard_layouts import layout_compaction
+
+    return layout_compaction(root)
+
+
+def _every_version(root: str) -> dict:
+    """Every version of the compaction topic the CommitLog holds, at the ConsumeQueue's offsets."""
+    with MessageStore(root, small_config(read_only=True, all_versions=True), create=False) as s:
+        return {("Compacted", q, m.queue_offset): bytes(m.body)
+                for q in (0, 1) for m in s.get_range("Compacted", q, 0, 1000)}
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_compaction_topic_reads_as_the_broker_serves_it(tmp_path, read_only):
+    """Newest version of each key where the broker compacted (a tombstone's key gone), every
+    version after; offsets with gaps, the copies' own msgIds; puts there refused."""
+    from mqfs.store.errors import NotFound, ReadOnlyStore
+
+    root = str(tmp_path)
+    served = _compaction(root)
+    raw = _every_version(root)
+    assert set(served) < set(raw) and len(raw) == 96 and len(served) < 60
+    with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+        for q in (0, 1):
+            msgs = s.get_range("Compacted", q, 0, 1000)
+            assert {("Compacted", q, m.queue_offset): bytes(m.body) for m in msgs} == \
+                {k: v for k, v in served.items() if k[1] == q}
+            offsets = [m.queue_offset for m in msgs]
+            assert (s.min_offset("Compacted", q), s.max_offset("Compacted", q)) == (offsets[0], offsets[-1] + 1)
+            assert list(s.list_entries("Compacted", q, 0, 1000)[0]) == offsets
+            for gone in (offsets[0] - 1, 29 if q == 0 else 0):  # older versions; q0's tombstone
+                assert gone not in offsets
+                with pytest.raises(NotFound):
+                    s.get("Compacted", q, gone)
+            assert s.offset_by_time("Compacted", q, 0) == offsets[0]
+            tagged = s.get_range("Compacted", q, 0, 1000, tags=["T1"])
+            assert tagged and all(m.tags == "T1" for m in tagged) and \
+                {m.queue_offset for m in tagged} <= set(offsets)
+        m = s.get("Compacted", 0, 40)
+        raw_record = next(r for r in s.query_key("k3") if (r.queue_id, r.queue_offset) == (0, 40))
+        assert bytes(m.body) == bytes(raw_record.body) and m.msg_id != raw_record.msg_id
+        assert m.msg_id.endswith(f"{m.commitlog_offset:016X}")  # the copy's compactionLog position
+        hits = s.query_key("k2", queued=True)
+        assert {(h.queue_id, h.queue_offset) for h in hits} == {
+            (k[1], k[2]) for k in served if bytes(s.get(*k).properties["KEYS"], "ascii") == b"k2"}
+        assert len(s.query_key("k2")) > len(hits)  # the broker's key query: every version
+        assert s.get("Orders", 0, 0).body.tobytes() == b"order 0"
+        if not read_only:
+            with pytest.raises(ReadOnlyStore, match="compaction topic"):
+                s.put(Message.create("Compacted", b"new", keys=["k1"]))
+            with pytest.raises(ReadOnlyStore, match="compaction topic"):
+                s.put_batch([Message.create("Orders", b"a"), Message.create("Compacted", b"b", keys=["k"])])
+            s.put(Message.create("Orders", b"still writable"))
+    with MessageStore(root, small_config(read_only=True, all_versions=True), create=False) as s:
+        assert len(s.get_range("Compacted", 0, 0, 1000)) == 48  # every version, as before
+
+
+def test_a_compaction_store_verifies_and_repair_changes_no_byte(tmp_path):
+    root = str(tmp_path)
+    _compaction(root)
+    report = verify_store(root)
+    assert report.ok and "compactionCq units" in report.lines[0], report.lines
+    _unchanged_by_verify_and_repair(root)
+
+
+def _unit_file(root: str, q: int = 0) -> str:
+    d = os.path.join(root, "compaction", "compactionCq", "Compacted", str(q))
+    return os.path.join(d, sorted(os.listdir(d))[-1])
+
+
+@pytest.mark.parametrize("attack", ["past-the-end", "missing-log-file", "moved-copy", "bad-policy"])
+def test_damaged_compaction_files_are_errors_never_other_messages(tmp_path, attack):
+    """A unit past the compactionLog's end, a compactionLog file gone, a unit naming another
+    copy, a cleanup.policy RocketMQ does not know: verify reports it, reads fail, and no
+    command changes a byte."""
+    import re
+    import struct
+
+    root = str(tmp_path)
+    _compaction(root)
+    if attack == "past-the-end":
+        with open(_unit_file(root), "r+b") as f:
+            f.write(struct.pack(">q", 1 << 40))  # the newest file's first unit
+    elif attack == "missing-log-file":
+        logs = os.path.join(root, "compaction", "compactionLog", "Compacted", "0")
+        os.unlink(os.path.join(logs, sorted(os.listdir(logs))[0]))
+    elif attack == "moved-copy":
+        with open(_unit_file(root), "r+b") as f:
+            unit = f.read(46)
+            f.seek(0)
+            f.write(unit[:28] + struct.pack(">q", 3) + unit[36:])  # says offset 3 of another copy
+    else:
+        path = os.path.join(root, "config", "topics.json")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace('"cleanup.policy":"COMPACTION"', '"cleanup.policy":"compaction"'))
+    before = store_hashes(root)
+    report = verify_store(root)
+    assert not report.ok
+    text = "\n".join(report.lines)
+    assert {"past-the-end": "past the compactionLog", "missing-log-file": "has no compactionLog file",
+            "moved-copy": "does not describe its record", "bad-policy": "cleanup.policy='compaction'"}[attack] in text
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        with pytest.raises(CorruptionError):
+            for q in (0, 1):
+                s.get_range("Compacted", q, 0, 1000)
+        assert s.get("Orders", 0, 0).body.tobytes() == b"order 0"
+    assert not plan_repair(root).needed or attack == "never"  # derived data of the broker's: not repaired
+    repaired = mqfs("repair", "--yes", root, check=False)
+    assert repaired.returncode == 1
+    assert re.search(r"nothing to repair: \d+ problems? (is|are) in the broker's", repaired.stdout)
+    assert store_hashes(root) == before
+
+
+@needs_fuse
+def test_a_read_only_mount_shows_a_compaction_topic_as_its_consumers_get_it(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = _compaction(root)
+    before = store_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        for q in (0, 1):
+            queue = f"{mnt}/topics/Compacted/{q}"
+            listed = sh(f"ls {queue} | grep -E '^[0-9]+$' | sort -n").stdout.split()
+            assert [int(n) for n in listed] == sorted(k[2] for k in served if k[1] == q)
+            for (_, qq, offset), body in served.items():
+                if qq == q:
+                    assert sh(f"cat {queue}/{offset}").stdout == body
+                    assert int(sh(f"stat -c %s {queue}/{offset}").stdout) == len(body)
+            gone = sh(f"cat {queue}/{int(listed[0]) - 1}", check=False)  # compacted away
+            assert gone.returncode != 0 and b"No such file" in gone.stderr
+            tagged = sorted(int(n) for n in os.listdir(f"{queue}/tags/T1"))
+            assert tagged and set(tagged) <= {int(n) for n in listed}
+            assert os.readlink(f"{queue}/at/0") == f"../{listed[0].decode()}"
+            last = max(k[2] for k in served if k[1] == q)  # follow starts 10 offsets back
+            newest = sorted((k for k in served if k[1] == q and k[2] >= last + 1 - 10), key=lambda k: k[2])
+            expected = b"".join(served[k] + b"\n" for k in newest)
+            assert sh(f"head -c {len(expected)} {queue}/follow").stdout == expected
+        assert sh(f"grep -rl 'v95 of k4' {mnt}/topics/Compacted").stdout.strip().endswith(b"/1/47")
+        links = sh(f"ls {mnt}/keys/k2").stdout.split()
+        assert links and all(os.path.exists(f"{mnt}/keys/k2/{n.decode()}") for n in links)
+        assert sorted(links) == sorted(f"Compacted:{q}:{o}".encode() for (_, q, o), body in served.items()
+                                       if b"of k2 " in body)
+    with mounted(root, mnt, "-o", "ro,all_versions"):
+        assert len([n for n in os.listdir(f"{mnt}/topics/Compacted/0") if n.isdigit()]) == 48
+    assert store_hashes(root) == before
+
+
+@needs_fuse
+def test_a_read_write_mount_refuses_a_put_to_a_compaction_topic_and_serves_it(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = _compaction(root)
+    with mounted(root, mnt):
+        refused = sh(f"echo new > {mnt}/topics/Compacted/0/append", check=False)
+        assert refused.returncode != 0 and b"Read-only file system" in refused.stderr
+        listed = sorted(int(n) for n in os.listdir(f"{mnt}/topics/Compacted/1") if n.isdigit())
+        assert listed == sorted(k[2] for k in served if k[1] == 1)
+        sh(f"echo {listed[3]} > {mnt}/groups/g/Compacted/1")
+        assert sh(f"cat {mnt}/groups/g/Compacted/1").stdout.strip() == str(listed[3]).encode()
+    assert verify_store(root).ok
+
+
+@pytest.mark.spark
+def test_the_spark_source_shows_a_compaction_topic_as_its_consumers_get_it(tmp_path, spark):
+    root = str(tmp_path)
+    served = _compaction(root)
+    raw = _every_version(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        msg_id = s.get("Compacted", 0, 40).msg_id
+    for reader in ({}, {"reader": "python"}):  # the default: the JVM reader leaves it to Python
+        def reads(reader=reader):
+            return spark.read.format("mqfs").options(**reader)
+
+        rows = {(r.topic, r.queue_id, r.queue_offset): (bytes(r.body), r.msg_id)
+                for r in reads().load(root).collect()}
+        assert {k: v[0] for k, v in rows.items() if k[0] == "Compacted"} == served
+        assert {k for k in rows if k[0] == "Orders"} == {("Orders", 0, 0), ("Orders", 0, 1), ("Orders", 1, 0)}
+        assert rows[("Compacted", 0, 40)][1] == msg_id
+        one = reads().option("topic", "Compacted").option("queue", "1").load(root).where("queue_offset >= 40")
+        assert {r.queue_offset for r in one.collect()} == {k[2] for k in served if k[1] == 1 and k[2] >= 40}
+        every = reads().option("records", "all").option("topic", "Compacted").load(root)
+        assert {(r.topic, r.queue_id, r.queue_offset): bytes(r.body) for r in every.collect()} == raw
