@@ -145,10 +145,13 @@ class Messages:
         """True once the message's attributes (and a small body) are cached: decoding a
         record from the mapping takes ~10 us, less than a thread hop, so a message not
         cached is decoded here and kept when its body is at most SMALL_BODY; a larger body's
-        copy is left to a worker thread. Errors are left to the lookup, which reports them."""
+        copy is left to a worker thread, and so is the first use of a queue not open yet (it
+        reads its files). Errors are left to the lookup, which reports them."""
         ino = message_ino(self.nodes.qidx(queue.topic, queue.queue), offset)
         if ino in self._attrs:
             return True
+        if self.store.needs_first_use(queue.topic, queue.queue):
+            return False  # opening the queue reads its files: a worker thread's job
         try:
             msg = self.store.get(queue.topic, queue.queue, offset)
         except StoreError:

@@ -45,6 +45,10 @@ class BatchReads:
                 bq = self._queues[(topic, queue_id)] = BatchQueue(self.root, topic, queue_id)
             return bq
 
+    def is_open(self, topic: str, queue_id: int) -> bool:
+        """Whether the queue's files are open already (`queue` reads none)."""
+        return (topic, queue_id) in self._queues
+
     def queue_ids(self, topic: str) -> list[int]:
         return batch_queue_ids(self.root, topic) if topic in self.topics else []
 

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -57,7 +57,7 @@ from .queues import cuts as queue_cuts
 from .queues import dispatch_state, first_use, kept_ends, registration
 from .queues import ends_log as queue_ends
 from .queues import log_proof as log_ends
-from .queues.registry import QueueRegistry, Recorded
+from .queues.registry import FirstUseOwed, QueueRegistry, Recorded
 from .reads import StoreReads
 from .services.flush import FlushServices
 from .services.live import LiveReader
@@ -65,6 +65,7 @@ from .services.retention import Retention
 from .services.scrub import Scrub, damaged_index_files
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 Progress = Callable[[int, int], None]
 
 
@@ -250,7 +251,7 @@ class MessageStore(StoreReads):
         if features.ROCKSDB_CQ in self.features:
             found = queue_check.queues_from_log(self._parts(), None)
             for key, rebuilt in found.items():
-                self.consume_queues[key] = rebuilt  # type: ignore[assignment]
+                self.consume_queues.replace(key, rebuilt)  # type: ignore[arg-type]
             self.topic_table.add_found(key for key in found if has_queue_dir(key[0]))
             notes.append("consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs cannot "
                          "read: queues are served from the CommitLog's records")
@@ -451,7 +452,7 @@ class MessageStore(StoreReads):
         dispatch_state.save(self.root, self.consume_queues.ends(), self.index.files,
                             self.checkpoint.commitlog_flushed_offset,
                             tail_record(self._parts(), self.checkpoint.commitlog_flushed_offset),
-                            self.consume_queues.unproven())
+                            self.consume_queues.inexact())
         self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
         safefs.unlink(self.abort_path)
@@ -531,15 +532,25 @@ class MessageStore(StoreReads):
         size = len(rec)
         self.commitlog.check_fits(size)
         if self.config.flush_mode != "sync" or message.properties.get("WAIT") == "false":
-            with self.put_lock:
-                result = self._append(message, rec, ts_pos)
+            result = self._locked(lambda: self._append(message, rec, ts_pos), False)
             if self.flush_services.commit_service is not None:
                 self.flush_services.wait_committed(result.commitlog_offset + size)
             return result
-        with self._appending(), self.put_lock:
-            result = self._append(message, rec, ts_pos)
+        result = self._locked(lambda: self._append(message, rec, ts_pos), True)
         self.flush_services.wait_flushed(result.commitlog_offset + size, arrived=True)
         return result
+
+    def _locked(self, write: Callable[[], T], sync: bool) -> T:
+        """`write` under the put lock (announced to the group commit when `sync`). A queue it
+        needs first used (FirstUseOwed, raised before anything is written) is opened and
+        proven without the lock, then `write` is tried again: puts to other queues never
+        wait for a proof."""
+        while True:
+            try:
+                with self._appending() if sync else contextlib.nullcontext(), self.put_lock:
+                    return write()
+            except FirstUseOwed as owed:
+                self.consume_queues.open_queues(owed.keys)
 
     @contextlib.contextmanager
     def _appending(self) -> Iterator[None]:
@@ -575,9 +586,8 @@ class MessageStore(StoreReads):
         self.commitlog.check_fits(max(sizes))
         sync = self.config.flush_mode == "sync" and any(
             m.properties.get("WAIT") != "false" for m in msgs)
-        with self._appending() if sync else contextlib.nullcontext(), self.put_lock:
-            results = (self._append_few(msgs, encoded or []) if few
-                       else self._append_batch(msgs, sizes, batch, encoded))
+        results = self._locked(lambda: self._append_few(msgs, encoded or []) if few
+                               else self._append_batch(msgs, sizes, batch, encoded), sync)
         end = results[-1].commitlog_offset + results[-1].size
         if sync:
             self.flush_services.wait_flushed(end, arrived=True)  # commits too
@@ -748,8 +758,8 @@ class MessageStore(StoreReads):
                 return {}
             wanted = {key: (end, self._fillers[-1]) for key, end in ends.items() if end}
             extended = {key: value for key, value in wanted.items()
-                        if self.consume_queues.get(key) is None or
-                        self.consume_queues[key].max_offset < value[0]}
+                        if (cq := self.consume_queues.open_queue(key)) is None or
+                        cq.max_offset < value[0]}
             kept_ends.extend(extended, self.consume_queues, self._create_queue,
                              self.commitlog.max_offset)
         self.flush_logics()
@@ -768,7 +778,8 @@ class MessageStore(StoreReads):
             self.topic_table.ensure(topic, qid)
         else:
             self.topic_table.add_found([(topic, qid)])
-        cq = self.consume_queues[(topic, qid)] = self._queue_object((topic, qid))
+        cq = self._queue_object((topic, qid))
+        self.consume_queues.replace((topic, qid), cq)
         return cq
 
     def _declare_queues(self, keys: list[tuple[str, int]]) -> None:

@@ -62,7 +62,7 @@ class StoreReads:
 
     def _cq(self, topic: str, queue_id: int) -> QueueView:
         key = (topic, queue_id)
-        cq = self.consume_queues.get(key)  # opened and its end proven at its first use
+        cq = self.consume_queues.open_queue(key)  # opened and its end proven at its first use
         if cq is None:
             if queue_id >= 0 and self.topic_table.queues.get(topic, 0) > queue_id:
                 return RebuiltQueue.of(topic, queue_id, [])  # declared, no message yet
@@ -77,6 +77,14 @@ class StoreReads:
             raise CorruptionError(f"the message at CommitLog offset {commitlog_offset} was lost to damage; "
                                   "`mqfs repair` kept its bytes in quarantine/")
         return msg
+
+    def needs_first_use(self, topic: str, queue_id: int) -> bool:
+        """Whether a read of the queue would first open it and prove its end (file reads, a
+        rebuild from the CommitLog when damaged): an event loop asks, and reads in a worker
+        thread when True. Answered from memory: no file read, no lock waited for."""
+        if self.batch is not None and topic in self.batch.topics:
+            return not self.batch.is_open(topic, queue_id)
+        return self.consume_queues.first_use_pending((topic, queue_id))
 
     @in_use
     def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:

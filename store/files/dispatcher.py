@@ -154,7 +154,7 @@ class Dispatcher:
             check = None
         if check is not None:  # before its first use: one that is short is rebuilt in the background
             check((topic, qid), None)
-        cq = self.consume_queues.get((topic, qid))
+        cq = self.consume_queues.ready_queue((topic, qid))
         if check is not None:
             check((topic, qid), cq.next_offset if cq is not None else 0)
         if cq is None and has_queue_dir(topic):
@@ -194,8 +194,7 @@ class Dispatcher:
                 keys += len(index_keys(msg.properties))
         self.units.make_room(sum(counts.values()) * UNIT_SIZE)
         check = self.consume_queues.end_check
-        for (topic, qid), n in counts.items():
-            cq = self.consume_queues.get((topic, qid))
+        for ((topic, qid), n), cq in zip(counts.items(), self.consume_queues.ready_queues(list(counts))):
             if check is not None and n and has_queue_dir(topic):  # before a queue is made
                 check((topic, qid), cq.next_offset if cq is not None else 0)
             if cq is None and has_queue_dir(topic):
@@ -227,7 +226,7 @@ class Dispatcher:
             for key, n in zip(keys, counts.tolist()):
                 if n and has_queue_dir(key[0]):
                     check(key, None)
-        queues = self.consume_queues.get_many(keys)
+        queues = self.consume_queues.ready_queues(keys)
         if check is not None:  # before a queue is made or an offset given
             for key, cq, n in zip(keys, queues, counts.tolist()):
                 if n and has_queue_dir(key[0]):
@@ -330,7 +329,8 @@ class Dispatcher:
         starts_of, ends_of, index_of, queues = starts.tolist(), ends.tolist(), nonempty.tolist(), []
         for j in np.flatnonzero(~fresh).tolist():
             i = index_of[j]
-            cq = plan.queues[i] or self.consume_queues[plan.keys[i]]
+            cq = plan.queues[i] or self.consume_queues.if_open(plan.keys[i])
+            assert cq is not None  # a reader made its object meanwhile
             lo, hi = starts_of[j], ends_of[j]
             if not cq.append_units(raw[lo * UNIT_SIZE:hi * UNIT_SIZE], firsts[j], end_physic[j]):
                 part = rows[lo:hi]
@@ -351,7 +351,7 @@ class Dispatcher:
                     per_queue.setdefault((topic, qid), []).append((i, queue_offset))
         for (topic, qid), found in per_queue.items():
             rows = np.array([i for i, _ in found], dtype=np.int64)
-            cq = self.consume_queues.get((topic, qid)) or self.create_queue(topic, qid, False)
+            cq = self.consume_queues.open_queue((topic, qid)) or self.create_queue(topic, qid, False)
             cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows],
                        np.array([o for _, o in found], dtype=np.int64))
             self.units.touched[cq] = None
@@ -376,7 +376,7 @@ class Dispatcher:
             if not has_queue_dir(topic):
                 continue  # as on the broker: no directory can hold its units
             crash_point("recovery.dispatch")
-            cq = self.consume_queues.get((topic, qid))
+            cq = self.consume_queues.open_queue((topic, qid))
             if cq is None:
                 cq = self.create_queue(topic, qid, False)
             cq.put_run(run.commitlog_offset[rows], run.size[rows], tags[rows], run.queue_offset[rows])

@@ -48,7 +48,7 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
 
     end, _, reason = scan_end(parts.commitlog, parts.scan_flavor, start,
                               NOWHERE if unsure_from is None else unsure_from, note)
-    parts.consume_queues.unvouch(touched)
+    parts.consume_queues.mark_inexact(touched)
     reason = reason or bytes_past(parts, end)
     if end < flushed:
         report.corruption = refusal(parts, end, flushed, reason)

@@ -180,7 +180,7 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
     bad = {(cq.topic, cq.queue_id) for cq, _, _ in plan.damaged}
     plan.lost_heads = [k for k in dispatch_state.lost_heads(parts.root, parts.consume_queues.opened(),
                                                             queue.min_offset) if k not in bad]
-    plan.damaged += [(parts.consume_queues[k], parts.consume_queues[k].min_offset, True)
+    plan.damaged += [(parts.consume_queues.opened()[k], parts.consume_queues.opened()[k].min_offset, True)
                      for k in plan.lost_heads]
     # the check covers every record `act` will dispatch
     last_start = queue.files[-1].file_from_offset
@@ -254,7 +254,7 @@ def _lowest_dispatch(parts: StoreParts, plan: Plan) -> int:
     lowest = parts.commitlog.queue.min_offset
     at = _dispatch_from(parts, plan)
     if plan.last_exit_ok:
-        short, index_lost = dispatch_state.lost_since_close(parts.root, clean_open.unproven(parts),
+        short, index_lost = dispatch_state.lost_since_close(parts.root, clean_open.checked_at_open(parts),
                                                             parts.index.files)
         if short or index_lost:
             at = lowest
@@ -299,7 +299,7 @@ def act(parts: StoreParts, plan: Plan) -> RecoveryReport:
         return report
     for key in plan.lost_heads:
         note = (f"ConsumeQueue {key[0]}/{key[1]} lost its first file(s) (it starts at offset "
-                f"{parts.consume_queues[key].first_file_offset}); rebuilt the queue from the "
+                f"{parts.consume_queues.opened()[key].first_file_offset}); rebuilt the queue from the "
                 "CommitLog (old files in quarantine/)")
         log.warning("recovery: %s", note)
         report.notes.append(note)

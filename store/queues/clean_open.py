@@ -41,7 +41,7 @@ def without_record(parts: StoreParts) -> bool:
     return parts.vouched is None and bool(parts.consume_queues.waiting())
 
 
-def unproven(parts: StoreParts) -> dict[Key, ConsumeQueue] | None:
+def checked_at_open(parts: StoreParts) -> dict[Key, ConsumeQueue] | None:
     """The queues the open checks against the last clean close's counts: all of them when
     all are open, or None when they are proven at their first use instead."""
     return None if parts.vouched is not None or without_record(parts) else parts.consume_queues.opened()
@@ -51,12 +51,12 @@ def rebuild_what_went_missing(parts: StoreParts) -> bool:
     """After a clean close, files deleted since are found by the state the close left: the
     queues that lost entries and, if an IndexFile went, every IndexFile are rebuilt from the
     whole CommitLog. True when something must be dispatched again."""
-    short, index_lost = dispatch_state.lost_since_close(parts.root, unproven(parts),
+    short, index_lost = dispatch_state.lost_since_close(parts.root, checked_at_open(parts),
                                                         parts.index.files)
     for topic, qid in short:
         log.warning("recovery: ConsumeQueue %s/%d lost entries since the last close; rebuilding",
                     topic, qid)
-        cq = parts.consume_queues.get((topic, qid))
+        cq = parts.consume_queues.open_queue((topic, qid))
         if cq is not None:
             cq.move_to_quarantine(parts.root)
     if index_lost:
@@ -108,7 +108,7 @@ def open_newest(parts: StoreParts, kept: KeptRuns | None, trusted: int) -> bool:
             rec is not None and (cq.max_offset < rec.entries or not retained and bool(cq.queue.files)
                                  and cq.first_file_offset > rec.head) for cq, rec in opened):
         return False
-    ends = {key: cq.max_offset if (cq := parts.consume_queues.peek(key)) is not None else 0 for key in lowest}
+    ends = {key: cq.max_offset if (cq := parts.consume_queues.if_open(key)) is not None else 0 for key in lowest}
     return ends == lowest and not check.damaged_queues(parts, trusted)
 
 
@@ -117,7 +117,7 @@ def _open(parts: StoreParts, key: Key, opened: list[tuple[ConsumeQueue, Recorded
     """The queue open (loaded, its end found, not proven: recovery checks it), or None when
     there is none yet."""
     queues = parts.consume_queues
-    cq = queues.peek(key)
+    cq = queues.if_open(key)
     if cq is None and key in queues:
         cq = parts.load_queue(key)
         cq.recover()  # finds the end; writes nothing

@@ -41,11 +41,11 @@ def ends_of(consume_queues: Queues) -> dict[tuple[str, int], tuple[int, int, int
 
 def save(root: str, ends: Ends, index_files: list[IndexFile],
          commitlog_end: int | None = None, tail_record: int | None = None,
-         unproven: set[tuple[str, int]] | frozenset = frozenset()) -> None:
+         inexact: set[tuple[str, int]] | frozenset = frozenset()) -> None:
     """Record the files as a clean close leaves them; `commitlog_end` is the flushed CommitLog
     offset its checkpoint holds (`clean_close_at`), `tail_record` a record's start at least
     8 MiB before it (where the next clean open's check of the CommitLog's tail may begin).
-    `unproven`: queues not opened since a crash, whose count is only a lower bound (the
+    `inexact`: queues not opened since a crash, whose count is only a lower bound (the
     next open opens them when asked for their offsets, as after the crash).
     One number or two per queue: a close costs the same whatever the queues hold."""
     queues: dict[str, dict[str, int]] = {}
@@ -64,9 +64,9 @@ def save(root: str, ends: Ends, index_files: list[IndexFile],
         state["commitlogEnd"] = commitlog_end
     if tail_record is not None:
         state["tailRecord"] = tail_record
-    if unproven:
+    if inexact:  # (the file's name for them: "unproven")
         listed: dict[str, list[int]] = {}
-        for topic, qid in sorted(unproven):
+        for topic, qid in sorted(inexact):
             listed.setdefault(topic, []).append(qid)
         state["unproven"] = listed
     write_json(_path(root), state)
@@ -79,7 +79,7 @@ class Vouched:
 
     queues: dict[tuple[str, int], tuple[int, int, int]]  # (count, head, newest store time)
     tail_record: int | None
-    unproven: frozenset[tuple[str, int]] = frozenset()  # counts that are lower bounds only
+    inexact: frozenset[tuple[str, int]] = frozenset()  # counts that are lower bounds only
 
 
 Saved = tuple[dict, tuple[dict[tuple[str, int], int], dict[str, int], dict[tuple[str, int], int]]]
@@ -105,10 +105,10 @@ def vouched(found: Saved | None, checkpoint_flushed: int) -> Vouched | None:
     newest = _queue_numbers(data, "newest", "store time")
     return Vouched({key: (count, heads[key], newest.get(key, 0)) for key, count in counts.items()},
                    tail if isinstance(tail, int) and not isinstance(tail, bool) and tail >= 0 else None,
-                   _unproven(data))
+                   _inexact(data))
 
 
-def _unproven(data: Any) -> frozenset[tuple[str, int]]:
+def _inexact(data: Any) -> frozenset[tuple[str, int]]:
     """The `unproven` member: {topic: [queue id, ...]}, checked."""
     out: set[tuple[str, int]] = set()
     for topic, ids in json_object(data.get("unproven", {}), '"unproven"').items():
@@ -157,7 +157,7 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
         for q, digest in json_object(per_queue, f"digests of {topic!r}").items():
             if not (isinstance(digest, str) and len(digest) == 16):
                 raise ValueError(f"has the digest {digest!r} for {topic!r} queue {q}")
-    _unproven(data)
+    _inexact(data)
     return queues, index, _queue_numbers(data, "heads", "head")
 
 

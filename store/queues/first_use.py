@@ -45,7 +45,7 @@ def prove(parts: StoreParts, tags: TagsCodes, cq: ConsumeQueue, rec: Recorded,
     are loaded, and checked against that end, when a read or a write needs them, or now
     when retention moved since it was dropped."""
     min_commitlog = parts.commitlog.queue.min_offset
-    if rec.proven and rec.cut is None:
+    if rec.dropped and rec.cut is None:
         cq.resume_at(rec.entries, rec.head, rec.min_offset, rec.newest)
         if rec.retained == min_commitlog:
             return  # its minimum is what retention left

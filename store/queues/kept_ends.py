@@ -83,7 +83,7 @@ def extend(kept: Kept, queues: QueueRegistry,
                                    f"nothing more was changed: {_FIX}")
     changed = False
     for key, (end, filler) in kept.items():
-        cq = queues.get(key)
+        cq = queues.open_queue(key)
         if cq is None:
             cq = create(*key)
         if cq.max_offset < end:

@@ -169,7 +169,7 @@ class LogEnds:
             if key not in queues:
                 self._short(key, "has records in the CommitLog but no ConsumeQueue")
                 continue
-            cq = queues.peek(key)
+            cq = queues.if_open(key)
             if cq is not None:
                 self.check_open(cq)
                 continue
@@ -266,7 +266,7 @@ class LogEnds:
                         self.failed[key] = why
                         self.short.discard(key)
                     continue
-                cq = queues.peek(key)
+                cq = queues.if_open(key)
                 if cq is None and key in queues:
                     # its files as they are, not proven: a first use would rebuild it from
                     # the log once more, and it is rebuilt from this walk now

@@ -1,7 +1,7 @@
 """How an open comes to know every queue without opening it (store/queues/registry.py).
 
 - After a clean close that recorded every queue: from that record (config/dispatchState.json),
-  each with its count (a lower bound for the queues the close names `unproven`).
+  each with its count (a lower bound for the queues the close names `unproven`: `Recorded.exact` False).
 - After a crash: from config/queueEnds.log (store/queues/ends_log.py), each with its count as
   of the last checkpoint, when the file's chain reaches the checkpoint; queues it does not
   name are looked for on disk at their first use (`QueueRegistry.on_disk`).
@@ -29,17 +29,17 @@ log = logging.getLogger(__name__)
 
 
 def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkpoint,
-               last_exit_ok: bool, proving: bool = False
+               last_exit_ok: bool, log_proof_pending: bool = False
                ) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
-    the state of config/queueEnds.log it registered the queues from. `proving`: an earlier
+    the state of config/queueEnds.log it registered the queues from. `log_proof_pending`: an earlier
     open's proof of the queue ends from the CommitLog did not finish (store/queues/
     log_proof.py), so no record written since vouches for them: the listing, as without one."""
     cuts = queue_cuts.read(root)
     vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) \
-        if last_exit_ok and not proving else None
-    ends = None if last_exit_ok or proving else journal_state(root, cp)
+        if last_exit_ok and not log_proof_pending else None
+    ends = None if last_exit_ok or log_proof_pending else journal_state(root, cp)
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
     elif ends is not None:
@@ -70,14 +70,14 @@ def journal_state(root: str, cp: Checkpoint) -> queue_ends.Replayed | None:
 
 def from_journal(found: queue_ends.Replayed, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
     """The queues config/queueEnds.log names, with their counts at the checkpoint."""
-    return {key: Recorded(entries, head, newest=newest, vouched=exact, cut=cuts.get(key))
+    return {key: Recorded(entries, head, newest=newest, exact=exact, cut=cuts.get(key))
             for key, (entries, head, newest, exact) in found.ends.items()}
 
 
 def from_close(vouched: Vouched, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
     """The queues a clean close recorded."""
-    unproven = vouched.unproven
-    return {key: Recorded(count, head, newest=newest, vouched=key not in unproven,
+    inexact = vouched.inexact
+    return {key: Recorded(count, head, newest=newest, exact=key not in inexact,
                           cut=cuts.get(key))
             for key, (count, head, newest) in vouched.queues.items()}
 
@@ -87,7 +87,7 @@ def from_disk(root: str, last_close: tuple[dict[Key, int], dict, dict[Key, int]]
     """Every queue with a directory, its count unknown: at least what the last clean close
     counted (`last_close`, dispatch_state.read's), whose head it must still have."""
     counts, _, heads = last_close or ({}, {}, {})
-    return {key: Recorded(counts.get(key, 0), heads.get(key, 0), vouched=False, cut=cuts.get(key))
+    return {key: Recorded(counts.get(key, 0), heads.get(key, 0), exact=False, cut=cuts.get(key))
             for key in on_disk(root)}
 
 

@@ -4,12 +4,16 @@ A store may hold tens of thousands of queues. After a clean close that recorded 
 (config/dispatchState.json), an open knows each queue by two numbers, its entry count and the
 queue offset its first file starts at, and opens nothing: a queue becomes a ConsumeQueue
 object when it is first used (a read, a put, its offsets), and its end is proven then
-(`open_queue`, given by the store). After a crash, and in a read-only open, the queues are
-found by listing consumequeue/ (`on_disk`) and registered without a count (`vouched` False:
+(the `open_queue` callback the store gives). After a crash, and in a read-only open, the queues are
+found by listing consumequeue/ (`on_disk`) and registered without a count (`exact` False:
 asked for its offsets, such a queue is opened); a crash's recovery opens only the queues it
 dispatches records to, and leaves each other queue a cut to make at its first use (`cut`).
 A clean exit without a record to trust (a broker's store) is listed too: its recovery opens
 the queues of the newest records (store/queues/clean_open.py).
+
+The proof of a queue at its first use runs without the registry's lock (one event per queue
+being proven: `open_queue`), so a read or a put of another queue never waits for it; a caller
+holding the put lock asks with `ready_queue`, which leaves the proof to it without that lock.
 
 A queue a put_batch makes (`add_fresh`) is held as its units alone, bytes the garbage collector
 does not track, until something asks for its object: a read, a later put, a flush (`opened`).
@@ -42,20 +46,29 @@ from ..files.consume_queue import PRE_BLANK, ConsumeQueue
 Key = tuple[str, int]
 
 
+class FirstUseOwed(Exception):
+    """Queues a caller holding the put lock must open first, without it (`ready_queue`)."""
+
+    def __init__(self, keys: list[Key]):
+        super().__init__(keys)
+        self.keys = keys
+
+
 class Recorded(NamedTuple):
-    """A queue known but not open: its entry count and first file's queue offset, as a clean
-    close recorded them (`proven` False) or as this process last saw it open (True)."""
+    """A queue known but not open: its entry count and first file's queue offset, as a
+    record gave them (`dropped` False) or as this process last saw it open, its end proven
+    (True: its resume point)."""
 
     entries: int
     head: int
-    proven: bool = False
+    dropped: bool = False
     low: int | None = None  # its minimum offset when last open (None: its head)
     newest: int = 0  # store time (ms) of its newest message, 0 when unknown or none
-    vouched: bool = True  # False: found on disk, its count unknown (`entries` a lower bound)
+    exact: bool = True  # False: its count unknown (`entries` a lower bound), e.g. found on disk
     # a crash's recovery left this queue untouched: its units whose records start at or past
     # this CommitLog offset are a torn or lost tail's, dropped at its first use (None: none)
     cut: int | None = None
-    # proven: the CommitLog minimum `low` was set for (retention since then moves it)
+    # dropped: the CommitLog minimum `low` was set for (retention since then moves it)
     retained: int | None = None
 
     @property
@@ -75,6 +88,7 @@ class QueueRegistry:
         self._recorded: dict[Key, Recorded] = {}
         self._fresh: dict[Key, bytes] = {}  # new queues, no object yet: their units
         self._lock = threading.RLock()
+        self._proving: dict[Key, threading.Event] = {}  # queues a thread is proving now
         self.commitlog: CommitLog | None = None  # where the newest messages' times are read
         self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
         # set when the queues came from a record (not a listing): whether a queue the record
@@ -92,24 +106,64 @@ class QueueRegistry:
         with self._lock:
             self._recorded.update(recorded)
 
-    # --- the mapping -----------------------------------------------------------------------
-    def get(self, key: Key, default: ConsumeQueue | None = None) -> ConsumeQueue | None:
-        """The queue, opened (its end proven) if it was only recorded; `default` if unknown."""
-        cq = self.peek(key)
+    # --- a queue's object ------------------------------------------------------------------
+    def open_queue(self, key: Key) -> ConsumeQueue | None:
+        """The queue's object; None for a queue not known. A queue only recorded is opened
+        and its end proven now (`first_use`: file reads, a rebuild from the CommitLog when
+        damaged) without the registry's lock: a thread using another queue meanwhile does not
+        wait, one using this queue waits for this proof alone."""
+        cq = self.if_open(key)
         if cq is not None:
             return cq
+        while True:
+            with self._lock:
+                cq = self._open.get(key)
+                if cq is not None:
+                    return cq
+                if key in self._fresh:
+                    return self._open_fresh(key)
+                proving = self._proving.get(key)
+                if proving is None:
+                    rec = self._recorded.get(key) or self._found(key)
+                    if rec is None:
+                        return None
+                    proving = self._proving[key] = threading.Event()
+                    break
+            proving.wait()  # another thread proves this queue
+        try:
+            cq = self._open_queue(key, rec)
+        finally:
+            with self._lock:
+                del self._proving[key]
+                proving.set()
         with self._lock:
-            cq = self._open.get(key)
-            if cq is None and key in self._fresh:
-                return self._open_fresh(key)
-            if cq is None:
-                rec = self._recorded.get(key) or self._found(key)
-                if rec is None:
-                    return default
-                cq = self._open_queue(key, rec)
-                self._open[key] = cq
-                self._forget(key)
-            return cq
+            self._open[key] = cq
+            self._forget(key)
+        return cq
+
+    def first_use_pending(self, key: Key) -> bool:
+        """Whether `open_queue(key)` would prove the queue (or look for its directory) before
+        answering: a question that reads no file and waits for no lock."""
+        return key in self._recorded or key not in self._open and key not in self._fresh and \
+            self.on_disk is not None
+
+    def ready_queue(self, key: Key) -> ConsumeQueue | None:
+        """`open_queue` for a caller holding the put lock: FirstUseOwed when the queue needs
+        its first use, so the caller proves it (`open_queues`) without the put lock and tries
+        again: a put to another queue never waits for a proof."""
+        cq = self.if_open(key)
+        if cq is None and (key in self._recorded or self._found(key) is not None):
+            raise FirstUseOwed([key])
+        return cq if cq is not None else self.if_open(key)
+
+    def _wait_for_proof(self, key: Key) -> None:
+        """Caller holds the lock: wait (without it) until no thread proves `key`."""
+        while (proving := self._proving.get(key)) is not None:
+            self._lock.release()
+            try:
+                proving.wait()
+            finally:
+                self._lock.acquire()
 
     def _found(self, key: Key) -> Recorded | None:
         """A queue no record named but with a directory on disk (made after the record, its
@@ -120,7 +174,7 @@ class QueueRegistry:
         if probe is None or key in self._open or key in self._fresh or not probe(key):
             return None
         with self._lock:
-            rec = self._recorded.setdefault(key, Recorded(0, 0, vouched=False, cut=self.owed))
+            rec = self._recorded.setdefault(key, Recorded(0, 0, exact=False, cut=self.owed))
         logging.getLogger(__name__).warning(
             "ConsumeQueue %s/%d has a directory the record of queues does not name: opened "
             "from its files", *key)
@@ -133,9 +187,9 @@ class QueueRegistry:
             self.discharged += 1
         return rec
 
-    def peek(self, key: Key) -> ConsumeQueue | None:
+    def if_open(self, key: Key) -> ConsumeQueue | None:
         """The queue if it is open now (a fresh one is, its object made); None otherwise
-        (nothing is opened)."""
+        (nothing is opened, no file read)."""
         cq = self._open.get(key)
         if cq is not None:
             with self._lock:
@@ -153,20 +207,17 @@ class QueueRegistry:
         self._open[key] = cq
         return cq
 
-    def __getitem__(self, key: Key) -> ConsumeQueue:
-        cq = self.get(key)
-        if cq is None:
-            raise KeyError(key)
-        return cq
-
-    def __setitem__(self, key: Key, cq: ConsumeQueue) -> None:
+    def replace(self, key: Key, cq: ConsumeQueue) -> None:
+        """Put `cq` in the queue's place (a rebuild swapped in), after any proof of it."""
         with self._lock:
+            self._wait_for_proof(key)
             self._forget(key)
             self._open[key] = cq
 
     def adopt(self, key: Key, cq: ConsumeQueue) -> Recorded | None:
         """Take a queue opened by its caller (recovery) in place of its record, returned."""
         with self._lock:
+            self._wait_for_proof(key)
             rec = self._forget(key)
             self._open[key] = cq
             return rec
@@ -186,17 +237,35 @@ class QueueRegistry:
         with self._lock:
             return [*self._open, *self._fresh, *self._recorded]
 
-    def values(self) -> list[ConsumeQueue]:
-        """Every queue, opened: for whole-store checks and tests, not for hot paths."""
-        return [cq for key in self.keys() if (cq := self.get(key)) is not None]
+    def open_all(self) -> dict[Key, ConsumeQueue]:
+        """Every queue, opened (a first use each: file reads): for whole-store checks and
+        tests, not for hot paths."""
+        return {key: cq for key in self.keys() if (cq := self.open_queue(key)) is not None}
 
-    def items(self) -> list[tuple[Key, ConsumeQueue]]:
-        return [(key, cq) for key in self.keys() if (cq := self.get(key)) is not None]
+    def open_queues(self, keys: list[Key]) -> list[ConsumeQueue | None]:
+        """open_queue() of many keys at once (a put_batch's queues)."""
+        return self._many(keys, self.open_queue)
 
-    def get_many(self, keys: list[Key]) -> list[ConsumeQueue | None]:
-        """get() of many keys at once (a put_batch's queues): the open ones found and moved
-        up the least-recently-used order in C-level passes, recorded ones opened; None
-        for a key unknown."""
+    def ready_queues(self, keys: list[Key]) -> list[ConsumeQueue | None]:
+        """ready_queue() of many keys at once: FirstUseOwed names every queue that needs its
+        first use."""
+        owed: list[Key] = []
+
+        def ready(key: Key) -> ConsumeQueue | None:
+            if key in self._recorded:
+                owed.append(key)
+                return None
+            return self.open_queue(key)
+
+        found = self._many(keys, ready)
+        if owed:
+            raise FirstUseOwed(owed)
+        return found
+
+    def _many(self, keys: list[Key], one: Callable[[Key], ConsumeQueue | None]
+              ) -> list[ConsumeQueue | None]:
+        """The open ones found and moved up the least-recently-used order in C-level
+        passes, the others by `one`; None for a key unknown."""
         with self._lock:
             found = list(map(self._open.get, keys))
             deque(map(self._open.move_to_end, compress(keys, found)), maxlen=0)
@@ -205,7 +274,7 @@ class QueueRegistry:
         for i in [i for i, cq in enumerate(found) if cq is None]:
             key = keys[i]  # a new topic's queue (most of a spread batch) costs lookups only
             if key in recorded or key in fresh or key[0] in with_dir and self._found(key):
-                found[i] = self.get(key)
+                found[i] = one(key)
         return found
 
     def add_new(self, keys: list[Key]) -> list[ConsumeQueue]:
@@ -251,7 +320,7 @@ class QueueRegistry:
         """What is known of a queue not open now: None when it is open, unknown, or known
         without a count to trust (found on disk: asked for its offsets, it is opened)."""
         rec = self._recorded.get(key)
-        return rec if rec is not None and rec.vouched else None
+        return rec if rec is not None and rec.exact else None
 
     def waiting(self) -> list[Key]:
         """The queues known but not open."""
@@ -276,26 +345,26 @@ class QueueRegistry:
         """(entry count, first file's queue offset, newest store time, count exact) of every
         queue not open, for config/queueEnds.log's base."""
         with self._lock:
-            return {key: (rec.entries, rec.head, rec.newest, rec.vouched)
+            return {key: (rec.entries, rec.head, rec.newest, rec.exact)
                     for key, rec in self._recorded.items()}
 
-    def unvouch(self, keys: set[Key]) -> None:
+    def mark_inexact(self, keys: set[Key]) -> None:
         """Queues whose recorded count is a lower bound only (records past the record's
         point): asked for their offsets, they are opened."""
         with self._lock:
             for key in keys:
                 rec = self._recorded.get(key)
                 if rec is not None:
-                    self._recorded[key] = rec._replace(vouched=False)
+                    self._recorded[key] = rec._replace(exact=False)
 
-    def unproven(self) -> set[Key]:
+    def inexact(self) -> set[Key]:
         """Queues not opened yet whose count is unknown, for a clean close's record."""
         with self._lock:
-            return {key for key, rec in self._recorded.items() if not rec.vouched}
+            return {key for key, rec in self._recorded.items() if not rec.exact}
 
     def ends(self) -> dict[Key, tuple[int, int, int]]:
         """(entry count, first file's queue offset, newest message's store time) of every
-        queue, for a clean close's record (of a queue in `unproven`, a lower bound)."""
+        queue, for a clean close's record (of a queue in `inexact`, a lower bound)."""
         with self._lock:
             self.open_fresh()
             out = {key: (rec.entries, rec.head, rec.newest) for key, rec in self._recorded.items()}
@@ -367,7 +436,7 @@ class QueueRegistry:
         with self._lock:
             for (key, _), newest in zip(dropped, times):
                 rec = self._recorded.get(key)
-                if rec is not None and rec.proven and newest > rec.newest:
+                if rec is not None and rec.dropped and newest > rec.newest:
                     self._recorded[key] = rec._replace(newest=newest)
 
     def close(self) -> None:

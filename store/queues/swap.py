@@ -56,7 +56,7 @@ def swap_in(root: str, queues: QueueRegistry, old: ConsumeQueue, units: Units) -
     new.filler_before = old.filler_before
     new.load()
     new.recover()
-    queues[(old.topic, old.queue_id)] = new
+    queues.replace((old.topic, old.queue_id), new)
     return kept
 
 

@@ -106,11 +106,11 @@ class LiveReader:
             grown.setdefault((run.topics[i], int(run.queue_id[i])), []).append(
                 (int(run.queue_offset[i]), int(run.commitlog_offset[i]), int(run.size[i]), codes[i]))
         for key, found in grown.items():
-            cq = s.consume_queues.peek(key)
+            cq = s.consume_queues.if_open(key)
             if isinstance(cq, RebuiltQueue):
                 cq.extend(found)
             else:
-                s.consume_queues[key] = RebuiltQueue.of(key[0], key[1], found)  # type: ignore[assignment]
+                s.consume_queues.replace(key, RebuiltQueue.of(key[0], key[1], found))  # type: ignore[arg-type]
                 if has_queue_dir(key[0]):
                     s.topic_table.add_found([key])
 
@@ -119,7 +119,7 @@ class LiveReader:
         records were checked."""
         s = self.store
         for key, want in list(self.pending.items()):
-            cq = s.consume_queues.get(key)
+            cq = s.consume_queues.open_queue(key)
             if (cq is None and not has_queue_dir(key[0])) or not isinstance(cq, (ConsumeQueue, type(None))):
                 del self.pending[key]  # no directory can hold it, or damaged: served as found
                 continue
@@ -146,7 +146,7 @@ class LiveReader:
         cq.queue = queue
         cq.filler_before = s._filler_before
         s.topic_table.add_found([key])
-        s.consume_queues[key] = cq
+        s.consume_queues.replace(key, cq)
         return cq
 
     def status(self) -> dict:

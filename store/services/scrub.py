@@ -175,11 +175,11 @@ class Scrub:
         return False
 
     # --- ConsumeQueues ---------------------------------------------------------------------
-    def _queue_step(self) -> bool:
-        """Check the next _UNITS units, queue after queue (names in sorted order, so a saved
-        position stays meaningful as queues come); False past the last queue."""
+    def _queue_step(self, budget: int = _UNITS) -> bool:
+        """Check the next `budget` units, queue after queue (names in sorted order, so a saved
+        position stays meaningful as queues come); False past the last queue. A queue not
+        open yet is first used without the put lock, then the step goes on."""
         store = self.store
-        budget = _UNITS
         with store.put_lock:
             if len(self._names) != len(store.consume_queues):
                 self._names = sorted(f"{t}/{q}" for t, q in store.consume_queues)
@@ -191,11 +191,13 @@ class Scrub:
                 if names[i] != self.queue:
                     self.queue, self.unit = names[i], 0
                 topic, _, qid = self.queue.rpartition("/")
-                cq = store.consume_queues[(topic, int(qid))]
+                cq = store.consume_queues.if_open((topic, int(qid)))
+                if cq is None:  # its first use comes below, without the put lock
+                    break
                 gap = queue_check.missing_file(cq)
                 if gap is not None:  # its units there would be skipped unseen
                     self._rebuild(cq, gap, f"lost a file in the middle (its units from offset {gap})")
-                    cq = store.consume_queues[(topic, int(qid))]
+                    cq = store.consume_queues.if_open((topic, int(qid))) or cq
                 lo = max(self.unit, cq.min_offset)
                 units = cq.entries(lo, budget)
                 ok = queue_check.units_ok(store.commitlog, cq, lo, units)
@@ -209,7 +211,11 @@ class Scrub:
                     self.queue, self.unit = names[i] + "\0", 0  # sorts just past this queue
                 else:
                     self.unit = lo + len(units)
-        return True
+        if budget <= 0:
+            return True
+        if store.consume_queues.open_queue((topic, int(qid))) is None:
+            self.queue, self.unit = self.queue + "\0", 0  # gone meanwhile
+        return self._queue_step(budget)
 
     def _rebuild(self, cq: ConsumeQueue, bad: int, why: str) -> None:
         """Rebuild a queue with a bad unit from the CommitLog (caller holds the put lock):

@@ -164,7 +164,7 @@ def check_recovered(store: MessageStore, exp: Expectation) -> list[str]:
                             f"{m.commitlog_offset}/{m.queue_offset}")
     # 4. ConsumeQueues: entry i -> the record carrying queue offset i, or (a message repair
     # lost) a filler record; offsets grow by one along the log
-    for (topic, qid), cq in store.consume_queues.items():
+    for (topic, qid), cq in store.consume_queues.open_all().items():
         msgs = by_queue.get((topic, qid), [])
         held = {m.queue_offset: m for m in msgs}
         if [m.queue_offset for m in msgs] != sorted(held) or len(held) != len(msgs):
@@ -220,7 +220,7 @@ def _first_gap(seqs: list[int]) -> str:
 def snapshot(store: MessageStore) -> tuple:
     """Everything recovery decides: CommitLog range, each queue's entries, index answers."""
     queues = tuple(sorted((k, cq.entries(cq.min_offset, cq.max_offset).tobytes())
-                          for k, cq in store.consume_queues.items()))
+                          for k, cq in store.consume_queues.open_all().items()))
     keys = tuple(tuple(h.commitlog_offset for h in store.query_key(f"g{g}", t, max_n=1 << 20))
                  for t in TOPICS for g in range(SHARED_KEYS))
     return store.commitlog.min_offset, store.commitlog.max_offset, queues, keys

@@ -285,7 +285,7 @@ def _t4_unflushed(root: str, rng: random.Random, seed: int, max_body: int, abort
                 s.flush()
                 exp.durable.update(exp.written)
         flushed = {mf.path: mf.flushed_position for mf in s.commitlog.queue.files}
-        for cq in s.consume_queues.values():
+        for cq in s.consume_queues.open_all().values():
             flushed.update({mf.path: mf.flushed_position for mf in cq.queue.files})
         flushed.update({f.path: f.mf.flushed_position for f in s.index.files})
         shutil.copytree(live, root, ignore=shutil.ignore_patterns("lock"))

@@ -123,7 +123,7 @@ def _dropped(root: str, s: MessageStore) -> str:
     """A queue the registry dropped, put to again (nothing loaded); its directory."""
     _fill_first(s)
     s.flush()
-    assert s.consume_queues.peek(("t3", 1)) is None
+    assert s.consume_queues.if_open(("t3", 1)) is None
     assert s.put(Message.create("t3", b"new", queue_id=1)).queue_offset == 101
     return os.path.join(root, "consumequeue", "t3", "1")
 

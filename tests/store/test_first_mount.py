@@ -183,7 +183,7 @@ def test_a_damaged_newest_queue_makes_the_open_check_every_queue_as_before(tmp_p
     with MessageStore(root, small_config(**CFG), create=False) as s:
         assert len(s.consume_queues.opened()) == TOPICS * QUEUES
         assert _bodies(s, 0, 1) == _expected(0, 1)
-        assert s.consume_queues["t0", 1].entry(PER)[2] == tags
+        assert s.consume_queues.open_queue(("t0", 1)).entry(PER)[2] == tags
 
 
 def test_verify_takes_the_file_a_broker_made_ahead_for_no_damage(tmp_path):

@@ -11,7 +11,9 @@ import threading
 import pytest
 
 from mqfs.store import CorruptionError, Message, MessageStore, StoreFormatError
+from mqfs.store.queues import first_use
 from tests.store.helpers import small_config
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ")
 
@@ -180,3 +182,58 @@ def test_a_queue_not_opened_tells_its_newest_message_time_from_the_record(tmp_pa
         assert not s.consume_queues.opened()
         s.add_queue("t0", 9)
         assert s.newest_store_time("t0", 9) is None
+
+
+@pytest.mark.parametrize("by", ["read", "put"])
+def test_a_slow_first_use_stops_no_put_or_read_of_another_queue(tmp_path, monkeypatch, by):
+    """The proof of a queue at its first use holds no lock others need: while one is held
+    inside it (an event, not a sleep), puts, batches and reads of other queues, their own
+    first uses included, go on, and the adapter's question answers without waiting."""
+    root = str(tmp_path / "s")
+    _fill(root)
+    entered, release = threading.Event(), threading.Event()
+    prove = first_use.prove
+
+    def slow_prove(parts, tags, cq, *args, **kwargs):
+        if (cq.topic, cq.queue_id) == ("t0", 0):
+            entered.set()
+            release.wait()
+        return prove(parts, tags, cq, *args, **kwargs)
+
+    monkeypatch.setattr(first_use, "prove", slow_prove)
+    with MessageStore(root, small_config(), create=False) as s:
+        got: list[object] = []
+        if by == "read":
+            first = threading.Thread(target=lambda: got.append(bytes(s.get("t0", 0, 2).body)))
+        else:
+            first = threading.Thread(target=lambda: got.append(
+                s.put(Message.create("t0", b"new", queue_id=0)).queue_offset))
+        others_done = threading.Event()
+        errors: list[BaseException] = []
+
+        def others() -> None:
+            try:
+                assert s.needs_first_use("t0", 0)  # answered while the proof goes on
+                assert s.put(Message.create("t1", b"new", queue_id=1)).queue_offset == 3
+                assert [r.queue_offset for r in s.put_batch(
+                    [Message.create(f"t{t}", b"new", queue_id=2) for t in (2, 3, 2)])] == [3, 3, 4]
+                assert bytes(s.get("t4", 3, 1).body) == b"4/3/1"
+                assert bytes(s.get("t1", 1, 3).body) == b"new"
+                assert not s.needs_first_use("t4", 3)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                errors.append(exc)
+            finally:
+                others_done.set()
+
+        first.start()
+        try:
+            wait_until(entered.is_set, "the first use of t0/0 began")
+            threading.Thread(target=others).start()
+            wait_until(others_done.is_set, "puts and reads of other queues during a slow first use")
+            assert not errors, errors
+            assert not got and s.needs_first_use("t0", 0)
+        finally:
+            release.set()
+            first.join()
+        assert got == ([b"0/0/2"] if by == "read" else [3])
+        assert not s.needs_first_use("t0", 0)

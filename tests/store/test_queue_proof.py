@@ -159,7 +159,7 @@ def test_the_scrub_finds_a_middle_file_deleted_under_an_open_queue(tmp_path):
     _store_with_three_files(root)
     with MessageStore(root, small_config()) as s:
         s.get("T", 0, 0)  # the queue is open (its first use is past)
-        cq = s.consume_queues[("T", 0)]
+        cq = s.consume_queues.open_queue(("T", 0))
         cq.queue.files.pop(1).close()  # as if the file was gone when the queue was loaded
         _drop_middle_file(root)
         s.scrub()

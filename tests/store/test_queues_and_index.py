@@ -22,7 +22,7 @@ from tests.store.helpers import file_hashes, files_in, random_messages, small_co
 
 
 def _check_consistency(s: MessageStore, msgs: list[Message]) -> None:
-    for (topic, qid), cq in s.consume_queues.items():
+    for (topic, qid), cq in s.consume_queues.open_all().items():
         for i in range(cq.min_offset, cq.max_offset):
             m = s.get(topic, qid, i)
             assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, i)
@@ -38,7 +38,7 @@ def test_every_entry_points_at_its_record_and_every_key_is_found(tmp_path, flavo
     with MessageStore(str(tmp_path), small_config(flavor=flavor)) as s:
         for m in msgs:
             s.put(m)
-        assert sum(cq.max_offset for cq in s.consume_queues.values()) == 600
+        assert sum(cq.max_offset for cq in s.consume_queues.open_all().values()) == 600
         _check_consistency(s, msgs)
         answers = {i: [x.commitlog_offset for x in s.query_key(f"shared-{i}", max_n=1000)]
                    for i in range(7)}

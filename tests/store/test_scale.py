@@ -216,7 +216,7 @@ def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
     _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
     errors: list[str] = []
     with MessageStore(root, small_config(), create=False) as s:
-        taken = s.consume_queues[("t", 0)]  # as a read that took the queue just before
+        taken = s.consume_queues.open_queue(("t", 0))  # as a read that took the queue just before
         done = threading.Event()
 
         def read() -> None:
@@ -236,8 +236,8 @@ def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
             for t in readers:
                 t.join()
         assert "unit 10 does not match" in s.scrub_status()["findings"][0]
-        assert s.consume_queues[("t", 0)] is not taken  # a new object took its place
-        assert taken.entry(5) == s.consume_queues[("t", 0)].entry(5)  # the old one still reads
+        assert s.consume_queues.open_queue(("t", 0)) is not taken  # a new object took its place
+        assert taken.entry(5) == s.consume_queues.open_queue(("t", 0)).entry(5)  # the old one still reads
     assert errors == []
 
 

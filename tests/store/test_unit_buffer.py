@@ -55,7 +55,7 @@ def test_reads_cross_from_the_files_into_the_buffered_units(tmp_path):
         s.flush()
         for i in range(150, 180):
             s.put(Message.create("q", b"a%d" % i))
-        assert s.consume_queues[("q", 0)].buffered == 30 * 20
+        assert s.consume_queues.open_queue(("q", 0)).buffered == 30 * 20
         assert [bytes(m.body) for m in s.get_range("q", 0, 90, 200)] == \
             [b"a%d" % i for i in range(90, 180)]
         offsets, _, _ = s.list_entries("q", 0, 140, 20)
@@ -71,7 +71,7 @@ def test_a_queue_and_all_queues_together_buffer_no_more_than_their_bounds(tmp_pa
                                          consume_queue_units=1000)) as s:
         for _ in range(300):
             s.put(Message.create("hot", b"h"))
-            assert s.consume_queues[("hot", 0)].buffered <= TAIL_MAX
+            assert s.consume_queues.open_queue(("hot", 0)).buffered <= TAIL_MAX
         assert os.path.exists(_cq_dir(root, "hot"))  # written out before it passed the bound
         for i in range(200):
             s.put(Message.create(f"n{i}", b"n"))
