@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -25,13 +25,11 @@ from pyspark.sql.types import StructType
 from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, LMQ, recognise
 from mqfs.store.offline.views import StoreLayout
 
+from .options import ReadOptions
 from .scan import RowFilter
 from .stores import StorePartition, StoresReader
 from .stream import units_by_file
 from .units import UnitRange
-
-if TYPE_CHECKING:
-    from .source import MqfsReader
 
 JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
 # Store features (store/meta/features.py) whose rows the JVM reader does not give yet: a store
@@ -105,12 +103,25 @@ class FallbackReader(DataSourceReader):
         return self.reader.read(partition)
 
 
+class PlannedReader(Protocol):
+    """What the JVM plan takes of a Python reader (source.MqfsReader, which imports this
+    module): its store, options and partitions, and whether it checks headers only."""
+
+    layout: StoreLayout
+    opts: ReadOptions
+    jvm: bool
+
+    def partitions(self) -> list[InputPartition]: ...
+
+    def _header_only(self) -> bool: ...
+
+
 class JvmPlanReader(DataSourceReader):
     """The Python reader's plan, for the JVM: partitions() only (the JVM reads them)."""
 
-    def __init__(self, reader: MqfsReader | StoresReader):
+    def __init__(self, reader: PlannedReader | StoresReader):
         self.reader = reader
-        readers: list[MqfsReader] = reader.readers if isinstance(reader, StoresReader) else [reader]
+        readers: list[PlannedReader] = reader.readers if isinstance(reader, StoresReader) else [reader]
         for r in readers:
             r.jvm = True  # tasks sized for the JVM
 
@@ -139,9 +150,9 @@ def _filter(flt: RowFilter) -> dict:
             "allRecords": flt.all_records}
 
 
-def _describe(reader, part: InputPartition, store: str | None) -> dict:
-    """A partition of `reader` (source.MqfsReader) as the JVM reads it."""
-    layout: StoreLayout = reader.layout
+def _describe(reader: PlannedReader, part: InputPartition, store: str | None) -> dict:
+    """A partition of `reader` as the JVM reads it."""
+    layout = reader.layout
     opts = reader.opts
     flavor = layout.checked_flavor
     out = {"store": store, "flavor": flavor.name, "recordCrc": flavor.record_crc,

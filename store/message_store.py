@@ -105,11 +105,13 @@ class MessageStore(StoreReads):
         self.clock: Callable[[], int] = _now_ms  # store time source; tests pin it
         self._create = create
         self.is_open = False
-        self.recovery: RecoveryReport | None = None
-        self._scrub: Scrub | None = None
         self.users = Users()
-        self._log_ends: log_ends.LogEnds | None = None
         self.stopped: str | None = None  # why writes stopped while open (the store replaced)
+        # what an open makes besides the parts (`_assemble`): its report and the services
+        self.recovery: RecoveryReport | None = None
+        self._log_ends: log_ends.LogEnds | None = None
+        self._scrub: Scrub | None = None
+        self.live: LiveReader | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> MessageStore:
@@ -136,7 +138,7 @@ class MessageStore(StoreReads):
         if found.problem and not read_only:
             raise StoreFormatError(found.problem)
         self.config = cfg = found.config
-        self._scrub = None
+        self.recovery, self._log_ends, self._scrub, self.live = None, None, None, None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self.compaction = CompactionViews(
@@ -152,10 +154,11 @@ class MessageStore(StoreReads):
             if fresh:
                 write_manifest(self.root, cfg)
                 record_min_offset(self.root, 0)
+            clean = self._assemble(read_only, last_exit_ok)
             if read_only:
-                self._load_read_only(last_exit_ok)
+                self._load_read_only(not last_exit_ok, clean)
             else:
-                self._load_and_recover(last_exit_ok)
+                self._load_and_recover(clean)
         except BaseException as exc:
             self._release_files(as_found=True)  # a refused open writes nothing
             if last_exit_ok and os.path.lexists(self.abort_path):
@@ -168,30 +171,116 @@ class MessageStore(StoreReads):
                     f"repair's file steps were done; {repair_journal.NAME} keeps the rest)")
                 ) from None
             raise
-        if not read_only:
-            self.retention = Retention(self.root, self.config, self.commitlog.queue,
-                                       self.put_lock, self._drop_below,
-                                       lambda: max(self.clock(), self._last_store_ts),
-                                       self._record_time)
-            self.flush_services = FlushServices(
-                self.config, self.commitlog.queue, lambda: self.checkpoint_now(False),
-                (lambda: 0 if self._replaced() else self.retention.run_once())
-                if self.retention.enabled else None)
-            self.flush_services.start()
-            self._scrub = Scrub(self, cfg.scrub_share, cfg.scrub_interval_hours * 3600)
-            if self._log_ends is not None:
-                self._log_ends.start()
-        self.live: LiveReader | None = None
-        if read_only and cfg.live_refresh_ms > 0:
-            self.live = LiveReader(self, cfg.live_refresh_ms)
-            self.live.start()
+        self._start_services(read_only)
         if self.recovery is not None:
             self.recovery.notes.extend(features.notes(self.features))
         self.is_open = True
         self.users.open()
         if repair_ends is not None:
-            repair_journal.finish_rebuild(self, repair_ends)
+            repair_journal.finish_rebuild(self.root, repair_ends, self.keep_queue_ends,
+                                          self._flush_rebuilt)
         return self
+
+    def _assemble(self, read_only: bool, last_exit_ok: bool) -> bool:
+        """Every part of the open store, made here and nowhere else: the files' objects
+        (the CommitLog loaded), the locks, the queues registered (each proven at its first
+        use, `_open_recorded`: store/queues/registration.py says from what), and the parts
+        record recovery and the services are given. Returns whether the last exit was clean
+        as the files show it: an `abort` file gone (`last_exit_ok`) is not enough."""
+        cfg, root = self.config, self.root
+        self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
+        self.tags_codes = TagsCodes(self.flavor, parse_delay_levels(cfg.message_delay_level))
+        self.put_lock = threading.Lock()
+        self.flush_lock = threading.Lock()
+        self.checkpoint = Checkpoint.load(os.path.join(root, "checkpoint"))
+        # a store without mqfs.json is a broker's: its config files' .bak are its own
+        broker_files = not os.path.lexists(manifest_path(root))
+        self.topic_table = TopicTable(root, keep_bak=broker_files)
+        self.offsets = ConsumerOffsets(root, keep_bak=broker_files)
+        self.commitlog = CommitLog(root, cfg.commitlog_file_size, self.flavor, read_only=read_only,
+                                   transient=cfg.transient_pool and not read_only)
+        self.commitlog.load()
+        self.consume_queues = QueueRegistry(self._open_recorded, self._queue_object)
+        self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
+        self._last_store_ts = 0
+        self._dispatched_ts = 0
+        self._kept: kept_ends.Kept = {}  # queue ends an earlier repair kept
+        self._ends_found: queue_ends.Replayed | None = None  # config/queueEnds.log's, after a crash
+        self._cuts_saved = 0  # the registry's `discharged` when the cuts were last saved
+        vouched: dispatch_state.Vouched | None = None
+        cuts: queue_cuts.Cuts = {}
+        if read_only:
+            clean = self._register_read_only(last_exit_ok)
+        else:
+            self.consume_queues.commitlog = self.commitlog
+            clean, vouched, cuts = self._register_read_write(last_exit_ok)
+        self.index = IndexService(root, cfg.index_slots, cfg.index_entries, self.flavor,
+                                  read_only=read_only)
+        self.unit_flush = UnitFlush(root, self.put_lock, self.consume_queues.opened)
+        self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
+                                     self._create_queue, self._declare_queues, self._fillers,
+                                     self.unit_flush)
+        self.parts = StoreParts(root, cfg, self.flavor, self.commitlog, self.consume_queues,
+                                self.index, self.checkpoint, self.dispatch, self.flush_logics,
+                                self._queue_object, self._loaded_queue, vouched, cuts)
+        return clean
+
+    def _register_read_only(self, last_exit_ok: bool) -> bool:
+        """A read-only open's queues, from the clean close's record if it belongs to this
+        checkpoint; whether it does."""
+        cp = self.checkpoint
+        trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
+        self.consume_queues.record(registration.read_only(
+            self.root, registration.saved_state(self.root) if trusted else None,
+            cp.commitlog_flushed_offset if trusted else None, cp))
+        self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
+        return trusted
+
+    def _register_read_write(self, last_exit_ok: bool
+                             ) -> tuple[bool, dispatch_state.Vouched | None, queue_cuts.Cuts]:
+        """A read-write open's queues; whether the last exit was clean, the clean close's
+        record the open trusts, and the cuts earlier recoveries left (config/queueCuts.json)."""
+        # read once, for the two checks below that trust a clean close
+        saved = dispatch_state.saved(self.root) if last_exit_ok else None
+        if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
+            log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
+                        "recovering as after a crash")
+            last_exit_ok = False
+        elif last_exit_ok and 0 < self.checkpoint.commitlog_flushed_offset != \
+                dispatch_state.clean_close_at(saved):
+            # a clean close records its checkpoint's end with the dispatch state; a later
+            # session that flushed and lost its abort file (the IndexFiles it never synced
+            # may be zeros) leaves a checkpoint past it
+            log.warning("no abort file, but the checkpoint is not the one the last clean close "
+                        "left: recovering as after a crash")
+            last_exit_ok = False
+        self._kept = kept_ends.read(self.root)
+        vouched, cuts, self._ends_found = registration.read_write(
+            self.root, self.consume_queues, saved if last_exit_ok else None,
+            self.checkpoint, last_exit_ok, log_ends.pending(self.root))
+        return last_exit_ok, vouched, cuts
+
+    def _start_services(self, read_only: bool) -> None:
+        """The threads of an open store, each given its parts, locks and callbacks."""
+        cfg, parts = self.config, self.parts
+        if not read_only:
+            self.retention = Retention(self.root, cfg, self.commitlog.queue,
+                                       self.put_lock, self._drop_below,
+                                       lambda: max(self.clock(), self._last_store_ts),
+                                       self.commitlog.record_time_at)
+            self.flush_services = FlushServices(
+                cfg, self.commitlog.queue, lambda: self.checkpoint_now(False),
+                (lambda: 0 if self._replaced() else self.retention.run_once())
+                if self.retention.enabled else None)
+            self.flush_services.start()
+            self._scrub = Scrub(parts, self.put_lock, self.tags_codes, cfg.scrub_share,
+                                cfg.scrub_interval_hours * 3600)
+            if self._log_ends is not None:
+                self._log_ends.start()
+        elif cfg.live_refresh_ms > 0:
+            self.live = LiveReader(parts, self.put_lock, self.tags_codes, self.topic_table.add_found,
+                                   features.ROCKSDB_CQ in self.features, cfg.live_refresh_ms)
+            self.live.start()
 
     def start_scrub(self) -> None:
         """Start the background scrub (store/services/scrub.py): the whole-store check an open no
@@ -213,21 +302,11 @@ class MessageStore(StoreReads):
             found["queue_ends"] = self._log_ends.status()
         return found
 
-    def _load_read_only(self, last_exit_ok: bool) -> None:
+    def _load_read_only(self, crashed: bool, trusted: bool) -> None:
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
-        cfg = self.config
-        self._common_state()
-        self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor, read_only=True)
-        self.commitlog.load()
-        cp = self.checkpoint  # the clean close's record, if it belongs to this checkpoint
-        trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
-        self.consume_queues.record(registration.read_only(
-            self.root, registration.saved_state(self.root) if trusted else None,
-            cp.commitlog_flushed_offset if trusted else None, cp))
-        self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
-        self._open_index(read_only=True).load(True, 0, timestamp_at=self._record_time)
-        self.recovery = open_read_only(self._parts(), not last_exit_ok,
-                                       None if trusted else cp.cq_flushed_offset)
+        self.index.load(True, 0, timestamp_at=self.commitlog.record_time_at)
+        self.recovery = open_read_only(self.parts, crashed,
+                                       None if trusted else self.checkpoint.cq_flushed_offset)
         self._broker_held_read_only()
         self._last_store_ts = self._newest_store_time()
 
@@ -249,88 +328,32 @@ class MessageStore(StoreReads):
             self.batch = BatchReads(self.root, batch_topics, self._read)
             self.topic_table.add_found((t, q) for t in batch_topics for q in self.batch.queue_ids(t))
         if features.ROCKSDB_CQ in self.features:
-            found = queue_check.queues_from_log(self._parts(), None)
+            found = queue_check.queues_from_log(self.parts, None)
             for key, rebuilt in found.items():
                 self.consume_queues.replace(key, rebuilt)  # type: ignore[arg-type]
             self.topic_table.add_found(key for key in found if has_queue_dir(key[0]))
             notes.append("consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs cannot "
                          "read: queues are served from the CommitLog's records")
 
-    def _common_state(self) -> None:
-        cfg = self.config
-        self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
-        self.put_lock = threading.Lock()
-        self.flush_lock = threading.Lock()
-        self.consume_queues = QueueRegistry(self._open_recorded, self._queue_object)
-        self._vouched: dispatch_state.Vouched | None = None
-        self._kept: kept_ends.Kept = {}
-        self._cuts: queue_cuts.Cuts = {}  # what config/queueCuts.json held at open
-        self._cuts_saved = 0  # the registry's `discharged` when the cuts were last saved
-        self.checkpoint = Checkpoint.load(os.path.join(self.root, "checkpoint"))
-        # a store without mqfs.json is a broker's: its config files' .bak are its own
-        broker_files = not os.path.lexists(manifest_path(self.root))
-        self.topic_table = TopicTable(self.root, keep_bak=broker_files)
-        self.offsets = ConsumerOffsets(self.root, keep_bak=broker_files)
-        self._last_store_ts = 0
-        self._dispatched_ts = 0
-        self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
-        self.tags_codes = TagsCodes(self.flavor, parse_delay_levels(cfg.message_delay_level))
-
-    def _open_index(self, **kwargs) -> IndexService:
-        """The IndexService, and the dispatcher that writes into it and the queues."""
-        cfg = self.config
-        self.index = IndexService(self.root, cfg.index_slots, cfg.index_entries, self.flavor, **kwargs)
-        self.unit_flush = UnitFlush(self.root, self.put_lock, self.consume_queues.opened)
-        self.dispatcher = Dispatcher(self.tags_codes, self.consume_queues, self.index,
-                                     self._create_queue, self._declare_queues, self._fillers,
-                                     self.unit_flush)
-        return self.index
-
-    def _parts(self) -> StoreParts:
-        return StoreParts(self.root, self.config, self.flavor, self.commitlog, self.consume_queues,
-                          self.index, self.checkpoint, self.dispatch, self.flush_logics,
-                          self._queue_object, self._loaded_queue, self._vouched, self._cuts)
-
     def _load_and_recover(self, last_exit_ok: bool) -> None:
-        cfg = self.config
-        self._common_state()
-        self.commitlog = CommitLog(self.root, cfg.commitlog_file_size, self.flavor,
-                                   transient=cfg.transient_pool)
-        self.commitlog.load()
-        self.consume_queues.commitlog = self.commitlog
-        # read once, for the two checks below that trust a clean close
-        self._saved_state = dispatch_state.saved(self.root) if last_exit_ok else None
-        if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
-            log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
-                        "recovering as after a crash")
-            last_exit_ok = False
-        elif last_exit_ok and 0 < self.checkpoint.commitlog_flushed_offset != \
-                dispatch_state.clean_close_at(self._saved_state):
-            # a clean close records its checkpoint's end with the dispatch state; a later
-            # session that flushed and lost its abort file (the IndexFiles it never synced
-            # may be zeros) leaves a checkpoint past it
-            log.warning("no abort file, but the checkpoint is not the one the last clean close "
-                        "left: recovering as after a crash")
-            last_exit_ok = False
-        self._register_queues(last_exit_ok)
-        self._open_index().load(last_exit_ok, self.checkpoint.index_msg_timestamp,
-                                strict=self.checkpoint.commitlog_flushed_offset > 0,
-                                timestamp_at=self._record_time,
-                                vouched=(self.checkpoint.index_file, self.checkpoint.index_count),
-                                scrub_found=frozenset(damaged_index_files(self.root)))
+        cp = self.checkpoint
+        self.index.load(last_exit_ok, cp.index_msg_timestamp, strict=cp.commitlog_flushed_offset > 0,
+                        timestamp_at=self.commitlog.record_time_at,
+                        vouched=(cp.index_file, cp.index_count),
+                        scrub_found=frozenset(damaged_index_files(self.root)))
         # `abort` goes down before recovery changes anything: a crash during recovery must
         # make the next open recover abnormally too (it rebuilds from the checkpoint). One a
         # crash left is kept as found until recovery succeeds (a refused open changes nothing)
         crashed_before = os.path.lexists(self.abort_path)
         if not crashed_before:
             self._write_abort()
-        self.recovery = recover(self._parts(), last_exit_ok, self._progress)
+        self.recovery = recover(self.parts, last_exit_ok, self._progress)
         self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
-        if self.consume_queues.cuts() != self._cuts:  # owed now, or made by recovery
+        if self.consume_queues.cuts() != self.parts.cuts:  # owed now, or made by recovery
             queue_cuts.save(self.root, self.consume_queues.cuts())
         self._cuts_saved = self.consume_queues.discharged
         self._ends = queue_ends.Journal.after_open(self.root, self._ends_found, self.consume_queues,
-                                                   self.checkpoint.cq_flushed_offset)
+                                                   cp.cq_flushed_offset)
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
@@ -340,7 +363,7 @@ class MessageStore(StoreReads):
         self.consume_queues.retain(self.commitlog.min_offset, delete=False)  # it may have cut the head
         self.topic_table.add_found(self.consume_queues)
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
-        if self._vouched is None and self._ends_found is None and \
+        if self.parts.vouched is None and self._ends_found is None and \
                 self.commitlog.max_offset > self.commitlog.min_offset:
             self._prove_ends()
 
@@ -353,7 +376,7 @@ class MessageStore(StoreReads):
         log.info("queue ends: %s: each queue's end is proven from its last record in the "
                  "CommitLog, newest files first; a put to a queue not proven yet is refused "
                  "(try again)", why)
-        self._log_ends = log_ends.LogEnds(self._parts(), self.tags_codes, self.put_lock,
+        self._log_ends = log_ends.LogEnds(self.parts, self.tags_codes, self.put_lock,
                                           lambda topic, qid: self._create_queue(topic, qid, False),
                                           self._probe_queue, self._noted)
         self._log_ends.begin()
@@ -365,14 +388,6 @@ class MessageStore(StoreReads):
         cq.load()
         cq.recover()
         return cq
-
-    def _register_queues(self, last_exit_ok: bool) -> None:
-        """Know every queue without opening it, each proven at its first use (`_open_recorded`):
-        store/queues/registration.py says from what."""
-        self._kept = kept_ends.read(self.root)
-        self._vouched, self._cuts, self._ends_found = registration.read_write(
-            self.root, self.consume_queues, self._saved_state if last_exit_ok else None,
-            self.checkpoint, last_exit_ok, log_ends.pending(self.root))
 
     def _loaded_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A queue's object with its files loaded, not proven (recovery checks it)."""
@@ -388,9 +403,9 @@ class MessageStore(StoreReads):
         try:
             if read_only:  # a damaged one is served from the log: a RebuiltQueue reads alike
                 return first_use.prove_read_only(  # type: ignore[return-value]
-                    self._parts(), cq, rec, self.recovery is None or self.recovery.abnormal,
+                    self.parts, cq, rec, self.recovery is None or self.recovery.abnormal,
                     self._noted)
-            first_use.prove(self._parts(), self.tags_codes, cq, rec, self._kept, self._noted,
+            first_use.prove(self.parts, self.tags_codes, cq, rec, self._kept, self._noted,
                             None if self._log_ends is None else self._log_ends.check_open)
         except BaseException:
             cq.close()
@@ -408,14 +423,6 @@ class MessageStore(StoreReads):
         if self.recovery is not None:
             self.recovery.notes.append(what)
             self.recovery.quarantined += quarantined
-
-    def _record_time(self, commitlog_offset: int) -> int | None:
-        """Store time of the record at an offset; None where no record starts there."""
-        try:
-            msg = self.commitlog.read(commitlog_offset)
-        except StoreError:  # NotFound, CorruptionError
-            return None
-        return msg.store_timestamp if msg.commitlog_offset == commitlog_offset else None
 
     @property
     def abort_path(self) -> str:
@@ -451,7 +458,7 @@ class MessageStore(StoreReads):
         self.flush()
         dispatch_state.save(self.root, self.consume_queues.ends(), self.index.files,
                             self.checkpoint.commitlog_flushed_offset,
-                            tail_record(self._parts(), self.checkpoint.commitlog_flushed_offset),
+                            tail_record(self.parts, self.checkpoint.commitlog_flushed_offset),
                             self.consume_queues.inexact())
         self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
@@ -850,6 +857,11 @@ class MessageStore(StoreReads):
             self._cuts_saved = queue_cuts.save_made(self.root, self.consume_queues, self._cuts_saved)
             self._ends.append(ends, at, self.commitlog)  # synced before the checkpoint passes it
             cp.flush()
+
+    def _flush_rebuilt(self) -> None:
+        """After a repair's rebuild at open: everything put and every IndexFile durable."""
+        self.flush()
+        self.index.flush()
 
     def flush_logics(self) -> None:
         """After recovery rebuilt entries: make them durable before anything else happens."""

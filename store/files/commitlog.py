@@ -13,7 +13,7 @@ import struct
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
-from ..errors import CodecError, CorruptionError, InvalidMessage, NotFound
+from ..errors import CodecError, CorruptionError, InvalidMessage, NotFound, StoreError
 from ..format import codec, columns, layout
 from ..format.compression import COMPRESSED_FLAG
 from ..format.flavor import Flavor
@@ -150,6 +150,15 @@ class CommitLog:
             ok[sel] = columns.unit_matches(raw, offsets[sel] - start, sizes[sel], topic, queue_id,
                                          queue_offsets[sel])
         return ok
+
+    def record_time_at(self, offset: int) -> int | None:
+        """Store time of the record decoded at an offset; None where no whole record starts
+        there."""
+        try:
+            msg = self.read(offset)
+        except StoreError:  # NotFound, CorruptionError
+            return None
+        return msg.store_timestamp if msg.commitlog_offset == offset else None
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at an offset, without decoding the rest of it."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import xxhash
 
@@ -32,9 +33,6 @@ from ..meta.log_start import record_min_offset
 from ..meta.manifest import inspect, write_manifest
 from ..queues import kept_ends
 from .salvage import Damage
-
-if TYPE_CHECKING:
-    from ..message_store import MessageStore
 
 NAME = "repair-journal.json"
 # the steps in order; the journal names the next one to run. rename-out moves each misnamed
@@ -318,16 +316,18 @@ def finish_files_before_open(root: str, read_only: bool) -> dict[tuple[str, int]
     return finish_files(root)
 
 
-def finish_rebuild(store: MessageStore, ends: dict[tuple[str, int], int]) -> None:
+def finish_rebuild(root: str, ends: dict[tuple[str, int], int],
+                   keep: Callable[[dict[tuple[str, int], int]], kept_ends.Kept],
+                   flush: Callable[[], None]) -> None:
     """The open rebuilt the derived files: keep the journal's queue ends taken (and recorded
     in kept_ends, so no later rebuild gives them out again), make every file and directory
-    durable, and only then drop the journal."""
-    kept_ends.add(store.root, store.keep_queue_ends(ends))
-    store.flush()
-    store.index.flush()
-    for directory, _, _ in os.walk(store.root):
+    durable, and only then drop the journal. `keep` extends the queues to their ends (the
+    engine's `keep_queue_ends`), `flush` makes what the open wrote durable."""
+    kept_ends.add(root, keep(ends))
+    flush()
+    for directory, _, _ in os.walk(root):
         fsync_dir(directory)
-    remove(store.root)
+    remove(root)
 
 
 def _manifest(root: str, journal: Journal) -> None:

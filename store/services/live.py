@@ -17,36 +17,44 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import StoreError
 from ..files.consume_queue import UNIT_DTYPE, UNIT_SIZE, ConsumeQueue, RebuiltQueue, last_written
-from ..files.dispatcher import has_queue_dir
+from ..files.dispatcher import TagsCodes, has_queue_dir
 from ..files.mapped_file import MappedFile
 from ..files.mapped_file_queue import MappedFileQueue
 from ..format import layout
 from ..format.columns import RecordRun
 from ..integrity.scanner import scan_end
-from ..meta import features
 
 if TYPE_CHECKING:
-    from ..message_store import MessageStore
+    from ..integrity.parts import StoreParts
 
 log = logging.getLogger(__name__)
 
 
 class LiveReader:
-    """The refresh thread of a read-only store and what it has read so far."""
+    """The refresh thread of a read-only store and what it has read so far, given the
+    store's parts, the lock a refresh takes (the put lock, which a read-only store's puts
+    never take), the tagsCodes of units it makes, how to show queues the topics do not list
+    (`TopicTable.add_found`), and whether units come from the log: a broker's RocksDB
+    ConsumeQueue is not read, new records are their queues' units."""
 
-    def __init__(self, store: MessageStore, interval_ms: int):
-        self.store = store
+    def __init__(self, parts: StoreParts, lock: threading.Lock, tags: TagsCodes,
+                 show_queues: Callable[[Iterable[tuple[str, int]]], None], units_from_log: bool,
+                 interval_ms: int):
+        self.parts = parts
+        self.lock = lock
+        self.tags = tags
+        self.show_queues = show_queues
         self.interval = interval_ms / 1000
-        self.read_to = store.commitlog.queue.max_offset  # records below it were checked
+        self.read_to = parts.commitlog.queue.max_offset  # records below it were checked
         self.pending: dict[tuple[str, int], int] = {}  # queue -> units it must reach
-        # a broker's RocksDB ConsumeQueue is not read: new records are their queues' units
-        self.units_from_log = features.ROCKSDB_CQ in store.features
+        self.units_from_log = units_from_log
         self.refreshed_ms = 0
         self.failures = 0
         self._stop = threading.Event()
@@ -73,15 +81,15 @@ class LiveReader:
 
     def refresh(self) -> None:
         """Take in what the writer added since the last refresh."""
-        s = self.store
-        with s.put_lock:  # one refresh at a time; readers go on meanwhile
-            queue = s.commitlog.queue
+        parts = self.parts
+        with self.lock:  # one refresh at a time; readers go on meanwhile
+            queue = parts.commitlog.queue
             queue.show_to(self.read_to, queue.new_files())
-            end, _, _ = scan_end(s.commitlog, s.flavor, self.read_to, self.read_to, self._note)
+            end, _, _ = scan_end(parts.commitlog, parts.flavor, self.read_to, self.read_to, self._note)
             queue.show_to(end)
             self.read_to = max(self.read_to, end)
             self._follow_queues()
-            s.index.load_new(s._record_time)
+            parts.index.load_new(parts.commitlog.record_time_at)
             self.refreshed_ms = time.time_ns() // 1_000_000
 
     def _note(self, run: RecordRun) -> None:
@@ -99,27 +107,26 @@ class LiveReader:
     def _units_of(self, run: RecordRun, rows: list[int]) -> None:
         """Checked new records of a store whose queues are served from the CommitLog: each
         one's unit added to its queue, as the queues were built at open."""
-        s = self.store
-        codes = s.tags_codes.column(run.topics, run.tags, run.delays, run.store_ts).tolist()
+        queues = self.parts.consume_queues
+        codes = self.tags.column(run.topics, run.tags, run.delays, run.store_ts).tolist()
         grown: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
         for i in rows:
             grown.setdefault((run.topics[i], int(run.queue_id[i])), []).append(
                 (int(run.queue_offset[i]), int(run.commitlog_offset[i]), int(run.size[i]), codes[i]))
         for key, found in grown.items():
-            cq = s.consume_queues.if_open(key)
+            cq = queues.if_open(key)
             if isinstance(cq, RebuiltQueue):
                 cq.extend(found)
             else:
-                s.consume_queues.replace(key, RebuiltQueue.of(key[0], key[1], found))  # type: ignore[arg-type]
+                queues.replace(key, RebuiltQueue.of(key[0], key[1], found))  # type: ignore[arg-type]
                 if has_queue_dir(key[0]):
-                    s.topic_table.add_found([key])
+                    self.show_queues([key])
 
     def _follow_queues(self) -> None:
         """Show the units the writer added to the queues new records name, up to those whose
         records were checked."""
-        s = self.store
         for key, want in list(self.pending.items()):
-            cq = s.consume_queues.open_queue(key)
+            cq = self.parts.consume_queues.open_queue(key)
             if (cq is None and not has_queue_dir(key[0])) or not isinstance(cq, (ConsumeQueue, type(None))):
                 del self.pending[key]  # no directory can hold it, or damaged: served as found
                 continue
@@ -136,17 +143,15 @@ class LiveReader:
 
     def _queue_files(self, topic: str, queue_id: int) -> MappedFileQueue:
         """The files of a queue this store has not shown yet (none while it has no directory)."""
-        s = self.store
-        directory = os.path.join(s.root, "consumequeue", topic, str(queue_id))
-        return MappedFileQueue(directory, s.config.consume_queue_units * UNIT_SIZE, read_only=True)
+        parts = self.parts
+        directory = os.path.join(parts.root, "consumequeue", topic, str(queue_id))
+        return MappedFileQueue(directory, parts.config.consume_queue_units * UNIT_SIZE, read_only=True)
 
     def _add_queue(self, key: tuple[str, int], queue: MappedFileQueue) -> ConsumeQueue:
-        s = self.store
-        cq = ConsumeQueue(s.root, key[0], key[1], s.config.consume_queue_units, read_only=True)
+        cq = self.parts.queue_object(key, True)
         cq.queue = queue
-        cq.filler_before = s._filler_before
-        s.topic_table.add_found([key])
-        s.consume_queues.replace(key, cq)
+        self.show_queues([key])
+        self.parts.consume_queues.replace(key, cq)
         return cq
 
     def status(self) -> dict:

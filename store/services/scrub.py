@@ -43,7 +43,8 @@ from ..queues import first_use
 from ..queues.swap import swap_in
 
 if TYPE_CHECKING:
-    from ..message_store import MessageStore
+    from ..files.dispatcher import TagsCodes
+    from ..integrity.parts import StoreParts
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +81,19 @@ def damaged_index_files(root: str) -> set[str]:
 
 
 class Scrub:
-    """One store's scrub. `run_pass()` checks everything at once (tests, tools); `start()`
-    runs passes in a thread, `interval_s` apart, throttled to `share` of a core."""
+    """One store's scrub, given its parts, the lock each step takes (the put lock) and the
+    tagsCodes units are checked with. `run_pass()` checks everything at once (tests,
+    tools); `start()` runs passes in a thread, `interval_s` apart, throttled to `share` of a
+    core."""
 
-    def __init__(self, store: MessageStore, share: float = 0.05, interval_s: float = 86400.0):
-        self.store = store
+    def __init__(self, parts: StoreParts, lock: threading.Lock, tags: TagsCodes,
+                 share: float = 0.05, interval_s: float = 86400.0):
+        self.parts = parts
+        self.lock = lock
+        self.tags = tags
         self.share = share
         self.interval_s = interval_s
-        self.path = os.path.join(store.root, "config", NAME)
+        self.path = os.path.join(parts.root, "config", NAME)
         try:
             state = read_json(self.path, {}, check=_state_shape, fix="starting a new pass")
         except StoreFormatError as exc:  # only a position: never a reason to refuse an open
@@ -105,7 +111,7 @@ class Scrub:
         self.completed_ms: int = state.get("completed_ms", 0)
         self.findings: list[str] = list(state.get("findings", []))[-_FINDINGS:]
         # damaged IndexFiles the next read-write open rebuilds; gone once it did
-        names = {os.path.basename(f.path) for f in store.index.files}
+        names = {os.path.basename(f.path) for f in parts.index.files}
         self.damaged_index: list[str] = [n for n in state.get("damaged_index", []) if n in names]
         self.checked_units = 0
         self.checked_bytes = 0
@@ -161,7 +167,7 @@ class Scrub:
         if self.commitlog < 0:
             if self._queue_step():
                 return True
-            self.commitlog = self.store.commitlog.queue.min_offset
+            self.commitlog = self.parts.commitlog.queue.min_offset
         if not self.index:
             if self._commitlog_step():
                 return True
@@ -179,10 +185,10 @@ class Scrub:
         """Check the next `budget` units, queue after queue (names in sorted order, so a saved
         position stays meaningful as queues come); False past the last queue. A queue not
         open yet is first used without the put lock, then the step goes on."""
-        store = self.store
-        with store.put_lock:
-            if len(self._names) != len(store.consume_queues):
-                self._names = sorted(f"{t}/{q}" for t, q in store.consume_queues)
+        parts = self.parts
+        with self.lock:
+            if len(self._names) != len(parts.consume_queues):
+                self._names = sorted(f"{t}/{q}" for t, q in parts.consume_queues)
             names = self._names
             while budget > 0:
                 i = bisect.bisect_left(names, self.queue)
@@ -191,17 +197,17 @@ class Scrub:
                 if names[i] != self.queue:
                     self.queue, self.unit = names[i], 0
                 topic, _, qid = self.queue.rpartition("/")
-                cq = store.consume_queues.if_open((topic, int(qid)))
+                cq = parts.consume_queues.if_open((topic, int(qid)))
                 if cq is None:  # its first use comes below, without the put lock
                     break
                 gap = queue_check.missing_file(cq)
                 if gap is not None:  # its units there would be skipped unseen
                     self._rebuild(cq, gap, f"lost a file in the middle (its units from offset {gap})")
-                    cq = store.consume_queues.if_open((topic, int(qid))) or cq
+                    cq = parts.consume_queues.if_open((topic, int(qid))) or cq
                 lo = max(self.unit, cq.min_offset)
                 units = cq.entries(lo, budget)
-                ok = queue_check.units_ok(store.commitlog, cq, lo, units)
-                ok = queue_check.tags_ok(store.commitlog, store.tags_codes, units, ok)
+                ok = queue_check.units_ok(parts.commitlog, cq, lo, units)
+                ok = queue_check.tags_ok(parts.commitlog, self.tags, units, ok)
                 self.checked_units += len(units)
                 budget -= max(len(units), 64)  # a queue costs a little even when empty
                 if not ok.all():
@@ -213,7 +219,7 @@ class Scrub:
                     self.unit = lo + len(units)
         if budget <= 0:
             return True
-        if store.consume_queues.open_queue((topic, int(qid))) is None:
+        if parts.consume_queues.open_queue((topic, int(qid))) is None:
             self.queue, self.unit = self.queue + "\0", 0  # gone meanwhile
         return self._queue_step(budget)
 
@@ -222,23 +228,23 @@ class Scrub:
         its units are gathered first, and only if the log yields them whole, up to the
         queue's end (no offset given out may be given again), do the new units go in and
         the old files to quarantine/ (`swap_in`: reads going on meanwhile see it whole)."""
-        store = self.store
+        parts = self.parts
         what = f"ConsumeQueue {cq.topic}/{cq.queue_id} {why}"
-        units = first_use.units_from_log(store._parts(), store.tags_codes, cq.topic, cq.queue_id)
+        units = first_use.units_from_log(parts, self.tags, cq.topic, cq.queue_id)
         if units is None or (len(units[3]) and int(units[3][-1]) + 1 < cq.max_offset):
             self._found(f"{what}; not rebuilt: the CommitLog does not hold every message of "
-                        f"the queue (run `mqfs verify {store.root}` and `mqfs repair`)")
+                        f"the queue (run `mqfs verify {parts.root}` and `mqfs repair`)")
             return
-        moved = swap_in(store.root, store.consume_queues, cq, units)
+        moved = swap_in(parts.root, parts.consume_queues, cq, units)
         self._found(f"{what}; rebuilt the queue from the CommitLog (old files: "
                     f"{', '.join(moved)})")
 
     # --- CommitLog -------------------------------------------------------------------------
     def _commitlog_step(self) -> bool:
         """Check up to _BYTES of flushed records from where the scrub is; False at the end."""
-        store = self.store
-        queue = store.commitlog.queue
-        with store.put_lock:
+        parts = self.parts
+        queue = parts.commitlog.queue
+        with self.lock:
             pos = max(self.commitlog, queue.min_offset)
             end = queue.flushed_where
             mf = queue.find(pos)
@@ -249,20 +255,20 @@ class Scrub:
             buf, u8 = memoryview(mf.buffer()), np.frombuffer(mf.buffer(), dtype=np.uint8)
             at, stop_at = pos - base, min(pos - base + _BYTES, limit)
             while at < stop_at:
-                at, _, more = check_run(buf, u8, at, limit, base, store.flavor, NOWHERE, (0, 0))
+                at, _, more = check_run(buf, u8, at, limit, base, parts.flavor, NOWHERE, (0, 0))
                 if more:
                     continue
                 if at >= limit or (limit - at >= 8 and codec.peek_header(buf, at)[1] == MAGIC_BLANK):
                     at = mf.file_size  # a BLANK or the flushed end: the next file
                     break
-                msg, reason = step_record(buf, at, limit, base, store.flavor)
+                msg, reason = step_record(buf, at, limit, base, parts.flavor)
                 if msg is not None:
                     at += msg.total_size
                     continue
-                found = salvage.resync(mf, at, limit, store.flavor)
+                found = salvage.resync(mf, at, limit, parts.flavor)
                 self._found(f"damaged record at CommitLog offset {base + at} (file "
                             f"{offset_to_name(base)}): {reason or 'zeros inside flushed data'}; "
-                            f"reads of it fail: run `mqfs verify {store.root}` and `mqfs repair`")
+                            f"reads of it fail: run `mqfs verify {parts.root}` and `mqfs repair`")
                 at = found if found is not None else mf.file_size
             self.checked_bytes += at - (pos - base)
             self.commitlog = base + at
@@ -275,9 +281,9 @@ class Scrub:
         reported and recorded, not mended now: rebuilding means indexing their records
         again under the put lock, so the next read-write open does it (old file to
         quarantine/), as for a broken header."""
-        store = self.store
-        with store.put_lock:
-            files = list(store.index.files)
+        parts = self.parts
+        with self.lock:
+            files = list(parts.index.files)
             names = [os.path.basename(f.path) for f in files]
             i = bisect.bisect_left(names, self.index)
             if i == len(names):
@@ -287,7 +293,7 @@ class Scrub:
             f = files[i]
             lo = max(self.entry, 1)
             hi = min(f.index_count, lo + _ENTRIES)
-            bad = index_check.bad_entries(f, lo, hi, store.commitlog, store.flavor)
+            bad = index_check.bad_entries(f, lo, hi, parts.commitlog, parts.flavor)
             self.checked_entries += hi - lo
             if bad:
                 if names[i] not in self.damaged_index:
@@ -311,7 +317,7 @@ class Scrub:
 
     def _save(self) -> None:
         self._saved = time.monotonic()
-        if self.store.config.read_only:
+        if self.parts.config.read_only:
             return
         write_json(self.path, {"passes": self.passes, "queue": self.queue, "unit": self.unit,
                                "commitlog": self.commitlog, "index": self.index,
@@ -321,7 +327,7 @@ class Scrub:
 
     def status(self) -> dict[str, Any]:
         """Where the scrub is and what it found, for /status.json."""
-        end = self.store.commitlog.queue.flushed_where
+        end = self.parts.commitlog.queue.flushed_where
         return {"running": self._thread is not None, "passes": self.passes,
                 "phase": "idle" if not self.started_ms else
                 "consumequeue" if self.commitlog < 0 else "commitlog" if not self.index else

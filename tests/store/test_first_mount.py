@@ -65,7 +65,7 @@ def test_the_first_mount_opens_one_queue_reads_all_and_puts_at_each_end(tmp_path
     root, _ = broker_store(str(tmp_path))
     assert Checkpoint.load(os.path.join(root, "checkpoint")).commitlog_flushed_offset == 0
     with MessageStore(root, small_config(**CFG), create=False) as s:
-        assert s._vouched is None and not s.recovery.abnormal
+        assert s.parts.vouched is None and not s.recovery.abnormal
         # the open proved where the queues end at the newest record's queue alone
         assert list(s.consume_queues.opened()) == [("t0", 1)]
         assert len(s.consume_queues.waiting()) == TOPICS * QUEUES - 1
@@ -80,7 +80,7 @@ def test_the_first_mount_opens_one_queue_reads_all_and_puts_at_each_end(tmp_path
                 assert r.queue_offset == len(_expected(t, q)), (t, q)
     assert verify_store(root, config=small_config(**CFG)).ok
     with MessageStore(root, small_config(**CFG), create=False) as s:
-        assert s._vouched is not None and not s.consume_queues.opened()  # the record, used
+        assert s.parts.vouched is not None and not s.consume_queues.opened()  # the record, used
         assert s.consume_queues.recorded(("t3", 2)).entries == PER + 1
         assert _bodies(s, 3, 2) == [*_expected(3, 2), b"next"]
 
@@ -166,7 +166,7 @@ def test_a_read_write_mount_of_a_broker_store_serves_and_appends_then_records_it
         assert sh(f"cat {mnt}/topics/t0/1/{PER}").stdout == _body(0, 1, PER)
     assert os.path.exists(os.path.join(root, "config", "dispatchState.json"))
     with MessageStore(root, small_config(**CFG), create=False) as s:
-        assert s._vouched is not None and not s.consume_queues.opened()
+        assert s.parts.vouched is not None and not s.consume_queues.opened()
         assert _bodies(s, 9, 3) == [*_expected(9, 3), b"appended"]
 
 
