@@ -338,7 +338,7 @@ def _dispatch(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "mount")  # mount helper form: mqfs STORE MNT -o opts
     if argv and argv[0] == "dump":
-        from .dump.command import glued
+        from mqfs.store.offline.selection import glued
 
         argv = glued(argv)
     args = build_parser().parse_args(argv)

@@ -1,6 +1,6 @@
 """`mqfs pipeline <job>`: export, stats, audit, rebuild on local Spark or a cluster.
 
-    mqfs pipeline export STORE OUT [--topic T] [--queue Q] [--start TIME] [--end TIME]
+    mqfs pipeline export STORE OUT [-f parquet|jsonl|csv] [mqfs dump's selection options]
     mqfs pipeline stats STORE OUT_DIR [--top N] [--bucket SECONDS]
     mqfs pipeline audit STORE            (exit 1 when any entry disagrees with the CommitLog)
     mqfs pipeline rebuild STORE OUT
@@ -17,7 +17,9 @@ import argparse
 import re
 import sys
 
+from mqfs.pipeline.jobs.export import FORMATS
 from mqfs.pipeline.spark import progress, session
+from mqfs.store.offline.selection import TIMES, add_arguments, glued, selection_of
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,11 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--start", help="store time from (epoch ms or ISO-8601, UTC)")
         sp.add_argument("--end", help="store time before (epoch ms or ISO-8601, UTC)")
 
-    sp = sub.add_parser("export", help="messages to Parquet, partitioned by topic")
+    sp = sub.add_parser("export", help="messages to Parquet (partitioned by topic), or JSON "
+                                       "lines or CSV as mqfs dump prints them",
+                        epilog=TIMES)
     sp.add_argument("store")
     sp.add_argument("out")
     sp.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    filters(sp)
+    sp.add_argument("-f", "--format", choices=FORMATS, default="parquet",
+                    help="parquet (default: the message schema, topic=<name>/ directories), "
+                         "jsonl or csv (part files of mqfs dump's JSON lines or CSV rows)")
+    add_arguments(sp)
+    sp.add_argument("--start", help="store time from (epoch ms or ISO-8601, UTC; as --since)")
+    sp.add_argument("--end", help="store time before (exclusive; epoch ms or ISO-8601, UTC)")
     sp = sub.add_parser("stats", help="per topic/queue statistics, rate chart (PNG)")
     sp.add_argument("store")
     sp.add_argument("out", help="directory for stats.json and rate.png")
@@ -65,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    names = {"topic": "topic", "queue": "queue", "start": "startTime", "end": "endTime"}
+    """The source's options the filters spell (export's topics and queues are its selection's)."""
+    names = {"start": "startTime", "end": "endTime"}
+    if args.job != "export":
+        names.update(topic="topic", queue="queue")
     return {opt: str(getattr(args, a)) for a, opt in names.items() if getattr(args, a, None)}
 
 
@@ -116,8 +128,16 @@ def check_inputs(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(glued(argv))
     problem = check_inputs(args)
+    selection = None
+    if problem is None and args.job == "export":
+        if (args.since or args.until) and (args.start or args.end):
+            problem = "give --since/--until or --start/--end, not both"
+        try:
+            selection = selection_of(args)
+        except ValueError as exc:
+            problem = problem or str(exc)
     if problem:
         _say(f"mqfs pipeline {args.job}: {problem}")
         return 2
@@ -135,9 +155,12 @@ def main(argv: list[str]) -> int:
         with progress(spark, args.job):
             if args.job == "export":
                 from mqfs.pipeline.jobs import export
-                r = export.run(spark, args.store, args.out, _options(args), args.overwrite)
+                r = export.run(spark, args.store, args.out, _options(args), args.overwrite,
+                               args.format, selection)
                 if not r["rows"]:
                     print(f"exported 0 messages: none matched; {r['out']} holds an empty export")
+                elif r["topics"] is None:
+                    print(f"exported {_count(r['rows'], 'message')} to {r['out']}")
                 else:
                     print(f"exported {r['rows']} messages of {_count(len(r['topics']), 'topic')} to {r['out']}")
             elif args.job == "stats":

@@ -14,9 +14,9 @@ from mqfs.store.format.codec import decode
 from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import in_queue, topic_names
+from mqfs.store.offline.selection import Selection
 
 from . import spans
-from .selection import Selection
 from .source import Damage, Run
 
 

@@ -14,6 +14,7 @@ from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.format.layout import Records, fields, walk
 from mqfs.store.format.message import SCHEDULE_TOPIC
 from mqfs.store.integrity.salvage import resync_in
+from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.views import (
     QueueReader,
     StoreLayout,
@@ -23,8 +24,6 @@ from mqfs.store.offline.views import (
     offset_by_time,
     queues,
 )
-
-from .selection import Selection
 
 CHUNK = 1 << 16  # records per run: bounds memory whatever the store's size
 _MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)

@@ -1,5 +1,6 @@
-"""A message as one JSON line: the format of a mount's `append.jsonl` files, kept in one place
-so the pipeline that writes it and the filesystem that parses it cannot drift apart.
+"""A message as one JSON line: the format of a mount's `append.jsonl` files, and the envelope
+of a stored message (`mqfs dump`, `mqfs pipeline export`), kept in one place so the commands
+that write them and the filesystem that parses them cannot drift apart.
 
 A line is one JSON object: ``{"body": "text"}`` or ``{"body_b64": "..."}`` (bodies that are
 not UTF-8), plus optional ``"keys"`` (a list of strings or one space-separated string),
@@ -14,7 +15,8 @@ import json
 from itertools import chain, repeat
 
 from ..errors import InvalidMessage
-from .message import PROPERTY_KEYS, PROPERTY_TAGS, Message
+from .layout import host_text
+from .message import PROPERTY_KEYS, PROPERTY_TAGS, Message, StoredMessage
 
 FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
 _NO_KEYS: list[str] = []  # defaults for absent fields: read, never changed
@@ -88,3 +90,73 @@ def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:
             or (props and not all(map(isinstance, chain.from_iterable(props.items()), _STR)))):
         raise InvalidMessage("keys must be strings, tags a string, properties strings")
     return Message.create(topic, body, queue_id, keys, tags, props)
+
+
+# The envelope: a stored message with every field, in the names its xattrs use (kcat -J's
+# idea), as `mqfs dump` prints it and `mqfs pipeline export -f jsonl|csv` writes it. A body
+# that is UTF-8 is `body`, text; any other is `body_b64`, as a line above takes them, so a
+# dumped line's body can be written back as it came.
+CSV_COLUMNS = ("topic", "queue_id", "queue_offset", "msgid", "keys", "tags", "born_timestamp",
+               "store_timestamp", "born_host", "store_host", "commitlog_offset",
+               "record_size", "flag", "sys_flag", "reconsume_times", "properties",
+               "body_encoding", "body")
+# properties a re-published message does not carry over: its own fields (KEYS, TAGS), the
+# old message's identity (UNIQ_KEY) and broker plumbing that would delay, retry or hold it
+# again (RocketMQ's MessageConst names)
+NOT_REPLAYED = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "DELAY", "REAL_TOPIC", "REAL_QID",
+                          "RETRY_TOPIC", "TRAN_MSG", "PGROUP", "WAIT", "RECONSUME_TIME",
+                          "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "MIN_OFFSET",
+                          "MAX_OFFSET", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET"})
+ORIGIN = "ORIGIN_MESSAGE_ID"  # RocketMQ's: the message a retry or DLQ copy came from
+
+
+def envelope(msg: StoredMessage) -> dict:
+    """Every field of a message and its body (`body` or `body_b64`): one JSON line's object."""
+    row = {
+        "topic": msg.topic, "queue_id": msg.queue_id, "queue_offset": msg.queue_offset,
+        "msgid": msg.msg_id, "keys": msg.keys, "tags": msg.tags or None,
+        "born_timestamp": msg.born_timestamp, "store_timestamp": msg.store_timestamp,
+        "born_host": host_text(*msg.born_host), "store_host": host_text(*msg.store_host),
+        "commitlog_offset": msg.commitlog_offset, "record_size": msg.total_size,
+        "flag": msg.flag, "sys_flag": msg.sys_flag, "reconsume_times": msg.reconsume_times,
+        "properties": msg.properties,
+    }
+    name, body = body_field(msg.body)
+    row[name] = body
+    return row
+
+
+def csv_row(msg: StoredMessage) -> list:
+    """The envelope as a row of CSV_COLUMNS: keys space-separated, properties as JSON, the
+    body's encoding named (`text` or `base64`)."""
+    row = envelope(msg)
+    text = row.pop("body", None)
+    encoded = row.pop("body_b64", None)
+    row["keys"] = " ".join(msg.keys)
+    row["properties"] = json.dumps(msg.properties, ensure_ascii=False, separators=(",", ":"))
+    return [*(row[c] for c in CSV_COLUMNS[:-2]), "text" if text is not None else "base64",
+            text if text is not None else encoded]
+
+
+def replay_line(msg: StoredMessage) -> dict:
+    """A line `append.jsonl` takes to publish the message again: body, keys, tags and user
+    properties, ORIGIN_MESSAGE_ID pointing back at the first message (kept when the message
+    is itself a copy: a retry or dead letter)."""
+    props = {k: v for k, v in msg.properties.items() if k not in NOT_REPLAYED}
+    props.setdefault(ORIGIN, msg.msg_id)
+    name, body = body_field(msg.body)
+    line: dict = {name: body, "properties": props}
+    if msg.keys:
+        line["keys"] = msg.keys
+    if msg.tags:
+        line["tags"] = msg.tags
+    return line
+
+
+def body_field(body: bytes | memoryview) -> tuple[str, str]:
+    """("body", text) for a UTF-8 body, ("body_b64", base64) for any other."""
+    raw = bytes(body)
+    try:
+        return "body", raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "body_b64", base64.b64encode(raw).decode("ascii")
