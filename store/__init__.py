@@ -3,6 +3,8 @@
 Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .config import StoreConfig
 from .errors import (
                      CodecError,
@@ -19,7 +21,20 @@ from .errors import (
                      UntrustedStore,
 )
 from .format.message import Message, StoredMessage
-from .message_store import MessageStore, PutResult
+
+if TYPE_CHECKING:
+    from .message_store import MessageStore, PutResult
+
+
+def __getattr__(name: str) -> Any:
+    """MessageStore and PutResult are imported on first use: the engine is most of what
+    importing the store costs, and an offline reader (`mqfs dump`, the pipeline's workers)
+    reads records without it."""
+    if name in ("MessageStore", "PutResult"):
+        from . import message_store
+
+        return getattr(message_store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CodecError", "CorruptionError", "FlushTimeout", "InvalidConfig", "InvalidMessage", "Message",

@@ -73,9 +73,13 @@ def selected(layout: StoreLayout, sel: Selection, damage: source.Damage
     CommitLog in store order."""
     log = source.CommitLog(layout)
     flavor = layout.checked_flavor
-    if sel.keys:
-        runs = log.runs_at(source.key_offsets(layout, sel), damage)
-    elif sel.by_queue:
+    if sel.keys:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
+        def no_hit(offset: int, what: str) -> None:
+            pass
+
+        return messages(log.runs_at(source.key_offsets(layout, sel), no_hit), sel, flavor, no_hit)
+    runs: Iterator[source.Run]
+    if sel.by_queue:
         runs = (run for offsets in source.queue_offsets(layout, sel, flavor.tags_code)
                 for run in log.runs_at(offsets, damage))
     else:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.format.layout import Records, fields, walk
 from mqfs.store.format.message import SCHEDULE_TOPIC
 from mqfs.store.integrity.salvage import resync_in
@@ -18,11 +17,15 @@ from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.views import (
     QueueReader,
     StoreLayout,
+    StoreTimes,
     commitlog_files,
     last_unit_offsets,
     map_readonly,
     offset_by_time,
     queues,
+)
+from mqfs.store.offline.views import (
+    key_offsets as views_key_offsets,
 )
 
 CHUNK = 1 << 16  # records per run: bounds memory whatever the store's size
@@ -155,6 +158,7 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
     later, so a hash collision never shows)."""
     codes = np.array([tags_code(t) for t in sel.tags], dtype=np.int64)
     ranges = []  # every queue's range first: units written while the dump runs are not read
+    times = StoreTimes(commitlog_files(layout.root))
     for topic, q in queues(layout.root):
         if (sel.topics and topic not in sel.topics) or (sel.queues and q not in sel.queues):
             continue
@@ -165,9 +169,9 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
         if sel.last_offset is not None:
             hi = min(hi, sel.last_offset + 1)
         if lo < hi and sel.since is not None:
-            lo = max(lo, offset_by_time(layout, topic, q, sel.since))
+            lo = max(lo, offset_by_time(layout, topic, q, sel.since, False, reader, times))
         if lo < hi and sel.until is not None:
-            hi = min(hi, offset_by_time(layout, topic, q, sel.until, upper=True) + 1)
+            hi = min(hi, offset_by_time(layout, topic, q, sel.until, True, reader, times) + 1)
         if lo < hi:
             ranges.append((topic, reader, lo, hi))
     for topic, reader, lo, hi in ranges:
@@ -180,15 +184,14 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
 
 
 def key_offsets(layout: StoreLayout, sel: Selection) -> np.ndarray:
-    """CommitLog offsets of the messages holding one of the keys (the IndexFiles, through a
-    read-only open: no lock, nothing written), in store order."""
+    """CommitLog offsets the IndexFiles give for the keys, in store order: hash hits, each
+    record checked later (its keys, topic, time, whether a queue serves it). Without a topic,
+    every topic with a ConsumeQueue is looked up."""
     found: set[int] = set()
     begin = 0 if sel.since is None else sel.since
     end = 2**63 - 1 if sel.until is None else sel.until
-    with MessageStore(layout.root, StoreConfig(read_only=True), create=False) as s:
-        for key in sel.keys:
-            topics: list[str | None] = [*sel.topics] or [None]
-            for topic in topics:
-                hits = s.query_key(key, topic, begin, end, max_n=1 << 30, queued=True)
-                found.update(m.commitlog_offset for m in hits)
+    topics = sel.topics or sorted({t for t, _ in queues(layout.root)})
+    for key in sel.keys:
+        for topic in topics:
+            found.update(views_key_offsets(layout, topic, key, begin, end))
     return np.array(sorted(found), dtype=np.int64)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,9 @@ from ..files.time_search import search_time
 from ..format.flavor import Flavor, flavor_named
 from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
 from ..meta.manifest import is_store, read_manifest
+
+_ENTRY = struct.Struct(">iqii")  # an IndexFile entry: hash, CommitLog offset, timeDiff, prev
+_I32 = struct.Struct(">i")  # a slot: the number of its newest entry
 
 
 @dataclass(frozen=True)
@@ -118,16 +122,22 @@ def _valid_units(mm: mmap.mmap) -> np.ndarray:
 
 
 class QueueReader:
-    """One ConsumeQueue, read-only: its offset range and units by queue offset."""
+    """One ConsumeQueue, read-only: its offset range and units by queue offset. Each file is
+    mapped and its written units found once per reader (a snapshot of the queue as the
+    reader first saw each file), however many bounds, searches and reads use it."""
 
     def __init__(self, root: str, topic: str, queue_id: int, units: int):
         self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
         self.units_per_file = units
         self.files = numbered_files(self.directory)
+        self._loaded: dict[int, np.ndarray] = {}
 
     def _units(self, index: int) -> tuple[int, np.ndarray]:
         start, path = self.files[index]
-        return start // UNIT_SIZE, _valid_units(map_readonly(path))
+        units = self._loaded.get(index)
+        if units is None:
+            units = self._loaded[index] = _valid_units(map_readonly(path))
+        return start // UNIT_SIZE, units
 
     def unit_at(self, offset: int, mapped: dict[int, np.ndarray]) -> np.void | None:
         """The unit at one queue offset (None: no such unit, or a pre-blank one), its file
@@ -214,6 +224,36 @@ def index_files(root: str) -> list[str]:
     return [p for _, p in numbered_files(os.path.join(root, "index"), 17)]
 
 
+def key_offsets(layout: StoreLayout, topic: str, key: str, begin: int = 0,
+                end: int = 2**63 - 1) -> list[int]:
+    """CommitLog offsets the IndexFiles hold for `topic#key` stored about [begin, end] (whole
+    seconds: a few more), newest file first. Hash hits: the caller checks each record's
+    keys, topic and time. Each file's chain for the key's slot is read in place (no entry
+    copied, no store opened), up to the entries a live writer has written past its header."""
+    key_hash = layout.checked_flavor.key_hash(build_key(topic, key))
+    slots = layout.index_slots
+    found: list[int] = []
+    for path in reversed(index_files(layout.root)):
+        mm = map_readonly(path)
+        capacity = (len(mm) - HEADER_SIZE - slots * SLOT_SIZE) // ENTRY_SIZE
+        if capacity <= 0:
+            continue
+        begin_ts = int(np.frombuffer(mm, HEADER_DTYPE, count=1)[0]["begin_ts"])
+        (cur,) = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % slots) * SLOT_SIZE)
+        base = HEADER_SIZE + slots * SLOT_SIZE
+        while 0 < cur < capacity:
+            h, phy, diff, prev = _ENTRY.unpack_from(mm, base + cur * ENTRY_SIZE)
+            if diff < 0:
+                break
+            stored = begin_ts + diff * 1000  # timeDiff is whole seconds: widened by 999 ms
+            if h == key_hash and begin <= stored + 999 and (stored <= end or diff == 0):
+                found.append(phy)
+            if prev >= cur:  # entries link to older ones only: a link forward is damage
+                break
+            cur = prev
+    return found
+
+
 def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
     """The CommitLog offset of every queue's last unit: recent record starts, cheaply."""
     found: list[int] = []
@@ -246,13 +286,16 @@ class StoreTimes:
         return store_timestamp_at(mm, pos)
 
 
-def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int, upper: bool = False) -> int:
+def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int, upper: bool = False,
+                   reader: QueueReader | None = None, times: StoreTimes | None = None) -> int:
     """The first queue offset whose record was stored at or after ts_ms (the queue's end when
     none was), as RocketMQ's getOffsetInQueueByTime but right for out-of-order times too; with
-    `upper`, the last one stored at or before ts_ms (the queue's first when none was)."""
-    reader = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+    `upper`, the last one stored at or before ts_ms (the queue's first when none was). A
+    caller searching a queue twice (a time range) passes its reader and StoreTimes, so files
+    are mapped once."""
+    reader = reader or QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     lo, hi = reader.bounds()
-    times = StoreTimes(commitlog_files(layout.root))
+    times = times or StoreTimes(commitlog_files(layout.root))
     mapped: dict[int, np.ndarray] = {}
 
     def time_at(i: int) -> int:  # reads only the units the search probes
