@@ -140,9 +140,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
                 } else if (checksums && (!r.checksumsHold(buf, sum) || !Text.utf8(buf, r.propsPos, r.propsLen))) {
                     reason = "checksum mismatch";
                 } else {
-                    if (selection.keeps(r, buf, fileFrom + pos)) {
-                        add();
-                    }
+                    rowsOf(true);
                     pos += size;
                     return true;
                 }
@@ -161,30 +159,48 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         int p = at.get(atIndex++).asInt();
         if (!r.read(buf, p, buf.capacity())) {
             reject(p, "malformed record");
-        } else if (selection.keeps(r, buf, fileFrom + p)) {
-            if (r.checksumsHold(buf, sum)) {
-                add();
-            } else {
-                reject(p, "checksum mismatch");
-            }
+        } else {
+            rowsOf(false);
         }
         return true;
     }
 
-    /** Record r as a row; a compressed body that does not inflate makes it a damaged record. */
-    private void add() {
+    /** The rows of record r (well formed; `checked`: its checksums already held): its own
+     * queue's, and one per queue it is dispatched to (LMQ: Dispatch), those the read keeps.
+     * Checked here when not yet; a compressed body that does not inflate makes it a damaged
+     * record. */
+    private void rowsOf(boolean checked) {
+        long offset = fileFrom + r.start;
+        boolean own = selection.keeps(r, buf, offset);
+        List<Dispatch.Served> served = r.inQueue() && !r.filler(buf) ? Dispatch.of(r, buf) : List.of();
+        if (!served.isEmpty()) {
+            served = new ArrayList<>(served);
+            served.removeIf(q -> !selection.keeps(q, r.storeTs, offset));
+        }
+        if (!own && served.isEmpty()) {
+            return;
+        }
+        if (!checked && !r.checksumsHold(buf, sum)) {
+            reject(r.start, "checksum mismatch");
+            return;
+        }
         byte[] inflated = null;
         if (rows.body && (r.sysFlag & 0x1) != 0) {
             byte[] stored = new byte[r.bodyLen];
             buf.get(r.bodyPos, stored);
             try {
-                inflated = Inflate.body(stored, r.sysFlag, fileFrom + r.start);
+                inflated = Inflate.body(stored, r.sysFlag, offset);
             } catch (Inflate.Damaged e) {
                 reject(r.start, e.getMessage());
                 return;
             }
         }
-        rows.add(r, buf, fileFrom, inflated);
+        if (own) {
+            rows.add(r, buf, fileFrom, inflated, null);
+        }
+        for (Dispatch.Served q : served) {
+            rows.add(r, buf, fileFrom, inflated, q);
+        }
     }
 
     private void reject(int p, String reason) {

@@ -26,6 +26,7 @@ final class Rows {
     private final boolean props;  // some column needs PROPERTIES
     final boolean body;  // some column needs the body (a compressed one is inflated)
     private byte[] scratch = new byte[4096];
+    private int capacity = MAX_ROWS;
     int rows;
     long bytes;
 
@@ -68,9 +69,16 @@ final class Rows {
     }
 
     /** Appends record r (well formed, checked, kept) of a file starting at CommitLog offset
-     * fileFrom; `inflated`: its body when the stored one is compressed (Inflate), else null. */
-    void add(Record r, ByteBuffer b, long fileFrom, byte[] inflated) {
+     * fileFrom; `inflated`: its body when the stored one is compressed (Inflate), else null;
+     * `served`: the queue it is dispatched to whose row this is (Dispatch), null for its own. */
+    void add(Record r, ByteBuffer b, long fileFrom, byte[] inflated, Dispatch.Served served) {
         int row = rows;
+        if (row >= capacity) {  // a record dispatched to many queues: past MAX_ROWS
+            capacity *= 2;
+            for (OnHeapColumnVector v : vectors) {
+                v.reserve(capacity);
+            }
+        }
         byte[] raw = null;
         List<int[]> pairs = null;
         if (props) {
@@ -83,9 +91,15 @@ final class Rows {
         for (int c = 0; c < names.length; c++) {
             WritableColumnVector v = vectors[c];
             switch (names[c]) {
-                case "topic" -> v.putByteArray(row, copy(b, r.topicPos, r.topicLen), 0, r.topicLen);
-                case "queue_id", "partition" -> v.putInt(row, r.queueId);
-                case "queue_offset", "offset" -> v.putLong(row, r.queueOffset);
+                case "topic" -> {
+                    if (served != null) {
+                        v.putByteArray(row, served.raw(), served.at(), served.len());
+                    } else {
+                        v.putByteArray(row, copy(b, r.topicPos, r.topicLen), 0, r.topicLen);
+                    }
+                }
+                case "queue_id", "partition" -> v.putInt(row, served != null ? served.queueId() : r.queueId);
+                case "queue_offset", "offset" -> v.putLong(row, served != null ? served.queueOffset() : r.queueOffset);
                 case "commitlog_offset" -> v.putLong(row, offset);
                 case "size" -> v.putInt(row, r.total);
                 case "store_timestamp", "timestamp" -> v.putLong(row, r.storeTs * 1000);

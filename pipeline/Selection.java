@@ -59,6 +59,30 @@ final class Selection {
             pair.get(1).isNull() ? Long.MAX_VALUE : pair.get(1).asLong()};
     }
 
+    /** Whether the row of queue `q` a record is dispatched to (Dispatch) is a row of the read
+     * (scan._passes): that queue's topic, id and offset, the record's time and place. */
+    boolean keeps(Dispatch.Served q, long storeTs, long commitlogOffset) {
+        if (queues != null && !queues.contains(q.queueId())
+                || storeTs < startMs || storeTs >= endMs
+                || q.queueOffset() < queueOffsets[0] || q.queueOffset() >= queueOffsets[1]
+                || commitlogOffset < commitlogOffsets[0] || commitlogOffset >= commitlogOffsets[1]) {
+            return false;
+        }
+        if (topics != null && topics.stream().noneMatch(t -> Text.same(q.raw(), q.at(), q.len(), t))) {
+            return false;
+        }
+        if (queueRanges != null) {
+            for (Object[] range : queueRanges) {
+                if (q.queueId() == (int) range[1] && q.queueOffset() >= (long) range[2]
+                        && q.queueOffset() < (long) range[3] && Text.same(q.raw(), q.at(), q.len(), (byte[]) range[0])) {
+                    return true;
+                }
+            }
+            return false;
+        }
+        return true;
+    }
+
     /** Whether the well-formed record r, at this CommitLog offset, is a row of the read. */
     boolean keeps(Record r, ByteBuffer b, long commitlogOffset) {
         if (!allRecords && !r.inQueue() || r.filler(b)) {

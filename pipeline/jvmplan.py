@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, LMQ, recognise
+from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, recognise
 from mqfs.store.offline.views import StoreLayout
 
 from .options import ReadOptions
@@ -34,7 +34,7 @@ from .units import UnitRange
 JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
 # Store features (store/meta/features.py) whose rows the JVM reader does not give yet: a store
 # with one is read by the Python reader (FallbackReader), never answered short
-JVM_UNREAD = (LMQ, BATCH_CQ, COMPACTION, BAD_POLICY)  # compaction: pipeline/compacted.py
+JVM_UNREAD = (BATCH_CQ, COMPACTION, BAD_POLICY)  # compaction: pipeline/compacted.py
 _said = False
 
 

@@ -30,6 +30,8 @@ LMQ_QUEUE_ID = 0  # MixAll.LMQ_QUEUE_ID
 
 _NOT_DISPATCHED = ("%RETRY%", "rmq_sys_")  # MixAll.RETRY_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX
 
+_LONG = (-(1 << 63), (1 << 63) - 1)
+
 Unit = tuple[str, int, int]  # (queue's topic, queue id, queue offset)
 
 
@@ -52,6 +54,8 @@ def dispatched(topic: str, queue_id: int, props: dict[str, str]) -> list[Unit]:
             offset = int(text)
         except ValueError:
             continue  # Long.parseLong fails: the broker writes no unit
+        if not _LONG[0] <= offset <= _LONG[1]:
+            continue  # past a Java long: Long.parseLong fails too
         out.append((name, LMQ_QUEUE_ID if name.startswith(LMQ_PREFIX) else queue_id, offset))
     return out
 

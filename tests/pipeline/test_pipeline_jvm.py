@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -80,16 +81,38 @@ def same_rows(spark, paths, options: dict, columns: list[str] | None = None, whe
     return len(jvm)
 
 
+_QUEUE_NAMES = st.one_of(st.sampled_from(["%LMQ%a", "%LMQ%b", "Other", "", "%LMQ%x/y", " ", "%LMQ%"]),
+                         st.from_regex(r"%LMQ%[a-z]{1,3}", fullmatch=True))
+_QUEUE_OFFSETS = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(
+    [" 7 ", "+3", "-2", "1_0", "1__0", "_1", "x", "", "\u0663", "9" * 30, "\xa05"]))
+
+
+@st.composite
+def dispatching(draw):
+    """A message (tests/test_layout.py's) that may be multi-dispatched: INNER_MULTI_DISPATCH
+    and INNER_MULTI_QUEUE_OFFSET lists (of equal or different lengths, names and offsets the
+    broker would skip among them), on its topic or a topic that is never dispatched."""
+    msg = draw(messages())
+    if draw(st.booleans()):
+        return msg
+    names = draw(st.lists(_QUEUE_NAMES, min_size=1, max_size=3))
+    offsets = draw(st.lists(_QUEUE_OFFSETS, min_size=len(names), max_size=len(names) + draw(st.integers(0, 1))))
+    topic = draw(st.sampled_from([msg.topic, msg.topic, "%RETRY%g", "rmq_sys_x", "SCHEDULE_TOPIC_XXXX"]))
+    props = {**msg.properties, "INNER_MULTI_DISPATCH": ",".join(names),
+             "INNER_MULTI_QUEUE_OFFSET": ",".join(offsets)}
+    return replace(msg, topic=topic, properties={k: v for k, v in props.items() if v})
+
+
 @st.composite
 def commitlogs(draw):
-    """(flavor, CommitLog bytes): records stamped at their own offsets (and sealed where the
+    """(flavor, CommitLog bytes): records (some multi-dispatched) stamped at their own offsets (and sealed where the
     flavor has trailers), filler records among them, up to two flipped bytes, then zeros, a
     BLANK or nothing to the end of the file."""
     flavor = draw(st.sampled_from(_FLAVORS))
     hosts = draw(st.lists(st.sampled_from(_HOSTS), min_size=1, max_size=2))
     encoders = [Encoder(flavor, h, 4 << 20) for h in hosts]
     buf = bytearray()
-    for i, msg in enumerate(draw(st.lists(messages(), min_size=1, max_size=14))):
+    for i, msg in enumerate(draw(st.lists(dispatching(), min_size=1, max_size=14))):
         if draw(st.integers(0, 7)) == 0:
             rec = codec.filler_record(draw(st.integers(130, 400)), len(buf), T0 + i,
                                       encoders[0].store_host_raw, flavor)
@@ -266,3 +289,34 @@ def test_a_store_with_a_feature_the_jvm_reader_lacks_reads_the_same_by_default(s
         if columns:
             default, python = default.select(*columns), python.select(*columns)
         assert sorted(default.collect(), key=repr) == sorted(python.collect(), key=repr) != []
+
+
+@pytest.fixture(scope="module")
+def lmq(tmp_path_factory):
+    """A broker-written LMQ layout (tests/broker_layouts.lmq_store) and what its consumers get."""
+    root = str(tmp_path_factory.mktemp("lmq") / "s")
+    return root, layouts.lmq_store(root)
+
+
+@pytest.mark.parametrize("options, columns", SHAPES)
+def test_lmq_queues_read_the_same_both_ways(spark, lmq, options, columns):
+    """A row per queue a record is served in (its own and each LMQ queue it is dispatched
+    to), whatever the columns: the rows LMQ consumers get, in both readers."""
+    root, workload = lmq
+    assert same_rows(spark, root, options, columns) == len(workload.served)
+
+
+@pytest.mark.parametrize("options, where", [
+    ({"subscribe": "%LMQ%b"}, None),  # one LMQ queue: read through its units
+    ({"subscribe": "%LMQ%a,Parent", "queue": "0"}, None),
+    ({"assign": '{"%LMQ%c": [0]}', "startingOffsets": '{"%LMQ%c": {"0": 1}}'}, None),
+    ({}, "topic = '%LMQ%a' and queue_offset >= 2"),
+    ({}, "queue_id = 1"),
+    ({"shape": "kafka"}, "topic in ('%LMQ%b', '%LMQ%c') and offset < 2"),
+])
+def test_lmq_queues_read_the_same_both_ways_when_selected(spark, lmq, options, where):
+    root, workload = lmq
+    jvm, _ = both(spark, root, options, None, where)
+    assert same_rows(spark, root, options, None, where) == len(jvm) > 0
+    if not options.get("shape"):
+        assert {(r.topic, r.queue_id, r.queue_offset): bytes(r.body) for r in jvm}.items() <= workload.served.items()
