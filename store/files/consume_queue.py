@@ -181,14 +181,12 @@ class ConsumeQueue:
         """A put's unit for queue_offset (caller holds the put lock): the next unit of the
         queue goes to the tail; anything else (a first unit above 0, a gap, an entry built
         already) through `put` once the tail is written."""
-        start, data = self._tail
-        end = start + len(data) if data else self._files_end()
+        end = self._tail_end()
         if queue_offset * UNIT_SIZE == end and commitlog_offset + size > self.max_physic_offset:
             if ARMED:
                 crash_point("cq.write")
-            self._tail = (end - len(data), data + _UNIT.pack(commitlog_offset, size, tags_code))
-            self.max_physic_offset = commitlog_offset + size
-            self.next_offset = queue_offset + 1
+            self._to_tail(end, _UNIT.pack(commitlog_offset, size, tags_code),
+                          commitlog_offset + size, queue_offset + 1)
             return True
         return self.put(commitlog_offset, size, tags_code, queue_offset)
 
@@ -210,8 +208,7 @@ class ConsumeQueue:
                     crash_point("cq.write")
                 _UNIT.pack_into(mf.mm, pos, commitlog_offset, size, tags_code)
                 mf.wrote_position = pos + UNIT_SIZE
-                self.max_physic_offset = commitlog_offset + size
-                self.next_offset = queue_offset + 1
+                self._advance(commitlog_offset + size, queue_offset + 1)
                 return True
         return self._put(commitlog_offset, size, tags_code, queue_offset)
 
@@ -219,14 +216,28 @@ class ConsumeQueue:
         """A put_batch's units for this queue (packed, consecutive from queue offset
         `first`, their last record ending at `end_physic`) added to the tail; False (nothing
         done) when they do not continue the queue exactly."""
-        start, data = self._tail
-        end = start + len(data) if data else self._files_end()
+        end = self._tail_end()
         if first * UNIT_SIZE != end:
             return False
-        self._tail = (end - len(data), data + raw)
-        self.max_physic_offset = end_physic
-        self.next_offset = first + len(raw) // UNIT_SIZE
+        self._to_tail(end, raw, end_physic, first + len(raw) // UNIT_SIZE)
         return True
+
+    def _tail_end(self) -> int:
+        """Byte offset one past the queue's last unit, in the tail or the files."""
+        start, data = self._tail
+        return start + len(data) if data else self._files_end()
+
+    def _to_tail(self, end: int, raw: bytes, end_physic: int, next_offset: int) -> None:
+        """The one way units reach the tail (a put's, a put_batch's, a fresh queue's first
+        ones): `raw` continues the queue at byte offset `end` (the caller checked it)."""
+        start, data = self._tail
+        self._tail = (end - len(data), data + raw)
+        self._advance(end_physic, next_offset)
+
+    def _advance(self, end_physic: int, next_offset: int) -> None:
+        """Every append's end: where its last record ends and the next queue offset."""
+        self.max_physic_offset = end_physic
+        self.next_offset = next_offset
 
     def start_with(self, units: bytes) -> None:
         """A new queue's first units, from queue offset 0, into the tail: what the registry
@@ -236,7 +247,8 @@ class ConsumeQueue:
             self.append_units(units, 0, offset + size)
 
     def _put(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """put() for a first unit, a gap, a full file or an entry built already."""
+        """put() for a first unit, a gap (filled with filler or pre-blank units), a full
+        file or an entry built already."""
         if commitlog_offset + size <= self.max_physic_offset:
             return True
         expect = queue_offset * UNIT_SIZE
@@ -251,16 +263,7 @@ class ConsumeQueue:
             while current < expect:  # messages repair lost: their offsets read as damaged
                 self.queue.last_file_for_append().append(_UNIT.pack(filler[0], filler[1], 0))
                 current += UNIT_SIZE
-        files = self.queue.files
-        mf = files[-1] if files else None
-        if mf is not None and mf.file_from_offset + mf.wrote_position == expect \
-                and mf.wrote_position < mf.file_size:
-            crash_point("cq.write")
-            mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
-            self.max_physic_offset = commitlog_offset + size
-            self.next_offset = queue_offset + 1
-            return True
-        if not files and expect > 0:
+        if not self.queue.files and expect > 0:
             self.min_logic_offset = expect
         mf = self.queue.last_file_for_append(expect)
         current = mf.file_from_offset + mf.wrote_position
@@ -270,8 +273,7 @@ class ConsumeQueue:
             current = mf.file_from_offset + mf.wrote_position
         crash_point("cq.write")
         mf.append(_UNIT.pack(commitlog_offset, size, tags_code))
-        self.max_physic_offset = commitlog_offset + size
-        self.next_offset = queue_offset + 1
+        self._advance(commitlog_offset + size, queue_offset + 1)
         return True
 
     def put_run(self, offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray,
@@ -307,8 +309,7 @@ class ConsumeQueue:
             crash_point("cq.write")
             mf.append(raw[done : done + take])
             done += take
-        self.max_physic_offset = int(offsets[-1] + sizes[-1])
-        self.next_offset = int(queue_offsets[-1]) + 1
+        self._advance(int(offsets[-1] + sizes[-1]), int(queue_offsets[-1]) + 1)
 
     # --- reading ---------------------------------------------------------------------------
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
