@@ -86,6 +86,19 @@ class MappedFileQueue:
                 found.append(mf)
         return found
 
+    def drop_replaced(self, offset: int) -> None:
+        """Read-only, while another process writes: forget the files from `offset` on (none
+        of their bytes shown yet) from the first one the writer deleted or replaced since it
+        was mapped: a broker restarting deletes its made-ahead file and makes it anew later,
+        and the old mapping would show the deleted file's zeros for ever. `new_files` maps
+        what is there now."""
+        for i, mf in enumerate(self.files):
+            if mf.file_from_offset >= offset and _replaced(mf):
+                dropped, self.files = self.files[i:], self.files[:i]
+                for gone in dropped:  # positions 0: no reader reads their bytes
+                    gone.close()
+                return
+
     def show_to(self, offset: int, new: list[MappedFile] | None = None) -> None:
         """Read-only: reads stop at `offset` (files past it stay mapped, showing nothing),
         with the `new` files added after. Positions only grow, in file order, so a reader
@@ -297,3 +310,13 @@ class MappedFileQueue:
             for mf in self.files:
                 mf.close()
             self.files = []
+
+
+def _replaced(mf: MappedFile) -> bool:
+    """The file's name no longer holds the file this mapping is of."""
+    try:
+        st = os.stat(mf.path, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    mine = os.fstat(mf.fd)
+    return (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev)

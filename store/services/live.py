@@ -84,6 +84,7 @@ class LiveReader:
         parts = self.parts
         with self.lock:  # one refresh at a time; readers go on meanwhile
             queue = parts.commitlog.queue
+            queue.drop_replaced(self.read_to)  # a restarted writer's files made anew
             queue.show_to(self.read_to, queue.new_files())
             end, _, _ = scan_end(parts.commitlog, parts.flavor, self.read_to, self.read_to, self._note)
             queue.show_to(end)

@@ -81,3 +81,56 @@ def test_a_read_only_mount_lists_every_acknowledged_message_of_a_running_broker(
     finally:
         if writer.poll() is None:
             writer.kill()
+
+
+@needs_fuse
+@pytest.mark.parametrize("stop", ["clean", "kill-9"])
+def test_a_read_only_mount_follows_a_broker_across_its_restart(tmp_path, stop):
+    """The writer stops (at its end, or killed mid-run) and a new one opens the same store:
+    it takes the log's end from the records, deletes the made-ahead file past it and goes on
+    in that file, rolling into files made anew. Every message either writer acknowledged
+    shows in the mount (polled for, never timed), and at the end every one is listed and read
+    whole, the log checked to its end."""
+    from tests.waits import wait_until
+
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    first = _writer(root, "pause50")
+    acked, end = -1, 0
+    try:
+        while acked < 50:
+            acked, end = map(int, first.stdout.readline().split()[1:])
+        with mounted(root, mnt, "-o", "ro"):
+            first.stdin.write("go\n")
+            first.stdin.flush()
+            for line in first.stdout:
+                acked, end = map(int, line.split()[1:])
+                if stop == "kill-9" and acked == 400:  # mid-file, past a roll
+                    first.kill()
+                    break
+            first.wait()
+            wait_until(lambda: _visible(mnt, acked, end), f"message {acked} of the first writer")
+            second = subprocess.Popen([sys.executable, "-m", "tests.store.live_writer", root, "300",
+                                       str(RATE), str(FILE_SIZE), "restart"], cwd=REPO,
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                assert second.stdout.readline() == "ready\n"
+                for line in second.stdout:
+                    acked, end = map(int, line.split()[1:])
+                    if acked % 50 == 0:
+                        wait_until(lambda a=acked, e=end: _visible(mnt, a, e), f"message {acked} after the restart")
+                assert second.wait() == 0
+            finally:
+                if second.poll() is None:
+                    second.kill()
+            wait_until(lambda: _visible(mnt, acked, end), f"the last message, {acked}")
+            queue = f"{mnt}/topics/Live/0"
+            assert sorted(int(n) for n in os.listdir(queue) if n.isdigit()) == list(range(acked + 1))
+            for n in range(0, acked + 1, 23):
+                with open(f"{queue}/{n}", "rb") as f:
+                    assert f.read() == b"live message %d" % n
+            with open(f"{mnt}/status.json") as f:
+                live = json.load(f)["live"]
+            assert live["commitlog_read_to"] == end and live["refresh_failures"] == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
