@@ -269,8 +269,12 @@ def layout_compaction(root: str, compact_after: int = 64, topic_attributes: dict
     with MessageStore(root, small_config(read_only=True), create=False) as s:
         msgs = sorted((m for q in (0, 1) for m in s.get_range("Compacted", q, 0, 1000)),
                       key=lambda m: m.commitlog_offset)
-        tags = {(m.queue_id, m.queue_offset): s.consume_queues.get(("Compacted", m.queue_id)).entry(m.queue_offset)[2]
-                for m in msgs}
+    tags = {}  # each record's tagsCode, as its ConsumeQueue unit holds it (one file: 48 units)
+    for q in (0, 1):
+        with open(os.path.join(root, "consumequeue", "Compacted", str(q), "0" * 20), "rb") as f:
+            units = f.read()
+        tags.update({(q, m.queue_offset): struct.unpack_from(">q", units, m.queue_offset * 20 + 12)[0]
+                     for m in msgs if m.queue_id == q})
     log = b"".join(open(os.path.join(root, "commitlog", n), "rb").read()
                    for n in sorted(os.listdir(os.path.join(root, "commitlog"))))
     queues = {q: CompactionQueueFiles(COMPACTION_CQ_SIZE, log_file_size(COMPACTION_CQ_SIZE, 4096)) for q in (0, 1)}
