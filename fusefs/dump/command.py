@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
                         "publishes again: body, keys, tags, user properties, "
                         "ORIGIN_MESSAGE_ID), offsets (TOPIC QUEUE OFFSET STORE_MS per line)")
     d.add_argument("-n", "--max", type=int, metavar="N", help="stop after N messages")
+    d.add_argument("--each", type=int, metavar="N",
+                   help="at most N messages of each queue (--since T --each 1: where T "
+                        "falls on every queue)")
     d.add_argument("-c", "--count", action="store_true",
                    help="print only how many messages are selected")
 
@@ -66,11 +69,27 @@ def _written_out(mount: str) -> None:
         os.close(fd)
 
 
-def selected(layout: StoreLayout, sel: Selection, damage: source.Damage
-             ) -> Iterator[StoredMessage]:
+def selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
+             each: int | None = None) -> Iterator[StoredMessage]:
     """The messages a selection picks, reading as little as it lets: keys through the
     IndexFiles, queues, offsets, times and tags through the ConsumeQueues, else the whole
-    CommitLog in store order."""
+    CommitLog in store order; with `each`, at most that many of each queue."""
+    found = _selected(layout, sel, damage, each)
+    if each is None:
+        return found
+    taken: dict[tuple[str, int], int] = {}
+
+    def capped() -> Iterator[StoredMessage]:
+        for msg in found:
+            n = taken.get((msg.topic, msg.queue_id), 0)
+            if n < each:
+                taken[(msg.topic, msg.queue_id)] = n + 1
+                yield msg
+    return capped()
+
+
+def _selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
+              each: int | None) -> Iterator[StoredMessage]:
     log = source.CommitLog(layout)
     flavor = layout.checked_flavor
     if sel.keys:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
@@ -80,7 +99,7 @@ def selected(layout: StoreLayout, sel: Selection, damage: source.Damage
         return messages(log.runs_at(source.key_offsets(layout, sel), no_hit), sel, flavor, no_hit)
     runs: Iterator[source.Run]
     if sel.by_queue:
-        runs = (run for offsets in source.queue_offsets(layout, sel, flavor.tags_code)
+        runs = (run for offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)
                 for run in log.runs_at(offsets, damage))
     else:
         runs = log.walk(damage)
@@ -109,7 +128,7 @@ def cmd_dump(a: argparse.Namespace) -> int:
         out = sys.stdout.buffer
         writer = None if a.count else Writer(out, a.format)
         n = 0
-        for msg in selected(layout, sel, damage):
+        for msg in selected(layout, sel, damage, a.each):
             if a.max is not None and n >= a.max:
                 break
             n += 1

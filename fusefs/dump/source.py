@@ -150,12 +150,13 @@ class CommitLog:
                 pos = found
 
 
-def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str], int]
-                  ) -> Iterator[np.ndarray]:
+def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str], int],
+                  each: int | None = None) -> Iterator[np.ndarray]:
     """CommitLog offsets of the selected queues' units, queue by queue in offset order, a
     chunk at a time: offsets and times bound each queue's range (binary searches), a tag
     selection keeps the units whose tagsCode is one of the tags' (the record is checked
-    later, so a hash collision never shows)."""
+    later, so a hash collision never shows). With `each` and nothing only a record can say,
+    a queue's first `each` units are all it needs."""
     codes = np.array([tags_code(t) for t in sel.tags], dtype=np.int64)
     ranges = []  # every queue's range first: units written while the dump runs are not read
     times = StoreTimes(commitlog_files(layout.root))
@@ -172,6 +173,8 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
             lo = max(lo, offset_by_time(layout, topic, q, sel.since, False, reader, times))
         if lo < hi and sel.until is not None:
             hi = min(hi, offset_by_time(layout, topic, q, sel.until, True, reader, times) + 1)
+        if each is not None and not sel.by_record:
+            hi = min(hi, lo + each)
         if lo < hi:
             ranges.append((topic, reader, lo, hi))
     for topic, reader, lo, hi in ranges:

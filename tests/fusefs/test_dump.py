@@ -336,6 +336,27 @@ def test_offsets_of_a_time_range_and_where_a_time_falls_on_every_queue(tmp_path)
                 "-n 1 -f offsets; done").stdout.splitlines()  # Orders has queues 1 and 2
     assert [int(x.split()[2]) for x in firsts] == \
         [min(o for _, q, o, ts in want if q == queue) for queue in (1, 2)]
+    # the same in one command: at most one message of each queue
+    each = sh(f"{CMD} dump {root} -t Orders --since {since} --each 1 -f offsets").stdout
+    assert each.splitlines() == firsts
+    two = sh(f"{CMD} dump {root} --since {since} --until {until} --each 2 -f offsets").stdout
+    per_queue = sorted((t, int(q)) for t, q, _, _ in map(bytes.split, two.splitlines()))
+    assert per_queue == sorted([(t.encode(), q) for t, q in {(m.topic, m.queue_id)
+                                for m in _all_messages(root)} for _ in range(2)])
+
+
+@needs_fuse
+def test_where_a_time_falls_on_every_queue_is_what_each_queues_at_says(tmp_path):
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _store(root)
+    since = T0 + 30 * 60_000 + 1  # between two messages: the next one on each queue
+    with mounted(root, mnt):
+        lines = sh(f"{CMD} dump {mnt} -t Orders --since {since} --each 1 -f offsets").stdout
+        links = sh(f"for q in 1 2; do echo \"Orders $q $(readlink {mnt}/topics/Orders/$q/at/{since})\"; "
+                   "done").stdout
+    got = [(q, o) for _, q, o, _ in map(bytes.split, lines.splitlines())]
+    assert got == [(q, o.removeprefix(b"../")) for _, q, o in map(bytes.split, links.splitlines())]
+    assert len(got) == 2
 
 
 def test_a_time_of_day_is_today():
