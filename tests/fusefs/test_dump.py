@@ -414,3 +414,16 @@ def test_a_link_planted_in_a_broker_store_is_refused(tmp_path):
     os.symlink(os.path.join(outside, "consumequeue"), os.path.join(root, "consumequeue"))
     proc = _dump(root, "-t", "Orders", check=2)
     assert b"symbolic link" in proc.stderr and proc.stderr.count(b"\n") == 1
+
+
+@needs_fuse
+def test_a_link_planted_in_a_mounted_store_is_refused_by_a_dump_of_the_mount(tmp_path):
+    root, mnt, outside = str(tmp_path / "s"), str(tmp_path / "mnt"), str(tmp_path / "other")
+    _store(root, 30)
+    os.makedirs(os.path.join(outside, "0"))
+    with mounted(root, mnt):
+        os.symlink(outside, os.path.join(root, "consumequeue", "Planted"))
+        proc = sh(f"{CMD} dump {mnt} -t Pay; echo \"status $?\"", check=False)
+        os.unlink(os.path.join(root, "consumequeue", "Planted"))
+    assert proc.stdout.endswith(b"status 2\n") and proc.stdout.count(b"\n") == 1
+    assert b"symbolic link" in proc.stderr and proc.stderr.count(b"\n") == 1
