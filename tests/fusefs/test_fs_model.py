@@ -709,3 +709,22 @@ def test_open_and_the_rules_of_each_kind_need_no_kernel(model, store):
     trio.run(scenario)
     too_big = Message.create("orders", b"x" * (limit + 1), queue_id=1)
     assert errno_of(model.put, [too_big]) == errno.EFBIG
+
+
+def test_follow_of_a_compaction_topic_goes_over_the_offsets_compaction_took(tmp_path):
+    """follow's bytes are the served messages in order: an offset compaction took (queue 0's
+    tombstone at 29) is measured and read as nothing, never as another message's body."""
+    from mqfs.fusefs.following import FollowFile, Follows
+    from tests.store.broker_guard_layouts import layout_compaction
+
+    root = str(tmp_path)
+    served = layout_compaction(root)
+    assert ("Compacted", 0, 29) not in served and ("Compacted", 0, 28) in served
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        follows = Follows(s)
+        file = FollowFile("Compacted", 0, 25)
+        size = file.grow(follows.sizes, s.max_offset("Compacted", 0))
+        expected = b"".join(served[("Compacted", 0, o)] + b"\n" for o in range(25, 48) if o != 29)
+        assert size == len(expected)
+        assert file.read(follows.bodies, 0, size) == expected
+        assert file.read(follows.bodies, 100, 300) == expected[100:400]

@@ -661,3 +661,13 @@ def test_the_spark_source_shows_a_compaction_topic_as_its_consumers_get_it(tmp_p
         assert {r.queue_offset for r in one.collect()} == {k[2] for k in served if k[1] == 1 and k[2] >= 40}
         every = reads().option("records", "all").option("topic", "Compacted").load(root)
         assert {(r.topic, r.queue_id, r.queue_offset): bytes(r.body) for r in every.collect()} == raw
+    bad = str(tmp_path / "bad")  # a cleanup.policy RocketMQ does not know: an error, not rows
+    shutil.copytree(root, bad)
+    path = os.path.join(bad, "config", "topics.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"cleanup.policy":"COMPACTION"', '"cleanup.policy":"compaction"'))
+    with pytest.raises(Exception, match=r"cleanup.policy='compaction', which RocketMQ does not know"):
+        spark.read.format("mqfs").option("reader", "python").load(bad).count()
+    assert spark.read.format("mqfs").option("reader", "python").option("topic", "Orders").load(bad).count() == 3
