@@ -3,29 +3,23 @@
 Open = lock, load, create `abort`, recover (abnormal when `abort` existed before), start the
 flush services. Close = stop services, flush everything, write the checkpoint, delete `abort`,
 unlock.
-Puts append to the CommitLog and dispatch to the ConsumeQueue and IndexFile under one lock,
-so a message is readable by queue offset and findable by key as soon as `put` returns.
+Its parts are made in one place (`_assemble`) and handed to recovery and the services as a
+StoreParts record; reads are store/reads.py's, puts store/writes.py's.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
-import dataclasses
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
-from typing import NamedTuple, TypeVar
-
-import numpy as np
+from collections.abc import Callable
 
 from .batch_reads import BatchReads
 from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
-from .errors import InvalidMessage, NotFound, ReadOnlyStore, StoreError, StoreFormatError, UnsupportedFeature
+from .errors import InvalidMessage, NotFound, StoreError, StoreFormatError, UnsupportedFeature
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
@@ -38,11 +32,11 @@ from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.unit_flush import UnitFlush
-from .format import codec, layout, message
+from .format import message
 from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
-from .format.message import Message, parse_host
+from .format.message import parse_host
 from .integrity import repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.parts import StoreParts
@@ -57,45 +51,24 @@ from .queues import cuts as queue_cuts
 from .queues import dispatch_state, first_use, kept_ends, registration
 from .queues import ends_log as queue_ends
 from .queues import log_proof as log_ends
-from .queues.registry import FirstUseOwed, QueueRegistry, Recorded
+from .queues.registry import QueueRegistry, Recorded
 from .reads import StoreReads
 from .services.flush import FlushServices
 from .services.live import LiveReader
 from .services.retention import Retention
 from .services.scrub import Scrub, damaged_index_files
+from .writes import PutResult as PutResult  # published as mqfs.store.PutResult
+from .writes import StoreWrites
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 Progress = Callable[[int, int], None]
-
-
-class PutResult(NamedTuple):
-    """Where a put landed. A named tuple: a batch builds its results in C
-    (`tuple.__new__` mapped over the columns), not with a Python __init__ each."""
-
-    commitlog_offset: int
-    queue_offset: int
-    store_timestamp: int
-    size: int
-    store_host_raw: bytes
-
-    @property
-    def msg_id(self) -> str:
-        return message.msg_id(self.store_host_raw, self.commitlog_offset)
-
-
-_new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half the cost
-
-# batches of up to this many messages are written as that many puts under one lock: the
-# columnar path's fixed cost (~300 us of numpy calls) pays for itself from about 40 on
-SMALL_BATCH = 32
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class MessageStore(StoreReads):
+class MessageStore(StoreReads, StoreWrites):
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
         # resolved once: the administrator's links above the store; none is followed inside
@@ -480,15 +453,6 @@ class MessageStore(StoreReads):
             queues.close()
             close_under(os.path.join(self.root, "consumequeue"))  # queues dropped unclosed
 
-    # --- writing ---------------------------------------------------------------------------
-    def _writable(self) -> None:
-        if not self.is_open:
-            raise StoreError("the store is closed")
-        if self.config.read_only:
-            raise ReadOnlyStore("the store is open read-only")
-        if self.stopped is not None:
-            raise ReadOnlyStore(self.stopped)
-
     def _replaced(self) -> bool:
         """Whether the store directory was replaced under this process (moved away and a
         copy put back, say): then writes stop, said once in the log and in `stopped`, and
@@ -508,224 +472,6 @@ class MessageStore(StoreReads):
         self._lock_file.hold_replacement()
         return True
 
-    def check_writable(self, topic: str) -> None:
-        """ReadOnlyStore when puts to `topic` are refused: a compaction topic the broker serves
-        from compaction/ (it would never copy the record there, so its consumers would never
-        get it), or one whose cleanup.policy the broker cannot read; or the store's."""
-        self._writable()
-        policy = self.compaction.unreadable.get(topic)
-        if policy is not None:
-            raise ReadOnlyStore(f"topics.json gives {topic} cleanup.policy={policy!r}, which "
-                                "RocketMQ does not know: the broker cannot serve it")
-        if topic in self.compaction:
-            raise ReadOnlyStore(
-                f"{topic} is a compaction topic, which the broker serves from compaction/ "
-                "(mqfs does not write it): a message put here would never reach its "
-                "consumers; send it through the broker")
-
-    def _not_compacted(self, msgs: list[Message]) -> None:
-        for topic in {m.topic for m in msgs} & self.compaction.topics:
-            self.check_writable(topic)
-
-    @in_use
-    def put(self, message: Message) -> PutResult:
-        """Append one message; when it returns it is readable and findable (and on disk in
-        sync mode). The lean path: one encode, one lock, units and entries written in place."""
-        if not self.is_open or self.config.read_only or self.stopped is not None:
-            self._writable()
-        if self.compaction.topics:
-            self._not_compacted([message])
-        rec, ts_pos = self.encoder.encode(message)
-        size = len(rec)
-        self.commitlog.check_fits(size)
-        if self.config.flush_mode != "sync" or message.properties.get("WAIT") == "false":
-            result = self._locked(lambda: self._append(message, rec, ts_pos), False)
-            if self.flush_services.commit_service is not None:
-                self.flush_services.wait_committed(result.commitlog_offset + size)
-            return result
-        result = self._locked(lambda: self._append(message, rec, ts_pos), True)
-        self.flush_services.wait_flushed(result.commitlog_offset + size, arrived=True)
-        return result
-
-    def _locked(self, write: Callable[[], T], sync: bool) -> T:
-        """`write` under the put lock (announced to the group commit when `sync`). A queue it
-        needs first used (FirstUseOwed, raised before anything is written) is opened and
-        proven without the lock, then `write` is tried again: puts to other queues never
-        wait for a proof."""
-        while True:
-            try:
-                with self._appending() if sync else contextlib.nullcontext(), self.put_lock:
-                    return write()
-            except FirstUseOwed as owed:
-                self.consume_queues.open_queues(owed.keys)
-
-    @contextlib.contextmanager
-    def _appending(self) -> Iterator[None]:
-        """Announce a put that will wait for the disk, so the group-commit leader waits
-        for its bytes rather than syncing without them; withdraw it if the append fails."""
-        group = self.flush_services.group_commit
-        group.arrive()
-        try:
-            yield
-        except BaseException:
-            group.depart()
-            raise
-
-    @in_use
-    def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
-        """Append messages in order; when it returns they are readable and findable (and on
-        disk in sync mode). Nothing is written if any message is invalid. The records are
-        stamped and copied into the CommitLog one run per file, and their ConsumeQueue units
-        and IndexFile entries built in bulk (dispatch), so a batch costs far less per message
-        than as many puts."""
-        self._writable()
-        msgs = list(messages)
-        if self.compaction.topics:
-            self._not_compacted(msgs)
-        if len(msgs) <= 1:
-            # one message: put's path writes the same bytes for ~1/30 of the batch path's
-            # fixed cost (an `append` close through the mount is exactly this)
-            return [self.put(msgs[0])] if msgs else []
-        few = len(msgs) <= SMALL_BATCH
-        batch = None if few else self.encoder.encode_batch(msgs)
-        encoded = None if batch is not None else [self.encoder.encode(m) for m in msgs]
-        sizes = batch.sizes if batch is not None else [len(rec) for rec, _ in encoded or ()]
-        self.commitlog.check_fits(max(sizes))
-        sync = self.config.flush_mode == "sync" and any(
-            m.properties.get("WAIT") != "false" for m in msgs)
-        results = self._locked(lambda: self._append_few(msgs, encoded or []) if few
-                               else self._append_batch(msgs, sizes, batch, encoded), sync)
-        end = results[-1].commitlog_offset + results[-1].size
-        if sync:
-            self.flush_services.wait_flushed(end, arrived=True)  # commits too
-        else:
-            self.flush_services.wait_committed(end)
-        return results
-
-    def _append_batch(self, msgs: list[Message], sizes: list[int],
-                      batch: codec.EncodedBatch | None,
-                      encoded: list[tuple[bytearray, int]] | None) -> list[PutResult]:
-        """Write a validated batch (caller holds put_lock), given as `batch` or, for the
-        rare layouts it does not cover, one `encoded` record each. Queues and room come
-        first, so a refusal or a full disk comes before any byte; then each CommitLog file
-        gets its run of stamped, sealed records in one copy, and the ConsumeQueue units and
-        IndexFile entries of what was written go in bulk."""
-        n = len(msgs)
-        if batch is not None:
-            topics, qids, flags, props = batch.topics, batch.queue_id, batch.sys_flag, batch.properties
-        else:
-            topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
-            qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
-            flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
-        with self.topic_table.batch():  # new queues of a batch declared in one append
-            plan = self.dispatcher.plan(topics, qids, flags, props)
-        queue_offsets = plan.queue_offsets
-        store_ts = self._store_timestamp()
-        commitlog = self.commitlog
-        size_arr = np.array(sizes, dtype=np.int64)
-        starts = self._roll_points(size_arr)
-        files = commitlog.queue.files
-        commitlog_offset = np.empty(n, dtype=np.int64)
-        if batch is not None:
-            batch.head["queue_offset"] = queue_offsets
-            batch.head["store_ts"] = store_ts
-        rolls = set(starts)
-        bounds = sorted({0, *starts, n})
-        done = 0
-        try:
-            for lo, hi in zip(bounds, bounds[1:]):
-                mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
-                run = size_arr[lo:hi]
-                commitlog_offset[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
-                data: bytes | bytearray
-                if batch is not None:
-                    batch.head["commitlog_offset"][lo:hi] = commitlog_offset[lo:hi]
-                    data = batch.records(lo, hi)
-                else:
-                    data = self._stamped(encoded or [], lo, hi, commitlog_offset, queue_offsets, store_ts)
-                commitlog.write_run(mf, data, store_ts)
-                done = hi
-        finally:
-            # a roll that failed (disk full) leaves the records written so far: they are
-            # dispatched all the same, so their queue offsets are taken, never given twice
-            if done:
-                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, size_arr, store_ts)
-                self._dispatched_ts = store_ts
-        host = self.encoder.store_host_raw
-        return list(map(_new_tuple, repeat(PutResult), zip(  # PutResult(*row), built in C
-            commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes, repeat(host))))
-
-    def _append_few(self, msgs: list[Message], encoded: list[tuple[bytearray, int]]) -> list[PutResult]:
-        """A small batch (caller holds put_lock): its queues and room first, as
-        `_append_batch`'s plan; then each record written as `put` writes it, all with the
-        batch's one store time: the same bytes as the columnar path, without its fixed cost.
-        A roll that fails (disk full) leaves the records written before it, dispatched."""
-        dispatcher, commitlog, host = self.dispatcher, self.commitlog, self.encoder.store_host_raw
-        dispatcher.reserve_few(msgs)
-        store_ts = self._store_timestamp()
-        results: list[PutResult] = []
-        try:
-            for msg, (rec, ts_pos) in zip(msgs, encoded):
-                cq, queue_offset, keys = dispatcher.reserve(msg)  # room made above: no I/O
-                commitlog_offset = commitlog.append(rec, ts_pos, queue_offset, store_ts)
-                dispatcher.put(msg, cq, queue_offset, keys, commitlog_offset, len(rec), store_ts)
-                results.append(_new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts,
-                                                      len(rec), host)))
-        finally:
-            if results:
-                self._dispatched_ts = store_ts
-        return results
-
-    def _roll_points(self, sizes: np.ndarray) -> list[int]:
-        """Which records of a batch start a new CommitLog file: `CommitLog.file_for`'s rule
-        (a record goes where it leaves room for a BLANK) decided up front, one search per
-        file instead of a step per record."""
-        files = self.commitlog.queue.files
-        room = files[-1].file_size - files[-1].wrote_position if files else -1
-        ends = np.cumsum(sizes)
-        starts: list[int] = []
-        used = 0  # bytes of the records before the current file's first
-        while True:
-            # the records that still leave room for a BLANK in this file (check_fits made
-            # sure a new file takes at least one)
-            fit = int(np.searchsorted(ends, used + room - layout.END_FILE_MIN_BLANK, "right"))
-            if fit >= len(sizes):
-                return starts
-            starts.append(fit)
-            used = int(ends[fit - 1]) if fit else 0
-            room = self.commitlog.file_size
-
-    def _stamped(self, encoded: list[tuple[bytearray, int]], lo: int, hi: int,
-                 commitlog_offset: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> bytes:
-        """Records lo..hi-1 encoded one by one, stamped and sealed, as one buffer."""
-        for i in range(lo, hi):
-            rec, ts_pos = encoded[i]
-            codec.stamp(rec, ts_pos, int(queue_offsets[i]), int(commitlog_offset[i]), store_ts)
-            if self.flavor.record_crc:
-                codec.seal(rec, self.flavor)
-        return b"".join(rec for rec, _ in encoded[lo:hi])
-
-    def max_body_size(self, message: Message) -> int:
-        """The largest body `message` (its topic and properties as they are) can carry and
-        still be accepted by put: the message size limit, or what fits in one CommitLog file
-        when that is smaller. Lets a writer refuse a body as soon as it grows too large."""
-        rec, _ = self.encoder.encode(dataclasses.replace(message, body=b""))
-        room = self.commitlog.file_size - layout.END_FILE_MIN_BLANK - len(rec)
-        return max(0, min(self.config.max_message_size, room))
-
-    def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
-        """Write one encoded record and its unit and index entries (caller holds put_lock).
-        Room in the ConsumeQueue and IndexFile comes first, so a full disk refuses the put
-        before its record is written."""
-        dispatcher = self.dispatcher
-        cq, queue_offset, keys = dispatcher.reserve(msg)
-        store_ts = self._store_timestamp()
-        commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
-        size = len(rec)
-        dispatcher.put(msg, cq, queue_offset, keys, commitlog_offset, size, store_ts)
-        self._dispatched_ts = store_ts
-        return _new_tuple(PutResult, (commitlog_offset, queue_offset, store_ts, size, self.encoder.store_host_raw))
-
     @in_use
     def newest_message_time(self) -> int | None:
         """Store time (ms) of the newest record the store holds, None when none: known without
@@ -741,13 +487,6 @@ class MessageStore(StoreReads):
         if cp.checked:  # a torn checkpoint's times are garbage, maybe far in the future
             newest = max(newest, cp.physic_msg_timestamp, cp.logics_msg_timestamp)
         return newest
-
-    def _store_timestamp(self) -> int:
-        """STORETIMESTAMP for the next record(s): the clock, never behind the last one."""
-        now = self.clock()
-        if now > self._last_store_ts:
-            self._last_store_ts = now
-        return self._last_store_ts
 
     def dispatch(self, run: RecordRun) -> None:
         """Build ConsumeQueue and IndexFile entries for records in CommitLog order (recovery,

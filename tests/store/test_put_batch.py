@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqfs.store import InvalidMessage, Message, MessageStore, message_store
+from mqfs.store import InvalidMessage, Message, MessageStore, writes
 from mqfs.store.files import unit_flush
 from mqfs.store.files.consume_queue import TAIL_MAX, ConsumeQueue
 from mqfs.store.format.layout import TRANSACTION_PREPARED, TRANSACTION_ROLLBACK
@@ -78,12 +78,12 @@ def test_put_batch_writes_the_bytes_single_puts_write(tmp_path_factory, batches,
         singles = [s.put(m) for batch in batches for m in batch]
     with _pinned(many, record_crc=record_crc, transient_pool=transient) as s:
         batched = [r for batch in batches for r in s.put_batch(batch)]
-    small, message_store.SMALL_BATCH = message_store.SMALL_BATCH, 1
+    small, writes.SMALL_BATCH = writes.SMALL_BATCH, 1
     try:
         with _pinned(columnar, record_crc=record_crc, transient_pool=transient) as s:
             in_columns = [r for batch in batches for r in s.put_batch(batch)]
     finally:
-        message_store.SMALL_BATCH = small
+        writes.SMALL_BATCH = small
     assert batched == singles and in_columns == singles
     for other in (many, columnar):
         for sub in ("commitlog", "consumequeue", "index"):
