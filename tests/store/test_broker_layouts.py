@@ -587,11 +587,46 @@ def test_damaged_compaction_files_are_errors_never_other_messages(tmp_path, atta
             for q in (0, 1):
                 s.get_range("Compacted", q, 0, 1000)
         assert s.get("Orders", 0, 0).body.tobytes() == b"order 0"
-    assert not plan_repair(root).needed or attack == "never"  # derived data of the broker's: not repaired
+    assert not plan_repair(root).needed  # the broker's files: not repaired
     repaired = mqfs("repair", "--yes", root, check=False)
     assert repaired.returncode == 1
     assert re.search(r"nothing to repair: \d+ problems? (is|are) in the broker's", repaired.stdout)
     assert store_hashes(root) == before
+
+
+@needs_fuse
+def test_a_mount_answers_eio_for_a_damaged_compaction_unit_or_an_unknown_policy(tmp_path):
+    import struct
+
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    served = _compaction(root)
+    with open(_unit_file(root), "rb+") as f:
+        base = struct.unpack_from(">q", f.read(46), 28)[0]
+        f.seek(0)
+        f.write(struct.pack(">q", 1 << 40))  # points past the compactionLog's end
+    with mounted(root, mnt, "-o", "ro"):
+        queue = f"{mnt}/topics/Compacted/0"
+        assert str(base) in os.listdir(queue)  # listed, and reading it says what is wrong
+        damaged = sh(f"cat {queue}/{base}", check=False)
+        assert damaged.returncode != 0 and b"Input/output error" in damaged.stderr
+        assert sh(f"cat {queue}/{base + 1}").stdout == served[("Compacted", 0, base + 1)]
+    path = os.path.join(root, "config", "topics.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"cleanup.policy":"COMPACTION"', '"cleanup.policy":"Compaction"'))
+    before = store_hashes(root)
+    with mounted(root, mnt, "-o", "ro"):
+        unknown = sh(f"ls {mnt}/topics/Compacted/0", check=False)
+        assert unknown.returncode != 0 and b"Input/output error" in unknown.stderr
+        assert sh(f"cat {mnt}/topics/Orders/0/0").stdout == b"order 0"
+    with mounted(root, mnt):  # read-write: the topic takes no put either
+        refused = sh(f"echo x > {mnt}/topics/Compacted/0/append", check=False)
+        assert refused.returncode != 0
+        sh(f"echo y > {mnt}/topics/Orders/0/append")
+    after = store_hashes(root)
+    assert {p: h for p, h in after.items() if p.startswith(("compaction/", "config/topics.json"))} == \
+        {p: h for p, h in before.items() if p.startswith(("compaction/", "config/topics.json"))}
 
 
 @needs_fuse
