@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,7 @@ from mqfs.store.format.message import (
 from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, dispatched
 from mqfs.store.integrity.salvage import resync_in
 
+from . import inner_batches
 from .schema import ARROW_SCHEMA, arrow_schema
 
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", np.uint8)
@@ -257,14 +258,30 @@ class FileBatcher:
         keep = ~f["bad"]
         if not keep.all():
             self._reject(starts, ~keep, "malformed record")
+        batches = keep & inner_batches.inner_batches(f["sys_flag"])  # a row per message packed
+        if batches.any():  # offsets are the messages': filtered per message
+            unwrapped = batches & self._keep(starts, f, replace(flt, queue_offsets=(None, None), queue_ranges=None))
+            keep &= ~batches
         keep &= self._keep(starts, f, flt)
         if keep.any() and not checked:
             self._check(starts, f, keep)
-        main = self._rows(starts, f, keep, columns)
-        extra = self._dispatched_rows(starts, f, flt, columns, checked)
-        if extra is None:
-            return main
-        return extra if main is None else pa.Table.from_batches([main, extra]).combine_chunks().to_batches()[0]
+        parts = [self._rows(starts, f, keep, columns), self._dispatched_rows(starts, f, flt, columns, checked)]
+        if batches.any():
+            parts.append(self._inner_rows(starts, f, unwrapped, flt, columns, checked))
+        found = [b for b in parts if b is not None]
+        if len(found) < 2:
+            return found[0] if found else None
+        return pa.Table.from_batches(found).combine_chunks().to_batches()[0]
+
+    def _inner_rows(self, starts: np.ndarray, f: dict[str, np.ndarray], which: np.ndarray, flt: RowFilter,
+                    columns: frozenset[str] | None, checked: bool) -> pa.RecordBatch | None:
+        """The messages of the inner batches at starts[which] that pass the filter."""
+        if not checked and which.any():
+            self._check(starts, f, which)
+        return inner_batches.rows(
+            self.mv, self.file_from, starts[which].tolist(),
+            lambda t, q, o, ts, at: _passes(flt, t, q, o, ts, at),
+            lambda at, why: self.checks.reject(at, self.file_from, why), columns)
 
     def _check(self, starts: np.ndarray, f: dict[str, np.ndarray], keep: np.ndarray) -> None:
         """Drop from `keep` (and reject) the kept records whose checksums fail."""

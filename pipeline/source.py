@@ -56,6 +56,7 @@ from mqfs.store.offline.views import (
 )
 
 from . import compacted
+from .batch_cq import refuse_queue_offsets
 from .bounds import kept_bounds, start_by_time
 from .carried import carried_filters
 from .jvmplan import FallbackReader, JvmPlanReader, jvm_asked, jvm_unread, say_python_reads
@@ -283,6 +284,7 @@ def row_filter(layout: StoreLayout, opts: ReadOptions) -> RowFilter:
               or opts.starting_by_ts is not None or opts.ending_by_ts is not None)
     if not ranged:
         return base
+    refuse_queue_offsets(layout.root, opts, "offsets, timestamps, patterns or assignments")
     chosen = selected_queues(layout, opts)
     _named_queues_exist(opts, chosen)
     ranges = []

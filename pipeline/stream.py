@@ -27,6 +27,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
+from .batch_cq import refuse_queue_offsets
 from .bounds import kept_bounds, start_by_time
 from .kafka import shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
@@ -49,6 +50,7 @@ class DataLoss(ValueError):
 
 class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, layout: StoreLayout, opts: ReadOptions):
+        refuse_queue_offsets(layout.root, opts, "streams")
         self.layout = layout
         self.opts = opts
         self.filter = RowFilter(start_ms=opts.start_ms, end_ms=opts.end_ms)

@@ -25,6 +25,7 @@ import pyarrow as pa
 from mqfs.store.format.layout import fields
 from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
+from .batch_cq import may_select
 from .bounds import kept_bounds
 from .options import ReadOptions
 from .scan import RowFilter
@@ -130,6 +131,8 @@ def plan_units(layout: StoreLayout, flt: RowFilter, min_partitions: int | None, 
     """Partitions over the selected queues' units, or none when a byte-range scan is the
     cheaper plan (every queue selected, or too many or too large a share of the records);
     with either, the CommitLog span that holds the selected records."""
+    if flt.queue_ranges is None and may_select(layout.root, flt.topics):
+        return UnitPlan(None)  # a BatchCQ topic: its units are not in consumequeue/
     selection = selected_ranges(layout, flt)
     if selection is None:
         return UnitPlan(None)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError, StoreFormatError
+from mqfs.store.meta.features import BATCH_CQ, recognise, topics_of
 from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
 from mqfs.store.offline.views import StoreLayout, store_layout
 
@@ -73,7 +74,8 @@ def selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
              each: int | None = None) -> Iterator[StoredMessage]:
     """The messages a selection picks, reading as little as it lets: keys through the
     IndexFiles, queues, offsets, times and tags through the ConsumeQueues, else the whole
-    CommitLog in store order; with `each`, at most that many of each queue."""
+    CommitLog in store order (always when a BatchCQ topic may be selected); with `each`, at
+    most that many of each queue."""
     found = _selected(layout, sel, damage, each)
     if each is None:
         return found
@@ -92,13 +94,15 @@ def _selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
               each: int | None) -> Iterator[StoredMessage]:
     log = source.CommitLog(layout)
     flavor = layout.checked_flavor
-    if sel.keys:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
+    batch = topics_of(recognise(layout.root), BATCH_CQ)  # their units are not in consumequeue/,
+    walk = bool(batch) and (not sel.topics or bool(batch & set(sel.topics)))  # nor inner keys in the IndexFile
+    if sel.keys and not walk:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
         def no_hit(offset: int, what: str) -> None:
             pass
 
         return messages(log.runs_at(source.key_offsets(layout, sel), no_hit), sel, flavor, no_hit)
     runs: Iterator[source.Run]
-    if sel.by_queue:
+    if sel.by_queue and not walk:
         runs = (run for offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)
                 for run in log.runs_at(offsets, damage))
     else:

@@ -10,6 +10,7 @@ import numpy as np
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import CodecError, CorruptionError
+from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, unwrap
 from mqfs.store.format.codec import decode
 from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.flavor import Flavor
@@ -19,17 +20,29 @@ from mqfs.store.offline.selection import Selection
 from . import spans
 from .source import Damage, Run
 
+INNER_BATCHES = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG  # a BatchCQ topic's record of several messages
+
+
+def _inner_holds(sel: Selection, m: StoredMessage) -> bool:
+    """The checks the columns left to a message of an inner batch."""
+    return ((sel.first_offset is None or m.queue_offset >= sel.first_offset)
+            and (sel.last_offset is None or m.queue_offset <= sel.last_offset)
+            and sel.holds(m) and (sel.body is None or sel.body.search(bytes(m.body)) is not None))
+
 
 def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
     """Rows of a run the columns do not rule out."""
     r = run.records
     keep = in_queue(r.sys_flag)
+    # an inner batch's messages have offsets, properties and bodies of their own: the
+    # columns cannot rule it out by those, `messages` checks each message it packs
+    packed = (r.sys_flag & INNER_BATCHES) == INNER_BATCHES
     if sel.queues:
         keep &= np.isin(r.queue_id, sel.queues)
     if sel.first_offset is not None:
-        keep &= r.queue_offset >= sel.first_offset
+        keep &= packed | (r.queue_offset >= sel.first_offset)
     if sel.last_offset is not None:
-        keep &= r.queue_offset <= sel.last_offset
+        keep &= packed | (r.queue_offset <= sel.last_offset)
     if sel.since is not None:
         keep &= r.store_ts >= sel.since
     if sel.until is not None:
@@ -42,11 +55,11 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
         keep[rows] = np.isin(which, wanted)
     buf = memoryview(run.buf)
     for literals in sel.property_literals():
-        rows = np.flatnonzero(keep)
+        rows = np.flatnonzero(keep & ~packed)
         ends = r.props_pos[rows] + r.props_len[rows]
         keep[rows] = spans.holding(buf, r.props_pos[rows], ends, literals)
     if sel.body is not None:
-        rows = np.flatnonzero(keep)
+        rows = np.flatnonzero(keep & ~packed)
         plain = (r.sys_flag[rows] & COMPRESSED_FLAG) == 0  # compressed: checked once decoded
         at = rows[plain]
         keep[at] = spans.matching(sel.body, buf, r.body_pos[at], r.body_pos[at] + r.body_len[at],
@@ -63,6 +76,9 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
         for row in candidate_rows(run, sel).tolist():
             try:
                 msg = decode(run.buf, int(r.starts[row]), flavor)
+                if msg.sys_flag & INNER_BATCHES == INNER_BATCHES:
+                    yield from (m for m in unwrap(msg) if _inner_holds(sel, m))
+                    continue
                 if not sel.holds(msg):
                     continue
                 if msg.sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated

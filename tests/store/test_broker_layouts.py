@@ -706,3 +706,47 @@ def test_the_spark_source_shows_a_compaction_topic_as_its_consumers_get_it(tmp_p
     with pytest.raises(Exception, match=r"cleanup.policy='compaction', which RocketMQ does not know"):
         spark.read.format("mqfs").option("reader", "python").load(bad).count()
     assert spark.read.format("mqfs").option("reader", "python").option("topic", "Orders").load(bad).count() == 3
+
+
+
+
+@pytest.mark.spark
+def test_the_spark_source_gives_a_row_per_message_of_a_batch_cq_topic(tmp_path, spark):
+    """One row per message a consumer gets (an inner batch is several rows, each at its offset
+    with its own body, keys and tags), from the default reader and the Python one, whole or
+    selected; reads by queue offsets of such a topic are refused, never answered short."""
+    root = str(tmp_path)
+    w = _batch_store(root)
+    for reader in ({}, {"reader": "python"}):  # the default: the JVM reader where it reads it
+        def reads(reader=reader):
+            return spark.read.format("mqfs").options(**reader)
+
+        rows = {(r.topic, r.queue_id, r.queue_offset): (bytes(r.body), r.keys[0], r.tags)
+                for r in reads().load(root).where(f"topic = '{w.topic}'").collect()}
+        assert rows == w.served
+        assert reads().load(root).count() == len(w.served) + 3  # Orders' three
+        planned = reads().option("subscribe", w.topic).load(root).where("queue_offset >= 6 and queue_id = 0")
+        assert sorted(r.queue_offset for r in planned.collect()) == [6, 7, 8, 9, 10]
+        tagged = reads().load(root).where("tags = 'Tag1' and queue_id = 1").select("queue_offset", "properties")
+        assert sorted((r.queue_offset, dict(r.properties)["KEYS"]) for r in tagged.collect()) == \
+            [(5, "bk-1-5")]
+    with pytest.raises(Exception, match="BatchCQ topic Batched"):
+        spark.read.format("mqfs").option("reader", "python").option("subscribe", w.topic) \
+            .option("startingOffsets", '{"Batched": {"0": 2}}').load(root).collect()
+
+
+def test_dump_gives_the_messages_of_inner_batches(tmp_path):
+    """`mqfs dump` of a BatchCQ store: each inner message at its offset, selected by topic,
+    queue, offset, tag, key and body, as a consumer gets it (the queue and key selections walk
+    the CommitLog: the units and inner keys are not in consumequeue/ or the IndexFile)."""
+    root = str(tmp_path)
+    w = _batch_store(root)
+    rows = [json.loads(line) for line in mqfs("dump", "-t", w.topic, root).stdout.splitlines()]
+    assert {(r["topic"], r["queue_id"], r["queue_offset"]): (r["body"].encode(), r["keys"][0], r["tags"])
+            for r in rows} == w.served and len(rows) == len(w.served)
+    picked = mqfs("dump", "-t", w.topic, "-q", "0", "--tag", "Tag1", "-f", "offsets", root).stdout.splitlines()
+    assert [int(line.split()[2]) for line in picked] == [1, 2, 3, 5, 6, 7, 8]
+    assert json.loads(mqfs("dump", "-k", "bk-1-3", root).stdout)["body"] == "inner 3 of queue 1"
+    assert mqfs("dump", "-c", "-e", "inner [67] of queue 0", root).stdout == "2\n"
+    assert mqfs("dump", "-c", "-t", w.topic, "--from-offset", "6", "--to-offset", "9", "-q", "0", root
+                ).stdout == "4\n"
