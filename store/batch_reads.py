@@ -26,8 +26,10 @@ Unit = tuple[int, int, int, int, int]  # CommitLog offset, size, tagsCode, base,
 class BatchReads:
     """The BatchCQ topics of one read-only store."""
 
-    def __init__(self, root: str, topics: Iterable[str], read: Callable[[int], StoredMessage]):
+    def __init__(self, root: str, topics: Iterable[str], read: Callable[[int], StoredMessage],
+                 visible_to: Callable[[], int] | None = None):
         self.root = root
+        self._visible_to = visible_to  # the CommitLog's shown end (a live writer's records)
         self.topics = frozenset(topics)
         self._read = read  # the checked record at a CommitLog offset
         self._lock = threading.Lock()
@@ -42,7 +44,7 @@ class BatchReads:
         with self._lock:
             bq = self._queues.get((topic, queue_id))
             if bq is None:
-                bq = self._queues[(topic, queue_id)] = BatchQueue(self.root, topic, queue_id)
+                bq = self._queues[(topic, queue_id)] = BatchQueue(self.root, topic, queue_id, self._visible_to)
             return bq
 
     def is_open(self, topic: str, queue_id: int) -> bool:
@@ -75,8 +77,8 @@ class BatchReads:
         unit = bq.unit_at(offset)
         if unit is None:
             bq.check()
-            raise NotFound(f"no message at {bq.topic}/{bq.queue_id}/{offset} "
-                           f"(offsets {bq.min_offset}..{bq.max_offset - 1})")
+            lo, hi = bq.bounds()
+            raise NotFound(f"no message at {bq.topic}/{bq.queue_id}/{offset} (offsets {lo}..{hi - 1})")
         return self._messages(bq, unit)[offset - unit[3]]
 
     def get_range(self, bq: BatchQueue, offset: int, n: int, tags: Iterable[str] | None,

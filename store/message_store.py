@@ -298,7 +298,7 @@ class MessageStore(StoreReads, StoreWrites):
                          "are those the CommitLog shows, and no group offset is shown")
         batch_topics = features.topics_of(self.features, features.BATCH_CQ)
         if batch_topics:  # the broker's batchconsumequeue/ serves them (store/batch_reads.py)
-            self.batch = BatchReads(self.root, batch_topics, self._read)
+            self.batch = BatchReads(self.root, batch_topics, self._read, lambda: self.commitlog.queue.max_offset)
             self.topic_table.add_found((t, q) for t in batch_topics for q in self.batch.queue_ids(t))
         if features.ROCKSDB_CQ in self.features:
             found = queue_check.queues_from_log(self.parts, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from . import safefs
 
 BATCH_CQ_DIR = "batchconsumequeue"
 
-_CHUNK = 1 << 20  # bytes read at a time from the end already read
+_CHUNK = 46 << 10  # bytes read at a time from the end already read (1024 units)
 
 
 class BatchQueue:
@@ -29,8 +30,9 @@ class BatchQueue:
     before its end while a later one exists is damage: `damage` names it and reads stop
     before it (never another message)."""
 
-    def __init__(self, root: str, topic: str, queue_id: int):
+    def __init__(self, root: str, topic: str, queue_id: int, visible_to: Callable[[], int] | None = None):
         self.topic, self.queue_id = topic, queue_id
+        self.visible_to = visible_to  # the CommitLog's shown end: units past it wait (a live writer)
         self.directory = os.path.join(root, BATCH_CQ_DIR, topic, str(queue_id))
         self._lock = threading.Lock()
         self._files: list[tuple[int, int]] = []  # (start, bytes of whole units read) per file
@@ -112,24 +114,27 @@ class BatchQueue:
         return True
 
     @property
-    def min_offset(self) -> int:
-        return int(self._units["base"][0]) if len(self._units) else 0
-
-    @property
     def max_offset(self) -> int:
+        """One past the last unit read (shown or not)."""
         if not len(self._units):
             return 0
         last = self._units[-1]
         return int(last["base"]) + int(last["batch"])
 
     def bounds(self) -> tuple[int, int]:
-        self.refresh()
-        return self.min_offset, self.max_offset
+        units = self.units()
+        if not len(units):
+            return 0, 0
+        return int(units["base"][0]), int(units["base"][-1]) + int(units["batch"][-1])
 
     def units(self) -> np.ndarray:
-        """Every unit read so far (refreshed)."""
+        """Every unit read so far (refreshed) whose record the CommitLog shows."""
         self.refresh()
-        return self._units
+        units = self._units
+        if self.visible_to is not None and len(units):
+            ends = units["offset"].astype(np.int64) + units["size"].astype(np.int64)
+            units = units[:int(np.searchsorted(ends, self.visible_to(), side="right"))]
+        return units
 
     def covering(self, lo: int, hi: int) -> np.ndarray:
         """The units holding any of queue offsets [lo, hi)."""

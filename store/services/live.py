@@ -96,6 +96,9 @@ class LiveReader:
     def _note(self, run: RecordRun) -> None:
         """New records: remember which queues must grow to which offset."""
         rows = np.flatnonzero(layout.in_queue(run.sys_flag))
+        batch = self.store.batch.topics if self.store.batch is not None else ()
+        if batch:  # BatchCQ topics: their units are read from batchconsumequeue/ as they come
+            rows = np.array([i for i in rows.tolist() if run.topics[i] not in batch], dtype=np.int64)
         if self.units_from_log:
             self._units_of(run, rows.tolist())
             return

@@ -750,3 +750,29 @@ def test_dump_gives_the_messages_of_inner_batches(tmp_path):
     assert mqfs("dump", "-c", "-e", "inner [67] of queue 0", root).stdout == "2\n"
     assert mqfs("dump", "-c", "-t", w.topic, "--from-offset", "6", "--to-offset", "9", "-q", "0", root
                 ).stdout == "4\n"
+
+
+@needs_fuse
+def test_a_live_read_only_mount_shows_the_batch_units_a_broker_adds(tmp_path):
+    """A broker dispatches a record's BatchCQ unit after writing the record: a live `-o ro`
+    mount shows the inner batch's messages once the unit is there, and none before."""
+    from tests.waits import wait_until
+
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    w = _batch_store(root)
+    unit_file = os.path.join(root, "batchconsumequeue", w.topic, "0", "0" * 20)
+    last = 46 * (len(w.records[0]) - 1)  # the inner batch at 9..10, not dispatched yet
+    with open(unit_file, "r+b") as f:
+        f.seek(last)
+        unit = f.read(46)
+        f.seek(last)
+        f.write(bytes(46))
+    with mounted(root, mnt, "-o", "ro"):
+        queue = f"{mnt}/topics/{w.topic}/0"
+        assert sorted(int(n) for n in os.listdir(queue) if n.isdigit()) == list(range(9))
+        with open(unit_file, "r+b") as f:
+            f.seek(last)
+            f.write(unit)
+        wait_until(lambda: "10" in os.listdir(queue), "the new inner batch listed")
+        assert sh(f"cat {queue}/10").stdout == b"inner 10 of queue 0"
+        assert sh(f"ls {mnt}/keys/bk-0-9").stdout == f"{w.topic}:0:9\n".encode()
