@@ -776,3 +776,15 @@ def test_a_live_read_only_mount_shows_the_batch_units_a_broker_adds(tmp_path):
         wait_until(lambda: "10" in os.listdir(queue), "the new inner batch listed")
         assert sh(f"cat {queue}/10").stdout == b"inner 10 of queue 0"
         assert sh(f"ls {mnt}/keys/bk-0-9").stdout == f"{w.topic}:0:9\n".encode()
+
+
+@needs_fuse
+def test_a_damaged_inner_batch_reads_as_eio_at_the_mount(tmp_path):
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    w = _batch_store(root)
+    _damage_batch(root, w, "inner message cut")
+    with mounted(root, mnt, "-o", "ro"):
+        queue = f"{mnt}/topics/{w.topic}/0"
+        failed = sh(f"cat {queue}/6", check=False)
+        assert failed.returncode != 0 and b"Input/output error" in failed.stderr
+        assert sh(f"cat {queue}/9").stdout == b"inner 9 of queue 0"  # the batch after it
