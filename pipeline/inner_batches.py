@@ -19,7 +19,7 @@ from mqfs.store.format.layout import format_host
 
 from .schema import arrow_schema
 
-_UNWRAP = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
+INNER_BATCHES = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
 
 # (topic, queue id, queue offset, store time ms, CommitLog offset) -> the row filter keeps it
 Passes = Callable[[str, int, int, int, int], bool]
@@ -28,7 +28,7 @@ Reject = Callable[[int, str], None]  # (CommitLog offset, why): fail the read or
 
 def inner_batches(sys_flag: np.ndarray) -> np.ndarray:
     """Which records are inner batches a consumer unwraps (both flags, as PullAPIWrapper)."""
-    return (sys_flag & _UNWRAP) == _UNWRAP
+    return (sys_flag & INNER_BATCHES) == INNER_BATCHES
 
 
 def rows(buf, file_from: int, starts: list[int], passes: Passes, reject: Reject,

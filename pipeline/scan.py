@@ -198,7 +198,8 @@ class FileBatcher:
     """Builds batches from record positions in one mapped CommitLog file; every record that
     would become a row passes `checks` first."""
 
-    def __init__(self, buf, file_from: int, checks: Checks):
+    def __init__(self, buf, file_from: int, checks: Checks, unwrap: bool = True):
+        self.unwrap = unwrap  # an inner batch gives its messages' rows (else the record's own)
         self.mv = memoryview(buf)
         self.arr = np.frombuffer(buf, np.uint8)
         self.file_from = file_from
@@ -258,7 +259,7 @@ class FileBatcher:
         keep = ~f["bad"]
         if not keep.all():
             self._reject(starts, ~keep, "malformed record")
-        batches = keep & inner_batches.inner_batches(f["sys_flag"])  # a row per message packed
+        batches = keep & inner_batches.inner_batches(f["sys_flag"]) & self.unwrap  # a row per message packed
         if batches.any():  # offsets are the messages': filtered per message
             unwrapped = batches & self._keep(starts, f, replace(flt, queue_offsets=(None, None), queue_ranges=None))
             keep &= ~batches

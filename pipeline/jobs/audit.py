@@ -52,6 +52,8 @@ from mqfs.store.offline.views import (
     store_layout,
 )
 
+from ..batch_cq import batch_topics
+from ..inner_batches import INNER_BATCHES
 from ..scan import Checks, FileBatcher
 from ..source import RangePartition, plan_partitions, read_range
 
@@ -100,7 +102,7 @@ class Records:
             file_from, path = self.files[i]
             b = self.batchers.get(i)
             if b is None:
-                b = self.batchers[i] = FileBatcher(map_readonly(path), file_from, self.checks)
+                b = self.batchers[i] = FileBatcher(map_readonly(path), file_from, self.checks, unwrap=False)
             pos = commitlog_offset[sel] - file_from
             inside = pos + 8 <= len(b.arr)
             ok = np.zeros(len(sel), bool)
@@ -286,8 +288,9 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
     queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
                       if f_.what.startswith("consumequeue")}
     units = {name: f_.checked - f_.unreadable - f_.lost for name, f_ in queue_findings.items()}
+    batch = batch_topics(layout.root)  # units in batchconsumequeue/: verify checks them
     for (t, q), (n, top) in sorted(per_queue.items()):
-        if not has_queue_dir(t):  # no directory name holds the topic: served by key only (verify notes it)
+        if not has_queue_dir(t) or t in batch:  # no directory name holds the topic: served by key only
             continue
         have = units.get(f"{t}/{q}", 0)
         found = queue_findings.get(f"{t}/{q}")
@@ -305,13 +308,25 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
     if live:  # records after the last entry the IndexFiles count are not indexed yet
         indexed = indexed.where(F.col("commitlog_offset") <= max(
             (f_.last_offset for f_ in findings if f_.what.startswith("index")), default=-1))
-    expected = indexed.select(
+    packed = F.col("sys_flag").bitwiseAND(INNER_BATCHES) == INNER_BATCHES  # rows of inner messages
+    expected = indexed.filter(~packed).select(
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).collect()[0][0] or 0
+    expected += _batch_record_keys(layout, indexed.filter(packed))
     have = sum(f_.checked - f_.unreadable for f_ in findings if f_.what.startswith("index"))
     if have != expected:
         f.bad(f"the IndexFiles hold {have} entries, the CommitLog's records have {expected} keys")
     return f
+
+
+def _batch_record_keys(layout: StoreLayout, rows) -> int:
+    """The keys the IndexFiles hold for inner-batch records: the record's own (the batch's
+    UNIQ_KEY), not its messages' (IndexService indexes what the record's properties say)."""
+    offsets = np.array(sorted(r[0] for r in rows.select("commitlog_offset").distinct().collect()), np.int64)
+    if not len(offsets):
+        return 0
+    found = Records(layout.root, layout.checked_flavor).rows(offsets, None, Finding("inner batches"))
+    return sum(len(r["keys"]) + (PROPERTY_UNIQ_KEY in dict(r["properties"])) for r in found.values())
 
 
 def _without_units(df, topic: str, queue_id: int, present: list[tuple[int, int]]) -> str:

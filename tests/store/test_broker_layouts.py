@@ -788,3 +788,15 @@ def test_a_damaged_inner_batch_reads_as_eio_at_the_mount(tmp_path):
         failed = sh(f"cat {queue}/6", check=False)
         assert failed.returncode != 0 and b"Input/output error" in failed.stderr
         assert sh(f"cat {queue}/9").stdout == b"inner 9 of queue 0"  # the batch after it
+
+
+@pytest.mark.spark
+def test_the_audit_job_finds_no_problem_in_a_batch_cq_store(tmp_path, spark):
+    """The audit counts records, not messages: an inner batch's record is indexed by its own
+    keys, and BatchCQ topics have no ConsumeQueue (verify checks their units)."""
+    from mqfs.pipeline.jobs import audit
+
+    root = str(tmp_path)
+    _batch_store(root)
+    found = audit.run(spark, root)
+    assert found["problems"] == 0, found["shown"]
