@@ -252,7 +252,8 @@ class MessageStore(StoreReads, StoreWrites):
                 self._log_ends.start()
         elif cfg.live_refresh_ms > 0:
             self.live = LiveReader(parts, self.put_lock, self.tags_codes, self.topic_table.add_found,
-                                   features.ROCKSDB_CQ in self.features, cfg.live_refresh_ms)
+                                   features.ROCKSDB_CQ in self.features, cfg.live_refresh_ms,
+                                   features.topics_of(self.features, features.BATCH_CQ))
             self.live.start()
 
     def start_scrub(self) -> None:

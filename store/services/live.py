@@ -46,8 +46,9 @@ class LiveReader:
 
     def __init__(self, parts: StoreParts, lock: threading.Lock, tags: TagsCodes,
                  show_queues: Callable[[Iterable[tuple[str, int]]], None], units_from_log: bool,
-                 interval_ms: int):
+                 interval_ms: int, batch_topics: frozenset[str] = frozenset()):
         self.parts = parts
+        self.batch_topics = batch_topics  # BatchCQ: units read from batchconsumequeue/ as they come
         self.lock = lock
         self.tags = tags
         self.show_queues = show_queues
@@ -96,9 +97,8 @@ class LiveReader:
     def _note(self, run: RecordRun) -> None:
         """New records: remember which queues must grow to which offset."""
         rows = np.flatnonzero(layout.in_queue(run.sys_flag))
-        batch = self.store.batch.topics if self.store.batch is not None else ()
-        if batch:  # BatchCQ topics: their units are read from batchconsumequeue/ as they come
-            rows = np.array([i for i in rows.tolist() if run.topics[i] not in batch], dtype=np.int64)
+        if self.batch_topics:
+            rows = np.array([i for i in rows.tolist() if run.topics[i] not in self.batch_topics], dtype=np.int64)
         if self.units_from_log:
             self._units_of(run, rows.tolist())
             return
