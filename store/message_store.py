@@ -371,7 +371,7 @@ class MessageStore(StoreReads, StoreWrites):
 
     def _open_recorded(self, key: tuple[str, int], rec: Recorded) -> ConsumeQueue:
         """A queue known from a record, opened at its first use and its end proven
-        (store/queues/first_use.py), under the registry's lock."""
+        (store/queues/first_use.py), by the one thread the registry lets prove it."""
         read_only = self.config.read_only
         cq = self._queue_object(key, read_only)
         try:

@@ -7,9 +7,9 @@ last clean close left it, and it must hold at least the entries that close count
 that fails is rebuilt from the CommitLog (old files to quarantine/), as an open rebuilds it;
 when the log does not hold every message the queue gave an offset to, its use is refused
 (offsets are never given out twice, a damaged unit never serves another message) and nothing
-is changed. No store lock is needed: until the queue is open no put can write to it (a put
-opens it first, through the registry, whose lock the proof holds), and records already in the
-log do not change.
+is changed. No lock is held: until the queue is open no put can write to it (a put opens it
+first, through the registry, which lets one thread prove a queue and the others using it
+wait: `QueueRegistry.open_queue`), and records already in the log do not change.
 """
 
 from __future__ import annotations

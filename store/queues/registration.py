@@ -20,8 +20,7 @@ import logging
 from ..errors import StoreError
 from ..files.checkpoint import Checkpoint
 from . import cuts as queue_cuts
-from . import dispatch_state
-from . import ends_log as queue_ends
+from . import dispatch_state, ends_log
 from .dispatch_state import Saved, Vouched
 from .registry import DiskProbe, Key, QueueRegistry, Recorded, on_disk
 
@@ -30,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkpoint,
                last_exit_ok: bool, log_proof_pending: bool = False
-               ) -> tuple[Vouched | None, queue_cuts.Cuts, queue_ends.Replayed | None]:
+               ) -> tuple[Vouched | None, queue_cuts.Cuts, ends_log.Replayed | None]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
     the state of config/queueEnds.log it registered the queues from. `log_proof_pending`: an earlier
@@ -51,24 +50,24 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     return vouched, cuts, ends
 
 
-def journal_state(root: str, cp: Checkpoint) -> queue_ends.Replayed | None:
+def journal_state(root: str, cp: Checkpoint) -> ends_log.Replayed | None:
     """config/queueEnds.log's state when it stands for the checkpoint: its last block usable
     (for a CommitLog flushed as far as the checkpoint says) is not older than the
     checkpoint's `cq_flushed_offset`. Otherwise None, said in one line when the file exists."""
     if not cp.checked:
         return None
-    found, why = queue_ends.replay(root, cp.commitlog_flushed_offset)
+    found, why = ends_log.replay(root, cp.commitlog_flushed_offset)
     if found is not None and found.at >= cp.cq_flushed_offset:
         return found
     if found is not None:
-        why = (f"config/{queue_ends.NAME} ends at CommitLog offset {found.at}, before the "
+        why = (f"config/{ends_log.NAME} ends at CommitLog offset {found.at}, before the "
                f"checkpoint's {cp.cq_flushed_offset}")
     if why is not None:
         log.warning("%s: the queues are listed from consumequeue/ instead", why)
     return None
 
 
-def from_journal(found: queue_ends.Replayed, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
+def from_journal(found: ends_log.Replayed, cuts: queue_cuts.Cuts) -> dict[Key, Recorded]:
     """The queues config/queueEnds.log names, with their counts at the checkpoint."""
     return {key: Recorded(entries, head, newest=newest, exact=exact, cut=cuts.get(key))
             for key, (entries, head, newest, exact) in found.ends.items()}

@@ -728,3 +728,19 @@ def test_follow_of_a_compaction_topic_goes_over_the_offsets_compaction_took(tmp_
         assert size == len(expected)
         assert file.read(follows.bodies, 0, size) == expected
         assert file.read(follows.bodies, 100, 300) == expected[100:400]
+
+
+def test_the_slow_question_opens_no_queue_and_sends_its_first_use_to_a_worker(tmp_path):
+    """A message of a queue not opened since the mount: the adapter's question on the event
+    loop answers "slow" from memory, leaving the queue's first use (file reads, maybe a
+    rebuild) to the worker thread the lookup then runs in."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, small()) as s:
+        s.put_batch([Message.create("orders", b"body %d" % i, queue_id=i % 2) for i in range(4)])
+    with MessageStore(root, small(), create=False) as s:
+        model = Model(s)
+        queue = walk(model, "topics", "orders", "1")
+        assert s.needs_first_use("orders", 1) and model.lookup_slow(queue, b"1")
+        assert not s.consume_queues.opened()  # the question opened nothing
+        assert model.lookup(queue, b"1").size == len(b"body 3")  # (in a worker thread)
+        assert not s.needs_first_use("orders", 1) and not model.lookup_slow(queue, b"0")

@@ -138,11 +138,11 @@ def test_a_queue_directory_the_record_does_not_name_is_found_before_a_put(tmp_pa
     root = str(tmp_path / "s")
     _killed(root, "flush")
     # drop t5/1 from the record: rewrite the file with a base that does not name it
-    from mqfs.store.queues import ends_log as queue_ends
-    found, _ = queue_ends.replay(root, 1 << 62)
+    from mqfs.store.queues import ends_log
+    found, _ = ends_log.replay(root, 1 << 62)
     assert found is not None and ("t5", 1) in found.ends
     del found.ends[("t5", 1)]
-    block, _ = queue_ends._block(queue_ends._BASE, found.at, found.ends, 0)
+    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0)
     with open(_journal(root), "wb") as f:
         f.write(block)
     with MessageStore(root, small_config(), create=False) as s:
@@ -209,7 +209,7 @@ def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
     """Each checkpoint appends the queues that changed; past max(1 MiB, its base) of deltas
     the file is rewritten as one base, so it stays bounded whatever the number of
     checkpoints, and its chain names every queue's count as of the last one."""
-    from mqfs.store.queues import ends_log as queue_ends
+    from mqfs.store.queues import ends_log
     root = str(tmp_path / "s")
     sizes = []
     with MessageStore(root, small_config(flush_cq_interval_ms=3_600_000,
@@ -219,7 +219,7 @@ def test_the_journal_stays_bounded_and_names_every_count(tmp_path):
             s.flush()
             sizes.append(os.path.getsize(_journal(root)))
         counts = {(f"b{q}", 0): s.max_offset(f"b{q}", 0) for q in range(1000)}
-        found, _ = queue_ends.replay(root, s.checkpoint.commitlog_flushed_offset)
+        found, _ = ends_log.replay(root, s.checkpoint.commitlog_flushed_offset)
     assert max(sizes) < (1 << 20) + (64 << 10)  # the deltas' bound, plus the base and a block
     assert any(b < a for a, b in zip(sizes, sizes[1:]))  # rewritten as a base at least once
     assert found is not None and {k: v[0] for k, v in found.ends.items()} == counts

@@ -13,7 +13,7 @@ import pytest
 from mqfs.store import Message, MessageStore
 from mqfs.store.errors import QueueNotProven
 from mqfs.store.integrity.verify import verify_store
-from mqfs.store.queues import log_proof as log_ends
+from mqfs.store.queues import log_proof
 from tests.fusefs.helpers import mounted, needs_fuse, sh
 from tests.store.helpers import small_config
 from tests.store.test_broker_stores import broker_store
@@ -76,17 +76,17 @@ def test_a_put_waits_for_the_proof_and_never_guesses(tmp_path, monkeypatch):
     root = str(tmp_path / "s")
     _broker_store(root)
     _hand_rebuilt(root, "T/0")
-    monkeypatch.setattr(log_ends, "FOREGROUND", 0)
-    monkeypatch.setattr(log_ends.LogEnds, "start", lambda self: None)  # no background walk yet
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    monkeypatch.setattr(log_proof.LogEnds, "start", lambda self: None)  # no background walk yet
     with MessageStore(root, small_config(**BROKER), create=False) as s:
         with pytest.raises(QueueNotProven, match="not proven yet"):
             s.put(Message.create("T", b"new", queue_id=0))
         with pytest.raises(QueueNotProven):
             s.put_batch([Message.create("T", b"new", queue_id=0)])
-    assert log_ends.pending(root)
+    assert log_proof.pending(root)
     assert os.path.exists(os.path.join(root, "config", "dispatchState.json"))
     monkeypatch.undo()
-    monkeypatch.setattr(log_ends, "FOREGROUND", 0)  # the background walks it all
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)  # the background walks it all
     with MessageStore(root, small_config(**BROKER), create=False) as s:
         while True:
             try:
@@ -97,7 +97,7 @@ def test_a_put_waits_for_the_proof_and_never_guesses(tmp_path, monkeypatch):
         assert put.queue_offset == 5
         assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == \
             [b"old-%d" % i for i in range(5)] + [b"new"]
-    assert not log_ends.pending(root)
+    assert not log_proof.pending(root)
     assert verify_store(root).ok
 
 
