@@ -26,7 +26,6 @@ from .files.commitlog import CommitLog
 from .files.compaction_log import CompactionViews
 from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher, TagsCodes, has_queue_dir
-from .files.in_use import Users, in_use
 from .files.index_service import IndexService
 from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
@@ -37,6 +36,7 @@ from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import parse_host
+from .in_use import Users, in_use
 from .integrity import repair_journal
 from .integrity.commitlog_files import grew_after_checkpoint
 from .integrity.parts import StoreParts
@@ -408,7 +408,7 @@ class MessageStore(StoreReads, StoreWrites):
         fsync_dir(self.root)
 
     def close(self) -> None:
-        """Refuse new calls, wait for those running (store/files/in_use.py), then close."""
+        """Refuse new calls, wait for those running (store/in_use.py), then close."""
         if not self.is_open:
             return
         self.is_open = False

@@ -17,12 +17,12 @@ from .files.compaction_log import CompactedQueue, CompactionViews
 from .files.consume_queue import QueueView, RebuiltQueue
 from .files.consume_queue_ext import EXT_ADDRESS_MAX
 from .files.dispatcher import TagsCodes, takes_unit
-from .files.in_use import Users, in_use
 from .files.index_service import IndexService
 from .format import batch, codec, message
 from .format.flavor import Flavor
 from .format.message import StoredMessage
 from .format.multi_dispatch import describes
+from .in_use import Users, in_use
 from .meta.metadata import TopicTable
 from .queues.registry import QueueRegistry
 

@@ -18,11 +18,11 @@ from .errors import ReadOnlyStore, StoreError
 from .files.commitlog import CommitLog
 from .files.compaction_log import CompactionViews
 from .files.dispatcher import Dispatcher
-from .files.in_use import Users, in_use
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.flavor import Flavor
 from .format.message import Message
+from .in_use import Users, in_use
 from .meta.metadata import TopicTable
 from .queues.registry import FirstUseOwed, QueueRegistry
 from .services.flush import FlushServices

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
-from ..errors import StoreError
+from .errors import StoreError
 
 P = ParamSpec("P")
 R = TypeVar("R")
