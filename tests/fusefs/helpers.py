@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.waits import LIMIT, wait_until
+from tests.waits import LIMIT, eventually
 
 MQFS = [sys.executable, "-m", "mqfs.fusefs"]
 SMALL = ["--commitlog-file-size", str(8 << 20), "--consume-queue-units", "1000",
@@ -60,7 +60,7 @@ def force_unmount(mnt: str, pid: int | None = None) -> None:
 
 def wait_for_mount(mnt: str, proc: subprocess.Popen, limit: float = LIMIT) -> None:
     """Poll until mounted while the daemon is alive (no fixed sleeps)."""
-    wait_until(lambda: os.path.ismount(mnt), f"mount of {mnt}", limit,
+    eventually(lambda: os.path.ismount(mnt), f"mount of {mnt}", limit,
                alive=lambda: proc.poll() is None)
 
 
@@ -73,7 +73,7 @@ def _ended(pid: int) -> bool:
 
 
 def wait_gone(pid: int, limit: float = LIMIT) -> None:
-    wait_until(lambda: _ended(pid), f"end of pid {pid}", limit)
+    eventually(lambda: _ended(pid), f"end of pid {pid}", limit)
 
 
 @contextmanager

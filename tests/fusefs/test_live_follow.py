@@ -3,6 +3,7 @@ while the broker's next CommitLog file is already made (zeros), or on a store wi
 yet; through rolls into the made-ahead files. The writer (tests/store/live_writer.py) writes as a
 broker does and says when each message is acknowledged."""
 
+import functools
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from tests import REPO
 from tests.fusefs.helpers import mounted, needs_fuse
+from tests.waits import eventually
 
 COUNT, RATE = 600, 200  # three seconds of puts
 FILE_SIZE = 32 << 10  # about 270 messages a file: the run rolls twice
@@ -62,12 +64,10 @@ def test_a_read_only_mount_lists_every_acknowledged_message_of_a_running_broker(
                 acked, end = map(int, line.split()[1:])
                 if acked % 50 == 0:
                     t = time.monotonic()
-                    while not _visible(mnt, acked, end):
-                        time.sleep(0.01)  # polling a condition
+                    eventually(functools.partial(_visible, mnt, acked, end), f"message {acked} visible")
                     lags.append(time.monotonic() - t)
             assert writer.wait() == 0 and acked == COUNT - 1
-            while not _visible(mnt, acked, end):
-                time.sleep(0.01)
+            eventually(lambda: _visible(mnt, acked, end), "the last message visible")
             names = sorted(int(n) for n in os.listdir(queue) if n.isdigit())
             assert names == list(range(COUNT))
             for n in range(0, COUNT, 37):

@@ -10,7 +10,7 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from tests.fusefs.helpers import MQFS, SMALL, mounted, mqfs, needs_fuse, sh
-from tests.store.helpers import store_state
+from tests.store.helpers import flip, store_state
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -26,12 +26,8 @@ def test_damaged_store_refuses_rw_serves_ro_and_repairs(tmp_path):
     size = int(SMALL[1])
     start = damaged.commitlog_offset - damaged.commitlog_offset % size
     path = os.path.join(root, "commitlog", f"{start:020d}")
-    with open(path, "r+b") as f:  # one flipped bit in the TAGS property of message 12
-        pos = damaged.commitlog_offset % size + damaged.size - 30
-        f.seek(pos)
-        byte = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([byte ^ 0x04]))
+    # one flipped bit in the TAGS property of message 12
+    flip(path, damaged.commitlog_offset % size + damaged.size - 30, 0x04)
     before = store_state(root)
 
     refused = mqfs("mount", root, mnt, check=False)
@@ -70,11 +66,8 @@ def test_a_stale_interactive_repair_plan_is_refused_after_a_mount_wrote(tmp_path
         damaged = [s.put(Message.create("T", b"%d\n" % i * 30000)) for i in range(100)][12]
     size = int(SMALL[1])
     start = damaged.commitlog_offset - damaged.commitlog_offset % size
-    with open(os.path.join(root, "commitlog", f"{start:020d}"), "r+b") as f:
-        f.seek(damaged.commitlog_offset % size + 100)  # a bit of the body: the mount serves
-        byte = f.read(1)[0]
-        f.seek(-1, 1)
-        f.write(bytes([byte ^ 0x01]))
+    # a bit of the body: the mount serves
+    flip(os.path.join(root, "commitlog", f"{start:020d}"), damaged.commitlog_offset % size + 100, 0x01)
     pid, fd = pty.fork()
     if pid == 0:  # the child: `mqfs repair` at a terminal
         os.execv(MQFS[0], [*MQFS, "repair", root])

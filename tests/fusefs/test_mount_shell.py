@@ -15,7 +15,7 @@ import pytest
 
 from mqfs.store import Message, MessageStore, StoreConfig
 from tests.fusefs.helpers import SMALL, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
-from tests.waits import LIMIT, wait_until
+from tests.waits import LIMIT, eventually
 
 pytestmark = [pytest.mark.mount, needs_fuse]
 
@@ -239,7 +239,7 @@ def test_tail_n_and_tail_f_of_follow_work_as_on_a_log_file(live):
     tail = subprocess.Popen(["tail", "-n", "2", "-f", f"{q}/follow"], stdout=subprocess.PIPE)
     try:
         assert [tail.stdout.readline() for _ in range(2)] == [b"line-5\n", b"no-newline\n"]
-        wait_until(lambda: followers(live) == 1, "tail opens follow")
+        eventually(lambda: followers(live) == 1, "tail opens follow")
         run("echo new-1 > append && echo new-2 > append", q)
         assert [tail.stdout.readline() for _ in range(2)] == [b"new-1\n", b"new-2\n"]
         run("echo new-3 > append", q)
@@ -259,11 +259,11 @@ def test_tail_F_of_a_log_into_append_lines_stores_one_message_per_line(live, tmp
     producer = subprocess.Popen(["bash", "-c", f"exec tail -n +1 -F {log} > {q}/append.lines"],
                                 stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: max_offset(live, "audit/0") == 2, "the log's lines stored",
+        eventually(lambda: max_offset(live, "audit/0") == 2, "the log's lines stored",
                    alive=lambda: producer.poll() is None)
         with open(log, "a") as f:
             f.write("third line\n")
-        wait_until(lambda: max_offset(live, "audit/0") == 3, "the line added to the log",
+        eventually(lambda: max_offset(live, "audit/0") == 3, "the line added to the log",
                    alive=lambda: producer.poll() is None)
     finally:
         producer.terminate()
@@ -353,7 +353,7 @@ def test_sigterm_ends_waiting_followers_and_closes_the_store(store, tmp_path):
         reader = subprocess.Popen(["cat", f"{mnt}/topics/audit/0/follow"],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         try:
-            wait_until(lambda: followers(mnt) == 1, "cat opens follow")
+            eventually(lambda: followers(mnt) == 1, "cat opens follow")
             os.kill(pid, signal.SIGTERM)
             wait_gone(pid)
             assert reader.wait(timeout=LIMIT) is not None

@@ -8,6 +8,7 @@ import random
 
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.offline.views import commitlog_files
+from tests.store.helpers import flip
 
 
 def small_store_config(**overrides) -> StoreConfig:
@@ -40,6 +41,12 @@ def build_store(root: str, n: int, seed: int = 1, **cfg) -> None:
         msgs = make_messages(random.Random(seed), n)
         for i in range(0, n, 250):
             s.put_batch(msgs[i:i + 250])
+
+
+def append(root: str, n: int, seed: int, start: int) -> None:
+    """n more messages (numbered from `start`) put into a store as it is."""
+    with MessageStore(root) as s:
+        s.put_batch(make_messages(random.Random(seed), n, start=start))
 
 
 def host(h: tuple[str, int]) -> str:
@@ -90,11 +97,8 @@ def flip_body_byte(root: str) -> tuple[str, int, int]:
     rows = expected_rows(root)
     commitlog_offset = sorted(o for o, r in rows.items() if len(r["body"]) > 100)[len(rows) // 3]
     start, path = [(s, p) for s, p in commitlog_files(root) if s <= commitlog_offset][-1]
-    with open(path, "r+b") as f:
+    with open(path, "rb") as f:
         f.seek(commitlog_offset - start)
         record = f.read(rows[commitlog_offset]["size"])
-        f.seek(commitlog_offset - start + record.index(rows[commitlog_offset]["body"]) + 50)  # inside the body
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip(path, commitlog_offset - start + record.index(rows[commitlog_offset]["body"]) + 50, 0x40)
     return path, commitlog_offset - start, commitlog_offset

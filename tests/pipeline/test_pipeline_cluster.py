@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,23 +15,18 @@ pytest.importorskip("pyspark")
 
 from tests import REPO
 from tests.pipeline.helpers import build_store, flip_body_byte  # noqa: E402
+from tests.waits import eventually  # noqa: E402
 
 pytestmark = pytest.mark.spark
 SPARK_CLASS = os.path.join(os.path.dirname(__import__("pyspark").__file__), "bin", "spark-class")
 
 
-def wait_for(path: str, pattern: str, proc: subprocess.Popen, timeout: float = 120) -> re.Match:
+def wait_for(path: str, pattern: str, proc: subprocess.Popen) -> re.Match:
     """The first match of pattern in a daemon's log, polling until it appears or the daemon dies."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def found() -> re.Match | None:
         with open(path, errors="replace") as f:
-            found = re.search(pattern, f.read())
-        if found:
-            return found
-        if proc.poll() is not None:
-            raise RuntimeError(f"{path}: daemon exited with {proc.returncode}")
-        time.sleep(0.2)
-    raise TimeoutError(f"{pattern!r} not in {path} after {timeout} s")
+            return re.search(pattern, f.read())
+    return eventually(found, f"{pattern!r} in {path}", interval=0.2, alive=lambda: proc.poll() is None)
 
 
 def daemon(args: list[str], log: str, env: dict[str, str]) -> subprocess.Popen:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -27,7 +25,9 @@ from mqfs.pipeline.units import UnitRange  # noqa: E402
 from mqfs.store import Message, MessageStore  # noqa: E402
 from mqfs.store.offline.views import commitlog_files, queues, store_layout  # noqa: E402
 from tests.fusefs.helpers import mounted, needs_fuse  # noqa: E402
-from tests.pipeline.helpers import build_store, expected_rows, make_messages, plain_rows, read_rows  # noqa: E402
+from tests.pipeline.helpers import append, build_store, expected_rows, plain_rows, read_rows  # noqa: E402
+from tests.store.helpers import flip  # noqa: E402
+from tests.waits import eventually  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -83,11 +83,7 @@ def test_skip_steps_over_a_damaged_size_and_keeps_every_intact_record(spark, tmp
     want = expected_rows(root)
     tenth = sorted(want)[10]
     start, path = [(s, p) for s, p in commitlog_files(root) if s <= tenth][-1]
-    with open(path, "r+b") as f:
-        f.seek(tenth - start + byte)  # a byte of TOTALSIZE
-        old = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([old[0] ^ 0x10]))
+    flip(path, tenth - start + byte)  # a byte of TOTALSIZE
     with pytest.raises(Exception) as err:  # a Python worker's or the JVM reader's
         spark.read.format("mqfs").load(root).count()
     assert f"damaged record at CommitLog offset {tenth} " in cli.one_line(err.value)
@@ -234,11 +230,6 @@ def test_a_stream_over_several_stores_shares_its_limits_by_backlog(tmp_path):
     assert _moved(at, nxt) == 70
 
 
-def append(root: str, n: int, seed: int, start: int) -> None:
-    with MessageStore(root) as s:
-        s.put_batch(make_messages(random.Random(seed), n, start=start))
-
-
 @pytest.mark.timeout(900)  # two drivers, each a Spark session: 220 s seen alone at load 11
 def test_the_streaming_sink_writes_each_batch_once_through_a_driver_kill(tmp_path):
     """Stream a store into another with writeStream.format("mqfs"); kill -9 the whole driver
@@ -253,9 +244,9 @@ def test_the_streaming_sink_writes_each_batch_once_through_a_driver_kill(tmp_pat
         return sum(hi - lo for lo, hi in kept_bounds(store_layout(target), queues(target)).values())
 
     proc = subprocess.Popen(driver, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while written() < 600 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # polling the target's ConsumeQueues, not a stand-in for readiness
+    # the limit: a driver's Spark session is slow to start on a loaded machine
+    eventually(lambda: written() >= 600, "the driver's first rows in the target", limit=240,
+               interval=0.05, alive=lambda: proc.poll() is None)
     assert proc.poll() is None and 0 < written() < 3000, "the driver ended before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -25,6 +25,7 @@ from mqfs.store import MessageStore  # noqa: E402
 from mqfs.store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.fusefs.helpers import mounted, needs_fuse  # noqa: E402
 from tests.pipeline.helpers import (  # noqa: E402
+    append,
     build_store,
     expected_rows,
     flip_body_byte,
@@ -32,6 +33,8 @@ from tests.pipeline.helpers import (  # noqa: E402
     read_rows,
     small_store_config,
 )
+from tests.store.helpers import flip  # noqa: E402
+from tests.waits import eventually  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -41,11 +44,6 @@ def store(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("kafka") / "store")
     build_store(root, 2500, seed=11)
     return root
-
-
-def append(root: str, n: int, seed: int, start: int) -> None:
-    with MessageStore(root) as s:
-        s.put_batch(make_messages(random.Random(seed), n, start=start))
 
 
 def test_a_dataframe_is_a_snapshot(spark, tmp_path):
@@ -151,11 +149,7 @@ def test_a_flipped_header_field_fails_the_read(spark, store, tmp_path):
     shutil.copytree(store, bad)
     start, path = commitlog_files(bad)[0]
     commitlog_offset = sorted(o for o in expected_rows(bad) if o < start + (1 << 19))[-1]
-    with open(path, "r+b") as f:
-        f.seek(commitlog_offset - start + 27)  # the low byte of QUEUEOFFSET
-        byte = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([byte[0] ^ 0x01]))
+    flip(path, commitlog_offset - start + 27, 0x01)  # the low byte of QUEUEOFFSET
     with pytest.raises(Exception) as err:  # read with its body: a header-only read cannot tell
         spark.read.format("mqfs").load(bad).collect()
     assert f"damaged record at CommitLog offset {commitlog_offset}" in cli.one_line(err.value)
@@ -379,9 +373,8 @@ def test_min_offsets_per_trigger_holds_a_small_backlog_for_max_trigger_delay(tmp
     batch_at = time.monotonic()
     assert first != start  # 300 waiting >= 100: no wait
     append(root, 20, seed=6, start=300)
-    while (second := reader.latestOffset(first, limit)) == first:
-        assert time.monotonic() - batch_at < 60, "the held rows never came"
-        time.sleep(0.05)  # polls as Spark's trigger does
+    second = eventually(lambda: (got := reader.latestOffset(first, limit)) != first and got,
+                        "the held rows", interval=0.05)  # polls as Spark's trigger does
     assert time.monotonic() - batch_at >= 2.0
     moved = sum(o - first[t][q] for t, qs in second.items() for q, o in qs.items())
     assert moved == 20
@@ -400,9 +393,8 @@ def test_a_stream_with_min_offsets_per_trigger_runs_the_held_batch_after_the_del
     try:
         q.processAllAvailable()
         append(root, 20, seed=6, start=300)  # 20 < 100: held back, at most maxTriggerDelay
-        while not _trigger_times(q):
-            assert q.exception() is None and q.isActive
-            q.awaitTermination(0.2)
+        eventually(lambda: _trigger_times(q), "the held batch", interval=0.2,
+                   alive=lambda: q.exception() is None and q.isActive)
     finally:
         q.stop()
     [(at, rows)] = _trigger_times(q)

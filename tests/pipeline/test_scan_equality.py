@@ -25,6 +25,7 @@ from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
 from mqfs.store.errors import StoreError  # noqa: E402
 from mqfs.store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.pipeline.helpers import message_row, small_store_config  # noqa: E402
+from tests.store.helpers import flip  # noqa: E402
 
 HEADER_COLUMNS = ("topic,queue_id,queue_offset,commitlog_offset,size",
                   "topic,queue_offset", "store_timestamp,born_timestamp,born_host,store_host,msg_id,flag,sys_flag")
@@ -96,19 +97,18 @@ def scanned(root: str, pruned: list[str] | None = None, **options: str) -> dict[
     return rows
 
 
-def flip(root: str, rng: random.Random, rows: dict[int, dict], in_body: bool) -> int:
+def damage_a_record(root: str, rng: random.Random, rows: dict[int, dict], in_body: bool) -> int:
     """Flip one byte of one record (inside its body, or anywhere in it) before the last one (a
     last record that fails its checks is taken for one a writer is still copying in: the
     snapshot ends before it); its CommitLog offset."""
     offset = rng.choice(sorted(o for o, r in rows.items() if not in_body or r["body"])[:-1])
     start, path = [(s, p) for s, p in commitlog_files(root) if s <= offset][-1]
     row = rows[offset]
-    with open(path, "r+b") as f:
+    with open(path, "rb") as f:
         f.seek(offset - start)
         record = f.read(row["size"])
-        at = record.index(row["body"]) + rng.randrange(len(row["body"])) if in_body else rng.randrange(len(record))
-        f.seek(offset - start + at)
-        f.write(bytes([record[at] ^ (1 << rng.randrange(8))]))
+    at = record.index(row["body"]) + rng.randrange(len(row["body"])) if in_body else rng.randrange(len(record))
+    flip(path, offset - start + at, 1 << rng.randrange(8))
     return offset
 
 
@@ -148,7 +148,7 @@ def test_after_a_flipped_byte_skip_gives_the_rows_the_store_serves(tmp_path_fact
     before, _ = served(root, broker)
     assume(sum(1 for r in before.values() if r["body"] or not in_body) > 1)
     rng = random.Random(seed)
-    hit = flip(root, rng, before, in_body)
+    hit = damage_a_record(root, rng, before, in_body)
     want, damaged = served(root, broker)
     got = scanned(root, damagedRecords="skip")
     assert got == want  # every intact record, and none the store refuses

@@ -66,6 +66,15 @@ def store_state(root: str) -> dict[str, str]:
     return out
 
 
+def flip(path: str, pos: int, mask: int = 0x10) -> None:
+    """XOR the byte at `pos` of a file with `mask`: damage in place (a flipped bit)."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([byte ^ mask]))
+
+
 def file_hashes(root, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """sha256 of every file under root (but names in `skip`): what "changes nothing" compares."""
     out = {}

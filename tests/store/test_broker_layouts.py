@@ -31,7 +31,7 @@ from tests.store.broker_layouts import (
     lmq_store,
     store_hashes,
 )
-from tests.store.helpers import small_config
+from tests.store.helpers import flip, small_config
 
 # a broker leaves no dispatchState.json: a read-write open cannot tell its clean close
 pytestmark = pytest.mark.allow_logs("not the one the last clean close left")
@@ -100,11 +100,7 @@ def test_a_flipped_bit_in_a_compressed_body_is_caught_by_the_stored_bytes_checks
         r = s.put(Message.create("T", deflate(json_body(3), "lz4"), sys_flag=0x101))
         body_at = r.commitlog_offset + r.size - len(deflate(json_body(3), "lz4")) // 2 - 40
     name = os.path.join(root, "commitlog", os.listdir(os.path.join(root, "commitlog"))[0])
-    with open(name, "r+b") as f:
-        f.seek(body_at)
-        byte = f.read(1)
-        f.seek(body_at)
-        f.write(bytes([byte[0] ^ 0x10]))
+    flip(name, body_at)
     with MessageStore(root, small_config(read_only=True), create=False) as s, \
             pytest.raises(CorruptionError, match="checksum"):
         s.get("T", 0, 0)

@@ -11,7 +11,7 @@ from mqfs.store import FlushTimeout, Message, MessageStore, NotFound
 from mqfs.store.files.checkpoint import Checkpoint
 from mqfs.store.services.flush import GroupCommit, WaitableProgress
 from tests.store.helpers import files_in, small_config
-from tests.waits import LIMIT, wait_until
+from tests.waits import LIMIT, eventually
 
 
 def test_sync_put_returns_only_when_its_bytes_are_flushed(tmp_path):
@@ -57,7 +57,7 @@ def test_group_commit_leader_waits_for_announced_puts_and_syncs_once():
     group.arrive()  # a second put is still appending
     leader = threading.Thread(target=group.wait, args=(10, 30))
     leader.start()
-    wait_until(lambda: group.leader, "the first waiter leads and is gathering", interval=0.001)
+    eventually(lambda: group.leader, "the first waiter leads and is gathering", interval=0.001)
     written[0] = 20  # the second put's bytes are in
     group.wait(20, 30, arrived=True)
     leader.join()
@@ -102,7 +102,7 @@ def test_puts_arriving_during_a_sync_share_the_next_one():
         disk.written = 20 + 10 * i
         later.append(threading.Thread(target=group.wait, args=(disk.written, 30)))
         later[-1].start()
-    wait_until(lambda: len(group.waiting) == 5, "five puts wait", interval=0.001)
+    eventually(lambda: len(group.waiting) == 5, "five puts wait", interval=0.001)
     disk.gate.set()
     for th in [first, *later]:
         th.join(30)
@@ -154,7 +154,7 @@ def test_a_queued_put_takes_the_lead_when_the_sync_before_it_fails():
     disk.written = 20
     second = threading.Thread(target=group.wait, args=(20, 30))
     second.start()
-    wait_until(lambda: len(group.waiting) == 1, "one put waits", interval=0.001)
+    eventually(lambda: len(group.waiting) == 1, "one put waits", interval=0.001)
     disk.gate.set()
     first.join(30)
     second.join(30)
@@ -180,7 +180,7 @@ def test_sync_flush_timeout_is_reported_not_hung(tmp_path):
                 errors.append(exc)
         leader = threading.Thread(target=put)
         leader.start()
-        wait_until(lambda: s.flush_services.group_commit.leader, "a put leads the sync", interval=0.001)
+        eventually(lambda: s.flush_services.group_commit.leader, "a put leads the sync", interval=0.001)
         put()  # a second put waits behind the stuck sync and must give up at its deadline
         assert len(errors) == 1 and leader.is_alive()  # it gave up while the sync was still stuck
         gate.set()
@@ -190,7 +190,7 @@ def test_sync_flush_timeout_is_reported_not_hung(tmp_path):
 def test_async_flush_service_flushes_in_the_background(tmp_path):
     with MessageStore(str(tmp_path), small_config(flush_interval_ms=20, flush_least_pages=0)) as s:
         r = s.put(Message(topic="t", body=b"y" * 5000))
-        wait_until(lambda: s.commitlog.queue.flushed_where >= r.commitlog_offset + r.size,
+        eventually(lambda: s.commitlog.queue.flushed_where >= r.commitlog_offset + r.size,
                    "the async flush")
 
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,7 +13,7 @@ from mqfs.store import MessageStore
 from tests import REPO
 from tests.fusefs.helpers import SMALL, daemon_pid, force_unmount, mounted, mqfs, needs_fuse, sh, wait_gone
 from tests.store.helpers import small_config
-from tests.waits import LIMIT, wait_until
+from tests.waits import LIMIT, eventually
 
 WRITER = """
 import sys, time
@@ -69,23 +68,24 @@ def test_a_read_only_open_follows_a_writer_and_reads_every_message_whole(tmp_pat
     proc.stdin.write("go\n")
     proc.stdin.flush()
     # opened while the writer is at work: records, units, keys half done
-    wait_until(lambda: os.path.exists(os.path.join(root, "consumequeue", "T1", "0")),
+    eventually(lambda: os.path.exists(os.path.join(root, "consumequeue", "T1", "0")),
                "the writer's first T1 unit", interval=0.001)
     reader = MessageStore(root, small_config(index_slots=64, index_entries=1000, read_only=True,
                                              live_refresh_ms=20)).open()
     try:
         seen: set[int] = set()
         nxt = {"T0": 0, "T1": 0}
-        deadline = time.monotonic() + LIMIT
-        while len(seen) < n:
-            assert time.monotonic() < deadline, f"read {len(seen)} of {n}: {reader.live.status()}"
+
+        def read_on() -> bool:
             for topic in nxt:
                 if 0 not in reader.queue_ids(topic):
                     continue
                 got = reader.get_range(topic, 0, nxt[topic], reader.max_offset(topic, 0) - nxt[topic])
                 seen.update(map(_check, got))  # a torn record would raise CorruptionError
                 nxt[topic] += len(got)
-            time.sleep(0.005)
+            return len(seen) >= n
+
+        eventually(read_on, f"the reader reads all {n} messages", interval=0.005)
         assert nxt == {"T0": n // 2, "T1": n // 2}
         for i in (0, n // 2, n - 1):
             assert [_check(m) for m in reader.query_key(f"key-{i}")] == [i]
@@ -112,7 +112,7 @@ def test_an_ro_mount_of_a_store_being_written_lists_reads_and_follows(tmp_path):
             follow = subprocess.Popen(["head", "-n", str(n // 2), f"{mnt}/topics/T0/0/follow"],
                                       stdout=subprocess.PIPE)
             # follow replays nothing from before its open: the writer starts once head has it
-            wait_until(lambda: json.load(open(f"{mnt}/status.json"))["followers"] == 1,
+            eventually(lambda: json.load(open(f"{mnt}/status.json"))["followers"] == 1,
                        "head opens follow", alive=lambda: follow.poll() is None)
             assert proc.stdin is not None
             proc.stdin.write("go\n")
@@ -125,7 +125,7 @@ def test_an_ro_mount_of_a_store_being_written_lists_reads_and_follows(tmp_path):
                     assert sh(f"cat {mnt}/topics/T0/0/{name}").stdout == b"body-%d\n" % (2 * int(name))
                 return names
 
-            names = wait_until(lambda: len(got := listed()) >= n // 2 and got, "T0/0 lists every message")
+            names = eventually(lambda: len(got := listed()) >= n // 2 and got, "T0/0 lists every message")
             assert sorted(map(int, names)) == list(range(n // 2))
             bodies = sh(f"cat {mnt}/topics/T1/0/[0-9]*").stdout.decode()
             assert sorted(bodies.split()) == sorted(f"body-{i}" for i in range(1, n, 2))

@@ -13,6 +13,7 @@ from mqfs.store import Message, MessageStore, StoreError
 from mqfs.store.files import lazy_mapped_file
 from mqfs.store.integrity.verify import verify_store
 from tests.store.helpers import small_config
+from tests.waits import eventually
 
 QUEUES = 400  # each its own ConsumeQueue file: twice what the LRU maps at once
 PER_QUEUE = 3
@@ -84,8 +85,8 @@ def test_a_close_racing_reads_waits_for_them_and_moves_nothing_to_quarantine(tmp
         served: list[int] = []
         threads = _readers(s, 100_000, errors, go, done, served)
         go.set()
-        while len(served) < 50 * (attempt + 1) and all(t.is_alive() for t in threads):
-            pass  # reads are under way, most queues not opened yet
+        eventually(lambda: len(served) >= 50 * (attempt + 1) or not all(t.is_alive() for t in threads),  # noqa: B023
+                   "reads under way, most queues not opened yet", interval=0.0001)
         done.set()
         s.close()
         for t in threads:

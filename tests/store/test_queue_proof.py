@@ -17,6 +17,7 @@ from mqfs.store.queues import log_proof
 from tests.fusefs.helpers import mounted, needs_fuse, sh
 from tests.store.helpers import small_config
 from tests.store.test_broker_stores import broker_store
+from tests.waits import eventually
 
 BROKER = dict(flavor="rocketmq", record_crc=False, index_slots=64, index_entries=256)
 OTHERS = 1500  # records of other queues after T/0's: the newest 4 MiB hold none of T/0's
@@ -88,12 +89,13 @@ def test_a_put_waits_for_the_proof_and_never_guesses(tmp_path, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(log_proof, "FOREGROUND", 0)  # the background walks it all
     with MessageStore(root, small_config(**BROKER), create=False) as s:
-        while True:
+        def put_once():
             try:
-                put = s.put(Message.create("T", b"new", queue_id=0))
-                break
+                return s.put(Message.create("T", b"new", queue_id=0))
             except QueueNotProven:
-                s._log_ends._thread.join(0.05)  # (polls the proof thread, bounded)
+                return None  # the proof in the background has not reached the queue yet
+
+        put = eventually(put_once, "a put once the proof reached its queue", interval=0.05)
         assert put.queue_offset == 5
         assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == \
             [b"old-%d" % i for i in range(5)] + [b"new"]

@@ -18,7 +18,7 @@ from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash.repair import run_repair
 from tests.crash.tiers import RECOVERY_LOGS
 from tests.fusefs.helpers import MQFS
-from tests.store.helpers import small_config, store_state
+from tests.store.helpers import flip, small_config, store_state
 
 pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 SIZE = 4096
@@ -37,11 +37,7 @@ def _store(root: str) -> list:
 
 def _flip_body(root: str, r) -> None:
     path = os.path.join(root, "commitlog", f"{r.commitlog_offset - r.commitlog_offset % SIZE:020d}")
-    with open(path, "r+b") as f:
-        f.seek(r.commitlog_offset % SIZE + 100)
-        b = f.read(1)[0]
-        f.seek(-1, 1)
-        f.write(bytes([b ^ 1]))
+    flip(path, r.commitlog_offset % SIZE + 100, 0x01)
 
 
 def _swap_files(root: str) -> None:

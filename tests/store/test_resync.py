@@ -17,7 +17,7 @@ from mqfs.store import Message, MessageStore
 from mqfs.store.format import layout
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import apply_repair, plan_repair
-from tests.store.helpers import small_config
+from tests.store.helpers import flip, small_config
 
 CFG = dict(record_crc=False)  # the BODYCRC alone: a planted record needs no trailer recomputed
 pytestmark = pytest.mark.allow_logs(r"^scrub: ", r"^recovery: ")
@@ -45,12 +45,7 @@ def _planted_store(root: str, tmp: str) -> tuple[int, int, int]:
 
 
 def _flip(root: str, at: int) -> None:
-    path = os.path.join(root, "commitlog", "0" * 20)
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0x01]))
+    flip(os.path.join(root, "commitlog", "0" * 20), at, 0x01)
 
 
 WHERE = {"body": lambda a, p: p - 8,  # in A's body, before P: only BODYCRC fails

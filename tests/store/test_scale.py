@@ -16,8 +16,8 @@ from mqfs.store.files.index_file import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import apply_repair, plan_repair
 from tests.fusefs.helpers import mounted, needs_fuse
-from tests.store.helpers import file_hashes, small_config
-from tests.waits import wait_until
+from tests.store.helpers import file_hashes, flip, small_config
+from tests.waits import eventually
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"^scrub: ")
 
@@ -25,14 +25,6 @@ pytestmark = pytest.mark.allow_logs(r"^recovery: ", r"^scrub: ")
 def _fill(root: str, n: int, cfg=None) -> None:
     with MessageStore(root, cfg or small_config()) as s:
         s.put_batch([Message.create("t", b"m%d" % i, keys=[f"k{i}"]) for i in range(n)])
-
-
-def _flip(path: str, pos: int, mask: int = 0x10) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([b ^ mask]))
 
 
 def test_a_deleted_first_consumequeue_file_is_caught_by_the_open(tmp_path):
@@ -52,7 +44,7 @@ def test_a_deleted_first_consumequeue_file_is_caught_by_the_open(tmp_path):
 def test_an_old_damaged_unit_is_left_to_the_scrub_which_rebuilds_the_queue(tmp_path):
     root = str(tmp_path / "s")
     _fill(root, 250)
-    _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
+    flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
     with MessageStore(root, small_config(), create=False) as s:
         assert not s.recovery.notes  # the open read the last units only
         with pytest.raises((CorruptionError, NotFound)):
@@ -81,7 +73,7 @@ def test_the_scrub_resumes_where_the_last_mount_left_it(tmp_path):
 def test_damage_in_an_old_record_is_found_by_the_scrub_not_the_open(tmp_path):
     root = str(tmp_path / "s")
     _fill(root, 3000)  # 64 KiB CommitLog files: many
-    _flip(os.path.join(root, "commitlog", "0" * 20), 1000)
+    flip(os.path.join(root, "commitlog", "0" * 20), 1000)
     with MessageStore(root, small_config(), create=False) as s:
         assert not s.recovery.notes  # the open checked the last file only
         s.scrub()
@@ -100,7 +92,7 @@ def test_damage_in_an_old_indexfile_entry_is_found_by_the_scrub_and_never_served
     root = str(tmp_path / "s")
     _fill(root, 1000)  # 200 entries a file: five files
     oldest = sorted(os.listdir(os.path.join(root, "index")))[0]
-    _flip(os.path.join(root, "index", oldest), HEADER_SIZE + 64 * SLOT_SIZE + 50 * ENTRY_SIZE + byte, mask)
+    flip(os.path.join(root, "index", oldest), HEADER_SIZE + 64 * SLOT_SIZE + 50 * ENTRY_SIZE + byte, mask)
     with MessageStore(root, small_config(), create=False) as s:
         assert not s.recovery.notes and not s.recovery.quarantined
         for i in range(1000):
@@ -133,7 +125,7 @@ def test_an_abnormal_open_reads_the_commitlog_from_the_checkpoint_not_from_its_f
         s.flush()
         s.put_batch([Message.create("t", b"m%d" % i, keys=[f"k{i}"]) for i in range(200, 250)])
         shutil.copytree(root, crashed, ignore=shutil.ignore_patterns("lock"))
-    _flip(os.path.join(crashed, "commitlog", "0" * 20), 1000)  # in the 10th or so record
+    flip(os.path.join(crashed, "commitlog", "0" * 20), 1000)  # in the 10th or so record
     with MessageStore(crashed, cfg, create=False) as s:
         assert s.recovery.abnormal and s.recovery.dispatched <= 51
         assert [bytes(m.body) for m in s.query_key("k230")] == [b"m230"]
@@ -150,7 +142,7 @@ def test_a_refused_open_leaves_a_broken_indexfile_where_it_was(tmp_path):
         f.write(b"\xff" * 16)  # an impossible header: load sets it aside for quarantine
     # and damage the last CommitLog file inside flushed data, so recovery refuses
     last = sorted(os.listdir(os.path.join(root, "commitlog")))[-1]
-    _flip(os.path.join(root, "commitlog", last), 300)
+    flip(os.path.join(root, "commitlog", last), 300)
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(CorruptionError, match="nothing was changed"):
         MessageStore(root, small_config(), create=False).open()
@@ -213,7 +205,7 @@ def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
     goes on reading it after."""
     root = str(tmp_path / "s")
     _fill(root, 250)
-    _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
+    flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
     errors: list[str] = []
     with MessageStore(root, small_config(), create=False) as s:
         taken = s.consume_queues.open_queue(("t", 0))  # as a read that took the queue just before
@@ -246,14 +238,14 @@ def test_reads_during_the_scrubs_rebuild_see_the_queue_whole(tmp_path):
 def test_a_mount_scrubs_in_the_background_and_shows_it_in_status_json(tmp_path):
     root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
     _fill(root, 250)
-    _flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
+    flip(os.path.join(root, "consumequeue", "t", "0", "0" * 20), 20 * 10 + 3)  # unit 10
     with mounted(root, mnt, log=str(tmp_path / "log")):
         def scrubbed() -> dict | None:
             scrub = json.load(open(f"{mnt}/status.json"))["scrub"]
             return scrub if scrub["passes"] >= 1 else None
 
         # the scrub is throttled: wait for its first pass to be reported
-        scrub = wait_until(scrubbed, "the scrub's first pass", interval=0.1)
+        scrub = eventually(scrubbed, "the scrub's first pass", interval=0.1)
         assert scrub["running"] and scrub["passes"] == 1, scrub
         assert "unit 10 does not match" in scrub["findings"][0]
         assert open(f"{mnt}/topics/t/0/10", "rb").read() == b"m10"
@@ -271,12 +263,12 @@ def test_a_clean_open_checks_the_tail_of_the_last_file_not_all_of_it(tmp_path, m
         s.put_batch([Message.create("t", b"x" * 500, queue_id=i % 3) for i in range(1000)])
         end = s.commitlog.max_offset
     path = os.path.join(root, "commitlog", "0" * 20)
-    _flip(path, 100_000)  # old: left to the scrub
+    flip(path, 100_000)  # old: left to the scrub
     with MessageStore(root, cfg, create=False) as s:
         assert not s.recovery.notes
         s.scrub()
         assert any("damaged record" in f for f in s.scrub_status()["findings"])
-    _flip(path, end - 300)  # in the last record: the open still refuses, changing nothing
+    flip(path, end - 300)  # in the last record: the open still refuses, changing nothing
     before = file_hashes(root, skip=("lock",))
     with pytest.raises(CorruptionError, match="inside flushed data"):
         MessageStore(root, cfg, create=False).open()

@@ -18,6 +18,7 @@ from mqfs.store import Message, MessageStore, ReadOnlyStore
 from mqfs.store.integrity.verify import verify_store
 from tests.fusefs.helpers import SMALL, mounted, mqfs, needs_fuse, sh
 from tests.store.helpers import REPO, file_hashes, small_config
+from tests.waits import eventually
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 _HOLD = """
@@ -121,9 +122,12 @@ def test_a_mounted_store_replaced_under_the_daemon_is_noticed(tmp_path):
     with mounted(root, mnt, log=log):
         sh(f"mkdir -p {mnt}/topics/t/0 && printf one > {mnt}/topics/t/0/append")
         _replace(root)
-        while json.loads(open(f"{mnt}/status.json").read())["stopped"] is None:
-            pass  # the next checkpoint (every second) notices
-        stopped = json.loads(open(f"{mnt}/status.json").read())["stopped"]
+        def stopped_line() -> str | None:
+            with open(f"{mnt}/status.json") as f:
+                return json.load(f)["stopped"]
+
+        stopped = eventually(stopped_line, "the replaced store noticed (the next checkpoint, "
+                             "every second)")
         assert REPLACED in stopped
         fd = os.open(f"{mnt}/topics/t/0/append", os.O_WRONLY)
         os.write(fd, b"two")
