@@ -29,7 +29,7 @@ from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash.oracle import crash_config, expected_message
 from tests.crash.tiers import CaseResult, _store_files, write_in_process
-from tests.store.helpers import file_hashes
+from tests.store.helpers import file_hashes, flip
 
 FIELDS = ("totalsize", "magic", "bodycrc", "queueid", "flag", "queueoffset", "physoffset",
           "sysflag", "borntimestamp", "bornhost", "storetimestamp", "storehost", "reconsume",
@@ -45,14 +45,6 @@ T5_KINDS = ("manifest-delete", "manifest-null", "manifest-flavor", "files-swap",
 SCRUB_KINDS = ("scrub-cq-flip", "scrub-record-flip", "scrub-index-flip")
 _ENTRY_BYTES = (*range(0, 12), *range(16, 20))  # an entry's hash, phy and prev (not timeDiff)
 FILE_SIZE = 8192
-
-
-def _flip(path: str, pos: int, bit: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([b ^ (1 << bit)]))
 
 
 def _field_span(field: str, rec: bytes) -> tuple[int, int]:
@@ -121,11 +113,11 @@ def _mutate(c: _Case) -> None:
         with open(path, "rb") as f:
             data = f.read()
         written = len(data.rstrip(b"\0"))
-        _flip(path, rng.randrange(max(written, 1)), rng.randrange(8))
+        flip(path, rng.randrange(max(written, 1)), 1 << rng.randrange(8))
     elif kind == "scrub-cq-flip":
         path = rng.choice([p for p in _store_files(root, "consumequeue")
                            if p.endswith("0" * 20)])
-        _flip(path, rng.randrange(0, 40 * 20), rng.randrange(8))
+        flip(path, rng.randrange(0, 40 * 20), 1 << rng.randrange(8))
     elif kind == "scrub-index-flip":
         names = _store_files(root, "index")
         if len(names) < 2:
@@ -136,12 +128,12 @@ def _mutate(c: _Case) -> None:
             raise _Skip
         slots = crash_config().index_slots
         entry = rng.randrange(2, count - 2)  # not the first or last: the header vouches for those
-        _flip(names[0], 40 + slots * 4 + entry * 20 + rng.choice(_ENTRY_BYTES), rng.randrange(8))
+        flip(names[0], 40 + slots * 4 + entry * 20 + rng.choice(_ENTRY_BYTES), 1 << rng.randrange(8))
     elif kind == "scrub-record-flip":
         oldest = [k for k, (o, _) in c.exp.written.items() if o + c.sizes[k] <= FILE_SIZE]
         k = rng.choice(oldest)
         commitlog_offset, _ = c.exp.written[k]
-        _flip(c.commitlog(0), commitlog_offset + rng.randrange(c.sizes[k]), rng.randrange(8))
+        flip(c.commitlog(0), commitlog_offset + rng.randrange(c.sizes[k]), 1 << rng.randrange(8))
         c.damaged.add(k)
     elif kind == "zero-page":
         path = rng.choice(files)
@@ -179,7 +171,7 @@ def _mutate(c: _Case) -> None:
         start, length = _field_span(kind[5:], rec)
         if length == 0:
             raise _Skip
-        _flip(path, commitlog_offset % FILE_SIZE + start + rng.randrange(length), rng.randrange(8))
+        flip(path, commitlog_offset % FILE_SIZE + start + rng.randrange(length), 1 << rng.randrange(8))
         c.damaged.add(k)
     else:
         raise ValueError(kind)

@@ -104,7 +104,8 @@ class Ext4Image:
 
 
 def t3_case(image: Ext4Image, workdir: str, seed: int) -> CaseResult:
-    """Write, cut the power after a random time, reboot, recover, check the durable acks."""
+    """Write, cut the power a random time after the first durable ack, reboot, recover,
+    check the durable acks."""
     rng = random.Random(seed)
     mode = rng.choice(("sync", "async"))
     transient = rng.random() < 0.5
@@ -113,19 +114,19 @@ def t3_case(image: Ext4Image, workdir: str, seed: int) -> CaseResult:
     producers = 4 if mode == "sync" else 2
     delay = rng.uniform(0.05, 0.6)
     label = (f"T3 seed={seed} mode={mode} transient={transient} mount={options or 'default'} "
-             f"cut_after={delay:.3f}s")
+             f"cut {delay:.3f}s after the first durable ack")
     image.mount(options)
     root = os.path.join(image.mnt, f"s{seed}")
     acks = os.path.join(workdir, f"t3-{seed}.acks")  # on the host: the cut must not touch it
     shutil.rmtree(root, ignore_errors=True)
     try:
         cmd = _writer_cmd(root, acks, seed, mode, transient, producers, 5000, max_body)
-        run_killed(cmd, delay, on_ready=image.power_cut)
+        writing = run_killed(cmd, delay, on_ready=image.power_cut,
+                             started=lambda: read_acks(acks, seed, max_body, "durable").durable)
         image.reboot()
         exp = read_acks(acks, seed, max_body, "durable")
         result = CaseResult(label, full_check(root, exp))
-        if not exp.durable:
-            result.reached = False  # the cut came before the first durable ack
+        result.reached = writing and bool(exp.durable)  # cut while writing, with acks to keep
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)

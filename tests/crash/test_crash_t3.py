@@ -6,7 +6,7 @@ unacknowledged appears out of order, ConsumeQueues and IndexFiles agree with the
 import pytest
 
 from tests.crash.ext4 import Ext4Image, t3_case, unavailable
-from tests.crash.tiers import RECOVERY_LOGS
+from tests.crash.tiers import RECOVERY_LOGS, check
 
 pytestmark = [pytest.mark.crash, pytest.mark.loop_device, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
@@ -23,5 +23,4 @@ def image(tmp_path_factory):
 
 @pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")
 def test_power_cut_keeps_every_durable_ack(image, tmp_path, seed):
-    result = t3_case(image, str(tmp_path), seed)
-    assert result.ok, str(result)
+    check(t3_case(image, str(tmp_path), seed))

@@ -4,15 +4,14 @@ deleted or torn checkpoint / abort / ConsumeQueue / IndexFile / CommitLog files.
 
 import pytest
 
-from tests.crash.tiers import RECOVERY_LOGS, T4_KINDS, t4_case
+from tests.crash.tiers import RECOVERY_LOGS, T4_KINDS, check, t4_case
 
 pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
 
 @pytest.mark.parametrize("kind", T4_KINDS)
 @pytest.mark.parametrize("seed", range(4), ids=lambda s: f"seed{s}")
 def test_mutilated_store_is_recovered_or_reported(tmp_path, seed, kind):
-    result = t4_case(str(tmp_path), seed, kind)
-    assert result.ok, str(result)
+    check(t4_case(str(tmp_path), seed, kind))
 
 
 @pytest.mark.parametrize("seed, kind", [(115177, "unflushed-garbage-no-abort"),
@@ -24,5 +23,4 @@ def test_campaign_finds_stay_fixed(tmp_path, seed, kind):
     the CommitLog past the checkpoint was zeros (so it looked cleanly closed) and the never
     synced IndexFile was zeroed: normal recovery indexed nothing again, and keys found
     nothing."""
-    result = t4_case(str(tmp_path), seed, kind)
-    assert result.ok, str(result)
+    check(t4_case(str(tmp_path), seed, kind))

@@ -11,6 +11,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mqfs.store import CorruptionError, MessageStore, StoreFormatError
@@ -20,7 +21,8 @@ from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import apply_repair, plan_repair
 from tests import REPO
 from tests.crash.oracle import Expectation, crash_config, expected_message, full_check, read_acks
-from tests.store.helpers import file_hashes
+from tests.store.helpers import file_hashes, flip
+from tests.waits import eventually
 
 WRITER_SITES = tuple(s for s in SITES if not s.startswith(("recovery.", "repair.")))
 RECOVERY_SITES = tuple(s for s in SITES if s.startswith("recovery."))
@@ -33,7 +35,7 @@ RECOVERY_LOGS = (r"^recovery: ", r"^scrub: ", r"^queue ends: ", r"^no abort file
 class CaseResult:
     label: str
     problems: list[str] = field(default_factory=list)
-    reached: bool = True  # False when the crash site was never passed (a clean run was checked)
+    reached: bool = True  # False when the case never got to its state (a clean run was checked)
 
     @property
     def ok(self) -> bool:
@@ -41,6 +43,14 @@ class CaseResult:
 
     def __str__(self) -> str:
         return f"{self.label}: " + ("OK" if self.ok else "; ".join(self.problems))
+
+
+def check(result: CaseResult) -> None:
+    """A tier's case passes only when it reached the state it names (its crash site passed,
+    the writer killed while writing, the power cut after a durable ack, the damage made)
+    and every promise held there: a case that checked a clean run instead fails."""
+    assert result.reached, f"{result.label}: never reached the state it is meant to check"
+    assert result.ok, str(result)
 
 
 def write_in_process(root: str, seed: int, n: int, max_body: int, **cfg) -> Expectation:
@@ -174,9 +184,11 @@ def run_crashing(cmd: list[str], site: str | None, timeout: float = 120) -> int:
     return out.returncode
 
 
-def run_killed(cmd: list[str], delay: float, on_ready=None, timeout: float = 120) -> None:
-    """Start the writer, wait until it says ready, let it write for `delay` seconds, then
-    (with on_ready: freeze it, call on_ready, a power cut for T3) SIGKILL it."""
+def run_killed(cmd: list[str], delay: float, on_ready=None, timeout: float = 120,
+               started: Callable[[], object] | None = None) -> bool:
+    """Start the writer, wait until it says ready (and `started` holds), let it write for
+    `delay` seconds, then (with on_ready: freeze it, call on_ready, a power cut for T3)
+    SIGKILL it. True when it was killed while still writing."""
     env = dict(os.environ)
     env.pop("MQFS_CRASH_AT", None)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -186,10 +198,14 @@ def run_killed(cmd: list[str], delay: float, on_ready=None, timeout: float = 120
         if line.strip() != "ready":
             proc.wait(timeout)
             raise RuntimeError(f"writer did not start (exit {proc.returncode})")
+        if started is not None:
+            eventually(started, "the writer under way", interval=0.005,
+                       alive=lambda: proc.poll() is None)
         try:
             proc.wait(delay)
         except subprocess.TimeoutExpired:
             pass
+        writing = proc.poll() is None
         if on_ready is not None and proc.poll() is None:
             # A real power cut stops the writer with the disk. A writer left running would
             # log acks for syncs that return after the cut: an fdatasync in flight during
@@ -206,14 +222,18 @@ def run_killed(cmd: list[str], delay: float, on_ready=None, timeout: float = 120
             proc.send_signal(signal.SIGKILL)
         proc.wait(timeout)
         proc.stdout.close()
+    return writing
 
 
 def t2_case(workdir: str, seed: int, site: str | None = None,
-            recovery_site: str | None = None) -> CaseResult:
+            recovery_site: str | None = None, mode: str | None = None) -> CaseResult:
     """Kill the writer at a site (`name:n`) or after a random delay; optionally crash the next
-    recovery at `recovery_site`; every put that returned must be recovered intact."""
+    recovery at `recovery_site`; every put that returned must be recovered intact. `mode`
+    (sync or async flushing) is the seed's unless given: async writers call flush() every 10
+    puts, so every run passes a checkpoint's sites many times."""
     rng = random.Random(seed)
-    mode = rng.choice(("sync", "async"))
+    drawn = rng.choice(("sync", "async"))  # drawn either way: the seed's other draws stay
+    mode = mode or drawn
     transient = rng.random() < 0.5
     producers = 3 if mode == "sync" else 2
     max_body = rng.choice((200, 600, 2000))
@@ -225,7 +245,7 @@ def t2_case(workdir: str, seed: int, site: str | None = None,
     try:
         if site is None:
             cmd = _writer_cmd(root, acks, seed, mode, transient, producers, 3000, max_body)
-            run_killed(cmd, rng.uniform(0.0, 0.4))
+            result.reached = run_killed(cmd, rng.uniform(0.0, 0.4))
         else:
             cmd = _writer_cmd(root, acks, seed, mode, transient, producers, 60, max_body)
             result.reached = run_crashing(cmd, site) == 137
@@ -344,12 +364,8 @@ def _bit_flip(root: str, rng: random.Random, exp: Expectation) -> list[str]:
         rec = st.commitlog.read(commitlog_offset)
         tail = 2 + len(_props(rec)) + len(rec.topic) + 1  # topic length, topic, properties
         body_pos = commitlog_offset % size + rec.total_size - tail - len(msg.body)
-    with open(path, "r+b") as f:
-        for bit in rng.sample(range(len(msg.body) * 8), rng.randint(1, 8)):
-            f.seek(body_pos + bit // 8)
-            b = f.read(1)[0]
-            f.seek(-1, 1)
-            f.write(bytes([b ^ (1 << bit % 8)]))
+    for bit in rng.sample(range(len(msg.body) * 8), rng.randint(1, 8)):
+        flip(path, body_pos + bit // 8, 1 << bit % 8)
     problems = []
     if verify_store(root).ok:
         problems.append(f"verify_store missed flipped bits in the record at {commitlog_offset}")
