@@ -5,20 +5,10 @@ unacknowledged appears out of order, ConsumeQueues and IndexFiles agree with the
 
 import pytest
 
-from tests.crash.ext4 import Ext4Image, t3_case, unavailable
+from tests.crash.ext4 import t3_case
 from tests.crash.tiers import RECOVERY_LOGS, check
 
 pytestmark = [pytest.mark.crash, pytest.mark.loop_device, pytest.mark.allow_logs(*RECOVERY_LOGS)]
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    reason = unavailable()
-    if reason:
-        print(f"skipping T3: {reason}")
-        pytest.skip(reason)
-    with Ext4Image(str(tmp_path_factory.mktemp("ext4"))) as img:
-        yield img
 
 
 @pytest.mark.parametrize("seed", range(12), ids=lambda s: f"seed{s}")

@@ -4,21 +4,10 @@ converges, verify passes, every intact message is served, no queue offset is reu
 
 import pytest
 
-from tests.crash.ext4 import Ext4Image, unavailable
 from tests.crash.repair import t6_case
 from tests.crash.tiers import RECOVERY_LOGS, check
 
 pytestmark = [pytest.mark.crash, pytest.mark.allow_logs(*RECOVERY_LOGS)]
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory):
-    reason = unavailable()
-    if reason:
-        print(f"skipping the power cuts of T6: {reason}")
-        pytest.skip(reason)
-    with Ext4Image(str(tmp_path_factory.mktemp("ext4"))) as img:
-        yield img
 
 
 # A seed draws the damage and where the repair is interrupted (a crash site and its n-th
