@@ -244,9 +244,9 @@ def test_the_streaming_sink_writes_each_batch_once_through_a_driver_kill(tmp_pat
         return sum(hi - lo for lo, hi in kept_bounds(store_layout(target), queues(target)).values())
 
     proc = subprocess.Popen(driver, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # the limit: a driver's Spark session is slow to start on a loaded machine
-    eventually(lambda: written() >= 600, "the driver's first rows in the target", limit=240,
-               interval=0.05, alive=lambda: proc.poll() is None)
+    # two batches of 300 in: the limit leaves the second driver its 300 s of the test's 900
+    eventually(lambda: written() >= 600, "the driver's first two batches in the target",
+               limit=540, interval=0.05, alive=lambda: proc.poll() is None)
     assert proc.poll() is None and 0 < written() < 3000, "the driver ended before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
