@@ -89,7 +89,7 @@ _QUEUE_OFFSETS = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(
 
 @st.composite
 def dispatching(draw):
-    """A message (tests/test_layout.py's) that may be multi-dispatched: INNER_MULTI_DISPATCH
+    """A message (tests/store/test_layout.py's) that may be multi-dispatched: INNER_MULTI_DISPATCH
     and INNER_MULTI_QUEUE_OFFSET lists (of equal or different lengths, names and offsets the
     broker would skip among them), on its topic or a topic that is never dispatched."""
     msg = draw(messages())
@@ -293,7 +293,7 @@ def test_a_store_with_a_feature_the_jvm_reader_lacks_reads_the_same_by_default(s
 
 @pytest.fixture(scope="module")
 def lmq(tmp_path_factory):
-    """A broker-written LMQ layout (tests/broker_layouts.lmq_store) and what its consumers get."""
+    """A broker-written LMQ layout (lmq_store of tests/store/broker_layouts.py) and what its consumers get."""
     root = str(tmp_path_factory.mktemp("lmq") / "s")
     return root, layouts.lmq_store(root)
 
