@@ -126,7 +126,10 @@ class StoreWrites:
         wait for a proof."""
         while True:
             try:
-                with self._appending() if sync else contextlib.nullcontext(), self.put_lock:
+                if not sync:  # (no context manager of its own: this is every put's path)
+                    with self.put_lock:
+                        return write()
+                with self._appending(), self.put_lock:
                     return write()
             except FirstUseOwed as owed:
                 self.consume_queues.open_queues(owed.keys)
