@@ -27,6 +27,8 @@ final class Rows {
     final boolean body;  // some column needs the body (a compressed one is inflated)
     private byte[] scratch = new byte[4096];
     private int capacity = MAX_ROWS;
+    private final Hosts bornHosts = new Hosts();
+    private final Hosts storeHosts = new Hosts();
     int rows;
     long bytes;
 
@@ -104,8 +106,8 @@ final class Rows {
                 case "size" -> v.putInt(row, r.total);
                 case "store_timestamp", "timestamp" -> v.putLong(row, r.storeTs * 1000);
                 case "born_timestamp" -> v.putLong(row, r.bornTs * 1000);
-                case "born_host" -> v.putByteArray(row, utf8(Text.host(b, r.start + Record.BORN_HOST_POS, r.bornLen)));
-                case "store_host" -> v.putByteArray(row, utf8(Text.host(b, r.storeHostPos(), r.storeLen)));
+                case "born_host" -> v.putByteArray(row, bornHosts.text(b, r.start + Record.BORN_HOST_POS, r.bornLen));
+                case "store_host" -> v.putByteArray(row, storeHosts.text(b, r.storeHostPos(), r.storeLen));
                 case "msg_id" -> v.putByteArray(row, Text.msgId(b, r.storeHostPos(), r.storeLen, offset));
                 case "flag" -> v.putInt(row, r.flag);
                 case "sys_flag" -> v.putInt(row, r.sysFlag);
@@ -137,8 +139,25 @@ final class Rows {
         rows++;
     }
 
-    private static byte[] utf8(String s) {
-        return s.getBytes(StandardCharsets.UTF_8);
+    /** A host column's text (Text.host), kept for the next row: a store's records come from
+     * few hosts, so most rows compare 8 bytes instead of formatting an address. */
+    private static final class Hosts {
+        private final byte[] raw = new byte[20];
+        private int width = -1;
+        private byte[] text;
+
+        byte[] text(ByteBuffer b, int pos, int width) {
+            boolean same = width == this.width;
+            for (int i = 0; same && i < width; i++) {
+                same = b.get(pos + i) == raw[i];
+            }
+            if (!same) {
+                b.get(pos, raw, 0, width);
+                this.width = width;
+                text = Text.host(b, pos, width).getBytes(StandardCharsets.UTF_8);
+            }
+            return text;
+        }
     }
 
     private static void keys(WritableColumnVector v, int row, byte[] raw, List<int[]> pairs) {
