@@ -38,6 +38,7 @@ class BatchQueue:
         self._files: list[tuple[int, int]] = []  # (start, bytes of whole units read) per file
         self._units = np.zeros(0, dtype=batch.UNIT_DTYPE)
         self._closed = False  # a file ended short or the order broke: nothing after it is read
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # bases, ends, record ends
         self.damage: str | None = None
 
     def _names(self) -> list[int]:
@@ -80,8 +81,8 @@ class BatchQueue:
         try:
             size = os.fstat(fd).st_size
             pos = read
-            while pos < size:
-                raw = os.pread(fd, min(_CHUNK, size - pos), pos)
+            while pos < size:  # a file not read yet at once; new units of a known one a bit at a time
+                raw = os.pread(fd, size - pos if not read else min(_CHUNK, size - pos), pos)
                 whole = len(raw) // batch.UNIT_SIZE * batch.UNIT_SIZE
                 if not whole:
                     self._stop(f"{path}: a unit cut short at byte {pos} ({size - pos} bytes)")
@@ -107,6 +108,7 @@ class BatchQueue:
         bad = np.flatnonzero(base != expected)
         n = int(bad[0]) if len(bad) else len(units)
         self._units = np.concatenate((self._units, units[:n].copy()))
+        self._columns = None
         if n < len(units):
             self._stop(f"{path}: unit {(pos // batch.UNIT_SIZE) + n} starts at queue offset "
                        f"{int(base[n])}, not {int(expected[n])}")
@@ -127,24 +129,38 @@ class BatchQueue:
             return 0, 0
         return int(units["base"][0]), int(units["base"][-1]) + int(units["batch"][-1])
 
+    def _searched(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bases, ends, record ends) of the units read, as int64, made once per growth."""
+        with self._lock:
+            if self._columns is None or len(self._columns[0]) != len(self._units):
+                u = self._units
+                bases = u["base"].astype(np.int64)
+                self._columns = (bases, bases + u["batch"].astype(np.int64),
+                                 u["offset"].astype(np.int64) + u["size"].astype(np.int64))
+            return self._columns
+
+    def _shown(self) -> int:
+        """How many of the units read the CommitLog shows the records of."""
+        n = len(self._units)
+        if self.visible_to is not None and n:
+            n = int(np.searchsorted(self._searched()[2], self.visible_to(), side="right"))
+        return n
+
     def units(self) -> np.ndarray:
         """Every unit read so far (refreshed) whose record the CommitLog shows."""
         self.refresh()
-        units = self._units
-        if self.visible_to is not None and len(units):
-            ends = units["offset"].astype(np.int64) + units["size"].astype(np.int64)
-            units = units[:int(np.searchsorted(ends, self.visible_to(), side="right"))]
-        return units
+        return self._units[:self._shown()]
 
     def covering(self, lo: int, hi: int) -> np.ndarray:
         """The units holding any of queue offsets [lo, hi)."""
-        units = self.units()
-        if not len(units) or hi <= lo:
-            return units[:0]
-        ends = units["base"].astype(np.int64) + units["batch"].astype(np.int64)
-        first = int(np.searchsorted(ends, lo, side="right"))
-        last = int(np.searchsorted(units["base"].astype(np.int64), hi, side="left"))
-        return units[first:last]
+        self.refresh()
+        n = self._shown()
+        if not n or hi <= lo:
+            return self._units[:0]
+        bases, ends, _ = self._searched()
+        first = int(np.searchsorted(ends[:n], lo, side="right"))
+        last = int(np.searchsorted(bases[:n], hi, side="left"))
+        return self._units[first:last]
 
     def messages(self, lo: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(queue offsets, unit index into `covering`'s result repeated per message) of the
