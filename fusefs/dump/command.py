@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from . import source
 from .scan import messages
 from .writer import FORMATS, Writer
 
+OUT_BUFFER = 1 << 16  # bytes of output per write(2)
 EPILOG = """\
 exit status: 0 when a message was selected, 1 when none was, 2 on an error (a store that
 cannot be read, a bad argument) or when a damaged record was skipped (each one named on
@@ -129,7 +131,9 @@ def cmd_dump(a: argparse.Namespace) -> int:
     try:
         sel = selection_of(a)
         layout = layout_of(a.store)
-        out = sys.stdout.buffer
+        # its own buffer: with PYTHONUNBUFFERED (common in containers) every message would
+        # be a write(2) of its own, a third of a selection's time at 5,000 messages
+        out = io.BufferedWriter(io.FileIO(sys.stdout.fileno(), "wb", closefd=False), OUT_BUFFER)
         writer = None if a.count else Writer(out, a.format)
         n = 0
         for msg in selected(layout, sel, damage, a.each):
@@ -140,6 +144,7 @@ def cmd_dump(a: argparse.Namespace) -> int:
                 writer.write(msg)
         if a.count:
             out.write(b"%d\n" % n)
+        out.flush()
     except BrokenPipeError:
         raise
     except (StoreError, OSError, ValueError) as exc:
