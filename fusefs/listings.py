@@ -81,6 +81,8 @@ class QueueListing(Listing):
         self.parts = parts
         self.node = node
         self.fixed = [(b".", node.ino), (b"..", node.parent), *fixed]
+        # a queue not opened since the mount: its first use reads its files (docs/recovery.md)
+        self.slow = parts.store.needs_first_use(node.topic, node.queue)
 
     def entries(self, start: int) -> Iterator[Entry]:
         parts, node = self.parts, self.node

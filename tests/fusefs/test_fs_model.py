@@ -741,6 +741,7 @@ def test_the_slow_question_opens_no_queue_and_sends_its_first_use_to_a_worker(tm
         model = Model(s)
         queue = walk(model, "topics", "orders", "1")
         assert s.needs_first_use("orders", 1) and model.lookup_slow(queue, b"1")
-        assert not s.consume_queues.opened()  # the question opened nothing
+        assert model.listing(queue).slow  # its readdir too goes to a worker thread
+        assert not s.consume_queues.opened()  # the questions opened nothing
         assert model.lookup(queue, b"1").size == len(b"body 3")  # (in a worker thread)
         assert not s.needs_first_use("orders", 1) and not model.lookup_slow(queue, b"0")
