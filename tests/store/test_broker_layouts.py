@@ -752,7 +752,7 @@ def test_dump_gives_the_messages_of_inner_batches(tmp_path):
 def test_a_live_read_only_mount_shows_the_batch_units_a_broker_adds(tmp_path):
     """A broker dispatches a record's BatchCQ unit after writing the record: a live `-o ro`
     mount shows the inner batch's messages once the unit is there, and none before."""
-    from tests.waits import wait_until
+    from tests.waits import eventually
 
     root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
     w = _batch_store(root)
@@ -769,7 +769,7 @@ def test_a_live_read_only_mount_shows_the_batch_units_a_broker_adds(tmp_path):
         with open(unit_file, "r+b") as f:
             f.seek(last)
             f.write(unit)
-        wait_until(lambda: "10" in os.listdir(queue), "the new inner batch listed")
+        eventually(lambda: "10" in os.listdir(queue), "the new inner batch listed")
         assert sh(f"cat {queue}/10").stdout == b"inner 10 of queue 0"
         assert sh(f"ls {mnt}/keys/bk-0-9").stdout == f"{w.topic}:0:9\n".encode()
 
