@@ -18,7 +18,7 @@ from mqfs.store.format.layout import in_queue, topic_names
 from mqfs.store.offline.selection import Selection
 
 from . import spans
-from .source import Damage, Run
+from .source import Damage, Run, any_of
 
 INNER_BATCHES = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG  # a BatchCQ topic's record of several messages
 
@@ -38,7 +38,7 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
     # columns cannot rule it out by those, `messages` checks each message it packs
     packed = (r.sys_flag & INNER_BATCHES) == INNER_BATCHES
     if sel.queues:
-        keep &= np.isin(r.queue_id, sel.queues)
+        keep &= any_of(r.queue_id, sel.queues)
     if sel.first_offset is not None:
         keep &= packed | (r.queue_offset >= sel.first_offset)
     if sel.last_offset is not None:
@@ -52,7 +52,7 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
         names, which = topic_names(np.frombuffer(run.buf, np.uint8), r.topic_pos[rows],
                                    r.topic_len[rows])
         wanted = [i for i, name in enumerate(names) if name in sel.topics]
-        keep[rows] = np.isin(which, wanted)
+        keep[rows] = any_of(which, wanted)
     buf = memoryview(run.buf)
     for literals in sel.property_literals():
         rows = np.flatnonzero(keep & ~packed)
