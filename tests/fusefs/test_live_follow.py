@@ -91,7 +91,7 @@ def test_a_read_only_mount_follows_a_broker_across_its_restart(tmp_path, stop):
     in that file, rolling into files made anew. Every message either writer acknowledged
     shows in the mount (polled for, never timed), and at the end every one is listed and read
     whole, the log checked to its end."""
-    from tests.waits import wait_until
+    from tests.waits import eventually
 
     root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
     first = _writer(root, "pause50")
@@ -108,7 +108,7 @@ def test_a_read_only_mount_follows_a_broker_across_its_restart(tmp_path, stop):
                     first.kill()
                     break
             first.wait()
-            wait_until(lambda: _visible(mnt, acked, end), f"message {acked} of the first writer")
+            eventually(lambda: _visible(mnt, acked, end), f"message {acked} of the first writer")
             second = subprocess.Popen([sys.executable, "-m", "tests.store.live_writer", root, "300",
                                        str(RATE), str(FILE_SIZE), "restart"], cwd=REPO,
                                       stdout=subprocess.PIPE, text=True)
@@ -117,12 +117,12 @@ def test_a_read_only_mount_follows_a_broker_across_its_restart(tmp_path, stop):
                 for line in second.stdout:
                     acked, end = map(int, line.split()[1:])
                     if acked % 50 == 0:
-                        wait_until(lambda a=acked, e=end: _visible(mnt, a, e), f"message {acked} after the restart")
+                        eventually(lambda a=acked, e=end: _visible(mnt, a, e), f"message {acked} after the restart")
                 assert second.wait() == 0
             finally:
                 if second.poll() is None:
                     second.kill()
-            wait_until(lambda: _visible(mnt, acked, end), f"the last message, {acked}")
+            eventually(lambda: _visible(mnt, acked, end), f"the last message, {acked}")
             queue = f"{mnt}/topics/Live/0"
             assert sorted(int(n) for n in os.listdir(queue) if n.isdigit()) == list(range(acked + 1))
             for n in range(0, acked + 1, 23):

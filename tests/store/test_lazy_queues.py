@@ -13,7 +13,7 @@ import pytest
 from mqfs.store import CorruptionError, Message, MessageStore, StoreFormatError
 from mqfs.store.queues import first_use
 from tests.store.helpers import small_config
-from tests.waits import wait_until
+from tests.waits import eventually
 
 pytestmark = pytest.mark.allow_logs(r"^recovery: ")
 
@@ -227,9 +227,9 @@ def test_a_slow_first_use_stops_no_put_or_read_of_another_queue(tmp_path, monkey
 
         first.start()
         try:
-            wait_until(entered.is_set, "the first use of t0/0 began")
+            eventually(entered.is_set, "the first use of t0/0 began")
             threading.Thread(target=others).start()
-            wait_until(others_done.is_set, "puts and reads of other queues during a slow first use")
+            eventually(others_done.is_set, "puts and reads of other queues during a slow first use")
             assert not errors, errors
             assert not got and s.needs_first_use("t0", 0)
         finally:
