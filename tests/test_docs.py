@@ -287,4 +287,7 @@ def test_store_api_names_every_module_that_reaches_files_around_safefs():
     said = [p for p in paragraphs if "is the only way store code opens" in p and " by path" in p]
     assert said, "store-api.md: no paragraph saying safefs is the only way, and which modules reach files by path"
     named = set(MODULE.findall(said[0].split(" by path", 1)[1]))
-    assert around and sorted(named) == sorted(around)
+    assert sorted(named) == sorted(around)
+    # the finder finds: a call by path is one, the same call through a safefs directory is not
+    assert _reaches_around_safefs(ast.parse("open(p, 'rb')").body[0].value)
+    assert not _reaches_around_safefs(ast.parse("os.open(n, f, dir_fd=d)").body[0].value)

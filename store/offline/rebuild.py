@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import shutil
 from collections.abc import Iterable
 
 import numpy as np
@@ -37,36 +36,64 @@ from ..queues import dispatch_state
 from ..queues import log_proof as log_ends
 from .views import QueueReader, StoreLayout, commitlog_files, index_files, map_readonly
 
+# config/ files that describe the old derived files (or their ends): not copied
+_NOT_COPIED = (dispatch_state.NAME, "queueCuts.json", "queueEnds.log", log_ends.NAME)
+
 
 def copy_store(layout: StoreLayout, out: str) -> None:
     """Copy the CommitLog files, mqfs.json and config/ into an empty `out` (copies, not hard
     links: a store's files have one name, and a link would share the source's mode).
+    The source is read through safefs, as every store file: a symbolic link anywhere in it
+    is refused (UntrustedStore, one line), never followed, whenever it was planted.
     Everything written is private (0700 directories, 0600 files), as a store mqfs makes:
     bodies are never readable by others."""
     if os.path.exists(out) and os.listdir(out):
         raise FileExistsError(f"{out} exists and is not empty; rebuild writes a fresh directory")
-    os.makedirs(out, mode=safefs.DIR_MODE, exist_ok=True)
-    os.chmod(out, safefs.DIR_MODE)
-    os.makedirs(os.path.join(out, "commitlog"), mode=safefs.DIR_MODE, exist_ok=True)
+    safefs.makedirs(out)
+    safefs.make_private(out)  # an empty directory the caller made keeps no wider mode
+    safefs.makedirs(os.path.join(out, "commitlog"))
     for _, path in commitlog_files(layout.root):
         _private_copy(path, os.path.join(out, "commitlog", os.path.basename(path)))
-    if os.path.exists(os.path.join(layout.root, MANIFEST)):
+    try:
         _private_copy(os.path.join(layout.root, MANIFEST), os.path.join(out, MANIFEST))
-    if os.path.isdir(os.path.join(layout.root, "config")):
-        shutil.copytree(os.path.join(layout.root, "config"), os.path.join(out, "config"),
-                        ignore=shutil.ignore_patterns(f"{dispatch_state.NAME}*", "queueCuts.json*",
-                                                      "queueEnds.log*", f"{log_ends.NAME}*"),
-                        copy_function=_private_copy)
-        for dirpath, _, _ in os.walk(os.path.join(out, "config")):
-            os.chmod(dirpath, safefs.DIR_MODE)
+    except FileNotFoundError:
+        pass  # a broker's store has none
+    _copy_tree(os.path.join(layout.root, "config"), os.path.join(out, "config"))
 
 
-def _private_copy(src: str, dst: str) -> str:
-    """Copy a file's bytes into a new file of mode 0600 (never the source's mode)."""
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, safefs.FILE_MODE)
-    with open(src, "rb") as fin, os.fdopen(fd, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-    return dst
+def _copy_tree(src: str, dst: str) -> None:
+    """Copy directory `src` (if there is one) into a new `dst`, private, without the files
+    of `_NOT_COPIED`; a link in it is refused (`safefs.subdirs`, `safefs.open_file`)."""
+    try:
+        dirs = set(safefs.subdirs(src))
+        names = safefs.listdir(src)
+    except FileNotFoundError:
+        return
+    safefs.makedirs(dst)
+    for name in sorted(names):
+        if name.startswith(_NOT_COPIED):
+            continue
+        if name in dirs:
+            _copy_tree(os.path.join(src, name), os.path.join(dst, name))
+        else:
+            _private_copy(os.path.join(src, name), os.path.join(dst, name))
+
+
+def _private_copy(src: str, dst: str) -> None:
+    """Copy a regular file's bytes into a new file of mode 0600 (never the source's mode);
+    both are reached through safefs."""
+    fin = safefs.open_file(src)
+    try:
+        fout = safefs.open_file(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            while chunk := os.read(fin, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fout, view):]
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
 
 
 def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,

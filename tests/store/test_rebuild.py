@@ -1,6 +1,6 @@
 """mqfs.store.offline.rebuild without Spark: files written from a store's records open as they were
-written, and the dispatch state it leaves lets the first open notice a rebuilt file that went
-missing before it."""
+written, the dispatch state it leaves lets the first open notice a rebuilt file that went
+missing before it, and a symbolic link planted in the source is refused, never read through."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from mqfs.store import MessageStore, StoredMessage
+from mqfs.store import MessageStore, StoredMessage, UntrustedStore
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.offline import rebuild
 from mqfs.store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
 from mqfs.store.offline.views import store_layout
 from tests.store.helpers import random_messages, small_config
@@ -82,3 +83,56 @@ def test_a_rebuilt_index_file_deleted_before_the_first_open_is_noticed(rebuilt):
         for i in (0, N // 2, N - 1):
             hits = s.query_key(f"key-{i}")
             assert len(hits) == 1 and f"key-{i}" in hits[0].keys
+
+
+SECRET = b"not-the-store's-" * 64
+
+
+def _plant(root: str, outside: str, where: str) -> None:
+    """Replace a file (or a directory) of the store by a symbolic link to a file (or a
+    directory) outside it that holds SECRET."""
+    if where == "config-dir":
+        os.makedirs(os.path.join(outside, "dir"))
+        with open(os.path.join(outside, "dir", "topics.json"), "wb") as f:
+            f.write(SECRET)
+        os.symlink(os.path.join(outside, "dir"), os.path.join(root, "config", "sub"))
+        return
+    target = os.path.join(outside, "file")
+    with open(target, "wb") as f:
+        f.write(SECRET)
+    path = os.path.join(root, {"manifest": "mqfs.json", "config-file": "config/topics.json"}
+                        .get(where, os.path.join("commitlog", "00000000000000000000")))
+    os.unlink(path)
+    os.symlink(target, path)
+
+
+@pytest.mark.parametrize("where", ("commitlog", "manifest", "config-file", "config-dir"))
+def test_a_link_planted_in_the_source_is_refused_and_nothing_is_read_through_it(
+        tmp_path, monkeypatch, where):
+    """Planted after the layout was read (`store_layout` refuses the links it sees then):
+    copy_store reaches each file through safefs, so the link is refused where it is met,
+    with one line, and no byte behind it reaches the new store. A CommitLog file is swapped
+    right after the listing that found it a regular file."""
+    root, out, outside = (str(tmp_path / d) for d in ("store", "out", "outside"))
+    os.makedirs(outside)
+    with MessageStore(root, small_config()) as s:
+        s.put_batch(random_messages(random.Random(3), 20, max_body=100))
+    layout = store_layout(root)
+    if where == "commitlog":
+        listed = rebuild.commitlog_files
+
+        def listed_then_swapped(r: str) -> list[tuple[int, str]]:
+            found = listed(r)
+            _plant(root, outside, where)
+            return found
+
+        monkeypatch.setattr(rebuild, "commitlog_files", listed_then_swapped)
+    else:
+        _plant(root, outside, where)
+    with pytest.raises(UntrustedStore, match="symbolic link") as refused:
+        copy_store(layout, out)
+    assert "\n" not in str(refused.value)
+    for dirpath, _, names in os.walk(out):
+        for n in names:
+            with open(os.path.join(dirpath, n), "rb") as f:
+                assert SECRET[:32] not in f.read(), os.path.join(dirpath, n)

@@ -14,6 +14,7 @@ import pytest
 from mqfs.store import CorruptionError, Message, MessageStore, StoreError
 from mqfs.store.integrity.repair_journal import NAME
 from mqfs.store.integrity.verify import verify_store
+from mqfs.store.meta.log_start import recorded_min_offset
 from mqfs.store.repair import apply_repair, plan_repair
 from tests.crash.repair import run_repair
 from tests.crash.tiers import RECOVERY_LOGS
@@ -274,3 +275,49 @@ def test_the_plan_names_the_messages_a_repair_would_lose(tmp_path):
     lines = plan.lines()
     assert "lose T/0 offsets 3-4" in lines and "lose U/0 offset 2" in lines, lines
     assert any("3 messages the ConsumeQueues name lost" in line for line in lines), lines
+
+
+def _oldest_file_lost(root: str) -> str:
+    """Delete the oldest CommitLog file (a loss repair accepts: the log starts after it)."""
+    oldest = os.path.join(root, "commitlog", sorted(os.listdir(os.path.join(root, "commitlog")))[0])
+    os.unlink(oldest)
+    return oldest
+
+
+def test_a_restore_that_undid_the_head_step_has_it_written_again(tmp_path):
+    """A repair that accepts a lost oldest file is killed after its `head` step wrote the new
+    log start to config/retention.json; a backup of the damaged store restored over the
+    directory puts the old retention.json back, which the journal's fingerprints do not
+    cover. The next read-write open writes the log start again (a refused open would have
+    quarantined the derived files and left a journal no repair could finish)."""
+    root, backup = str(tmp_path / "s"), str(tmp_path / "backup")
+    results = _store(root)
+    _oldest_file_lost(root)
+    shutil.copytree(root, backup)
+    assert run_repair(root, "repair.move:1").returncode == 137
+    assert recorded_min_offset(root) == SIZE
+    _restore(backup, root)
+    assert recorded_min_offset(root) != SIZE
+    with MessageStore(root, _config(), create=False) as s:
+        assert s.commitlog.min_offset == SIZE
+        lost = [i for i, r in enumerate(results) if r.commitlog_offset < SIZE]
+        assert lost and all(bytes(s.get("T", 0, i).body) == b"body %03d " % i * 40
+                            for i in range(len(lost), 20))
+    assert recorded_min_offset(root) == SIZE and not os.path.exists(os.path.join(root, NAME))
+    assert verify_store(root).ok and not plan_repair(root).needed
+
+
+def test_a_journal_that_drops_files_a_restore_brought_back_is_refused(tmp_path):
+    """The same journal over a backup taken before the file went: it would record files that
+    are there as lost. A read-write open refuses it in one line and changes nothing."""
+    root, backup = str(tmp_path / "s"), str(tmp_path / "backup")
+    _store(root)
+    shutil.copytree(root, backup)
+    _oldest_file_lost(root)
+    assert run_repair(root, "repair.move:1").returncode == 137
+    _restore(backup, root)
+    before = store_state(root)
+    with pytest.raises(StoreError, match="does not belong to the store as it is now") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "\n" not in str(refused.value) and "accepts the loss" in str(refused.value)
+    assert store_state(root) == before
