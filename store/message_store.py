@@ -68,6 +68,17 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _after_journal(exc: StoreError, repair_ends: dict[tuple[str, int], int] | None
+                   ) -> StoreError:
+    """An open's refusal, saying so when an interrupted repair's file steps ran before it
+    (a line that says "nothing was changed" must be true)."""
+    if repair_ends is None:
+        return exc
+    return type(exc)(str(exc).replace(
+        "nothing was changed", "nothing more was changed (the interrupted repair's file steps "
+        f"were done; {repair_journal.NAME} keeps the rest)"))
+
+
 class MessageStore(StoreReads, StoreWrites):
     def __init__(self, root: str, config: StoreConfig | None = None, *,
                  progress: Progress | None = None, create: bool = True):
@@ -109,7 +120,7 @@ class MessageStore(StoreReads, StoreWrites):
         repair_ends = repair_journal.finish_files_before_open(self.root, read_only)
         found = inspect(self.root, self._requested)
         if found.problem and not read_only:
-            raise StoreFormatError(found.problem)
+            raise _after_journal(StoreFormatError(found.problem), repair_ends)
         self.config = cfg = found.config
         self.recovery, self._log_ends, self._scrub, self.live = None, None, None, None
         cfg.validate()
@@ -138,11 +149,7 @@ class MessageStore(StoreReads, StoreWrites):
                 safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             if repair_ends is not None and isinstance(exc, StoreError):
-                # the journal's file steps ran before the refusal: say so, not "nothing"
-                raise type(exc)(str(exc).replace(
-                    "nothing was changed", "nothing more was changed (the interrupted "
-                    f"repair's file steps were done; {repair_journal.NAME} keeps the rest)")
-                ) from None
+                raise _after_journal(exc, repair_ends) from None
             raise
         self._start_services(read_only)
         if self.recovery is not None:

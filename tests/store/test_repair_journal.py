@@ -5,6 +5,7 @@ a plan applies only to the store it was made for."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -321,3 +322,47 @@ def test_a_journal_that_drops_files_a_restore_brought_back_is_refused(tmp_path):
         MessageStore(root, _config(), create=False).open()
     assert "\n" not in str(refused.value) and "accepts the loss" in str(refused.value)
     assert store_state(root) == before
+
+
+def test_a_restore_that_undid_the_manifest_step_has_it_written_again(tmp_path):
+    """The same for the `manifest` step: mqfs.json names the wrong flavor, repair writes it
+    again from the records and is killed later; the backup restored over the directory puts
+    the wrong mqfs.json back, and the next read-write open writes it again and opens."""
+    root, backup = str(tmp_path / "s"), str(tmp_path / "backup")
+    results = _store(root)
+    manifest = os.path.join(root, "mqfs.json")
+    with open(manifest) as f:
+        data = json.load(f)
+    right = data["flavor"]
+    data["flavor"] = "rocketmq" if right == "xxhash" else "xxhash"
+    with open(manifest, "w") as f:
+        json.dump(data, f)
+    shutil.copytree(root, backup)
+    assert run_repair(root, "repair.move:1").returncode == 137
+    _restore(backup, root)
+    with open(manifest) as f:
+        assert json.load(f)["flavor"] != right
+    _serves_all(root, results)
+    with open(manifest) as f:
+        assert json.load(f)["flavor"] == right
+    assert not os.path.exists(os.path.join(root, NAME)) and verify_store(root).ok
+
+
+def test_an_open_refused_after_finishing_a_journal_says_what_it_did(tmp_path):
+    """A read-write open finishes an interrupted repair's file steps before it reads the
+    manifest; when mqfs.json is then refused, the line says those steps were done (they
+    moved the derived files to quarantine/), not "nothing was changed"."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[25])
+    assert run_repair(root, "repair.move:1").returncode == 137
+    manifest = os.path.join(root, "mqfs.json")
+    with open(manifest) as f:
+        data = json.load(f)
+    data["flavor"] = "rocketmq" if data["flavor"] == "xxhash" else "xxhash"
+    with open(manifest, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(StoreError, match="says flavor") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "nothing more was changed (the interrupted repair's file steps were done" \
+        in str(refused.value)
