@@ -49,6 +49,16 @@ def compaction_views(layout: StoreLayout, opts: ReadOptions) -> CompactionViews 
     return views if views.topics else None
 
 
+def refuse_streams(layout: StoreLayout, opts: ReadOptions) -> None:
+    """ValueError (one line) when a stream selects a compaction topic: a stream follows the
+    ConsumeQueue, which holds every version, not what the broker serves from compaction/."""
+    views = compaction_views(layout, opts)
+    chosen = sorted(t for t in views.topics if _reads_topic(opts, t)) if views else []
+    if chosen:
+        raise ValueError(f"mqfs: streams of compaction topic {chosen[0]} (served from compaction/) "
+                         "are not supported yet; read it as a batch, or leave it out (.option('topic', ...))")
+
+
 def _reads_topic(opts: ReadOptions, topic: str) -> bool:
     if opts.topics is not None and topic not in opts.topics:
         return False

@@ -29,6 +29,7 @@ from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, 
 
 from .batch_cq import refuse_queue_offsets
 from .bounds import kept_bounds, start_by_time
+from .compacted import refuse_streams
 from .kafka import shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn
@@ -51,6 +52,7 @@ class DataLoss(ValueError):
 class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, layout: StoreLayout, opts: ReadOptions):
         refuse_queue_offsets(layout.root, opts, "streams")
+        refuse_streams(layout, opts)
         self.layout = layout
         self.opts = opts
         self.filter = RowFilter(start_ms=opts.start_ms, end_ms=opts.end_ms)

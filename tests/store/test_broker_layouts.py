@@ -707,6 +707,33 @@ def test_the_spark_source_shows_a_compaction_topic_as_its_consumers_get_it(tmp_p
 
 
 @pytest.mark.spark
+@pytest.mark.allow_logs(r"exception while executing the Python Proxy", r"terminated with error")
+def test_a_stream_of_a_compaction_or_batch_cq_topic_is_refused_in_one_line(tmp_path, spark):
+    """A stream follows consumequeue/ units: a compaction topic's hold every version (not what
+    the broker serves) and a BatchCQ topic has none there, so such a stream is refused in one
+    line, never answered with other rows; a stream of the store's other topics goes on."""
+    from pyspark.errors import StreamingQueryException
+
+    from mqfs.pipeline.cli import one_line
+
+    compacted, batched = str(tmp_path / "compacted"), str(tmp_path / "batched")
+    _compaction(compacted)
+    w = _batch_store(batched)
+    for root, topic, says in ((compacted, "Compacted", "streams of compaction topic Compacted"),
+                              (batched, w.topic, f"streams of BatchCQ topic {w.topic}")):
+        q = (spark.readStream.format("mqfs").option("startingOffsets", "earliest").option("topic", topic)
+             .load(root).writeStream.format("memory").queryName(f"refused_{topic}").start())
+        with pytest.raises(StreamingQueryException) as err:
+            q.awaitTermination(300)
+        assert says in one_line(err.value)
+    q = (spark.readStream.format("mqfs").options(startingOffsets="earliest", topic="Orders")
+         .load(compacted).writeStream.format("memory").queryName("others").trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert spark.sql("select * from others").count() == 3  # Orders' three messages
+
+
+@pytest.mark.spark
 def test_the_spark_source_gives_a_row_per_message_of_a_batch_cq_topic(tmp_path, spark):
     """One row per message a consumer gets (an inner batch is several rows, each at its offset
     with its own body, keys and tags), from the default reader and the Python one, whole or
