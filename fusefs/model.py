@@ -32,9 +32,12 @@ from .inodes import (
     STAGED,
     STAGED_BIT,
     TMP,
+    TOPIC,
+    TOPICS,
     Attr,
     Node,
     NodeTable,
+    canonical_int,
 )
 from .kinds import KINDS, Kind
 from .kinds.groups import GroupQueue
@@ -157,21 +160,43 @@ class Model:
 
     # --- what may wait for the disk (the adapter runs it in a worker thread) ---------------
     def lookup_slow(self, parent: int, name: bytes) -> bool:
-        """Whether a lookup may wait for the disk: the keys/, tags/ and at/ searches, and a
-        message with a large body."""
+        """Whether a lookup may wait for the disk: the keys/, tags/ and at/ searches, a
+        message with a large body, and a topic or queue whose attributes need a queue's
+        first use (its newest time is its mtime)."""
         node = self.nodes.find(parent)
-        return node is not None and self.kinds[node.kind].lookup_slow(node, name)
+        if node is None:
+            return False
+        if node.kind == TOPICS:
+            return self._topic_owes_first_use(os.fsdecode(name))
+        if node.kind == TOPIC:
+            queue = canonical_int(name)
+            return queue is not None and self.store.needs_first_use(node.topic, queue)
+        return self.kinds[node.kind].lookup_slow(node, name)
 
     def getattr_slow(self, ino: int) -> bool:
-        return bool(ino & MSG_BIT) and self.messages.getattr_slow(ino)
+        if ino & MSG_BIT:
+            return self.messages.getattr_slow(ino)
+        node = self.nodes.find(ino)
+        return node is not None and self._owes_first_use(node)
+
+    def _owes_first_use(self, node: Node) -> bool:
+        """Whether the node's attributes (a queue's or a topic's mtime, a queue's bounds) would
+        open a queue not opened since the mount: answered from memory, for the event loop."""
+        if node.queue >= 0:
+            return self.store.needs_first_use(node.topic, node.queue)
+        return node.kind == TOPIC and self._topic_owes_first_use(node.topic)
+
+    def _topic_owes_first_use(self, topic: str) -> bool:
+        return any(self.store.needs_first_use(topic, q) for q in self.store.queue_ids(topic))
 
     def listing_slow(self, ino: int) -> bool:
         node = self.nodes.find(ino)
         return node is not None and self.kinds[node.kind].slow_listing
 
     def xattrs_slow(self, ino: int) -> bool:
-        """A message's attributes come from its record, a key directory's from a query."""
-        return bool(ino & MSG_BIT) or self.listing_slow(ino)
+        """A message's attributes come from its record, a key directory's from a query, a
+        queue's bounds from the queue (its first use, when not opened yet)."""
+        return bool(ino & MSG_BIT) or self.listing_slow(ino) or self.getattr_slow(ino)
 
     # --- messages and links ----------------------------------------------------------------
     def readlink(self, ino: int) -> bytes:
