@@ -19,6 +19,7 @@ from .files.batch_consume_queue import BatchQueue, batch_queue_ids
 from .files.time_search import search_time
 from .format import batch
 from .format.message import StoredMessage
+from .range_reads import collect
 
 Unit = tuple[int, int, int, int, int]  # CommitLog offset, size, tagsCode, base, batch
 
@@ -83,21 +84,10 @@ class BatchReads:
 
     def get_range(self, bq: BatchQueue, offset: int, n: int, tags: Iterable[str] | None,
                   skip_damaged: bool, limit: int | None) -> list[StoredMessage]:
-        wanted = None if tags is None else set(tags)
-        out: list[StoredMessage] = []
-        for unit in _units(bq.covering(offset, offset + n)):
-            try:
-                msgs = self._messages(bq, unit)
-            except CorruptionError:
-                if skip_damaged:
-                    continue
-                raise
-            for m in msgs:
-                if offset <= m.queue_offset < offset + n and (wanted is None or m.tags in wanted):
-                    out.append(m)
-                    if len(out) == limit:
-                        return out
-        return out
+        def in_range(unit: tuple) -> list[StoredMessage]:
+            return [m for m in self._messages(bq, unit) if offset <= m.queue_offset < offset + n]
+
+        return collect(_units(bq.covering(offset, offset + n)), in_range, tags, skip_damaged, limit)
 
     def list_entries(self, bq: BatchQueue, offset: int, n: int
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -25,6 +25,7 @@ from .format.multi_dispatch import describes
 from .in_use import Users, in_use
 from .meta.metadata import TopicTable
 from .queues.registry import QueueRegistry
+from .range_reads import collect
 
 MAX_TIME = (1 << 63) - 1
 
@@ -131,19 +132,10 @@ class StoreReads:
                 codes = np.array([self.flavor.tags_code(t) for t in wanted], dtype=np.int64)
                 pick &= np.isin(units["tags"], codes) | (units["tags"] <= EXT_ADDRESS_MAX)  # ext: records decide
             units, queue_offsets = units[pick], queue_offsets[pick]
-        out = []
-        for commitlog_offset, queue_offset in zip(units["offset"].tolist(), queue_offsets.tolist()):
-            try:
-                msg = self._read(commitlog_offset)
-            except CorruptionError:
-                if skip_damaged:
-                    continue
-                raise
-            if wanted is None or msg.tags in wanted:
-                out.append(served_as(msg, topic, queue_id, queue_offset))
-                if len(out) == limit:
-                    break
-        return out
+        def served(unit: tuple[int, int]) -> tuple[StoredMessage]:
+            return (served_as(self._read(unit[0]), topic, queue_id, unit[1]),)
+
+        return collect(zip(units["offset"].tolist(), queue_offsets.tolist()), served, wanted, skip_damaged, limit)
 
     @in_use
     def list_entries(self, topic: str, queue_id: int, offset: int, n: int
@@ -305,22 +297,4 @@ class StoreReads:
 def _compacted_range(queue: CompactedQueue, offset: int, n: int, tags: Iterable[str] | None,
                      skip_damaged: bool, limit: int | None) -> list[StoredMessage]:
     """get_range over a compaction topic's queue as the broker serves it (offsets with gaps)."""
-    return _read_units(queue, queue.units_in(offset, n), tags, skip_damaged, limit)
-
-
-def _read_units(queue: CompactedQueue, units: np.ndarray, tags: Iterable[str] | None,
-                skip_damaged: bool, limit: int | None) -> list[StoredMessage]:
-    wanted = None if tags is None else set(tags)
-    out = []
-    for unit in units:
-        try:
-            msg = queue.read(unit)
-        except CorruptionError:
-            if skip_damaged:
-                continue
-            raise
-        if wanted is None or msg.tags in wanted:
-            out.append(msg)
-            if len(out) == limit:
-                break
-    return out
+    return collect(queue.units_in(offset, n), lambda unit: (queue.read(unit),), tags, skip_damaged, limit)
