@@ -352,7 +352,7 @@ def test_mount_t_fuse_and_an_fstab_line_run_this_checkouts_mqfs(store, mnt, tmp_
         sh(f"mount -t {kind} -o ro '{source}' {mnt}", env=env)
         try:
             assert open(f"{mnt}/topics/orders/0/0").read() == "order 0\n"
-            assert os.getxattr(mnt, "user.mqfs.pid") == str(_only_mqfs_of(here)).encode()
+            assert os.getxattr(mnt, "user.mqfs.pid") == str(_only_mqfs_of(here, mnt)).encode()
         finally:
             mqfs("umount", mnt)
         fstab = tmp_path / "fstab"
@@ -366,11 +366,13 @@ def test_mount_t_fuse_and_an_fstab_line_run_this_checkouts_mqfs(store, mnt, tmp_
             mqfs("umount", mnt)
 
 
-def _only_mqfs_of(program: str) -> int:
+def _only_mqfs_of(program: str, mnt: str) -> int:
     """The pid of the one running daemon started as `program` (the venv's script, run by its
-    python, names it as its first argument: /usr/local/bin/mqfs for `-t fuse.mqfs`, a link to it)."""
+    python, names it as its first argument: /usr/local/bin/mqfs for `-t fuse.mqfs`, a link to it)
+    for the mount point `mnt` (other tests on other xdist workers run this checkout's too)."""
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-            and [os.path.realpath(a) for a in _argv(int(p))[1:2]] == [program]]
+            and [os.path.realpath(a) for a in _argv(int(p))[1:2]] == [program]
+            and os.path.realpath(mnt) in {os.path.realpath(a) for a in _argv(int(p))[2:] if a.startswith("/")}]
     assert len(pids) == 1, pids
     return pids[0]
 
