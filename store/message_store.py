@@ -48,9 +48,7 @@ from .meta.manifest import inspect, is_store, manifest_path, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .queues import check as queue_check
 from .queues import cuts as queue_cuts
-from .queues import dispatch_state, first_use, kept_ends, registration
-from .queues import ends_log as queue_ends
-from .queues import log_proof as log_ends
+from .queues import dispatch_state, ends_log, first_use, kept_ends, log_proof, registration
 from .queues.registry import QueueRegistry, Recorded
 from .reads import StoreReads
 from .services.flush import FlushServices
@@ -93,7 +91,7 @@ class MessageStore(StoreReads, StoreWrites):
         self.stopped: str | None = None  # why writes stopped while open (the store replaced)
         # what an open makes besides the parts (`_assemble`): its report and the services
         self.recovery: RecoveryReport | None = None
-        self._log_ends: log_ends.LogEnds | None = None
+        self._log_proof: log_proof.LogProof | None = None
         self._scrub: Scrub | None = None
         self.live: LiveReader | None = None
 
@@ -122,7 +120,7 @@ class MessageStore(StoreReads, StoreWrites):
         if found.problem and not read_only:
             raise _after_journal(StoreFormatError(found.problem), repair_ends)
         self.config = cfg = found.config
-        self.recovery, self._log_ends, self._scrub, self.live = None, None, None, None
+        self.recovery, self._log_proof, self._scrub, self.live = None, None, None, None
         cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self.compaction = CompactionViews(
@@ -185,7 +183,7 @@ class MessageStore(StoreReads, StoreWrites):
         self._last_store_ts = 0
         self._dispatched_ts = 0
         self._kept: kept_ends.Kept = {}  # queue ends an earlier repair kept
-        self._ends_found: queue_ends.Replayed | None = None  # config/queueEnds.log's, after a crash
+        self._ends_found: ends_log.Replayed | None = None  # config/queueEnds.log's, after a crash
         self._cuts_saved = 0  # the registry's `discharged` when the cuts were last saved
         vouched: dispatch_state.Vouched | None = None
         cuts: queue_cuts.Cuts = {}
@@ -237,7 +235,7 @@ class MessageStore(StoreReads, StoreWrites):
         self._kept = kept_ends.read(self.root)
         vouched, cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, saved if last_exit_ok else None,
-            self.checkpoint, last_exit_ok, log_ends.pending(self.root))
+            self.checkpoint, last_exit_ok, log_proof.pending(self.root))
         return last_exit_ok, vouched, cuts
 
     def _start_services(self, read_only: bool) -> None:
@@ -255,8 +253,8 @@ class MessageStore(StoreReads, StoreWrites):
             self.flush_services.start()
             self._scrub = Scrub(parts, self.put_lock, self.tags_codes, cfg.scrub_share,
                                 cfg.scrub_interval_hours * 3600)
-            if self._log_ends is not None:
-                self._log_ends.start()
+            if self._log_proof is not None:
+                self._log_proof.start()
         elif cfg.live_refresh_ms > 0:
             self.live = LiveReader(parts, self.put_lock, self.tags_codes, self.topic_table.add_found,
                                    features.ROCKSDB_CQ in self.features, cfg.live_refresh_ms,
@@ -279,8 +277,8 @@ class MessageStore(StoreReads, StoreWrites):
         if self._scrub is None:
             return None
         found = self._scrub.status()
-        if self._log_ends is not None:
-            found["queue_ends"] = self._log_ends.status()
+        if self._log_proof is not None:
+            found["queue_ends"] = self._log_proof.status()
         return found
 
     def _load_read_only(self, crashed: bool, trusted: bool) -> None:
@@ -333,7 +331,7 @@ class MessageStore(StoreReads, StoreWrites):
         if self.consume_queues.cuts() != self.parts.cuts:  # owed now, or made by recovery
             queue_cuts.save(self.root, self.consume_queues.cuts())
         self._cuts_saved = self.consume_queues.discharged
-        self._ends = queue_ends.Journal.after_open(self.root, self._ends_found, self.consume_queues,
+        self._ends = ends_log.Journal.after_open(self.root, self._ends_found, self.consume_queues,
                                                    cp.cq_flushed_offset)
         if crashed_before:
             self._write_abort()
@@ -351,17 +349,17 @@ class MessageStore(StoreReads, StoreWrites):
     def _prove_ends(self) -> None:
         """No record vouched for the queues' ends: the CommitLog's last records decide them
         (store/queues/log_proof.py); puts ask it until then."""
-        why = ("an earlier open did not finish proving them" if log_ends.pending(self.root) else
+        why = ("an earlier open did not finish proving them" if log_proof.pending(self.root) else
                "no record of the queues vouches for them (a broker's store, consumequeue/ or "
                "config/ changed by hand, or a crash without config/queueEnds.log)")
         log.info("queue ends: %s: each queue's end is proven from its last record in the "
                  "CommitLog, newest files first; a put to a queue not proven yet is refused "
                  "(try again)", why)
-        self._log_ends = log_ends.LogEnds(self.parts, self.tags_codes, self.put_lock,
+        self._log_proof = log_proof.LogProof(self.parts, self.tags_codes, self.put_lock,
                                           lambda topic, qid: self._create_queue(topic, qid, False),
                                           self._probe_queue, self._noted)
-        self._log_ends.begin()
-        self.consume_queues.end_check = self._log_ends.check_put
+        self._log_proof.begin()
+        self.consume_queues.end_check = self._log_proof.check_put
 
     def _probe_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A read-only object of a queue's files, its end found: for a check that changes nothing."""
@@ -387,7 +385,7 @@ class MessageStore(StoreReads, StoreWrites):
                     self.parts, cq, rec, self.recovery is None or self.recovery.abnormal,
                     self._noted)
             first_use.prove(self.parts, self.tags_codes, cq, rec, self._kept, self._noted,
-                            None if self._log_ends is None else self._log_ends.check_open)
+                            None if self._log_proof is None else self._log_proof.check_open)
         except BaseException:
             cq.close()
             raise
@@ -428,8 +426,8 @@ class MessageStore(StoreReads, StoreWrites):
             return
         if self._scrub is not None:
             self._scrub.stop(save=not self._replaced())
-        if self._log_ends is not None:
-            self._log_ends.stop()
+        if self._log_proof is not None:
+            self._log_proof.stop()
         self.flush_services.stop()
         if self._replaced():  # nothing more by path: it would land in the other directory
             self._release_files(as_found=True)
@@ -475,8 +473,8 @@ class MessageStore(StoreReads, StoreWrites):
         log.error("%s", self.stopped)
         if self._scrub is not None:
             self._scrub.halt()
-        if self._log_ends is not None:
-            self._log_ends.stop()  # its rebuilds write by path too
+        if self._log_proof is not None:
+            self._log_proof.stop()  # its rebuilds write by path too
         self._lock_file.hold_replacement()
         return True
 

@@ -32,12 +32,11 @@ from ..format.codec import decode, is_filler
 from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC, keys_to_index
 from ..meta.manifest import MANIFEST
 from ..meta.metadata import TopicTable
-from ..queues import dispatch_state
-from ..queues import log_proof as log_ends
+from ..queues import dispatch_state, log_proof
 from .views import QueueReader, StoreLayout, commitlog_files, index_files, map_readonly
 
 # config/ files that describe the old derived files (or their ends): not copied
-_NOT_COPIED = (dispatch_state.NAME, "queueCuts.json", "queueEnds.log", log_ends.NAME)
+_NOT_COPIED = (dispatch_state.NAME, "queueCuts.json", "queueEnds.log", log_proof.NAME)
 
 
 def copy_store(layout: StoreLayout, out: str) -> None:

@@ -64,7 +64,7 @@ def pending(root: str) -> bool:
     return os.path.lexists(os.path.join(root, "config", NAME))
 
 
-class LogEnds:
+class LogProof:
     """One open's proof of queue ends from the CommitLog (see the module)."""
 
     def __init__(self, parts: StoreParts, tags: TagsCodes, put_lock: threading.Lock,

@@ -78,7 +78,7 @@ def test_a_put_waits_for_the_proof_and_never_guesses(tmp_path, monkeypatch):
     _broker_store(root)
     _hand_rebuilt(root, "T/0")
     monkeypatch.setattr(log_proof, "FOREGROUND", 0)
-    monkeypatch.setattr(log_proof.LogEnds, "start", lambda self: None)  # no background walk yet
+    monkeypatch.setattr(log_proof.LogProof, "start", lambda self: None)  # no background walk yet
     with MessageStore(root, small_config(**BROKER), create=False) as s:
         with pytest.raises(QueueNotProven, match="not proven yet"):
             s.put(Message.create("T", b"new", queue_id=0))
