@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,10 +27,8 @@ from ..format.columns import RecordRun
 from ..integrity.parts import StoreParts
 from ..integrity.scanner import NOWHERE, scan_end
 from . import check, kept_ends
-from .registry import Recorded
-
-if TYPE_CHECKING:
-    Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+from .registry import Key, Recorded
+from .swap import Units
 
 log = logging.getLogger(__name__)
 Note = Callable[[str, list[str]], None]  # (what was done, files put in quarantine/)
@@ -149,20 +146,43 @@ def units_from_log(parts: StoreParts, tags: TagsCodes, topic: str, queue_id: int
     """(CommitLog offsets, sizes, tagsCodes, queue offsets) of one queue's records, from the
     whole log, or None when the log does not check out to its end or the queue offsets have
     gaps (messages lost to damage: `mqfs repair` keeps those offsets taken)."""
-    cols: list[list[np.ndarray]] = [[], [], [], []]
+    key = (topic, queue_id)
+    return units_of(parts, tags, {key}, parts.commitlog.queue.max_offset).get(key)
+
+
+def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int) -> dict[Key, Units]:
+    """(CommitLog offsets, sizes, tagsCodes, queue offsets) of the records of each queue in
+    `keys`, from one walk of the whole log; none when the log does not check out up to
+    `limit`, and a queue whose queue offsets have gaps (messages lost to damage) is left
+    out."""
+    cols: dict[Key, list[list[np.ndarray]]] = {k: [[], [], [], []] for k in keys}
+    topics = {k[0] for k in keys}
 
     def take(run: RecordRun) -> None:
-        mine = np.fromiter((t == topic for t in run.topics), dtype=bool, count=len(run))
-        rows = np.flatnonzero(mine & (run.queue_id == queue_id) & layout.in_queue(run.sys_flag))
-        codes = tags.column(run.topics, run.tags, run.delays, run.store_ts)
-        for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
-            cols[i].append(col[rows].astype(np.int64))
+        present = [t for t in set(run.topics) if t in topics]
+        if not present:
+            return
+        codes = None
+        for key in keys:
+            if key[0] not in present:
+                continue
+            mine = np.fromiter((t == key[0] for t in run.topics), dtype=bool, count=len(run))
+            rows = np.flatnonzero(mine & (run.queue_id == key[1]) & layout.in_queue(run.sys_flag))
+            if not len(rows):
+                continue
+            if codes is None:
+                codes = tags.column(run.topics, run.tags, run.delays, run.store_ts)
+            for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
+                cols[key][i].append(col[rows].astype(np.int64))
 
-    start, whole_to = parts.commitlog.queue.min_offset, parts.commitlog.queue.max_offset
+    start = parts.commitlog.queue.min_offset
     end, _, _ = scan_end(parts.commitlog, parts.scan_flavor, start, start, take)
-    if end < whole_to:  # (puts of other queues may be writing past whole_to meanwhile)
-        return None
-    out = tuple(np.concatenate(c) if c else np.empty(0, dtype=np.int64) for c in cols)
-    if len(out[3]) and np.any(np.diff(out[3]) != 1):
-        return None
-    return out  # type: ignore[return-value]
+    if end < limit:
+        return {}
+    out: dict[Key, Units] = {}
+    for key, c in cols.items():
+        units = tuple(np.concatenate(x) if x else np.empty(0, dtype=np.int64) for x in c)
+        if len(units[3]) and (np.any(np.diff(units[3]) != 1)):
+            continue
+        out[key] = units  # type: ignore[assignment]
+    return out

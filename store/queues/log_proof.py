@@ -42,10 +42,9 @@ from ..files.consume_queue import PRE_BLANK, ConsumeQueue
 from ..files.dispatcher import TagsCodes, has_queue_dir
 from ..files.json_file import write_json
 from ..format import layout
-from ..format.columns import RecordRun
 from ..integrity import salvage
-from ..integrity.scanner import scan_end
 from . import check
+from .first_use import units_of
 from .registry import Key
 from .swap import swap_in
 
@@ -332,43 +331,3 @@ def _merge(into: dict[Key, tuple[int, int]], more: dict[Key, tuple[int, int]]) -
         had = into.get(key)
         into[key] = (end, low) if had is None else (max(had[0], end), min(had[1], low))
 
-
-Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int) -> dict[Key, Units]:
-    """(CommitLog offsets, sizes, tagsCodes, queue offsets) of the records of each queue in
-    `keys`, from one walk of the whole log; none when the log does not check out up to
-    `limit`, and a queue whose queue offsets have gaps (messages lost to damage) is left
-    out."""
-    cols: dict[Key, list[list[np.ndarray]]] = {k: [[], [], [], []] for k in keys}
-    topics = {k[0] for k in keys}
-
-    def take(run: RecordRun) -> None:
-        present = [t for t in set(run.topics) if t in topics]
-        if not present:
-            return
-        codes = None
-        for key in keys:
-            if key[0] not in present:
-                continue
-            mine = np.fromiter((t == key[0] for t in run.topics), dtype=bool, count=len(run))
-            rows = np.flatnonzero(mine & (run.queue_id == key[1]) & layout.in_queue(run.sys_flag))
-            if not len(rows):
-                continue
-            if codes is None:
-                codes = tags.column(run.topics, run.tags, run.delays, run.store_ts)
-            for i, col in enumerate((run.commitlog_offset, run.size, codes, run.queue_offset)):
-                cols[key][i].append(col[rows].astype(np.int64))
-
-    start = parts.commitlog.queue.min_offset
-    end, _, _ = scan_end(parts.commitlog, parts.scan_flavor, start, start, take)
-    if end < limit:
-        return {}
-    out: dict[Key, Units] = {}
-    for key, c in cols.items():
-        units = tuple(np.concatenate(x) if x else np.empty(0, dtype=np.int64) for x in c)
-        if len(units[3]) and (np.any(np.diff(units[3]) != 1)):
-            continue
-        out[key] = units  # type: ignore[assignment]
-    return out
