@@ -151,7 +151,7 @@ def read_range(part: RangePartition, checks: Checks,
             yield batch
 
 
-def data_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
+def records_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
     """Where the records of a (possibly live) file end now: where the store's walker stops
     after the last record start a ConsumeQueue vouches for (a last record still being copied
     in fails its checks and is not included)."""
@@ -189,7 +189,7 @@ def commitlog_end(layout: StoreLayout) -> int:
     if not files:
         return 0
     start, path = files[-1]
-    return start + data_end(map_readonly(path), start, last_unit_offsets(layout), layout.checked_flavor)
+    return start + records_end(map_readonly(path), start, last_unit_offsets(layout), layout.checked_flavor)
 
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,

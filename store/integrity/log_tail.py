@@ -55,7 +55,7 @@ def _data_past(parts: StoreParts, end: int) -> Iterator[tuple[MappedFile, int, i
     for mf in parts.commitlog.queue.files:
         lo = max(end - mf.file_from_offset, 0)
         if lo < mf.file_size:
-            hi = salvage.data_end(mf, lo)
+            hi = salvage.nonzero_end(mf, lo)
             if hi > lo:
                 yield mf, lo, hi
 

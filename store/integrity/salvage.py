@@ -142,7 +142,7 @@ def _blank_to_end(buf, at: int) -> bool:
     return len(buf) - at >= 8 and struct.unpack_from(">ii", buf, at) == (len(buf) - at, MAGIC_BLANK)
 
 
-def data_end(mf: MappedFile, lo: int) -> int:
+def nonzero_end(mf: MappedFile, lo: int) -> int:
     """One past the last non-zero byte of the file at or after lo (lo when there is none).
     Only the data regions are read (`MappedFile.data_regions`), from the end a chunk at a
     time; count_nonzero reads zeros at memory speed (any() on bytes is 4x slower)."""
@@ -194,7 +194,7 @@ def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int 
         total, magic = codec.peek_header(view, pos)
         if magic == MAGIC_BLANK and total == size - pos:
             return
-        if total == 0 and magic == 0 and data_end(mf, pos) == pos:
+        if total == 0 and magic == 0 and nonzero_end(mf, pos) == pos:
             if not last:
                 yield Damage(base + pos, base + size, "the file ends without a BLANK record",
                              name, True, store_ts)
@@ -205,12 +205,12 @@ def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int 
         why = _why(view, pos, base, flavor)
         nxt = resync(mf, pos, size, flavor)
         if nxt is None:
-            end = size if not last else max(data_end(mf, pos), pos + 1)
+            end = size if not last else max(nonzero_end(mf, pos), pos + 1)
             yield Damage(base + pos, base + end, why, name, True, store_ts)
             return
         yield Damage(base + pos, base + nxt, why, name, False, store_ts)
         pos = nxt
-    if pos < size and data_end(mf, pos) > pos:
+    if pos < size and nonzero_end(mf, pos) > pos:
         yield Damage(base + pos, base + size, "bytes after the last record", name, True,
                      store_ts)
 
@@ -256,7 +256,7 @@ def made_ahead(files: list[MappedFile], file_size: int, flushed: int) -> int:
     n = 0
     for prev, mf in zip(reversed(files[:-1]), reversed(files[1:])):
         if mf.file_from_offset != prev.file_from_offset + file_size or \
-                mf.file_from_offset < flushed or data_end(mf, 0) > 0:
+                mf.file_from_offset < flushed or nonzero_end(mf, 0) > 0:
             break
         n += 1
     return n

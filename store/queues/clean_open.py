@@ -71,7 +71,7 @@ def assumed_dispatched(parts: StoreParts) -> int:
     empty). The deciding scan keeps the records from there for that walk."""
     queue = parts.commitlog.queue
     for mf in reversed(queue.files):
-        end = salvage.data_end(mf, 0)  # (the scan's check for bytes past the end reads it too)
+        end = salvage.nonzero_end(mf, 0)  # (the scan's check for bytes past the end reads it too)
         if end:
             return max(mf.file_from_offset + end - WINDOW, queue.min_offset)
     return queue.min_offset

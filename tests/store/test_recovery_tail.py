@@ -58,15 +58,15 @@ def test_data_end_finds_bytes_in_a_never_written_tail_written_or_only_dirty(tmp_
         mf.buffer()[:100] = b"\x05" * 100
         _drop_cache(mf.path)
         assert mf.data_regions(0)[-1][1] < FAR
-        assert salvage.data_end(mf, 100) == 100  # the fallocated rest reads as zeros
+        assert salvage.nonzero_end(mf, 100) == 100  # the fallocated rest reads as zeros
         _drop_cache(mf.path)
         mf.buffer()[FAR] = 7  # dirty through the mapping, not written back
-        assert salvage.data_end(mf, 100) == FAR + 1
+        assert salvage.nonzero_end(mf, 100) == FAR + 1
         os.pwrite(mf.fd, b"\x00" * 4096, FAR + 8192)  # zeros written: data to SEEK_DATA
-        assert salvage.data_end(mf, 100) == FAR + 1
+        assert salvage.nonzero_end(mf, 100) == FAR + 1
         os.pwrite(mf.fd, b"\x09", SIZE - 1)
-        assert salvage.data_end(mf, 100) == SIZE
-        assert salvage.data_end(mf, SIZE - 1) == SIZE
+        assert salvage.nonzero_end(mf, 100) == SIZE
+        assert salvage.nonzero_end(mf, SIZE - 1) == SIZE
     finally:
         mf.close()
 
