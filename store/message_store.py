@@ -435,7 +435,7 @@ class MessageStore(StoreReads, StoreWrites):
             return
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
-        dispatch_state.save(self.root, self.consume_queues.ends(), self.index.files,
+        dispatch_state.save(self.root, self.consume_queues.read_ends(), self.index.files,
                             self.checkpoint.commitlog_flushed_offset,
                             tail_record(self.parts, self.checkpoint.commitlog_flushed_offset),
                             self.consume_queues.inexact())
@@ -586,7 +586,7 @@ class MessageStore(StoreReads, StoreWrites):
             with self.put_lock:  # no queue is between a reservation and its write
                 ends = self._ends.capture(self.consume_queues, at)
                 dropped = self.consume_queues.trim()
-            self.consume_queues.note_times(dropped)
+            self.consume_queues.read_dropped_times(dropped)
             cp = self.checkpoint
             cp.commitlog_flushed_offset = cp.confirm_phy_offset = queue.flushed_where
             cp.physic_msg_timestamp = queue.store_timestamp or cp.physic_msg_timestamp

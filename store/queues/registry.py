@@ -362,9 +362,10 @@ class QueueRegistry:
         with self._lock:
             return {key for key, rec in self._recorded.items() if not rec.exact}
 
-    def ends(self) -> dict[Key, tuple[int, int, int]]:
+    def read_ends(self) -> dict[Key, tuple[int, int, int]]:
         """(entry count, first file's queue offset, newest message's store time) of every
-        queue, for a clean close's record (of a queue in `inexact`, a lower bound)."""
+        queue, for a clean close's record (of a queue in `inexact`, a lower bound): opens the
+        queues with units only and reads each open queue's newest record header."""
         with self._lock:
             self.open_fresh()
             out = {key: (rec.entries, rec.head, rec.newest) for key, rec in self._recorded.items()}
@@ -412,7 +413,7 @@ class QueueRegistry:
     def trim(self) -> list[tuple[Key, ConsumeQueue]]:
         """Drop the least recently used open queues past `cache` whose every byte is on disk
         (the caller holds the put lock, so none is between a reservation and its write);
-        the queues dropped, for `note_times`."""
+        the queues dropped, for `read_dropped_times`."""
         with self._lock:
             excess = len(self._open) - self.cache
             going: list[tuple[Key, ConsumeQueue]] = []
@@ -428,7 +429,7 @@ class QueueRegistry:
                                                retained=self.retained)
             return going
 
-    def note_times(self, dropped: list[tuple[Key, ConsumeQueue]]) -> None:
+    def read_dropped_times(self, dropped: list[tuple[Key, ConsumeQueue]]) -> None:
         """Remember the newest message's time of queues `trim` dropped: read from their
         files and records (a page each) without the put lock; a queue opened again meanwhile
         is left alone."""
