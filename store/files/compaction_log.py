@@ -2,8 +2,8 @@
 (store/format/compaction.py says what they hold). Read only: mqfs never writes, moves or
 deletes anything there.
 
-A queue's units are read whole at its first use and again when a compactionCq file or the
-directory changes (the broker appends, and its compaction replaces files); the records are
+A queue's units are read at its first use, and a compactionCq file again only when it
+changes (the broker appends to the newest, and its compaction replaces files); the records are
 read where a unit points, and each must be the copy the unit describes: a unit that does
 not is a CorruptionError, never another message.
 """
@@ -60,6 +60,7 @@ class CompactedQueue:
         self._lock = threading.Lock()
         self._seen: tuple | None = None
         self.units = np.zeros(0, dtype=compaction.UNIT)
+        self._read: dict[tuple[int, int, int], np.ndarray] = {}  # (start, size, mtime) -> units
         self.cq_files: list[tuple[int, int]] = []  # (name, units it serves)
         self._logs: list[tuple[int, int]] = []  # (start, size) of the compactionLog files
 
@@ -70,16 +71,21 @@ class CompactedQueue:
         with self._lock:
             if seen == self._seen:
                 return
-            parts, counts = [], []
-            for start, size, _ in cq:
-                try:
-                    raw = _read_whole(os.path.join(self.cq_dir, f"{start:020d}"), size)
-                except OSError:  # replaced by a compaction since the listing: look again next time
-                    return
-                units = np.frombuffer(raw, dtype=compaction.UNIT, count=len(raw) // compaction.UNIT_SIZE)
-                units = units[:compaction.written(units)]
+            parts, counts, read = [], [], {}
+            for start, size, mtime in cq:
+                units = self._read.get((start, size, mtime))
+                if units is None:
+                    try:
+                        raw = _read_whole(os.path.join(self.cq_dir, f"{start:020d}"), size)
+                    except OSError:  # replaced by a compaction since the listing: look again next time
+                        return
+                    units = np.frombuffer(raw, dtype=compaction.UNIT,
+                                          count=len(raw) // compaction.UNIT_SIZE)
+                    units = units[:compaction.written(units)]
+                read[(start, size, mtime)] = units
                 parts.append(units)
                 counts.append((start, len(units)))
+            self._read = read
             self.units = np.concatenate(parts) if parts else np.zeros(0, dtype=compaction.UNIT)
             self.cq_files = counts
             self._logs = [(start, size) for start, size, _ in logs]

@@ -540,6 +540,32 @@ def test_a_compaction_store_verifies_and_repair_changes_no_byte(tmp_path):
     _unchanged_by_verify_and_repair(root)
 
 
+def test_a_compacted_queue_reads_again_only_the_unit_file_that_changed(tmp_path, monkeypatch):
+    """The broker appends to the newest compactionCq file: a look after that reads that file,
+    not the queue's older files again (a queue's cost follows what changed)."""
+    from mqfs.store.files import compaction_log
+    from mqfs.store.format.flavor import ROCKETMQ
+
+    root = str(tmp_path)
+    _compaction(root)
+    queue = compaction_log.CompactedQueue(root, "Compacted", 0, ROCKETMQ)
+    queue.refresh()
+    units, files = queue.units.copy(), list(queue.cq_files)
+    assert len(files) == 3
+    read: list[str] = []
+    real = compaction_log._read_whole
+    monkeypatch.setattr(compaction_log, "_read_whole",
+                        lambda path, size: read.append(os.path.basename(path)) or real(path, size))
+    queue.refresh()
+    assert read == []
+    newest = _unit_file(root)
+    st = os.stat(newest)
+    os.utime(newest, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    queue.refresh()
+    assert read == [os.path.basename(newest)]
+    assert queue.units.tobytes() == units.tobytes() and queue.cq_files == files
+
+
 def _unit_file(root: str, q: int = 0) -> str:
     d = os.path.join(root, "compaction", "compactionCq", "Compacted", str(q))
     return os.path.join(d, sorted(os.listdir(d))[-1])
