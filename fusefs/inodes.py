@@ -3,8 +3,8 @@
 A few fixed inodes, a small table for named directories and files (topics, queues, keys,
 groups), and computed numbers for messages and key links:
 ``MSG_BIT | qidx << 40 | offset`` where qidx indexes the (small) table of queues seen so far;
-symlinks to a message add ``LINK_BIT | view << 60`` (which view: keys/, at/ or tags/ decides
-the link's target). Nothing grows with the number of messages. Files staged in `tmp/` get
+symlinks to a message add ``LINK_BIT | view << 60`` (the directory the link is in decides
+its target). Nothing grows with the number of messages. Files staged in `tmp/` get
 ``STAGED_BIT | n`` from a counter (never reused) and live only until published, removed or
 unmounted.
 """
@@ -21,7 +21,8 @@ from .errors import FsError
 
 ROOT_INO, TOPICS_INO, KEYS_INO, GROUPS_INO, STATUS_INO = 1, 2, 3, 4, 5
 (ROOT, TOPICS, KEYS, GROUPS, TOPIC, QUEUE, APPEND, JSONL, KEYDIR, GROUP, GROUP_TOPIC,
- GROUP_QUEUE, MESSAGE, LINK, TMP, STAGED, FOLLOW, STATUS, AT, TAGS, TAGDIR, LINES) = range(22)
+ GROUP_QUEUE, MESSAGE, LINK, TMP, STAGED, FOLLOW, STATUS, AT, TAGS, TAGDIR, LINES, AT_RANGE,
+ TOPIC_AT, TOPIC_AT_TIME, TOPIC_AT_RANGE) = range(26)
 
 MSG_BIT = 1 << 63
 LINK_BIT = 1 << 62
@@ -29,7 +30,9 @@ STAGED_BIT = 1 << 61
 OFFSET_BITS = 40
 QIDX_BITS = 20
 VIEW_SHIFT = OFFSET_BITS + QIDX_BITS
-KEY_VIEW, AT_VIEW, TAG_VIEW = range(3)  # what a link inode's name was found through
+# where a link inode's name was found, which decides its target: /keys/<key>/, <queue>/at/,
+# a directory below the queue's (tags/<tag>/, at/<range>/), one below the topic's at/
+KEY_VIEW, AT_VIEW, QUEUE_SUB_VIEW, TOPIC_AT_VIEW = range(4)
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 QIDX_MASK = (1 << QIDX_BITS) - 1
 

@@ -6,13 +6,26 @@ import stat
 from collections.abc import Iterator
 from itertools import islice
 
+from mqfs.store import MessageStore
+
 from .errors import FsError
-from .inodes import MSG_BIT, OFFSET_BITS, OFFSET_MASK, TAG_VIEW, Attr, Node
+from .inodes import (
+    MSG_BIT,
+    OFFSET_BITS,
+    OFFSET_MASK,
+    QUEUE_SUB_VIEW,
+    TOPIC_AT_VIEW,
+    Attr,
+    Node,
+)
+from .messages import link_attr
 from .parts import Parts
 
 QUEUE_FIXED = 8  # ".", "..", append, append.jsonl, append.lines, tmp, at, tags precede the offsets;
 # `follow` is never listed, so globs, `grep -r` and `find | xargs cat` do not block on it
 TAG_FIXED = 2  # ".", ".." precede the offsets in tags/<tag>/
+AT_FIXED = 2  # ".", ".." precede the links in at/<range>/ and a topic's at/<time>/
+TOPIC_RANGE_SHIFT = OFFSET_BITS + 1  # a topic's at/<range>/ cookie: queue's place << 41 | offset
 TAG_SCAN = 1 << 16  # ConsumeQueue units compared per step of a tags/<tag>/ search
 READDIR_BATCH = 128
 
@@ -129,7 +142,124 @@ class TagListing(Listing):
             for msg in found:
                 if msg.queue_offset > OFFSET_MASK:
                     return
-                yield (b"%d" % msg.queue_offset, parts.messages.link_attr(qidx, msg, TAG_VIEW),
+                yield (b"%d" % msg.queue_offset, parts.messages.link_attr(qidx, msg, QUEUE_SUB_VIEW),
                        msg.queue_offset + TAG_FIXED + 1)
             # a full batch may end before the scanned units do: go on after its last
             offset = found[-1].queue_offset + 1 if len(found) == READDIR_BATCH else offset + TAG_SCAN
+
+
+class LinkListing(Listing):
+    """A small directory of links whose attributes were taken at opendir (a topic's
+    at/<time>/, one link per queue)."""
+
+    def __init__(self, parts: Parts, node: Node, links: list[tuple[bytes, Attr]]):
+        super().__init__()
+        self.parts = parts
+        self.node = node
+        self.links = links
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        for i, ino in enumerate((self.node.ino, self.node.parent)):
+            if i >= start:
+                yield (b".", b"..")[i], self.parts.getattr(ino), i + 1
+        for i in range(max(start - AT_FIXED, 0), len(self.links)):
+            name, attr = self.links[i]
+            yield name, attr, i + AT_FIXED + 1
+
+
+Span = tuple[int, int | None]
+
+
+def time_span(store: MessageStore, topic: str, queue: int, since: int | None,
+              until: int | None) -> Span:
+    """Where the messages stored in [since, until] lie in a queue: the first offset to read
+    and the one to stop before, None when that is the queue's end (which moves): two
+    binary searches of the ConsumeQueue, so a range costs what it holds, not the queue."""
+    first = (store.min_offset(topic, queue) if since is None
+             else store.offset_by_time(topic, queue, since))
+    if until is None:
+        return first, None
+    stop = store.offset_by_time(topic, queue, until + 1)
+    return first, None if stop >= store.max_offset(topic, queue) else stop
+
+
+def in_span(store: MessageStore, topic: str, queue: int, since: int | None, until: int | None,
+            offset: int, stop: int | None) -> Iterator[tuple[int, int]]:
+    """(offset, store time) of the messages from offset on, before stop, whose store time is
+    in [since, until], from the queue's headers only."""
+    while offset < (store.max_offset(topic, queue) if stop is None else stop):
+        offsets, _, stamps = store.list_entries(topic, queue, offset, READDIR_BATCH)
+        if not len(offsets):
+            return
+        for off, ts in zip(offsets.tolist(), stamps.tolist()):
+            if off > OFFSET_MASK or (stop is not None and off >= stop):
+                return
+            if (since is None or ts >= since) and (until is None or ts <= until):
+                yield off, ts
+        offset = offsets[-1] + 1
+
+
+class RangeListing(Listing):
+    """A queue's at/<since>..<until>/, streamed: links named by offset; cookie = offset +
+    AT_FIXED + 1, as in a queue listing. The ends are taken at opendir; an open or future
+    end goes on to the queue's end as it grows."""
+
+    slow = True
+
+    def __init__(self, parts: Parts, node: Node, since: int | None, until: int | None):
+        super().__init__()
+        self.parts = parts
+        self.node = node
+        self.since, self.until = since, until
+        self.span = time_span(parts.store, node.topic, node.queue, since, until)
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        parts, node = self.parts, self.node
+        for i, ino in enumerate((node.ino, node.parent)):
+            if i >= start:
+                yield (b".", b"..")[i], parts.getattr(ino), i + 1
+        topic, queue = node.topic, node.queue
+        qidx = parts.nodes.qidx(topic, queue)
+        first, stop = self.span
+        for off, ts in in_span(parts.store, topic, queue, self.since, self.until,
+                               max(start - AT_FIXED, first), stop):
+            attr = link_attr(qidx, topic, queue, off, ts, QUEUE_SUB_VIEW)
+            attr.entry_timeout = 0.0
+            yield b"%d" % off, attr, off + AT_FIXED + 1
+
+
+class TopicRangeListing(Listing):
+    """A topic's at/<since>..<until>/, streamed queue by queue: links `<q>:<offset>`; cookie
+    = (queue's place in the listing << 41 | offset) + AT_FIXED + 1. Each queue's span is
+    searched when the listing gets to it."""
+
+    slow = True
+
+    def __init__(self, parts: Parts, node: Node, since: int | None, until: int | None):
+        super().__init__()
+        self.parts = parts
+        self.node = node
+        self.since, self.until = since, until
+        self.queues = parts.store.queue_ids(node.topic)
+        self.spans: dict[int, Span] = {}
+
+    def entries(self, start: int) -> Iterator[Entry]:
+        parts, node = self.parts, self.node
+        for i, ino in enumerate((node.ino, node.parent)):
+            if i >= start:
+                yield (b".", b"..")[i], parts.getattr(ino), i + 1
+        at = max(start - AT_FIXED, 0)
+        place, resume = at >> TOPIC_RANGE_SHIFT, at & ((1 << TOPIC_RANGE_SHIFT) - 1)
+        store, topic = parts.store, node.topic
+        for i in range(place, len(self.queues)):
+            q = self.queues[i]
+            span = self.spans.get(i)
+            if span is None:
+                span = self.spans[i] = time_span(store, topic, q, self.since, self.until)
+            first, stop = span
+            qidx = parts.nodes.qidx(topic, q)
+            for off, ts in in_span(store, topic, q, self.since, self.until,
+                                   max(resume if i == place else 0, first), stop):
+                attr = link_attr(qidx, topic, q, off, ts, TOPIC_AT_VIEW)
+                attr.entry_timeout = 0.0
+                yield b"%d:%d" % (q, off), attr, (i << TOPIC_RANGE_SHIFT | off) + AT_FIXED + 1

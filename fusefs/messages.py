@@ -21,7 +21,8 @@ from .inodes import (
     AT_VIEW,
     LINK_BIT,
     MSG_BIT,
-    TAG_VIEW,
+    QUEUE_SUB_VIEW,
+    TOPIC_AT_VIEW,
     Attr,
     Node,
     NodeTable,
@@ -41,9 +42,19 @@ def link_target(view: int, topic: str, queue: int, offset: int) -> bytes:
     """Relative targets, so the links work wherever the store is mounted."""
     if view == AT_VIEW:
         return b"../%d" % offset  # from <queue>/at/
-    if view == TAG_VIEW:
-        return b"../../%d" % offset  # from <queue>/tags/<tag>/
+    if view == QUEUE_SUB_VIEW:
+        return b"../../%d" % offset  # from <queue>/tags/<tag>/ and <queue>/at/<range>/
+    if view == TOPIC_AT_VIEW:
+        return b"../../%d/%d" % (queue, offset)  # from <topic>/at/<time>/ and /at/<range>/
     return f"../../topics/{topic_entry(topic)}/{queue}/{offset}".encode()
+
+
+def link_attr(qidx: int, topic: str, queue: int, offset: int, store_ms: int, view: int) -> Attr:
+    """A link's attributes from its message's place and store time (what a listing has from
+    the queue's headers, without decoding the record)."""
+    target = link_target(view, topic, queue, offset)
+    return Attr(link_ino(qidx, offset, view), stat.S_IFLNK | 0o777, len(target),
+                store_ms * 1_000_000)
 
 
 class Messages:
@@ -88,9 +99,8 @@ class Messages:
         return attr
 
     def link_attr(self, qidx: int, msg: StoredMessage, view: int) -> Attr:
-        target = link_target(view, msg.topic, msg.queue_id, msg.queue_offset)
-        return Attr(link_ino(qidx, msg.queue_offset, view), stat.S_IFLNK | 0o777, len(target),
-                    msg.store_timestamp * 1_000_000)
+        return link_attr(qidx, msg.topic, msg.queue_id, msg.queue_offset, msg.store_timestamp,
+                         view)
 
     def getattr(self, ino: int) -> Attr:
         """Attributes of a message or link inode."""
@@ -135,7 +145,7 @@ class Messages:
     def path(self, ino: int) -> str:
         is_link, qidx, offset = split_ino(ino)
         q = self.nodes.queue_at(qidx)
-        return f"/topics/{q.topic}/{q.queue}/{offset}" + (" (key link)" if is_link else "")
+        return f"/topics/{q.topic}/{q.queue}/{offset}" + (" (link)" if is_link else "")
 
     def xattrs(self, ino: int) -> dict[bytes, bytes]:
         return {} if ino & LINK_BIT else message_xattrs(self.message(ino))

@@ -21,6 +21,7 @@ from ..inodes import (
     STATUS,
     STATUS_INO,
     TOPIC,
+    TOPIC_AT,
     TOPICS,
     TOPICS_INO,
     Attr,
@@ -130,9 +131,13 @@ class Topics(MovingDir):
 
 
 class Topic(MovingDir):
+    """/topics/<t>: its queues, and at/ (not listed: globs over a topic's entries find queues)."""
+
     kind = TOPIC
 
     def lookup(self, node: Node, name: bytes) -> Attr:
+        if name == b"at":
+            return self.parts.node_attr(self.parts.nodes.child(node, TOPIC_AT, "at"))
         q = self.existing_queue(node.topic, name)
         return self.parts.node_attr(self.parts.nodes.queue(node.topic, q))
 

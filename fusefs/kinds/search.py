@@ -1,4 +1,4 @@
-"""The views that search the store's indexes: a queue's at/ and tags/, and /keys.
+"""The views that search the store's indexes: a queue's tags/, and /keys (at/ is `at.py`).
 Their lookups may wait for the disk, so the adapter runs them in worker threads."""
 
 from __future__ import annotations
@@ -10,13 +10,11 @@ from mqfs.store import StoredMessage
 
 from ..errors import FsError
 from ..inodes import (
-    AT,
-    AT_VIEW,
     KEY_VIEW,
     KEYDIR,
     KEYS,
     KEYS_INO,
-    TAG_VIEW,
+    QUEUE_SUB_VIEW,
     TAGDIR,
     TAGS,
     Attr,
@@ -27,7 +25,6 @@ from ..inodes import (
 )
 from ..keynames import name_key
 from ..listings import TAG_SCAN, Listing, TagListing
-from ..timenames import parse_time
 from ..topicnames import TopicNames, link_entry, topic_named
 from .base import Kind
 from .queue import InQueue
@@ -48,27 +45,6 @@ class SearchedDir(Search):
     def attr(self, node: Node) -> Attr:
         return Attr(node.ino, self.mode, 0, self.parts.started_ns, 2, SEARCHED_DIR_TIMEOUT,
                     SEARCHED_DIR_TIMEOUT)
-
-
-class At(InQueue, Search):
-    """<queue>/at/<time>: a link to the first message stored at or after the time."""
-
-    kind = AT
-    tail = "/at"
-
-    def lookup(self, node: Node, name: bytes) -> Attr:
-        """ENOENT when no message is stored at or after the time yet; never cached, since
-        the answer for a time still to come will change."""
-        when = parse_time(name)
-        topic, queue = node.topic, node.queue
-        store, messages = self.parts.store, self.parts.messages
-        offset = store.offset_by_time(topic, queue, when)
-        if offset >= store.max_offset(topic, queue):
-            raise FsError(errno.ENOENT)
-        attr = messages.link_attr(self.parts.nodes.qidx(topic, queue),
-                                  messages.get(topic, queue, offset), AT_VIEW)
-        attr.entry_timeout = attr.attr_timeout = 0.0
-        return attr
 
 
 class Tags(InQueue, Search):
@@ -114,7 +90,7 @@ class TagDir(InQueue, SearchedDir):
         if msg.tags != node.key:
             raise FsError(errno.ENOENT)
         return self.parts.messages.link_attr(self.parts.nodes.qidx(node.topic, node.queue), msg,
-                                          TAG_VIEW)
+                                          QUEUE_SUB_VIEW)
 
     def listing(self, node: Node) -> Listing:
         return TagListing(self.parts, node)

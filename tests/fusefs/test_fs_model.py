@@ -603,8 +603,11 @@ def test_every_kind_of_node_has_one_class_that_names_its_path(model):
              (*queue, "follow"): "/topics/orders/1/follow", (*queue, "tmp"): "/topics/orders/1/tmp",
              (*queue, "at"): "/topics/orders/1/at", (*queue, "tags"): "/topics/orders/1/tags",
              (*queue, "tags", "TagA"): "/topics/orders/1/tags/TagA",
-             (*queue, "tags", "TagA", "2"): "/topics/orders/1/2 (key link)",
-             ("keys", "k1"): "/keys/k1", ("keys", "k1", "orders:1:0"): "/topics/orders/1/0 (key link)",
+             (*queue, "tags", "TagA", "2"): "/topics/orders/1/2 (link)",
+             (*queue, "at", "0..now"): "/topics/orders/1/at/0..now",
+             (*queue[:2], "at"): "/topics/orders/at", (*queue[:2], "at", "0"): "/topics/orders/at/0",
+             (*queue[:2], "at", "-1w.."): "/topics/orders/at/-1w..",
+             ("keys", "k1"): "/keys/k1", ("keys", "k1", "orders:1:0"): "/topics/orders/1/0 (link)",
              ("groups", "g"): "/groups/g", ("groups", "g", "orders"): "/groups/g/orders",
              ("groups", "g", "orders", "1"): "/groups/g/orders/1"}
     seen = set()
@@ -752,3 +755,82 @@ def test_the_slow_question_opens_no_queue_and_sends_its_first_use_to_a_worker(tm
         assert not s.needs_first_use("orders", 1) and not model.lookup_slow(queue, b"0")
         assert not model.getattr_slow(queue) and not model.lookup_slow(topic, b"1")
         assert model.getattr_slow(topic)  # queue 0 is still to be opened
+
+
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+@pytest.fixture
+def timed(tmp_path):
+    """Topic T: queue 0 one message a second from T0 (0..9), queue 1 one a second from
+    T0 + 500 (0..4), queue 2 none."""
+    with MessageStore(str(tmp_path / "timed"), small()) as s:
+        s.create_topic("T", 3)
+        for at in range(0, 10_000, 500):  # store times never go back: in time order
+            q, i = at % 1000 // 500, at // 1000
+            if q == 0 or i < 5:
+                s.clock = lambda at=at: T0 + at
+                s.put(Message.create("T", b"%d-%d" % (q, i), queue_id=q))
+        yield Model(s)
+
+
+def links(model: Model, ino: int, per_call: int = 2) -> dict[bytes, bytes]:
+    """name -> target of a listing of links, read a few entries per call."""
+    names = consume(model.listing(ino), per_call)
+    assert names[:2] == [b".", b".."]
+    return {name: model.readlink(model.lookup(ino, name).ino) for name in names[2:]}
+
+
+def test_a_topic_at_a_time_links_each_queue_to_its_first_message_at_or_after_it(timed):
+    model = timed
+    topic = walk(model, "topics", "T")
+    assert [n for n, _ in model.kinds[model.kind(topic)].children(model.nodes.get(topic))] == \
+        [b"0", b"1", b"2"]  # at/ is not listed: a topic's entries are its queues
+    at = model.lookup(topic, b"at").ino
+    assert list(model.listing(at).entries(2)) == []
+    assert links(model, model.lookup(at, b"%d" % (T0 + 3000)).ino) == \
+        {b"0": b"../../0/3", b"1": b"../../1/3"}
+    later = model.lookup(at, b"%d" % (T0 + 5000)).ino
+    assert links(model, later) == {b"0": b"../../0/5"}  # queue 1 has nothing that late
+    assert errno_of(model.lookup, later, b"1") == errno.ENOENT
+    assert errno_of(model.lookup, later, b"2") == errno.ENOENT
+    assert errno_of(model.lookup, at, b"%d" % (T0 + 9001)) == errno.ENOENT
+    assert errno_of(model.lookup, at, b"soon") == errno.EINVAL
+    assert links(model, model.lookup(at, b"-100000d").ino) == {b"0": b"../../0/0", b"1": b"../../1/0"}
+    attr = model.lookup(later, b"0")
+    assert attr.entry_timeout == 0 and model.lookup(at, b"-100000d").entry_timeout == 0
+    assert all(a.entry_timeout == 0 for _, a, _ in model.listing(later).entries(2))
+    # the answer moves with the store: a message arriving now shows under the same name
+    model.store.clock = lambda: T0 + 9500
+    model.put([Message.create("T", b"late", queue_id=2)])
+    assert links(model, later) == {b"0": b"../../0/5", b"2": b"../../2/0"}
+
+
+def test_a_time_range_lists_the_messages_stored_in_it(timed):
+    model = timed
+    q0 = walk(model, "topics", "T", "0", "at")
+
+    def rng(at: int, since: int | str, until: int | str) -> dict[bytes, bytes]:
+        name = f"{since if since == '' else T0 + since}..{until if until == '' else T0 + until}"
+        return links(model, model.lookup(at, name.encode()).ino)
+
+    assert rng(q0, 2000, 4000) == {b"2": b"../../2", b"3": b"../../3", b"4": b"../../4"}
+    assert rng(q0, "", 1000) == {b"0": b"../../0", b"1": b"../../1"}  # both ends inclusive
+    assert rng(q0, 8000, "") == {b"8": b"../../8", b"9": b"../../9"}
+    assert rng(q0, 20_000, "") == {} and rng(q0, 2001, 2999) == {}
+    d = model.lookup(q0, b"%d..%d" % (T0 + 2000, T0 + 4000)).ino
+    assert errno_of(model.lookup, d, b"5") == errno.ENOENT  # stored, but not in the range
+    assert errno_of(model.lookup, d, b"03") == errno.ENOENT
+    assert errno_of(model.lookup, q0, b"%d..%d" % (T0 + 4000, T0 + 2000)) == errno.EINVAL
+    assert errno_of(model.lookup, q0, b"-1h..soon") == errno.EINVAL
+    assert errno_of(model.lookup, q0, b"...") == errno.EINVAL
+    assert model.path(d) == f"/topics/T/0/at/{T0 + 2000}..{T0 + 4000}"
+    topic_at = walk(model, "topics", "T", "at")
+    assert rng(topic_at, 3000, 4000) == {b"0:3": b"../../0/3", b"0:4": b"../../0/4",
+                                         b"1:3": b"../../1/3"}
+    whole = rng(topic_at, -T0, "")  # `0..` (`..` alone is the parent directory)
+    assert len(whole) == 15 and whole[b"1:4"] == b"../../1/4"
+    r = model.lookup(topic_at, b"%d.." % (T0 + 4000)).ino
+    for bad in (b"1:3", b"0:3", b"3", b"x:4", b"7:4"):
+        assert errno_of(model.lookup, r, bad) == errno.ENOENT, bad
+    assert model.readlink(model.lookup(r, b"1:4").ino) == b"../../1/4"
