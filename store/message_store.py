@@ -19,7 +19,7 @@ from collections.abc import Callable
 from .batch_reads import BatchReads
 from .config import StoreConfig, parse_delay_levels
 from .crash_points import crash_point
-from .errors import InvalidMessage, NotFound, StoreError, StoreFormatError, UnsupportedFeature
+from .errors import InvalidMessage, NotFound, StoreError, UnsupportedFeature
 from .files import safefs
 from .files.checkpoint import Checkpoint
 from .files.commitlog import CommitLog
@@ -70,11 +70,7 @@ def _after_journal(exc: StoreError, repair_ends: dict[tuple[str, int], int] | No
                    ) -> StoreError:
     """An open's refusal, saying so when an interrupted repair's file steps ran before it
     (a line that says "nothing was changed" must be true)."""
-    if repair_ends is None:
-        return exc
-    return type(exc)(str(exc).replace(
-        "nothing was changed", "nothing more was changed (the interrupted repair's file steps "
-        f"were done; {repair_journal.NAME} keeps the rest)"))
+    return exc if repair_ends is None else repair_journal.after_steps(exc)
 
 
 class MessageStore(StoreReads, StoreWrites):
@@ -115,22 +111,27 @@ class MessageStore(StoreReads, StoreWrites):
         refusal = None if read_only or fresh else self.features.refusal()
         if refusal is not None:
             raise UnsupportedFeature(refusal)
-        repair_ends = repair_journal.finish_files_before_open(self.root, read_only)
-        found = inspect(self.root, self._requested)
-        if found.problem and not read_only:
-            raise _after_journal(StoreFormatError(found.problem), repair_ends)
-        self.config = cfg = found.config
+        self._lock_file = StoreLock(self.root)
+        # a read-only open takes no lock: it changes nothing and must not keep a broker or a
+        # daemon from writing the store it shows (store/services/live.py follows what they add)
+        self._lock_file.acquire(live=read_only)
+        try:  # every refusal it can make before its first change, then a repair's file steps
+            if read_only:
+                repair_journal.refuse_read_only(self.root)
+                self.config, repair_ends = inspect(self.root, self._requested).config, None
+                self.config.validate()
+            else:
+                self.config, repair_ends = repair_journal.settle_for_open(self.root, self._requested)
+        except BaseException:
+            self._lock_file.release()
+            raise
+        cfg = self.config
         self.recovery, self._log_proof, self._scrub, self.live = None, None, None, None
-        cfg.validate()
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self.compaction = CompactionViews(
             self.root, frozenset() if cfg.all_versions else
             features.topics_of(self.features, features.COMPACTION), self.flavor,
             features.policies_unknown(self.root, self.features))
-        self._lock_file = StoreLock(self.root)
-        # a read-only open takes no lock: it changes nothing and must not keep a broker or a
-        # daemon from writing the store it shows (store/services/live.py follows what they add)
-        self._lock_file.acquire(live=read_only)
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:

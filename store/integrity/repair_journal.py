@@ -5,7 +5,7 @@ says what the repair will do (manifest, renames, filler records, the new CommitL
 every queue end the repair must keep (offsets given out, even those of messages lost to
 damage), and which step it is at. Every step can run again from wherever a crash stopped it,
 so whoever comes next, a repair or a read-write open, rolls the journal forward:
-`finish_files` does the file steps, the open rebuilds ConsumeQueues and IndexFiles from the
+`settle_for_open` does the file steps, the open rebuilds ConsumeQueues and IndexFiles from the
 CommitLog, keeps the journal's queue ends taken and then `remove`s the journal. Until then a
 read-only open refuses: the files are half-way between two states.
 """
@@ -25,12 +25,12 @@ from ..crash_points import crash_point
 from ..errors import InvalidMessage, StoreError, StoreFormatError
 from ..files import quarantine, safefs
 from ..files.json_file import read_json, write_json
-from ..files.lock import StoreLock
 from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
 from ..format import codec, layout, message
 from ..format.flavor import flavor_named
 from ..meta.log_start import record_min_offset
-from ..meta.manifest import inspect, write_manifest
+from ..meta.manifest import inspect, manifest_path, write_manifest
+from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import kept_ends
 from .salvage import Damage
 
@@ -42,6 +42,7 @@ STEPS = ("manifest", "rename-out", "rename-in", "fillers", "head", "derived")
 _DERIVED = ("consumequeue", "index", "checkpoint", os.path.join("config", "dispatchState.json"),
             os.path.join("config", "queueCuts.json"), os.path.join("config", "queueEnds.log"),
             "abort")
+Ends = dict[tuple[str, int], int]  # queue -> the end its rebuild must keep taken
 _FIX = "nothing was changed; restore it from a backup of the journal or ask for help"
 # steps run again whatever step the journal is at: what they write (mqfs.json, retention.json)
 # is not among what `check` fingerprints, and a restore from a backup over the directory puts
@@ -297,37 +298,66 @@ def check(root: str, journal: Journal) -> None:
                               else "") + "its filler record")
 
 
-def finish_files(root: str) -> dict[tuple[str, int], int]:
-    """Roll an interrupted repair forward up to the rebuild of the derived files (under the
-    store's lock), once `check` finds it belongs to the store as it is; returns the queue
-    ends the rebuild must keep."""
-    lock = StoreLock(root)
-    lock.acquire()
-    try:
-        journal = load(root)
+def _run_steps(root: str, journal: Journal) -> Ends:
+    """Every step from the journal's (and those run again whatever its step)."""
+    at = STEPS.index(journal.step)
+    for i, step in enumerate(STEPS):
+        if i < at and step not in _REDONE:
+            continue  # done, and `check` found its bytes in place
+        if i > at:
+            journal.step = step
+            save(root, journal)
+        _STEP_RUNNERS[step](root, journal)
+    return journal.queue_ends
+
+
+def settle_for_open(root: str, requested: StoreConfig) -> tuple[StoreConfig, Ends | None]:
+    """For a read-write open that holds the store's lock: everything it can refuse for before
+    its first change, then an interrupted repair's file steps. Returns the config to open
+    with and the queue ends the rebuild must keep (None when no repair is pending). A refusal
+    before the steps changes nothing (the journal is checked against the store, the manifest
+    as the steps leave it, the config files the open reads); one after them (the manifest
+    as written, a damage the steps did not cover, found by recovery) says the steps ran."""
+    journal = load(root) if pending(root) else None
+    if journal is not None:
         check(root, journal)
-        at = STEPS.index(journal.step)
-        for i, step in enumerate(STEPS):
-            if i < at and step not in _REDONE:
-                continue  # done, and `check` found its bytes in place
-            if i > at:
-                journal.step = step
-                save(root, journal)
-            _STEP_RUNNERS[step](root, journal)
-        return journal.queue_ends
-    finally:
-        lock.release()
+    found = inspect(root, requested)
+    rewritten = journal is not None and journal.manifest and found.rewrite
+    if found.problem and not rewritten:
+        raise StoreFormatError(found.problem)
+    if not rewritten:
+        found.config.validate()
+    if journal is None:
+        return found.config, None
+    broker = not os.path.lexists(manifest_path(root))  # read as the open will read them
+    TopicTable(root, keep_bak=broker)
+    ConsumerOffsets(root, keep_bak=broker)
+    kept_ends.read(root)
+    ends = _run_steps(root, journal)
+    found = inspect(root, requested)
+    if found.problem:
+        raise after_steps(StoreFormatError(found.problem))
+    try:
+        found.config.validate()
+    except StoreError as exc:
+        raise after_steps(exc) from None
+    return found.config, ends
 
 
-def finish_files_before_open(root: str, read_only: bool) -> dict[tuple[str, int], int] | None:
-    """For an open: an interrupted repair's file steps, before anything reads the files; the
-    queue ends its rebuild must keep, or None when no repair is pending."""
-    if not pending(root):
-        return None
-    if read_only:
+def after_steps(exc: StoreError) -> StoreError:
+    """An open's refusal after it did an interrupted repair's file steps, saying so (a line
+    that says "nothing was changed" must be true)."""
+    done = f"the interrupted repair's file steps were done; {NAME} keeps the rest"
+    text = str(exc)
+    return type(exc)(text.replace("nothing was changed", f"nothing more was changed ({done})")
+                     if "nothing was changed" in text else f"{text} ({done})")
+
+
+def refuse_read_only(root: str) -> None:
+    """A read-only open refuses a store an interrupted repair left half-way."""
+    if pending(root):
         raise StoreError(f"{root} holds an interrupted repair ({NAME}); nothing was changed: "
                          f"run `mqfs repair {root}` (or open it read-write) to finish it")
-    return finish_files(root)
 
 
 def finish_rebuild(root: str, ends: dict[tuple[str, int], int],

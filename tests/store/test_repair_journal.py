@@ -348,21 +348,52 @@ def test_a_restore_that_undid_the_manifest_step_has_it_written_again(tmp_path):
     assert not os.path.exists(os.path.join(root, NAME)) and verify_store(root).ok
 
 
-def test_an_open_refused_after_finishing_a_journal_says_what_it_did(tmp_path):
-    """A read-write open finishes an interrupted repair's file steps before it reads the
-    manifest; when mqfs.json is then refused, the line says those steps were done (they
-    moved the derived files to quarantine/), not "nothing was changed"."""
-    root = str(tmp_path / "s")
-    results = _store(root)
-    _flip_body(root, results[25])
-    assert run_repair(root, "repair.move:1").returncode == 137
+def _wrong_flavor(root: str) -> None:
     manifest = os.path.join(root, "mqfs.json")
     with open(manifest) as f:
         data = json.load(f)
     data["flavor"] = "rocketmq" if data["flavor"] == "xxhash" else "xxhash"
     with open(manifest, "w") as f:
         json.dump(data, f)
-    with pytest.raises(StoreError, match="says flavor") as refused:
+
+
+def _damaged_json(name: str):
+    def damage(root: str) -> None:
+        with open(os.path.join(root, "config", name), "w") as f:
+            f.write("{not json")
+    return damage
+
+
+REFUSALS = {"manifest-flavor": (_wrong_flavor, "says flavor", "mqfs.json"),  # not a journal step
+            "topics-json": (_damaged_json("topics.json"), "topics.json", "config/topics.json"),
+            "kept-ends": (_damaged_json("keptQueueEnds.json"), "keptQueueEnds.json",
+                          "config/keptQueueEnds.json")}
+
+
+@pytest.mark.parametrize("why", sorted(REFUSALS))
+def test_an_open_that_refuses_takes_no_step_of_an_interrupted_repair_first(tmp_path, why):
+    """A read-write open checks everything it can refuse for before it rolls an interrupted
+    repair forward: a refusal (a manifest the journal does not rewrite, a damaged config
+    file the open reads) leaves every file as it was and says "nothing was changed"; once
+    the cause is gone the next open finishes the repair. Before, the open did the journal's
+    file steps first (the derived files went to quarantine/) and then refused."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[25])
+    assert run_repair(root, "repair.move:1").returncode == 137
+    damage, said, damaged = REFUSALS[why]
+    path = os.path.join(root, damaged)
+    kept = open(path, "rb").read() if os.path.exists(path) else None
+    damage(root)
+    before = store_state(root)
+    with pytest.raises(StoreError, match=said) as refused:
         MessageStore(root, _config(), create=False).open()
-    assert "nothing more was changed (the interrupted repair's file steps were done" \
-        in str(refused.value)
+    assert "\n" not in str(refused.value) and "nothing more was changed" not in str(refused.value)
+    assert store_state(root) == before
+    if kept is None:
+        os.unlink(path)
+    else:
+        with open(path, "wb") as f:
+            f.write(kept)
+    _serves_all(root, results, lost={25})
+    assert not os.path.exists(os.path.join(root, NAME)) and verify_store(root).ok
