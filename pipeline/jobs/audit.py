@@ -39,12 +39,14 @@ from mqfs.store.format.layout import (
     gather,
 )
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.integrity.verify import store_problems
 from mqfs.store.offline.views import (
     UNIT_SIZE,
     QueueReader,
     StoreLayout,
     build_key,
     commitlog_files,
+    index_file_size,
     index_files,
     map_readonly,
     queues,
@@ -196,8 +198,21 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     return f
 
 
+def _whole_store(root: str) -> Finding:
+    """What verify finds wrong with the store as a whole (its manifest, an interrupted repair,
+    a damaged config file): the same answer as verify's on the same store."""
+    f = Finding("store")
+    for text in store_problems(root):
+        f.bad(text)
+    return f
+
+
 def check_index(layout: StoreLayout, path: str, live: bool = False) -> Finding:
     f = Finding(f"index {path.rsplit('/', 1)[-1]}")
+    size = index_file_size(layout.index_slots, layout.index_entries)
+    if os.path.getsize(path) != size:  # as verify: another store's, or sizes the manifest lost
+        f.bad(f"is {os.path.getsize(path)} bytes, not the configured size ({size})")
+        return f
     flavor = layout.checked_flavor
     view = read_index_file(path, layout.index_slots)
     e = view.entries
@@ -261,6 +276,7 @@ def run(spark: SparkSession, store: str) -> dict:
     findings = (spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(check).collect()
                 if tasks else [])
     findings.append(_commitlog_gaps(layout))
+    findings.append(_whole_store(layout.root))
     totals = _totals(spark, layout, findings, live)
     findings.append(totals)
     problems = [p for f in findings for p in f.problems]

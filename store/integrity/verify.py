@@ -390,15 +390,8 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     except StoreFormatError as exc:
         report.problem(str(exc))
         return report
-    if found.problem:
-        report.problem(found.problem)
-    if repair_journal.pending(root):
-        report.problem(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
-                       "(or a read-write open) finishes it")
-    for name in repair_journal.orphans(root):
-        report.problem(f"commitlog/{name} is a CommitLog file an interrupted repair left under "
-                       "a temporary name: its records are not served")
-    _check_config(root, report)
+    for text in _whole_store(root, found.problem):
+        report.problem(text)
     used = features.recognise(root)  # layouts of the broker's own: never taken for damage
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
@@ -454,8 +447,26 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     return report
 
 
-def _check_config(root: str, report: VerifyReport) -> None:
-    """The config files an open reads: each damaged one is a problem naming the file."""
+def store_problems(root: str) -> list[str]:
+    """What verify finds wrong with the store as a whole, apart from its records and derived
+    files: its manifest, an interrupted repair, a damaged config file. `pipeline audit`
+    reports these too, so that the two give the same answer on the same store."""
+    try:
+        found = inspect(root)
+    except StoreFormatError as exc:
+        return [str(exc)]
+    return _whole_store(root, found.problem)
+
+
+def _whole_store(root: str, manifest_problem: str | None) -> list[str]:
+    out = [manifest_problem] if manifest_problem else []
+    if repair_journal.pending(root):
+        out.append(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
+                   "(or a read-write open) finishes it")
+    for name in repair_journal.orphans(root):
+        out.append(f"commitlog/{name} is a CommitLog file an interrupted repair left under "
+                   "a temporary name: its records are not served")
+    # the config files an open reads: each damaged one is a problem naming the file
     checks = (lambda: TopicTable(root), lambda: ConsumerOffsets(root),
               lambda: dispatch_state.read(root), lambda: queue_cuts.read(root),
               lambda: recorded_min_offset(root))
@@ -463,7 +474,8 @@ def _check_config(root: str, report: VerifyReport) -> None:
         try:
             check()
         except StoreFormatError as exc:
-            report.problem(str(exc))
+            out.append(str(exc))
+    return out
 
 
 def _check_names(root: str, cl: CommitLog, flavor, report: VerifyReport) -> None:

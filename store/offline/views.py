@@ -22,6 +22,7 @@ from ..errors import StoreFormatError, UntrustedStore
 from ..files import safefs
 from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
+from ..files.index_file import index_file_size as index_file_size  # published: a reader checks a file's size
 from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
 from ..files.time_search import search_time
 from ..format.flavor import Flavor, flavor_named

@@ -1,8 +1,9 @@
 """The pipeline's audit and rebuild agree with the store on repaired stores (issue 33, item 5).
 
 For every corruption kind the crash tiers know (T5's), after `repair`: `pipeline audit` and
-`verify` give the same answer (before, audit counted a lost message's filler unit as a
-problem). The repaired store (fillers for lost messages, kept queue ends) is then rebuilt by
+`verify` give the same answer, before the repair as after it (before, audit counted a lost
+message's filler unit as a problem, and found nothing wrong with a store whose manifest or
+config file is damaged, or crashed on IndexFiles of sizes a lost manifest no longer told). The repaired store (fillers for lost messages, kept queue ends) is then rebuilt by
 `pipeline rebuild`: every message is copied (a dump of every queue, lost messages reading as
 EIO, is the same), the result passes verify and audit, and nothing in it is readable by
 others. The kinds that damage records, units or index entries go into one store together
@@ -96,6 +97,7 @@ def _repaired_then_rebuilt(spark, tmp_path, c: _Case) -> dict:
 @pytest.mark.parametrize("kind", WHOLE_STORE)
 def test_a_store_damaged_whole_is_repaired_audited_as_verified_and_rebuilt(tmp_path, spark, kind):
     c = _damaged(tmp_path, kind)
+    assert not _agree(spark, c.root)  # before repair too (a bad manifest: audit found nothing)
     if kind in REFUSED:
         with pytest.raises(StoreError):
             apply_repair(plan_repair(c.root))
@@ -114,6 +116,7 @@ def test_records_units_and_index_entries_damaged_every_way_at_once(tmp_path, spa
         _mutate(c)
         assert file_hashes(c.root) != before, f"{kind} changed nothing"
         lost[kind] = c.damaged - had
+    assert not _agree(spark, c.root)
     dumped = _repaired_then_rebuilt(spark, tmp_path, c)
     for kind, keys in lost.items():
         for key in keys:
