@@ -3,7 +3,8 @@
 For every corruption kind the crash tiers know (T5's), after `repair`: `pipeline audit` and
 `verify` give the same answer, before the repair as after it (before, audit counted a lost
 message's filler unit as a problem, and found nothing wrong with a store whose manifest or
-config file is damaged, or crashed on IndexFiles of sizes a lost manifest no longer told). The repaired store (fillers for lost messages, kept queue ends) is then rebuilt by
+config file is damaged, or crashed on IndexFiles of sizes a lost manifest no longer told). The repaired store
+(fillers for lost messages, kept queue ends) is then rebuilt by
 `pipeline rebuild`: every message is copied (a dump of every queue, lost messages reading as
 EIO, is the same), the result passes verify and audit, and nothing in it is readable by
 others. The kinds that damage records, units or index entries go into one store together
