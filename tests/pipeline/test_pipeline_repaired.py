@@ -1,15 +1,15 @@
 """The pipeline's audit and rebuild agree with the store on repaired stores (issue 33, item 5).
 
-For every corruption kind the crash tiers know (T5's), after `repair`: `pipeline audit` and
-`verify` give the same answer, before the repair as after it (before, audit counted a lost
-message's filler unit as a problem, and found nothing wrong with a store whose manifest or
-config file is damaged, or crashed on IndexFiles of sizes a lost manifest no longer told). The repaired store
-(fillers for lost messages, kept queue ends) is then rebuilt by
-`pipeline rebuild`: every message is copied (a dump of every queue, lost messages reading as
-EIO, is the same), the result passes verify and audit, and nothing in it is readable by
-others. The kinds that damage records, units or index entries go into one store together
-(each its own message), so their Spark jobs run once; a kind that damages the whole store
-(its manifest, its config, its set of files) gets a store of its own."""
+For every corruption kind the crash tiers know (T5's), before `repair` and after it:
+`pipeline audit` and `verify` give the same answer (before, audit counted a lost message's
+filler unit as a problem, found nothing wrong with a store whose manifest or config file is
+damaged, and crashed on IndexFiles of sizes a lost manifest no longer told). The repaired
+store (fillers for lost messages, kept queue ends) is then rebuilt by `pipeline rebuild`:
+every message is copied (a dump of every queue, lost messages reading as EIO, is the same),
+the result passes verify and audit, and nothing in it is readable by others. The kinds that
+damage records, units or index entries go into one store together (each its own message),
+so their Spark jobs run once; a kind that damages the whole store (its manifest, its config,
+its set of files) gets a store of its own."""
 
 import os
 import stat
