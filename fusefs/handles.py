@@ -112,14 +112,14 @@ class TextHandle(Handle):
 
 
 @dataclass
-class OffsetHandle(Handle):
+class OffsetHandle(Handle, Generic[T]):
     """A group's offset file: its text at open; a written offset is committed (in a
-    worker thread) when its line is complete, or at the commit."""
+    worker thread) when its line is complete, or at the commit, which gives the new text."""
 
     ino: int
     text: bytes
-    writer: OffsetWriter | None
-    commit_offset: Callable[[int], None]
+    writer: OffsetWriter[T] | None
+    commit_offset: Callable[[T], bytes]
 
     async def read(self, run: Runner, off: int, size: int) -> bytes:
         return self.text[off:off + size]
@@ -138,9 +138,8 @@ class OffsetHandle(Handle):
             if offset is not None:
                 await self._commit(run, offset)
 
-    async def _commit(self, run: Runner, offset: int) -> None:
-        await run.thread(self.commit_offset, offset)
-        self.text = b"%d\n" % offset
+    async def _commit(self, run: Runner, offset: T) -> None:
+        self.text = await run.thread(self.commit_offset, offset)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import io
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import orjson
 
@@ -30,6 +31,7 @@ from .keynames import SURELY_FITS, check_key
 from .spool import Budget, Spool
 
 MAX_OFFSET_TEXT = 64
+R = TypeVar("R")
 
 
 class Writer:
@@ -241,17 +243,18 @@ def parse_line(line: bytes, topic: str, queue: int, limit: int) -> Message:
     return msg
 
 
-class OffsetWriter(Writer):
+class OffsetWriter(Writer, Generic[R]):
     """Text written to a group offset file: a decimal offset, `earliest`, `latest` or
-    `@TIME`; `resolve` turns the text into the offset to commit or refuses it (FsError)."""
+    `@TIME`; `resolve` turns the text into what to commit (an offset; a topic's `all`: one
+    per queue) or refuses it (FsError)."""
 
-    def __init__(self, resolve: Callable[[str], int]) -> None:
+    def __init__(self, resolve: Callable[[str], R]) -> None:
         self.resolve = resolve
         self.buf = bytearray()
         self.dirty = False
 
-    def write(self, off: int, data: bytes) -> int | None:
-        """The offset to commit when this write completes a line, else None."""
+    def write(self, off: int, data: bytes) -> R | None:
+        """What to commit when this write completes a line, else None."""
         self.check()
         end = off + len(data)
         if end > MAX_OFFSET_TEXT or not data.isascii():
@@ -263,8 +266,8 @@ class OffsetWriter(Writer):
         self.dirty = True
         return self.take() if b"\n" in data else None
 
-    def take(self) -> int | None:
-        """The offset to commit, or None when nothing was written since the last take."""
+    def take(self) -> R | None:
+        """What to commit, or None when nothing was written since the last take."""
         self.check()
         if not self.dirty:
             return None

@@ -2,11 +2,11 @@
 
 from .at import At, AtRange, TopicAt, TopicAtRange, TopicAtTime
 from .base import Kind
-from .groups import Group, GroupQueue, Groups, GroupTopic
+from .groups import Group, GroupAll, GroupQueue, Groups, GroupTopic
 from .queue import Append, Follow, Jsonl, Lines, Queue, Tmp
 from .root import Root, Status, Topic, Topics
 from .search import KeyDir, Keys, TagDir, Tags
 
 KINDS: tuple[type[Kind], ...] = (Root, Status, Topics, Topic, Queue, Append, Jsonl, Lines, Follow, Tmp,
                                  At, AtRange, TopicAt, TopicAtTime, TopicAtRange, Tags, TagDir,
-                                 Keys, KeyDir, Groups, Group, GroupTopic, GroupQueue)
+                                 Keys, KeyDir, Groups, Group, GroupTopic, GroupQueue, GroupAll)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 
+from mqfs.store import MessageStore
 from mqfs.store.errors import InvalidMessage
 from mqfs.store.meta.metadata import validate_group
 
@@ -11,6 +12,7 @@ from ..errors import FsError
 from ..handles import Handle, OffsetHandle, Opening, Runner
 from ..inodes import (
     GROUP,
+    GROUP_ALL,
     GROUP_QUEUE,
     GROUP_TOPIC,
     GROUPS,
@@ -25,6 +27,8 @@ from ..timenames import when as time_of
 from ..topicnames import topic_entry
 from ..writers import OffsetWriter
 from .base import File, Kind
+
+ALL = b"all"  # /groups/<g>/<t>/all: every queue of the topic at once
 
 
 def group_path(node: Node) -> str:
@@ -75,11 +79,16 @@ class Group(Kind):
 
 
 class GroupTopic(Kind):
-    """/groups/<g>/<t>: an offset file per queue of the topic."""
+    """/groups/<g>/<t>: an offset file per queue of the topic, and `all` (not listed, so
+    `groups/<g>/<t>/*` globs the queues' files)."""
 
     kind = GROUP_TOPIC
 
     def lookup(self, node: Node, name: bytes) -> Attr:
+        if name == ALL:
+            return self.parts.node_attr(self.parts.nodes.intern(
+                ("ga", node.group, node.topic), GROUP_ALL, node.ino, group=node.group,
+                topic=node.topic))
         return self.parts.node_attr(self._queue(node, self.existing_queue(node.topic, name)))
 
     def _queue(self, node: Node, q: int) -> Node:
@@ -93,11 +102,33 @@ class GroupTopic(Kind):
         return group_path(node)
 
 
-class GroupQueue(File):
-    """/groups/<g>/<t>/<q>: the group's next offset as text; writing a number commits it.
-    Its text also moves with retention, so its attributes are never cached."""
+def position(store: MessageStore, topic: str, q: int, text: str) -> int:
+    """The offset a written text names in a queue: a decimal offset (ERANGE past the end),
+    `earliest` (the queue's first), `latest` (one past its last: only new messages) or
+    `@TIME` (the first message stored at or after TIME, any form at/ takes: `@-1h`,
+    `@today`, `@2026-11-22T10:00Z`; `latest` when none is yet); EINVAL for other text."""
+    if text.isascii() and text.isdigit():
+        hi = store.max_offset(topic, q)
+        if int(text) > hi:
+            raise FsError(errno.ERANGE, f"offset {text} is past the end of {topic}/{q} (max {hi})")
+        return int(text)
+    if text == "earliest":
+        return store.min_offset(topic, q)
+    if text == "latest":
+        return store.max_offset(topic, q)
+    if text.startswith("@"):
+        try:
+            when = time_of(text[1:])
+        except ValueError as exc:
+            raise FsError(errno.EINVAL, str(exc)) from None
+        return min(store.offset_by_time(topic, q, when), store.max_offset(topic, q))
+    raise FsError(errno.EINVAL, f"write an offset, earliest, latest or @TIME, not {text!r}")
 
-    kind = GROUP_QUEUE
+
+class GroupFile(File):
+    """A file of a group's offsets: its text moves with commits and retention, so its
+    attributes are never cached; its mtime is the last commit through this mount."""
+
     perm = 0o666
     takes_writes = True
 
@@ -113,48 +144,60 @@ class GroupQueue(File):
     def path(self, node: Node) -> str:
         return group_path(node)
 
+    def offset_text(self, node: Node) -> bytes:
+        raise NotImplementedError
+
+    def committed(self, group: str, topic: str, q: int) -> int:
+        """The group's committed offset, or where a new consumer starts (the min offset)."""
+        store = self.parts.store
+        value = store.committed_offset(group, topic, q)
+        return store.min_offset(topic, q) if value is None else value
+
+    def commit(self, node: Node, offsets: dict[int, int]) -> bytes:
+        for q, offset in offsets.items():
+            self.parts.store.commit_offset(node.group, node.topic, q, offset)
+        self.commit_ns[(node.group, node.topic, node.queue)] = self.parts.clock()
+        return self.offset_text(node)
+
+
+class GroupQueue(GroupFile):
+    """/groups/<g>/<t>/<q>: the group's next offset as text; writing a position commits it."""
+
+    kind = GROUP_QUEUE
+
+    async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
+        offsets = None
+        if how.writing:
+            offsets = OffsetWriter(lambda text: position(self.parts.store, node.topic,
+                                                         node.queue, text))
+        return OffsetHandle(node.ino, self.offset_text(node), offsets,
+                            lambda offset: self.commit(node, {node.queue: offset}))
+
+    def offset_text(self, node: Node) -> bytes:
+        return b"%d\n" % self.committed(node.group, node.topic, node.queue)
+
+
+class GroupAll(GroupFile):
+    """/groups/<g>/<t>/all: a line `<q> <offset>` per queue; one position written (an
+    offset, earliest, latest, @TIME) moves every queue, or none when any queue refuses it
+    (ERANGE: an offset past a queue's end)."""
+
+    kind = GROUP_ALL
+
     async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
         offsets = None
         if how.writing:
             offsets = OffsetWriter(lambda text: self.resolve(node, text))
         return OffsetHandle(node.ino, self.offset_text(node), offsets,
-                            lambda offset: self.commit(node, offset))
+                            lambda found: self.commit(node, found))
+
+    def resolve(self, node: Node, text: str) -> dict[int, int]:
+        store = self.parts.store
+        return {q: position(store, node.topic, q, text) for q in store.queue_ids(node.topic)}
 
     def offset_text(self, node: Node) -> bytes:
-        """The committed offset, or where a new consumer starts (the queue's min offset)."""
-        store = self.parts.store
-        value = store.committed_offset(node.group, node.topic, node.queue)
-        if value is None:
-            value = store.min_offset(node.topic, node.queue)
-        return b"%d\n" % value
+        return b"".join(b"%d %d\n" % (q, self.committed(node.group, node.topic, q))
+                        for q in self.parts.store.queue_ids(node.topic))
 
-    def check_offset(self, node: Node, offset: int) -> None:
-        hi = self.parts.store.max_offset(node.topic, node.queue)
-        if offset > hi:
-            raise FsError(errno.EINVAL, f"offset {offset} is past the end of "
-                                        f"{node.topic}/{node.queue} (max {hi})")
-
-    def resolve(self, node: Node, text: str) -> int:
-        """The offset a written text names: a decimal offset (EINVAL past the end),
-        `earliest` (the queue's first), `latest` (one past its last: only new messages) or
-        `@TIME` (the first message stored at or after TIME, any form at/ takes: `@-1h`,
-        `@today`, `@2026-11-22T10:00Z`; `latest` when none is yet)."""
-        store, topic, q = self.parts.store, node.topic, node.queue
-        if text.isdigit():
-            self.check_offset(node, int(text))
-            return int(text)
-        if text == "earliest":
-            return store.min_offset(topic, q)
-        if text == "latest":
-            return store.max_offset(topic, q)
-        if text.startswith("@"):
-            try:
-                when = time_of(text[1:])
-            except ValueError as exc:
-                raise FsError(errno.EINVAL, str(exc)) from None
-            return min(store.offset_by_time(topic, q, when), store.max_offset(topic, q))
-        raise FsError(errno.EINVAL, f"write an offset, earliest, latest or @TIME, not {text!r}")
-
-    def commit(self, node: Node, offset: int) -> None:
-        self.parts.store.commit_offset(node.group, node.topic, node.queue, offset)
-        self.commit_ns[(node.group, node.topic, node.queue)] = self.parts.clock()
+    def path(self, node: Node) -> str:
+        return group_path(node) + "/all"

@@ -25,6 +25,7 @@ from mqfs.fusefs.inodes import (
 )
 from mqfs.fusefs.keynames import key_name, name_key
 from mqfs.fusefs.kinds import KINDS
+from mqfs.fusefs.kinds.groups import position
 from mqfs.fusefs.listings import QUEUE_FIXED
 from mqfs.fusefs.model import Model
 from mqfs.fusefs.spool import SPILL_AT, Budget, Spool
@@ -205,25 +206,46 @@ def test_group_offsets(model, store):
     f = walk(model, "groups", "g1", "orders", "1")
     assert model.group_files.offset_text(model.nodes.get(f)) == b"0\n"  # never committed: the queue's min
     before = model.getattr(f).mtime_ns
-    model.group_files.commit(model.nodes.get(f), 2)
+    assert model.group_files.commit(model.nodes.get(f), {1: 2}) == b"2\n"
     assert model.group_files.offset_text(model.nodes.get(f)) == b"2\n"
     assert model.getattr(f).mtime_ns > before
-    node = model.nodes.get(f)
+
+    def resolve(text: str) -> int:
+        return position(store, "orders", 1, text)
+
     with pytest.raises(FsError) as info:
-        model.group_files.resolve(node, "4")  # queue 1 holds offsets 0..2
-    assert info.value.errno == errno.EINVAL and "past the end" in str(info.value)
+        resolve("4")  # queue 1 holds offsets 0..2
+    assert info.value.errno == errno.ERANGE and "past the end" in str(info.value)
     # positions and times, resolved by the store (one write resets the queue)
-    assert model.group_files.resolve(node, "3") == 3 == model.group_files.resolve(node, "latest")
-    assert model.group_files.resolve(node, "earliest") == store.min_offset("orders", 1) == 0
-    assert model.group_files.resolve(node, "@0") == 0  # the first stored at or after 1970
-    assert model.group_files.resolve(node, "@now") == 3  # nothing stored after now: latest
-    assert model.group_files.resolve(node, "@-1000w") == 0
-    for text in ("@soon", "first", "-1", "@"):
+    assert resolve("3") == 3 == resolve("latest")
+    assert resolve("earliest") == store.min_offset("orders", 1) == 0
+    assert resolve("@0") == 0  # the first stored at or after 1970
+    assert resolve("@now") == 3  # nothing stored after now: latest
+    assert resolve("@-1000w") == 0
+    for text in ("@soon", "first", "-1", "@", "\u0663"):  # an Arabic-Indic 3 is no offset
         with pytest.raises(FsError) as info:
-            model.group_files.resolve(node, text)
+            resolve(text)
         assert info.value.errno == errno.EINVAL, text
     assert [n for n, _, _ in model.listing(GROUPS_INO).entries(2)] == [b"g1"]
     assert errno_of(model.lookup, GROUPS_INO, b"bad group") == errno.ENOENT
+
+
+def test_a_topics_all_file_moves_every_queue_or_none(model, store):
+    topic = walk(model, "groups", "g1", "orders")
+    assert [n for n, _, _ in model.listing(topic).entries(2)] == [b"0", b"1"]  # `all` unlisted
+    every = model.nodes.get(model.lookup(topic, b"all").ino)
+    kind = model.kinds[every.kind]
+    assert kind.offset_text(every) == b"0 0\n1 0\n"
+    assert model.path(every.ino) == "/groups/g1/orders/all"
+    assert kind.resolve(every, "latest") == {0: 3, 1: 3}
+    assert kind.commit(every, kind.resolve(every, "@-1000w")) == b"0 0\n1 0\n"
+    store.put(Message.create("orders", b"one more", queue_id=0))
+    assert kind.commit(every, kind.resolve(every, "latest")) == b"0 4\n1 3\n"
+    assert kind.resolve(every, "2") == {0: 2, 1: 2}
+    assert errno_of(kind.resolve, every, "4") == errno.ERANGE  # past queue 1's end: neither
+    assert errno_of(kind.resolve, every, "soon") == errno.EINVAL
+    assert model.group_files.offset_text(model.nodes.get(walk(model, "groups", "g1", "orders", "0"))) == b"4\n"
+    assert store.committed_offset("g1", "orders", 1) == 3
 
 
 def spool(tmp_path=None, limit: int = 1 << 30) -> Spool:
@@ -609,7 +631,8 @@ def test_every_kind_of_node_has_one_class_that_names_its_path(model):
              (*queue[:2], "at", "-1w.."): "/topics/orders/at/-1w..",
              ("keys", "k1"): "/keys/k1", ("keys", "k1", "orders:1:0"): "/topics/orders/1/0 (link)",
              ("groups", "g"): "/groups/g", ("groups", "g", "orders"): "/groups/g/orders",
-             ("groups", "g", "orders", "1"): "/groups/g/orders/1"}
+             ("groups", "g", "orders", "1"): "/groups/g/orders/1",
+             ("groups", "g", "orders", "all"): "/groups/g/orders/all"}
     seen = set()
     for names, path in paths.items():
         ino = walk(model, *names)

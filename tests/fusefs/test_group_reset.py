@@ -15,9 +15,12 @@ def test_earliest_latest_and_times_in_one_write(tmp_path):
     root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
     mqfs("init", root, *SMALL)
     with MessageStore(root) as s:
-        for i in range(10):  # one a minute from T0 on queue 0
+        s.create_topic("T", 2)
+        for i in range(10):  # one a minute from T0 on queue 0; two on queue 1, at 0 and 1 min
             s.clock = lambda i=i: T0 + 60_000 * i
             s.put(Message.create("T", b"m%d" % i))
+            if i < 2:
+                s.put(Message.create("T", b"q1 m%d" % i, queue_id=1))
     g = f"{mnt}/groups/g/T/0"
     with mounted(root, mnt):
         def reset(text: str) -> bytes:
@@ -31,13 +34,27 @@ def test_earliest_latest_and_times_in_one_write(tmp_path):
         assert reset("@-1h") == b"10\n"  # nothing that recent: only new messages
         assert reset("@-200w") == b"0\n"  # before T0: the first message
         assert reset("4") == b"4\n"
-        for bad in ("1000", "@soon", "first"):  # past the end, no time, no word: refused
+        past = sh(f"echo 1000 > {g}", check=False)  # past the end: its own errno
+        assert past.returncode != 0 and b"Numerical result out of range" in past.stderr
+        for bad in ("@soon", "first", "-1"):  # no time, no word, no offset: refused
             proc = sh(f"echo '{bad}' > {g}", check=False)
             assert proc.returncode != 0 and b"Invalid argument" in proc.stderr, bad
         assert sh(f"cat {g}").stdout == b"4\n"  # a refused write changes nothing
-        # a whole topic: one write per queue file, as the shell spells it
-        sh(f"for q in {mnt}/groups/g/T/*; do echo earliest > $q; done")
-        assert sh(f"cat {mnt}/groups/g/T/*").stdout == b"0\n"
+        # a whole topic in one write: groups/<g>/<t>/all (not listed: the glob finds queues)
+        topic = f"{mnt}/groups/g/T"
+        assert sh(f"ls {topic}").stdout == b"0\n1\n"
+        assert sh(f"cat {topic}/all").stdout == b"0 4\n1 0\n"
+        sh(f"echo latest > {topic}/all")
+        assert sh(f"cat {topic}/*").stdout == b"10\n2\n"
+        sh(f"echo @2023-11-14T22:16:20Z > {topic}/all")  # queue 1 has nothing that late
+        assert sh(f"cat {topic}/all").stdout == b"0 3\n1 2\n"
+        sh(f"echo @-200w > {topic}/all")
+        assert sh(f"cat {topic}/all").stdout == b"0 0\n1 0\n"
+        sh(f"echo 2 > {topic}/all")
+        refused = sh(f"echo 5 > {topic}/all", check=False)  # past queue 1's end: no queue moves
+        assert refused.returncode != 0 and b"Numerical result out of range" in refused.stderr
+        assert sh(f"cat {topic}/all").stdout == b"0 2\n1 2\n"
+        sh(f"echo earliest > {topic}/all")
     with MessageStore(root, create=False) as s:
-        assert s.committed_offset("g", "T", 0) == 0
+        assert [s.committed_offset("g", "T", q) for q in (0, 1)] == [0, 0]
     assert not os.path.ismount(mnt)

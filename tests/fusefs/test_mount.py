@@ -208,7 +208,7 @@ REFUSED = [
     ("negative offset", lambda m: open(f"{m}/topics/orders/0/-1"), errno.ENOENT),
     ("no such queue", lambda m: os.stat(f"{m}/topics/orders/2"), errno.ENOENT),
     ("group offset text", lambda m: _write(f"{m}/groups/g/orders/0", b"abc"), errno.EINVAL),
-    ("group offset past end", lambda m: _write(f"{m}/groups/g/orders/0", b"99"), errno.EINVAL),
+    ("group offset past end", lambda m: _write(f"{m}/groups/g/orders/0", b"99"), errno.ERANGE),
     ("missing xattr", lambda m: os.getxattr(f"{m}/topics/orders/0/0", "user.nothing"), errno.ENODATA),
 ]
 
