@@ -30,6 +30,7 @@ from .format import codec, layout
 from .format.flavor import flavor_named
 from .format.message import validate_stored_topic
 from .integrity import repair_journal, salvage
+from .integrity.index_points import IndexPoints
 from .integrity.salvage import Damage, Progress
 from .meta.features import recognise
 from .meta.log_start import recorded_min_offset
@@ -208,7 +209,8 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
         plan.accept_head_from = files[0].file_from_offset
     queue_ends: dict[tuple[str, int], int] = {}
     flushed = Checkpoint.load(os.path.join(plan.root, "checkpoint")).commitlog_flushed_offset
-    for item in salvage.walk(files, flavor, cl.file_size, progress, flushed):
+    points = IndexPoints(plan.root, plan.config.index_slots)  # where a lost header's walk goes on
+    for item in salvage.walk(files, flavor, cl.file_size, progress, flushed, points):
         if isinstance(item, Damage):
             plan.damages.append(item)
         elif not codec.is_filler(item.topic, item.sys_flag):

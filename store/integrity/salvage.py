@@ -7,7 +7,9 @@ where the chain puts the next record (`resync`: the damaged record's own TOTALSI
 its parts' lengths give; never inside its span when those agree, so a well-formed record
 planted in a body stays a body), else at the next record found by its magic code that
 decodes, whose checksums hold and whose PHYSICALOFFSET names the very position it was found
-at: random bytes cannot pass that. docs/format.md ("Resync after damage") is the rule.
+at (random bytes cannot pass that) and, for verify, repair and the scrub, that one of the
+store's indexes points at (`index_points`: a record planted in a body whose header a flip
+took is none of the store's). docs/format.md ("Resync after damage") is the rule.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..format import codec, layout
 from ..format.flavor import Flavor
 from ..format.layout import MAGIC_BLANK, MAGIC_BYTES, MAGIC_POS
 from ..format.message import StoredMessage
+from .index_points import IndexPoints
 
 Progress = Callable[[int, int], None]
 
@@ -112,29 +115,40 @@ def chain_ends(buf, pos: int, hi: int) -> tuple[int | None, int | None]:
 
 
 def resync_in(buf, base: int, pos: int, hi: int, flavor: Flavor,
-              regions: Callable[[int, int], list[tuple[int, int]]] | None = None) -> int | None:
+              regions: Callable[[int, int], list[tuple[int, int]]] | None = None,
+              pointed: Callable[[int], bool] | None = None) -> int | None:
     """Where a walk goes on after the record at pos did not check out: the position in
     [pos + 1, hi) of the next record it accepts, or None. A record is accepted only where
     the chain puts it: first at the end the damaged record's own TOTALSIZE or its parts'
     lengths give (a record that checks out there, or a BLANK that fills the file); when
     both agree its span is intact and nothing inside it is taken (a record planted in a
     body stays a body); otherwise, past that span, the first record that checks out
-    (`next_record_in`: decodes, checksums hold, PHYSICALOFFSET names its position).
+    (`next_record_in`: decodes, checksums hold, PHYSICALOFFSET names its position) and,
+    given `pointed` (a CommitLog offset -> whether an index points at it or none reaches it:
+    `index_points.IndexPoints`), that an index points at.
     `regions(lo, hi)`: the parts of the file holding data (a preallocated tail unread)."""
     by_size, by_parts = chain_ends(buf, pos, hi)
     for at in dict.fromkeys(a for a in (by_size, by_parts) if a is not None and a < hi):
         if _decode_at(buf, at, base, flavor) is not None or _blank_to_end(buf, at):
             return at
     lo = by_size if by_size is not None and by_size == by_parts else pos + 1
-    if lo >= hi:
-        return None
-    return next_record_in(buf, base, lo, hi, flavor,
-                          regions(lo + MAGIC_POS, hi + MAGIC_POS) if regions is not None else None)
+    while lo < hi:
+        found = next_record_in(buf, base, lo, hi, flavor,
+                               regions(lo + MAGIC_POS, hi + MAGIC_POS) if regions is not None
+                               else None)
+        if found is None or pointed is None or pointed(base + found):
+            return found
+        lo = found + 1  # checks out, but no index says a record was written there
+    return None
 
 
-def resync(mf: MappedFile, pos: int, hi: int, flavor: Flavor) -> int | None:
-    """`resync_in` over one CommitLog file (positions in the file)."""
-    return resync_in(mf.buffer(), mf.file_from_offset, pos, hi, flavor, mf.data_regions)
+def resync(mf: MappedFile, pos: int, hi: int, flavor: Flavor,
+           points: IndexPoints | None = None) -> int | None:
+    """`resync_in` over one CommitLog file (positions in the file), taking after a lost
+    header only a record one of the store's indexes points at when `points` are given."""
+    pointed = None if points is None else \
+        (lambda offset: points.accepts(offset, mf.file_from_offset, mf.file_size))
+    return resync_in(mf.buffer(), mf.file_from_offset, pos, hi, flavor, mf.data_regions, pointed)
 
 
 def _blank_to_end(buf, at: int) -> bool:
@@ -173,10 +187,12 @@ class Run:
 
 
 def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int = 0,
-                      flushed: int = 0) -> Iterator[Run | Damage]:
+                      flushed: int = 0, points: IndexPoints | None = None
+                      ) -> Iterator[Run | Damage]:
     """Every run of records and damaged range of one file, in order. A file that is not the
     newest must end in a BLANK; the newest ends where only zeros follow, but not before
-    `flushed` (the checkpoint's flushed offset: zeros there are lost data)."""
+    `flushed` (the checkpoint's flushed offset: zeros there are lost data). `points`: see
+    `resync`."""
     buf = mf.buffer()
     view = memoryview(buf)
     u8 = np.frombuffer(buf, dtype=np.uint8)
@@ -203,7 +219,7 @@ def walk_runs_of_file(mf: MappedFile, flavor: Flavor, last: bool, store_ts: int 
                              "records were", name, True, store_ts)
             return
         why = _why(view, pos, base, flavor)
-        nxt = resync(mf, pos, size, flavor)
+        nxt = resync(mf, pos, size, flavor, points)
         if nxt is None:
             end = size if not last else max(nonzero_end(mf, pos), pos + 1)
             yield Damage(base + pos, base + end, why, name, True, store_ts)
@@ -236,10 +252,11 @@ def _why(view, pos: int, base: int, flavor: Flavor) -> str:
 
 
 def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
-         progress: Progress | None = None, flushed: int = 0) -> Iterator[StoredMessage | Damage]:
+         progress: Progress | None = None, flushed: int = 0,
+         points: IndexPoints | None = None) -> Iterator[StoredMessage | Damage]:
     """Every record and damaged range of the CommitLog (`walk_runs`, records decoded)."""
     views = {mf.file_from_offset: memoryview(mf.buffer()) for mf in files}
-    for item in walk_runs(files, flavor, file_size, progress, flushed):
+    for item in walk_runs(files, flavor, file_size, progress, flushed, points):
         if isinstance(item, Damage):
             yield item
             continue
@@ -263,10 +280,12 @@ def made_ahead(files: list[MappedFile], file_size: int, flushed: int) -> int:
 
 
 def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
-              progress: Progress | None = None, flushed: int = 0) -> Iterator[Run | Damage]:
+              progress: Progress | None = None, flushed: int = 0,
+              points: IndexPoints | None = None) -> Iterator[Run | Damage]:
     """Every run of records that check out and every damaged range of the CommitLog, up to
     `flushed` at least (the checkpoint's flushed offset); each missing file is one damaged
-    range."""
+    range. `points`: the store's indexes, where a resync after a lost header may go on
+    (`resync`)."""
     total = len(files) * file_size
     store_ts = 0
     ends = files[-1].file_from_offset + file_size if files else 0
@@ -280,7 +299,7 @@ def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
                 yield Damage(start, start + file_size, "the file is missing",
                              f"{offset_to_name(start)} (missing)", True, store_ts)
         last = i == len(files) - 1 and not beyond
-        for item in walk_runs_of_file(mf, flavor, last, store_ts, flushed):
+        for item in walk_runs_of_file(mf, flavor, last, store_ts, flushed, points):
             if isinstance(item, Run):
                 store_ts = item.store_ts
                 if progress:  # per run of records: a big file is not one long silence

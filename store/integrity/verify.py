@@ -36,6 +36,7 @@ from ..queues import cuts as queue_cuts
 from ..queues import dispatch_state
 from . import batch_check, repair_journal, salvage
 from .compaction_check import check_compaction
+from .index_points import IndexPoints
 from .salvage import Damage
 
 Progress = Callable[[int, int], None]
@@ -109,7 +110,8 @@ class _RecordInfo:
 
 
 def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, progress: Progress | None,
-                    torn_from: int | None) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
+                    torn_from: int | None, points: IndexPoints
+                    ) -> tuple[dict[int, _RecordInfo], list[Damage], set[int]]:
     """Every record that checks out, every damaged range (one problem each, however many
     messages it hides), and where the filler records repair left stand."""
     records: dict[int, _RecordInfo] = {}
@@ -117,7 +119,8 @@ def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, 
     fillers: set[int] = set()
     flushed = Checkpoint.load(os.path.join(cl.queue.directory, os.pardir, "checkpoint")
                               ).commitlog_flushed_offset
-    for item in salvage.walk_runs(cl.queue.files, tags_codes.flavor, cl.file_size, progress, flushed):
+    for item in salvage.walk_runs(cl.queue.files, tags_codes.flavor, cl.file_size, progress, flushed,
+                                  points):
         if isinstance(item, Damage):
             damages.append(item)
             if torn_from is not None and item.start >= torn_from and item.to_file_end:
@@ -413,7 +416,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
             _check_names(root, cl, flavor, report)
             bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
             records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
-                                                        torn_from)
+                                                        torn_from, IndexPoints(root, cfg.index_slots))
             batch_checked = batch_check.check(
                 root, features.topics_of(used, features.BATCH_CQ), records,
                 lambda offset: _in_damage(damages, offset) is not None,

@@ -7,6 +7,7 @@ record, never at the planted one: before, repair kept it as a message and key lo
 it for another message's key."""
 
 import os
+import shutil
 import struct
 
 import numpy as np
@@ -88,3 +89,42 @@ def test_the_scrub_and_the_spark_reader_resync_past_the_planted_record(tmp_path,
                   for x in np.asarray(run.starts)]
         assert p_at not in starts and b_at in starts
         assert [at for at, _ in checks.skipped] == [a_at]
+
+
+def _index_header_zeroed(root: str) -> None:
+    """The IndexFile's header gone (zeros): its count and ranges tell nothing."""
+    (name,) = os.listdir(os.path.join(root, "index"))
+    with open(os.path.join(root, "index", name), "r+b") as f:
+        f.write(bytes(40))
+
+
+def _queue_gone(root: str) -> None:
+    """T's ConsumeQueue deleted: only the IndexFile's entries point at B."""
+    shutil.rmtree(os.path.join(root, "consumequeue", "T"))
+
+
+INDEXES = {"intact": lambda root: None, "index-header": _index_header_zeroed,
+           "index-header-and-queue": lambda root: (_index_header_zeroed(root), _queue_gone(root))}
+
+
+@pytest.mark.parametrize("indexes", sorted(INDEXES))
+def test_a_planted_record_whose_outer_header_is_gone_never_serves_another_key(tmp_path, indexes):
+    """A's record magic flipped: no chain says where A ends, so the walk searches for the next
+    record that checks out, and the first is P, planted in A's body with its own position
+    and checksums. A ConsumeQueue unit or IndexFile entry must point at a record the search
+    takes (store/integrity/index_points.py), read from the entries, not the IndexFile's
+    header: P is passed over, B (pointed at) taken. Before, verify and repair took P, and
+    after repair `victim` served P's body for B's key."""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, a_at + layout.MAGIC_POS + 3)
+    INDEXES[indexes](root)
+    report = verify_store(root)
+    damaged = [line for line in report.lines if "damaged CommitLog bytes" in line]
+    assert len(damaged) == 1 and f"bytes {a_at}..{b_at} " in damaged[0], report.lines
+    apply_repair(plan_repair(root))
+    assert verify_store(root).ok
+    with MessageStore(root, small_config(**CFG)) as s:
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"real"]
+        assert [(m.commitlog_offset, bytes(m.body)) for m in s.query_key("victim", topic="T")] == \
+            [(b_at, b"real")]
