@@ -262,14 +262,17 @@ class MessageStore(StoreReads, StoreWrites):
                                    features.topics_of(self.features, features.BATCH_CQ))
             self.live.start()
 
+    @in_use
     def start_scrub(self) -> None:
         """Start the background scrub (store/services/scrub.py): the whole-store check an open no
         longer makes. A read-only store has none."""
-        if self._scrub is not None and self.is_open:
+        if self._scrub is not None:
             self._scrub.start()
 
+    @in_use
     def scrub(self) -> None:
-        """Check the whole store now, as the background scrub would, and wait."""
+        """Check the whole store now, as the background scrub would, and wait. A close stops
+        the pass after its current step and waits for it (it may be rebuilding a queue)."""
         if self._scrub is not None:
             self._scrub.run_pass()
 
@@ -418,6 +421,8 @@ class MessageStore(StoreReads, StoreWrites):
         if not self.is_open:
             return
         self.is_open = False
+        if self._scrub is not None:
+            self._scrub.halt()  # a pass run by `scrub` stops after its step: shut waits for it
         self.users.shut()
         if self.config.read_only:
             if self.live is not None:

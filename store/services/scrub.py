@@ -139,8 +139,9 @@ class Scrub:
             self._save()
 
     def run_pass(self) -> None:
-        """Check everything from where the scrub is to the end of a pass, unthrottled."""
-        while self.step():
+        """Check everything from where the scrub is to the end of a pass, unthrottled; stops
+        after the current step once halted (a close waits for that, not for the pass)."""
+        while not self._stop.is_set() and self.step():
             pass
         self._save()
 

@@ -1,7 +1,7 @@
 """Many readers over more ConsumeQueue files than the mapping LRU holds, with the scrub
-running, and close racing reads (issue 33, items 4 and 7): no read ever meets a mapping
-evicted or closed under it, and a close waits for the reads it overtook instead of letting
-them take its closed files for damage."""
+running, and close racing reads and a scrub (issue 33, items 4 and 7): no read ever meets a
+mapping evicted or closed under it, and a close waits for the reads and the scrub's step it
+overtook instead of letting them take its closed files for damage."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import os
 import random
 import threading
 
+import pytest
+
 from mqfs.store import Message, MessageStore, StoreError
 from mqfs.store.files import lazy_mapped_file
 from mqfs.store.integrity.verify import verify_store
-from tests.store.helpers import small_config
+from mqfs.store.services.scrub import Scrub
+from tests.store.helpers import flip, small_config, store_state
 from tests.waits import eventually
 
 QUEUES = 400  # each its own ConsumeQueue file: twice what the LRU maps at once
@@ -104,3 +107,52 @@ def test_a_close_racing_reads_waits_for_them_and_moves_nothing_to_quarantine(tmp
     with MessageStore(root, small_config(commitlog_file_size=1 << 20), create=False) as s:
         assert [bytes(m.body) for m in s.get_range("t399", 0, 0, 5)] == \
             [b"399-%d" % i for i in range(PER_QUEUE)]
+
+
+@pytest.mark.allow_logs(r"^recovery: ConsumeQueue t0/0 ", r"^scrub: ")
+def test_a_close_racing_a_scrub_that_rebuilds_a_queue_waits_and_moves_nothing_after(tmp_path):
+    """`scrub()` in a thread is inside its first step when close begins; the step goes on to
+    find queue t0's damaged unit and rebuild it (old files to quarantine/). Close halts the
+    pass after that step and waits for it: nothing is moved or written once close returned,
+    and the thread gets no closed mapping. Before, close did not wait for the scrub: its
+    rebuild ran on closed files, after the lock was released."""
+    root = str(tmp_path / "s")
+    _store(root)
+    flip(os.path.join(root, "consumequeue", "t0", "0", "0" * 20), 20 * 1 + 3)  # unit 1's offset
+    s = MessageStore(root, small_config(commitlog_file_size=1 << 20), create=False).open()
+    inside, closing = threading.Event(), threading.Event()
+    step, shut = Scrub.step, s.users.shut
+
+    def held_step(self: Scrub) -> bool:
+        if not inside.is_set():
+            inside.set()
+            assert closing.wait(180), "close never began"
+        return step(self)
+
+    def shutting() -> None:
+        closing.set()
+        shut()
+
+    s.users.shut = shutting  # type: ignore[method-assign]
+    failed: list[BaseException] = []
+
+    def scrub() -> None:
+        try:
+            s.scrub()
+        except BaseException as exc:  # noqa: BLE001 - what the thread met is the finding
+            failed.append(exc)
+
+    Scrub.step = held_step  # type: ignore[method-assign]
+    try:
+        thread = threading.Thread(target=scrub)
+        thread.start()
+        assert inside.wait(180), "the scrub never stepped"
+        s.close()
+        at_close = store_state(root)
+        thread.join()
+    finally:
+        Scrub.step = step  # type: ignore[method-assign]
+    assert failed == []
+    assert store_state(root) == at_close
+    assert os.listdir(os.path.join(root, "quarantine")), "the scrub's step rebuilt nothing"
+    assert verify_store(root).ok
