@@ -44,7 +44,7 @@ from .integrity.read_only_open import open_read_only
 from .integrity.recovery import RecoveryReport, recover, tail_record
 from .meta import features
 from .meta.log_start import record_min_offset
-from .meta.manifest import inspect, is_store, manifest_path, write_manifest
+from .meta.manifest import inspect, is_store, manifest_path, new_store_id, store_id, write_manifest
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .queues import check as queue_check
 from .queues import cuts as queue_cuts
@@ -126,6 +126,12 @@ class MessageStore(StoreReads, StoreWrites):
             self._lock_file.release()
             raise
         cfg = self.config
+        # the store's identity, which the records it writes carry (store/meta/manifest.py):
+        # one an older mqfs made gets it at the end of its first read-write open
+        found_id = None if fresh else store_id(self.root)
+        stamp = not (fresh or read_only or found_id or
+                     not os.path.lexists(manifest_path(self.root)))  # a broker's has none
+        self.store_id = new_store_id() if fresh or stamp else found_id
         self.recovery, self._log_proof, self._scrub, self.live = None, None, None, None
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self.compaction = CompactionViews(
@@ -135,7 +141,7 @@ class MessageStore(StoreReads, StoreWrites):
         last_exit_ok = not os.path.lexists(self.abort_path)
         try:
             if fresh:
-                write_manifest(self.root, cfg)
+                write_manifest(self.root, cfg, self.store_id)
                 record_min_offset(self.root, 0)
             clean = self._assemble(read_only, last_exit_ok)
             if read_only:
@@ -150,6 +156,8 @@ class MessageStore(StoreReads, StoreWrites):
             if repair_ends is not None and isinstance(exc, StoreError):
                 raise _after_journal(exc, repair_ends) from None
             raise
+        if stamp:
+            self._stamp(cfg)
         self._start_services(read_only)
         if self.recovery is not None:
             self.recovery.notes.extend(features.notes(self.features))
@@ -159,6 +167,20 @@ class MessageStore(StoreReads, StoreWrites):
             repair_journal.finish_rebuild(self.root, repair_ends, self.keep_queue_ends,
                                           self._flush_rebuilt)
         return self
+
+    def _stamp(self, cfg: StoreConfig) -> None:
+        """Give a store an older mqfs made its identity, once its open succeeded (a refused
+        open changes nothing). The records this open trusted carry none: they were read
+        as this store's, once; those written from now on carry the id. When mqfs.json
+        cannot be written (a full disk), they carry none either, and the next open tries."""
+        assert self.store_id is not None
+        try:
+            write_manifest(self.root, cfg, self.store_id)
+        except OSError as exc:
+            log.warning("could not give %s its store id (%s): tried again at the next open",
+                        manifest_path(self.root), exc.strerror or exc)
+            self.store_id = None
+        self._ends.store_id = self.store_id
 
     def _assemble(self, read_only: bool, last_exit_ok: bool) -> bool:
         """Every part of the open store, made here and nowhere else: the files' objects
@@ -336,7 +358,7 @@ class MessageStore(StoreReads, StoreWrites):
             queue_cuts.save(self.root, self.consume_queues.cuts())
         self._cuts_saved = self.consume_queues.discharged
         self._ends = ends_log.Journal.after_open(self.root, self._ends_found, self.consume_queues,
-                                                   cp.cq_flushed_offset)
+                                                 cp.cq_flushed_offset, self.store_id)
         if crashed_before:
             self._write_abort()
         self._last_store_ts = max(self._last_store_ts, self._newest_store_time())
@@ -441,8 +463,8 @@ class MessageStore(StoreReads, StoreWrites):
             return
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
-        dispatch_state.save(self.root, self.consume_queues.read_ends(), self.index.files,
-                            self.checkpoint.commitlog_flushed_offset,
+        dispatch_state.save(self.root, self.store_id, self.consume_queues.read_ends(),
+                            self.index.files, self.checkpoint.commitlog_flushed_offset,
                             tail_record(self.parts, self.checkpoint.commitlog_flushed_offset),
                             self.consume_queues.inexact())
         self.topic_table.compact()  # topics.json complete, as RocketMQ reads it

@@ -34,7 +34,7 @@ from .integrity.index_points import IndexPoints
 from .integrity.salvage import Damage, Progress
 from .meta.features import recognise
 from .meta.log_start import recorded_min_offset
-from .meta.manifest import inspect, is_store
+from .meta.manifest import inspect, is_store, store_id
 from .queues import dispatch_state
 
 
@@ -295,7 +295,7 @@ def apply_repair(plan: RepairPlan) -> list[str]:
             manifest=bool(plan.rewrite_manifest),
             renames=[(os.path.basename(a), os.path.basename(b)) for a, b in plan.renames.items()],
             damages=list(plan.damages), head_from=plan.accept_head_from,
-            queue_ends=dict(plan.queue_ends))
+            queue_ends=dict(plan.queue_ends), store_id=store_id(root))
         repair_journal.seal(root, journal, {os.path.basename(b): os.path.basename(a)
                                             for a, b in plan.renames.items()})
         repair_journal.save(root, journal)

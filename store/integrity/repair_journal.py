@@ -29,7 +29,7 @@ from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
 from ..format import codec, layout, message
 from ..format.flavor import flavor_named
 from ..meta.log_start import record_min_offset
-from ..meta.manifest import inspect, manifest_path, write_manifest
+from ..meta.manifest import checked_store_id, inspect, manifest_path, store_id, write_manifest
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import kept_ends
 from .salvage import Damage
@@ -65,9 +65,10 @@ class Journal:
     # older mqfs has none, and is rolled forward unchecked, as before
     files: dict[str, str] = field(default_factory=dict)
     ranges: dict[int, str] = field(default_factory=dict)
+    store_id: str | None = None  # the store it was written for (mqfs.json's; None: it had none)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": 1, "step": self.step, "manifest": self.manifest,
+        return {"format": 1, "step": self.step, "manifest": self.manifest, "storeId": self.store_id,
                 "renames": [list(r) for r in self.renames],
                 "damages": [{"start": d.start, "end": d.end, "file": d.file, "reason": d.reason,
                              "toFileEnd": d.to_file_end, "storeTs": d.store_ts,
@@ -117,7 +118,8 @@ def _checked(data: Any) -> Journal:
     """The journal as written, or ValueError for any shape `save` never writes."""
     if not isinstance(data, dict) or data.get("format") != 1 or data.get("step") not in STEPS:
         raise ValueError("is not a repair journal of format 1")
-    j = Journal(step=data["step"], manifest=data.get("manifest") is True)
+    j = Journal(step=data["step"], manifest=data.get("manifest") is True,
+                store_id=checked_store_id(data.get("storeId")))
     for pair in data.get("renames") or []:
         if not (isinstance(pair, list) and len(pair) == 2):
             raise ValueError(f"has the rename {pair!r}")
@@ -241,7 +243,12 @@ def _holder(directory: str, journal: Journal, name: str) -> str:
 
 def check(root: str, journal: Journal) -> None:
     """Refuse (StoreError, one line, nothing changed) a journal whose remaining steps would
-    act on other bytes than those it was written for."""
+    act on other bytes than those it was written for, or was written for another store (a
+    store id that is not the one mqfs.json gives this store; a store or a journal without
+    one, made by an older mqfs, is held to the fingerprints alone)."""
+    ours = store_id(root)
+    if journal.store_id is not None and ours is not None and journal.store_id != ours:
+        raise _foreign(root, f"it was written for store {journal.store_id}, this is store {ours}")
     directory = os.path.join(root, "commitlog")
     at = STEPS.index(journal.step)
     if journal.head_from is not None and os.path.isdir(directory):
@@ -375,8 +382,9 @@ def finish_rebuild(root: str, ends: dict[tuple[str, int], int],
 
 
 def _manifest(root: str, journal: Journal) -> None:
-    if journal.manifest:
-        write_manifest(root, inspect(root).config)
+    if journal.manifest:  # the id the journal was written for, when the manifest lost it
+        found = inspect(root)
+        write_manifest(root, found.config, found.store_id or journal.store_id)
 
 
 def _rename_out(root: str, journal: Journal) -> None:

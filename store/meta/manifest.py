@@ -1,4 +1,7 @@
-"""mqfs.json: format version, flavor, whole-record checksums and file sizes of a store.
+"""mqfs.json: format version, flavor, whole-record checksums and file sizes of a store, and
+its identity (`store_id`, random, made with the store): the records mqfs keeps beside the
+files (config/dispatchState.json, config/queueEnds.log, repair-journal.json) carry it, so one
+restored from another store is known as another store's and vouches for nothing.
 
 A directory holding RocketMQ files and no manifest was written by Apache RocketMQ: it opens
 with the CommitLog file size found on disk and the flavor its records' checksums show. The
@@ -9,6 +12,7 @@ intact records look corrupt (and get cut); a read-write open refuses instead, wi
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, replace
 
 from ..config import StoreConfig
@@ -21,6 +25,7 @@ from .flavor_probe import probe
 FORMAT_VERSION = 1
 MANIFEST = "mqfs.json"
 _SIZE_FIELDS = ("commitlog_file_size", "consume_queue_units", "index_slots", "index_entries")
+_ID_DIGITS = 32  # hex digits of a store id (128 random bits)
 
 
 def manifest_path(root: str) -> str:
@@ -36,9 +41,34 @@ class StoreFormat:
     config: StoreConfig  # what to read the store with (the records' flavor where they tell)
     problem: str | None = None  # why a read-write open must refuse; None when all agrees
     rewrite: bool = False  # the manifest is damaged or wrong: `repair` writes it again
+    store_id: str | None = None  # None: a broker's store, or one an older mqfs made
 
 
-def _parse_manifest(path: str, config: StoreConfig) -> StoreConfig:
+def new_store_id() -> str:
+    """A store's identity: random, so two stores never share one (copies of one store do)."""
+    return secrets.token_hex(_ID_DIGITS // 2)
+
+
+def checked_store_id(value: object) -> str | None:
+    """A store id read from a file (None: the file has none); ValueError when malformed."""
+    if value is None:
+        return None
+    if not (isinstance(value, str) and len(value) == _ID_DIGITS and
+            all(c in "0123456789abcdef" for c in value)):
+        raise ValueError(f"has the store id {str(value)[:40]!r}, not {_ID_DIGITS} hex digits")
+    return value
+
+
+def store_id(root: str) -> str | None:
+    """The identity mqfs.json gives the store; None when it has none, or no readable manifest
+    (a broker's store, an older mqfs's, a damaged one a read-write open refuses)."""
+    try:
+        return _parse_manifest(manifest_path(root), StoreConfig())[1]
+    except (StoreFormatError, RecursionError, ValueError, OSError):
+        return None
+
+
+def _parse_manifest(path: str, config: StoreConfig) -> tuple[StoreConfig, str | None]:
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
         raise StoreFormatError(f"it is not a format-{FORMAT_VERSION} manifest")
@@ -52,7 +82,11 @@ def _parse_manifest(path: str, config: StoreConfig) -> StoreConfig:
             raise StoreFormatError(f"field {name!r} is not a positive integer")
     if flavor not in ("xxhash", "rocketmq") or type(record_crc) is not bool:
         raise StoreFormatError("field 'flavor' or 'record_crc' has a bad value")
-    return replace(config, flavor=flavor, record_crc=record_crc, **fields)
+    try:
+        found_id = checked_store_id(data.get("store_id"))
+    except ValueError as exc:
+        raise StoreFormatError(f"field 'store_id' {exc}") from None
+    return replace(config, flavor=flavor, record_crc=record_crc, **fields), found_id
 
 
 def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
@@ -65,7 +99,7 @@ def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
         inferred = _infer_broker_config(root, config, found.flavor, found.record_crc)
         return StoreFormat(inferred)
     try:
-        parsed = _parse_manifest(path, config)
+        parsed, found_id = _parse_manifest(path, config)
     except (StoreFormatError, RecursionError, ValueError) as exc:
         inferred = _infer_broker_config(root, config, found.flavor, found.record_crc)
         return StoreFormat(inferred, f"{path} is damaged ({exc}); nothing was changed: restore "
@@ -76,8 +110,9 @@ def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
             replace(parsed, flavor=found.flavor or parsed.flavor, record_crc=found.record_crc),
             f"{path} says flavor {parsed.flavor}, but the checksums of {found.sampled} CommitLog "
             f"records are {found.flavor}; nothing was changed: restore the manifest, or run "
-            f"`mqfs repair {root}` to write it again from the records", rewrite=True)
-    return StoreFormat(parsed)
+            f"`mqfs repair {root}` to write it again from the records", rewrite=True,
+            store_id=found_id)
+    return StoreFormat(parsed, store_id=found_id)
 
 
 def file_sizes(config: StoreConfig) -> dict[str, int]:
@@ -128,7 +163,12 @@ def _infer_broker_config(root: str, config: StoreConfig, flavor: str | None,
     return replace(config, **found)
 
 
-def write_manifest(root: str, config: StoreConfig) -> None:
-    data = {"format": FORMAT_VERSION, "flavor": config.flavor, "record_crc": config.record_crc}
+def write_manifest(root: str, config: StoreConfig, store_id: str | None) -> None:
+    """Write mqfs.json (crash-safe: temp file, fsync, rename); `store_id` None only when
+    the store's is unknown (a damaged manifest rewritten: the next read-write open gives
+    it one)."""
+    data: dict = {"format": FORMAT_VERSION, "flavor": config.flavor, "record_crc": config.record_crc}
     data.update({k: getattr(config, k) for k in _SIZE_FIELDS})
+    if store_id is not None:
+        data["store_id"] = store_id
     write_json(manifest_path(root), data)

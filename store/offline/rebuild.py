@@ -30,7 +30,7 @@ from ..files.index_file import IndexFile
 from ..files.index_service import IndexService
 from ..format.codec import decode, is_filler
 from ..format.message import PROPERTY_TAGS, SCHEDULE_TOPIC, keys_to_index
-from ..meta.manifest import MANIFEST
+from ..meta.manifest import MANIFEST, store_id
 from ..meta.metadata import TopicTable
 from ..queues import dispatch_state, log_proof
 from .views import QueueReader, StoreLayout, commitlog_files, index_files, map_readonly
@@ -236,7 +236,7 @@ def finish(layout: StoreLayout, out: str, queues: Iterable[tuple[str, int]],
         for cq in cqs.values():
             cq.load()
             cq.recover()
-        dispatch_state.save(out, dispatch_state.ends_of(cqs), indexes)
+        dispatch_state.save(out, store_id(out), dispatch_state.ends_of(cqs), indexes)
     finally:
         for cq in cqs.values():
             cq.close()

@@ -5,10 +5,13 @@ queue had or where it started, so a file deleted while the store was closed woul
 unnoticed. Each check costs one number per queue: the units themselves are checked against
 their records by the background scrub (store/services/scrub.py), not by the open. A file of the wrong
 shape is refused rather than skipped, since skipping it silently turns the check off.
-(Files an older mqfs wrote also hold a digest of each queue's units; it is no longer read.)"""
+(Files an older mqfs wrote also hold a digest of each queue's units; it is no longer read.)
+The file carries the store's id (`storeId`, mqfs.json's): one of another store (config/
+restored from another store's backup) is read as no record at all, and vouches for nothing."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,8 +21,10 @@ from ..files.consume_queue import ConsumeQueue
 from ..files.index_file import IndexFile
 from ..files.json_file import read_json, write_json
 from ..format.message import validate_stored_topic
+from ..meta.manifest import checked_store_id, store_id
 from ..meta.metadata import checked_name, json_int, json_object, queue_id_key
 
+log = logging.getLogger(__name__)
 NAME = "dispatchState.json"
 _FIX = "delete it: the next clean close writes it again"
 _INT32_MAX = 0x7FFFFFFF
@@ -39,12 +44,13 @@ def ends_of(consume_queues: Queues) -> dict[tuple[str, int], tuple[int, int, int
     return {key: (cq.max_offset, cq.first_file_offset, 0) for key, cq in consume_queues.items()}
 
 
-def save(root: str, ends: Ends, index_files: list[IndexFile],
+def save(root: str, owner: str | None, ends: Ends, index_files: list[IndexFile],
          commitlog_end: int | None = None, tail_record: int | None = None,
          inexact: set[tuple[str, int]] | frozenset = frozenset()) -> None:
     """Record the files as a clean close leaves them; `commitlog_end` is the flushed CommitLog
-    offset its checkpoint holds (`clean_close_at`), `tail_record` a record's start at least
-    8 MiB before it (where the next clean open's check of the CommitLog's tail may begin).
+    offset its checkpoint holds (`clean_close_at`), `owner` the store's id (None: it has
+    none, a broker's store), `tail_record` a record's start at least 8 MiB before it
+    (where the next clean open's check of the CommitLog's tail may begin).
     `inexact`: queues not opened since a crash, whose count is only a lower bound (the
     next open opens them when asked for their offsets, as after the crash).
     One number or two per queue: a close costs the same whatever the queues hold."""
@@ -60,6 +66,8 @@ def save(root: str, ends: Ends, index_files: list[IndexFile],
     ends_at = {os.path.basename(f.path): f.end_phy_offset for f in index_files}
     state: dict[str, Any] = {"queues": queues, "indexFiles": index, "indexEnds": ends_at,
                              "heads": heads, "newest": newest}
+    if owner is not None:
+        state["storeId"] = owner
     if commitlog_end is not None:
         state["commitlogEnd"] = commitlog_end
     if tail_record is not None:
@@ -87,8 +95,24 @@ Saved = tuple[dict, tuple[dict[tuple[str, int], int], dict[str, int], dict[tuple
 
 def saved(root: str) -> Saved | None:
     """The state the last clean close saved, parsed and checked once for an open (a store
-    of 80,000 queues took ~0.25 s a parse), with its shape; None when there is none."""
-    return read_json(_path(root), None, check=lambda d: (d, _shape(d)), fix=_FIX)
+    of 80,000 queues took ~0.25 s a parse), with its shape; None when there is none (or it
+    is another store's)."""
+    found = _read(root, say=True)
+    return found if found[0] else None
+
+
+def _ours(root: str, data: dict, say: bool) -> bool:
+    """Whether the record is this store's: it carries the id mqfs.json gives the store, or
+    neither has one (a broker's store; or a store an older mqfs made, read once as its own
+    before its first read-write open gives it an id). `say`: another store's is said in
+    one line (by the open's first read, `saved`)."""
+    theirs, ours = data.get("storeId"), store_id(root)
+    if theirs == ours or not say:
+        return theirs == ours
+    log.warning("queue ends: config/%s belongs to %s, not to this store (%s): it vouches "
+                "for nothing", NAME,
+                f"store {theirs}" if theirs else "a store without an id", ours or "no id")
+    return False
 
 
 def vouched(found: Saved | None, checkpoint_flushed: int) -> Vouched | None:
@@ -144,6 +168,7 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
     """Entry count per queue, per IndexFile name, and the queue offset each queue's first
     file starts at (absent in files an older mqfs wrote), as save() writes them."""
     json_object(data, "a top level")
+    checked_store_id(data.get("storeId"))
     json_object(data.get("queues"), '"queues"')
     queues = _queue_numbers(data, "queues", "count")
     index: dict[str, int] = {}
@@ -161,16 +186,17 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
     return queues, index, _queue_numbers(data, "heads", "head")
 
 
-def _checked(data: Any) -> dict[str, Any]:
-    """The file as parsed, refused (ValueError) when of a shape save() never writes."""
-    _shape(data)
-    return data
-
-
 def read(root: str) -> tuple[dict[tuple[str, int], int], dict[str, int],
                              dict[tuple[str, int], int]]:
-    """Queue counts, IndexFile counts and queue heads the last clean close left."""
-    return read_json(_path(root), ({}, {}, {}), check=_shape, fix=_FIX)
+    """Queue counts, IndexFile counts and queue heads the last clean close of this store
+    left (none when the file is another store's)."""
+    return _read(root)[1]
+
+
+def _read(root: str, say: bool = False) -> Saved:
+    """The file as parsed and its shape; ({}, ({}, {}, {})) when absent or another store's."""
+    found = read_json(_path(root), None, check=lambda d: (d, _shape(d)), fix=_FIX)
+    return found if found is not None and _ours(root, found[0], say) else ({}, ({}, {}, {}))
 
 
 def lost_heads(root: str | None, consume_queues: Queues, commitlog_min: int) -> list[tuple[str, int]]:
@@ -191,7 +217,7 @@ def lost_since_close(root: str, consume_queues: Queues | None, index_files: list
                      ) -> tuple[list[tuple[str, int]], bool]:
     """Queues with fewer entries than at the last clean close, and whether IndexFiles went.
     consume_queues None: the queues are checked as they are opened (`first_use.prove`)."""
-    queues, recorded, _ = read(root)
+    data, (queues, recorded, _) = _read(root)
     short = []
     for (topic, qid), count in queues.items():
         if consume_queues is None:
@@ -204,7 +230,6 @@ def lost_since_close(root: str, consume_queues: Queues | None, index_files: list
                      for name, count in recorded.items())
     # a file replaced behind the store's back (a broker's recovery rewrites the newest one)
     # may hold as many entries but not the ones the close left: its end tells
-    data = read_json(_path(root), None, check=_checked, fix=_FIX)
-    ends = data.get("indexEnds", {}) if data is not None else {}
+    ends = data.get("indexEnds", {})
     index_lost |= any(name in present and present[name].end_phy_offset != end for name, end in ends.items())
     return short, index_lost

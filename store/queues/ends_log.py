@@ -8,7 +8,8 @@ queue's entries whose records start below `at`, its first file's queue offset an
 message's store time; it is appended and synced before the checkpoint's `cq_flushed_offset`
 moves to `at` (the CommitLog and the units below `at` are synced by then). A block's checksum
 is seeded with the one before, so a torn or damaged block ends the chain there, and a block
-from another file never joins it.
+from another file never joins it. The base carries the store's id (mqfs.json's): a chain of
+another store (config/ restored from its backup) vouches for nothing.
 
 Why a queue's end is then known after a crash: recovery re-dispatches from at most the
 checkpoint's `cq_flushed_offset`, which no complete block is below, and opens every queue it
@@ -39,6 +40,7 @@ from ..crash_points import crash_point
 from ..files import safefs
 from ..files.consume_queue import PRE_BLANK
 from ..format.message import validate_stored_topic
+from ..meta.manifest import store_id
 from ..meta.metadata import checked_name
 from .registry import Key
 
@@ -55,7 +57,8 @@ End = tuple[int, int, int, bool]  # (entries, first file's queue offset, newest 
 _MAGIC = b"MQQE"
 _HEAD = struct.Struct("<4sBxxxIQ")  # magic, kind, payload length, chained xxh64 of the payload
 _BODY = struct.Struct("<QII")  # at, queues, length of the topic names (JSON)
-_BASE, _DELTA = 0, 1
+_BASE, _DELTA, _BASE_OF = 0, 1, 2  # a base without and with the store's id (16 bytes first)
+_ID = struct.Struct("16s")
 _ROW = np.dtype([("topic", "<u4"), ("queue", "<u4"), ("entries", "<i8"), ("head", "<i8"),
                  ("newest", "<i8"), ("exact", "u1")])
 _MIN_BASE = 1 << 20  # deltas may grow to this (or the base's size) before a rewrite
@@ -66,8 +69,9 @@ def _path(root: str) -> str:
     return os.path.join(root, "config", NAME)
 
 
-def _block(kind: int, at: int, ends: dict[Key, End], seed: int) -> tuple[bytes, int]:
-    """One block and its chained checksum."""
+def _block(kind: int, at: int, ends: dict[Key, End], seed: int,
+           owner: str | None = None) -> tuple[bytes, int]:
+    """One block and its chained checksum; a base of a store with an id (`owner`) carries it."""
     keys = sorted(ends)
     topics = sorted({t for t, _ in keys})
     index = {t: i for i, t in enumerate(topics)}
@@ -80,6 +84,8 @@ def _block(kind: int, at: int, ends: dict[Key, End], seed: int) -> tuple[bytes, 
         rows["exact"] = [ends[k][3] for k in keys]
     names = json.dumps(topics, ensure_ascii=False).encode()
     payload = _BODY.pack(at, len(keys), len(names)) + names + rows.tobytes()
+    if kind == _BASE and owner is not None:
+        kind, payload = _BASE_OF, _ID.pack(bytes.fromhex(owner)) + payload
     digest = xxhash.xxh64_intdigest(payload, seed)
     return _HEAD.pack(_MAGIC, kind, len(payload), digest) + payload, digest
 
@@ -115,12 +121,15 @@ class Replayed:
     length: int  # bytes of the file up to and with that block
     digest: int  # its chained checksum (the next block's seed)
     base_size: int  # bytes of its base block
+    owner: str | None  # the store id its base carries
 
 
 def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
     """The state of the chain up to its last complete block whose `at` is at most `limit`
     (what the checkpoint says the CommitLog flushed: a block written for a checkpoint that
-    never landed is passed over); (None, why) when there is no such state."""
+    never landed is passed over); (None, why) when there is no such state, or the chain is
+    another store's (its base does not carry the id mqfs.json gives this store, or carries
+    one where the store has none)."""
     try:
         if safefs.size(_path(root)) > _MAX_FILE:
             return None, f"config/{NAME} is larger than any we write"
@@ -132,12 +141,20 @@ def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
     found: Replayed | None = None
     ends: dict[Key, End] = {}
     pos, seed, last_at, base_size = 0, 0, -1, 0
+    owner: str | None = None
     while pos + _HEAD.size <= len(data):
         magic, kind, size, digest = _HEAD.unpack_from(data, pos)
         payload = data[pos + _HEAD.size:pos + _HEAD.size + size]
-        if magic != _MAGIC or kind not in (_BASE, _DELTA) or (kind == _BASE) != (pos == 0) or \
-                len(payload) != size or xxhash.xxh64_intdigest(payload, seed) != digest:
+        if magic != _MAGIC or kind not in (_BASE, _DELTA, _BASE_OF) or \
+                (kind != _DELTA) != (pos == 0) or len(payload) != size or \
+                xxhash.xxh64_intdigest(payload, seed) != digest:
             break  # a torn or damaged block: the chain ends before it
+        if kind == _BASE_OF and len(payload) >= _ID.size:
+            owner, payload = _ID.unpack_from(payload)[0].hex(), payload[_ID.size:]
+        if pos == 0 and owner != store_id(root):
+            return None, (f"config/{NAME} belongs to "
+                          + (f"store {owner}" if owner else "a store without an id")
+                          + f", not to this store ({store_id(root) or 'no id'})")
         try:
             at, block = _parse(payload)
         except (ValueError, RecursionError, struct.error) as exc:
@@ -147,7 +164,7 @@ def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
         ends.update(block)
         pos, seed, last_at = pos + _HEAD.size + size, digest, at
         base_size = base_size or pos
-        found = Replayed(ends, at, pos, digest, base_size)
+        found = Replayed(ends, at, pos, digest, base_size, owner)
     return found, None if found is not None else \
         f"config/{NAME} has no complete block for the checkpoint"
 
@@ -157,14 +174,17 @@ def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
 class Journal:
     """The writer: what the file holds now (`ends`, as of `at`) and the blocks to add.
     `rebase`: the file is not (or no longer) this session's chain; the next append writes
-    a base of every queue."""
+    a base of every queue. `store_id`: the id the store has (its blocks carry it); `owner`:
+    the id the file's base carries (a base is written when they differ)."""
 
     root: str
     ends: dict[Key, End]
     at: int
+    store_id: str | None
     length: int = 0
     digest: int = 0
     base_size: int = 0
+    owner: str | None = None
     rebase: bool = True
     # queues whose end at the last block was short of their end then (records past `at`),
     # with the CommitLog offset their last record ended at: appended once `at` passes it
@@ -174,14 +194,14 @@ class Journal:
 
     @classmethod
     def after_open(cls, root: str, found: Replayed | None, queues: QueueRegistry,
-                   at: int) -> Journal:
+                   at: int, store_id: str | None) -> Journal:
         """The writer once an open recovered: the chain it registered the queues from
         (`found`) goes on; otherwise the first checkpoint writes a base of the queues as
         registered (`at`: the checkpoint's), and of those opened since."""
         if found is not None:
-            return cls(root, found.ends, found.at, found.length, found.digest,
-                       found.base_size, rebase=False)
-        return cls(root, queues.recorded_ends(), at)
+            return cls(root, found.ends, found.at, store_id, found.length, found.digest,
+                       found.base_size, found.owner, rebase=False)
+        return cls(root, queues.recorded_ends(), at, store_id)
 
     def capture(self, queues: QueueRegistry, at: int) -> dict[Key, End] | None:
         """The queues whose end at CommitLog offset `at` differs from the file's (caller holds
@@ -233,7 +253,7 @@ class Journal:
                 changed[key] = changed[key][:2] + (int(t),) + changed[key][3:]
         # a chain's `at` only grows (a base may start lower: a queue with records between
         # is one a crash's re-dispatch touches, so its count is not taken from the file)
-        base = self.rebase or at < self.at or \
+        base = self.rebase or at < self.at or self.owner != self.store_id or \
             self.length - self.base_size > max(self.base_size, _MIN_BASE)
         try:
             if not base:
@@ -252,7 +272,7 @@ class Journal:
         self.at, self.rebase, self.sweep = at, False, False
 
     def _write_base(self, at: int, ends: dict[Key, End]) -> None:
-        block, digest = _block(_BASE, at, ends, 0)
+        block, digest = _block(_BASE, at, ends, 0, self.store_id)
         path = _path(self.root)
         safefs.makedirs(os.path.dirname(path))
         safefs.write_new(path + ".tmp", block)  # private, synced, renamed over the file
@@ -260,7 +280,7 @@ class Journal:
         safefs.rename(path + ".tmp", path)
         safefs.fsync_dir(os.path.dirname(path))
         self.length = self.base_size = len(block)
-        self.digest = digest
+        self.digest, self.owner = digest, self.store_id
 
     def _write_delta(self, at: int, changed: dict[Key, End]) -> None:
         block, digest = _block(_DELTA, at, changed, self.digest)

@@ -4,6 +4,7 @@ Every case returns a CaseResult whose label carries the seed and crash site to r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -267,7 +268,7 @@ T4_KINDS = ("unflushed-garbage", "unflushed-garbage-no-abort", "random-truncate"
             "checkpoint-delete", "checkpoint-torn", "abort-create", "cq-file-delete",
             "cq-dir-delete", "cq-torn", "index-file-delete", "index-torn",
             "commitlog-newest-delete", "cq-middle-file-delete", "hand-rebuild",
-            "config-restored", "crash-without-queue-ends")
+            "config-restored", "crash-without-queue-ends", "config-of-another-store")
 _T4_CONFIG = dict(flush_interval_ms=10**7, flush_cq_interval_ms=10**7,
                   flush_thorough_interval_ms=10**8)
 
@@ -533,10 +534,36 @@ def _crash_without_queue_ends(root: str, rng: random.Random, seed: int, max_body
     return full_check(root, exp)
 
 
+def _config_of_another_store(root: str, rng: random.Random, seed: int, max_body: int) -> list[str]:
+    """config/ restored from another store's backup over this one (after a clean close or a
+    crash), one queue's directory lost too. The other store holds the same messages under
+    other topics of the same length: its CommitLog ends where this one's does, so the
+    offsets its records were written for match this store's checkpoint, and only its
+    store id tells them apart; its records name none of this store's queues."""
+    counts, crashed = [rng.randint(30, 150), rng.randint(30, 150)], rng.random() < 0.5
+    exp = _sessions(root, seed, max_body, counts, lambda i: None, crash_last=crashed)
+    other = root + ".other"
+    seq = 0
+    for n in counts:
+        with MessageStore(other, crash_config(**_T4_CONFIG)) as s:
+            for _ in range(n):
+                m = expected_message(seed, 0, seq, max_body)
+                s.put(dataclasses.replace(m, topic="Other" + m.topic[5:]))
+                seq += 1
+    shutil.rmtree(os.path.join(root, "config"))
+    shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
+    shutil.rmtree(other)
+    queues = sorted({os.path.dirname(p) for p in _cq_files(root)})
+    if queues:
+        shutil.rmtree(rng.choice(queues))
+    return full_check(root, exp)
+
+
 _T4_RESTORES = {
     "cq-middle-file-delete": _cq_middle_file_delete,
     "config-restored": _config_restored,
     "crash-without-queue-ends": _crash_without_queue_ends,
+    "config-of-another-store": _config_of_another_store,
 }
 
 

@@ -132,7 +132,7 @@ def commitlogs(draw):
 
 def commitlog_store(flavor, data: bytes) -> str:
     root = tempfile.mkdtemp(prefix="mqfs-jvm-")
-    write_manifest(root, StoreConfig(flavor=flavor.name, record_crc=flavor.record_crc, commitlog_file_size=FILE))
+    write_manifest(root, StoreConfig(flavor=flavor.name, record_crc=flavor.record_crc, commitlog_file_size=FILE), None)
     os.makedirs(os.path.join(root, "commitlog"))
     with open(os.path.join(root, "commitlog", "0" * 20), "wb") as f:
         f.write(data)

@@ -1,0 +1,174 @@
+"""Records and journals belong to one store (issue 33, item 3): mqfs.json gives the store a
+random id, config/dispatchState.json, config/queueEnds.log and repair-journal.json carry it;
+one of another store vouches for nothing (the CommitLog decides each queue's end) or, a
+journal, is refused in one line with every file as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from mqfs.store import Message, MessageStore, StoreError
+from mqfs.store.integrity import repair_journal
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.meta.manifest import store_id
+from mqfs.store.queues import ends_log
+from tests.crash.tiers import RECOVERY_LOGS
+from tests.fusefs.helpers import MQFS
+from tests.store.helpers import file_hashes, small_config, store_state
+
+pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
+
+
+def _manifest(root: str) -> dict:
+    with open(os.path.join(root, "mqfs.json")) as f:
+        return json.load(f)
+
+
+def _state(root: str) -> dict:
+    with open(os.path.join(root, "config", "dispatchState.json")) as f:
+        return json.load(f)
+
+
+def _store(root: str, topic: str) -> None:
+    """5 messages on `topic`/0, then 300 on U/*: two stores made with topics of one length
+    end at the same CommitLog offset, so only their ids tell their records apart."""
+    with MessageStore(root, small_config()) as s:
+        for i in range(5):
+            s.put(Message.create(topic, b"old-%d" % i, queue_id=0, keys=[f"k{i}"]))
+        for i in range(300):
+            s.put(Message.create("U", b"u" * 200, queue_id=i % 4))
+
+
+def test_a_new_store_has_an_id_and_its_records_carry_it(tmp_path):
+    root = str(tmp_path / "s")
+    _store(root, "T")
+    sid = _manifest(root)["store_id"]
+    assert len(sid) == 32 and int(sid, 16) >= 0
+    assert _state(root)["storeId"] == sid
+    found, why = ends_log.replay(root, 1 << 62)
+    assert found is not None and found.owner == sid, why
+    other = str(tmp_path / "o")
+    _store(other, "T")
+    assert store_id(other) != sid  # random: two stores never share one
+
+
+def test_an_older_store_is_given_an_id_once_and_keeps_its_proof(tmp_path):
+    """A store an older mqfs made (no id anywhere): a read-only open writes nothing; the
+    first read-write open still trusts its clean close's record (no proof from the
+    CommitLog, no rebuild), then gives mqfs.json an id, which the next close's record
+    carries; a broker's store (no mqfs.json) is never given one."""
+    root = str(tmp_path / "s")
+    _store(root, "T")
+    manifest, state = _manifest(root), _state(root)
+    del manifest["store_id"], state["storeId"]
+    for name, doc in (("mqfs.json", manifest), ("config/dispatchState.json", state)):
+        with open(os.path.join(root, name), "w") as f:
+            json.dump(doc, f)
+    before = file_hashes(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert s.max_offset("T", 0) == 5
+    assert file_hashes(root) == before
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.parts.vouched is not None and s.scrub_status().get("queue_ends") is None
+        assert s.put(Message.create("T", b"new", queue_id=0)).queue_offset == 5
+        sid = s.store_id
+    assert sid is not None and _manifest(root)["store_id"] == sid == _state(root)["storeId"]
+    with MessageStore(root, small_config(), create=False) as s:  # its own record, trusted
+        assert s.parts.vouched is not None and s.store_id == sid
+
+
+def test_a_broker_store_is_given_no_manifest(tmp_path):
+    from tests.store.test_queue_proof import BROKER, _broker_store
+
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        assert s.store_id is None
+        s.put(Message.create("T", b"new", queue_id=0))
+    assert not os.path.exists(os.path.join(root, "mqfs.json"))
+    assert "storeId" not in _state(root)
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        assert s.parts.vouched is not None  # its record, without an id, is its own
+
+
+def _last_logged_offset(root: str, topic: str, qid: int) -> int:
+    """The queue offset of the queue's last record in the CommitLog (the log's own walk)."""
+    from tests.store.helpers import stored_records
+
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        records, _ = stored_records(s)
+    return max(m.queue_offset for m in records if (m.topic, m.queue_id) == (topic, qid))
+
+
+@pytest.mark.parametrize("exit", ("clean", "crash"))
+def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit):
+    """config/ restored from another store's backup (same CommitLog end, so the offsets in
+    its records match this store's checkpoint) over a store whose T/0 files are gone:
+    its counts (no T/0 in them) vouch for nothing, T/0's end comes from the CommitLog, and
+    the next put gets an offset past T/0's last record. After a crash (`abort` left) the
+    restored config/queueEnds.log is refused alike."""
+    root, other = str(tmp_path / "s"), str(tmp_path / "o")
+    _store(root, "T")
+    _store(other, "X")  # the same bytes a record of, on X/0 instead of T/0
+    assert _state(other)["commitlogEnd"] == _state(root)["commitlogEnd"]
+    shutil.rmtree(os.path.join(root, "config"))
+    shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
+    shutil.rmtree(os.path.join(root, "consumequeue", "T"))
+    if exit == "crash":
+        with open(os.path.join(root, "abort"), "w") as f:
+            f.write("1")
+        assert ends_log.replay(root, 1 << 62)[0] is None
+    last = _last_logged_offset(root, "T", 0)
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.parts.vouched is None
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"old-%d" % i for i in range(5)]
+        put = s.put(Message.create("T", b"new", queue_id=0, keys=["k0"]))
+        assert put.queue_offset > last
+        assert sorted(m.queue_offset for m in s.query_key("k0", topic="T")) == [0, put.queue_offset]
+    assert verify_store(root).ok
+    assert _state(root)["storeId"] == store_id(root) != store_id(other)
+
+
+@pytest.mark.parametrize("kind", ("ends", "killed"))
+def test_a_journal_of_another_store_is_refused_changing_nothing(tmp_path, kind):
+    """A repair journal copied from another store (`killed`: a kill left it mid-repair, with
+    fingerprints of that store's damaged bytes; `ends`: one that only keeps queue ends, with
+    nothing of the files to fingerprint, which rolled forward would quarantine this store's
+    queues and extend them with fillers): a read-write open, `repair` with and without
+    --yes, and a read-only open each refuse in one line, and every file of the store hashes
+    the same after each; moved out, the store is whole as it was."""
+    root, other = str(tmp_path / "s"), str(tmp_path / "o")
+    _store(root, "T")
+    _store(other, "T")
+    if kind == "killed":
+        from tests.crash.repair import run_repair
+        from tests.store.helpers import flip
+
+        flip(os.path.join(other, "commitlog", f"{0:020d}"), 300, 0x01)  # a body bit
+        assert run_repair(other, "repair.move:1").returncode == 137
+        shutil.copy(os.path.join(other, repair_journal.NAME), os.path.join(root, repair_journal.NAME))
+    else:
+        repair_journal.save(root, repair_journal.Journal(
+            step="derived", queue_ends={("T", 0): 40, ("U", 1): 900}, store_id=store_id(other)))
+    before = store_state(root)
+    with pytest.raises(StoreError, match="does not belong.*written for store") as refused:
+        MessageStore(root, small_config(), create=False).open()
+    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    assert store_state(root) == before
+    for args in (["repair", root], ["repair", "--yes", root]):
+        cli = subprocess.run([*MQFS, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert cli.returncode == 1 and "written for store" in cli.stderr, cli.stdout + cli.stderr
+        assert cli.stderr.count("\n") == 1, cli.stderr
+        assert store_state(root) == before
+    with pytest.raises(StoreError, match="interrupted repair"):
+        MessageStore(root, small_config(read_only=True), create=False).open()
+    assert store_state(root) == before
+    os.unlink(os.path.join(root, repair_journal.NAME))
+    assert verify_store(root).ok
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.max_offset("T", 0) == 5 and s.max_offset("U", 1) == 75
