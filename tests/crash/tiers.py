@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from mqfs.store import CorruptionError, MessageStore, StoreFormatError
 from mqfs.store.crash_points import SITES
+from mqfs.store.files.checkpoint import Checkpoint
 from mqfs.store.files.index_file import ENTRY_SIZE, HEADER_SIZE
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import apply_repair, plan_repair
@@ -550,13 +551,16 @@ def _config_of_another_store(root: str, rng: random.Random, seed: int, max_body:
                 m = expected_message(seed, 0, seq, max_body)
                 s.put(dataclasses.replace(m, topic="Other" + m.topic[5:]))
                 seq += 1
+    ends = [Checkpoint.load(os.path.join(r, "checkpoint")).commitlog_flushed_offset
+            for r in (root, other)]
     shutil.rmtree(os.path.join(root, "config"))
     shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
     shutil.rmtree(other)
     queues = sorted({os.path.dirname(p) for p in _cq_files(root)})
     if queues:
         shutil.rmtree(rng.choice(queues))
-    return full_check(root, exp)
+    reached = [] if ends[0] == ends[1] else [f"the other store ends at {ends[1]}, not {ends[0]}"]
+    return reached + full_check(root, exp)
 
 
 _T4_RESTORES = {
