@@ -22,7 +22,10 @@ from .errors import FsError
 from .following import Follows
 from .handles import Handle, Opening, Runner
 from .inodes import (
+    APPEND,
     GROUP_QUEUE,
+    JSONL,
+    LINES,
     LINK,
     LINK_BIT,
     MESSAGE,
@@ -177,7 +180,15 @@ class Model:
         if ino & MSG_BIT:
             return self.messages.getattr_slow(ino)
         node = self.nodes.find(ino)
-        return node is not None and self._owes_first_use(node)
+        return node is not None and not self._times_known(node) and self._owes_first_use(node)
+
+    def _times_known(self, node: Node) -> bool:
+        """Whether the node's attributes are its queue's or topic's time alone, and that time
+        is kept: then they never wait, whatever the queue owes (a path walk asks for them at
+        every directory, and a shell append walks four)."""
+        if node.kind in (QUEUE, APPEND, JSONL, LINES):
+            return self.times.known(node.topic, node.queue)
+        return node.kind == TOPIC and self.times.known(node.topic)
 
     def _owes_first_use(self, node: Node) -> bool:
         """Whether the node's attributes (a queue's or a topic's mtime, a queue's bounds) would
@@ -196,7 +207,10 @@ class Model:
     def xattrs_slow(self, ino: int) -> bool:
         """A message's attributes come from its record, a key directory's from a query, a
         queue's bounds from the queue (its first use, when not opened yet)."""
-        return bool(ino & MSG_BIT) or self.listing_slow(ino) or self.getattr_slow(ino)
+        if ino & MSG_BIT or self.listing_slow(ino):
+            return True
+        node = self.nodes.find(ino)
+        return node is not None and self._owes_first_use(node)
 
     # --- messages and links ----------------------------------------------------------------
     def readlink(self, ino: int) -> bytes:
@@ -250,7 +264,10 @@ class Model:
     def mkdir(self, parent: int, name: bytes) -> Attr:
         """mkdir in /topics creates a topic, mkdir N in /topics/<t> creates queue N."""
         node = self.nodes.get(parent)
-        return self.kinds[node.kind].mkdir(node, name)
+        attr = self.kinds[node.kind].mkdir(node, name)
+        if node.kind == TOPIC:
+            self.times.queue_added(node.topic)
+        return attr
 
     async def setattr(self, run: Runner, ino: int, size: int | None, owner: bool) -> Attr:
         """A new size (a staged file's any, a writable file's 0: O_TRUNC), times (accepted,

@@ -21,7 +21,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import pyfuse3
 import trio
@@ -41,10 +41,14 @@ from pyfuse3 import (
 )
 
 from .errors import FsError, errno_for
+from .forgetting import Forgetting
 from .handles import Handle, Handles, Opening
 from .inodes import NAME_MAX, Attr
 from .listings import Listing
 from .model import Model
+
+if TYPE_CHECKING:
+    import outcome  # trio's
 
 log = logging.getLogger("mqfs")
 
@@ -96,8 +100,8 @@ def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
 
 def forget_attrs(inodes: list[int]) -> None:
-    """Tell the kernel cached attributes of these inodes are stale. Called from worker
-    threads only (with the writeback cache off it does not block, but a call from the trio
+    """Tell the kernel cached attributes of these inodes are stale (when: `Forgetting`).
+    Called from worker threads only (with the writeback cache off it does not block, but a call from the trio
     thread would still hold the loop for the write to /dev/fuse)."""
     for ino in inodes:
         try:
@@ -109,8 +113,35 @@ def forget_attrs(inodes: list[int]) -> None:
 async def in_thread(fn: Callable[..., R], *args: Any,
                     limiter: trio.CapacityLimiter | None = None) -> R:
     """Work that may wait for the disk (puts, fsync, searches, record reads) off the trio
-    thread, so other requests go on meanwhile."""
-    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+    thread, so other requests go on meanwhile.
+
+    One trip: the job goes to a cached worker thread (trio's, within the limiter: 40
+    threads by default) and its result reschedules the waiting task. trio.to_thread.run_sync
+    does the same with a context copy, thread naming (two prctl calls) and scheduler passes
+    for the limiter and cancellation that cost the loop about half again as much; nothing
+    here uses trio.from_thread, and the trip is not cancellable there either."""
+    if limiter is None:
+        limiter = trio.to_thread.current_default_thread_limiter()
+    task = trio.lowlevel.current_task()
+    try:
+        limiter.acquire_on_behalf_of_nowait(task)
+    except trio.WouldBlock:
+        await limiter.acquire_on_behalf_of(task)
+    try:
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(result: outcome.Outcome[R]) -> None:
+            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+        trio.lowlevel.start_thread_soon(functools.partial(fn, *args), deliver)
+        return await trio.lowlevel.wait_task_rescheduled(stay)  # type: ignore[no-any-return]
+    finally:
+        limiter.release_on_behalf_of(task)
+
+
+def stay(_: Any) -> trio.lowlevel.Abort:
+    """A job in a worker thread runs to its end: its task waits for it even when cancelled."""
+    return trio.lowlevel.Abort.FAILED
 
 
 class TrioRunner:
@@ -179,7 +210,7 @@ class Operations(pyfuse3.Operations):
         self.run.stored()
 
     def init(self) -> None:
-        self.model.forget_attrs = forget_attrs
+        self.model.forget_attrs = Forgetting(forget_attrs)
         if self.on_ready is not None:
             try:
                 self.on_ready()

@@ -1,0 +1,71 @@
+"""Telling the kernel to forget attributes that moved (a queue's, a topic's, /topics' mtime),
+as often as a reader can tell the difference and no more often.
+
+Every invalidation costs a GETATTR at the next path walk through the inode: a shell loop
+appending to `topics/t/0/append` walks /topics, the topic, the queue and `append`, so
+telling at every message doubled the requests of each `echo >` (10 instead of 6). An inode
+is told at once when it was not told in the last `every` seconds; within that interval it
+is told once more, at the interval's end, by a thread of its own. So a time the kernel shows
+is at most `every` behind the newest message, and a burst of appends costs one invalidation
+per inode per interval instead of one per message.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+FORGET_EVERY = 0.02  # seconds: the most a shown mtime lags the newest message, in a burst
+
+
+class Forgetting:
+    """Called with inodes whose attributes moved (from worker threads); `tell` sends the
+    invalidations (pyfuse3's, in the adapter)."""
+
+    def __init__(self, tell: Callable[[list[int]], None], every: float = FORGET_EVERY,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.tell, self.every, self.clock = tell, every, clock
+        self._cond = threading.Condition()
+        self._told: dict[int, float] = {}  # inode -> when it was last told
+        self._owed: set[int] = set()  # moved since it was told: told at the interval's end
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, inodes: list[int]) -> None:
+        now = self.clock()
+        at_once = []
+        with self._cond:
+            for ino in inodes:
+                if now - self._told.get(ino, -self.every) >= self.every:
+                    self._told[ino] = now
+                    self._owed.discard(ino)
+                    at_once.append(ino)
+                else:
+                    self._owed.add(ino)
+            if self._owed:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="mqfs-forget",
+                                                    daemon=True)
+                    self._thread.start()
+                self._cond.notify()
+        if at_once:
+            self.tell(at_once)
+
+    def _run(self) -> None:
+        """Tells each owed inode at the end of its interval; sleeps while none is owed."""
+        while True:
+            with self._cond:
+                while not self._owed:
+                    self._cond.wait()
+                now = self.clock()
+                due = min(self._told[ino] for ino in self._owed) + self.every
+                if due > now:
+                    self._cond.wait(due - now)
+                    continue
+                ready = [ino for ino in self._owed if now - self._told[ino] >= self.every]
+                for ino in ready:
+                    self._owed.discard(ino)
+                    self._told[ino] = now
+                if len(self._told) > 4096:  # inodes quiet for an interval are told at once anyway
+                    self._told = {i: t for i, t in self._told.items() if now - t < self.every}
+            self.tell(ready)
