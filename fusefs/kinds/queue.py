@@ -24,6 +24,7 @@ from ..inodes import (
     LINES,
     OFFSET_MASK,
     QUEUE,
+    REPLAY,
     TAGS,
     TMP,
     Attr,
@@ -41,9 +42,11 @@ SINK_BLKSIZE = 1 << 20  # append files: cat and cp write 1 MiB per request (the 
                         # takes in one), so append.jsonl gets ~900 lines of 1 KiB per put
 
 # a queue's named children: name -> (kind, ident tag in the node table); `follow` is never
-# listed, so globs, `grep -r` and `find | xargs cat` do not block on it
+# listed, so globs, `grep -r` and `find | xargs cat` do not block on it, nor is `replay`
+# (globs over a queue find its messages and the ways to write them)
 CHILDREN = {b"append": (APPEND, "a"), b"append.jsonl": (JSONL, "j"), b"append.lines": (LINES, "l"),
-            b"follow": (FOLLOW, "f"), b"tmp": (TMP, "tmp"), b"at": (AT, "at"), b"tags": (TAGS, "tags")}
+            b"follow": (FOLLOW, "f"), b"tmp": (TMP, "tmp"), b"at": (AT, "at"), b"tags": (TAGS, "tags"),
+            b"replay": (REPLAY, "r")}
 LISTED = (b"append", b"append.jsonl", b"append.lines", b"tmp", b"at", b"tags")
 # names a staged file cannot be published as: the queue's own entries, but `append`
 UNPUBLISHABLE = frozenset(CHILDREN) - {b"append"}

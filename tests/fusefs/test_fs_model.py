@@ -623,6 +623,7 @@ def test_every_kind_of_node_has_one_class_that_names_its_path(model):
              (*queue, "append.jsonl"): "/topics/orders/1/append.jsonl",
              (*queue, "append.lines"): "/topics/orders/1/append.lines",
              (*queue, "follow"): "/topics/orders/1/follow", (*queue, "tmp"): "/topics/orders/1/tmp",
+             (*queue, "replay"): "/topics/orders/1/replay",
              (*queue, "at"): "/topics/orders/1/at", (*queue, "tags"): "/topics/orders/1/tags",
              (*queue, "tags", "TagA"): "/topics/orders/1/tags/TagA",
              (*queue, "tags", "TagA", "2"): "/topics/orders/1/2 (link)",

@@ -6,6 +6,7 @@ RETRY_TOPIC names."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -80,3 +81,69 @@ def test_a_replay_into_the_selection_it_reads_stops_at_the_end_seen_at_start(tmp
         q1 = sh(f"{CMD} dump {mnt} -t Orders -q 1 -f raw").stdout.splitlines()
     assert len(q0) == n // 2 and len(q1) == n + n // 2  # each message once more, no copy copied
     assert sorted(q1[n // 2:]) == sorted(q0 + q1[:n // 2])
+
+
+def _dead_letters(root: str) -> dict[str, str]:
+    """Orders (2 queues), Pay (3), and what a broker leaves for group billing: dead letters
+    from both, and a retry of an Orders message; returns the msgIds of the originals."""
+    mqfs("init", root, *SMALL)
+    with MessageStore(root) as s:
+        s.create_topic("Orders", 2)
+        s.create_topic("Pay", 3)
+        ids = {"order": s.put(Message.create("Orders", b"order 7", keys=["o-7", "c-1"], tags="created",
+                                             properties={"ORDER_ID": "7"})).msg_id}
+        for i, origin in enumerate(("Orders", "Pay", "Pay", "Orders", "Pay")):
+            s.put(Message.create("%DLQ%billing", b"dead %d" % i, keys=[f"d-{i}"], tags="dead",
+                                 properties={"RETRY_TOPIC": origin, "ORIGIN_MESSAGE_ID": f"ORIG{i}",
+                                             "RECONSUME_TIME": "16", "DELAY": "3"}))
+        s.put(Message.create("%RETRY%billing", b"retry 0", properties={"RETRY_TOPIC": "Orders",
+                                                                      "ORIGIN_MESSAGE_ID": "ORIGR"}))
+        s.put(Message.create("%DLQ%billing", b"lost", properties={"RETRY_TOPIC": "Gone"}))
+    return ids
+
+
+def _messages(mnt: str, topic: str) -> list[dict]:
+    return [json.loads(x) for x in sh(f"{CMD} dump {mnt} -t {topic}", check=False).stdout.splitlines()]
+
+
+@needs_fuse
+def test_replay_and_redrive_through_the_tree_with_a_queues_replay_file(tmp_path):
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    ids = _dead_letters(root)
+    dlq = f"{mnt}/topics/%DLQ%billing/0"
+    with mounted(root, mnt):
+        assert "replay" not in os.listdir(f"{mnt}/topics/Orders/0")  # not listed, as follow
+        assert sh(f"cat {mnt}/topics/Orders/0/replay").stdout == b""
+        sh(f"echo 0 > {mnt}/topics/Orders/0/replay")  # replay: the same queue, a new record
+        again = f"{mnt}/topics/Orders/0/1"
+        assert sh(f"cat {again}").stdout == b"order 7"
+        props = json.loads(os.getxattr(again, "user.properties"))
+        assert props["ORIGIN_MESSAGE_ID"] == ids["order"] and props["ORDER_ID"] == "7"
+        assert os.getxattr(again, "user.keys") == b"o-7 c-1" and os.getxattr(again, "user.tags") == b"created"
+        assert os.getxattr(again, "user.msgid").decode() != ids["order"]
+        # refusals: the lines of one write are published all or none (env printf: one write;
+        # bash's own printf writes each line)
+        for text, err in (("99", b"No such file"), ("x", b"Invalid argument"),
+                          ("0\\n99", b"No such file"), ("5", b"No such file")):  # 5: Gone
+            proc = sh(f"env printf '{text}\\n' > {dlq}/replay", check=False)
+            assert proc.returncode != 0 and err in proc.stderr, text
+        assert [len(_messages(mnt, t)) for t in ("Orders", "Pay")] == [2, 0]
+        # redrive: the last hour's dead letters (not the lost one), each to the topic it came from
+        sh(f"ls {dlq}/at/-1h.. | grep -vx 5 > {dlq}/replay")
+        sh(f"echo 0 > {mnt}/topics/%RETRY%billing/0/replay")
+        orders, pay = _messages(mnt, "Orders"), _messages(mnt, "Pay")
+    # queue: the dead letter's offset mod the topic's queues
+    assert sorted((m["body"], m["queue_id"]) for m in orders[2:]) == \
+        [("dead 0", 0), ("dead 3", 1), ("retry 0", 0)]
+    assert sorted((m["body"], m["queue_id"]) for m in pay) == [("dead 1", 1), ("dead 2", 2), ("dead 4", 1)]
+    for m in orders[2:] + pay:
+        if m["body"].startswith("dead"):
+            i = m["body"][-1]
+            assert (m["keys"], m["tags"]) == ([f"d-{i}"], "dead")
+            assert m["properties"]["ORIGIN_MESSAGE_ID"] == f"ORIG{i}"  # the first message's, kept
+            assert not {"RETRY_TOPIC", "RECONSUME_TIME", "DELAY"} & set(m["properties"])
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        assert s.max_offset("%DLQ%billing", 0) == 6  # the dead letters themselves stay
+    with mounted(root, mnt, "-o", "ro"):
+        proc = sh(f"echo 0 > {mnt}/topics/Orders/0/replay", check=False)
+        assert proc.returncode != 0 and b"Read-only file system" in proc.stderr
