@@ -26,7 +26,7 @@ from ..meta.metadata import checked_name, json_int, json_object, queue_id_key
 
 log = logging.getLogger(__name__)
 NAME = "dispatchState.json"
-_FIX = "delete it: the next clean close writes it again"
+_FIX = "nothing was changed: delete it (the next clean close writes it again)"
 _INT32_MAX = 0x7FFFFFFF
 
 

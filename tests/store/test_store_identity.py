@@ -105,19 +105,43 @@ def _last_logged_offset(root: str, topic: str, qid: int) -> int:
     return max(m.queue_offset for m in records if (m.topic, m.queue_id) == (topic, qid))
 
 
+def _strip_ids(config: str) -> None:
+    """The records of config/ as a store without an id writes them (an older mqfs's)."""
+    path = os.path.join(config, "dispatchState.json")
+    with open(path) as f:
+        state = json.load(f)
+    del state["storeId"]
+    with open(path, "w") as f:
+        json.dump(state, f)
+    root = os.path.dirname(config)
+    found, why = ends_log.replay(root, 1 << 62)
+    assert found is not None, why
+    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, None)
+    with open(os.path.join(config, ends_log.NAME), "wb") as f:
+        f.write(block)
+
+
 @pytest.mark.parametrize("exit", ("clean", "crash"))
-def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit):
+@pytest.mark.parametrize("restored", ("config", "config-without-ids", "manifest"))
+def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, restored):
     """config/ restored from another store's backup (same CommitLog end, so the offsets in
-    its records match this store's checkpoint) over a store whose T/0 files are gone:
-    its counts (no T/0 in them) vouch for nothing, T/0's end comes from the CommitLog, and
-    the next put gets an offset past T/0's last record. After a crash (`abort` left) the
-    restored config/queueEnds.log is refused alike."""
+    its records match this store's checkpoint) over a store whose T/0 files are gone: its
+    counts (no T/0 in them) vouch for nothing, T/0's end comes from the CommitLog, and the
+    next put gets an offset past T/0's last record. After a crash (`abort` left) the
+    restored config/queueEnds.log is refused alike. `config-without-ids`: the other store's
+    records as an older mqfs wrote them (no id, this store has one); `manifest`: the other
+    store's mqfs.json restored instead (this store's own records then vouch for nothing)."""
     root, other = str(tmp_path / "s"), str(tmp_path / "o")
     _store(root, "T")
     _store(other, "X")  # the same bytes a record of, on X/0 instead of T/0
     assert _state(other)["commitlogEnd"] == _state(root)["commitlogEnd"]
-    shutil.rmtree(os.path.join(root, "config"))
-    shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
+    if restored == "manifest":
+        shutil.copy(os.path.join(other, "mqfs.json"), os.path.join(root, "mqfs.json"))
+    else:
+        if restored == "config-without-ids":
+            _strip_ids(os.path.join(other, "config"))
+        shutil.rmtree(os.path.join(root, "config"))
+        shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
     shutil.rmtree(os.path.join(root, "consumequeue", "T"))
     if exit == "crash":
         with open(os.path.join(root, "abort"), "w") as f:
@@ -131,7 +155,7 @@ def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit):
         assert put.queue_offset > last
         assert sorted(m.queue_offset for m in s.query_key("k0", topic="T")) == [0, put.queue_offset]
     assert verify_store(root).ok
-    assert _state(root)["storeId"] == store_id(root) != store_id(other)
+    assert _state(root)["storeId"] == store_id(root)
 
 
 @pytest.mark.parametrize("kind", ("ends", "killed"))
@@ -172,3 +196,27 @@ def test_a_journal_of_another_store_is_refused_changing_nothing(tmp_path, kind):
     assert verify_store(root).ok
     with MessageStore(root, small_config(), create=False) as s:
         assert s.max_offset("T", 0) == 5 and s.max_offset("U", 1) == 75
+
+
+@pytest.mark.parametrize("where", ("mqfs.json", "config/dispatchState.json", repair_journal.NAME))
+def test_a_malformed_id_is_refused_in_one_line_changing_nothing(tmp_path, where):
+    """An id that is not 32 hex digits (a hand edit, a damaged copy) is the file's damage: a
+    read-write open refuses in one line naming the file, and every file is as it was."""
+    root = str(tmp_path / "s")
+    _store(root, "T")
+    if where == repair_journal.NAME:
+        repair_journal.save(root, repair_journal.Journal(step="derived", store_id=store_id(root)))
+    path = os.path.join(root, where)
+    with open(path) as f:
+        doc = json.load(f)
+    doc["store_id" if where == "mqfs.json" else "storeId"] = "not-an-id"
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    for bak in (path + ".bak",):  # no good copy to fall back to
+        if os.path.exists(bak):
+            os.unlink(bak)
+    before = store_state(root)
+    with pytest.raises(StoreError, match=f"{os.path.basename(where)}.*not 32 hex digits") as refused:
+        MessageStore(root, small_config(), create=False).open()
+    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    assert store_state(root) == before
