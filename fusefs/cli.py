@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("verify", "check every record, ConsumeQueue and IndexFile entry "
                                   "(changes nothing)")):
         sub.add_parser(name, help=text, parents=[trust]).add_argument(
-            "store", help="the store directory")
+            "store", help="the store directory" if name == "verify" else
+            "the store directory, where it is mounted, or a path in the mount")
     sub.choices["info"].add_argument(
         "--json", action="store_true",
         help="one JSON object for scripts and monitoring: per queue min/max offsets, count, "
@@ -204,8 +205,13 @@ def _plural(n: int, word: str) -> str:
 def cmd_info(a: argparse.Namespace) -> int:
     """A read-only open: changes no byte and creates no file, on clean and crashed stores."""
     from mqfs.store import MessageStore, StoreConfig
+    from mqfs.store.errors import StoreFormatError
+    from mqfs.store.offline.located import store_root
 
-    root = os.path.abspath(a.store)
+    try:
+        root = os.path.abspath(store_root(a.store))  # a mount point names its store, as in dump
+    except StoreFormatError:
+        root = os.path.abspath(a.store)  # the open below says what is wrong with it
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
         if a.json:
             from .state import store_state

@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("export", help="messages to Parquet (partitioned by topic), or JSON "
                                        "lines or CSV as mqfs dump prints them",
                         epilog=TIMES)
-    sp.add_argument("store")
+    sp.add_argument("store", help="the store directory, where it is mounted, or a path in "
+                                  "the mount (its whole store)")
     sp.add_argument("out")
     sp.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     sp.add_argument("-f", "--format", choices=FORMATS, default="parquet",
@@ -127,8 +128,26 @@ def check_inputs(args: argparse.Namespace) -> str | None:
     return None
 
 
+def resolved(store: str) -> str:
+    """The store a path names, as `mqfs dump` takes it: a store directory, a mount point or a
+    path inside a mount (its store, the mount flushed first). A list or glob of stores, or a
+    path that is none of these (check_inputs says so), is left as given."""
+    import glob
+
+    from mqfs.store.errors import StoreError
+    from mqfs.store.offline.located import store_root
+
+    if "," in store or glob.has_magic(store):
+        return store
+    try:
+        return store_root(store)
+    except (StoreError, OSError):
+        return store
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(glued(argv))
+    args.store = resolved(args.store)
     problem = check_inputs(args)
     selection = None
     if problem is None and args.job == "export":

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from collections.abc import Iterator
 
 from mqfs.store import StoredMessage
-from mqfs.store.errors import StoreError, StoreFormatError
+from mqfs.store.errors import StoreError
 from mqfs.store.meta.features import BATCH_CQ, recognise, topics_of
+from mqfs.store.offline.keys import key_candidates
+from mqfs.store.offline.located import layout_at
 from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
-from mqfs.store.offline.views import StoreLayout, store_layout
+from mqfs.store.offline.views import StoreLayout
 
 from . import source
 from .scan import messages
@@ -30,7 +31,8 @@ def add_parser(sub) -> None:
                                     "bodies (reads the files: mounted or not, a broker's, "
                                     "a live one; changes nothing)",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("store", help="the store directory, or where it is mounted")
+    d.add_argument("store", help="the store directory, where it is mounted, or a path in "
+                                 "the mount (its whole store)")
     add_arguments(d)
     d.add_argument("-f", "--format", choices=FORMATS, default="json",
                    help="json (default: one object per line), csv (with a header), raw "
@@ -43,33 +45,6 @@ def add_parser(sub) -> None:
                         "falls on every queue)")
     d.add_argument("-c", "--count", action="store_true",
                    help="print only how many messages are selected")
-
-
-def layout_of(path: str) -> StoreLayout:
-    """The store at path, or the store mounted there (its root names it in an xattr)."""
-    try:
-        return store_layout(path)
-    except StoreFormatError:
-        try:
-            root = os.getxattr(path, "user.mqfs.store", follow_symlinks=False)
-        except OSError:
-            raise StoreFormatError(f"{path} is not a store or an mqfs mount") from None
-        _written_out(path)
-        return store_layout(os.fsdecode(root))
-
-
-def _written_out(mount: str) -> None:
-    """Ask the daemon to write out what it holds in memory (an fsync of the mount's root is
-    its flush), so the files show every message put through the mount before this command ran:
-    a new queue's units stay in the daemon's memory until a flush. A read-only mount has
-    nothing of its own to write (its refusal is no error here)."""
-    fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
@@ -102,7 +77,7 @@ def _selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
         def no_hit(offset: int, what: str) -> None:
             pass
 
-        return messages(log.runs_at(source.key_offsets(layout, sel), no_hit), sel, flavor, no_hit)
+        return messages(log.runs_at(key_candidates(layout, sel), no_hit), sel, flavor, no_hit)
     runs: Iterator[source.Run]
     if sel.by_queue and not walk:
         runs = (run for offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)
@@ -130,7 +105,7 @@ def cmd_dump(a: argparse.Namespace) -> int:
 
     try:
         sel = selection_of(a)
-        layout = layout_of(a.store)
+        layout = layout_at(a.store)
         # its own buffer: with PYTHONUNBUFFERED (common in containers) every message would
         # be a write(2) of its own, a third of a selection's time at 5,000 messages
         out = io.BufferedWriter(io.FileIO(sys.stdout.fileno(), "wb", closefd=False), OUT_BUFFER)

@@ -1,6 +1,6 @@
 """Where a dump's records come from, as runs of record starts in one mapped CommitLog file:
 the ConsumeQueues of the selected queues (offsets and times narrow them, tagsCodes pick tag
-candidates), the IndexFiles for keys, or a walk of the whole CommitLog."""
+candidates), the IndexFiles for keys (store.offline.keys), or a walk of the whole CommitLog."""
 
 from __future__ import annotations
 
@@ -23,9 +23,6 @@ from mqfs.store.offline.views import (
     map_readonly,
     offset_by_time,
     queues,
-)
-from mqfs.store.offline.views import (
-    key_offsets as views_key_offsets,
 )
 
 CHUNK = 1 << 16  # records per run: bounds memory whatever the store's size
@@ -193,17 +190,3 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
                 units = units[any_of(units["tags"], codes.tolist())]
             if len(units):
                 yield units["offset"].astype(np.int64)
-
-
-def key_offsets(layout: StoreLayout, sel: Selection) -> np.ndarray:
-    """CommitLog offsets the IndexFiles give for the keys, in store order: hash hits, each
-    record checked later (its keys, topic, time, whether a queue serves it). Without a topic,
-    every topic with a ConsumeQueue is looked up."""
-    found: set[int] = set()
-    begin = 0 if sel.since is None else sel.since
-    end = 2**63 - 1 if sel.until is None else sel.until
-    topics = sel.topics or sorted({t for t, _ in queues(layout.root)})
-    for key in sel.keys:
-        for topic in topics:
-            found.update(views_key_offsets(layout, topic, key, begin, end))
-    return np.array(sorted(found), dtype=np.int64)

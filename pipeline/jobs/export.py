@@ -4,6 +4,7 @@ dump` selects (store.offline.selection)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 
 from pyspark.sql import DataFrame, SparkSession
@@ -46,26 +47,82 @@ def run(spark: SparkSession, store: str, out: str, options: dict[str, str],
     body pattern) and the envelope come from each record decoded again on the executors, as
     `mqfs dump` decodes it (Python workers, from the rows' CommitLog offsets)."""
     sel = sel or Selection()
-    df = narrowed(spark.read.format("mqfs").options(**{**options, **reader_options(sel)})
-                  .load(store), sel)
+    read = spark.read.format("mqfs").options(**{**options, **reader_options(sel)})
+    if _by_index(store, options, sel):
+        return _keys_run(spark, read, store, out, overwrite, fmt, sel)
+    df = narrowed(read.load(store), sel)
     if "store" in df.columns and (fmt != "parquet" or sel.by_record):
         raise ValueError("export of several stores writes Parquet without --key, --tag, "
                          "--property or --regex: export each store alone")
     mode = "overwrite" if overwrite else "errorifexists"
-    offsets = df.select("commitlog_offset").rdd.map(lambda row: row[0])
+    # a BatchCQ topic's inner messages share their batch record's CommitLog offset: a row is
+    # its record and its queue offset
+    rows = df.select("commitlog_offset", "queue_offset").rdd.map(lambda row: (row[0], row[1]))
     if fmt == "parquet":
         if sel.by_record:
-            picked = offsets.mapPartitions(_picked(store, sel)).map(lambda o: (o,))
-            keep = spark.createDataFrame(picked, "commitlog_offset long")
-            df = df.join(keep, "commitlog_offset", "left_semi")
+            picked = rows.mapPartitions(_picked(store, sel))
+            keep = spark.createDataFrame(picked, "commitlog_offset long, queue_offset long")
+            df = df.join(keep, ["commitlog_offset", "queue_offset"], "left_semi")
         df.write.mode(mode).partitionBy("topic").parquet(out)
         written = spark.read.schema(df.schema).parquet(out)
         topics = sorted(r.topic for r in written.select("topic").distinct().collect())
         return {"rows": written.count(), "topics": topics, "out": out}
     count = spark.sparkContext.accumulator(0)
-    lines = offsets.mapPartitions(_lines(store, sel, fmt, count.add)).map(lambda t: (t,))
+    lines = rows.mapPartitions(_lines(store, sel, fmt, count.add)).map(lambda t: (t,))
     spark.createDataFrame(lines, "value string").write.mode(mode).text(out)
     return {"rows": count.value, "topics": None, "out": out}
+
+
+def _by_index(store: str, options: dict[str, str], sel: Selection) -> bool:
+    """Whether the IndexFiles find the selection's records, as `mqfs dump` finds them: keys
+    in one store, no source option of its own (--start/--end) and no BatchCQ topic that may
+    be selected (the broker indexes a batch record's keys, not its messages')."""
+    from mqfs.pipeline import batch_cq, stores
+
+    return (bool(sel.keys) and not options and "," not in store
+            and not stores.several({"path": store})
+            and not batch_cq.may_select(store, sel.topics or None))
+
+
+def _keys_run(spark: SparkSession, read, store: str, out: str, overwrite: bool, fmt: str,
+              sel: Selection) -> dict:
+    """A key selection: the IndexFiles' hits (store.offline.keys), each record checked on the
+    executors as dump checks it (a hit that is no record, a damaged one or one no queue
+    serves is no hit); the queues are not read. Parquet takes the rows of the picked records
+    from the source, its reads bounded to the CommitLog ranges that hold them."""
+    from mqfs.store.offline.keys import key_candidates
+    from mqfs.store.offline.views import store_layout
+
+    found = [(o, None) for o in key_candidates(store_layout(store), sel).tolist()]
+    sc = spark.sparkContext
+    hits = sc.parallelize(found, max(1, min(len(found) // 1000 + 1, sc.defaultParallelism)))
+    mode = "overwrite" if overwrite else "errorifexists"
+    if fmt == "parquet":
+        picked = [o for o, _ in hits.mapPartitions(_picked(store, sel, hits=True)).collect()]
+        df = narrowed(read.load(store), sel)
+        if picked:
+            col = F.col("commitlog_offset")
+            parts = [df.where(col.between(lo, hi)) for lo, hi in spans(sorted(picked))]
+            df = functools.reduce(DataFrame.unionAll, parts).where(col.isin(picked))
+        else:
+            df = df.where(F.lit(False))
+        df.write.mode(mode).partitionBy("topic").parquet(out)
+        written = spark.read.schema(df.schema).parquet(out)
+        topics = sorted(r.topic for r in written.select("topic").distinct().collect())
+        return {"rows": written.count(), "topics": topics, "out": out}
+    count = sc.accumulator(0)
+    lines = hits.mapPartitions(_lines(store, sel, fmt, count.add, hits=True)).map(lambda t: (t,))
+    spark.createDataFrame(lines, "value string").write.mode(mode).text(out)
+    return {"rows": count.value, "topics": None, "out": out}
+
+
+def spans(offsets: list[int], most: int = 16) -> list[tuple[int, int]]:
+    """At most `most` CommitLog ranges (first, last) covering the sorted offsets, cut at the
+    widest gaps: a read per range, each pruned to the files it touches."""
+    cuts = sorted(sorted(range(1, len(offsets)), key=lambda i: offsets[i] - offsets[i - 1],
+                         reverse=True)[:most - 1])
+    bounds = [0, *cuts, len(offsets)]
+    return [(offsets[a], offsets[b - 1]) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 class _Records:
@@ -101,19 +158,63 @@ class _Records:
         except (CodecError, CorruptionError) as exc:
             raise CorruptionError(f"damaged record at CommitLog offset {offset}: {exc}") from None
 
+    def of_rows(self, rows: Iterable[tuple[int, int]]) -> Iterator:
+        """The message of each row (CommitLog offset, queue offset): the record there, or the
+        message at that queue offset of the inner batch there (a BatchCQ topic's: unwrapped
+        once for the rows that follow it)."""
+        from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, unwrap
 
-def _picked(store: str, sel: Selection) -> Callable[[Iterable[int]], Iterator[int]]:
-    """The CommitLog offsets whose record the selection picks."""
-    def picked(offsets: Iterable[int]) -> Iterator[int]:
-        records = _Records(store)
-        return (o for o in offsets if sel.picks(records.at(o)))
+        packed = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
+        batch_at, inner = -1, {}  # type: tuple[int, dict]
+        for offset, queue_offset in rows:
+            if offset == batch_at:
+                yield inner[queue_offset]
+                continue
+            msg = self.at(offset)
+            if msg.sys_flag & packed == packed:
+                batch_at, inner = offset, {m.queue_offset: m for m in unwrap(msg)}
+                yield inner[queue_offset]
+            else:
+                yield msg
+
+    def hits(self, rows: Iterable[tuple[int, None]]) -> Iterator:
+        """The messages at index hits that are messages: a record whose own CommitLog offset
+        is the hit's and that a queue serves; a hit at no record, or at a damaged one, is
+        no hit (as keys/ and dump say)."""
+        from mqfs.store.errors import CorruptionError
+        from mqfs.store.format.layout import in_queue
+
+        for offset, _ in rows:
+            try:
+                msg = self.at(offset)
+            except CorruptionError:
+                continue
+            if msg.commitlog_offset == offset and bool(in_queue(msg.sys_flag)):
+                yield msg
+
+
+Rows = Iterable[tuple[int, int | None]]  # (CommitLog offset, queue offset; None: an index hit)
+
+
+def _messages(records: _Records, rows: Rows, hits: bool) -> Iterator:
+    return records.hits(rows) if hits else records.of_rows(rows)  # type: ignore[arg-type]
+
+
+def _picked(store: str, sel: Selection, hits: bool = False
+            ) -> Callable[[Rows], Iterator[tuple[int, int]]]:
+    """The rows (CommitLog offset, queue offset) of the messages the selection picks
+    (`hits`: the rows are index hits, checked as `_Records.hits` checks them)."""
+    def picked(rows: Rows) -> Iterator[tuple[int, int]]:
+        return ((m.commitlog_offset, m.queue_offset)
+                for m in _messages(_Records(store), rows, hits) if sel.picks(m))
     return picked
 
 
-def _lines(store: str, sel: Selection, fmt: str, counted: Callable[[int], None]
-           ) -> Callable[[Iterable[int]], Iterator[str]]:
-    """The envelope of each picked message as a JSON line or a CSV row."""
-    def lines(offsets: Iterable[int]) -> Iterator[str]:
+def _lines(store: str, sel: Selection, fmt: str, counted: Callable[[int], None],
+           hits: bool = False) -> Callable[[Rows], Iterator[str]]:
+    """The envelope of each picked message as a JSON line or a CSV row (`hits`: as in
+    `_picked`)."""
+    def lines(rows: Rows) -> Iterator[str]:
         import csv
         import io
 
@@ -123,16 +224,16 @@ def _lines(store: str, sel: Selection, fmt: str, counted: Callable[[int], None]
 
         records = _Records(store)
         text = io.StringIO()
-        rows = csv.writer(text, lineterminator="\n")
+        writer = csv.writer(text, lineterminator="\n")
 
         def as_csv(row: list | tuple) -> str:
             text.seek(0)
             text.truncate()
-            rows.writerow(row)
+            writer.writerow(row)
             return text.getvalue()[:-1]
 
         n = 0
-        for msg in map(records.at, offsets):
+        for msg in _messages(records, rows, hits):
             if not sel.picks(msg):
                 continue
             if fmt == "jsonl":

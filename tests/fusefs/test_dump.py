@@ -222,6 +222,7 @@ def test_dump_of_a_mount_reads_its_store_and_sees_what_was_just_written(tmp_path
     _store(root, 30)
     with mounted(root, mnt):
         assert _dump(mnt).stdout == _dump(root).stdout
+        assert _dump(f"{mnt}/topics/Pay/0").stdout == _dump(root).stdout  # in the mount: its store
         sh(f"echo 'fresh through the mount' > {mnt}/topics/Orders/1/append")
         line = json.loads(_dump(mnt, "-e", "fresh").stdout)  # the CommitLog walk: at once
         assert (line["topic"], line["queue_id"], line["body"]) == \

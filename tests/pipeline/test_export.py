@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -15,8 +16,9 @@ import pytest
 pytest.importorskip("pyspark")
 
 from mqfs.pipeline import cli  # noqa: E402
-from tests.fusefs.helpers import MQFS  # noqa: E402
+from tests.fusefs.helpers import MQFS, mounted, needs_fuse, sh  # noqa: E402
 from tests.fusefs.test_dump import T0, _store  # noqa: E402
+from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
 from tests.store.test_broker_stores import _broker_workload, broker_store  # noqa: E402
 
 
@@ -106,3 +108,74 @@ def test_a_wrong_selection_is_one_line_before_spark_starts(tmp_path, capsys):
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1, err
     assert not os.path.exists(tmp_path / "out")
+
+
+@needs_fuse
+def test_a_mount_point_or_a_path_in_it_exports_its_store(spark, tmp_path):
+    """As `mqfs dump`: the mount point, or a path in the mount, names the store behind it;
+    the daemon is flushed first, so a message just put through the mount is exported."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _store(root, 30)
+    with mounted(root, mnt):
+        sh(f"echo 'fresh through the mount' > {mnt}/topics/Orders/1/append")
+        for i, where in enumerate((mnt, f"{mnt}/topics/Orders")):
+            out = str(tmp_path / f"out{i}")
+            assert cli.main(["export", where, out, "-f", "jsonl", "-t", "Orders"]) == 0
+            got = sorted(b"".join(_parts(out)).splitlines())
+            assert got == sorted(_dump(root, "-t", "Orders").splitlines())
+            assert any(b"fresh through the mount" in line for line in got)
+
+
+def test_a_batch_cq_store_exports_every_inner_message_as_a_consumer_gets_it(spark, tmp_path):
+    """A broker's BatchCQ topic: a row per message of each inner batch (its own offset, body,
+    keys and tags), never the batch record; dump prints the same lines."""
+    root = str(tmp_path / "store")
+    w = layout_batch_cq(root)
+    for args in ([], ["-t", w.topic], ["-k", "bk-0-5"], ["--tag", "Tag1", "-q", "0"],
+                 ["-e", "inner [0-9] of queue 1"]):
+        out = str(tmp_path / ("out" + "".join(args).replace("/", "_").replace(" ", "_")))
+        assert cli.main(["export", root, out, "-f", "jsonl", *args]) == 0
+        got = sorted(b"".join(_parts(out)).splitlines())
+        assert got == sorted(_dump(root, *args).splitlines()), args
+        if not args or args == ["-t", w.topic]:
+            lines = [json.loads(line) for line in got]
+            served = {(d["topic"], d["queue_id"], d["queue_offset"]): (d["body"].encode(),
+                      " ".join(d["keys"]), d["tags"]) for d in lines if d["topic"] == w.topic}
+            assert served == w.served  # every inner message once, as its consumer gets it
+    out = str(tmp_path / "parquet")
+    assert cli.main(["export", root, out, "-t", w.topic]) == 0
+    rows = spark.read.parquet(out).collect()
+    assert sorted((r.topic, r.queue_id, r.queue_offset) for r in rows) == sorted(w.served)
+
+
+def test_a_key_export_reads_the_index_not_the_queues(spark, dumped, tmp_path):
+    """Keys go through the IndexFiles, as dump's do, and give dump's answers in every format.
+    With the topic's ConsumeQueues gone the JSON lines are still found: the queues are not
+    what a key export reads."""
+    args = ["-k", "c-3", "-k", "o-2", "-t", "Orders"]
+    want = _dump(dumped, *args).splitlines()
+    out = str(tmp_path / "parquet")
+    assert cli.main(["export", dumped, out, *args]) == 0
+    got = sorted(r.commitlog_offset for r in spark.read.parquet(out).collect())
+    assert got == sorted(json.loads(line)["commitlog_offset"] for line in want) and want
+    root = str(tmp_path / "s")
+    shutil.copytree(dumped, root)
+    shutil.rmtree(os.path.join(root, "consumequeue", "Orders"))
+    out = str(tmp_path / "out")
+    assert cli.main(["export", root, out, "-f", "jsonl", *args]) == 0
+    assert sorted(b"".join(_parts(out)).splitlines()) == sorted(want)
+
+
+def test_a_cut_index_file_gives_export_the_answers_it_gives_dump(spark, tmp_path):
+    """An IndexFile cut short (a copy that stopped, a full disk): its entries past the cut are
+    not read; export finds what dump finds, and a hit whose record is gone is no hit."""
+    root = str(tmp_path / "s")
+    _store(root)
+    index = os.path.join(root, "index")
+    path = os.path.join(index, sorted(os.listdir(index))[0])
+    os.truncate(path, os.path.getsize(path) * 2 // 3)
+    for key in ("c-3", "o-100", "o-1"):
+        want = _dump(root, "-k", key).splitlines()
+        out = str(tmp_path / key)
+        assert cli.main(["export", root, out, "-f", "jsonl", "-k", key]) == 0
+        assert sorted(b"".join(_parts(out)).splitlines()) == sorted(want), key
