@@ -147,3 +147,36 @@ def test_replay_and_redrive_through_the_tree_with_a_queues_replay_file(tmp_path)
     with mounted(root, mnt, "-o", "ro"):
         proc = sh(f"echo 0 > {mnt}/topics/Orders/0/replay", check=False)
         assert proc.returncode != 0 and b"Read-only file system" in proc.stderr
+
+
+@needs_fuse
+def test_a_broker_store_redrives_its_dead_letters_and_resets_a_group_through_the_tree(tmp_path):
+    """A store a broker wrote (rocketmq flavor, no mqfs.json, transactions and delays in it)
+    with a dead-letter queue fed by two topics: one `ls` into `replay` sends each dead
+    letter back to its topic, `all` moves a group on every queue, and the store verifies."""
+    from mqfs.store.integrity.verify import verify_store
+    from tests.store.test_broker_stores import _broker_workload, broker_store
+
+    def writes(s: MessageStore) -> None:
+        _broker_workload(s)  # Orders queue 0, TxTopic, the transaction and delay topics
+        for i, origin in enumerate(("Orders", "TxTopic", "Orders")):
+            s.put(Message.create("%DLQ%billing", b"dead %d" % i, keys=[f"d-{i}"], tags="dead",
+                                 properties={"RETRY_TOPIC": origin, "ORIGIN_MESSAGE_ID": f"ORIG{i}",
+                                             "RECONSUME_TIME": "16"}))
+
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    broker_store(root, writes)
+    dlq = f"{mnt}/topics/%DLQ%billing/0"
+    with mounted(root, mnt):
+        sh(f"ls {dlq}/tags/dead > {dlq}/replay")
+        orders, tx = _messages(mnt, "Orders"), _messages(mnt, "TxTopic")
+        sh(f"echo 3 > {mnt}/groups/billing/Orders/all")  # the redriven ones, not the rest
+        reset = sh(f"cat {mnt}/groups/billing/Orders/all").stdout
+        past = sh(f"echo 6 > {mnt}/groups/billing/Orders/all", check=False)
+        assert past.returncode != 0 and b"out of range" in past.stderr
+    assert [m["body"] for m in orders] == ["order-0", "order-1", "order-2", "dead 0", "dead 2"]
+    assert [m["body"] for m in tx] == ["committed", "dead 1"]
+    assert tx[-1]["properties"]["ORIGIN_MESSAGE_ID"] == "ORIG1" and tx[-1]["keys"] == ["d-1"]
+    assert reset == b"0 3\n"  # Orders has queue 0 alone
+    report = verify_store(root)
+    assert report.ok, report.lines
