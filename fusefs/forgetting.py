@@ -30,11 +30,23 @@ class Forgetting:
         self._told: dict[int, float] = {}  # inode -> when it was last told
         self._owed: set[int] = set()  # moved since it was told: told at the interval's end
         self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Before the FUSE session closes: nothing is told after this returns."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def __call__(self, inodes: list[int]) -> None:
         now = self.clock()
         at_once = []
         with self._cond:
+            if self._stopped:
+                return
             for ino in inodes:
                 if now - self._told.get(ino, -self.every) >= self.every:
                     self._told[ino] = now
@@ -55,8 +67,10 @@ class Forgetting:
         """Tells each owed inode at the end of its interval; sleeps while none is owed."""
         while True:
             with self._cond:
-                while not self._owed:
+                while not self._owed and not self._stopped:
                     self._cond.wait()
+                if self._stopped:
+                    return
                 now = self.clock()
                 due = min(self._told[ino] for ino in self._owed) + self.every
                 if due > now:

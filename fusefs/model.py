@@ -170,10 +170,12 @@ class Model:
         if node is None:
             return False
         if node.kind == TOPICS:
-            return self._topic_owes_first_use(os.fsdecode(name))
+            topic = os.fsdecode(name)
+            return not self.times.known(topic) and self._topic_owes_first_use(topic)
         if node.kind == TOPIC:
             queue = canonical_int(name)
-            return queue is not None and self.store.needs_first_use(node.topic, queue)
+            return queue is not None and not self.times.known(node.topic, queue) and \
+                self.store.needs_first_use(node.topic, queue)
         return self.kinds[node.kind].lookup_slow(node, name)
 
     def getattr_slow(self, ino: int) -> bool:
@@ -206,11 +208,13 @@ class Model:
 
     def xattrs_slow(self, ino: int) -> bool:
         """A message's attributes come from its record, a key directory's from a query, a
-        queue's bounds from the queue (its first use, when not opened yet)."""
+        queue's bounds from the queue (its first use, when not opened yet); the rest
+        (topics, the queue's files: `getfattr -d append`) from memory."""
         if ino & MSG_BIT or self.listing_slow(ino):
             return True
         node = self.nodes.find(ino)
-        return node is not None and self._owes_first_use(node)
+        return node is not None and node.kind == QUEUE and \
+            self.store.needs_first_use(node.topic, node.queue)
 
     # --- messages and links ----------------------------------------------------------------
     def readlink(self, ino: int) -> bytes:

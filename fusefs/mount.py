@@ -244,6 +244,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
             trio.run(_main_loop, ops)
             clean = True
         finally:
+            ops.forgetting.stop()  # no invalidation may reach a closed session
             pyfuse3.close(unmount=clean)  # after a crash keep the (dead) mount: see README
     finally:
         store.close()

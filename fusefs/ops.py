@@ -189,6 +189,7 @@ class Operations(pyfuse3.Operations):
         self.files: Handles[Handle] = Handles()
         self.dirs: Handles[Listing] = Handles()
         self.run = TrioRunner()
+        self.forgetting = Forgetting(forget_attrs)  # stopped before the session closes
 
     FH_HANDLERS = {"read", "write", "flush", "fsync", "release"}
 
@@ -210,7 +211,7 @@ class Operations(pyfuse3.Operations):
         self.run.stored()
 
     def init(self) -> None:
-        self.model.forget_attrs = Forgetting(forget_attrs)
+        self.model.forget_attrs = self.forgetting
         if self.on_ready is not None:
             try:
                 self.on_ready()

@@ -251,10 +251,12 @@ def put_batch_in_process(work: str, jsonl_file: str) -> tuple[float, float]:
 
 
 def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str,
-                  daemon: int | None = None) -> dict:
+                  daemon: int | None = None, writes_only: bool = False) -> dict:
     """base maps a directory role (small, large, big, w) to its path on one filesystem;
     daemon: the pid of the process serving it (None for the native filesystem)."""
     res = {}
+    if writes_only:
+        return run_writes(base, n, jsonl_file, daemon, res)
     res["cat"] = n["small"] / timed(f"seq 0 {n['small'] - 1} | xargs cat > /dev/null", base["small"])
     res["read"] = n["large"] * LARGE / 1e6 / timed(f"seq 0 {n['large'] - 1} | xargs cat > /dev/null",
                                                    base["large"])
@@ -267,6 +269,11 @@ def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str,
     start = time.perf_counter()  # -l: a stat and the getxattr probes of every entry
     listed = subprocess.run(["ls", "-laU", base["big"]], check=True, capture_output=True).stdout
     res["ls_l"] = (listed.count(b"\n") - 1) / (time.perf_counter() - start)
+    return run_writes(base, n, jsonl_file, daemon, res)
+
+
+def run_writes(base: dict[str, str], n: dict[str, int], jsonl_file: str, daemon: int | None,
+               res: dict) -> dict:
     shell_target = base["append"]
     res["shell"], res["shell_daemon"], res["shell_client"] = timed_cpu(
         f'for i in $(seq {n["shell"]}); do echo "message $i" > {shell_target}; done', base["w"],
@@ -280,6 +287,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller counts")
     p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--writes", action="store_true",
+                   help="only the writing workloads (shell appends, JSON lines, put_batch)")
     p.add_argument("--serve-trivial", nargs=4, metavar=("MNT", "SMALL", "LARGE", "BIG"),
                    help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -288,7 +297,9 @@ def main() -> int:
         serve_trivial(mnt, *map(int, counts))
         return 0
 
-    n = sizes(a.quick)
+    n, writes_only = sizes(a.quick), a.writes
+    if writes_only:  # nothing to read: no store or tree of messages to build
+        n.update(small=0, large=0, big=0)
     work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-")
     mq_store, mq_mnt, native, triv = (f"{work}/{x}" for x in ("store", "mnt", "native", "trivial"))
     for d in (mq_mnt, triv):
@@ -312,16 +323,17 @@ def main() -> int:
         results["trivial"] = run_workloads(
             {"small": f"{triv}/small", "large": f"{triv}/large", "big": f"{triv}/big",
              "w": f"{triv}/w", "append": f"{triv}/w/append", "jsonl": f"{triv}/w/append.jsonl"},
-            n, jsonl_file, trivial_proc.pid)
+            n, jsonl_file, trivial_proc.pid, a.writes)
         subprocess.run([*mqfs, "mount", mq_store, mq_mnt], check=True)
         q = lambda t: f"{mq_mnt}/topics/{t}/0"  # noqa: E731
         results["mqfs"] = run_workloads(
             {"small": q("small"), "large": q("large"), "big": q("big"), "w": q("w"),
              "append": f"{q('w')}/append", "jsonl": f"{q('w')}/append.jsonl"}, n, jsonl_file,
-            mqfs_daemon(mq_mnt))
+            mqfs_daemon(mq_mnt), a.writes)
         results["native"] = run_workloads(
             {"small": f"{native}/small", "large": f"{native}/large", "big": f"{native}/big",
-             "w": f"{native}/w", "append": '"$i"', "jsonl": f"{native}/w/lines"}, n, jsonl_file)
+             "w": f"{native}/w", "append": '"$i"', "jsonl": f"{native}/w/lines"}, n, jsonl_file,
+            None, a.writes)
         inproc_rate, inproc_cpu = put_batch_in_process(work, jsonl_file)
     finally:
         if os.path.ismount(mq_mnt):
@@ -332,11 +344,12 @@ def main() -> int:
         if not a.dir:
             shutil.rmtree(work, ignore_errors=True)
 
-    rows = [("cat", f"cat of {n['small']} 1 KiB messages", "msgs/s"),
+    rows = [] if writes_only else [
+            ("cat", f"cat of {n['small']} 1 KiB messages", "msgs/s"),
             ("read", f"sequential read of {n['large']} x 4 MiB messages", "MB/s"),
             ("ls", f"ls of a queue with {n['big']} messages", "entries/s"),
-            ("ls_l", f"ls -l of a queue with {n['big']} messages", "entries/s"),
-            ("shell", f"{n['shell']} shell appends (echo > append)", "msgs/s"),
+            ("ls_l", f"ls -l of a queue with {n['big']} messages", "entries/s")]
+    rows += [("shell", f"{n['shell']} shell appends (echo > append)", "msgs/s"),
             ("jsonl", f"{n['jsonl']} JSON lines (1 KiB body, 1 key) via cat", "msgs/s")]
     print(f"\n{'workload':<48}{'unit':>10}{'mqfs':>12}{'native':>12}{'trivial':>12}"
           f"{'mqfs/native':>13}{'mqfs/trivial':>14}")
@@ -359,8 +372,9 @@ def main() -> int:
           f"{m['jsonl'] / inproc_rate:>16.2f}")
     print(f"{label + ' (CPU us/msg)':<48}{m['jsonl_daemon']:>12,.1f}{inproc_cpu:>12,.1f}"
           f"{inproc_cpu / m['jsonl_daemon'] if m['jsonl_daemon'] else float('nan'):>16.2f}")
-    print(f"\nls -l on mqfs takes {m['ls'] / m['ls_l']:.2f}x the time of ls "
-          f"(trivial: {results['trivial']['ls'] / results['trivial']['ls_l']:.2f}x)")
+    if not writes_only:
+        print(f"\nls -l on mqfs takes {m['ls'] / m['ls_l']:.2f}x the time of ls "
+              f"(trivial: {results['trivial']['ls'] / results['trivial']['ls_l']:.2f}x)")
     print("native = plain files on the filesystem under the work directory (shell appends "
           "create one file per message; JSON lines go to one file); trivial = in-memory "
           "pyfuse3 filesystem with the same names and sizes that discards writes.")

@@ -44,3 +44,16 @@ def test_a_burst_is_told_once_at_once_and_once_at_the_end_of_its_interval():
     assert told[3] == [2]
     with forget._cond:
         assert not forget._owed
+
+
+def test_nothing_is_told_once_stopped():
+    told: list[list[int]] = []
+    clock = Clock()
+    forget = Forgetting(told.append, every=0.02, clock=clock)
+    forget([1])
+    forget([1])  # owed: the thread runs
+    forget.stop()  # returns once the thread has ended
+    assert forget._thread is not None and not forget._thread.is_alive()
+    clock.now += 1
+    forget([1, 2])
+    assert told == [[1]]

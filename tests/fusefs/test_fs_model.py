@@ -770,17 +770,20 @@ def test_the_slow_question_opens_no_queue_and_sends_its_first_use_to_a_worker(tm
         assert s.needs_first_use("orders", 1) and model.lookup_slow(queue, b"1")
         assert model.listing(queue).slow  # its readdir too goes to a worker thread
         topic, topics = walk(model, "topics", "orders"), walk(model, "topics")
-        # its xattrs (the bounds) need its first use; its attributes and its topic's (mtime:
-        # the newest time, read by the walk without opening the queue) are kept from then on
-        assert model.xattrs_slow(queue)
+        # its xattrs (the bounds) need its first use; its attributes, its topic's and their
+        # lookups (mtime: the newest time, read by the walk without opening a queue) are
+        # kept from then on, answered on the loop
+        assert model.xattrs_slow(queue) and not model.xattrs_slow(topic)
         assert not model.getattr_slow(queue) and not model.getattr_slow(topic)
-        assert model.lookup_slow(topic, b"1") and model.lookup_slow(topics, b"orders")
+        assert not model.lookup_slow(topic, b"1") and not model.lookup_slow(topics, b"orders")
         assert not model.lookup_slow(topics, b"none") and not model.getattr_slow(topics)
         assert not s.consume_queues.opened()  # the questions opened nothing
         assert model.lookup(queue, b"1").size == len(b"body 3")  # (in a worker thread)
         assert not s.needs_first_use("orders", 1) and not model.lookup_slow(queue, b"0")
-        assert not model.xattrs_slow(queue) and not model.lookup_slow(topic, b"1")
-        assert model.lookup_slow(topic, b"0")  # queue 0 is still to be opened
+        assert not model.xattrs_slow(queue)
+        other = walk(model, "topics", "orders", "0")
+        assert s.needs_first_use("orders", 0) and model.xattrs_slow(other)
+        assert not model.xattrs_slow(model.lookup(other, b"append").ino)  # no bounds: none
         assert set(s.consume_queues.opened()) == {("orders", 1)}  # kept times opened nothing
 
 
