@@ -201,10 +201,9 @@ def in_span(store: MessageStore, topic: str, queue: int, since: int | None, unti
 
 class RangeListing(Listing):
     """A queue's at/<since>..<until>/, streamed: links named by offset; cookie = offset +
-    AT_FIXED + 1, as in a queue listing. The ends are taken at opendir; an open or future
-    end goes on to the queue's end as it grows."""
-
-    slow = True
+    AT_FIXED + 1, as in a queue listing. The ends are taken and searched at opendir (a
+    worker thread's job); the entries come from headers, as a queue listing's, on the event
+    loop. An open or future end goes on to the queue's end as it grows."""
 
     def __init__(self, parts: Parts, node: Node, since: int | None, until: int | None):
         super().__init__()
@@ -230,18 +229,17 @@ class RangeListing(Listing):
 
 class TopicRangeListing(Listing):
     """A topic's at/<since>..<until>/, streamed queue by queue: links `<q>:<offset>`; cookie
-    = (queue's place in the listing << 41 | offset) + AT_FIXED + 1. Each queue's span is
-    searched when the listing gets to it."""
-
-    slow = True
+    = (queue's place in the listing << 41 | offset) + AT_FIXED + 1. Every queue's span is
+    searched at opendir (a worker thread's job), the entries streamed on the event loop."""
 
     def __init__(self, parts: Parts, node: Node, since: int | None, until: int | None):
         super().__init__()
         self.parts = parts
         self.node = node
         self.since, self.until = since, until
-        self.queues = parts.store.queue_ids(node.topic)
-        self.spans: dict[int, Span] = {}
+        store, topic = parts.store, node.topic
+        self.queues = store.queue_ids(topic)
+        self.spans = [time_span(store, topic, q, since, until) for q in self.queues]
 
     def entries(self, start: int) -> Iterator[Entry]:
         parts, node = self.parts, self.node
@@ -253,10 +251,7 @@ class TopicRangeListing(Listing):
         store, topic = parts.store, node.topic
         for i in range(place, len(self.queues)):
             q = self.queues[i]
-            span = self.spans.get(i)
-            if span is None:
-                span = self.spans[i] = time_span(store, topic, q, self.since, self.until)
-            first, stop = span
+            first, stop = self.spans[i]
             qidx = parts.nodes.qidx(topic, q)
             for off, ts in in_span(store, topic, q, self.since, self.until,
                                    max(resume if i == place else 0, first), stop):
