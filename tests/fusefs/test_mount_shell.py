@@ -173,6 +173,18 @@ def test_queue_topic_and_group_mtimes_move(live, tmp_path):
     assert not found & {"topics/audit", "topics/audit/0", "topics/orders/0/2"}
 
 
+def test_a_shell_loop_reads_each_append_back_and_the_times_catch_up(live):
+    """Each `echo > append` is readable by the very next command (its close returns once the
+    message is stored); a burst tells the kernel of moved times at most every 20 ms, and once
+    more after it, so the times shown end at the newest message's."""
+    q = f"{live}/topics/audit/0"
+    run('for i in $(seq 0 99); do echo "m $i" > append; [ "$(cat $i)" = "m $i" ] || exit 1; '
+        "done", q)
+    newest = int(os.getxattr(f"{q}/99", "user.store_timestamp")) * 1_000_000
+    for path in (q, f"{q}/append", f"{live}/topics/audit", f"{live}/topics"):
+        eventually(lambda path=path: os.stat(path).st_mtime_ns == newest, f"{path}'s mtime")
+
+
 def test_cat_of_many_jsonl_lines_stores_whole_writes_and_fails_at_the_bad_line(live, tmp_path):
     """cat writes append.jsonl in 1 MiB requests (its st_blksize); each request's lines are
     stored together, and the request that completes a bad line fails with EINVAL: cat
