@@ -232,8 +232,8 @@ class MessageStore(StoreReads, StoreWrites):
         cp = self.checkpoint
         trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
         self.consume_queues.record(registration.read_only(
-            self.root, registration.saved_state(self.root) if trusted else None,
-            cp.commitlog_flushed_offset if trusted else None, cp))
+            self.root, registration.saved_state(self.root, self.commitlog) if trusted else None,
+            cp.commitlog_flushed_offset if trusted else None, cp, self.commitlog))
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         return trusted
 
@@ -242,7 +242,7 @@ class MessageStore(StoreReads, StoreWrites):
         """A read-write open's queues; whether the last exit was clean, the clean close's
         record the open trusts, and the cuts earlier recoveries left (config/queueCuts.json)."""
         # read once, for the two checks below that trust a clean close
-        saved = dispatch_state.saved(self.root) if last_exit_ok else None
+        saved = dispatch_state.saved(self.root, self.commitlog) if last_exit_ok else None
         if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")
@@ -258,7 +258,7 @@ class MessageStore(StoreReads, StoreWrites):
         self._kept = kept_ends.read(self.root)
         vouched, cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, saved if last_exit_ok else None,
-            self.checkpoint, last_exit_ok, log_proof.pending(self.root))
+            self.checkpoint, self.commitlog, last_exit_ok, log_proof.pending(self.root))
         return last_exit_ok, vouched, cuts
 
     def _start_services(self, read_only: bool) -> None:
@@ -463,10 +463,11 @@ class MessageStore(StoreReads, StoreWrites):
             return
         self.index.flush()  # before the checkpoint, which records how far the index is flushed
         self.flush()
+        flushed = self.checkpoint.commitlog_flushed_offset
         dispatch_state.save(self.root, self.store_id, self.consume_queues.read_ends(),
-                            self.index.files, self.checkpoint.commitlog_flushed_offset,
-                            tail_record(self.parts, self.checkpoint.commitlog_flushed_offset),
-                            self.consume_queues.inexact())
+                            self.index.files, flushed, tail_record(self.parts, flushed),
+                            self.consume_queues.inexact(),
+                            dispatch_state.tail_fingerprint(self.commitlog, flushed))
         self.topic_table.compact()  # topics.json complete, as RocketMQ reads it
         crash_point("abort.delete")
         safefs.unlink(self.abort_path)

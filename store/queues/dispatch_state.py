@@ -7,7 +7,10 @@ their records by the background scrub (store/services/scrub.py), not by the open
 shape is refused rather than skipped, since skipping it silently turns the check off.
 (Files an older mqfs wrote also hold a digest of each queue's units; it is no longer read.)
 The file carries the store's id (`storeId`, mqfs.json's): one of another store (config/
-restored from another store's backup) is read as no record at all, and vouches for nothing."""
+restored from another store's backup) is read as no record at all, and vouches for nothing.
+It also carries a fingerprint of the CommitLog's last bytes before its `commitlogEnd`
+(`tailFingerprint`, store/queues/log_fingerprint.py): a record whose log is not this one is
+not trusted as the clean close's."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..files.consume_queue import ConsumeQueue
 from ..files.index_file import IndexFile
@@ -23,9 +26,14 @@ from ..files.json_file import read_json, write_json
 from ..format.message import validate_stored_topic
 from ..meta.manifest import checked_store_id, store_id
 from ..meta.metadata import checked_name, json_int, json_object, queue_id_key
+from . import log_fingerprint
+
+if TYPE_CHECKING:
+    from ..files.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 NAME = "dispatchState.json"
+
 _FIX = "nothing was changed: delete it (the next clean close writes it again)"
 _INT32_MAX = 0x7FFFFFFF
 
@@ -44,15 +52,23 @@ def ends_of(consume_queues: Queues) -> dict[tuple[str, int], tuple[int, int, int
     return {key: (cq.max_offset, cq.first_file_offset, 0) for key, cq in consume_queues.items()}
 
 
+def tail_fingerprint(commitlog: CommitLog, end: int) -> str | None:
+    """The `tailFingerprint` of a record written at CommitLog offset `end`."""
+    found = log_fingerprint.before(commitlog, end)
+    return None if found is None else f"{found:016x}"
+
+
 def save(root: str, owner: str | None, ends: Ends, index_files: list[IndexFile],
          commitlog_end: int | None = None, tail_record: int | None = None,
-         inexact: set[tuple[str, int]] | frozenset = frozenset()) -> None:
+         inexact: set[tuple[str, int]] | frozenset = frozenset(),
+         tail: str | None = None) -> None:
     """Record the files as a clean close leaves them; `commitlog_end` is the flushed CommitLog
     offset its checkpoint holds (`clean_close_at`), `owner` the store's id (None: it has
     none, a broker's store), `tail_record` a record's start at least 8 MiB before it
     (where the next clean open's check of the CommitLog's tail may begin).
     `inexact`: queues not opened since a crash, whose count is only a lower bound (the
-    next open opens them when asked for their offsets, as after the crash).
+    next open opens them when asked for their offsets, as after the crash). `tail`: the
+    CommitLog's `tail_fingerprint` at `commitlog_end`.
     One number or two per queue: a close costs the same whatever the queues hold."""
     queues: dict[str, dict[str, int]] = {}
     heads: dict[str, dict[str, int]] = {}
@@ -70,6 +86,8 @@ def save(root: str, owner: str | None, ends: Ends, index_files: list[IndexFile],
         state["storeId"] = owner
     if commitlog_end is not None:
         state["commitlogEnd"] = commitlog_end
+    if tail is not None:
+        state["tailFingerprint"] = tail
     if tail_record is not None:
         state["tailRecord"] = tail_record
     if inexact:  # (the file's name for them: "unproven")
@@ -93,12 +111,22 @@ class Vouched:
 Saved = tuple[dict, tuple[dict[tuple[str, int], int], dict[str, int], dict[tuple[str, int], int]]]
 
 
-def saved(root: str) -> Saved | None:
+def saved(root: str, commitlog: CommitLog) -> Saved | None:
     """The state the last clean close saved, parsed and checked once for an open (a store
-    of 80,000 queues took ~0.25 s a parse), with its shape; None when there is none (or it
-    is another store's)."""
+    of 80,000 queues took ~0.25 s a parse), with its shape; None when there is none, or it
+    is another store's, or it was written for other CommitLog bytes than `commitlog` holds
+    before its end (said in one line)."""
     found = _read(root, say=True)
-    return found if found[0] else None
+    if not found[0]:
+        return None
+    data = found[0]
+    end, tail = data.get("commitlogEnd"), data.get("tailFingerprint")
+    if tail is not None and type(end) is int and tail != tail_fingerprint(commitlog, end):
+        log.warning("queue ends: config/%s was written for other CommitLog bytes before offset "
+                    "%d than this store holds (another store's, or a copy's): it vouches for "
+                    "nothing", NAME, end)
+        return None
+    return found
 
 
 def _ours(root: str, data: dict, say: bool) -> bool:
@@ -169,6 +197,10 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
     file starts at (absent in files an older mqfs wrote), as save() writes them."""
     json_object(data, "a top level")
     checked_store_id(data.get("storeId"))
+    tail = data.get("tailFingerprint")
+    if tail is not None and not (isinstance(tail, str) and len(tail) == 16 and
+                                 all(c in "0123456789abcdef" for c in tail)):
+        raise ValueError(f"has the tail fingerprint {str(tail)[:40]!r}, not 16 hex digits")
     json_object(data.get("queues"), '"queues"')
     queues = _queue_numbers(data, "queues", "count")
     index: dict[str, int] = {}

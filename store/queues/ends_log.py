@@ -8,8 +8,10 @@ queue's entries whose records start below `at`, its first file's queue offset an
 message's store time; it is appended and synced before the checkpoint's `cq_flushed_offset`
 moves to `at` (the CommitLog and the units below `at` are synced by then). A block's checksum
 is seeded with the one before, so a torn or damaged block ends the chain there, and a block
-from another file never joins it. The base carries the store's id (mqfs.json's): a chain of
-another store (config/ restored from its backup) vouches for nothing.
+from another file never joins it. The base carries the store's id (mqfs.json's), and each
+block a fingerprint of the CommitLog's bytes before its `at` (store/queues/log_fingerprint.py):
+a chain of another store (config/ restored from its backup), or written for another log,
+vouches for nothing.
 
 Why a queue's end is then known after a crash: recovery re-dispatches from at most the
 checkpoint's `cq_flushed_offset`, which no complete block is below, and opens every queue it
@@ -42,6 +44,7 @@ from ..files.consume_queue import PRE_BLANK
 from ..format.message import validate_stored_topic
 from ..meta.manifest import store_id
 from ..meta.metadata import checked_name
+from . import log_fingerprint
 from .registry import Key
 
 if TYPE_CHECKING:
@@ -57,8 +60,11 @@ End = tuple[int, int, int, bool]  # (entries, first file's queue offset, newest 
 _MAGIC = b"MQQE"
 _HEAD = struct.Struct("<4sBxxxIQ")  # magic, kind, payload length, chained xxh64 of the payload
 _BODY = struct.Struct("<QII")  # at, queues, length of the topic names (JSON)
-_BASE, _DELTA, _BASE_OF = 0, 1, 2  # a base without and with the store's id (16 bytes first)
-_ID = struct.Struct("16s")
+# kinds: a base and a delta as older mqfs wrote them; a base with the store's id and the log's
+# fingerprint, a delta with the fingerprint (`_TIES`/`_PRINT` before the body)
+_BASE, _DELTA, _BASE_TIED, _DELTA_TIED = 0, 1, 2, 3
+_TIES = struct.Struct("<16sQ")  # store id (zeros: none), fingerprint at `at` (0: none)
+_PRINT = struct.Struct("<Q")
 _ROW = np.dtype([("topic", "<u4"), ("queue", "<u4"), ("entries", "<i8"), ("head", "<i8"),
                  ("newest", "<i8"), ("exact", "u1")])
 _MIN_BASE = 1 << 20  # deltas may grow to this (or the base's size) before a rewrite
@@ -69,9 +75,10 @@ def _path(root: str) -> str:
     return os.path.join(root, "config", NAME)
 
 
-def _block(kind: int, at: int, ends: dict[Key, End], seed: int,
-           owner: str | None = None) -> tuple[bytes, int]:
-    """One block and its chained checksum; a base of a store with an id (`owner`) carries it."""
+def _block(kind: int, at: int, ends: dict[Key, End], seed: int, owner: str | None,
+           fingerprint: int | None) -> tuple[bytes, int]:
+    """One block (`kind` _BASE or _DELTA, written as their tied kinds) and its chained
+    checksum: the base carries the store's id (`owner`), each block the log's fingerprint."""
     keys = sorted(ends)
     topics = sorted({t for t, _ in keys})
     index = {t: i for i, t in enumerate(topics)}
@@ -84,8 +91,11 @@ def _block(kind: int, at: int, ends: dict[Key, End], seed: int,
         rows["exact"] = [ends[k][3] for k in keys]
     names = json.dumps(topics, ensure_ascii=False).encode()
     payload = _BODY.pack(at, len(keys), len(names)) + names + rows.tobytes()
-    if kind == _BASE and owner is not None:
-        kind, payload = _BASE_OF, _ID.pack(bytes.fromhex(owner)) + payload
+    if kind == _BASE:
+        kind, payload = _BASE_TIED, _TIES.pack(bytes.fromhex(owner or "0" * 32),
+                                               fingerprint or 0) + payload
+    else:
+        kind, payload = _DELTA_TIED, _PRINT.pack(fingerprint or 0) + payload
     digest = xxhash.xxh64_intdigest(payload, seed)
     return _HEAD.pack(_MAGIC, kind, len(payload), digest) + payload, digest
 
@@ -122,6 +132,7 @@ class Replayed:
     digest: int  # its chained checksum (the next block's seed)
     base_size: int  # bytes of its base block
     owner: str | None  # the store id its base carries
+    fingerprint: int | None  # the log's fingerprint at `at` the block carries (None: none)
 
 
 def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
@@ -145,12 +156,16 @@ def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
     while pos + _HEAD.size <= len(data):
         magic, kind, size, digest = _HEAD.unpack_from(data, pos)
         payload = data[pos + _HEAD.size:pos + _HEAD.size + size]
-        if magic != _MAGIC or kind not in (_BASE, _DELTA, _BASE_OF) or \
-                (kind != _DELTA) != (pos == 0) or len(payload) != size or \
+        if magic != _MAGIC or kind not in (_BASE, _DELTA, _BASE_TIED, _DELTA_TIED) or \
+                (kind in (_BASE, _BASE_TIED)) != (pos == 0) or len(payload) != size or \
                 xxhash.xxh64_intdigest(payload, seed) != digest:
             break  # a torn or damaged block: the chain ends before it
-        if kind == _BASE_OF and len(payload) >= _ID.size:
-            owner, payload = _ID.unpack_from(payload)[0].hex(), payload[_ID.size:]
+        fingerprint = None
+        if kind == _BASE_TIED and len(payload) >= _TIES.size:
+            raw, fingerprint = _TIES.unpack_from(payload)
+            owner, payload = (raw.hex() if any(raw) else None), payload[_TIES.size:]
+        elif kind == _DELTA_TIED and len(payload) >= _PRINT.size:
+            fingerprint, payload = _PRINT.unpack_from(payload)[0], payload[_PRINT.size:]
         if pos == 0 and owner != store_id(root):
             return None, (f"config/{NAME} belongs to "
                           + (f"store {owner}" if owner else "a store without an id")
@@ -164,7 +179,7 @@ def replay(root: str, limit: int) -> tuple[Replayed | None, str | None]:
         ends.update(block)
         pos, seed, last_at = pos + _HEAD.size + size, digest, at
         base_size = base_size or pos
-        found = Replayed(ends, at, pos, digest, base_size, owner)
+        found = Replayed(ends, at, pos, digest, base_size, owner, fingerprint or None)
     return found, None if found is not None else \
         f"config/{NAME} has no complete block for the checkpoint"
 
@@ -246,6 +261,7 @@ class Journal:
         a base from every queue's state, the registry's included (`capture`'s sweep)."""
         if changed is None:
             return
+        tie = log_fingerprint.before(log, at)
         last = {k: o for k, o in self._last.items() if log.min_offset <= o < log.max_offset}
         if last:
             times = log.body_sizes_and_times(np.array(list(last.values()), dtype=np.int64))[1]
@@ -258,21 +274,21 @@ class Journal:
         try:
             if not base:
                 try:
-                    self._write_delta(at, changed)
+                    self._write_delta(at, changed, tie)
                     self.ends.update(changed)
                 except FileNotFoundError:  # gone under us: a base, from what is known
                     base = True
             if base:
                 ends = {**self.ends, **changed}
-                self._write_base(at, ends)
+                self._write_base(at, ends, tie)
                 self.ends = ends
         except BaseException:
             self.rebase = self.sweep = True
             raise
         self.at, self.rebase, self.sweep = at, False, False
 
-    def _write_base(self, at: int, ends: dict[Key, End]) -> None:
-        block, digest = _block(_BASE, at, ends, 0, self.store_id)
+    def _write_base(self, at: int, ends: dict[Key, End], tie: int | None) -> None:
+        block, digest = _block(_BASE, at, ends, 0, self.store_id, tie)
         path = _path(self.root)
         safefs.makedirs(os.path.dirname(path))
         safefs.write_new(path + ".tmp", block)  # private, synced, renamed over the file
@@ -282,8 +298,8 @@ class Journal:
         self.length = self.base_size = len(block)
         self.digest, self.owner = digest, self.store_id
 
-    def _write_delta(self, at: int, changed: dict[Key, End]) -> None:
-        block, digest = _block(_DELTA, at, changed, self.digest)
+    def _write_delta(self, at: int, changed: dict[Key, End], tie: int | None) -> None:
+        block, digest = _block(_DELTA, at, changed, self.digest, None, tie)
         fd = safefs.open_file(_path(self.root), os.O_WRONLY)
         try:
             os.ftruncate(fd, self.length)  # a block past the chain (a checkpoint that never landed)

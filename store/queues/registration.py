@@ -16,19 +16,23 @@ the few it must (store/queues/clean_open.py after a clean exit).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from ..errors import StoreError
 from ..files.checkpoint import Checkpoint
 from . import cuts as queue_cuts
-from . import dispatch_state, ends_log
+from . import dispatch_state, ends_log, log_fingerprint
 from .dispatch_state import Saved, Vouched
 from .registry import DiskProbe, Key, QueueRegistry, Recorded, on_disk
+
+if TYPE_CHECKING:
+    from ..files.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 
 
 def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkpoint,
-               last_exit_ok: bool, log_proof_pending: bool = False
+               commitlog: CommitLog, last_exit_ok: bool, log_proof_pending: bool = False
                ) -> tuple[Vouched | None, queue_cuts.Cuts, ends_log.Replayed | None]:
     """Register a read-write open's queues; the clean close's record it trusted (its flushed
     offset is the checkpoint's), the cuts config/queueCuts.json holds and, after a crash,
@@ -38,7 +42,7 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     cuts = queue_cuts.read(root)
     vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) \
         if last_exit_ok and not log_proof_pending else None
-    ends = None if last_exit_ok or log_proof_pending else journal_state(root, cp)
+    ends = None if last_exit_ok or log_proof_pending else journal_state(root, cp, commitlog)
     if vouched is not None:
         queues.record(from_close(vouched, cuts))
     elif ends is not None:
@@ -50,18 +54,23 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     return vouched, cuts, ends
 
 
-def journal_state(root: str, cp: Checkpoint) -> ends_log.Replayed | None:
+def journal_state(root: str, cp: Checkpoint, commitlog: CommitLog) -> ends_log.Replayed | None:
     """config/queueEnds.log's state when it stands for the checkpoint: its last block usable
     (for a CommitLog flushed as far as the checkpoint says) is not older than the
-    checkpoint's `cq_flushed_offset`. Otherwise None, said in one line when the file exists."""
+    checkpoint's `cq_flushed_offset`, and was written for this log's bytes before its `at`
+    (its fingerprint, where it has one). Otherwise None, said in one line when the file exists."""
     if not cp.checked:
         return None
     found, why = ends_log.replay(root, cp.commitlog_flushed_offset)
-    if found is not None and found.at >= cp.cq_flushed_offset:
-        return found
-    if found is not None:
+    if found is not None and found.at < cp.cq_flushed_offset:
         why = (f"config/{ends_log.NAME} ends at CommitLog offset {found.at}, before the "
                f"checkpoint's {cp.cq_flushed_offset}")
+    elif found is not None and found.fingerprint is not None and \
+            found.fingerprint != log_fingerprint.before(commitlog, found.at):
+        why = (f"config/{ends_log.NAME} was written for other CommitLog bytes before offset "
+               f"{found.at} than this store holds (another store's, or a copy's)")
+    elif found is not None:
+        return found
     if why is not None:
         log.warning("%s: the queues are listed from consumequeue/ instead", why)
     return None
@@ -91,7 +100,7 @@ def from_disk(root: str, last_close: tuple[dict[Key, int], dict, dict[Key, int]]
 
 
 def read_only(root: str, saved: Saved | None, trusted_at: int | None,
-              cp: Checkpoint | None = None) -> dict[Key, Recorded]:
+              cp: Checkpoint, commitlog: CommitLog) -> dict[Key, Recorded]:
     """A read-only open's queues: the clean close's record when it belongs to the checkpoint
     (`trusted_at`, its flushed offset; None after a crash), else config/queueEnds.log
     when it stands for the checkpoint `cp`, else the listing. A damaged
@@ -105,15 +114,15 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None,
     if vouched is not None:
         return from_close(vouched, cuts)
     try:  # after a crash (or a writer's store followed live): config/queueEnds.log's counts
-        ends = journal_state(root, cp) if cp is not None else None
+        ends = journal_state(root, cp, commitlog)
     except StoreError:
         ends = None
     return from_journal(ends, cuts) if ends is not None else from_disk(root, None, cuts)
 
 
-def saved_state(root: str) -> Saved | None:
+def saved_state(root: str, commitlog: CommitLog) -> Saved | None:
     """The clean close's record for a read-only open; None when absent or damaged."""
     try:
-        return dispatch_state.saved(root)
+        return dispatch_state.saved(root, commitlog)
     except StoreError:
         return None

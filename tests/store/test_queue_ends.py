@@ -142,7 +142,8 @@ def test_a_queue_directory_the_record_does_not_name_is_found_before_a_put(tmp_pa
     found, _ = ends_log.replay(root, 1 << 62)
     assert found is not None and ("t5", 1) in found.ends
     del found.ends[("t5", 1)]
-    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, found.owner)
+    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, found.owner,
+                               found.fingerprint)
     with open(_journal(root), "wb") as f:
         f.write(block)
     with MessageStore(root, small_config(), create=False) as s:

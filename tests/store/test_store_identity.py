@@ -96,6 +96,33 @@ def test_a_broker_store_is_given_no_manifest(tmp_path):
         assert s.parts.vouched is not None  # its record, without an id, is its own
 
 
+def test_a_broker_stores_record_is_tied_to_its_log_by_the_fingerprint(tmp_path):
+    """A broker's store has no id: config/ restored from another broker's store that ends
+    at the same CommitLog offset is told apart by the fingerprint of the log's last bytes
+    before that offset, and vouches for nothing; the next put is past T/0's last record."""
+    from tests.store.test_broker_stores import broker_store
+    from tests.store.test_queue_proof import BROKER
+
+    def workload(topic):
+        return lambda s: [s.put(Message.create(topic if i < 5 else "U", b"m-%d" % i, queue_id=0))
+                          for i in range(200)]
+
+    root, other = str(tmp_path / "s"), str(tmp_path / "o")
+    for path, topic in ((root, "T"), (other, "X")):
+        broker_store(path, workload(topic))
+        with MessageStore(path, small_config(**BROKER), create=False) as s:
+            s.get("U", 0, 0)  # mqfs's records written at its close
+    assert _state(other)["commitlogEnd"] == _state(root)["commitlogEnd"] and store_id(root) is None
+    shutil.rmtree(os.path.join(root, "config"))
+    shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
+    shutil.rmtree(os.path.join(root, "consumequeue", "T"))
+    last = _last_logged_offset(root, "T", 0)
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        assert s.parts.vouched is None
+        assert s.put(Message.create("T", b"new", queue_id=0)).queue_offset == last + 1
+    assert not os.path.exists(os.path.join(root, "mqfs.json")) and verify_store(root).ok
+
+
 def _last_logged_offset(root: str, topic: str, qid: int) -> int:
     """The queue offset of the queue's last record in the CommitLog (the log's own walk)."""
     from tests.store.helpers import stored_records
@@ -116,13 +143,14 @@ def _strip_ids(config: str) -> None:
     root = os.path.dirname(config)
     found, why = ends_log.replay(root, 1 << 62)
     assert found is not None, why
-    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, None)
+    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, None, None)
     with open(os.path.join(config, ends_log.NAME), "wb") as f:
         f.write(block)
 
 
 @pytest.mark.parametrize("exit", ("clean", "crash"))
-@pytest.mark.parametrize("restored", ("config", "config-without-ids", "manifest"))
+@pytest.mark.parametrize("restored", ("config", "config-without-ids", "manifest",
+                                      "manifest-and-config"))
 def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, restored):
     """config/ restored from another store's backup (same CommitLog end, so the offsets in
     its records match this store's checkpoint) over a store whose T/0 files are gone: its
@@ -130,14 +158,16 @@ def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, 
     next put gets an offset past T/0's last record. After a crash (`abort` left) the
     restored config/queueEnds.log is refused alike. `config-without-ids`: the other store's
     records as an older mqfs wrote them (no id, this store has one); `manifest`: the other
-    store's mqfs.json restored instead (this store's own records then vouch for nothing)."""
+    store's mqfs.json restored instead (this store's own records then vouch for nothing);
+    `manifest-and-config`: both, so the ids agree and only the fingerprint of the CommitLog's
+    bytes before the records' offset tells the records are not this log's."""
     root, other = str(tmp_path / "s"), str(tmp_path / "o")
     _store(root, "T")
     _store(other, "X")  # the same bytes a record of, on X/0 instead of T/0
     assert _state(other)["commitlogEnd"] == _state(root)["commitlogEnd"]
-    if restored == "manifest":
+    if restored.startswith("manifest"):
         shutil.copy(os.path.join(other, "mqfs.json"), os.path.join(root, "mqfs.json"))
-    else:
+    if restored != "manifest":
         if restored == "config-without-ids":
             _strip_ids(os.path.join(other, "config"))
         shutil.rmtree(os.path.join(root, "config"))
@@ -146,7 +176,8 @@ def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, 
     if exit == "crash":
         with open(os.path.join(root, "abort"), "w") as f:
             f.write("1")
-        assert ends_log.replay(root, 1 << 62)[0] is None
+        found = ends_log.replay(root, 1 << 62)[0]  # another id; or this one, another log
+        assert found is None or found.fingerprint is not None and restored == "manifest-and-config"
     last = _last_logged_offset(root, "T", 0)
     with MessageStore(root, small_config(), create=False) as s:
         assert s.parts.vouched is None
