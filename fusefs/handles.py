@@ -113,8 +113,9 @@ class TextHandle(Handle):
 
 @dataclass
 class OffsetHandle(Handle, Generic[T]):
-    """A group's offset file: its text at open; a written offset is committed (in a
-    worker thread) when its line is complete, or at the commit, which gives the new text."""
+    """A group's offset file: its text at open; a written position is resolved (`@TIME`
+    searches every queue it moves) and committed in worker threads when its line is
+    complete, or at the commit, which gives the new text."""
 
     ino: int
     text: bytes
@@ -127,14 +128,14 @@ class OffsetHandle(Handle, Generic[T]):
     async def write(self, run: Runner, off: int, buf: bytes) -> int:
         if self.writer is None:
             raise FsError(errno.EBADF)
-        offset = self.writer.write(off, buf)
+        offset = await run.thread(self.writer.write, off, buf)  # `@TIME` searches by time
         if offset is not None:
             await self._commit(run, offset)
         return len(buf)
 
     async def commit(self, run: Runner) -> None:
         if self.writer is not None:
-            offset = self.writer.take()
+            offset = await run.thread(self.writer.take)
             if offset is not None:
                 await self._commit(run, offset)
 
