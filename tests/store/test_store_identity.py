@@ -19,7 +19,7 @@ from mqfs.store.meta.manifest import store_id
 from mqfs.store.queues import ends_log
 from tests.crash.tiers import RECOVERY_LOGS
 from tests.fusefs.helpers import MQFS
-from tests.store.helpers import file_hashes, small_config, store_state
+from tests.store.helpers import file_hashes, killed_writer, small_config, store_state
 
 pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 
@@ -57,6 +57,20 @@ def test_a_new_store_has_an_id_and_its_records_carry_it(tmp_path):
     assert store_id(other) != sid  # random: two stores never share one
 
 
+def _strip(root: str) -> None:
+    """The store as an older mqfs left it: no id in mqfs.json or its records."""
+    found, why = ends_log.replay(root, 1 << 62)
+    assert found is not None, why
+    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, None, None)
+    with open(os.path.join(root, "config", ends_log.NAME), "wb") as f:
+        f.write(block)
+    manifest, state = _manifest(root), _state(root)
+    del manifest["store_id"], state["storeId"]
+    for name, doc in (("mqfs.json", manifest), ("config/dispatchState.json", state)):
+        with open(os.path.join(root, name), "w") as f:
+            json.dump(doc, f)
+
+
 def test_an_older_store_is_given_an_id_once_and_keeps_its_proof(tmp_path):
     """A store an older mqfs made (no id anywhere): a read-only open writes nothing; the
     first read-write open still trusts its clean close's record (no proof from the
@@ -64,11 +78,7 @@ def test_an_older_store_is_given_an_id_once_and_keeps_its_proof(tmp_path):
     carries; a broker's store (no mqfs.json) is never given one."""
     root = str(tmp_path / "s")
     _store(root, "T")
-    manifest, state = _manifest(root), _state(root)
-    del manifest["store_id"], state["storeId"]
-    for name, doc in (("mqfs.json", manifest), ("config/dispatchState.json", state)):
-        with open(os.path.join(root, name), "w") as f:
-            json.dump(doc, f)
+    _strip(root)
     before = file_hashes(root)
     with MessageStore(root, small_config(read_only=True), create=False) as s:
         assert s.max_offset("T", 0) == 5
@@ -80,6 +90,42 @@ def test_an_older_store_is_given_an_id_once_and_keeps_its_proof(tmp_path):
     assert sid is not None and _manifest(root)["store_id"] == sid == _state(root)["storeId"]
     with MessageStore(root, small_config(), create=False) as s:  # its own record, trusted
         assert s.parts.vouched is not None and s.store_id == sid
+
+
+_STAMPED_THEN_KILLED = """
+import sys
+from mqfs.store import Message, MessageStore
+from tests.store.helpers import small_config
+s = MessageStore(sys.argv[1], small_config()).open()
+for i in range(3):
+    s.put(Message.create("T", b"after-%d" % i, queue_id=0))
+s.flush()
+print("acknowledged", flush=True)
+import os, signal
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("checkpointed", (False, True))
+def test_a_kill_after_the_stamp_reuses_no_offset(tmp_path, checkpointed):
+    """An older store's first read-write open stamps mqfs.json and is then killed (before
+    any checkpoint wrote a record with the id, or after): the records on disk carry no id
+    or the new one, the next open proves or trusts accordingly, and no offset is given out
+    twice."""
+    root = str(tmp_path / "s")
+    _store(root, "T")
+    _strip(root)
+    script = _STAMPED_THEN_KILLED if checkpointed else \
+        _STAMPED_THEN_KILLED.replace("s.flush()\n", "s.commitlog.queue.flush()\n")
+    killed_writer(script, root)
+    assert store_id(root) is not None
+    with MessageStore(root, small_config(), create=False) as s:
+        proven = s.scrub_status().get("queue_ends") is not None  # by the CommitLog
+        assert proven != checkpointed  # the id-less queueEnds.log is not this store's now
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 20)] == \
+            [b"old-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(3)]
+        assert s.put(Message.create("T", b"new", queue_id=0)).queue_offset == 8
+    assert verify_store(root).ok
 
 
 def test_a_broker_store_is_given_no_manifest(tmp_path):
@@ -132,22 +178,6 @@ def _last_logged_offset(root: str, topic: str, qid: int) -> int:
     return max(m.queue_offset for m in records if (m.topic, m.queue_id) == (topic, qid))
 
 
-def _strip_ids(config: str) -> None:
-    """The records of config/ as a store without an id writes them (an older mqfs's)."""
-    path = os.path.join(config, "dispatchState.json")
-    with open(path) as f:
-        state = json.load(f)
-    del state["storeId"]
-    with open(path, "w") as f:
-        json.dump(state, f)
-    root = os.path.dirname(config)
-    found, why = ends_log.replay(root, 1 << 62)
-    assert found is not None, why
-    block, _ = ends_log._block(ends_log._BASE, found.at, found.ends, 0, None, None)
-    with open(os.path.join(config, ends_log.NAME), "wb") as f:
-        f.write(block)
-
-
 @pytest.mark.parametrize("exit", ("clean", "crash"))
 @pytest.mark.parametrize("restored", ("config", "config-without-ids", "manifest",
                                       "manifest-and-config"))
@@ -169,7 +199,7 @@ def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, 
         shutil.copy(os.path.join(other, "mqfs.json"), os.path.join(root, "mqfs.json"))
     if restored != "manifest":
         if restored == "config-without-ids":
-            _strip_ids(os.path.join(other, "config"))
+            _strip(other)
         shutil.rmtree(os.path.join(root, "config"))
         shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
     shutil.rmtree(os.path.join(root, "consumequeue", "T"))
@@ -251,3 +281,27 @@ def test_a_malformed_id_is_refused_in_one_line_changing_nothing(tmp_path, where)
         MessageStore(root, small_config(), create=False).open()
     assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
     assert store_state(root) == before
+
+
+def test_a_record_counting_more_than_the_log_holds_is_refused_changing_nothing(tmp_path):
+    """This store's own record (its id, its log's fingerprint) says T/0 gave out more
+    offsets than T/0's files and the CommitLog hold (a hand edit; records lost with a
+    file): a put would give one out again, so T/0's first use refuses in one line that says
+    nothing was changed, and it is true (every file hashes the same around it; the open
+    store's flushes are held off meanwhile)."""
+    root = str(tmp_path / "s")
+    _store(root, "T")
+    state = _state(root)
+    state["queues"]["T"]["0"] = 9
+    with open(os.path.join(root, "config", "dispatchState.json"), "w") as f:
+        json.dump(state, f)
+    idle = dict(flush_interval_ms=10**7, flush_cq_interval_ms=10**7, flush_thorough_interval_ms=10**8)
+    with MessageStore(root, small_config(**idle), create=False) as s:
+        before = store_state(root)
+        with pytest.raises(StoreError, match="does not hold every message") as refused:
+            s.get("T", 0, 0)
+        assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+        assert store_state(root) == before
+        with pytest.raises(StoreError, match="does not hold every message"):
+            s.put(Message.create("T", b"new", queue_id=0))
+        assert store_state(root) == before
