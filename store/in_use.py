@@ -24,7 +24,10 @@ class Users:
     """A count of the calls inside an open store, and the door close shuts."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # every call takes `_lock` itself (a C-level `with`, unlike a Condition's Python
+        # __enter__: this is on every put's path); `_cond` waits on the same lock
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._inside = 0
         self._open = False
         self._depth = threading.local()  # a call made inside another counts once
@@ -36,7 +39,7 @@ class Users:
     def enter(self) -> None:
         depth = getattr(self._depth, "n", 0)
         if depth == 0:
-            with self._cond:
+            with self._lock:
                 if not self._open:
                     raise StoreError("the store is closed")
                 self._inside += 1
@@ -46,7 +49,7 @@ class Users:
         depth = self._depth.n - 1
         self._depth.n = depth
         if depth == 0:
-            with self._cond:
+            with self._lock:
                 self._inside -= 1
                 if self._inside == 0:
                     self._cond.notify_all()

@@ -17,6 +17,7 @@ from .config import StoreConfig
 from .errors import ReadOnlyStore, StoreError
 from .files.commitlog import CommitLog
 from .files.compaction_log import CompactionViews
+from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher
 from .format import codec, layout, message
 from .format.codec import Encoder
@@ -111,7 +112,10 @@ class StoreWrites:
         size = len(rec)
         self.commitlog.check_fits(size)
         if self.config.flush_mode != "sync" or message.properties.get("WAIT") == "false":
-            result = self._locked(lambda: self._append(message, rec, ts_pos), False)
+            with self.put_lock:  # the common put: one lock, everything found in memory
+                result = self._append_hot(message, rec, ts_pos)
+            if result is None:
+                result = self._locked(lambda: self._append(message, rec, ts_pos), False)
             if self.flush_services.commit_service is not None:
                 self.flush_services.wait_committed(result.commitlog_offset + size)
             return result
@@ -288,12 +292,25 @@ class StoreWrites:
         room = self.commitlog.file_size - layout.END_FILE_MIN_BLANK - len(rec)
         return max(0, min(self.config.max_message_size, room))
 
+    def _append_hot(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult | None:
+        """`_append` when its queue and room are found in memory (caller holds put_lock);
+        None (nothing written) otherwise. No FirstUseOwed: an open queue owes no proof."""
+        dispatcher = self.dispatcher
+        found = dispatcher.reserve_hot(msg)
+        if found is None:
+            return None
+        return self._write(msg, rec, ts_pos, *found)
+
     def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
         """Write one encoded record and its unit and index entries (caller holds put_lock).
         Room in the ConsumeQueue and IndexFile comes first, so a full disk refuses the put
         before its record is written."""
+        return self._write(msg, rec, ts_pos, *self.dispatcher.reserve(msg))
+
+    def _write(self, msg: Message, rec: bytearray, ts_pos: int, cq: ConsumeQueue | None,
+               queue_offset: int, keys: list[str]) -> PutResult:
+        """The record, then its unit and entries, where `reserve` made room for them."""
         dispatcher = self.dispatcher
-        cq, queue_offset, keys = dispatcher.reserve(msg)
         store_ts = self._store_timestamp()
         commitlog_offset = self.commitlog.append(rec, ts_pos, queue_offset, store_ts)
         size = len(rec)

@@ -30,6 +30,7 @@ class CommitLog:
                  read_only: bool = False):
         self.file_size = file_size
         self.flavor = flavor
+        self._record_crc = flavor.crc_unmasked if flavor.record_crc else None
         self.queue = MappedFileQueue(os.path.join(root, "commitlog"), file_size,
                                      transient=transient, read_only=read_only)
 
@@ -72,9 +73,7 @@ class CommitLog:
         if mf is None or size + END_FILE_MIN_BLANK > mf.file_size - mf.wrote_position:
             mf = self.file_for(size)
         commitlog_offset = mf.file_from_offset + mf.wrote_position
-        codec.stamp(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts)
-        if self.flavor.record_crc:
-            codec.seal(rec, self.flavor)
+        codec.place(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts, self._record_crc)
         if ARMED:
             crash_point("commitlog.before_write")
         mf.append(rec)

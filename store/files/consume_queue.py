@@ -147,6 +147,10 @@ class ConsumeQueue:
         mf = self.queue.files[-1]
         mf.reserve(min(mf.wrote_position + n * UNIT_SIZE, self.file_size))
 
+    def takes(self, nbytes: int) -> bool:
+        """Whether nbytes more units fit the tail as it is (`ensure_room` has nothing to do)."""
+        return len(self._tail[1]) + nbytes <= TAIL_MAX
+
     def write_out(self) -> int:
         """Write the tail into the files, rolling and creating them as needed (caller holds
         the store's put lock); the bytes written. A failure (ENOSPC) keeps the rest of the

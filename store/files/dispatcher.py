@@ -20,9 +20,10 @@ from ..crash_points import crash_point
 from ..format import codec, layout, message
 from ..format.columns import RecordRun
 from ..format.flavor import Flavor
+from ..format.layout import TRANSACTION_PREPARED
 from ..format.message import PROPERTY_DELAY, SCHEDULE_TOPIC, Message
 from .consume_queue import TAIL_MAX, UNIT_DTYPE, UNIT_SIZE, ConsumeQueue
-from .unit_flush import UnitFlush
+from .unit_flush import BUFFERED_MAX, UnitFlush
 
 if TYPE_CHECKING:
     from ..queues.registry import Key, QueueRegistry
@@ -170,6 +171,21 @@ class Dispatcher:
         if keys:
             self.index.ensure_room(len(keys))
         return queue, queue_offset, keys
+
+    def reserve_hot(self, msg: Message) -> tuple[ConsumeQueue, int, list[str]] | None:
+        """`reserve` for the common put, decided from memory alone (no lock but the put
+        lock, no I/O): an open queue whose tail takes one more unit, keys that fit the
+        newest IndexFile, the buffered units under their bound. None sends the put through
+        `reserve`, which makes room (and may open, prove or create the queue)."""
+        if self.consume_queues.end_check is not None or msg.sys_flag & TRANSACTION_PREPARED:
+            return None
+        cq = self.consume_queues.if_open((msg.topic, msg.queue_id))
+        if cq is None or not cq.takes(UNIT_SIZE) or self.units.added + UNIT_SIZE > BUFFERED_MAX:
+            return None
+        keys = index_keys(msg.properties)
+        if keys and not self.index.has_room(len(keys)):
+            return None
+        return cq, cq.next_offset, keys
 
     def put(self, msg: Message, cq: ConsumeQueue | None, queue_offset: int, keys: list[str],
             commitlog_offset: int, size: int, store_ts: int) -> None:

@@ -272,6 +272,11 @@ class IndexService:
         self._vouch, self._vouched_at = (int(name), count), now
         return self._vouch
 
+    def has_room(self, n: int) -> bool:
+        """Whether n more entries fit the newest file (`ensure_room` has nothing to do)."""
+        files = self.files
+        return bool(files) and self.entries - files[-1].index_count >= n
+
     def ensure_room(self, n: int) -> None:
         """Make room for n more entries before the CommitLog is written, so a full disk shows
         up there rather than half way through indexing: roll a full file now, and reserve

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter
@@ -357,6 +358,17 @@ def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, commitlog_offset
     PHYSICALOFFSET are adjacent: one pack)."""
     _OFFSETS.pack_into(rec, QUEUE_OFFSET_POS, queue_offset, commitlog_offset)
     I64.pack_into(rec, store_ts_pos, store_ts)
+
+
+def place(rec: bytearray, store_ts_pos: int, queue_offset: int, commitlog_offset: int,
+          store_ts: int, record_crc: Callable[[memoryview], int] | None) -> None:
+    """`stamp`, then `seal` with `record_crc` (the flavor's crc_unmasked; None: a flavor
+    without the trailer), in one call: what every put does to its record under the lock."""
+    _OFFSETS.pack_into(rec, QUEUE_OFFSET_POS, queue_offset, commitlog_offset)
+    I64.pack_into(rec, store_ts_pos, store_ts)
+    if record_crc is not None:
+        n = len(rec) - RECORD_CRC_LEN
+        rec[n + 9 : n + 19] = (b"%010d" % (record_crc(memoryview(rec)[:n]) & CRC_MASK))[::-1]
 
 
 def peek_header(buf, pos: int) -> tuple[int, int]:

@@ -124,7 +124,10 @@ def encode_properties(props: dict[str, str]) -> bytes:
     separator or text that is not valid UTF-8 (a lone surrogate)."""
     if not props:
         return b""
-    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
+    try:  # name SEP value, each item ended by the other SEP, joined in C
+        text = PROPERTY_SEP.join(map(NAME_VALUE_SEP.join, props.items())) + PROPERTY_SEP
+    except TypeError:  # a name or value that is not text: formatted
+        text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
     n = len(props)
     if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
         bad = [k for k, v in props.items() if set(f"{k}{v}") & {NAME_VALUE_SEP, PROPERTY_SEP}]
