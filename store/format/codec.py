@@ -431,17 +431,20 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
         if props_len < 0 or p + props_len != end:
             raise CodecError(f"properties length {props_len} at {pos} does not end the record")
         props_raw = bytes(view[p : p + props_len])
+        props = None
         if flavor is not None:
             check_record(view, pos, total, body, crc, flavor)
-            decode_properties(props_raw)  # checked reads validate the properties too
+            props = decode_properties(props_raw)  # checked reads validate the properties too
     except CodecError:
         raise
     except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
         raise CodecError(f"malformed record at {pos}: {exc}") from None
-    return StoredMessage(
+    msg = StoredMessage(
         total, magic, crc, qid, flag, qoff, commitlog_offset, sys_flag, born_ts, born_raw, store_ts,
         store_raw, reconsume, prep, bytes(body) if copy_body else body, topic, props_raw,
     )
+    msg._props = props  # what the check decoded is what `properties` gives: decoded once
+    return msg
 
 
 def check_record(view, pos: int, total: int, body, body_crc: int, flavor: Flavor) -> None:

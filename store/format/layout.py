@@ -134,8 +134,13 @@ def indexed(sys_flag):
 
 # --- hosts -----------------------------------------------------------------------------------
 def decode_host(raw: bytes) -> tuple[str, int]:
-    """BORNHOST/STOREHOST bytes (address, int32 port) -> (address text, port)."""
-    return str(ipaddress.ip_address(raw[:-4])), int.from_bytes(raw[-4:], "big", signed=True)
+    """BORNHOST/STOREHOST bytes (address, int32 port) -> (address text, port). An IPv4
+    address is formatted directly, as ipaddress would: building an IPv4Address for it was
+    a third of what `mqfs dump` spends per message printed."""
+    port = int.from_bytes(raw[-4:], "big", signed=True)
+    if len(raw) == 8:
+        return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}", port
+    return str(ipaddress.ip_address(bytes(raw[:-4]))), port
 
 
 def host_text(host: str, port: int) -> str:
