@@ -123,8 +123,8 @@ def saved(root: str, commitlog: CommitLog) -> Saved | None:
     end, tail = data.get("commitlogEnd"), data.get("tailFingerprint")
     if tail is not None and type(end) is int and tail != tail_fingerprint(commitlog, end):
         log.warning("queue ends: config/%s was written for other CommitLog bytes before offset "
-                    "%d than this store holds (another store's, or a copy's): it vouches for "
-                    "nothing", NAME, end)
+                    "%d than this store holds (another store's, a copy's, or those bytes changed "
+                    "since): it vouches for nothing", NAME, end)
         return None
     return found
 

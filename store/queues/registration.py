@@ -68,7 +68,8 @@ def journal_state(root: str, cp: Checkpoint, commitlog: CommitLog) -> ends_log.R
     elif found is not None and found.fingerprint is not None and \
             found.fingerprint != log_fingerprint.before(commitlog, found.at):
         why = (f"config/{ends_log.NAME} was written for other CommitLog bytes before offset "
-               f"{found.at} than this store holds (another store's, or a copy's)")
+               f"{found.at} than this store holds (another store's, a copy's, or those bytes "
+               "changed since)")
     elif found is not None:
         return found
     if why is not None:

@@ -55,7 +55,9 @@ def build(root: str, messages: list[dict], batch: int, broker: bool) -> None:
         for i in range(0, len(msgs), batch):
             s.put_batch(msgs[i:i + batch])
     if broker:
-        os.unlink(os.path.join(root, "mqfs.json"))  # as a RocketMQ broker leaves its store
+        for name in ("mqfs.json", "config/dispatchState.json", "config/queueEnds.log"):
+            if os.path.exists(os.path.join(root, name)):  # as a RocketMQ broker leaves its store
+                os.unlink(os.path.join(root, name))
 
 
 def served(root: str, broker: bool) -> tuple[dict[int, dict], set[int]]:
@@ -138,6 +140,9 @@ def test_the_scan_gives_the_stores_rows(tmp_path_factory, messages, batch, broke
             assert sorted(map(str, got.values())) == sorted(map(str, project(want, columns).values()))
 
 
+# a byte flipped in the CommitLog's last 4 KiB: the count records' fingerprint no longer matches
+@pytest.mark.allow_logs(r"^queue ends: config/dispatchState.json was written for other CommitLog",
+                        r"queueEnds.log was written for other CommitLog bytes")
 @SETTINGS
 @given(messages=st.lists(MESSAGE, min_size=5, max_size=80), seed=st.integers(0, 1 << 30),
        in_body=st.booleans(), broker=st.booleans())
