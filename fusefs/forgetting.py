@@ -12,6 +12,7 @@ per inode per interval instead of one per message.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ class Forgetting:
         self._cond = threading.Condition()
         self._told: dict[int, float] = {}  # inode -> when it was last told
         self._owed: set[int] = set()  # moved since it was told: told at the interval's end
+        self._wake_at = math.inf  # when the thread looks at the owed inodes next
         self._thread: threading.Thread | None = None
         self._stopped = False
 
@@ -44,17 +46,20 @@ class Forgetting:
     def __call__(self, inodes: list[int]) -> None:
         now = self.clock()
         at_once = []
+        wake = False
         with self._cond:
             if self._stopped:
                 return
             for ino in inodes:
-                if now - self._told.get(ino, -self.every) >= self.every:
+                told = self._told.get(ino, -self.every)
+                if now - told >= self.every:
                     self._told[ino] = now
                     self._owed.discard(ino)
                     at_once.append(ino)
-                else:
+                elif ino not in self._owed:
                     self._owed.add(ino)
-            if self._owed:
+                    wake |= told + self.every < self._wake_at
+            if wake:  # the thread is woken only when it would look too late (once a burst)
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="mqfs-forget",
                                                     daemon=True)
@@ -67,15 +72,18 @@ class Forgetting:
         """Tells each owed inode at the end of its interval; sleeps while none is owed."""
         while True:
             with self._cond:
-                while not self._owed and not self._stopped:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-                now = self.clock()
-                due = min(self._told[ino] for ino in self._owed) + self.every
-                if due > now:
-                    self._cond.wait(due - now)
-                    continue
+                while True:
+                    if self._stopped:
+                        return
+                    if not self._owed:
+                        self._wake_at = math.inf
+                        self._cond.wait()
+                        continue
+                    now = self.clock()
+                    self._wake_at = min(self._told[ino] for ino in self._owed) + self.every
+                    if self._wake_at <= now:
+                        break
+                    self._cond.wait(self._wake_at - now)
                 ready = [ino for ino in self._owed if now - self._told[ino] >= self.every]
                 for ino in ready:
                     self._owed.discard(ino)
