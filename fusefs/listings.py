@@ -119,7 +119,9 @@ class QueueListing(Listing):
 
 class TagListing(Listing):
     """tags/<tag>/, streamed: candidates from the ConsumeQueue's tagsCode, confirmed by the
-    record; cookie = offset + TAG_FIXED + 1, as in a queue listing."""
+    record; cookie = offset + TAG_FIXED + 1, as in a queue listing. It ends at the queue's
+    end at opendir: what the lister publishes again while it reads (`find tags/T -printf
+    '%f\\n' > replay`: copies carry the tag) is never listed back to it."""
 
     slow = True
 
@@ -127,6 +129,7 @@ class TagListing(Listing):
         super().__init__()
         self.parts = parts
         self.node = node
+        self.end = parts.store.max_offset(node.topic, node.queue)
 
     def entries(self, start: int) -> Iterator[Entry]:
         parts, node = self.parts, self.node
@@ -136,11 +139,11 @@ class TagListing(Listing):
         store, topic, queue = parts.store, node.topic, node.queue
         qidx = parts.nodes.qidx(topic, queue)
         offset = max(start - TAG_FIXED, store.min_offset(topic, queue))
-        while offset < store.max_offset(topic, queue):
-            found = store.get_range(topic, queue, offset, TAG_SCAN, tags=[node.key],
-                                    skip_damaged=True, limit=READDIR_BATCH)
+        while offset < self.end:
+            found = store.get_range(topic, queue, offset, min(TAG_SCAN, self.end - offset),
+                                    tags=[node.key], skip_damaged=True, limit=READDIR_BATCH)
             for msg in found:
-                if msg.queue_offset > OFFSET_MASK:
+                if msg.queue_offset > OFFSET_MASK or msg.queue_offset >= self.end:
                     return
                 yield (b"%d" % msg.queue_offset, parts.messages.link_attr(qidx, msg, QUEUE_SUB_VIEW),
                        msg.queue_offset + TAG_FIXED + 1)
@@ -167,32 +170,31 @@ class LinkListing(Listing):
             yield name, attr, i + AT_FIXED + 1
 
 
-Span = tuple[int, int | None]
+Span = tuple[int, int]
 
 
 def time_span(store: MessageStore, topic: str, queue: int, since: int | None,
               until: int | None) -> Span:
-    """Where the messages stored in [since, until] lie in a queue: the first offset to read
-    and the one to stop before, None when that is the queue's end (which moves): two
-    binary searches of the ConsumeQueue, so a range costs what it holds, not the queue."""
+    """Where the messages stored in [since, until] lie in a queue now: the first offset to
+    read and the one to stop before (at most the queue's end now, so what the lister
+    publishes while it reads, `find at/-1h.. -printf '%f\\n' > replay`, is never listed
+    back to it): two binary searches, so a range costs what it holds, not the queue."""
     first = (store.min_offset(topic, queue) if since is None
              else store.offset_by_time(topic, queue, since))
-    if until is None:
-        return first, None
-    stop = store.offset_by_time(topic, queue, until + 1)
-    return first, None if stop >= store.max_offset(topic, queue) else stop
+    end = store.max_offset(topic, queue)
+    return first, end if until is None else min(end, store.offset_by_time(topic, queue, until + 1))
 
 
 def in_span(store: MessageStore, topic: str, queue: int, since: int | None, until: int | None,
-            offset: int, stop: int | None) -> Iterator[tuple[int, int]]:
+            offset: int, stop: int) -> Iterator[tuple[int, int]]:
     """(offset, store time) of the messages from offset on, before stop, whose store time is
     in [since, until], from the queue's headers only."""
-    while offset < (store.max_offset(topic, queue) if stop is None else stop):
+    while offset < stop:
         offsets, _, stamps = store.list_entries(topic, queue, offset, READDIR_BATCH)
         if not len(offsets):
             return
         for off, ts in zip(offsets.tolist(), stamps.tolist()):
-            if off > OFFSET_MASK or (stop is not None and off >= stop):
+            if off > OFFSET_MASK or off >= stop:
                 return
             if (since is None or ts >= since) and (until is None or ts <= until):
                 yield off, ts
@@ -202,8 +204,8 @@ def in_span(store: MessageStore, topic: str, queue: int, since: int | None, unti
 class RangeListing(Listing):
     """A queue's at/<since>..<until>/, streamed: links named by offset; cookie = offset +
     AT_FIXED + 1, as in a queue listing. The ends are taken and searched at opendir (a
-    worker thread's job); the entries come from headers, as a queue listing's, on the event
-    loop. An open or future end goes on to the queue's end as it grows."""
+    worker thread's job), and the queue's end then is the listing's; the entries come from
+    headers, as a queue listing's, on the event loop."""
 
     def __init__(self, parts: Parts, node: Node, since: int | None, until: int | None):
         super().__init__()

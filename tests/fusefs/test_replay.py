@@ -180,3 +180,23 @@ def test_a_broker_store_redrives_its_dead_letters_and_resets_a_group_through_the
     assert reset == b"0 3\n"  # Orders has queue 0 alone
     report = verify_store(root)
     assert report.ok, report.lines
+
+
+@needs_fuse
+@pytest.mark.parametrize("listing", ["tags/failed", "at/0.."])
+def test_a_replay_fed_by_a_streaming_listing_of_its_own_queue_copies_each_message_once(tmp_path, listing):
+    """A reader that prints a listing while it reads it (perl's readdir, each name written
+    at once, so published at once): copies carry the tag and fall in the open range, so a
+    listing that went on to the queue's end as it grew would list them back, and publish
+    them again, until the disk filled. A listing ends where the queue ended at opendir."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    mqfs("init", root, *SMALL)
+    n = 5000  # many kernel readdir batches and output flushes
+    with MessageStore(root) as s:
+        s.put_batch([Message.create("T", b"%d" % i, tags="failed") for i in range(n)])
+    with mounted(root, mnt):
+        q = f"{mnt}/topics/T/0"
+        sh(f"perl -e 'opendir(D, shift); $| = 1; while (defined($_ = readdir D)) "
+           f"{{ print \"$_\\n\" if /^\\d+$/ }}' {q}/{listing} > {q}/replay")
+        assert sh(f"ls {q}/tags/failed | wc -l").stdout.strip() == b"%d" % (2 * n)
+        assert sh(f"cat {q}/{2 * n - 1}").stdout == b"%d" % (n - 1)
