@@ -231,9 +231,11 @@ class MessageStore(StoreReads, StoreWrites):
         checkpoint; whether it does."""
         cp = self.checkpoint
         trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
-        self.consume_queues.record(registration.read_only(
+        queues, vouched = registration.read_only(
             self.root, registration.saved_state(self.root, self.commitlog) if trusted else None,
-            cp.commitlog_flushed_offset if trusted else None, cp, self.commitlog))
+            cp.commitlog_flushed_offset if trusted else None, cp, self.commitlog)
+        self.consume_queues.record(queues)
+        self._ends_vouched = vouched and not log_proof.pending(self.root)
         self.topic_table.add_found(self.consume_queues)  # a broker's store has no topics.json
         return trusted
 
@@ -276,9 +278,9 @@ class MessageStore(StoreReads, StoreWrites):
             self.flush_services.start()
             self._scrub = Scrub(parts, self.put_lock, self.tags_codes, cfg.scrub_share,
                                 cfg.scrub_interval_hours * 3600)
-            if self._log_proof is not None:
-                self._log_proof.start()
-        elif cfg.live_refresh_ms > 0:
+        if self._log_proof is not None:
+            self._log_proof.start()
+        if read_only and cfg.live_refresh_ms > 0:
             self.live = LiveReader(parts, self.put_lock, self.tags_codes, self.topic_table.add_found,
                                    features.ROCKSDB_CQ in self.features, cfg.live_refresh_ms,
                                    features.topics_of(self.features, features.BATCH_CQ))
@@ -313,6 +315,9 @@ class MessageStore(StoreReads, StoreWrites):
         self.recovery = open_read_only(self.parts, crashed,
                                        None if trusted else self.checkpoint.cq_flushed_offset)
         self._broker_held_read_only()
+        if not self._ends_vouched and features.ROCKSDB_CQ not in self.features and \
+                self.commitlog.max_offset > self.commitlog.min_offset:
+            self._prove_ends(read_only=True)
         self._last_store_ts = self._newest_store_time()
 
     def _broker_held_read_only(self) -> None:
@@ -372,9 +377,10 @@ class MessageStore(StoreReads, StoreWrites):
                 self.commitlog.max_offset > self.commitlog.min_offset:
             self._prove_ends()
 
-    def _prove_ends(self) -> None:
+    def _prove_ends(self, read_only: bool = False) -> None:
         """No record vouched for the queues' ends: the CommitLog's last records decide them
-        (store/queues/log_proof.py); puts ask it until then."""
+        (store/queues/log_proof.py); puts ask it until then. Read-only: nothing written, a
+        queue found short served from the log."""
         why = ("an earlier open did not finish proving them" if log_proof.pending(self.root) else
                "no record of the queues vouches for them (a broker's store, consumequeue/ or "
                "config/ changed by hand, or a crash without config/queueEnds.log)")
@@ -383,9 +389,12 @@ class MessageStore(StoreReads, StoreWrites):
                  "(try again)", why)
         self._log_proof = log_proof.LogProof(self.parts, self.tags_codes, self.put_lock,
                                           lambda topic, qid: self._create_queue(topic, qid, False),
-                                          self._probe_queue, self._noted)
+                                          self._probe_queue, self._noted, read_only,
+                                          self.topic_table.add_found,
+                                          features.topics_of(self.features, features.BATCH_CQ))
         self._log_proof.begin()
-        self.consume_queues.end_check = self._log_proof.check_put
+        if not read_only:
+            self.consume_queues.end_check = self._log_proof.check_put
 
     def _probe_queue(self, key: tuple[str, int]) -> ConsumeQueue:
         """A read-only object of a queue's files, its end found: for a check that changes nothing."""
@@ -407,9 +416,12 @@ class MessageStore(StoreReads, StoreWrites):
         cq = self._queue_object(key, read_only)
         try:
             if read_only:  # a damaged one is served from the log: a RebuiltQueue reads alike
-                return first_use.prove_read_only(  # type: ignore[return-value]
+                served = first_use.prove_read_only(
                     self.parts, cq, rec, self.recovery is None or self.recovery.abnormal,
                     self._noted)
+                if self._log_proof is not None and isinstance(served, ConsumeQueue):
+                    self._log_proof.check_open(served)  # short: served from the log soon
+                return served  # type: ignore[return-value]
             first_use.prove(self.parts, self.tags_codes, cq, rec, self._kept, self._noted,
                             None if self._log_proof is None else self._log_proof.check_open)
         except BaseException:
@@ -447,6 +459,8 @@ class MessageStore(StoreReads, StoreWrites):
             self._scrub.halt()  # a pass run by `scrub` stops after its step: shut waits for it
         self.users.shut()
         if self.config.read_only:
+            if self._log_proof is not None:
+                self._log_proof.stop()
             if self.live is not None:
                 self.live.stop()
             self._release_files()

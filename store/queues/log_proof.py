@@ -24,6 +24,12 @@ close before the end) proves again rather than trust a record written meanwhile.
 
 LMQ queues (units pointing at another topic's records) are not the records' own queues:
 they never appear in the walk and keep the old path.
+
+A read-only open (a mount with `-o ro`, `mqfs info`) proves the same way and writes nothing:
+no config/queueProof.json, and a queue found short (or with no ConsumeQueue at all) is
+served from the log (`check.queues_from_log`: a `RebuiltQueue` in memory, which a live
+follower extends) instead of rebuilt on disk. Until the walk reaches a queue, its files are
+served as they are, as a read-write open serves them.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -69,8 +75,13 @@ class LogProof:
     def __init__(self, parts: StoreParts, tags: TagsCodes, put_lock: threading.Lock,
                  make_queue: Callable[[str, int], ConsumeQueue],
                  probe_queue: Callable[[Key], ConsumeQueue],
-                 note: Callable[[str, list[str]], None]):
+                 note: Callable[[str, list[str]], None], read_only: bool = False,
+                 show: Callable[[Iterable[Key]], None] | None = None,
+                 elsewhere: frozenset[str] = frozenset()):
         self.parts = parts
+        self.read_only = read_only  # nothing written: short queues served from the log
+        self.show = show  # queues the topics do not list yet (TopicTable.add_found)
+        self.elsewhere = elsewhere  # topics whose queues are not in consumequeue/ (BatchCQ)
         self.tags = tags
         self.put_lock = put_lock
         self.make_queue = make_queue  # an object for a queue the registry does not know
@@ -96,7 +107,8 @@ class LogProof:
         """Mark the proof as owed (synced); a log of at most FOREGROUND bytes of records is
         proven whole now, its short queues rebuilt (one more walk of it), a larger one in the
         background (`start`)."""
-        write_json(os.path.join(self.parts.root, "config", NAME), {"format": 1, "proving": True})
+        if not self.read_only:
+            write_json(os.path.join(self.parts.root, "config", NAME), {"format": 1, "proving": True})
         queue = self.parts.commitlog.queue
         if queue.max_offset - queue.min_offset > FOREGROUND:
             return
@@ -146,7 +158,8 @@ class LogProof:
         last = self._next == len(self.files) - 1
         for item in salvage.walk_runs_of_file(mf, self.parts.flavor, last):
             if isinstance(item, salvage.Run):
-                _merge(found, _run_ends(item, self.limit))
+                _merge(found, {k: v for k, v in _run_ends(item, self.limit).items()
+                               if k[0] not in self.elsewhere})
         with self._lock:
             for key, (end, low) in found.items():
                 had = self.ends.get(key)
@@ -195,8 +208,8 @@ class LogProof:
         log once decided: a short one is rebuilt from the log in the background."""
         key = (cq.topic, cq.queue_id)
         got = self.decided(key)
-        if got is None or got == (0, 0):
-            return
+        if got is None or got == (0, 0) or not isinstance(cq, ConsumeQueue):
+            return  # (a RebuiltQueue, read-only: already served from the log)
         end, low = got
         gap = check.missing_file(cq)
         oldest = cq.entry(low) if cq.min_offset <= low < cq.max_offset else None
@@ -241,10 +254,39 @@ class LogProof:
                 return
             self.short.add(key)
             self._wake.notify_all()
-        log.warning("queue ends: ConsumeQueue %s/%d %s (no record vouched for its end): "
-                    "rebuilding it from the CommitLog; puts to it wait", key[0], key[1], why)
+        log.warning("queue ends: ConsumeQueue %s/%d %s (no record vouched for its end): %s",
+                    key[0], key[1], why, "served from the CommitLog" if self.read_only else
+                    "rebuilding it from the CommitLog; puts to it wait")
 
     def _rebuild(self, keys: set[Key]) -> None:
+        if self.read_only:
+            self._serve_from_log(keys)
+        else:
+            self._rebuild_files(keys)
+
+    def _serve_from_log(self, keys: set[Key]) -> None:
+        """A read-only open's short queues, each served from one walk of the log (in memory).
+        Under the put lock, which a live follower's refresh takes: no unit it adds to the old
+        object is lost, and it extends the new one with what comes after."""
+        queues = self.parts.consume_queues
+        with self.put_lock:
+            found = check.queues_from_log(self.parts, keys)
+            for key in sorted(keys):
+                old = queues.if_open(key)
+                if old is not None and old.max_offset > found[key].max_offset:
+                    continue  # its files hold more (offsets a repair kept): served as they are
+                queues.replace(key, found[key])  # type: ignore[arg-type]
+        if self.show is not None:
+            self.show(keys)
+        for key in sorted(keys):
+            text = (f"ConsumeQueue {key[0]}/{key[1]} does not hold every record the CommitLog "
+                    "has for it: served from the CommitLog (a read-write open rebuilds it)")
+            log.warning("queue ends: %s", text)
+            self.note(text, [])
+        with self._lock:
+            self.short -= keys
+
+    def _rebuild_files(self, keys: set[Key]) -> None:
         """One pass over the log for the units of every short queue, each swapped in (old files
         to quarantine/) under the put lock, so no put lands between the pass and the swap
         with an offset the pass did not see."""
@@ -288,7 +330,7 @@ class LogProof:
 
     def _finish_if_clean(self) -> None:
         """The proof is done: config/queueProof.json goes (a later open trusts the records)."""
-        if not self.settled:
+        if not self.settled or self.read_only:
             return
         try:
             safefs.unlink(os.path.join(self.parts.root, "config", NAME))

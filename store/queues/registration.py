@@ -101,10 +101,11 @@ def from_disk(root: str, last_close: tuple[dict[Key, int], dict, dict[Key, int]]
 
 
 def read_only(root: str, saved: Saved | None, trusted_at: int | None,
-              cp: Checkpoint, commitlog: CommitLog) -> dict[Key, Recorded]:
+              cp: Checkpoint, commitlog: CommitLog) -> tuple[dict[Key, Recorded], bool]:
     """A read-only open's queues: the clean close's record when it belongs to the checkpoint
     (`trusted_at`, its flushed offset; None after a crash), else config/queueEnds.log
-    when it stands for the checkpoint `cp`, else the listing. A damaged
+    when it stands for the checkpoint `cp`, else the listing; and whether a record vouched
+    for them (not the listing: then the CommitLog decides their ends, log_proof.py). A damaged
     record or cuts file is passed over (the listing, no cut: each queue's first use then
     checks its end against the log); a read-only open refuses only what it cannot show."""
     try:
@@ -113,12 +114,14 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None,
         cuts = {}
     vouched = dispatch_state.vouched(saved, trusted_at) if trusted_at is not None else None
     if vouched is not None:
-        return from_close(vouched, cuts)
+        return from_close(vouched, cuts), True
     try:  # after a crash (or a writer's store followed live): config/queueEnds.log's counts
         ends = journal_state(root, cp, commitlog)
     except StoreError:
         ends = None
-    return from_journal(ends, cuts) if ends is not None else from_disk(root, None, cuts)
+    if ends is not None:
+        return from_journal(ends, cuts), True
+    return from_disk(root, None, cuts), False
 
 
 def saved_state(root: str, commitlog: CommitLog) -> Saved | None:

@@ -15,7 +15,7 @@ from mqfs.store.errors import QueueNotProven
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.queues import log_proof
 from tests.fusefs.helpers import mounted, needs_fuse, sh
-from tests.store.helpers import small_config
+from tests.store.helpers import small_config, store_state
 from tests.store.test_broker_stores import broker_store
 from tests.waits import eventually
 
@@ -118,6 +118,44 @@ def test_a_mount_after_consumequeue_was_deleted_serves_the_old_messages_and_appe
         assert sh(f"cat {mnt}/topics/T/0/0").stdout == b"old-0"
         assert sorted(sh(f"ls {mnt}/keys/k0").stdout.split()) == [b"T:0:0"]
         assert sh(f"cat {mnt}/keys/k0/T:0:0").stdout == b"old-0"
+
+
+@needs_fuse
+@pytest.mark.parametrize("deleted", ["T/0", ""])
+def test_a_read_only_mount_after_consumequeue_was_deleted_serves_the_log_and_writes_nothing(
+        tmp_path, deleted):
+    """The same store through `-o ro` (and a read-only open's report): the queue is shown as
+    the CommitLog has it, served from the log in memory; not a byte of the broker's store
+    changes. Before, the read-only mount showed T/0 empty (no record vouched for its end, and
+    only read-write opens proved ends from the log)."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _broker_store(root)
+    _hand_rebuilt(root, deleted)
+    before = store_state(root)
+    with MessageStore(root, small_config(read_only=True, **BROKER), create=False) as s:
+        assert (s.min_offset("T", 0), s.max_offset("T", 0)) == (0, 5)
+        assert any("T/0" in n and "served from the CommitLog" in n for n in s.recovery.notes)
+    with mounted(root, mnt, "-o", "ro"):
+        listed = sh(f"ls {mnt}/topics/T/0").stdout.split()
+        assert [n for n in listed if n.isdigit()] == [b"0", b"1", b"2", b"3", b"4"]
+        assert sh(f"cat {mnt}/topics/T/0/3").stdout == b"old-3"
+        assert sh(f"cat {mnt}/keys/k0/T:0:0").stdout == b"old-0"
+        if not deleted:
+            assert sh(f"cat {mnt}/topics/U/1/1").stdout == b"u" * 300
+    assert store_state(root) == before
+
+
+def test_a_read_only_open_of_a_large_log_proves_in_the_background(tmp_path, monkeypatch):
+    """A log larger than the open walks itself: the read-only open returns at once (its cost
+    bounded), and the background walk then serves the deleted queue from the log."""
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    _hand_rebuilt(root, "T/0")
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    with MessageStore(root, small_config(read_only=True, **BROKER), create=False) as s:
+        eventually(lambda: s.has_topic("T") and s.max_offset("T", 0) == 5,
+                   "T/0 served from the log", interval=0.05)
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"old-%d" % i for i in range(5)]
 
 
 def _store_with_three_files(root: str) -> None:
