@@ -28,6 +28,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
 
     private final Rows rows;
     private final List<JsonNode> work = new ArrayList<>();
+    private final boolean places;  // rows from queue offsets alone (pipeline/unit_rows.py)
     private final boolean units;
     private final boolean checksums;
     private final boolean skip;
@@ -44,6 +45,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
     private int limit;
     private JsonNode at;
     private int atIndex;
+    private long placed;  // rows of the place range work[next] made so far
     private int skipped;
     private String firstSkipped;
 
@@ -56,25 +58,46 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         }
         boolean empty = plan.isNull();
         rows = new Rows(schema, empty || plan.get("store").isNull() ? null : plan.get("store").asText());
+        places = !empty && plan.has("rows");
         units = !empty && plan.has("units");
         checksums = empty || plan.get("checksums").asBoolean();
         skip = !empty && plan.get("skip").asBoolean();
         sum = empty ? null : new Checksum(plan.get("flavor").asText(), plan.get("recordCrc").asBoolean());
         selection = empty ? null : new Selection(plan.get("filter"));
         if (!empty) {
-            plan.get(units ? "units" : "pieces").forEach(work::add);
+            plan.get(places ? "rows" : units ? "units" : "pieces").forEach(work::add);
         }
     }
 
     @Override
     public boolean next() {
         rows.clear();
+        if (places) {
+            return placeRows();
+        }
         while (!rows.full()) {
             if (buf == null && !open()) {
                 break;
             }
             if (!(units ? unitStep() : walkStep())) {
                 done();
+            }
+        }
+        return rows.rows > 0;
+    }
+
+    /** The next batch of rows made from [topic, queue id, lo, hi) ranges: no file is read. */
+    private boolean placeRows() {
+        while (next < work.size() && !rows.full()) {
+            JsonNode range = work.get(next);
+            long lo = range.get(2).asLong() + placed;
+            int n = (int) Math.min(range.get(3).asLong() - lo, Rows.MAX_ROWS - rows.rows);
+            rows.places(range.get(0).asText().getBytes(java.nio.charset.StandardCharsets.UTF_8),
+                    range.get(1).asInt(), lo, n);
+            placed += n;
+            if (lo + n >= range.get(3).asLong()) {
+                next++;
+                placed = 0;
             }
         }
         return rows.rows > 0;

@@ -139,6 +139,35 @@ final class Rows {
         rows++;
     }
 
+    /** Appends n rows of one queue at queue offsets [from, from + n), of the columns a unit's
+     * place gives (pipeline/unit_rows.py UNIT_COLUMNS, as the schema names them). */
+    void places(byte[] topic, int queueId, long from, int n) {
+        for (int c = 0; c < names.length; c++) {
+            WritableColumnVector v = vectors[c];
+            switch (names[c]) {
+                case "topic" -> {
+                    for (int i = 0; i < n; i++) {
+                        v.putByteArray(rows + i, topic, 0, topic.length);
+                    }
+                }
+                case "queue_id", "partition" -> v.putInts(rows, n, queueId);
+                case "queue_offset", "offset" -> {
+                    for (int i = 0; i < n; i++) {
+                        v.putLong(rows + i, from + i);
+                    }
+                }
+                case "timestampType" -> v.putInts(rows, n, LOG_APPEND_TIME);
+                case "store" -> {
+                    for (int i = 0; i < n; i++) {
+                        v.putByteArray(rows + i, store, 0, store.length);
+                    }
+                }
+                default -> throw new IllegalStateException("mqfs: column " + names[c] + " is not known from units");
+            }
+        }
+        rows += n;
+    }
+
     /** A host column's text (Text.host), kept for the next row: a store's records come from
      * few hosts, so most rows compare 8 bytes instead of formatting an address. */
     private static final class Hosts {

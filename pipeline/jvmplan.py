@@ -29,6 +29,7 @@ from .options import ReadOptions
 from .scan import RowFilter
 from .stores import StorePartition, StoresReader
 from .stream import units_by_file
+from .unit_rows import UnitRows
 from .units import UnitRange
 
 JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
@@ -157,6 +158,8 @@ def _describe(reader: PlannedReader, part: InputPartition, store: str | None) ->
     flavor = layout.checked_flavor
     out = {"store": store, "flavor": flavor.name, "recordCrc": flavor.record_crc,
            "skip": opts.skip_damaged, "kafka": opts.kafka}
+    if isinstance(part, UnitRows):  # no file read: rows from queue offsets alone
+        return {**out, "checksums": False, "filter": _filter(RowFilter()), "rows": [list(r) for r in part.ranges]}
     if isinstance(part, UnitRange):
         return {**out, "checksums": True, "filter": _filter(part.flt), "units": _unit_files(layout, part, opts)}
     pieces = getattr(part, "pieces", None)

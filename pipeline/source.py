@@ -78,6 +78,8 @@ from .scoped import MARKER
 from .splits import Vouch, split_points
 from .stores import StoresReader, StoresStreamReader, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
+from .unit_rows import UnitRows, UnitRowsPlan, answerable, plan_unit_rows
+from .unit_rows import read as read_unit_rows
 from .units import UnitPlan, UnitRange, plan_units, read_units
 from .writer import MqfsStreamWriter, MqfsWriter
 
@@ -338,14 +340,29 @@ class MqfsReader(DataSourceReader):
         # units point at queued records only: a read of every record walks the CommitLog
         plan = UnitPlan(None) if flt.all_records else plan_units(
             self.layout, flt, self.opts.min_partitions, self.end_offset)
+        size = JVM_TASK_BYTES if self.jvm else HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
+        rows = self._unit_rows(flt) if plan.parts is None else None
+        parts: list[InputPartition]
         if plan.parts is not None:
-            parts: list[InputPartition] = list(plan.parts)
+            parts = list(plan.parts)
+        elif rows is not None:  # the stretches no unit covers are walked as before
+            gaps = [RangePartition(i, s, p, a, b, flt) for i, (s, p, a, b) in enumerate(rows.gaps)]
+            parts = [*rows.parts, *group_ranges(gaps, None, size)]
         else:
-            size = JVM_TASK_BYTES if self.jvm else HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
             pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
                                      flt, self.end_offset, plan.span, size)
             parts = list(group_ranges(pieces, self.opts.min_partitions, size))
         return parts + compacted.plan(views, flt, len(parts))
+
+    def _unit_rows(self, flt: RowFilter) -> UnitRowsPlan | None:
+        """The read answered from the ConsumeQueue units (`unit_rows`), when its columns and
+        checks allow it (header-only, damaged records failing the read) and the units are
+        known good."""
+        if not (self._header_only() and not self.opts.skip_damaged and answerable(self.opts.columns, flt)):
+            return None
+        assert self.end_offset is not None
+        _check_continuity(commitlog_files(self.layout.root), self.opts.fail_on_data_loss)
+        return plan_unit_rows(self.layout, flt, self.end_offset)
 
     def _header_only(self) -> bool:
         """Whether records are checked only as far as their headers (`scan.header_only`)."""
@@ -357,6 +374,10 @@ class MqfsReader(DataSourceReader):
     def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, UnitRange):
             yield from read_units(self.layout, partition, self.opts)
+            return
+        if isinstance(partition, UnitRows):
+            assert self.opts.columns is not None  # unit_rows.answerable
+            yield from read_unit_rows(partition, self.opts.columns)
             return
         if isinstance(partition, compacted.CompactedPartition):
             yield from compacted.read(self.layout, partition, self.opts)
