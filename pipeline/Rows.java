@@ -25,7 +25,6 @@ final class Rows {
     private final byte[] store;
     private final boolean props;  // some column needs PROPERTIES
     final boolean body;  // some column needs the body (a compressed one is inflated)
-    private byte[] scratch = new byte[4096];
     private int capacity = MAX_ROWS;
     private final Hosts bornHosts = new Hosts();
     private final Hosts storeHosts = new Hosts();
@@ -62,14 +61,6 @@ final class Rows {
         return batch;
     }
 
-    private byte[] copy(ByteBuffer b, int at, int len) {
-        if (scratch.length < len) {
-            scratch = new byte[Math.max(len, 2 * scratch.length)];
-        }
-        b.get(at, scratch, 0, len);
-        return scratch;
-    }
-
     /** Appends record r (well formed, checked, kept) of a file starting at CommitLog offset
      * fileFrom; `inflated`: its body when the stored one is compressed (Inflate), else null;
      * `served`: the queue it is dispatched to whose row this is (Dispatch), null for its own. */
@@ -97,7 +88,7 @@ final class Rows {
                     if (served != null) {
                         v.putByteArray(row, served.raw(), served.at(), served.len());
                     } else {
-                        v.putByteArray(row, copy(b, r.topicPos, r.topicLen), 0, r.topicLen);
+                        v.putByteArray(row, b, r.topicPos, r.topicLen);
                     }
                 }
                 case "queue_id", "partition" -> v.putInt(row, served != null ? served.queueId() : r.queueId);
@@ -114,8 +105,8 @@ final class Rows {
                 case "body", "value" -> {
                     if (inflated != null) {
                         v.putByteArray(row, inflated);
-                    } else {
-                        v.putByteArray(row, copy(b, r.bodyPos, r.bodyLen), 0, r.bodyLen);
+                    } else {  // one copy, from the mapping into the vector
+                        v.putByteArray(row, b, r.bodyPos, r.bodyLen);
                     }
                     bytes += r.bodyLen;
                 }

@@ -84,6 +84,21 @@ def floor_source(spark, store: str, n: int) -> None:
     spark.dataSource.register(Floor)
 
 
+def floor(spark, store: str, n: int, queries, mqfs, pq, runs: int) -> None:
+    """Spark's floor for a Python data source (floor_source) on the count of sha2(body) and
+    the header-only query, next to Parquet."""
+    floor_source(spark, store, n)
+    print("  Spark's floor for a Python data source (prebuilt batches, no reader work):")
+    for name, action, options in (  # the columns the pruned mqfs read builds
+            (queries[0][0], queries[0][1], {"columns": "body"}),
+            (queries[3][0], queries[3][1], {"columns": "topic,queue_offset"})):
+        parts = mqfs(**options)().rdd.getNumPartitions()
+        fl = best(lambda action=action, options=options, parts=parts: action(
+            spark.read.format("mqfs_floor").options(tasks=str(parts), **options).load()), runs)
+        pt = best(lambda action=action: action(pq()), runs)
+        print(f"  {name:36} {n / fl:12,.0f} {n / pt:15,.0f} {pt / fl:6.2f}")
+
+
 def one_queue(spark, mqfs, n: int, runs: int) -> None:
     """One queue's 10k offsets by options, and the same read as a filter Spark pushes down, next
     to a full scan. Each form is timed after one run of its own shape at other offsets (shown
@@ -150,21 +165,27 @@ def main(argv: list[str]) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--file-size", type=int, default=128 << 20, help="CommitLog file size")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    p.add_argument("--dir", help="work directory (default: a temporary one, removed after); a store and "
+                   "Parquet copy already there are read again, not rebuilt")
+    p.add_argument("--readers", default="jvm,python", help="mqfs readers timed (jvm, python or both)")
+    p.add_argument("--sections", default="queries,one-queue,floor,planning",
+                   help="which parts run: queries, one-queue, floor, planning")
     a = p.parse_args(argv)
+    readers, sections = a.readers.split(","), a.sections.split(",")
     n = a.messages or (100_000 if a.quick else 1_000_000)
     work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-pipeline-")
     store, parquet = os.path.join(work, "store"), os.path.join(work, "parquet")
     try:
-        print(f"building a store of {n} messages of {a.body} bytes ...", file=sys.stderr)
-        secs = build(store, n, a.body, a.file_size)
-        print(f"store built in {secs:.1f} s ({n / secs:,.0f} msg/s with put_batch)", file=sys.stderr)
+        if not os.path.exists(store):
+            print(f"building a store of {n} messages of {a.body} bytes ...", file=sys.stderr)
+            secs = build(store, n, a.body, a.file_size)
+            print(f"store built in {secs:.1f} s ({n / secs:,.0f} msg/s with put_batch)", file=sys.stderr)
         from pyspark.sql import functions as F
 
         from mqfs.pipeline.spark import session
         spark = session(a.master, app="mqfs-bench")
-        src = spark.read.format("mqfs").load(store)
-        src.write.parquet(parquet)
+        if not os.path.exists(parquet):
+            spark.read.format("mqfs").load(store).write.parquet(parquet)
         assert spark.read.parquet(parquet).count() == n
         tasks = spark.read.format("mqfs").load(store).rdd.getNumPartitions()
 
@@ -188,27 +209,22 @@ def main(argv: list[str]) -> int:
               "in the same run (JVM reader, then the Python worker path: reader=python)")
         print(f"  {'query':30} {'JVM rows/s':>12} {'Python rows/s':>14} {'Parquet rows/s':>15} "
               f"{'JVM':>6} {'Python':>7}")
-        for name, action in queries:
-            jvm = best(lambda action=action: action(mqfs()()), a.runs)
-            py = best(lambda action=action: action(mqfs(reader="python")()), a.runs)
+        nan = float("nan")
+        for name, action in queries if "queries" in sections else []:
+            jvm = best(lambda action=action: action(mqfs()()), a.runs) if "jvm" in readers else nan
+            py = best(lambda action=action: action(mqfs(reader="python")()), a.runs) if "python" in readers else nan
             pt = best(lambda action=action: action(pq()), a.runs)
             print(f"  {name:30} {n / jvm:12,.0f} {n / py:14,.0f} {n / pt:15,.0f} {pt / jvm:6.2f} {pt / py:7.2f}")
-        for reader in ("jvm", "python"):
+        for reader in readers if "one-queue" in sections else []:
             print(f"  {reader} reader:")
             one_queue(spark, lambda reader=reader, **o: mqfs(reader=reader, **o), n, a.runs)
-        floor_source(spark, store, n)
-        print("  Spark's floor for a Python data source (prebuilt batches, no reader work):")
-        for name, action, options in (  # the columns the pruned mqfs read builds
-                (queries[0][0], queries[0][1], {"columns": "body"}),
-                (queries[3][0], queries[3][1], {"columns": "topic,queue_offset"})):
-            parts = mqfs(**options)().rdd.getNumPartitions()
-            fl = best(lambda action=action, options=options, parts=parts: action(
-                spark.read.format("mqfs_floor").options(tasks=str(parts), **options).load()), a.runs)
-            pt = best(lambda action=action: action(pq()), a.runs)
-            print(f"  {name:36} {n / fl:12,.0f} {n / pt:15,.0f} {pt / fl:6.2f}")
-        small = os.path.join(work, "tenth")
-        build(small, n // 10, a.body, a.file_size)
-        planning(store, small, a.runs)
+        if "floor" in sections:
+            floor(spark, store, n, queries, mqfs, pq, a.runs)
+        if "planning" in sections:
+            small = os.path.join(work, "tenth")
+            if not os.path.exists(small):
+                build(small, n // 10, a.body, a.file_size)
+            planning(store, small, a.runs)
         spark.stop()
     finally:
         if not a.dir:
