@@ -362,7 +362,7 @@ class MqfsReader(DataSourceReader):
             return None
         assert self.end_offset is not None
         _check_continuity(commitlog_files(self.layout.root), self.opts.fail_on_data_loss)
-        return plan_unit_rows(self.layout, flt, self.end_offset)
+        return plan_unit_rows(self.layout, flt, self.end_offset, self.opts.min_partitions)
 
     def _header_only(self) -> bool:
         """Whether records are checked only as far as their headers (`scan.header_only`)."""

@@ -71,9 +71,11 @@ def _repaired(root: str) -> bool:
     return any(os.path.lexists(os.path.join(root, name)) for name in _REPAIRED)
 
 
-def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int) -> UnitRowsPlan | None:
-    """The rows of the read from the units, or None when the units are not known good (the
-    byte ranges are then walked as before)."""
+def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int,
+                   min_partitions: int | None = None) -> UnitRowsPlan | None:
+    """The rows of the read from the units (in at least min_partitions tasks when there are
+    that many rows), or None when the units are not known good (the byte ranges are then
+    walked as before)."""
     root = layout.root
     files = [(s, p) for s, p in commitlog_files(root) if s < end_offset]
     if not files or _repaired(root) or may_select(root, None):
@@ -105,15 +107,17 @@ def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int) -> Unit
     if gaps is None or len(gaps) > MAX_GAPS:
         return None
     kept = [r for r in (_selected(flt, *r) for r in owned) if r is not None]
+    total = sum(hi - lo for _, _, lo, hi in kept)
+    share = min(ROWS_PER_TASK, max(1, -(-total // (min_partitions or 1))))
     parts: list[UnitRows] = []
     rows = 0
-    for r in kept:  # ranges split so that no task has more than ROWS_PER_TASK rows
+    for r in kept:  # ranges split so that no task has more than `share` rows
         lo = r[2]
         while lo < r[3]:
-            if not parts or rows >= ROWS_PER_TASK:
+            if not parts or rows >= share:
                 parts.append(UnitRows(len(parts), []))
                 rows = 0
-            hi = min(r[3], lo + ROWS_PER_TASK - rows)
+            hi = min(r[3], lo + share - rows)
             parts[-1].ranges.append((r[0], r[1], lo, hi))
             rows += hi - lo
             lo = hi

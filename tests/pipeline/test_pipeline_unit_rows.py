@@ -82,6 +82,15 @@ def test_reads_that_need_a_record_are_not_answered_from_units(store):
     assert not from_units(store, "queue_id", startTime="0")
 
 
+def test_min_partitions_splits_the_unit_rows(store):
+    opts = read_options({"path": store, "columns": "queue_id", "minPartitions": "5"}, streaming=False)
+    parts = MqfsReader(store_layout(store), opts, None).partitions()
+    rows = [r for p in parts if isinstance(p, UnitRows) for r in p.ranges]
+    assert len([p for p in parts if isinstance(p, UnitRows)]) == 5
+    assert sum(hi - lo for _, _, lo, hi in rows) == 3000
+    assert len({(t, q, o) for t, q, lo, hi in rows for o in range(lo, hi)}) == 3000  # each row once
+
+
 def _units(root: str, topic: str, queue_id: int) -> str:
     d = os.path.join(root, "consumequeue", topic, str(queue_id))
     return os.path.join(d, sorted(os.listdir(d))[0])
