@@ -7,6 +7,7 @@ last record in the CommitLog decides its end (store/queues/log_proof.py)."""
 
 import os
 import shutil
+import threading
 
 import pytest
 
@@ -156,6 +157,43 @@ def test_a_read_only_open_of_a_large_log_proves_in_the_background(tmp_path, monk
         eventually(lambda: s.has_topic("T") and s.max_offset("T", 0) == 5,
                    "T/0 served from the log", interval=0.05)
         assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"old-%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_close_waits_for_the_proofs_background_rebuild(tmp_path, monkeypatch, read_only):
+    """The background proof is inside its rebuild of T/0 (files swapped in, or served from
+    the log) when close begins, in another thread: close waits for it, and nothing in the
+    store changes once close returned (no thread of the proof is left)."""
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    _hand_rebuilt(root, "T/0")
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    inside, closing = threading.Event(), threading.Event()
+    rebuild = log_proof.LogProof._rebuild
+
+    def held(self, keys):
+        inside.set()
+        assert closing.wait(180), "close never began"
+        rebuild(self, keys)
+
+    monkeypatch.setattr(log_proof.LogProof, "_rebuild", held)
+    s = MessageStore(root, small_config(read_only=read_only, **BROKER), create=False).open()
+    assert inside.wait(180), "the proof never reached its rebuild"
+    shut = s.users.shut
+
+    def shutting() -> None:
+        closing.set()
+        shut()
+
+    s.users.shut = shutting  # type: ignore[method-assign]
+    s.close()
+    at_close = store_state(root)
+    assert not [t for t in threading.enumerate() if t.name == "mqfs-log-ends"]
+    assert store_state(root) == at_close
+    if not read_only:
+        with MessageStore(root, small_config(**BROKER), create=False) as s:
+            assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == \
+                [b"old-%d" % i for i in range(5)]
 
 
 def _store_with_three_files(root: str) -> None:
