@@ -25,7 +25,7 @@ from ..crash_points import crash_point
 from ..errors import InvalidMessage, StoreError, StoreFormatError
 from ..files import quarantine, safefs
 from ..files.json_file import read_json, write_json
-from ..files.mapped_file import MappedFile, fsync_dir, offset_to_name
+from ..files.mapped_file import MappedFile, fsync_dir, load_files, offset_to_name
 from ..format import codec, layout, message
 from ..format.flavor import flavor_named
 from ..meta.log_start import record_min_offset
@@ -323,7 +323,8 @@ def settle_for_open(root: str, requested: StoreConfig) -> tuple[StoreConfig, End
     its first change, then an interrupted repair's file steps. Returns the config to open
     with and the queue ends the rebuild must keep (None when no repair is pending). A refusal
     before the steps changes nothing (the journal is checked against the store, the manifest
-    as the steps leave it, the config files the open reads); one after them (the manifest
+    as the steps leave it, the CommitLog files' sizes, the config files the open reads); one
+    after them (the manifest
     as written, a damage the steps did not cover, found by recovery) says the steps ran."""
     journal = load(root) if pending(root) else None
     if journal is not None:
@@ -336,6 +337,7 @@ def settle_for_open(root: str, requested: StoreConfig) -> tuple[StoreConfig, End
         found.config.validate()
     if journal is None:
         return found.config, None
+    load_files(os.path.join(root, "commitlog"), found.config.commitlog_file_size, read_only=True)
     broker = not os.path.lexists(manifest_path(root))  # read as the open will read them
     TopicTable(root, keep_bak=broker)
     ConsumerOffsets(root, keep_bak=broker)

@@ -364,7 +364,17 @@ def _damaged_json(name: str):
     return damage
 
 
-REFUSALS = {"manifest-flavor": (_wrong_flavor, "says flavor", "mqfs.json"),  # not a journal step
+def _stray_commitlog_file(root: str) -> None:
+    """A short file after the newest CommitLog file (no journal step covers it)."""
+    directory = os.path.join(root, "commitlog")
+    newest = max(int(n) for n in os.listdir(directory) if n.isdigit())
+    with open(os.path.join(directory, f"{newest + SIZE:020d}"), "wb") as f:
+        f.write(b"x" * 10)
+
+
+REFUSALS = {"stray-commitlog-file": (_stray_commitlog_file, "bytes but this store's files",
+                                     None),
+            "manifest-flavor": (_wrong_flavor, "says flavor", "mqfs.json"),  # not a journal step
             "topics-json": (_damaged_json("topics.json"), "topics.json", "config/topics.json"),
             "kept-ends": (_damaged_json("keptQueueEnds.json"), "keptQueueEnds.json",
                           "config/keptQueueEnds.json")}
@@ -382,15 +392,19 @@ def test_an_open_that_refuses_takes_no_step_of_an_interrupted_repair_first(tmp_p
     _flip_body(root, results[25])
     assert run_repair(root, "repair.move:1").returncode == 137
     damage, said, damaged = REFUSALS[why]
-    path = os.path.join(root, damaged)
-    kept = open(path, "rb").read() if os.path.exists(path) else None
+    names = set(os.listdir(os.path.join(root, "commitlog")))
+    path = os.path.join(root, damaged) if damaged else ""
+    kept = open(path, "rb").read() if damaged and os.path.exists(path) else None
     damage(root)
     before = store_state(root)
     with pytest.raises(StoreError, match=said) as refused:
         MessageStore(root, _config(), create=False).open()
     assert "\n" not in str(refused.value) and "nothing more was changed" not in str(refused.value)
     assert store_state(root) == before
-    if kept is None:
+    if not damaged:
+        for name in set(os.listdir(os.path.join(root, "commitlog"))) - names:
+            os.unlink(os.path.join(root, "commitlog", name))
+    elif kept is None:
         os.unlink(path)
     else:
         with open(path, "wb") as f:
