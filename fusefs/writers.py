@@ -248,8 +248,9 @@ class OffsetWriter(Writer, Generic[R]):
     `@TIME`; `resolve` turns the text into what to commit (an offset; a topic's `all`: one
     per queue) or refuses it (FsError)."""
 
-    def __init__(self, resolve: Callable[[str], R]) -> None:
+    def __init__(self, resolve: Callable[[str], R], limit: int = MAX_OFFSET_TEXT) -> None:
         self.resolve = resolve
+        self.limit = limit  # bytes written through one handle
         self.buf = bytearray()
         self.dirty = False
 
@@ -257,7 +258,7 @@ class OffsetWriter(Writer, Generic[R]):
         """What to commit when this write completes a line, else None."""
         self.check()
         end = off + len(data)
-        if end > MAX_OFFSET_TEXT or not data.isascii():
+        if end > self.limit or not data.isascii():
             self.fail(errno.EINVAL)
             raise FsError(errno.EINVAL, "write an offset, earliest, latest or @TIME")
         if len(self.buf) < end:

@@ -20,12 +20,13 @@ from ..inodes import (
     LONG,
     Attr,
     Node,
+    canonical_int,
     text_name,
 )
 from ..parts import Parts
 from ..timenames import when as time_of
 from ..topicnames import topic_entry
-from ..writers import OffsetWriter
+from ..writers import MAX_OFFSET_TEXT, OffsetWriter
 from .base import File, Kind
 
 ALL = b"all"  # /groups/<g>/<t>/all: every queue of the topic at once
@@ -178,22 +179,37 @@ class GroupQueue(GroupFile):
 
 
 class GroupAll(GroupFile):
-    """/groups/<g>/<t>/all: a line `<q> <offset>` per queue; one position written (an
-    offset, earliest, latest, @TIME) moves every queue, or none when any queue refuses it
-    (ERANGE: an offset past a queue's end)."""
+    """/groups/<g>/<t>/all: a line `<q> <offset>` per queue. One position written (an
+    offset, earliest, latest, @TIME) moves every queue; lines `<q> <position>` (what it
+    reads as: `cat all > saved`, later `cat saved > all`) move those queues. All the
+    queues of a write move, or none when one refuses (ERANGE: an offset past its end)."""
 
     kind = GROUP_ALL
 
     async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
         offsets = None
         if how.writing:
-            offsets = OffsetWriter(lambda text: self.resolve(node, text))
+            room = MAX_OFFSET_TEXT * (len(self.parts.store.queue_ids(node.topic)) + 1)
+            offsets = OffsetWriter(lambda text: self.resolve(node, text), room)
         return OffsetHandle(node.ino, self.offset_text(node), offsets,
                             lambda found: self.commit(node, found))
 
     def resolve(self, node: Node, text: str) -> dict[int, int]:
-        store = self.parts.store
-        return {q: position(store, node.topic, q, text) for q in store.queue_ids(node.topic)}
+        store, topic = self.parts.store, node.topic
+        queues = store.queue_ids(topic)
+        lines = [line.split() for line in text.splitlines() if line.strip()]
+        if not lines:
+            raise FsError(errno.EINVAL, "write a position, or lines '<queue> <position>'")
+        if len(lines) == 1 and len(lines[0]) == 1:
+            return {q: position(store, topic, q, lines[0][0]) for q in queues}
+        out = {}
+        for words in lines:
+            q = canonical_int(words[0].encode()) if len(words) == 2 else None
+            if q is None or q not in queues:
+                raise FsError(errno.EINVAL, f"write a position, or lines '<queue> <position>' "
+                                            f"of {topic}'s queues, not {' '.join(words)!r}")
+            out[q] = position(store, topic, q, words[1])
+        return out
 
     def offset_text(self, node: Node) -> bytes:
         return b"".join(b"%d %d\n" % (q, self.committed(node.group, node.topic, q))

@@ -244,6 +244,12 @@ def test_a_topics_all_file_moves_every_queue_or_none(model, store):
     assert kind.resolve(every, "2") == {0: 2, 1: 2}
     assert errno_of(kind.resolve, every, "4") == errno.ERANGE  # past queue 1's end: neither
     assert errno_of(kind.resolve, every, "soon") == errno.EINVAL
+    # lines `<q> <position>`, as it reads: a saved text moves each queue back
+    assert kind.resolve(every, "0 1\n1 @-1000w") == {0: 1, 1: 0}
+    assert kind.resolve(every, "1 latest") == {1: 3}
+    for bad, err in (("0 1\n1 4", errno.ERANGE), ("2 0", errno.EINVAL), ("0 1 2", errno.EINVAL),
+                     ("01 1", errno.EINVAL), ("", errno.EINVAL), ("0 soon", errno.EINVAL)):
+        assert errno_of(kind.resolve, every, bad) == err, bad
     assert model.group_files.offset_text(model.nodes.get(walk(model, "groups", "g1", "orders", "0"))) == b"4\n"
     assert store.committed_offset("g1", "orders", 1) == 3
 

@@ -54,6 +54,12 @@ def test_earliest_latest_and_times_in_one_write(tmp_path):
         refused = sh(f"echo 5 > {topic}/all", check=False)  # past queue 1's end: no queue moves
         assert refused.returncode != 0 and b"Numerical result out of range" in refused.stderr
         assert sh(f"cat {topic}/all").stdout == b"0 2\n1 2\n"
+        # what it reads is what it takes: save a group's place, move it, put it back
+        saved = str(tmp_path / "saved")
+        sh(f"echo 7 > {g} && cat {topic}/all > {saved} && echo latest > {topic}/all")
+        sh(f"cat {saved} > {topic}/all")
+        assert sh(f"cat {topic}/all").stdout == b"0 7\n1 2\n"
+        assert b"Invalid argument" in sh(f"echo '5 0' > {topic}/all", check=False).stderr
         sh(f"echo earliest > {topic}/all")
     with MessageStore(root, create=False) as s:
         assert [s.committed_offset("g", "T", q) for q in (0, 1)] == [0, 0]
