@@ -4,7 +4,6 @@ damaged unit never serves another message."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 
 import numpy as np
@@ -21,24 +20,13 @@ from .files.index_service import IndexService
 from .format import batch, codec, message
 from .format.flavor import Flavor
 from .format.message import StoredMessage
-from .format.multi_dispatch import describes
+from .format.multi_dispatch import describes, served_as
 from .in_use import Users, in_use
 from .meta.metadata import TopicTable
 from .queues.registry import QueueRegistry
 from .range_reads import collect
 
 MAX_TIME = (1 << 63) - 1
-
-
-def served_as(msg: StoredMessage, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:
-    """The message as a consumer of queue topic/queue_id meets it at queue_offset: a record
-    multi-dispatched to an LMQ queue is read there with that queue's topic, id and offset
-    (its own fields are its parent queue's; its properties name both)."""
-    if (msg.topic, msg.queue_id, msg.queue_offset) == (topic, queue_id, queue_offset):
-        return msg
-    served = copy.copy(msg)
-    served.topic, served.queue_id, served.queue_offset = topic, queue_id, queue_offset
-    return served
 
 
 class StoreReads:

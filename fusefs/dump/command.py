@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError
-from mqfs.store.meta.features import BATCH_CQ, recognise, topics_of
+from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, recognise, topics_of
 from mqfs.store.offline.keys import key_candidates
 from mqfs.store.offline.located import layout_at
 from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
@@ -51,7 +51,8 @@ def selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
              each: int | None = None) -> Iterator[StoredMessage]:
     """The messages a selection picks, reading as little as it lets: keys through the
     IndexFiles, queues, offsets, times and tags through the ConsumeQueues, else the whole
-    CommitLog in store order (always when a BatchCQ topic may be selected); with `each`, at
+    CommitLog in store order (always when a BatchCQ topic may be selected, or the
+    ConsumeQueues are a RocksDB database); with `each`, at
     most that many of each queue."""
     found = _selected(layout, sel, damage, each)
     if each is None:
@@ -71,8 +72,11 @@ def _selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
               each: int | None) -> Iterator[StoredMessage]:
     log = source.CommitLog(layout)
     flavor = layout.checked_flavor
-    batch = topics_of(recognise(layout.root), BATCH_CQ)  # their units are not in consumequeue/,
+    features = recognise(layout.root)
+    batch = topics_of(features, BATCH_CQ)  # their units are not in consumequeue/,
     walk = bool(batch) and (not sel.topics or bool(batch & set(sel.topics)))  # nor inner keys in the IndexFile
+    # a RocksDB ConsumeQueue store has no queue directories to read, nor topics to look keys up in
+    walk = walk or features.named(ROCKSDB_CQ) is not None
     if sel.keys and not walk:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
         def no_hit(offset: int, what: str) -> None:
             pass
@@ -80,8 +84,8 @@ def _selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
         return messages(log.runs_at(key_candidates(layout, sel), no_hit), sel, flavor, no_hit)
     runs: Iterator[source.Run]
     if sel.by_queue and not walk:
-        runs = (run for offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)
-                for run in log.runs_at(offsets, damage))
+        runs = (run for queue, offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)
+                for run in log.runs_at(offsets, damage, queue))
     else:
         runs = log.walk(damage)
 

@@ -15,6 +15,12 @@ from mqfs.store.format.codec import decode
 from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import in_queue, topic_names
+from mqfs.store.format.multi_dispatch import (
+    PROPERTY_INNER_MULTI_DISPATCH,
+    describes,
+    dispatched,
+    served_as,
+)
 from mqfs.store.offline.selection import Selection
 
 from . import spans
@@ -37,17 +43,18 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
     # an inner batch's messages have offsets, properties and bodies of their own: the
     # columns cannot rule it out by those, `messages` checks each message it packs
     packed = (r.sys_flag & INNER_BATCHES) == INNER_BATCHES
-    if sel.queues:
+    # read through the selected queues' units, a record's queue is the unit's, not its own
+    if sel.queues and run.queue is None:
         keep &= any_of(r.queue_id, sel.queues)
-    if sel.first_offset is not None:
+    if sel.first_offset is not None and run.queue is None:
         keep &= packed | (r.queue_offset >= sel.first_offset)
-    if sel.last_offset is not None:
+    if sel.last_offset is not None and run.queue is None:
         keep &= packed | (r.queue_offset <= sel.last_offset)
     if sel.since is not None:
         keep &= r.store_ts >= sel.since
     if sel.until is not None:
         keep &= r.store_ts <= sel.until
-    if sel.topics and keep.any():
+    if sel.topics and run.queue is None and keep.any():
         rows = np.flatnonzero(keep)
         names, which = topic_names(np.frombuffer(run.buf, np.uint8), r.topic_pos[rows],
                                    r.topic_len[rows])
@@ -67,10 +74,24 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
+def _dispatched_copies(msg: StoredMessage, sel: Selection) -> Iterator[StoredMessage]:
+    """The record as each queue it is multi-dispatched to serves it (an LMQ queue's message:
+    that queue's topic, id and offset), where the selection picks it."""
+    if PROPERTY_INNER_MULTI_DISPATCH in msg.properties:
+        for topic, q, offset in dispatched(msg.topic, msg.queue_id, msg.properties):
+            served = served_as(msg, topic, q, offset)
+            if sel.picks(served):
+                yield served
+
+
 def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
              ) -> Iterator[StoredMessage]:
     """The selected messages, each decoded and checked (checksums, a compressed body's
-    stream) as a read checks it; a record that fails goes to `damage`."""
+    stream) as a read checks it; a record that fails goes to `damage`. Read through a
+    queue's units, a record is that queue's message at the unit's offset (a unit that does
+    not describe its record is no message of the queue, as the columns' checks said before
+    LMQ); read in store order, a record multi-dispatched to LMQ queues is followed by its
+    copy in each of them."""
     for run in runs:
         r = run.records
         for row in candidate_rows(run, sel).tolist():
@@ -79,6 +100,14 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
                 if msg.sys_flag & INNER_BATCHES == INNER_BATCHES:
                     yield from (m for m in unwrap(msg) if _inner_holds(sel, m))
                     continue
+                if run.queue is not None:
+                    topic, q, offsets = run.queue
+                    offset = int(offsets[row])
+                    props = msg.properties  # decoded already: the check decodes them
+                    if not describes(msg.topic, msg.queue_id, msg.queue_offset,
+                                     lambda: props, topic, q, offset):  # noqa: B023
+                        continue
+                    msg = served_as(msg, topic, q, offset)
                 if not sel.holds(msg):
                     continue
                 if msg.sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated
@@ -89,3 +118,5 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
                 damage(run.base + int(r.starts[row]), str(exc))
                 continue
             yield msg
+            if run.queue is None:
+                yield from _dispatched_copies(msg, sel)

@@ -38,6 +38,9 @@ class Run:
     buf: mmap.mmap
     base: int
     records: Records
+    # read through one queue's units: its topic, id and each record's offset in it (a
+    # record multi-dispatched to an LMQ queue is that queue's message at its offset there)
+    queue: tuple[str, int, np.ndarray] | None = None
 
 
 class CommitLog:
@@ -59,12 +62,15 @@ class CommitLog:
             del self._maps[next(iter(self._maps))]
         return mm
 
-    def runs_at(self, offsets: np.ndarray, damage: Damage) -> Iterator[Run]:
+    def runs_at(self, offsets: np.ndarray, damage: Damage, queue: QueueUnits | None = None
+                ) -> Iterator[Run]:
         """The records at these CommitLog offsets (ascending), file by file; an offset with
-        no well-formed record there goes to `damage`."""
+        no well-formed record there goes to `damage`. With `queue`, the offsets are that
+        queue's units' (its queue offsets aligned with them)."""
         which = np.searchsorted(self.starts, offsets, side="right") - 1
         for i in sorted(set(which.tolist())):  # not np.unique: it imports numpy.ma (70 ms)
-            at = offsets[which == i]
+            mine = which == i
+            at = offsets[mine]
             if i < 0:
                 for off in at.tolist():
                     damage(off, "no CommitLog file holds it")
@@ -75,7 +81,8 @@ class CommitLog:
             ok = recs.well_formed & (recs.commitlog_offset == at)
             for off in at[~ok].tolist():
                 damage(off, "no record there (damaged or not yet written)")
-            yield Run(buf, base, recs.take(ok))
+            served = None if queue is None else (queue.topic, queue.queue_id, queue.offsets[mine][ok])
+            yield Run(buf, base, recs.take(ok), served)
 
     def vouched(self) -> int:
         """The start of the newest record a ConsumeQueue unit pointed at when the walk began:
@@ -156,10 +163,19 @@ def any_of(values: np.ndarray, wanted: list[int]) -> np.ndarray:
     return mask
 
 
+@dataclass
+class QueueUnits:
+    """A chunk of one queue's units: its topic and id, their queue offsets."""
+
+    topic: str
+    queue_id: int
+    offsets: np.ndarray
+
+
 def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str], int],
-                  each: int | None = None) -> Iterator[np.ndarray]:
-    """CommitLog offsets of the selected queues' units, queue by queue in offset order, a
-    chunk at a time: offsets and times bound each queue's range (binary searches), a tag
+                  each: int | None = None) -> Iterator[tuple[QueueUnits, np.ndarray]]:
+    """The selected queues' units (which queue, and their CommitLog offsets), queue by queue
+    in offset order, a chunk at a time: offsets and times bound each queue's range (binary searches), a tag
     selection keeps the units whose tagsCode is one of the tags' (the record is checked
     later, so a hash collision never shows). With `each` and nothing only a record can say,
     a queue's first `each` units are all it needs."""
@@ -182,11 +198,12 @@ def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str]
         if each is not None and not sel.by_record:
             hi = min(hi, lo + each)
         if lo < hi:
-            ranges.append((topic, reader, lo, hi))
-    for topic, reader, lo, hi in ranges:
+            ranges.append((topic, q, reader, lo, hi))
+    for topic, q, reader, lo, hi in ranges:
         for a in range(lo, hi, CHUNK):
-            _, units = reader.read(a, min(a + CHUNK, hi))
+            offs, units = reader.read(a, min(a + CHUNK, hi))
             if len(codes) and topic != SCHEDULE_TOPIC:  # delay units hold times, not tags
-                units = units[any_of(units["tags"], codes.tolist())]
+                keep = any_of(units["tags"], codes.tolist())
+                offs, units = offs[keep], units[keep]
             if len(units):
-                yield units["offset"].astype(np.int64)
+                yield QueueUnits(topic, q, offs), units["offset"].astype(np.int64)

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from mqfs.store.offline.selection import Selection
 
 FORMATS = ("parquet", "jsonl", "csv")
+PLACE = ("commitlog_offset", "topic", "queue_id", "queue_offset")  # which message a row is
 
 
 def reader_options(sel: Selection) -> dict[str, str]:
@@ -55,14 +56,15 @@ def run(spark: SparkSession, store: str, out: str, options: dict[str, str],
         raise ValueError("export of several stores writes Parquet without --key, --tag, "
                          "--property or --regex: export each store alone")
     mode = "overwrite" if overwrite else "errorifexists"
-    # a BatchCQ topic's inner messages share their batch record's CommitLog offset: a row is
-    # its record and its queue offset
-    rows = df.select("commitlog_offset", "queue_offset").rdd.map(lambda row: (row[0], row[1]))
+    # a BatchCQ topic's inner messages share their batch record's CommitLog offset, and an
+    # LMQ queue's message is its parent's record: a row is a record and the queue's place
+    rows = df.select(*PLACE).rdd.map(tuple)
     if fmt == "parquet":
         if sel.by_record:
             picked = rows.mapPartitions(_picked(store, sel))
-            keep = spark.createDataFrame(picked, "commitlog_offset long, queue_offset long")
-            df = df.join(keep, ["commitlog_offset", "queue_offset"], "left_semi")
+            keep = spark.createDataFrame(picked, "commitlog_offset long, topic string, "
+                                                 "queue_id int, queue_offset long")
+            df = df.join(keep, list(PLACE), "left_semi")
         df.write.mode(mode).partitionBy("topic").parquet(out)
         written = spark.read.schema(df.schema).parquet(out)
         topics = sorted(r.topic for r in written.select("topic").distinct().collect())
@@ -93,16 +95,16 @@ def _keys_run(spark: SparkSession, read, store: str, out: str, overwrite: bool, 
     from mqfs.store.offline.keys import key_candidates
     from mqfs.store.offline.views import store_layout
 
-    found = [(o, None) for o in key_candidates(store_layout(store), sel).tolist()]
+    found = [(o, None, None, None) for o in key_candidates(store_layout(store), sel).tolist()]
     sc = spark.sparkContext
     hits = sc.parallelize(found, max(1, min(len(found) // 1000 + 1, sc.defaultParallelism)))
     mode = "overwrite" if overwrite else "errorifexists"
     if fmt == "parquet":
-        picked = [o for o, _ in hits.mapPartitions(_picked(store, sel, hits=True)).collect()]
+        picked = sorted({p[0] for p in hits.mapPartitions(_picked(store, sel, hits=True)).collect()})
         df = narrowed(read.load(store), sel)
         if picked:
             col = F.col("commitlog_offset")
-            parts = [df.where(col.between(lo, hi)) for lo, hi in spans(sorted(picked))]
+            parts = [df.where(col.between(lo, hi)) for lo, hi in spans(picked)]
             df = functools.reduce(DataFrame.unionAll, parts).where(col.isin(picked))
         else:
             df = df.where(F.lit(False))
@@ -123,6 +125,9 @@ def spans(offsets: list[int], most: int = 16) -> list[tuple[int, int]]:
                          reverse=True)[:most - 1])
     bounds = [0, *cuts, len(offsets)]
     return [(offsets[a], offsets[b - 1]) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+Rows = Iterable[tuple]  # PLACE of each row; an index hit's: (CommitLog offset, None, None, None)
 
 
 class _Records:
@@ -158,15 +163,17 @@ class _Records:
         except (CodecError, CorruptionError) as exc:
             raise CorruptionError(f"damaged record at CommitLog offset {offset}: {exc}") from None
 
-    def of_rows(self, rows: Iterable[tuple[int, int]]) -> Iterator:
-        """The message of each row (CommitLog offset, queue offset): the record there, or the
-        message at that queue offset of the inner batch there (a BatchCQ topic's: unwrapped
-        once for the rows that follow it)."""
+    def of_rows(self, rows: Rows) -> Iterator:
+        """The message of each row (PLACE): the record there as the row's queue serves it (an
+        LMQ queue's: with that queue's topic, id and offset), or the message at the row's
+        queue offset of the inner batch there (a BatchCQ topic's: unwrapped once for the
+        rows that follow it)."""
         from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, unwrap
+        from mqfs.store.format.multi_dispatch import served_as
 
         packed = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
         batch_at, inner = -1, {}  # type: tuple[int, dict]
-        for offset, queue_offset in rows:
+        for offset, topic, queue_id, queue_offset in rows:
             if offset == batch_at:
                 yield inner[queue_offset]
                 continue
@@ -175,37 +182,39 @@ class _Records:
                 batch_at, inner = offset, {m.queue_offset: m for m in unwrap(msg)}
                 yield inner[queue_offset]
             else:
-                yield msg
+                yield served_as(msg, topic, queue_id, queue_offset)
 
-    def hits(self, rows: Iterable[tuple[int, None]]) -> Iterator:
+    def hits(self, rows: Rows) -> Iterator:
         """The messages at index hits that are messages: a record whose own CommitLog offset
-        is the hit's and that a queue serves; a hit at no record, or at a damaged one, is
-        no hit (as keys/ and dump say)."""
+        is the hit's and that a queue serves, then its copy in each LMQ queue it is
+        multi-dispatched to (as dump prints them); a hit at no record, or at a damaged one,
+        is no hit (as keys/ and dump say)."""
         from mqfs.store.errors import CorruptionError
         from mqfs.store.format.layout import in_queue
+        from mqfs.store.format.multi_dispatch import dispatched, served_as
 
-        for offset, _ in rows:
+        for offset, *_ in rows:
             try:
                 msg = self.at(offset)
             except CorruptionError:
                 continue
             if msg.commitlog_offset == offset and bool(in_queue(msg.sys_flag)):
                 yield msg
+                for place in dispatched(msg.topic, msg.queue_id, msg.properties):
+                    yield served_as(msg, *place)
 
 
-Rows = Iterable[tuple[int, int | None]]  # (CommitLog offset, queue offset; None: an index hit)
 
 
 def _messages(records: _Records, rows: Rows, hits: bool) -> Iterator:
     return records.hits(rows) if hits else records.of_rows(rows)  # type: ignore[arg-type]
 
 
-def _picked(store: str, sel: Selection, hits: bool = False
-            ) -> Callable[[Rows], Iterator[tuple[int, int]]]:
-    """The rows (CommitLog offset, queue offset) of the messages the selection picks
-    (`hits`: the rows are index hits, checked as `_Records.hits` checks them)."""
-    def picked(rows: Rows) -> Iterator[tuple[int, int]]:
-        return ((m.commitlog_offset, m.queue_offset)
+def _picked(store: str, sel: Selection, hits: bool = False) -> Callable[[Rows], Iterator[tuple]]:
+    """The rows (PLACE) of the messages the selection picks (`hits`: the rows are index
+    hits, checked as `_Records.hits` checks them)."""
+    def picked(rows: Rows) -> Iterator[tuple]:
+        return ((m.commitlog_offset, m.topic, m.queue_id, m.queue_offset)
                 for m in _messages(_Records(store), rows, hits) if sel.picks(m))
     return picked
 

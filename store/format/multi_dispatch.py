@@ -16,9 +16,14 @@ not by any record's QUEUEOFFSET (which is the parent queue's).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .message import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from .message import StoredMessage
 
 PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
 
@@ -68,3 +73,14 @@ def describes(record_topic: str, record_queue_id: int, record_queue_offset: int,
     if (record_topic, record_queue_id, record_queue_offset) == (topic, queue_id, queue_offset):
         return True
     return (topic, queue_id, queue_offset) in dispatched(record_topic, record_queue_id, props())
+
+
+def served_as(msg: StoredMessage, topic: str, queue_id: int, queue_offset: int) -> StoredMessage:
+    """The message as a consumer of queue topic/queue_id meets it at queue_offset: a record
+    multi-dispatched to an LMQ queue is read there with that queue's topic, id and offset
+    (its own fields are its parent queue's; its properties name both)."""
+    if (msg.topic, msg.queue_id, msg.queue_offset) == (topic, queue_id, queue_offset):
+        return msg
+    served = copy.copy(msg)
+    served.topic, served.queue_id, served.queue_offset = topic, queue_id, queue_offset
+    return served

@@ -428,3 +428,52 @@ def test_a_link_planted_in_a_mounted_store_is_refused_by_a_dump_of_the_mount(tmp
         os.unlink(os.path.join(root, "consumequeue", "Planted"))
     assert proc.stdout.endswith(b"status 2\n") and proc.stdout.count(b"\n") == 1
     assert b"symbolic link" in proc.stderr and proc.stderr.count(b"\n") == 1
+
+
+def _broker_kinds() -> dict:
+    """Every store layout the broker issue (32) names, as a 5.x broker writes it."""
+    from tests.store import broker_guard_layouts as layouts
+    from tests.store.broker_layouts import compressed_workload
+
+    kinds = {"compressed": lambda root: broker_store(root, compressed_workload)}
+    for name in ("batch_cq", "compaction", "cq_ext", "lmq", "rocksdb", "timer", "pop_kv",
+                 "ha_epoch"):
+        kinds[name] = getattr(layouts, f"layout_{name}")
+    return kinds
+
+
+def _served(root: str, all_versions: bool = False) -> dict[tuple[str, int, int], bytes]:
+    """(topic, queue, offset) -> body of every message the store serves (a read-only open)."""
+    cfg = StoreConfig(read_only=True, all_versions=all_versions)
+    with MessageStore(root, cfg, create=False) as s:
+        return {(t, q, int(o)): bytes(s.get(t, q, int(o)).body) for t in s.topics()
+                for q in s.queue_ids(t) for o in s.list_entries(
+                    t, q, s.min_offset(t, q), s.max_offset(t, q) - s.min_offset(t, q))[0]}
+
+
+def _body(d: dict) -> bytes:
+    return d["body"].encode() if "body" in d else base64.b64decode(d["body_b64"])
+
+
+@pytest.mark.parametrize("kind", sorted(_broker_kinds()))
+def test_every_broker_layout_dumps_and_counts_the_messages_its_consumers_get(tmp_path, kind):
+    """Each layout of the broker issue through the real CLI: `mqfs dump` prints each message
+    a consumer of each queue gets, at its offset, with its body (an LMQ queue's message as
+    that queue's: `-t %LMQ%a` finds it); `mqfs info --json` counts them; no byte changes.
+    A compaction topic is dumped with every version its CommitLog holds (as `-o
+    all_versions` shows it): what the broker serves is among them."""
+    root = str(tmp_path / "store")
+    _broker_kinds()[kind](root)
+    before = file_hashes(root)
+    dumped = {(d["topic"], d["queue_id"], d["queue_offset"]): _body(d) for d in _lines(root)}
+    served = _served(root, all_versions=kind == "compaction")
+    assert dumped == served and served
+    if kind == "compaction":
+        compacted = _served(root)
+        assert compacted.items() <= dumped.items() and len(compacted) < len(dumped)
+    for topic in {t for t, _, _ in served}:
+        assert {k: v for k, v in dumped.items() if k[0] == topic} == \
+            {(d["topic"], d["queue_id"], d["queue_offset"]): _body(d) for d in _lines(root, "-t", topic)}
+    info = json.loads(sh(f"{CMD} info --json {root}").stdout)
+    assert info["messages"] == len(_served(root))
+    assert file_hashes(root) == before

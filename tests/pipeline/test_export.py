@@ -179,3 +179,19 @@ def test_a_cut_index_file_gives_export_the_answers_it_gives_dump(spark, tmp_path
         out = str(tmp_path / key)
         assert cli.main(["export", root, out, "-f", "jsonl", "-k", key]) == 0
         assert sorted(b"".join(_parts(out)).splitlines()) == sorted(want), key
+
+
+@pytest.mark.parametrize("kind", ["lmq", "rocksdb"])
+def test_lmq_and_rocksdb_stores_export_as_dump_prints_them(spark, tmp_path, kind):
+    """An LMQ queue's message is that queue's (its topic, id and offset), once per queue
+    and never its parent's line again; a RocksDB ConsumeQueue store's messages by topic
+    and by key. JSON lines equal to dump's for each selection."""
+    from tests.store import broker_guard_layouts as layouts
+
+    root = str(tmp_path / "store")
+    getattr(layouts, f"layout_{kind}")(root)
+    for i, args in enumerate(([], ["-t", "%LMQ%a" if kind == "lmq" else "Orders"], ["-e", "."])):
+        out = str(tmp_path / f"out{i}")
+        assert cli.main(["export", root, out, "-f", "jsonl", *args]) == 0
+        want = sorted(_dump(root, *args).splitlines())
+        assert sorted(b"".join(_parts(out)).splitlines()) == want and want, args
