@@ -87,13 +87,13 @@ def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int,
     for t, q in queues(root):
         offsets, units = QueueReader(root, t, q, layout.consume_queue_units).read(0, _ALL)
         at = units["offset"].astype(np.int64)
-        inside = np.flatnonzero((at >= first) & (at < end_offset))
-        if not len(inside):
+        if len(at) > 1 and bool((at[1:] <= at[:-1]).any()):
+            return None  # units out of CommitLog order
+        a, b = (int(i) for i in np.searchsorted(at, [first, end_offset]))
+        if b <= a:
             continue
-        a, b = int(inside[0]), int(inside[-1]) + 1
-        if b - a != len(inside) or int(offsets[b - 1]) - int(offsets[a]) != b - a - 1 \
-                or (b - a > 1 and bool((np.diff(at[a:b]) <= 0).any())):
-            return None  # units out of CommitLog order, or holes in the queue
+        if int(offsets[b - 1]) - int(offsets[a]) != b - a - 1:
+            return None  # holes in the queue
         owned.append((t, q, int(offsets[a]), int(offsets[b - 1]) + 1))
         ats.append(at[a:b])
         sizes.append(units["size"][a:b].astype(np.int64))

@@ -187,13 +187,13 @@ class QueueReader:
             _, units = self._units(i)
             lo, hi = max(start - base, 0), min(end - base, len(units))
             if hi > lo:
-                parts.append(units[lo:hi].copy())
+                parts.append(units[lo:hi])
                 offsets.append(np.arange(base + lo, base + hi, dtype=np.int64))
         if not parts:
             return np.empty(0, np.int64), np.empty(0, UNIT_DTYPE)
-        offs, units = np.concatenate(offsets), np.concatenate(parts)
+        offs, units = np.concatenate(offsets), np.concatenate(parts)  # copies: the maps may go
         keep = units["size"] != PRE_BLANK[1]
-        return offs[keep], units[keep]
+        return (offs, units) if keep.all() else (offs[keep], units[keep])
 
 
 @dataclass
