@@ -117,16 +117,20 @@ def saved(root: str, commitlog: CommitLog) -> Saved | None:
     is another store's, or it was written for other CommitLog bytes than `commitlog` holds
     before its end (said in one line)."""
     found = _read(root, say=True)
-    if not found[0]:
-        return None
-    data = found[0]
+    return found if found[0] and _this_log(found[0], commitlog, say=True) else None
+
+
+def _this_log(data: dict, commitlog: CommitLog, say: bool) -> bool:
+    """Whether the record was written for the bytes `commitlog` holds before its end (or
+    carries no fingerprint: an older mqfs's, a rebuild's)."""
     end, tail = data.get("commitlogEnd"), data.get("tailFingerprint")
-    if tail is not None and type(end) is int and tail != tail_fingerprint(commitlog, end):
+    if tail is None or type(end) is not int or tail == tail_fingerprint(commitlog, end):
+        return True
+    if say:
         log.warning("queue ends: config/%s was written for other CommitLog bytes before offset "
                     "%d than this store holds (another store's, a copy's, or those bytes changed "
                     "since): it vouches for nothing", NAME, end)
-        return None
-    return found
+    return False
 
 
 def _ours(root: str, data: dict, say: bool) -> bool:
@@ -218,11 +222,14 @@ def _shape(data: Any) -> tuple[dict[tuple[str, int], int], dict[str, int],
     return queues, index, _queue_numbers(data, "heads", "head")
 
 
-def read(root: str) -> tuple[dict[tuple[str, int], int], dict[str, int],
-                             dict[tuple[str, int], int]]:
+def read(root: str, commitlog: CommitLog | None = None
+         ) -> tuple[dict[tuple[str, int], int], dict[str, int], dict[tuple[str, int], int]]:
     """Queue counts, IndexFile counts and queue heads the last clean close of this store
-    left (none when the file is another store's)."""
-    return _read(root)[1]
+    left (none when the file is another store's, or, given `commitlog`, was written for
+    other bytes than it holds: counts of another log are no lower bound of this one's)."""
+    data, shape = _read(root)
+    return shape if commitlog is None or not data or _this_log(data, commitlog, False) \
+        else ({}, {}, {})
 
 
 def _read(root: str, say: bool = False) -> Saved:

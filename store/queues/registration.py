@@ -48,7 +48,7 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     elif ends is not None:
         queues.record(from_journal(ends, cuts))
     else:
-        queues.record(from_disk(root, dispatch_state.read(root), cuts))
+        queues.record(from_disk(root, dispatch_state.read(root, commitlog), cuts))
     if vouched is not None or ends is not None:
         queues.on_disk = DiskProbe(root)  # a queue the record does not name
     return vouched, cuts, ends

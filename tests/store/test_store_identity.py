@@ -202,6 +202,10 @@ def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, 
             _strip(other)
         shutil.rmtree(os.path.join(root, "config"))
         shutil.copytree(os.path.join(other, "config"), os.path.join(root, "config"))
+        state = _state(root)  # the other store's U/0 had more: no lower bound of this one's
+        state["queues"]["U"]["0"] = 80
+        with open(os.path.join(root, "config", "dispatchState.json"), "w") as f:
+            json.dump(state, f)
     shutil.rmtree(os.path.join(root, "consumequeue", "T"))
     if exit == "crash":
         with open(os.path.join(root, "abort"), "w") as f:
@@ -215,6 +219,7 @@ def test_config_restored_from_another_store_vouches_for_nothing(tmp_path, exit, 
         put = s.put(Message.create("T", b"new", queue_id=0, keys=["k0"]))
         assert put.queue_offset > last
         assert sorted(m.queue_offset for m in s.query_key("k0", topic="T")) == [0, put.queue_offset]
+        assert s.put(Message.create("U", b"u", queue_id=0)).queue_offset == 75
     assert verify_store(root).ok
     assert _state(root)["storeId"] == store_id(root)
 
