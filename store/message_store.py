@@ -232,7 +232,7 @@ class MessageStore(StoreReads, StoreWrites):
         cp = self.checkpoint
         trusted = last_exit_ok and not grew_after_checkpoint(self.commitlog, cp)
         queues, vouched = registration.read_only(
-            self.root, registration.saved_state(self.root, self.commitlog) if trusted else None,
+            self.root, registration.saved_state(self.root) if trusted else None,
             cp.commitlog_flushed_offset if trusted else None, cp, self.commitlog)
         self.consume_queues.record(queues)
         self._ends_vouched = vouched and not log_proof.pending(self.root)
@@ -244,7 +244,7 @@ class MessageStore(StoreReads, StoreWrites):
         """A read-write open's queues; whether the last exit was clean, the clean close's
         record the open trusts, and the cuts earlier recoveries left (config/queueCuts.json)."""
         # read once, for the two checks below that trust a clean close
-        saved = dispatch_state.saved(self.root, self.commitlog) if last_exit_ok else None
+        saved = dispatch_state.saved(self.root) if last_exit_ok else None
         if last_exit_ok and grew_after_checkpoint(self.commitlog, self.checkpoint):
             log.warning("no abort file, but the CommitLog grew after the last checkpoint: "
                         "recovering as after a crash")

@@ -111,13 +111,12 @@ class Vouched:
 Saved = tuple[dict, tuple[dict[tuple[str, int], int], dict[str, int], dict[tuple[str, int], int]]]
 
 
-def saved(root: str, commitlog: CommitLog) -> Saved | None:
+def saved(root: str) -> Saved | None:
     """The state the last clean close saved, parsed and checked once for an open (a store
     of 80,000 queues took ~0.25 s a parse), with its shape; None when there is none, or it
-    is another store's, or it was written for other CommitLog bytes than `commitlog` holds
-    before its end (said in one line)."""
+    is another store's (said in one line)."""
     found = _read(root, say=True)
-    return found if found[0] and _this_log(found[0], commitlog, say=True) else None
+    return found if found[0] else None
 
 
 def _this_log(data: dict, commitlog: CommitLog, say: bool) -> bool:
@@ -147,15 +146,18 @@ def _ours(root: str, data: dict, say: bool) -> bool:
     return False
 
 
-def vouched(found: Saved | None, checkpoint_flushed: int) -> Vouched | None:
+def vouched(found: Saved | None, checkpoint_flushed: int, commitlog: CommitLog) -> Vouched | None:
     """The last clean close's record of every queue, when it is the record of the session the
-    checkpoint belongs to (its `commitlogEnd` is the checkpoint's flushed offset) and names
-    every queue's first file; None otherwise (the open then looks at what is on disk)."""
+    checkpoint belongs to (its `commitlogEnd` is the checkpoint's flushed offset, and its
+    fingerprint `commitlog`'s bytes before it) and names every queue's first file; None
+    otherwise (the open then looks at what is on disk). A record of other bytes is said in
+    one line: the open stays a clean one (its checks of the log's tail run), but no count
+    of that record is trusted."""
     if found is None:
         return None
     data, (counts, _, heads) = found
     if data.get("commitlogEnd") != checkpoint_flushed or "heads" not in data or \
-            counts.keys() != heads.keys():
+            counts.keys() != heads.keys() or not _this_log(data, commitlog, say=True):
         return None
     tail = data.get("tailRecord")
     newest = _queue_numbers(data, "newest", "store time")

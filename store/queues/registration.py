@@ -40,7 +40,7 @@ def read_write(root: str, queues: QueueRegistry, saved: Saved | None, cp: Checkp
     open's proof of the queue ends from the CommitLog did not finish (store/queues/
     log_proof.py), so no record written since vouches for them: the listing, as without one."""
     cuts = queue_cuts.read(root)
-    vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset) \
+    vouched = dispatch_state.vouched(saved, cp.commitlog_flushed_offset, commitlog) \
         if last_exit_ok and not log_proof_pending else None
     ends = None if last_exit_ok or log_proof_pending else journal_state(root, cp, commitlog)
     if vouched is not None:
@@ -112,7 +112,8 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None,
         cuts = queue_cuts.read(root)
     except StoreError:
         cuts = {}
-    vouched = dispatch_state.vouched(saved, trusted_at) if trusted_at is not None else None
+    vouched = dispatch_state.vouched(saved, trusted_at, commitlog) if trusted_at is not None \
+        else None
     if vouched is not None:
         return from_close(vouched, cuts), True
     try:  # after a crash (or a writer's store followed live): config/queueEnds.log's counts
@@ -124,9 +125,9 @@ def read_only(root: str, saved: Saved | None, trusted_at: int | None,
     return from_disk(root, None, cuts), False
 
 
-def saved_state(root: str, commitlog: CommitLog) -> Saved | None:
+def saved_state(root: str) -> Saved | None:
     """The clean close's record for a read-only open; None when absent or damaged."""
     try:
-        return dispatch_state.saved(root, commitlog)
+        return dispatch_state.saved(root)
     except StoreError:
         return None
