@@ -35,12 +35,20 @@ class IndexPoints:
         self._files: dict[int, np.ndarray] = {}  # a CommitLog file's start -> sorted points in it
         self._reach = -1  # the highest offset any index points at (-1: none read yet)
 
+    def loaded(self, file_from: int) -> bool:
+        """Whether the points of a CommitLog file are read (`accepts` reads them otherwise:
+        a caller under a lock reads them first, outside it, with `load`)."""
+        return file_from in self._files
+
+    def load(self, file_from: int, file_size: int) -> None:
+        if file_from not in self._files:
+            self._files[file_from] = self._read(file_from, file_from + file_size)
+
     def accepts(self, offset: int, file_from: int, file_size: int) -> bool:
         """Whether a record found by the search at `offset` (in the CommitLog file starting at
         `file_from`) may be taken: an index points at it, or no index reaches it."""
-        points = self._files.get(file_from)
-        if points is None:
-            points = self._files[file_from] = self._read(file_from, file_from + file_size)
+        self.load(file_from, file_size)
+        points = self._files[file_from]
         if offset > self._reach:
             return True
         i = int(np.searchsorted(points, offset))

@@ -37,6 +37,7 @@ from ..files.mapped_file import offset_to_name
 from ..format import codec
 from ..format.layout import MAGIC_BLANK
 from ..integrity import index_check, salvage
+from ..integrity.index_points import IndexPoints
 from ..integrity.scanner import NOWHERE, check_run, step_record
 from ..queues import check as queue_check
 from ..queues import first_use
@@ -120,6 +121,9 @@ class Scrub:
         self._thread: threading.Thread | None = None
         self._saved = time.monotonic()
         self._names: list[str] = []  # "topic/queue" of every queue, sorted
+        # where the indexes point, for a resync after a lost header (integrity/index_points.py)
+        self._points = IndexPoints(parts.root, parts.config.index_slots)
+        self._points_for: tuple[int, int] | None = None  # a CommitLog file's, read next step
 
     # --- running -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -245,6 +249,9 @@ class Scrub:
         """Check up to _BYTES of flushed records from where the scrub is; False at the end."""
         parts = self.parts
         queue = parts.commitlog.queue
+        if self._points_for is not None:  # read outside the put lock: every index file
+            self._points.load(*self._points_for)
+            self._points_for = None
         with self.lock:
             pos = max(self.commitlog, queue.min_offset)
             end = queue.flushed_where
@@ -266,7 +273,10 @@ class Scrub:
                 if msg is not None:
                     at += msg.total_size
                     continue
-                found = salvage.resync(mf, at, limit, parts.flavor)
+                if not self._points.loaded(base):  # the resync may need them: next step
+                    self._points_for = (base, mf.file_size)
+                    break
+                found = salvage.resync(mf, at, limit, parts.flavor, self._points)
                 self._found(f"damaged record at CommitLog offset {base + at} (file "
                             f"{offset_to_name(base)}): {reason or 'zeros inside flushed data'}; "
                             f"reads of it fail: run `mqfs verify {parts.root}` and `mqfs repair`")

@@ -128,3 +128,16 @@ def test_a_planted_record_whose_outer_header_is_gone_never_serves_another_key(tm
         assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"real"]
         assert [(m.commitlog_offset, bytes(m.body)) for m in s.query_key("victim", topic="T")] == \
             [(b_at, b"real")]
+
+
+def test_the_scrub_passes_over_a_planted_record_whose_outer_header_is_gone(tmp_path):
+    """The scrub's resync after A's lost magic takes only a record an index points at (read
+    outside the put lock, at its next step): one finding, at A. Before, it took P and then
+    found P's end inside A's body damaged too."""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    with MessageStore(root, small_config(**CFG)) as s:  # (an open would refuse the damage)
+        _flip(root, a_at + layout.MAGIC_POS + 3)
+        s.scrub()
+        findings = [f for f in s.scrub_status()["findings"] if "damaged record" in f]
+        assert len(findings) == 1 and f"offset {a_at} " in findings[0], findings
