@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -195,3 +196,38 @@ def test_lmq_and_rocksdb_stores_export_as_dump_prints_them(spark, tmp_path, kind
         assert cli.main(["export", root, out, "-f", "jsonl", *args]) == 0
         want = sorted(_dump(root, *args).splitlines())
         assert sorted(b"".join(_parts(out)).splitlines()) == want and want, args
+
+
+def test_a_live_store_exports_whole_messages_while_its_writer_runs(spark, tmp_path):
+    """No lock, as dump: while a writer puts, export -f jsonl writes whole messages only, a
+    prefix of what was written per topic, each line one dump prints once the writer is done;
+    a key found through the IndexFiles is found while it writes too."""
+    from tests.fusefs.test_dump import WRITER
+    from tests.store.helpers import REPO
+
+    root, n = str(tmp_path / "s"), 3000
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, root, str(n)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, cwd=REPO, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        out = str(tmp_path / "out")
+        assert cli.main(["export", root, out, "-f", "jsonl", "-t", "T0", "-t", "T1"]) == 0
+        got = b"".join(_parts(out)).splitlines()
+        keyed = str(tmp_path / "keyed")
+        assert cli.main(["export", root, keyed, "-f", "jsonl", "-k", "key-10", "-t", "T0"]) == 0
+        assert proc.stdout.readline() == "done\n"
+        final = set(_dump(root).splitlines())
+        assert set(got) <= final and len(got) == len(set(got))
+        for topic in ("T0", "T1"):
+            numbers = sorted(int(d["properties"]["i"]) for d in map(json.loads, got)
+                             if d["topic"] == topic)
+            assert numbers == list(range(int(topic[1]), 2 * len(numbers), 2))  # a prefix
+        keyed_lines = b"".join(_parts(keyed)).splitlines()
+        assert keyed_lines == _dump(root, "-k", "key-10", "-t", "T0").splitlines() or not keyed_lines
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0
