@@ -1,7 +1,8 @@
 """A pytest plugin that says what runs: every MQFS_TEST_PROGRESS seconds (30 by default, 0
 turns it off) one line with the tests done, failed and the files whose tests are running,
-each with its longest-running test and for how long. xdist's dots alone can stay silent for
-minutes while a Spark or crash test runs; this line says which one."""
+each with its longest-running test and for how long, after a line naming each test that
+failed since the last. xdist's dots alone can stay silent for minutes while a Spark or crash
+test runs, and name no failure until the end; these lines say which."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class Progress:
         self.total: int | None = None
         self.done = self.failed = 0
         self.running: dict[str, float] = {}  # node id -> when it started
+        self.new_failures: list[str] = []  # "node id (phase)" not yet reported
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._report, name="mqfs-progress", daemon=True)
@@ -41,6 +43,7 @@ class Progress:
         with self.lock:
             if report.failed:
                 self.failed += 1
+                self.new_failures.append(f"{report.nodeid} ({report.when})")
             if report.when == "teardown":
                 self.running.pop(report.nodeid, None)
                 self.done += 1
@@ -57,11 +60,13 @@ class Progress:
                 if path not in longest or since < longest[path][0]:
                     longest[path] = (since, name)
             done, failed = self.done, self.failed
+            news, self.new_failures = self.new_failures, []
         of = f"/{self.total}" if self.total else ""
         files = ", ".join(f"{path} ({name}, {now - since:.0f} s)"
                           for path, (since, name) in sorted(longest.items(), key=lambda x: x[1][0]))
-        return (f"[{now - self.started:.0f} s] {done}{of} tests done, {failed} failed; "
-                f"running: {files or 'nothing'}")
+        return "".join(f"FAILED so far: {name}\n" for name in news) + (
+            f"[{now - self.started:.0f} s] {done}{of} tests done, {failed} failed; "
+            f"running: {files or 'nothing'}")
 
     def _report(self) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -69,7 +74,8 @@ class Progress:
             if reporter is not None:
                 if reporter._tw.width_of_current_line:  # after xdist's dots: a line of its own
                     reporter._tw.line()
-                reporter.write_line(self.line())
+                for text in self.line().splitlines():
+                    reporter.write_line(text)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -81,3 +81,26 @@ def test_a_run_on_a_terminal_says_which_file_runs(tmp_path):
     assert lines, proc.stdout
     assert any("/2 tests done, 0 failed; running: test_slow_one.py (test_slow_work, " in line
                for line in lines), lines
+
+
+FAILS_EARLY = """
+import time
+
+
+def test_fails_first():
+    assert False, "the failure a long run should name before it ends"
+
+
+def test_slow_work():
+    time.sleep(4)  # stands for a long test running after the failure
+"""
+
+
+def test_a_progress_line_names_a_failure_before_the_run_ends(tmp_path):
+    proc = inner_pytest(tmp_path, {"test_fails_early.py": FAILS_EARLY}, "-n", "2", "-q",
+                        env={"MQFS_TEST_PROGRESS": "1"}, terminal=True)
+    lines = proc.stdout.splitlines()
+    named = [i for i, line in enumerate(lines)
+             if line.startswith("FAILED so far: test_fails_early.py::test_fails_first (call)")]
+    ticks = [i for i, line in enumerate(lines) if "running: test_fails_early.py (test_slow_work" in line]
+    assert named and ticks and named[0] < ticks[-1], proc.stdout
