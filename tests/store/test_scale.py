@@ -253,6 +253,7 @@ def test_a_mount_scrubs_in_the_background_and_shows_it_in_status_json(tmp_path):
     assert json.load(open(os.path.join(root, "config", "scrub.json")))["passes"] == 1
 
 
+@pytest.mark.allow_logs("scrub: damaged record", "was written for other CommitLog bytes")
 def test_a_clean_open_checks_the_tail_of_the_last_file_not_all_of_it(tmp_path, monkeypatch):
     from mqfs.store.integrity import recovery
 
