@@ -13,9 +13,11 @@ import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonBatch;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceReadInfo;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonInputPartition;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonScan;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.MetadataBuilder;
@@ -30,7 +32,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * pipeline/source.py and its modules): the scan asks the Python source for its partitions
  * with the JVM key in the read schema's metadata, and the Python reader hands each one back
  * as JSON (pipeline/jvmplan.py) instead of reading it. Tasks then read those byte ranges or
- * unit positions here, with no Python worker. Streams keep PythonScan's micro-batches.
+ * unit positions here, with no Python worker. A stream's micro-batches are read here too
+ * (RecordStream).
  *
  * <p>Where a store has a feature the JVM reader does not read (jvmplan.JVM_UNREAD), the
  * planner's first partition is a PythonRead naming it: the scan says so once and reads the
@@ -51,21 +54,31 @@ final class RecordScan extends ScopedScans.CarryingScan {
     record PythonRead(String why) {
     }
 
-    private final ScopedScans own;
     private final StructType asked;
-    private final CaseInsensitiveStringMap options;
-    private final Filter[] taken;
 
     RecordScan(ScopedScans own, StructType read, CaseInsensitiveStringMap options, Filter[] taken) {
         super(own, read, options, taken);
-        this.own = own;
-        this.taken = taken;
         this.asked = mark(ScopedScans.Carried.attach(read, taken));
-        this.options = options;
+    }
+
+    @Override
+    RecordScan pruned(StructType columns) {
+        return new RecordScan(own, columns, options, taken);
+    }
+
+    /** A stream whose micro-batches the JVM reads: the Python reader keeps the offsets,
+     * limits and planning (so checkpoints are as before) and hands each partition over as
+     * the units' CommitLog positions (jvmplan.JvmStreamPlan), asked for by the JVM key in
+     * the schema its stream reader is made with. */
+    @Override
+    public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+        MicroBatchStream python = new PythonScan(own, ScopedScans.NAME, asked, options, taken)
+                .toMicroBatchStream(checkpointLocation);
+        return new RecordStream(python, own, options, readSchema(), true);
     }
 
     /** `schema` with the JVM key in its first column's metadata. */
-    private static StructType mark(StructType schema) {
+    static StructType mark(StructType schema) {
         StructField[] fields = schema.fields().clone();
         Metadata meta = new MetadataBuilder().withMetadata(fields[0].metadata()).putString(JVM, "1").build();
         fields[0] = new StructField(fields[0].name(), fields[0].dataType(), fields[0].nullable(), meta);
@@ -78,7 +91,7 @@ final class RecordScan extends ScopedScans.CarryingScan {
     }
 
     @Override
-    public ColumnarSupportMode columnarSupportMode() {  // batches columnar, streams Python's rows
+    public ColumnarSupportMode columnarSupportMode() {  // the JVM's columnar, Python's rows
         return ColumnarSupportMode.PARTITION_DEFINED;
     }
 
@@ -134,7 +147,7 @@ final class RecordScan extends ScopedScans.CarryingScan {
         }
     }
 
-    private static String plan(byte[] pickled) {
+    static String plan(byte[] pickled) {
         Object text = unpickle(pickled);
         if (text instanceof String s) {
             return s;

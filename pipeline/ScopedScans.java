@@ -16,6 +16,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceCreationResult;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonScan;
@@ -91,6 +92,14 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
         Map<String, String> marked = new HashMap<>(options.asCaseSensitiveMap());
         marked.put(MARKER, "true");
         return super.getOrCreateDataSourceInPython(name, new CaseInsensitiveStringMap(marked), schema);
+    }
+
+    /** A provider of this relation's own (its Python source, pinned snapshot), holding no
+     * planned read yet. */
+    ScopedScans fresh() {
+        ScopedScans own = new ScopedScans(relation != null ? relation : this);
+        own.setShortName(NAME);
+        return own;
     }
 
     @Override
@@ -172,8 +181,7 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
          * records, whatever columns it builds). */
         @Override
         public Scan build() {
-            ScopedScans own = new ScopedScans(shared);
-            own.setShortName(NAME);
+            ScopedScans own = shared.fresh();
             StructType read = needed == null ? schema : columns(needed);
             return "python".equalsIgnoreCase(options.getOrDefault("reader", "").strip())
                     ? new CarryingScan(own, read, options, taken) : new RecordScan(own, read, options, taken);
@@ -184,16 +192,34 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
      * hands Python the schema it was built with) but whose rows' schema has none: the
      * metadata would otherwise reach the query's output (a Parquet file written from it). */
     static class CarryingScan extends PythonScan {
-        private final StructType read;
+        final ScopedScans own;
+        final StructType read;
+        final CaseInsensitiveStringMap options;
+        final Filter[] taken;
 
         CarryingScan(ScopedScans own, StructType read, CaseInsensitiveStringMap options, Filter[] taken) {
             super(own, NAME, Carried.attach(read, taken), options, taken);
+            this.own = own;
             this.read = read;
+            this.options = options;
+            this.taken = taken;
         }
 
         @Override
         public StructType readSchema() {
             return read;
+        }
+
+        /** This scan reading only `columns` (StreamPruning). */
+        CarryingScan pruned(StructType columns) {
+            return new CarryingScan(own, columns, options, taken);
+        }
+
+        /** A stream's micro-batches: offsets and planning the Python reader's, reads pruned by
+         * StreamPruning (RecordStream). */
+        @Override
+        public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+            return new RecordStream(super.toMicroBatchStream(checkpointLocation), own, options, read, false);
         }
     }
 

@@ -6,7 +6,8 @@ are decided in Python (the reference for what a read selects), in the planning w
 already runs for every read of a Python data source. When ScopedScans asks for a JVM read (the
 JVM key in the read schema's metadata), the reader's partitions are turned into explicit work:
 byte ranges of CommitLog files to walk, or the CommitLog positions of the units a few-queue
-read selected, with the row filter, the checks and the store's flavor. The JVM reader then
+read (or a stream's micro-batch: RecordStream.java) selected, with the row filter, the checks
+and the store's flavor. The JVM reader then
 decodes the records itself, with no Python worker per task; it is held to the Python codec by
 tests/pipeline/test_pipeline_jvm.py.
 """
@@ -27,8 +28,8 @@ from mqfs.store.offline.views import StoreLayout
 
 from .options import ReadOptions
 from .scan import RowFilter
-from .stores import StorePartition, StoresReader
-from .stream import units_by_file
+from .stores import StorePartition, StoresReader, StoresStreamReader
+from .stream import MqfsStreamReader, QueueRange, units_by_file
 from .unit_rows import UnitRows
 from .units import UnitRange
 
@@ -139,6 +140,43 @@ class JvmPlanReader(DataSourceReader):
         raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
 
 
+class JvmStreamPlan(MqfsStreamReader):
+    """A stream whose micro-batches the JVM reads (RecordStream.java): offsets, limits and
+    partitions are MqfsStreamReader's, each partition handed over as the CommitLog positions
+    of its queue range's units, read with the stream's row filter and checks."""
+
+    def partitions(self, start, end) -> list[InputPartition]:  # type: ignore[override]
+        return _jvm_partitions([_describe_queue(self, p, None) for p in super().partitions(start, end)
+                                if isinstance(p, QueueRange)])
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
+
+
+class JvmStoresStreamPlan(StoresStreamReader):
+    """JvmStreamPlan over several stores: each store's partitions, naming their store."""
+
+    def partitions(self, start, end) -> list[InputPartition]:
+        plans = []
+        for p in super().partitions(start, end):
+            if isinstance(p, StorePartition) and isinstance(p.inner, QueueRange):
+                plans.append(_describe_queue(self.readers[p.store], p.inner, self.roots[p.store]))
+        return _jvm_partitions(plans)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
+
+
+def _jvm_partitions(plans: list[dict]) -> list[InputPartition]:
+    return [JvmPartition(i, json.dumps(p, separators=(",", ":"))) for i, p in enumerate(plans)]
+
+
+def _describe_queue(reader: MqfsStreamReader, part: QueueRange, store: str | None) -> dict:
+    """A micro-batch's queue range as the JVM reads it (what MqfsStreamReader.read reads)."""
+    return {**_common(reader.layout, reader.opts, store), "checksums": True, "filter": _filter(reader.filter),
+            "units": _unit_files(reader.layout, part, reader.opts)}
+
+
 def _listed(values: frozenset | None) -> list | None:
     return None if values is None else sorted(values)
 
@@ -151,13 +189,17 @@ def _filter(flt: RowFilter) -> dict:
             "allRecords": flt.all_records}
 
 
+def _common(layout: StoreLayout, opts: ReadOptions, store: str | None) -> dict:
+    flavor = layout.checked_flavor
+    return {"store": store, "flavor": flavor.name, "recordCrc": flavor.record_crc,
+            "skip": opts.skip_damaged, "kafka": opts.kafka}
+
+
 def _describe(reader: PlannedReader, part: InputPartition, store: str | None) -> dict:
     """A partition of `reader` as the JVM reads it."""
     layout = reader.layout
     opts = reader.opts
-    flavor = layout.checked_flavor
-    out = {"store": store, "flavor": flavor.name, "recordCrc": flavor.record_crc,
-           "skip": opts.skip_damaged, "kafka": opts.kafka}
+    out = _common(layout, opts, store)
     if isinstance(part, UnitRows):  # no file read: rows from queue offsets alone
         return {**out, "checksums": False, "filter": _filter(RowFilter()), "rows": [list(r) for r in part.ranges]}
     if isinstance(part, UnitRange):
@@ -169,7 +211,7 @@ def _describe(reader: PlannedReader, part: InputPartition, store: str | None) ->
             "pieces": [{"path": p.path, "from": p.file_from, "start": p.start, "end": p.end} for p in pieces]}
 
 
-def _unit_files(layout: StoreLayout, part: UnitRange, opts) -> list[dict]:
+def _unit_files(layout: StoreLayout, part: QueueRange, opts) -> list[dict]:
     """The CommitLog positions of queue entries [start, end), per file in queue order (what
     stream.read_queue_range reads, data loss included)."""
     return [{"path": path, "from": file_from, "at": pos.tolist()}

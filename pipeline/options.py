@@ -19,9 +19,9 @@ OFFSET_NAMES = {"earliest": EARLIEST, "latest": LATEST}  # the codes startingOff
 _SELECT = ("topic", "subscribe", "subscribePattern", "assign")
 _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "startingTimestamp",
          "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "shape", "includeHeaders",
-         "failOnDataLoss", "damagedRecords", "columns")
+         "failOnDataLoss", "damagedRecords", "columns", "reader")
 _BATCH = (*_READ, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "minPartitions",
-          "pushFilters", "records", "checksums", "reader")
+          "pushFilters", "records", "checksums")
 _STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger",
            "maxTriggerDelay")
 _WRITE = ("mount", "lockTimeout", "jobId", "checkpointLocation")  # the last: a stream's
@@ -201,8 +201,7 @@ class ReadOptions:
 
 def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     check_names(options, "streaming read" if streaming else "batch read")
-    if not streaming:  # the JVM half (ScopedScans.java) reads by the choice; checked here once
-        _choice(options, "reader", ("jvm", "python"))
+    _choice(options, "reader", ("jvm", "python"))  # the JVM half (ScopedScans.java) reads by it
     chosen = [n for n in _SELECT if options.get(n)]
     if len(chosen) > 1:
         raise ValueError(f"give one of {', '.join(_SELECT)}, not {' and '.join(chosen)}")

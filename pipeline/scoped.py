@@ -7,9 +7,10 @@ The jar registers format `mqfs` on the JVM (META-INF/services), which takes prec
 the Python source of the same name: ScopedScans.java gives every scan its own planned read
 (Spark 4.3 otherwise lets a later query of the same DataFrame, or the other side of a
 self-join, read the rows of another query's filters: pipeline/README.md, "Filter pushdown"),
-takes Spark's filters, prunes columns, and reads batch scans in the JVM (RecordScan.java,
-planned by the Python reader: pipeline/jvmplan.py). The Python source takes filters by
-default only when it sees the option ScopedScans adds (MARKER). Without a javac, or when
+takes Spark's filters, prunes columns, and reads batch scans and streams' micro-batches in the
+JVM (RecordScan.java, RecordStream.java, planned by the Python reader: pipeline/jvmplan.py);
+its optimizer rule (StreamPruning.java, loaded by every session) prunes streams' columns. The
+Python source takes filters by default only when it sees the option ScopedScans adds (MARKER). Without a javac, or when
 pyspark's classes differ from what the Java was written for, there is no jar: setup says so
 in one line, and reads go through Python workers (the source says so once).
 """
@@ -33,6 +34,8 @@ _HERE = os.path.dirname(os.path.realpath(__file__))
 _TAG = "META-INF/mqfs-source"
 _said = False
 _SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+# every session loads the jar's optimizer rule that prunes streams' columns (StreamPruning.java)
+_EXTENSIONS = "META-INF/services/org.apache.spark.sql.SparkSessionExtensionsProvider"
 
 
 def installed_jar() -> str:
@@ -76,6 +79,7 @@ def _build(out: str) -> str | None:
         tmp = f"{out}.{os.getpid()}"
         with zipfile.ZipFile(tmp, "w") as jar:
             jar.writestr(_SERVICE, "org.mqfs.spark.ScopedScans\n")
+            jar.writestr(_EXTENSIONS, "org.mqfs.spark.StreamPruning$Provider\n")
             jar.writestr(_TAG, _tag())
             for root, _, names in os.walk(work):
                 for name in names:

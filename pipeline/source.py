@@ -59,7 +59,15 @@ from . import compacted
 from .batch_cq import refuse_queue_offsets
 from .bounds import kept_bounds, start_by_time
 from .carried import carried_filters
-from .jvmplan import FallbackReader, JvmPlanReader, jvm_asked, jvm_unread, say_python_reads
+from .jvmplan import (
+    FallbackReader,
+    JvmPlanReader,
+    JvmStoresStreamPlan,
+    JvmStreamPlan,
+    jvm_asked,
+    jvm_unread,
+    say_python_reads,
+)
 from .kafka import kafka_schema, shaped
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .pruning import built_columns
@@ -544,14 +552,25 @@ class MqfsDataSource(DataSource):
         return next((why for why in (pinned[r] if r in pinned else jvm_unread(r) for r in roots)
                      if why is not None), None)
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+    def streamReader(self, schema: StructType | None) -> DataSourceStreamReader:
+        """A stream of the columns `schema` names: every declared one for a stream's offsets
+        and planning, only those a query needs when RecordStream.java prunes its reads
+        (StreamPruning.java); with the JVM key (jvmplan.jvm_asked), its partitions are plans
+        for the JVM reader (jvmplan.JvmStreamPlan)."""
         try:
             opts = read_options(self.options, streaming=True)
+            names = None if schema is None else [n for n in schema.fieldNames() if n != "store"]
+            if names is not None:
+                opts = replace(opts, columns=built_columns(names, opts.kafka), output=names)
+            jvm = jvm_asked(schema)
             roots = self._stores()
+            if not several(self.options):
+                return (JvmStreamPlan if jvm else MqfsStreamReader)(store_layout(roots[0]), opts)
             readers = [MqfsStreamReader(store_layout(r), opts) for r in roots]
         except (ValueError, StoreError) as exc:  # raised again by the stream's first call
             return RefusedStream(exc)
-        return StoresStreamReader(roots, readers) if several(self.options) else readers[0]
+        store_column = schema is None or "store" in schema.fieldNames()
+        return (JvmStoresStreamPlan if jvm else StoresStreamReader)(roots, readers, store_column)
 
     def _write_root(self, overwrite: bool) -> str:
         check_names(self.options, "write")

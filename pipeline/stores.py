@@ -86,8 +86,8 @@ Offsets = dict[str, dict]
 class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A stream over several stores, limited and held back as one."""
 
-    def __init__(self, roots: list[str], readers: list):
-        self.roots, self.readers = roots, readers
+    def __init__(self, roots: list[str], readers: list, store_column: bool = True):
+        self.roots, self.readers, self.store_column = roots, readers, store_column
 
     def initialOffset(self) -> Offsets:
         return {root: r.initialOffset() for root, r in zip(self.roots, self.readers)}
@@ -121,7 +121,8 @@ class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, StorePartition):
             return
-        yield from _with_store(self.readers[partition.store].read(partition.inner), self.roots[partition.store])
+        rows = self.readers[partition.store].read(partition.inner)
+        yield from _with_store(rows, self.roots[partition.store]) if self.store_column else rows
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the stores are only read; progress lives in Spark's checkpoint."""

@@ -159,7 +159,7 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, QueueRange):  # partitions() planned none: Spark then
             return  # sends one InputPartition(None), which holds no rows
         yield from shaped(read_queue_range(self.layout, partition, self.filter, self.opts),
-                          self.opts.kafka, self.opts.headers)
+                          self.opts.kafka, self.opts.headers, self.opts.output)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the store is only read, and progress lives in Spark's checkpoint."""

@@ -1,7 +1,8 @@
 """format("mqfs") from a plain SparkSession (no mqfs.pipeline.spark.session(), no mqfs import
 in the driver, no Spark settings) in a venv that is not activated: the jar setup put in
-pyspark's jars is on the session's class path, so reads are the JVM reader's, filters are
-pushed and columns pruned. Runs a real driver program in a child process."""
+pyspark's jars is on the session's class path, so reads (a stream's too) are the JVM
+reader's, filters are pushed and columns pruned (a stream's by the jar's optimizer rule).
+Runs a real driver program in a child process."""
 
 from __future__ import annotations
 
@@ -33,11 +34,12 @@ pushed = one.where("topic = 'Orders' and queue_id = 1").select("queue_offset")
 out["pushed"] = pushed.count()
 out["pushed_plan"] = pushed._jdf.queryExecution().executedPlan().toString()
 out["by_options"] = spark.read.format("mqfs").option("subscribe", "Orders").option("queue", "1").load(a).count()
-q = (spark.readStream.format("mqfs").option("startingOffsets", "earliest").load(a)
+q = (spark.readStream.format("mqfs").option("startingOffsets", "earliest").load(a).select("queue_offset")
      .writeStream.format("memory").queryName("rows").option("checkpointLocation", checkpoint)
      .trigger(availableNow=True).start())
 q.awaitTermination()
 out["stream"] = spark.sql("select count(*) from rows").collect()[0][0]
+out["stream_plan"] = q._jsq.streamingQuery().lastExecution().executedPlan().toString()
 print("RESULT " + json.dumps(out))
 spark.stop()
 """
@@ -64,4 +66,5 @@ def test_a_plain_session_in_a_venv_not_activated_reads_with_the_jvm_reader(tmp_p
     assert " Filter " not in out["pushed_plan"]
     assert "[queue_offset" in out["pushed_plan"] and "(JVM)" in out["pushed_plan"]
     assert out["stream"] == 600
+    assert "MicroBatchScan[queue_offset" in out["stream_plan"] and "(JVM)" in out["stream_plan"]
     assert "reading through Python workers" not in done.stderr

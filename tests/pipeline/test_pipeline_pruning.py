@@ -171,14 +171,19 @@ def test_header_only_queries_do_not_read_a_damaged_body(spark, tmp_path):
     assert checked.option("damagedRecords", "skip").load(root).count() == 399
 
 
-def test_a_stream_reads_every_column_and_selects_after(spark, store, want, tmp_path):
+@pytest.mark.parametrize("reader", ["jvm", "python"])
+def test_a_stream_reads_only_the_columns_it_uses(spark, store, want, tmp_path, reader):
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    q = (spark.readStream.format("mqfs").option("startingOffsets", "earliest").load(store)
+    q = (spark.readStream.format("mqfs").option("startingOffsets", "earliest").option("reader", reader).load(store)
          .where("queue_id = 2").select("topic", "queue_offset", "body")
          .writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
     q.awaitTermination(180)
     assert q.exception() is None
+    plan = q._jsq.streamingQuery().lastExecution().executedPlan().toString()
+    found = re.search(r"MicroBatchScan\[([^\]]*)\]", plan)  # StreamPruning.java narrowed it
+    assert found and [re.sub(r"#\d+L?$", "", c) for c in found.group(1).split(", ")] == [
+        "topic", "queue_id", "queue_offset", "body"], plan
     assert rows(spark.read.parquet(out), "topic", "queue_offset", "body") == expected(
         want, "topic", "queue_offset", "body", keep=lambda r: r["queue_id"] == 2)
 
