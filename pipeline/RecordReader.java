@@ -123,7 +123,11 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         try (FileChannel ch = FileChannel.open(Path.of(path), StandardOpenOption.READ)) {
             buf = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
         } catch (IOException e) {
-            throw new UncheckedIOException("mqfs: cannot read CommitLog file " + path, e);
+            throw new UncheckedIOException("mqfs: cannot read CommitLog file " + path + " on " + Locality.here()
+                    + " (a task runs where its store is with the hosts option)", e);
+        }
+        if (w.has("print")) {  // planned with the file's fingerprint: the same store's file
+            Locality.check(buf, path, w.get("print").asText());
         }
         if (units) {
             at = w.get("at");

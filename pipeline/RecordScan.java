@@ -45,8 +45,10 @@ final class RecordScan extends ScopedScans.CarryingScan {
 
     private static final Set<String> SAID = ConcurrentHashMap.newKeySet();
 
-    static {  // a JvmPartition pickles as (index, JSON text): the text is the plan
-        Unpickler.registerConstructor(PLAN_MODULE, "JvmPartition", args -> args[1]);
+    static {  // a JvmPartition pickles as (index, JSON text, host or None)
+        Unpickler.registerConstructor(PLAN_MODULE, "JvmPartition",
+                args -> new Planned((String) args[1], args.length > 2 && args[2] instanceof String host
+                        ? new String[] {host} : new String[0]));
         Unpickler.registerConstructor(PLAN_MODULE, "PythonRead", args -> new PythonRead((String) args[0]));
     }
 
@@ -124,7 +126,7 @@ final class RecordScan extends ScopedScans.CarryingScan {
                     }
                 } else {
                     for (byte[] pickled : pickles) {
-                        out.add(new Planned(plan(pickled)));
+                        out.add(plan(pickled));
                     }
                 }
                 parts = out.toArray(new InputPartition[0]);
@@ -147,16 +149,21 @@ final class RecordScan extends ScopedScans.CarryingScan {
         }
     }
 
-    static String plan(byte[] pickled) {
-        Object text = unpickle(pickled);
-        if (text instanceof String s) {
-            return s;
+    static Planned plan(byte[] pickled) {
+        Object planned = unpickle(pickled);
+        if (planned instanceof Planned p) {
+            return p;
         }
-        throw new IllegalStateException("mqfs: the Python planner sent " + text + ", not a JVM plan");
+        throw new IllegalStateException("mqfs: the Python planner sent " + planned + ", not a JVM plan");
     }
 
-    /** A partition the Python planner described (JSON, parsed by the task). */
-    record Planned(String text) implements InputPartition {
+    /** A partition the Python planner described (JSON, parsed by the task), and the host
+     * that holds its store (the `hosts` option: pipeline/locality.py), where Spark runs it. */
+    record Planned(String text, String[] hosts) implements InputPartition {
+        @Override
+        public String[] preferredLocations() {
+            return hosts;
+        }
     }
 
     /** Columnar readers of planned partitions. */

@@ -61,7 +61,7 @@ final class RecordStream implements MicroBatchStream, SupportsTriggerAvailableNo
         }
         InputPartition[] out = new InputPartition[parts.length];
         for (int i = 0; i < parts.length; i++) {
-            out[i] = new RecordScan.Planned(RecordScan.plan(((PythonStreamingInputPartition) parts[i]).pickedPartition()));
+            out[i] = RecordScan.plan(((PythonStreamingInputPartition) parts[i]).pickedPartition());
         }
         return out;
     }

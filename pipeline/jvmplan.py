@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, recognise
 from mqfs.store.offline.views import StoreLayout
 
+from .locality import fingerprint
 from .options import ReadOptions
 from .scan import RowFilter
 from .stores import StorePartition, StoresReader, StoresStreamReader
@@ -66,14 +67,16 @@ def say_python_reads() -> None:
 
 
 class JvmPartition(InputPartition):
-    """One planned partition as JSON (pickled as its text alone, which the JVM unpickles)."""
+    """One planned partition as JSON, and the host that holds its store (None: any; the
+    `hosts` option, pipeline/locality.py), pickled as those alone (the JVM unpickles them)."""
 
-    def __init__(self, index: int, text: str):
+    def __init__(self, index: int, text: str, host: str | None = None):
         super().__init__(index)
         self.text = text
+        self.host = host
 
     def __reduce__(self):
-        return (JvmPartition, (self.value, self.text))
+        return (JvmPartition, (self.value, self.text, self.host))
 
 
 class PythonRead(InputPartition):
@@ -121,20 +124,24 @@ class PlannedReader(Protocol):
 class JvmPlanReader(DataSourceReader):
     """The Python reader's plan, for the JVM: partitions() only (the JVM reads them)."""
 
-    def __init__(self, reader: PlannedReader | StoresReader):
+    def __init__(self, reader: PlannedReader | StoresReader, hosts: dict[str, str]):
         self.reader = reader
+        self.hosts = hosts
         readers: list[PlannedReader] = reader.readers if isinstance(reader, StoresReader) else [reader]
         for r in readers:
             r.jvm = True  # tasks sized for the JVM
 
     def partitions(self) -> list[InputPartition]:
+        prints: dict[str, str] = {}
         if isinstance(self.reader, StoresReader):
+            roots = self.reader.roots
             parts = [p for p in self.reader.partitions() if isinstance(p, StorePartition)]
-            plans = [_describe(self.reader.readers[p.store], p.inner, self.reader.roots[p.store]) for p in parts]
+            plans = [(_describe(self.reader.readers[p.store], p.inner, roots[p.store], prints),
+                      self.hosts.get(roots[p.store])) for p in parts]
         else:
-            plans = [_describe(self.reader, p, None) for p in self.reader.partitions()]
-        texts = [json.dumps(p, separators=(",", ":")) for p in plans] or ["null"]  # "null": no rows
-        return [JvmPartition(i, t) for i, t in enumerate(texts)]
+            host = self.hosts.get(self.reader.layout.root)
+            plans = [(_describe(self.reader, p, None, prints), host) for p in self.reader.partitions()]
+        return _jvm_partitions(plans) or [JvmPartition(0, "null")]  # "null": no rows
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
@@ -143,38 +150,56 @@ class JvmPlanReader(DataSourceReader):
 class JvmStreamPlan(MqfsStreamReader):
     """A stream whose micro-batches the JVM reads (RecordStream.java): offsets, limits and
     partitions are MqfsStreamReader's, each partition handed over as the CommitLog positions
-    of its queue range's units, read with the stream's row filter and checks."""
+    of its queue range's units, read with the stream's row filter and checks, on `host`."""
+
+    def __init__(self, layout: StoreLayout, opts: ReadOptions, host: str | None):
+        super().__init__(layout, opts)
+        self.host = host
 
     def partitions(self, start, end) -> list[InputPartition]:  # type: ignore[override]
-        return _jvm_partitions([_describe_queue(self, p, None) for p in super().partitions(start, end)
-                                if isinstance(p, QueueRange)])
+        prints: dict[str, str] = {}
+        return _jvm_partitions([(_describe_queue(self, p, None, prints), self.host)
+                                for p in super().partitions(start, end) if isinstance(p, QueueRange)])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
 
 
 class JvmStoresStreamPlan(StoresStreamReader):
-    """JvmStreamPlan over several stores: each store's partitions, naming their store."""
+    """JvmStreamPlan over several stores: each store's partitions, naming their store and host."""
+
+    def __init__(self, roots: list[str], readers: list, store_column: bool, hosts: dict[str, str]):
+        super().__init__(roots, readers, store_column)
+        self.hosts = hosts
 
     def partitions(self, start, end) -> list[InputPartition]:
         plans = []
+        prints: dict[str, str] = {}
         for p in super().partitions(start, end):
             if isinstance(p, StorePartition) and isinstance(p.inner, QueueRange):
-                plans.append(_describe_queue(self.readers[p.store], p.inner, self.roots[p.store]))
+                root = self.roots[p.store]
+                plans.append((_describe_queue(self.readers[p.store], p.inner, root, prints), self.hosts.get(root)))
         return _jvm_partitions(plans)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
 
 
-def _jvm_partitions(plans: list[dict]) -> list[InputPartition]:
-    return [JvmPartition(i, json.dumps(p, separators=(",", ":"))) for i, p in enumerate(plans)]
+def _jvm_partitions(plans: list[tuple[dict, str | None]]) -> list[InputPartition]:
+    return [JvmPartition(i, json.dumps(p, separators=(",", ":")), host) for i, (p, host) in enumerate(plans)]
 
 
-def _describe_queue(reader: MqfsStreamReader, part: QueueRange, store: str | None) -> dict:
+def _describe_queue(reader: MqfsStreamReader, part: QueueRange, store: str | None, prints: dict[str, str]) -> dict:
     """A micro-batch's queue range as the JVM reads it (what MqfsStreamReader.read reads)."""
     return {**_common(reader.layout, reader.opts, store), "checksums": True, "filter": _filter(reader.filter),
-            "units": _unit_files(reader.layout, part, reader.opts)}
+            "units": _unit_files(reader.layout, part, reader.opts, prints)}
+
+
+def _print(path: str, prints: dict[str, str]) -> str:
+    """The file's fingerprint (locality.fingerprint), once per plan."""
+    if path not in prints:
+        prints[path] = fingerprint(path)
+    return prints[path]
 
 
 def _listed(values: frozenset | None) -> list | None:
@@ -195,24 +220,27 @@ def _common(layout: StoreLayout, opts: ReadOptions, store: str | None) -> dict:
             "skip": opts.skip_damaged, "kafka": opts.kafka}
 
 
-def _describe(reader: PlannedReader, part: InputPartition, store: str | None) -> dict:
-    """A partition of `reader` as the JVM reads it."""
+def _describe(reader: PlannedReader, part: InputPartition, store: str | None, prints: dict[str, str]) -> dict:
+    """A partition of `reader` as the JVM reads it: each CommitLog file with its fingerprint,
+    which the task checks before reading it."""
     layout = reader.layout
     opts = reader.opts
     out = _common(layout, opts, store)
     if isinstance(part, UnitRows):  # no file read: rows from queue offsets alone
         return {**out, "checksums": False, "filter": _filter(RowFilter()), "rows": [list(r) for r in part.ranges]}
     if isinstance(part, UnitRange):
-        return {**out, "checksums": True, "filter": _filter(part.flt), "units": _unit_files(layout, part, opts)}
+        return {**out, "checksums": True, "filter": _filter(part.flt),
+                "units": _unit_files(layout, part, opts, prints)}
     pieces = getattr(part, "pieces", None)
     if not pieces:  # nothing planned: Spark's InputPartition(None)
         return {**out, "checksums": True, "filter": _filter(RowFilter()), "pieces": []}
     return {**out, "checksums": not reader._header_only(), "filter": _filter(pieces[0].flt),
-            "pieces": [{"path": p.path, "from": p.file_from, "start": p.start, "end": p.end} for p in pieces]}
+            "pieces": [{"path": p.path, "from": p.file_from, "start": p.start, "end": p.end,
+                        "print": _print(p.path, prints)} for p in pieces]}
 
 
-def _unit_files(layout: StoreLayout, part: QueueRange, opts) -> list[dict]:
+def _unit_files(layout: StoreLayout, part: QueueRange, opts, prints: dict[str, str]) -> list[dict]:
     """The CommitLog positions of queue entries [start, end), per file in queue order (what
     stream.read_queue_range reads, data loss included)."""
-    return [{"path": path, "from": file_from, "at": pos.tolist()}
+    return [{"path": path, "from": file_from, "at": pos.tolist(), "print": _print(path, prints)}
             for (file_from, path), pos in units_by_file(layout, part, opts).items()]

@@ -19,7 +19,7 @@ OFFSET_NAMES = {"earliest": EARLIEST, "latest": LATEST}  # the codes startingOff
 _SELECT = ("topic", "subscribe", "subscribePattern", "assign")
 _READ = (*_SELECT, "queue", "startTime", "endTime", "startingOffsets", "startingTimestamp",
          "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "shape", "includeHeaders",
-         "failOnDataLoss", "damagedRecords", "columns", "reader")
+         "failOnDataLoss", "damagedRecords", "columns", "reader", "hosts")
 _BATCH = (*_READ, "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "minPartitions",
           "pushFilters", "records", "checksums")
 _STREAM = (*_READ, "maxOffsetsPerTrigger", "maxMessagesPerTrigger", "minOffsetsPerTrigger",

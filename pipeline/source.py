@@ -69,6 +69,7 @@ from .jvmplan import (
     say_python_reads,
 )
 from .kafka import kafka_schema, shaped
+from .locality import hosts_option, refuse_hosts
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .pruning import built_columns
 from .scan import (
@@ -534,11 +535,13 @@ class MqfsDataSource(DataSource):
         if jvm_asked(schema):  # the JVM reader reads what this reader plans
             why = self._jvm_unread(roots)
             if why is None:
-                return JvmPlanReader(reader)
+                return JvmPlanReader(reader, hosts_option(self.options, roots))
             if (self.options.get("reader") or "").strip().lower() == "jvm":
                 raise ValueError(f"mqfs: {why}; read it with .option('reader', 'python') (or "
                                  "without the reader option: the Python reader is then chosen)")
+            refuse_hosts(self.options, why)
             return FallbackReader(TakenFilters(reader), why)
+        refuse_hosts(self.options, "this read goes through Python workers")
         if not self.options.get(MARKER):
             say_python_reads()
             if opts.push_filters:  # Spark's own Python pushdown, asked for (pushFilters=true)
@@ -564,13 +567,19 @@ class MqfsDataSource(DataSource):
                 opts = replace(opts, columns=built_columns(names, opts.kafka), output=names)
             jvm = jvm_asked(schema)
             roots = self._stores()
+            hosts = hosts_option(self.options, roots)
+            if not jvm:
+                refuse_hosts(self.options, "this stream goes through Python workers")
             if not several(self.options):
-                return (JvmStreamPlan if jvm else MqfsStreamReader)(store_layout(roots[0]), opts)
+                layout = store_layout(roots[0])
+                return JvmStreamPlan(layout, opts, hosts.get(roots[0])) if jvm else MqfsStreamReader(layout, opts)
             readers = [MqfsStreamReader(store_layout(r), opts) for r in roots]
         except (ValueError, StoreError) as exc:  # raised again by the stream's first call
             return RefusedStream(exc)
         store_column = schema is None or "store" in schema.fieldNames()
-        return (JvmStoresStreamPlan if jvm else StoresStreamReader)(roots, readers, store_column)
+        if jvm:
+            return JvmStoresStreamPlan(roots, readers, store_column, hosts)
+        return StoresStreamReader(roots, readers, store_column)
 
     def _write_root(self, overwrite: bool) -> str:
         check_names(self.options, "write")
