@@ -191,7 +191,7 @@ def _jvm_partitions(plans: list[tuple[dict, str | None]]) -> list[InputPartition
 
 def _describe_queue(reader: MqfsStreamReader, part: QueueRange, store: str | None, prints: dict[str, str]) -> dict:
     """A micro-batch's queue range as the JVM reads it (what MqfsStreamReader.read reads)."""
-    return {**_common(reader.layout, reader.opts, store), "checksums": True, "filter": _filter(reader.filter),
+    return {**_common(reader.layout, reader.opts, store), "checksums": True, "filter": _filter(reader.rows_of(part)),
             "units": _unit_files(reader.layout, part, reader.opts, prints)}
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Iterator
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
@@ -158,8 +159,15 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):  # partitions() planned none: Spark then
             return  # sends one InputPartition(None), which holds no rows
-        yield from shaped(read_queue_range(self.layout, partition, self.filter, self.opts),
+        yield from shaped(read_queue_range(self.layout, partition, self.rows_of(partition), self.opts),
                           self.opts.kafka, self.opts.headers, self.opts.output)
+
+    def rows_of(self, partition: QueueRange) -> RowFilter:
+        """The rows of a partition: its own queue's range only. A record multi-dispatched to
+        LMQ queues is a row of each queue it is served in, and each of those queues' units
+        points at it: every queue's partition gives that queue's row, once."""
+        return replace(self.filter, queue_ranges=((partition.topic, partition.queue_id, partition.start,
+                                                   partition.end),))
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the store is only read, and progress lives in Spark's checkpoint."""

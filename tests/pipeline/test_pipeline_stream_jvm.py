@@ -97,10 +97,15 @@ def test_a_stream_of_several_stores_reads_the_same_both_ways(spark, stores, tmp_
 
 
 def test_a_stream_of_lmq_queues_reads_the_same_both_ways(spark, tmp_path_factory, tmp_path):
+    """A row per queue a record is served in, once: each queue's partition gives its own row
+    (a record's LMQ queues' units point at it too; before, every one of them gave every row)."""
     root = str(tmp_path_factory.mktemp("lmq") / "s")
-    layouts.lmq_store(root)
+    workload = layouts.lmq_store(root)
     count, _ = same_stream(spark, tmp_path, root, {})
-    assert count > 0
+    assert count == len(workload.served)
+    batch = spark.read.format("mqfs").load(root).select("topic", "queue_id", "queue_offset", "commitlog_offset")
+    got = stream(spark, root, str(tmp_path / "rows"), {}, ["topic", "queue_id", "queue_offset", "commitlog_offset"])[0]
+    assert got == sorted(batch.collect(), key=repr)
 
 
 def test_a_damaged_record_fails_a_stream_both_ways_and_is_skipped_the_same_way(spark, tmp_path):
