@@ -167,11 +167,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", help="work directory (default: a temporary one, removed after); a store and "
                    "Parquet copy already there are read again, not rebuilt")
-    p.add_argument("--readers", default="jvm,python", help="mqfs readers timed (jvm, python or both)")
+    p.add_argument("--readers", default="jvm,python",
+                   help="mqfs readers timed, comma-separated: jvm, python (both by default)")
     p.add_argument("--sections", default="queries,one-queue,floor,planning",
                    help="which parts run: queries, one-queue, floor, planning")
     a = p.parse_args(argv)
     readers, sections = a.readers.split(","), a.sections.split(",")
+    for given, known, what in ((readers, {"jvm", "python"}, "--readers"),
+                               (sections, {"queries", "one-queue", "floor", "planning"}, "--sections")):
+        if not set(given) <= known:  # before minutes of building a store, not after
+            p.error(f"{what}: {', '.join(sorted(set(given) - known))} is not one of {', '.join(sorted(known))}")
     n = a.messages or (100_000 if a.quick else 1_000_000)
     work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-pipeline-")
     store, parquet = os.path.join(work, "store"), os.path.join(work, "parquet")
