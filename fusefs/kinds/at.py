@@ -13,7 +13,6 @@ from ..inodes import (
     AT,
     AT_RANGE,
     AT_VIEW,
-    QUEUE_SUB_VIEW,
     TOPIC_AT,
     TOPIC_AT_RANGE,
     TOPIC_AT_TIME,
@@ -100,14 +99,7 @@ class AtRange(InQueue, TimeDir):
     kind = AT_RANGE
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        offset = canonical_int(name)
-        if offset is None:
-            raise FsError(errno.ENOENT)
-        msg = self.parts.messages.get(node.topic, node.queue, offset)
-        if not in_range(node.key, msg.store_timestamp):
-            raise FsError(errno.ENOENT)
-        return fresh(self.parts.messages.link_attr(self.parts.nodes.qidx(node.topic, node.queue),
-                                                   msg, QUEUE_SUB_VIEW))
+        return fresh(self.linked(node, name, lambda msg: in_range(node.key, msg.store_timestamp)))
 
     def listing(self, node: Node) -> Listing:
         return RangeListing(self.parts, node, *parse_range(node.key.encode()))

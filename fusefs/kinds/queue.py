@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import errno
 import stat
+from collections.abc import Callable
+
+from mqfs.store import StoredMessage
 
 from ..errors import FsError
 from ..handles import (
@@ -24,6 +27,7 @@ from ..inodes import (
     LINES,
     OFFSET_MASK,
     QUEUE,
+    QUEUE_SUB_VIEW,
     REPLAY,
     TAGS,
     TMP,
@@ -32,6 +36,7 @@ from ..inodes import (
     canonical_int,
 )
 from ..listings import Listing, QueueListing
+from ..parts import Parts
 from ..staged import Staged
 from ..topicnames import topic_entry
 from ..writers import AppendWriter, JsonlWriter, LinesWriter
@@ -56,9 +61,22 @@ class InQueue:
     """A queue directory or one of its children: the path is the queue's plus a tail."""
 
     tail = ""
+    parts: Parts  # the Kind's
 
     def path(self, node: Node) -> str:
         return f"/topics/{topic_entry(node.topic)}/{node.queue}{self.tail}"
+
+    def linked(self, node: Node, name: bytes, keep: Callable[[StoredMessage], bool]) -> Attr:
+        """A link named by offset in a view of the queue (tags/<tag>/, at/<a>..<b>/): ENOENT
+        unless the name is an offset of the queue whose message the view keeps."""
+        offset = canonical_int(name)
+        if offset is None:
+            raise FsError(errno.ENOENT)
+        msg = self.parts.messages.get(node.topic, node.queue, offset)
+        if not keep(msg):
+            raise FsError(errno.ENOENT)
+        return self.parts.messages.link_attr(self.parts.nodes.qidx(node.topic, node.queue), msg,
+                                             QUEUE_SUB_VIEW)
 
 
 class Queue(InQueue, MovingDir):

@@ -14,7 +14,6 @@ from ..inodes import (
     KEYDIR,
     KEYS,
     KEYS_INO,
-    QUEUE_SUB_VIEW,
     TAGDIR,
     TAGS,
     Attr,
@@ -83,14 +82,7 @@ class TagDir(InQueue, SearchedDir):
     kind = TAGDIR
 
     def lookup(self, node: Node, name: bytes) -> Attr:
-        offset = canonical_int(name)
-        if offset is None:
-            raise FsError(errno.ENOENT)
-        msg = self.parts.messages.get(node.topic, node.queue, offset)
-        if msg.tags != node.key:
-            raise FsError(errno.ENOENT)
-        return self.parts.messages.link_attr(self.parts.nodes.qidx(node.topic, node.queue), msg,
-                                          QUEUE_SUB_VIEW)
+        return self.linked(node, name, lambda msg: msg.tags == node.key)
 
     def listing(self, node: Node) -> Listing:
         return TagListing(self.parts, node)

@@ -66,6 +66,19 @@ def store_state(root: str) -> dict[str, str]:
     return out
 
 
+def repair_refuses(root: str, why: str) -> None:
+    """`mqfs repair` and `mqfs repair --yes` each refuse in one line that says `why`, and
+    leave every file of the store as it was."""
+    from tests.fusefs.helpers import MQFS
+
+    before = store_state(root)
+    for args in (["repair", root], ["repair", "--yes", root]):
+        cli = subprocess.run([*MQFS, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert cli.returncode == 1 and why in cli.stderr, cli.stdout + cli.stderr
+        assert cli.stderr.count("\n") == 1, cli.stderr
+        assert store_state(root) == before
+
+
 def flip(path: str, pos: int, mask: int = 0x10) -> None:
     """XOR the byte at `pos` of a file with `mask`: damage in place (a flipped bit)."""
     with open(path, "r+b") as f:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -18,8 +17,7 @@ from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta.manifest import store_id
 from mqfs.store.queues import ends_log
 from tests.crash.tiers import RECOVERY_LOGS
-from tests.fusefs.helpers import MQFS
-from tests.store.helpers import file_hashes, killed_writer, small_config, store_state
+from tests.store.helpers import file_hashes, killed_writer, repair_refuses, small_config, store_state
 
 pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 
@@ -250,11 +248,7 @@ def test_a_journal_of_another_store_is_refused_changing_nothing(tmp_path, kind):
         MessageStore(root, small_config(), create=False).open()
     assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
     assert store_state(root) == before
-    for args in (["repair", root], ["repair", "--yes", root]):
-        cli = subprocess.run([*MQFS, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        assert cli.returncode == 1 and "written for store" in cli.stderr, cli.stdout + cli.stderr
-        assert cli.stderr.count("\n") == 1, cli.stderr
-        assert store_state(root) == before
+    repair_refuses(root, "written for store")
     with pytest.raises(StoreError, match="interrupted repair"):
         MessageStore(root, small_config(read_only=True), create=False).open()
     assert store_state(root) == before
