@@ -568,6 +568,15 @@ def test_a_compacted_queue_reads_again_only_the_unit_file_that_changed(tmp_path,
     assert queue.units.tobytes() == units.tobytes() and queue.cq_files == files
 
 
+def _set_policy(root: str, policy: str) -> None:
+    """topics.json gives the compaction topic `policy` (RocketMQ knows only upper case)."""
+    path = os.path.join(root, "config", "topics.json")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace('"cleanup.policy":"COMPACTION"', f'"cleanup.policy":"{policy}"'))
+
+
 def _unit_file(root: str, q: int = 0) -> str:
     d = os.path.join(root, "compaction", "compactionCq", "Compacted", str(q))
     return os.path.join(d, sorted(os.listdir(d))[-1])
@@ -595,11 +604,7 @@ def test_damaged_compaction_files_are_errors_never_other_messages(tmp_path, atta
             f.seek(0)
             f.write(unit[:28] + struct.pack(">q", 3) + unit[36:])  # says offset 3 of another copy
     else:
-        path = os.path.join(root, "config", "topics.json")
-        with open(path) as f:
-            text = f.read()
-        with open(path, "w") as f:
-            f.write(text.replace('"cleanup.policy":"COMPACTION"', '"cleanup.policy":"compaction"'))
+        _set_policy(root, "compaction")
     before = store_hashes(root)
     report = verify_store(root)
     assert not report.ok
@@ -634,11 +639,7 @@ def test_a_mount_answers_eio_for_a_damaged_compaction_unit_or_an_unknown_policy(
         damaged = sh(f"cat {queue}/{base}", check=False)
         assert damaged.returncode != 0 and b"Input/output error" in damaged.stderr
         assert sh(f"cat {queue}/{base + 1}").stdout == served[("Compacted", 0, base + 1)]
-    path = os.path.join(root, "config", "topics.json")
-    with open(path) as f:
-        text = f.read()
-    with open(path, "w") as f:
-        f.write(text.replace('"cleanup.policy":"COMPACTION"', '"cleanup.policy":"Compaction"'))
+    _set_policy(root, "Compaction")
     before = store_hashes(root)
     with mounted(root, mnt, "-o", "ro"):
         unknown = sh(f"ls {mnt}/topics/Compacted/0", check=False)
