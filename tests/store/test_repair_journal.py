@@ -206,6 +206,17 @@ def _restore(backup: str, root: str) -> None:
             shutil.copy2(os.path.join(dirpath, n), os.path.join(root, rel, n))
 
 
+def _open_refused(root: str, says: str) -> dict[str, str]:
+    """A read-write open refuses the journal in one line that `says` so and changes nothing;
+    the store's state, for the refusals that follow."""
+    before = store_state(root)
+    with pytest.raises(StoreError, match="does not belong to the store as it is now") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "\n" not in str(refused.value) and says in str(refused.value)
+    assert store_state(root) == before
+    return before
+
+
 @pytest.mark.parametrize("site", ("repair.rename:1", "repair.rename:3", "repair.filler:1",
                                   "repair.move:1"))
 def test_a_journal_is_never_rolled_into_a_store_restored_over_it(tmp_path, site):
@@ -222,11 +233,7 @@ def test_a_journal_is_never_rolled_into_a_store_restored_over_it(tmp_path, site)
     assert out.returncode == 137, out.stderr
     assert os.path.exists(os.path.join(root, NAME))
     _restore(backup, root)
-    before = store_state(root)
-    with pytest.raises(StoreError, match="does not belong to the store as it is now") as refused:
-        MessageStore(root, _config(), create=False).open()
-    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
-    assert store_state(root) == before
+    before = _open_refused(root, "nothing was changed")
     with pytest.raises(StoreError, match="does not belong"):
         plan_repair(root)
     assert store_state(root) == before
@@ -313,11 +320,7 @@ def test_a_journal_that_drops_files_a_restore_brought_back_is_refused(tmp_path):
     _oldest_file_lost(root)
     assert run_repair(root, "repair.move:1").returncode == 137
     _restore(backup, root)
-    before = store_state(root)
-    with pytest.raises(StoreError, match="does not belong to the store as it is now") as refused:
-        MessageStore(root, _config(), create=False).open()
-    assert "\n" not in str(refused.value) and "accepts the loss" in str(refused.value)
-    assert store_state(root) == before
+    _open_refused(root, "accepts the loss")
 
 
 def test_a_restore_that_undid_the_manifest_step_has_it_written_again(tmp_path):
