@@ -14,7 +14,7 @@ import re
 import sys
 import time
 
-COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "dump", "pipeline")
+COMMANDS = ("mount", "umount", "init", "info", "verify", "repair", "dump", "group", "pipeline")
 
 
 def version() -> str:
@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .dump.command import add_parser as add_dump
 
     add_dump(sub)
+    from .group_command import add_parser as add_group
+
+    add_group(sub)
     sub.add_parser("pipeline", help="PySpark pipeline jobs (mqfs pipeline --help)", add_help=False)
     return p
 
@@ -332,6 +335,12 @@ def cmd_dump(a: argparse.Namespace) -> int:
     return run(a)
 
 
+def cmd_group(a: argparse.Namespace) -> int:
+    from .group_command import cmd_group as run
+
+    return run(a, mounted_on)
+
+
 def _trust(owners: list[str]) -> None:
     import pwd
 
@@ -355,12 +364,16 @@ def _dispatch(argv: list[str]) -> int:
         from mqfs.store.offline.selection import glued
 
         argv = glued(argv)
+    if argv and argv[0] == "group":
+        from .group_command import glued as glued_to
+
+        argv = glued_to(argv)
     args = build_parser().parse_args(argv)
     _trust(getattr(args, "trust_owner", []))
     if getattr(args, "store", None):  # links on the way to a store are the administrator's:
         args.store = os.path.realpath(args.store)  # resolved once; none is followed inside
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
-               "verify": cmd_verify, "repair": cmd_repair, "dump": cmd_dump}[args.command]
+               "verify": cmd_verify, "repair": cmd_repair, "dump": cmd_dump, "group": cmd_group}[args.command]
     from mqfs.store.errors import StoreLocked
 
     try:

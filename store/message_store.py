@@ -75,13 +75,17 @@ def _after_journal(exc: StoreError, repair_ends: dict[tuple[str, int], int] | No
 
 class MessageStore(StoreReads, StoreWrites):
     def __init__(self, root: str, config: StoreConfig | None = None, *,
-                 progress: Progress | None = None, create: bool = True):
+                 progress: Progress | None = None, create: bool = True,
+                 writers_out: bool = False):
         # resolved once: the administrator's links above the store; none is followed inside
         self.root = os.path.realpath(root)
         self._requested = config or StoreConfig()
         self._progress = progress
         self.clock: Callable[[], int] = _now_ms  # store time source; tests pin it
         self._create = create
+        # a read-only open that keeps every writer out (the writer's lock), for a caller that
+        # writes a file of its own meanwhile (store/group_offsets.py)
+        self._writers_out = writers_out
         self.is_open = False
         self.users = Users()
         self.stopped: str | None = None  # why writes stopped while open (the store replaced)
@@ -114,7 +118,7 @@ class MessageStore(StoreReads, StoreWrites):
         self._lock_file = StoreLock(self.root)
         # a read-only open takes no lock: it changes nothing and must not keep a broker or a
         # daemon from writing the store it shows (store/services/live.py follows what they add)
-        self._lock_file.acquire(live=read_only)
+        self._lock_file.acquire(live=read_only and not self._writers_out)
         try:  # every refusal it can make before its first change, then a repair's file steps
             if read_only:
                 repair_journal.refuse_read_only(self.root)

@@ -74,6 +74,7 @@ def test_store_imports_no_layer_above_it():
 STORE_FLOORS = {"errors": 0, "config": 0, "crash_points": 0, "format": 1, "files": 2, "meta": 3,
                 "offline": 4, "integrity": 4, "queues": 4, "services": 5, "message_store": 6, "reads": 6,
                 "batch_reads": 6, "range_reads": 6, "writes": 6, "in_use": 6, "repair": 6,
+                "group_offsets": 6,
                 "__init__": 6}
 
 

@@ -302,13 +302,18 @@ class ConsumerOffsets:
         self._document = {**document, "offsetTable": None}  # `table` holds it, in its order
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.commit_queues(group, topic, {queue_id: offset})
+
+    def commit_queues(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Commit several queues of a topic in one write of the file: all of them or none."""
         validate_group(group)
         validate_stored_topic(topic)
-        if not (0 <= offset <= _MAX_OFFSET and 0 <= queue_id < MAX_QUEUES):
-            raise InvalidMessage(f"offset {offset} must not be negative and queue {queue_id} "
-                                 f"must be in 0..{MAX_QUEUES - 1}")
+        for queue_id, offset in offsets.items():
+            if not (0 <= offset <= _MAX_OFFSET and 0 <= queue_id < MAX_QUEUES):
+                raise InvalidMessage(f"offset {offset} must not be negative and queue "
+                                     f"{queue_id} must be in 0..{MAX_QUEUES - 1}")
         with self.lock:
-            self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            self.table.setdefault(f"{topic}@{group}", {}).update(offsets)
         self.persist()
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
