@@ -124,13 +124,18 @@ def _layout(kind: str, root: str) -> None:
         w = broker_layouts.BatchWorkload()
         broker_layouts.broker_store(root, w)
         w.write_units(root, 1 << 20)
-    else:
+    elif kind == "compaction":
         layout_compaction(root)
+    else:  # the rest of the broker issue's layouts, as dump's tests build them
+        from tests.fusefs.test_dump import _broker_kinds
+
+        _broker_kinds()[kind](root)
 
 
 @needs_fuse
 @pytest.mark.parametrize("kind", ["transactions, delays, long topics", "lmq", "batch cq",
-                                  "compaction"])
+                                  "compaction", "compressed", "cq_ext", "rocksdb", "timer",
+                                  "pop_kv", "ha_epoch"])
 def test_a_broker_store_shows_times_as_its_messages_carry_them(tmp_path, kind):
     """Every queue of every topic: the topic's at/<time>/ and the queue's and topic's range
     listings are what the messages' store times say (a time in the middle of the store's)."""

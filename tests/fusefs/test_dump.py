@@ -477,3 +477,18 @@ def test_every_broker_layout_dumps_and_counts_the_messages_its_consumers_get(tmp
     info = json.loads(sh(f"{CMD} info --json {root}").stdout)
     assert info["messages"] == len(_served(root))
     assert file_hashes(root) == before
+
+
+@needs_fuse
+@pytest.mark.parametrize("kind", sorted(_broker_kinds()))
+def test_every_broker_layout_dumps_and_counts_alike_through_its_mount(tmp_path, kind):
+    """`mqfs dump` and `mqfs info --json` given the read-only mount point of each layout
+    print what they print given the store directory."""
+    root, mnt = str(tmp_path / "store"), str(tmp_path / "mnt")
+    _broker_kinds()[kind](root)
+    direct = _lines(root)
+    info = json.loads(sh(f"{CMD} info --json {root}").stdout)
+    with mounted(root, mnt, "-o", "ro"):
+        assert _lines(mnt) == direct and direct
+        through = json.loads(sh(f"{CMD} info --json {mnt}").stdout)
+    assert through["messages"] == info["messages"] and through["queues"] == info["queues"]
