@@ -666,17 +666,22 @@ class MessageStore(StoreReads, StoreWrites):
         self.index.delete_expired(min_commitlog_offset)
 
     # --- consumer offsets ------------------------------------------------------------------
-    @in_use
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.commit_offsets(group, topic, {queue_id: offset})
+
+    @in_use
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Several queues of a topic in one write of consumerOffset.json: all or none."""
         self._writable()
-        if not self.topic_table.has(topic, queue_id):
-            raise NotFound(f"no queue {topic}/{queue_id}")
-        end = self.max_offset(topic, queue_id)
-        if not isinstance(offset, int) or not 0 <= offset <= end:
-            # a consumer is at most one past the last message (the mount refuses it too)
-            raise InvalidMessage(f"offset {offset!r} is not in 0..{end}, the end of "
-                                 f"{topic}/{queue_id}")
-        self.offsets.commit(group, topic, queue_id, offset)
+        for queue_id, offset in offsets.items():
+            if not self.topic_table.has(topic, queue_id):
+                raise NotFound(f"no queue {topic}/{queue_id}")
+            end = self.max_offset(topic, queue_id)
+            if not isinstance(offset, int) or not 0 <= offset <= end:
+                # a consumer is at most one past the last message (the mount refuses it too)
+                raise InvalidMessage(f"offset {offset!r} is not in 0..{end}, the end of "
+                                     f"{topic}/{queue_id}")
+        self.offsets.commit_queues(group, topic, offsets)
 
     @in_use
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -155,8 +155,7 @@ class GroupFile(File):
         return store.min_offset(topic, q) if value is None else value
 
     def commit(self, node: Node, offsets: dict[int, int]) -> bytes:
-        for q, offset in offsets.items():
-            self.parts.store.commit_offset(node.group, node.topic, q, offset)
+        self.parts.store.commit_offsets(node.group, node.topic, offsets)  # one write: all or none
         self.commit_ns[(node.group, node.topic, node.queue)] = self.parts.clock()
         return self.offset_text(node)
 

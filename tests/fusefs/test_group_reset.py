@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from mqfs.store import Message, MessageStore
@@ -61,6 +62,10 @@ def test_earliest_latest_and_times_in_one_write(tmp_path):
         assert sh(f"cat {topic}/all").stdout == b"0 7\n1 2\n"
         assert b"Invalid argument" in sh(f"echo '5 0' > {topic}/all", check=False).stderr
         sh(f"echo earliest > {topic}/all")
+        # one write of consumerOffset.json: its .bak is the file before, both queues unmoved
+        offsets = f"{root}/config/consumerOffset.json"
+        assert json.loads(sh(f"cat {offsets}.bak").stdout)["offsetTable"]["T@g"] == {"0": 7, "1": 2}
+        assert json.loads(sh(f"cat {offsets}").stdout)["offsetTable"]["T@g"] == {"0": 0, "1": 0}
     with MessageStore(root, create=False) as s:
         assert [s.committed_offset("g", "T", q) for q in (0, 1)] == [0, 0]
     assert not os.path.ismount(mnt)
