@@ -82,3 +82,39 @@ def test_a_broker_store(tmp_path):
     with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
         assert state["messages"] == sum(s.max_offset(t, q) - s.min_offset(t, q)
                                         for t in s.topics() for q in s.queue_ids(t))
+
+
+def test_a_store_a_broker_is_writing_counts_what_it_acknowledged(tmp_path):
+    """A broker-like writer (no lock taken from it) stopped after message 50, then finishing:
+    info --json counts the messages it acknowledged each time, as dump does, and the queue's
+    last store time moves on; neither changes a byte of the store."""
+    import subprocess
+    import sys
+
+    from tests.store.helpers import REPO
+
+    root = str(tmp_path / "store")
+    writer = subprocess.Popen([sys.executable, "-m", "tests.store.live_writer", root, "80", "500",
+                               str(32 << 10), "pause50"], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline() == "ready\n"
+        while writer.stdout.readline().split()[1] != "50":
+            pass
+        before = file_hashes(root)
+        paused = _info(root)
+        assert file_hashes(root) == before
+        assert paused["messages"] == 51 == int(sh(f"{CMD} dump {root} --count").stdout)
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.wait() == 0
+        done = _info(root)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert done["messages"] == 80
+    [q0] = [q for q in done["queues"] if q["topic"] == "Live"]
+    [p0] = [q for q in paused["queues"] if q["topic"] == "Live"]
+    assert q0["last_store_timestamp"] > p0["last_store_timestamp"]

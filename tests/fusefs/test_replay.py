@@ -200,3 +200,60 @@ def test_a_replay_fed_by_a_streaming_listing_of_its_own_queue_copies_each_messag
            f"{{ print \"$_\\n\" if /^\\d+$/ }}' {q}/{listing} > {q}/replay")
         assert sh(f"ls {q}/tags/failed | wc -l").stdout.strip() == b"%d" % (2 * n)
         assert sh(f"cat {q}/{2 * n - 1}").stdout == b"%d" % (n - 1)
+
+
+def _kinds() -> dict:
+    from tests.fusefs.test_dump import _broker_kinds
+
+    return _broker_kinds()
+
+
+def _body(d: dict) -> bytes:
+    import base64
+
+    return d["body"].encode() if "body" in d else base64.b64decode(d["body_b64"])
+
+
+@needs_fuse
+@pytest.mark.parametrize("kind", sorted(_kinds()))
+def test_every_broker_layout_replays_its_messages_with_what_they_carried(tmp_path, kind):
+    """Each layout of the broker issue, unmounted: `mqfs dump STORE -f replay` into a queue of
+    another store's mount publishes every message again, in order, with the body a consumer
+    gets (inflated; an LMQ queue's or a batch's inner message), its keys and tags, and
+    ORIGIN_MESSAGE_ID pointing back. Mounted: where the layout lets a mount write, a queue's
+    `replay` file publishes one of its messages again into the broker's store; where it does
+    not, the read-write mount is refused in one line and no byte changes."""
+    from mqfs.store.meta import features
+    from tests.store.helpers import file_hashes
+
+    root, dst, mnt = str(tmp_path / "store"), str(tmp_path / "dst"), str(tmp_path / "mnt")
+    _kinds()[kind](root)
+    source = [json.loads(x) for x in sh(f"{CMD} dump {root}").stdout.splitlines()]
+    assert source
+    mqfs("init", dst, *SMALL)
+    with mounted(dst, mnt):
+        sh(f"mkdir -p {mnt}/topics/Copy/0 && {CMD} dump {root} -f replay > "
+           f"{mnt}/topics/Copy/0/append.jsonl")
+        copies = _messages(mnt, "Copy")
+    assert [(_body(d), d["keys"], d["tags"]) for d in copies] == \
+        [(_body(d), d["keys"], d["tags"]) for d in source]
+    assert [d["properties"]["ORIGIN_MESSAGE_ID"] for d in copies] == \
+        [d["properties"].get("ORIGIN_MESSAGE_ID", d["msgid"]) for d in source]
+    own = str(tmp_path / "own")
+    if features.recognise(root).refusal() is not None:
+        before = file_hashes(root)
+        os.makedirs(own)
+        proc = mqfs("mount", root, own, check=False)
+        assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "-o ro" in proc.stderr
+        assert file_hashes(root) == before
+        return
+    one = next(d for d in source if not d["topic"].startswith(("rmq_sys", "%")) and
+               d["topic"] not in features.topics_of(features.recognise(root), features.COMPACTION))
+    queue = f"{own}/topics/{one['topic']}/{one['queue_id']}"
+    with mounted(root, own):
+        end = int(sh(f"ls {queue} | sort -n | tail -1").stdout)
+        sh(f"echo {one['queue_offset']} > {queue}/replay")
+        assert sh(f"cat {queue}/{end + 1}").stdout == _body(one)
+        again = json.loads(sh(f"{CMD} dump {own} -t {one['topic']} -q {one['queue_id']} "
+                              f"--from-offset {end + 1}").stdout)
+    assert again["properties"]["ORIGIN_MESSAGE_ID"] == one["properties"].get("ORIGIN_MESSAGE_ID", one["msgid"])
