@@ -476,7 +476,16 @@ def test_every_broker_layout_dumps_and_counts_the_messages_its_consumers_get(tmp
             {(d["topic"], d["queue_id"], d["queue_offset"]): _body(d) for d in _lines(root, "-t", topic)}
     info = json.loads(sh(f"{CMD} info --json {root}").stdout)
     assert info["messages"] == len(_served(root))
+    # a time range (the middle store time on): what the store times of all say, on each queue
+    every = _lines(root)
+    mid = sorted(d["store_timestamp"] for d in every)[len(every) // 2]
+    assert sorted(_key(d) for d in _lines(root, "--since", str(mid))) == \
+        sorted(_key(d) for d in every if d["store_timestamp"] >= mid)
     assert file_hashes(root) == before
+
+
+def _key(d: dict) -> tuple[str, int, int]:
+    return d["topic"], d["queue_id"], d["queue_offset"]
 
 
 @needs_fuse

@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
+from mqfs.fusefs.topicnames import topic_entry
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.files.json_file import parse_text
-from tests.fusefs.helpers import SMALL, mounted, mqfs, needs_fuse, sh
+from mqfs.store.meta import features
+from tests.fusefs.helpers import SMALL, fuse_usable, mounted, mqfs, needs_fuse, sh
 from tests.fusefs.test_dump import _broker_kinds
 from tests.store import broker_guard_layouts
 from tests.store.helpers import REPO, file_hashes
@@ -168,7 +170,8 @@ def test_every_broker_layout_resets_in_its_own_offsets_file_alone(tmp_path, kind
     """Each layout of the broker issue: every queue of a topic moved to latest, then one
     queue to earliest, through the CLI; the store then reads those offsets (as the broker
     will); consumerOffset.json keeps every other field and entry as the broker wrote them
-    and its .bak is the broker's still; no other file of the broker's changes. A store
+    and its .bak is the broker's still; no other file of the broker's changes. Where a mount
+    may write the layout, its tree's `all` and queue files move another group alike. A store
     that keeps its offsets in RocksDB is refused in one line with no file made."""
     root = str(tmp_path / "store")
     _kinds()[kind](root)
@@ -203,6 +206,15 @@ def test_every_broker_layout_resets_in_its_own_offsets_file_alone(tmp_path, kind
             {k: v for k, v in old.items() if k != "dataVersion"} | {"offsetTable": old["offsetTable"]}
         assert new["dataVersion"]["counter"] == old["dataVersion"]["counter"] + 2
         assert before[OFFSETS + ".bak"] == after[OFFSETS + ".bak"]
+    if fuse_usable() and features.recognise(root).refusal() is None:  # a mount may write it:
+        mnt = str(tmp_path / "mnt")  # the tree's all moves another group alike
+        with mounted(root, mnt):
+            sh(f"echo earliest > '{mnt}/groups/ops2/{topic_entry(topic)}/all'")
+            sh(f"echo {ends[first]} > '{mnt}/groups/ops2/{topic_entry(topic)}/{first}'")
+        with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+            assert {q: s.committed_offset("ops2", topic, q) for q in ends} == \
+                {**starts, first: ends[first]}
+            assert {q: s.committed_offset("ops", topic, q) for q in ends} == want
 
 
 def _document(path: str) -> dict | None:
