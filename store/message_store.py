@@ -66,11 +66,12 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _after_journal(exc: StoreError, repair_ends: dict[tuple[str, int], int] | None
+def _after_journal(root: str, exc: StoreError, repair_ends: dict[tuple[str, int], int] | None
                    ) -> StoreError:
     """An open's refusal, saying so when an interrupted repair's file steps ran before it
     (a line that says "nothing was changed" must be true)."""
-    return exc if repair_ends is None else repair_journal.after_steps(exc)
+    return exc if repair_ends is None else \
+        repair_journal.after_steps(exc, repair_journal.load(root))
 
 
 class MessageStore(StoreReads, StoreWrites):
@@ -158,7 +159,7 @@ class MessageStore(StoreReads, StoreWrites):
                 safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
             self._lock_file.release()
             if repair_ends is not None and isinstance(exc, StoreError):
-                raise _after_journal(exc, repair_ends) from None
+                raise _after_journal(self.root, exc, repair_ends) from None
             raise
         if stamp:
             self._stamp(cfg)

@@ -35,7 +35,7 @@ from .integrity.salvage import Damage, Progress
 from .meta.features import recognise
 from .meta.log_start import recorded_min_offset
 from .meta.manifest import inspect, is_store, store_id
-from .queues import dispatch_state
+from .queues import dispatch_state, ownership
 
 
 @dataclass
@@ -54,16 +54,22 @@ class RepairPlan:
     finished: list[str] = field(default_factory=list)  # what an interrupted repair still did
     interrupted: str | None = None  # the step an interrupted repair's journal is at: apply
                                     # finishes it first, then plans and applies the rest
+    foreign: list[str] = field(default_factory=list)  # count records of another store: the
+    # rebuild moves them to quarantine/ with the other derived files
+    uncovered: list[Damage] = field(default_factory=list)  # damage its journal does not
+    # cover (found since it was planned): apply adds it to the journal first
 
     @property
     def needed(self) -> bool:
-        return bool(self.rewrite_manifest or self.renames or self.damages or
+        return bool(self.rewrite_manifest or self.renames or self.damages or self.foreign or
                     self.accept_head_from is not None or self.interrupted)
 
     def lines(self) -> list[str]:
         out = list(self.finished)
         if self.interrupted:
-            return [f"finish the interrupted repair its journal ({repair_journal.NAME}, at "
+            return [*(f"add to the interrupted repair: quarantine and replace {d} (found "
+                      "since it was planned)" for d in self.uncovered),
+                    f"finish the interrupted repair its journal ({repair_journal.NAME}, at "
                     f"step {self.interrupted}) describes, then plan again from the store as "
                     "it is then"]
         if self.rewrite_manifest:
@@ -71,6 +77,7 @@ class RepairPlan:
         for a, b in self.renames.items():
             out.append(f"rename CommitLog file {os.path.basename(a)} to {os.path.basename(b)} "
                        "(its records say they belong there)")
+        out.extend(f"move to quarantine/ and rebuild: {why}" for why in self.foreign)
         if self.accept_head_from is not None:
             out.append(f"accept the loss of the missing oldest CommitLog bytes (the log will "
                        f"start at {self.accept_head_from})")
@@ -110,11 +117,14 @@ def plan_repair(root: str, progress: Progress | None = None) -> RepairPlan:
     if repair_journal.pending(root):  # planning reads only: finishing is apply's first step
         journal = repair_journal.load(root)
         repair_journal.check(root, journal)  # one that is not this store's is refused now
-        return RepairPlan(root, inspect(root).config, interrupted=journal.step)
+        cfg = inspect(root).config
+        return RepairPlan(root, cfg, interrupted=journal.step,
+                          uncovered=repair_journal.uncovered(root, journal, cfg))
     _refuse_orphans(root)
     found = inspect(root)
     cfg = found.config
-    plan = RepairPlan(root, cfg, rewrite_manifest=found.problem if found.rewrite else None)
+    plan = RepairPlan(root, cfg, rewrite_manifest=found.problem if found.rewrite else None,
+                      foreign=ownership.foreign_records(root, cfg.commitlog_file_size))
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     lock = StoreLock(root)
     lock.acquire(shared=True)
@@ -146,10 +156,28 @@ def finish_interrupted(root: str) -> list[str]:
 
     if not repair_journal.pending(root):
         return []
+    added = _cover_new_damage(root)
     with MessageStore(root, replace(inspect(root).config, read_only=False), create=False) as s:
         end = s.commitlog.max_offset
-    return [f"finished an interrupted repair (its journal {repair_journal.NAME}); the CommitLog "
+    return [*(f"added to the interrupted repair: quarantine and replace {d}" for d in added),
+            f"finished an interrupted repair (its journal {repair_journal.NAME}); the CommitLog "
             f"ends at {end}"]
+
+
+def _cover_new_damage(root: str) -> list[Damage]:
+    """Damage an interrupted repair's journal does not cover (found since it was planned:
+    the open that finishes it would refuse for it forever), added to the journal."""
+    lock = StoreLock(root)
+    lock.acquire()
+    try:
+        journal = repair_journal.load(root)
+        repair_journal.check(root, journal)
+        found = repair_journal.uncovered(root, journal, inspect(root).config)
+        if found:
+            repair_journal.cover(root, journal, found)
+        return found
+    finally:
+        lock.release()
 
 
 def _refuse_orphans(root: str) -> None:

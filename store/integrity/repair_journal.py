@@ -32,7 +32,7 @@ from ..meta.log_start import record_min_offset
 from ..meta.manifest import checked_store_id, inspect, manifest_path, store_id, write_manifest
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import kept_ends
-from .salvage import Damage
+from .salvage import Damage, walk_runs
 
 NAME = "repair-journal.json"
 # the steps in order; the journal names the next one to run. rename-out moves each misnamed
@@ -277,10 +277,20 @@ def check(root: str, journal: Journal) -> None:
         if expected is not None and _fingerprint_at(where, 0, _HEAD) != expected:
             raise _foreign(root, f"{os.path.basename(where)} is not the file it renames "
                            f"as {target}")
-    if not journal.ranges:
-        return
     cfg = inspect(root).config
     size = cfg.commitlog_file_size
+    for d in journal.damages:  # a range no filler replaces would stop the steps half-way
+        lo = d.start % size
+        if d.end - (d.start - lo) > size:
+            raise _foreign(root, f"it names the damaged range {d.start}..{d.end}, which "
+                           "crosses a CommitLog file's end")
+        try:
+            filler_bytes(cfg, d, lo)
+        except StoreError:
+            raise _foreign(root, f"the damaged range at {d.start} is too small for a filler "
+                           "record") from None
+    if not journal.ranges:
+        return
     for d in journal.damages:  # every fill: not made yet (the damaged bytes) or made
         expected = journal.ranges.get(d.start)
         if expected is None:
@@ -303,6 +313,63 @@ def check(root: str, journal: Journal) -> None:
             raise _foreign(root, f"the bytes at {d.start}..{d.end} are not "
                            + ("the damaged ones it replaces nor " if at <= STEPS.index("fillers")
                               else "") + "its filler record")
+
+
+def uncovered(root: str, journal: Journal, cfg: StoreConfig) -> list[Damage]:
+    """Damage in the CommitLog as the journal's steps will leave it (its files as renamed,
+    its ranges filled) that none of its fillers replaces and recovery would refuse for (all
+    but a torn tail of the newest file): found before any step, so that a refusal of it
+    changes nothing. Reads the whole log, as the rebuild after the steps does anyway."""
+    directory = os.path.join(root, "commitlog")
+    size = cfg.commitlog_file_size
+    present = {n for n in safefs.listdir(directory) if len(n) == 20 and n.isdigit()} \
+        if os.path.isdir(directory) else set()
+    names = sorted((present - {src for src, _ in journal.renames})
+                   | {target for _, target in journal.renames})
+    files = []
+    try:
+        for name in names:
+            holder = _holder(directory, journal, name)
+            if os.path.lexists(holder) and safefs.size(holder) == size:
+                files.append(MappedFile(holder, size, int(name), read_only=True))
+        found = [d for d in walk_runs(files, flavor_named(cfg.flavor, cfg.record_crc), size)
+                 if isinstance(d, Damage)] if files else []
+    finally:
+        for mf in files:
+            mf.close()
+    newest = files[-1].file_from_offset if files else -1
+    return [d for d in found
+            if not any(j.start <= d.start and d.end <= j.end for j in journal.damages)
+            and not (d.to_file_end and d.start >= newest and not d.file.endswith("(missing)"))]
+
+
+def uncovered_refusal(root: str, found: list[Damage]) -> StoreError:
+    more = f" and {len(found) - 1} more damaged ranges" if len(found) > 1 else ""
+    return StoreError(f"{root} holds an interrupted repair ({NAME}) that does not cover all "
+                      f"the damage in its CommitLog ({found[0]}{more}); nothing was changed: "
+                      f"run `mqfs repair {root}` to finish the repair and salvage this too")
+
+
+def cover(root: str, journal: Journal, found: list[Damage]) -> None:
+    """Add damage found since the repair was planned to its journal (`mqfs repair` finishing
+    it), fingerprinted where it lies now, so that the roll forward fills it too. The queue
+    ends the journal keeps were every queue's end when it was planned, so a message lost
+    to the new damage gives back no offset. Refuses (nothing changed) a range no filler fits."""
+    cfg = inspect(root).config
+    size = cfg.commitlog_file_size
+    for d in found:
+        filler_bytes(cfg, d, d.start % size)
+    directory = os.path.join(root, "commitlog")
+    for d in found:
+        lo = d.start % size
+        digest = _fingerprint_at(_holder(directory, journal, offset_to_name(d.start - lo)),
+                                 lo, lo + d.end - d.start)
+        if digest is not None:
+            journal.ranges[d.start] = digest
+    journal.damages = sorted(journal.damages + found, key=lambda d: d.start)
+    if STEPS.index(journal.step) > STEPS.index("fillers"):
+        journal.step = "fillers"  # those before it are done; the later ones run again
+    save(root, journal)
 
 
 def _run_steps(root: str, journal: Journal) -> Ends:
@@ -342,21 +409,50 @@ def settle_for_open(root: str, requested: StoreConfig) -> tuple[StoreConfig, End
     TopicTable(root, keep_bak=broker)
     ConsumerOffsets(root, keep_bak=broker)
     kept_ends.read(root)
-    ends = _run_steps(root, journal)
+    extra = uncovered(root, journal, found.config)
+    if extra:
+        raise uncovered_refusal(root, extra)
+    try:
+        ends = _run_steps(root, journal)
+    except StoreError as exc:
+        raise after_steps(exc, journal, ran=False) from None
     found = inspect(root, requested)
     if found.problem:
-        raise after_steps(StoreFormatError(found.problem))
+        raise after_steps(StoreFormatError(found.problem), journal)
     try:
         found.config.validate()
     except StoreError as exc:
-        raise after_steps(exc) from None
+        raise after_steps(exc, journal) from None
     return found.config, ends
 
 
-def after_steps(exc: StoreError) -> StoreError:
-    """An open's refusal after it did an interrupted repair's file steps, saying so (a line
-    that says "nothing was changed" must be true)."""
-    done = f"the interrupted repair's file steps were done; {NAME} keeps the rest"
+def done_by_steps(journal: Journal) -> str:
+    """What the journal's file steps change, and where what they replace is kept."""
+    done = []
+    if journal.manifest:
+        done.append("mqfs.json written again")
+    if journal.renames:
+        done.append("CommitLog files renamed (" + ", ".join(f"{a} to {b}" for a, b in
+                                                            journal.renames) + ")")
+    if journal.damages:
+        starts = ", ".join(str(d.start) for d in journal.damages[:5])
+        more = f" and {len(journal.damages) - 5} more" if len(journal.damages) > 5 else ""
+        done.append(f"filler records at CommitLog offsets {starts}{more} (the bytes they "
+                    "replace copied to quarantine/)")
+    if journal.head_from is not None:
+        done.append(f"the log start {journal.head_from} recorded in config/retention.json")
+    done.append("the derived files (" + ", ".join(_DERIVED) + ") moved to quarantine/")
+    return "; ".join(done)
+
+
+def after_steps(exc: StoreError, journal: Journal, ran: bool = True) -> StoreError:
+    """An open's refusal after it did an interrupted repair's file steps (`ran`), or some
+    of them (a step that refused), saying exactly what they change and where the evidence
+    is (a line that says "nothing was changed" must be true)."""
+    done = (f"the interrupted repair's file steps ran: {done_by_steps(journal)}" if ran else
+            f"the interrupted repair stopped in its step {journal.step}, the steps before it "
+            f"ran (all its steps together: {done_by_steps(journal)})")
+    done += f"; {NAME} keeps the rest"
     text = str(exc)
     return type(exc)(text.replace("nothing was changed", f"nothing more was changed ({done})")
                      if "nothing was changed" in text else f"{text} ({done})")

@@ -33,7 +33,7 @@ from ..meta.log_start import recorded_min_offset
 from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import cuts as queue_cuts
-from ..queues import dispatch_state
+from ..queues import dispatch_state, ownership
 from . import batch_check, repair_journal, salvage
 from .compaction_check import check_compaction
 from .index_points import IndexPoints
@@ -393,7 +393,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     except StoreFormatError as exc:
         report.problem(str(exc))
         return report
-    for text in _whole_store(root, found.problem):
+    for text in _whole_store(root, found.problem, found.config.commitlog_file_size):
         report.problem(text)
     used = features.recognise(root)  # layouts of the broker's own: never taken for damage
     cfg = found.config
@@ -458,10 +458,10 @@ def store_problems(root: str) -> list[str]:
         found = inspect(root)
     except StoreFormatError as exc:
         return [str(exc)]
-    return _whole_store(root, found.problem)
+    return _whole_store(root, found.problem, found.config.commitlog_file_size)
 
 
-def _whole_store(root: str, manifest_problem: str | None) -> list[str]:
+def _whole_store(root: str, manifest_problem: str | None, file_size: int) -> list[str]:
     out = [manifest_problem] if manifest_problem else []
     if repair_journal.pending(root):
         out.append(f"an interrupted repair left {repair_journal.NAME}: `mqfs repair {root}` "
@@ -478,6 +478,7 @@ def _whole_store(root: str, manifest_problem: str | None) -> list[str]:
             check()
         except StoreFormatError as exc:
             out.append(str(exc))
+    out.extend(ownership.foreign_records(root, file_size))  # another store's queue counts
     return out
 
 

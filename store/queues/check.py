@@ -6,6 +6,7 @@ or reuses none."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -186,14 +187,22 @@ def cut_lost_tail(parts: StoreParts, cq: ConsumeQueue, cut: int) -> str | None:
             "written after the checkpoint for records the crash lost")
 
 
-def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]] | None
+class Halted(Exception):
+    """A walk of the whole log stopped because its store is closing (`stop` said so)."""
+
+
+def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]] | None,
+                    stop: Callable[[], bool] | None = None
                     ) -> dict[tuple[str, int], RebuiltQueue]:
     """Queues rebuilt in memory from every record of the log that checks out: those of
     `keys`, or every queue a record names (None: a store whose ConsumeQueue mqfs cannot read),
-    LMQ queues with the units multi-dispatch gives them."""
+    LMQ queues with the units multi-dispatch gives them. `stop` is asked at every record: a
+    close need not wait for a walk of the whole log (Halted)."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys or ()}
     tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
     for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
+        if stop is not None and stop():
+            raise Halted
         if isinstance(item, salvage.Damage) or not layout.in_queue(item.sys_flag) \
                 or codec.is_filler(item.topic, item.sys_flag):
             continue

@@ -150,15 +150,18 @@ def units_from_log(parts: StoreParts, tags: TagsCodes, topic: str, queue_id: int
     return units_of(parts, tags, {key}, parts.commitlog.queue.max_offset).get(key)
 
 
-def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int) -> dict[Key, Units]:
+def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int,
+             stop: Callable[[], bool] | None = None) -> dict[Key, Units]:
     """(CommitLog offsets, sizes, tagsCodes, queue offsets) of the records of each queue in
     `keys`, from one walk of the whole log; none when the log does not check out up to
     `limit`, and a queue whose queue offsets have gaps (messages lost to damage) is left
-    out."""
+    out. `stop` is asked at every run of records (`check.Halted`: the store is closing)."""
     cols: dict[Key, list[list[np.ndarray]]] = {k: [[], [], [], []] for k in keys}
     topics = {k[0] for k in keys}
 
     def take(run: RecordRun) -> None:
+        if stop is not None and stop():
+            raise check.Halted
         present = [t for t in set(run.topics) if t in topics]
         if not present:
             return

@@ -270,7 +270,10 @@ class LogProof:
         object is lost, and it extends the new one with what comes after."""
         queues = self.parts.consume_queues
         with self.put_lock:
-            found = check.queues_from_log(self.parts, keys)
+            try:
+                found = check.queues_from_log(self.parts, keys, lambda: self._stop)
+            except check.Halted:
+                return  # closing: served from their files until the next open
             for key in sorted(keys):
                 old = queues.if_open(key)
                 if old is not None and old.max_offset > found[key].max_offset:
@@ -292,7 +295,10 @@ class LogProof:
         with an offset the pass did not see."""
         # no put lands in these queues meanwhile (`check_put` refuses them), so the walk
         # needs no lock; the swaps take the put lock
-        found = units_of(self.parts, self.tags, keys, self.limit)
+        try:
+            found = units_of(self.parts, self.tags, keys, self.limit, lambda: self._stop)
+        except check.Halted:
+            return  # closing: config/queueProof.json stays, the next open proves again
         with self.put_lock:
             queues = self.parts.consume_queues
             for key in sorted(keys):

@@ -255,3 +255,62 @@ def test_verify_counts_a_queue_directory_without_files_as_damage(tmp_path):
     report = verify_store(root)
     assert not report.ok
     assert any("T/0 has no file" in line for line in report.lines)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, read_only):
+    """Issue 33: the background proof's pass over the whole log for a short queue (served
+    from the log, or rebuilt on disk) could not be interrupted, so a close waited for one
+    whole walk of a large log. The walk is held after its first run of records until close
+    has asked the proof to stop: the walk then ends before the log does (fewer records
+    walked than it holds), close returns, and T/0 is not swapped (served as its files are)."""
+    from mqfs.store.integrity import salvage
+    from mqfs.store.queues import first_use
+
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    _hand_rebuilt(root, "T/0")
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    proofs: list[log_proof.LogProof] = []
+    begin = log_proof.LogProof.begin
+
+    def kept(self):
+        proofs.append(self)
+        begin(self)
+
+    monkeypatch.setattr(log_proof.LogProof, "begin", kept)
+    inside, walked = threading.Event(), [0]
+
+    def held(items, per):
+        """Items of a walk of the whole log, counted; after the first, wait for close."""
+        for item in items:
+            walked[0] += per(item)
+            if not inside.is_set():
+                inside.set()
+                assert eventually(lambda: proofs[0]._stop, "close asking the proof to stop",
+                                  interval=0.01)
+            yield item
+
+    if read_only:
+        walk = salvage.walk
+        monkeypatch.setattr(salvage, "walk", lambda *a, **k: held(walk(*a, **k), lambda _: 1))
+    else:
+        scan_end = first_use.scan_end
+
+        def counted(cl, flavor, start, dispatch_from, take, *rest):
+            def each(run):
+                walked[0] += len(run)
+                if not inside.is_set():
+                    inside.set()
+                    assert eventually(lambda: proofs[0]._stop, "close asking the proof to stop",
+                                      interval=0.01)
+                take(run)
+            return scan_end(cl, flavor, start, dispatch_from, each, *rest)
+
+        monkeypatch.setattr(first_use, "scan_end", counted)
+    s = MessageStore(root, small_config(read_only=read_only, **BROKER), create=False).open()
+    assert inside.wait(180), "the proof never began its walk of the whole log"
+    s.close()
+    assert not [t for t in threading.enumerate() if t.name == "mqfs-log-ends"]
+    assert 0 < walked[0] < OTHERS, walked[0]
+    assert proofs[0].short  # T/0 was neither served from the log nor rebuilt

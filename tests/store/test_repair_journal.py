@@ -410,3 +410,54 @@ def test_an_open_that_refuses_takes_no_step_of_an_interrupted_repair_first(tmp_p
             f.write(kept)
     _serves_all(root, results, lost={25})
     assert not os.path.exists(os.path.join(root, NAME)) and verify_store(root).ok
+
+
+@pytest.mark.parametrize("site", ("repair.filler:1", "repair.move:1"))
+def test_damage_the_journal_does_not_cover_is_refused_before_any_step(tmp_path, site):
+    """Issue 33, item 3: a record damaged after a repair was interrupted (the journal does not
+    cover it). The open used to do the journal's file steps (fillers, the derived files to
+    quarantine/) and then refuse for the new damage, and `repair` refused the same way
+    forever. Now the open refuses before any step, in one line that is true (every file
+    hashes the same), and `repair --yes` adds the damage to the journal and finishes."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[25])
+    assert run_repair(root, site).returncode == 137
+    _flip_body(root, results[5])
+    before = store_state(root)
+    with pytest.raises(StoreError, match="does not cover all the damage") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    assert store_state(root) == before
+    plan = plan_repair(root)
+    assert store_state(root) == before
+    assert any("found since it was planned" in line for line in plan.lines()), plan.lines()
+    out = subprocess.run([*MQFS, "repair", "--yes", root], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert verify_store(root).ok and not os.path.exists(os.path.join(root, NAME))
+    _serves_all(root, results, lost={5, 25})
+
+
+@pytest.mark.parametrize("bad", ("crosses", "too-small"))
+def test_a_journal_range_no_filler_replaces_is_refused_before_any_step(tmp_path, bad):
+    """A journal naming a damaged range no filler record can replace (one that crosses a
+    file's end, or is shorter than the smallest record) stopped the fillers step half-way,
+    after the renames, saying "nothing was changed". Now it is refused before any step."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[25])
+    assert run_repair(root, "repair.filler:1").returncode == 137
+    path = os.path.join(root, NAME)
+    with open(path) as f:
+        data = json.load(f)
+    d = dict(data["damages"][0])
+    d["fingerprint"] = None
+    d["start"], d["end"] = ((SIZE - 8, SIZE + 8) if bad == "crosses" else (SIZE + 8, SIZE + 16))
+    data["damages"].append(d)
+    with open(path, "w") as f:
+        json.dump(data, f)
+    before = store_state(root)
+    with pytest.raises(StoreError, match="crosses a CommitLog file's end|too small") as refused:
+        MessageStore(root, _config(), create=False).open()
+    assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
+    assert store_state(root) == before

@@ -304,3 +304,40 @@ def test_a_record_counting_more_than_the_log_holds_is_refused_changing_nothing(t
         with pytest.raises(StoreError, match="does not hold every message"):
             s.put(Message.create("T", b"new", queue_id=0))
         assert store_state(root) == before
+
+
+@pytest.mark.parametrize("restored", ("config", "config-without-ids", "manifest",
+                                      "manifest-and-config"))
+def test_verify_audit_and_repair_name_the_counts_of_another_store(tmp_path, restored):
+    """Issue 33: a count record that is not this store's (another id, or written for other
+    CommitLog bytes) vouched for nothing at open, but `verify` said OK. Now verify names each
+    such file in one problem line, `pipeline audit` lists the same (`store_problems`), the
+    repair plan moves them to quarantine/ with a rebuild, and after it verify passes."""
+    from mqfs.store.integrity.verify import store_problems
+    from mqfs.store.repair import apply_repair, plan_repair
+
+    root, other = str(tmp_path / "s"), str(tmp_path / "o")
+    _store(root, "T")
+    _store(other, "X")
+    assert verify_store(root).ok
+    if restored.startswith("manifest"):
+        shutil.copy(os.path.join(other, "mqfs.json"), os.path.join(root, "mqfs.json"))
+    if restored != "manifest":
+        if restored == "config-without-ids":
+            _strip(other)
+        for name in ("dispatchState.json", "queueEnds.log"):
+            shutil.copy(os.path.join(other, "config", name), os.path.join(root, "config", name))
+    report = verify_store(root)
+    named = [line for line in report.lines if line.startswith("PROBLEM config/")]
+    assert not report.ok and len(named) == 2, report.lines
+    assert any("config/dispatchState.json" in line for line in named), named
+    assert any("config/queueEnds.log" in line for line in named), named
+    assert all("vouches for no queue" in line and "\n" not in line for line in named)
+    assert [p for p in store_problems(root) if p.startswith("config/")] == \
+        [line.removeprefix("PROBLEM ") for line in named]
+    plan = plan_repair(root)
+    assert plan.needed and sum("move to quarantine/" in line for line in plan.lines()) == 2
+    apply_repair(plan)
+    assert verify_store(root).ok, verify_store(root).lines
+    with MessageStore(root, small_config(), create=False) as s:
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"old-%d" % i for i in range(5)]
