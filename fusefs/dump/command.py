@@ -6,6 +6,7 @@ import argparse
 import io
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError
@@ -13,11 +14,13 @@ from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, recognise, topics_of
 from mqfs.store.offline.keys import key_candidates
 from mqfs.store.offline.located import layout_at
 from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
-from mqfs.store.offline.views import StoreLayout
+from mqfs.store.offline.store_files import StoreLayout
 
-from . import source
-from .scan import messages
+from .picks import Damage, messages_at
 from .writer import FORMATS, Writer
+
+if TYPE_CHECKING:
+    from . import source
 
 OUT_BUFFER = 1 << 16  # bytes of output per write(2)
 EPILOG = """\
@@ -47,7 +50,7 @@ def add_parser(sub) -> None:
                    help="print only how many messages are selected")
 
 
-def selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
+def selected(layout: StoreLayout, sel: Selection, damage: Damage,
              each: int | None = None) -> Iterator[StoredMessage]:
     """The messages a selection picks, reading as little as it lets: keys through the
     IndexFiles, queues, offsets, times and tags through the ConsumeQueues, else the whole
@@ -68,20 +71,21 @@ def selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
     return capped()
 
 
-def _selected(layout: StoreLayout, sel: Selection, damage: source.Damage,
+def _selected(layout: StoreLayout, sel: Selection, damage: Damage,
               each: int | None) -> Iterator[StoredMessage]:
-    log = source.CommitLog(layout)
-    flavor = layout.checked_flavor
     features = recognise(layout.root)
     batch = topics_of(features, BATCH_CQ)  # their units are not in consumequeue/,
     walk = bool(batch) and (not sel.topics or bool(batch & set(sel.topics)))  # nor inner keys in the IndexFile
     # a RocksDB ConsumeQueue store has no queue directories to read, nor topics to look keys up in
     walk = walk or features.named(ROCKSDB_CQ) is not None
     if sel.keys and not walk:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
-        def no_hit(offset: int, what: str) -> None:
-            pass
+        return messages_at(layout, key_candidates(layout, sel), sel)
+    # the columnar readers: numpy, imported only here (a key's dump starts without it)
+    from . import source
+    from .scan import messages
 
-        return messages(log.runs_at(key_candidates(layout, sel), no_hit), sel, flavor, no_hit)
+    log = source.CommitLog(layout)
+    flavor = layout.checked_flavor
     runs: Iterator[source.Run]
     if sel.by_queue and not walk:
         runs = (run for queue, offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)

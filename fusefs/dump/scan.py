@@ -10,30 +10,16 @@ import numpy as np
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import CodecError, CorruptionError
-from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, unwrap
 from mqfs.store.format.codec import decode
 from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import in_queue, topic_names
-from mqfs.store.format.multi_dispatch import (
-    PROPERTY_INNER_MULTI_DISPATCH,
-    describes,
-    dispatched,
-    served_as,
-)
+from mqfs.store.format.multi_dispatch import describes, served_as
 from mqfs.store.offline.selection import Selection
 
 from . import spans
+from .picks import INNER_BATCHES, dispatched_copies, inner_messages
 from .source import Damage, Run, any_of
-
-INNER_BATCHES = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG  # a BatchCQ topic's record of several messages
-
-
-def _inner_holds(sel: Selection, m: StoredMessage) -> bool:
-    """The checks the columns left to a message of an inner batch."""
-    return ((sel.first_offset is None or m.queue_offset >= sel.first_offset)
-            and (sel.last_offset is None or m.queue_offset <= sel.last_offset)
-            and sel.holds(m) and (sel.body is None or sel.body.search(bytes(m.body)) is not None))
 
 
 def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
@@ -74,16 +60,6 @@ def candidate_rows(run: Run, sel: Selection) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-def _dispatched_copies(msg: StoredMessage, sel: Selection) -> Iterator[StoredMessage]:
-    """The record as each queue it is multi-dispatched to serves it (an LMQ queue's message:
-    that queue's topic, id and offset), where the selection picks it."""
-    if PROPERTY_INNER_MULTI_DISPATCH in msg.properties:
-        for topic, q, offset in dispatched(msg.topic, msg.queue_id, msg.properties):
-            served = served_as(msg, topic, q, offset)
-            if sel.picks(served):
-                yield served
-
-
 def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
              ) -> Iterator[StoredMessage]:
     """The selected messages, each decoded and checked (checksums, a compressed body's
@@ -98,7 +74,7 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
             try:
                 msg = decode(run.buf, int(r.starts[row]), flavor)
                 if msg.sys_flag & INNER_BATCHES == INNER_BATCHES:
-                    yield from (m for m in unwrap(msg) if _inner_holds(sel, m))
+                    yield from inner_messages(msg, sel)
                     continue
                 if run.queue is not None:
                     topic, q, offsets = run.queue
@@ -119,4 +95,4 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
                 continue
             yield msg
             if run.queue is None:
-                yield from _dispatched_copies(msg, sel)
+                yield from dispatched_copies(msg, sel)

@@ -25,11 +25,10 @@ from mqfs.store.offline.views import (
     queues,
 )
 
+from .picks import Damage
+
 CHUNK = 1 << 16  # records per run: bounds memory whatever the store's size
 _MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)
-
-Damage = Callable[[int, str], None]  # (CommitLog offset, what): a record the dump skips
-
 
 @dataclass
 class Run:

@@ -95,7 +95,7 @@ def _keys_run(spark: SparkSession, read, store: str, out: str, overwrite: bool, 
     from mqfs.store.offline.keys import key_candidates
     from mqfs.store.offline.views import store_layout
 
-    found = [(o, None, None, None) for o in key_candidates(store_layout(store), sel).tolist()]
+    found = [(o, None, None, None) for o in key_candidates(store_layout(store), sel)]
     sc = spark.sparkContext
     hits = sc.parallelize(found, max(1, min(len(found) // 1000 + 1, sc.defaultParallelism)))
     mode = "overwrite" if overwrite else "errorifexists"

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
+from .index_layout import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from .index_layout import index_file_size as index_file_size
 from .mapped_file import MappedFile
 
-HEADER_SIZE = 40
-SLOT_SIZE = 4
-ENTRY_SIZE = 20
 HEADER_DTYPE = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phy", ">i8"),
                          ("end_phy", ">i8"), ("slot_count", ">i4"), ("index_count", ">i4")])
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
@@ -46,10 +45,6 @@ class Mend:
     stop: int
     slots: np.ndarray  # bucket heads to set back
     heads: np.ndarray  # to these values
-
-
-def index_file_size(slots: int, entries: int) -> int:
-    return HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE
 
 
 def written_count(buf, slots: int, entries: int,

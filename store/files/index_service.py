@@ -35,6 +35,7 @@ from ..format.flavor import Flavor
 from ..format.layout import indexed
 from . import quarantine, safefs
 from .index_file import IndexFile, Mend, index_file_size
+from .index_layout import build_key
 from .mapped_file import MappedFile, fsync_dir
 
 RESERVE = "index.reserve"
@@ -43,10 +44,6 @@ RESERVE = "index.reserve"
 def _file_name(now: float) -> str:
     dt = datetime.fromtimestamp(now)
     return dt.strftime("%Y%m%d%H%M%S") + f"{dt.microsecond // 1000:03d}"
-
-
-def build_key(topic: str, key: str) -> str:
-    return f"{topic}#{key}"
 
 
 def _key_names(topics: list[str], which: np.ndarray, data: np.ndarray, start: np.ndarray,

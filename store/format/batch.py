@@ -20,6 +20,8 @@ import numpy as np
 
 from ..errors import CorruptionError
 from .compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
+from .layout import INNER_BATCH_FLAG as INNER_BATCH_FLAG  # published here first
+from .layout import NEED_UNWRAP_FLAG as NEED_UNWRAP_FLAG
 from .message import StoredMessage, encode_properties
 
 UNIT_SIZE = 46  # BatchConsumeQueue.CQ_STORE_UNIT_SIZE
@@ -31,10 +33,6 @@ UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8"), ("st
 _UNIT = struct.Struct(">qiqqqhii")
 
 FILE_UNITS = 300_000  # MessageStoreConfig.mapperFileSizeBatchConsumeQueue / UNIT_SIZE
-
-NEED_UNWRAP_FLAG = 0x1 << 6
-
-INNER_BATCH_FLAG = 0x1 << 7
 
 PROPERTY_INNER_NUM = "INNER_NUM"
 

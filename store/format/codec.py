@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import CodecError, InvalidMessage
 from .flavor import CRC_MASK, Flavor
@@ -24,7 +23,7 @@ from .layout import (
     BORN_HOST_POS,
     BORNHOST_V6_FLAG,
     CRC_HEAD,
-    HEADER_V4,
+    HEADER_V4_SIZE,
     HOST_V6_FLAGS,
     IPV4_HOST_LEN,
     IPV6_HOST_LEN,
@@ -60,6 +59,9 @@ from .message import (
     encode_properties,
     validate_topic,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _CRC_PLACEHOLDER = CRC_HEAD + b"0" * 10 + b"\x02"
 
@@ -197,6 +199,10 @@ class Encoder:
         needs a v2 record (other header widths): the caller encodes those one by one.
         Raises InvalidMessage, naming the first bad message's problem, before anything
         is written."""
+        import numpy as np
+
+        from .columnar import HEADER_V4
+
         if self.store_v6:
             return None
         n = len(msgs)
@@ -218,7 +224,7 @@ class Encoder:
         props_raw, props_len = self._batch_properties(props)
         parts = list(map(topic_parts.__getitem__, topics))
         head = np.zeros(n, dtype=HEADER_V4)
-        head["total"] = (HEADER_V4.itemsize + 2 + body_len + props_len
+        head["total"] = (HEADER_V4_SIZE + 2 + body_len + props_len
                          + np.fromiter(map(len, parts), dtype=np.int64, count=n))
         head["magic"] = MAGIC_V1
         head["body_crc"] = np.fromiter(map(self.flavor.crc_unmasked, bodies), dtype=np.int64, count=n) & CRC_MASK
@@ -245,6 +251,8 @@ class Encoder:
     def _batch_properties(self, props: list[dict[str, str]]) -> tuple[list[bytes], np.ndarray]:
         """PROPERTIES of every message (each with the checksum trailer the flavor wants) and
         their lengths: one text for the batch, checked and encoded once, then cut apart."""
+        import numpy as np
+
         counts = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
         if any(map(dict.__contains__, props, repeat(PROPERTY_CRC32))):
             raise InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
@@ -275,6 +283,8 @@ class Encoder:
 def _int_column(values: list[int], what: str, bits: int = 64) -> np.ndarray:
     """A message field of the whole batch as int64; InvalidMessage for one that does not fit
     the record's `bits`-bit field."""
+    import numpy as np
+
     try:
         column = np.fromiter(values, dtype=np.int64, count=len(values))
     except (TypeError, ValueError, OverflowError):
@@ -306,9 +316,6 @@ _MESSAGE_FIELDS = tuple(map(attrgetter, (
     "reconsume_times", "prepared_transaction_offset")))
 
 
-_POWERS_OF_TEN = 10 ** np.arange(10, dtype=np.int64)
-
-
 @dataclass
 class EncodedBatch:
     """Records of a batch before the store places them: header fields in `head` (stamp
@@ -335,9 +342,11 @@ class EncodedBatch:
         flavor wants one: the parts of every record interleaved and joined in one call,
         the checksums mapped over the joined buffer, their digits written with numpy
         (as `seal` writes them one by one)."""
+        import numpy as np
+
         m = hi - lo
         parts: list[bytes] = [self.crc_tail] * (5 * m)
-        parts[0::5] = self.head[lo:hi].view(f"V{HEADER_V4.itemsize}").tolist()
+        parts[0::5] = self.head[lo:hi].view(f"V{HEADER_V4_SIZE}").tolist()
         parts[1::5] = self.bodies[lo:hi]
         parts[2::5] = self.lengths[lo:hi]
         parts[3::5] = self.props[lo:hi]
@@ -347,7 +356,7 @@ class EncodedBatch:
             starts = ends - self.head["total"][lo:hi]
             view = memoryview(buf)
             sums = self.flavor.checksums(view, starts.tolist(), (ends - RECORD_CRC_LEN).tolist())
-            digits = (sums[:, None] // _POWERS_OF_TEN) % 10 + 48
+            digits = (sums[:, None] // 10 ** np.arange(10, dtype=np.int64)) % 10 + 48
             u8 = np.frombuffer(buf, dtype=np.uint8)
             u8[(ends - 11)[:, None] + np.arange(10)] = digits
         return buf
@@ -399,7 +408,7 @@ def decode(buf, pos: int = 0, flavor: Flavor | None = None,
         if not sys_flag & HOST_V6_FLAGS:
             (_, _, _, _, _, _, _, _, _, born_raw, store_ts, store_raw, reconsume, prep,
              body_len) = _FIXED_V4.unpack_from(view, pos)
-            p = pos + HEADER_V4.itemsize
+            p = pos + HEADER_V4_SIZE
         else:
             bh, sh = born_host_len(sys_flag), store_host_len(sys_flag)
             p = pos + BORN_HOST_POS

@@ -10,9 +10,12 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-import numpy as np
 import xxhash
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _INT_MIN = -(1 << 31)
 CRC_MASK = 0x7FFFFFFF  # both flavors keep 31 bits of their checksums and key hashes
@@ -53,10 +56,14 @@ def _xx_key_hash(key: str) -> int:
 
 
 def _rocketmq_key_hashes(keys: Iterable[str], n: int) -> np.ndarray:
+    import numpy as np
+
     return np.fromiter(map(_rocketmq_key_hash, keys), dtype=np.int64, count=n)
 
 
 def _xx_hashes(texts: Iterable[bytes], n: int) -> np.ndarray:
+    import numpy as np
+
     return np.fromiter(map(xxhash.xxh32_intdigest, texts), dtype=np.int64, count=n) & CRC_MASK
 
 
@@ -74,6 +81,8 @@ def _cuts(packed: np.ndarray, ends: np.ndarray) -> Iterator[bytes]:
 def _rocketmq_key_hashes_packed(packed: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Java's hash is sum(c[i] * 31**(n-1-i)) mod 2**32: in uint32 arithmetic, which wraps,
     for ASCII text (one UTF-16 unit a byte); other text per key."""
+    import numpy as np
+
     if (packed >= 0x80).any():
         return _rocketmq_key_hashes(map(bytes.decode, _cuts(packed, ends)), len(ends))
     lens = np.diff(ends, prepend=0)
@@ -119,6 +128,8 @@ class Flavor:
 
     def checksums(self, buf: memoryview, starts: list[int], ends: list[int]) -> np.ndarray:
         """body_crc of buf[a:b] for each (a, b), iterated in C: no Python call per item."""
+        import numpy as np
+
         sums = map(self.crc_unmasked, map(buf.__getitem__, map(slice, starts, ends)))
         return np.fromiter(sums, dtype=np.int64, count=len(starts)) & CRC_MASK
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass, replace
 
 from ..config import StoreConfig
 from ..errors import StoreFormatError
-from ..files.consume_queue import UNIT_SIZE
-from ..files.index_file import index_file_size
+from ..files.index_layout import index_file_size
 from ..files.json_file import read_json, write_json
 from .flavor_probe import probe
 
@@ -118,6 +117,8 @@ def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
 def file_sizes(config: StoreConfig) -> dict[str, int]:
     """Bytes of one CommitLog file, one IndexFile and one ConsumeQueue file of a store made
     with this config: what `mqfs init` tells a user about disk use."""
+    from ..files.consume_queue import UNIT_SIZE  # with the queue's code: a reader needs neither
+
     return {"commitlog": config.commitlog_file_size,
             "index": index_file_size(config.index_slots, config.index_entries),
             "consume_queue": config.consume_queue_units * UNIT_SIZE}

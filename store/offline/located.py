@@ -8,7 +8,7 @@ import os
 from ..errors import StoreFormatError
 from ..files import safefs
 from ..meta.manifest import is_store
-from .views import StoreLayout, store_layout
+from .store_files import StoreLayout, store_layout
 
 STORE_XATTR = "user.mqfs.store"  # a mount's root names its store's directory in it
 

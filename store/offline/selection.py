@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..format.message import StoredMessage
 from .timetext import FORMS, when
+
+if TYPE_CHECKING:
+    from ..format.message import StoredMessage
 
 # a pattern whose match depends on what surrounds it cannot be searched for over a run of
 # records: it is tried on each body alone (anchors, word boundaries, lookarounds)

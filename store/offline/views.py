@@ -13,106 +13,27 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import StoreFormatError, UntrustedStore
-from ..files import safefs
+from ..errors import StoreFormatError
 from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
 from ..files.index_file import index_file_size as index_file_size  # published: a reader checks a file's size
-from ..files.index_service import build_key as build_key  # published: the key an IndexFile hashes
+from ..files.index_layout import build_key as build_key  # published: the key an IndexFile hashes
 from ..files.time_search import search_time
-from ..format.flavor import Flavor, flavor_named
 from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
-from ..meta.manifest import is_store, read_manifest
+from .keys import key_offsets as key_offsets  # published here first: dump and export use keys
 
-_ENTRY = struct.Struct(">iqii")  # an IndexFile entry: hash, CommitLog offset, timeDiff, prev
-_I32 = struct.Struct(">i")  # a slot: the number of its newest entry
-
-
-@dataclass(frozen=True)
-class StoreLayout:
-    """What a reader needs to know about a store: where it is, its flavor and file sizes."""
-
-    root: str
-    flavor: str
-    commitlog_file_size: int
-    consume_queue_units: int
-    index_slots: int
-    index_entries: int
-    record_crc: bool = False  # every record carries the whole-record checksum
-
-    @property
-    def checked_flavor(self) -> Flavor:
-        """The flavor reads check records with (a trailer required where the store has one)."""
-        return flavor_named(self.flavor, self.record_crc)
-
-
-def store_layout(root: str) -> StoreLayout:
-    """mqfs.json when present; a directory without it is a RocketMQ broker's store. The root
-    is resolved first (a link to the store is the administrator's); a link inside it is
-    refused (UntrustedStore) before any file is read."""
-    root = os.path.realpath(root)
-    if not is_store(root):
-        raise StoreFormatError(f"{root} is not a store (no mqfs.json and no commitlog/)")
-    safefs.refuse_links(root)
-    cfg = read_manifest(root)
-    return StoreLayout(root, cfg.flavor, cfg.commitlog_file_size, cfg.consume_queue_units,
-                       cfg.index_slots, cfg.index_entries, cfg.record_crc)
-
-
-def numbered_files(directory: str, name_len: int = 20) -> list[tuple[int, str]]:
-    """(number, path) of the non-empty files named by `name_len` digits, in order; a link
-    among them, or on the way to the directory, is refused (UntrustedStore)."""
-    try:
-        fd = safefs.open_dir(directory, write=False)
-    except FileNotFoundError:
-        return []
-    found = []
-    try:
-        for entry in os.scandir(fd):
-            name = entry.name
-            if len(name) == name_len and name.isdigit():
-                if entry.is_symlink():
-                    raise UntrustedStore(f"{directory}/{name} is a symbolic link: mqfs "
-                                                "never follows links inside a store")
-                if entry.stat(follow_symlinks=False).st_size > 0:
-                    found.append((int(name), os.path.join(directory, name)))
-    finally:
-        os.close(fd)
-    return sorted(found)
-
-
-def commitlog_files(root: str) -> list[tuple[int, str]]:
-    return numbered_files(os.path.join(root, "commitlog"))
-
-
-def map_readonly(path: str) -> mmap.mmap:
-    """A read-only shared mapping: sees a live writer's appends, cannot change the file (a
-    link at or on the way to `path` is refused, never followed)."""
-    fd = safefs.open_file(path)
-    try:
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    finally:
-        os.close(fd)
-
-
-def queues(root: str) -> list[tuple[str, int]]:
-    """Every (topic, queue id) that has a ConsumeQueue directory; a link among them is
-    refused (UntrustedStore)."""
-    base = os.path.join(root, "consumequeue")
-    found: list[tuple[str, int]] = []
-    try:
-        topics = sorted(safefs.subdirs(base))
-    except (FileNotFoundError, NotADirectoryError):
-        return found
-    for topic in topics:
-        names = safefs.subdirs(os.path.join(base, topic))
-        found.extend((topic, int(q)) for q in sorted(names, key=lambda s: (len(s), s)) if q.isdigit())
-    return found
+# published here first; a reader without numpy imports them from store_files
+from .store_files import StoreLayout as StoreLayout
+from .store_files import commitlog_files as commitlog_files
+from .store_files import index_files as index_files
+from .store_files import map_readonly as map_readonly
+from .store_files import numbered_files as numbered_files
+from .store_files import queues as queues
+from .store_files import store_layout as store_layout
 
 
 def _valid_units(mm: mmap.mmap) -> np.ndarray:
@@ -219,40 +140,6 @@ def read_index_file(path: str, slots: int) -> IndexFileView:
     entries = np.frombuffer(mm, ENTRY_DTYPE, count=count - 1,
                             offset=HEADER_SIZE + slots * SLOT_SIZE + ENTRY_SIZE).copy()
     return IndexFileView(path, header.copy(), slot_table, entries)
-
-
-def index_files(root: str) -> list[str]:
-    return [p for _, p in numbered_files(os.path.join(root, "index"), 17)]
-
-
-def key_offsets(layout: StoreLayout, topic: str, key: str, begin: int = 0,
-                end: int = 2**63 - 1) -> list[int]:
-    """CommitLog offsets the IndexFiles hold for `topic#key` stored about [begin, end] (whole
-    seconds: a few more), newest file first. Hash hits: the caller checks each record's
-    keys, topic and time. Each file's chain for the key's slot is read in place (no entry
-    copied, no store opened), up to the entries a live writer has written past its header."""
-    key_hash = layout.checked_flavor.key_hash(build_key(topic, key))
-    slots = layout.index_slots
-    found: list[int] = []
-    for path in reversed(index_files(layout.root)):
-        mm = map_readonly(path)
-        capacity = (len(mm) - HEADER_SIZE - slots * SLOT_SIZE) // ENTRY_SIZE
-        if capacity <= 0:
-            continue
-        begin_ts = int(np.frombuffer(mm, HEADER_DTYPE, count=1)[0]["begin_ts"])
-        (cur,) = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % slots) * SLOT_SIZE)
-        base = HEADER_SIZE + slots * SLOT_SIZE
-        while 0 < cur < capacity:
-            h, phy, diff, prev = _ENTRY.unpack_from(mm, base + cur * ENTRY_SIZE)
-            if diff < 0:
-                break
-            stored = begin_ts + diff * 1000  # timeDiff is whole seconds: widened by 999 ms
-            if h == key_hash and begin <= stored + 999 and (stored <= end or diff == 0):
-                found.append(phy)
-            if prev >= cur:  # entries link to older ones only: a link forward is damage
-                break
-            cur = prev
-    return found
 
 
 def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
