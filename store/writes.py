@@ -112,8 +112,9 @@ class StoreWrites:
         size = len(rec)
         self.commitlog.check_fits(size)
         if self.config.flush_mode != "sync" or message.properties.get("WAIT") == "false":
-            with self.put_lock:  # the common put: one lock, everything found in memory
-                result = self._append_hot(message, rec, ts_pos)
+            with self.put_lock:  # the common put: one lock, queue and room found in memory
+                found = self.dispatcher.reserve_hot(message)  # (no I/O, no FirstUseOwed)
+                result = None if found is None else self._write(message, rec, ts_pos, *found)
             if result is None:
                 result = self._locked(lambda: self._append(message, rec, ts_pos), False)
             if self.flush_services.commit_service is not None:
@@ -291,15 +292,6 @@ class StoreWrites:
         rec, _ = self.encoder.encode(dataclasses.replace(message, body=b""))
         room = self.commitlog.file_size - layout.END_FILE_MIN_BLANK - len(rec)
         return max(0, min(self.config.max_message_size, room))
-
-    def _append_hot(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult | None:
-        """`_append` when its queue and room are found in memory (caller holds put_lock);
-        None (nothing written) otherwise. No FirstUseOwed: an open queue owes no proof."""
-        dispatcher = self.dispatcher
-        found = dispatcher.reserve_hot(msg)
-        if found is None:
-            return None
-        return self._write(msg, rec, ts_pos, *found)
 
     def _append(self, msg: Message, rec: bytearray, ts_pos: int) -> PutResult:
         """Write one encoded record and its unit and index entries (caller holds put_lock).

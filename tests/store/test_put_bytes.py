@@ -15,7 +15,7 @@ STORE_TS = 1_700_000_000_123
 BORN_TS = 1_690_000_000_000
 CL_SIZE = 1 << 20
 CQ_UNITS = 1000
-SLOTS, ENTRIES = 64, 1000
+ENTRIES = 1000
 PREPARED, ROLLBACK = 0x4, 0xC
 
 
@@ -63,10 +63,11 @@ def _tags_code(tags: str | None) -> int:
     return 0 if not tags else struct.unpack(">q", xxhash.xxh64_digest(tags.encode()))[0]
 
 
-def _expected(msgs: list[Message]) -> dict[str, bytes]:
-    """Every file of the store the messages make: path under the store -> bytes."""
+def _expected(msgs: list[Message], n_slots: int) -> dict[str, bytes]:
+    """Every file of the store the messages make (an IndexFile of `n_slots` hash slots):
+    path under the store -> bytes."""
     log, units = b"", {}
-    slots = [0] * SLOTS
+    slots = [0] * n_slots
     entries = b""
     count, slot_count, begin_phy, end_phy = 1, 0, 0, 0
     for m in msgs:
@@ -83,7 +84,7 @@ def _expected(msgs: list[Message]) -> dict[str, bytes]:
             m.properties["KEYS"].split(" ")
         for key in keys:
             h = xxhash.xxh32_intdigest(f"{m.topic}#{key}".encode()) & 0x7FFFFFFF
-            slot = h % SLOTS
+            slot = h % n_slots
             slot_count += slots[slot] == 0
             entries += struct.pack(">iqii", h, at, 0, slots[slot])
             slots[slot] = count
@@ -94,7 +95,7 @@ def _expected(msgs: list[Message]) -> dict[str, bytes]:
         raw = b"".join(queue)
         files[f"consumequeue/{topic}/{qid}/" + "0" * 20] = raw + bytes(CQ_UNITS * 20 - len(raw))
     header = struct.pack(">qqqqii", STORE_TS, STORE_TS, begin_phy, end_phy, slot_count, count)
-    files["index"] = (header + struct.pack(f">{SLOTS}i", *slots) + bytes(20) + entries
+    files["index"] = (header + struct.pack(f">{n_slots}i", *slots) + bytes(20) + entries
                       + bytes((ENTRIES - count) * 20))
     return files
 
@@ -111,12 +112,16 @@ def _found(root: str) -> dict[str, bytes]:
     return files
 
 
+# 64 slots: some keys share a slot (and "shared0".."shared3" recur); 3 slots: nearly every
+# entry of a batch chains to another key's entry of the same batch, so a batch's chains must
+# run in put order exactly as one put after another leaves them
+@pytest.mark.parametrize("slots", [64, 3])
 @pytest.mark.parametrize("way", ["put", "put_batch", "put_batch_columnar", "put_batch_in_twos"])
-def test_puts_write_the_bytes_the_format_gives(tmp_path, monkeypatch, way):
+def test_puts_write_the_bytes_the_format_gives(tmp_path, monkeypatch, way, slots):
     msgs = _messages()
     root = str(tmp_path / way)
     config = StoreConfig(commitlog_file_size=CL_SIZE, consume_queue_units=CQ_UNITS,
-                         index_slots=SLOTS, index_entries=ENTRIES, record_crc=True)
+                         index_slots=slots, index_entries=ENTRIES, record_crc=True)
     if way == "put_batch_columnar":
         monkeypatch.setattr(writes, "SMALL_BATCH", 1)
     with MessageStore(root, config) as s:
@@ -134,7 +139,7 @@ def test_puts_write_the_bytes_the_format_gives(tmp_path, monkeypatch, way):
                 assert s.get(m.topic, m.queue_id, r.queue_offset).commitlog_offset == r.commitlog_offset
             if m.sys_flag & 0xC != ROLLBACK:
                 assert r.commitlog_offset in [h.commitlog_offset for h in s.query_key(f"k{msgs.index(m)}", m.topic)]
-    expected, found = _expected(msgs), _found(root)
+    expected, found = _expected(msgs, slots), _found(root)
     assert sorted(found) == sorted(expected)
     for path, data in expected.items():
         assert found[path] == data, path
