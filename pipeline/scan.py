@@ -48,6 +48,7 @@ from mqfs.store.format.message import (
     msg_id,
 )
 from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, dispatched
+from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
 
 from . import inner_batches
@@ -107,12 +108,14 @@ class Checks:
     `checksums` off (header-only reads) a record is checked as far as its header goes: its
     magic, its size, and field lengths that add up to it with an ASCII topic (the walk's
     structural checks, what `codec.decode` checks before any checksum); the checksums, which
-    cover the body, are not computed."""
+    cover the body, are not computed. `points`: where the store's indexes say records start,
+    the resync's witness after a lost header (`checked_runs`); read only when that happens."""
 
     flavor: Flavor
     path: str = ""
     skip: bool = False
     checksums: bool = True
+    points: IndexPoints | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (CommitLog offset, reason)
 
     def reject(self, commitlog_offset: int, file_from: int, reason: str) -> None:
@@ -142,10 +145,13 @@ def checked_runs(buf, file_from: int, start: int, end: int, checks: Checks,
     out: the store's walker (`layout.walk` with the store's flavor: exactly the records
     `codec.decode` accepts). Each damaged range between runs goes to `checks` once, and the
     walk goes on where the store's resync puts the next record (`salvage.resync_in`, as
-    verify, repair and the scrub: never inside a damaged record's intact span); a run holds
-    at most max_records records and, unless one record is larger, max_bytes bytes."""
+    verify, repair and the scrub: never inside a damaged record's intact span and, after a
+    lost header, only at a record `checks.points` says an index points at); a run holds at
+    most max_records records and, unless one record is larger, max_bytes bytes."""
     u8 = np.frombuffer(buf, np.uint8)
     flavor = checks.flavor if checks.checksums else None
+    points = checks.points
+    pointed = None if points is None else (lambda offset: points.accepts(offset, file_from, len(buf)))
     pos = start
     while pos < end:
         w = walk(buf, pos, end, max_records, flavor, u8)
@@ -161,7 +167,7 @@ def checked_runs(buf, file_from: int, start: int, end: int, checks: Checks,
         if w.why == "blank" or pos >= end:
             return
         checks.reject(file_from + pos, file_from, _WHY.get(w.why, "broken record header"))
-        found = resync_in(buf, file_from, pos, end, checks.flavor)
+        found = resync_in(buf, file_from, pos, end, checks.flavor, pointed=pointed)
         if found is None:
             return
         pos = found

@@ -45,6 +45,7 @@ from pyspark.sql.types import StructType
 from mqfs.store.errors import StoreError
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import chain, walk
+from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.offline.views import (
     StoreLayout,
     commitlog_files,
@@ -393,12 +394,13 @@ class MqfsReader(DataSourceReader):
             return
         if not isinstance(partition, RangeGroup):  # partitions() planned none: Spark
             return  # then sends one InputPartition(None), which holds no rows
+        points = IndexPoints(self.layout.root, self.layout.index_slots)  # read only after a lost header
         for piece in partition.pieces:
-            yield from self._range_rows(piece)
+            yield from self._range_rows(piece, points)
 
-    def _range_rows(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    def _range_rows(self, partition: RangePartition, points: IndexPoints) -> Iterator[pa.RecordBatch]:
         checks = Checks(self.layout.checked_flavor, partition.path, self.opts.skip_damaged,
-                        checksums=not self._header_only())
+                        checksums=not self._header_only(), points=points)
         yield from read_range(partition, checks, self.opts.columns)
         if checks.skipped:
             warn(f"skipped {len(checks.skipped)} damaged records in {partition.path} (first at "

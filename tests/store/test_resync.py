@@ -16,7 +16,9 @@ import pytest
 from mqfs.pipeline.scan import Checks, checked_runs
 from mqfs.store import Message, MessageStore
 from mqfs.store.format import layout
+from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.verify import verify_store
+from mqfs.store.offline.views import map_readonly, store_layout
 from mqfs.store.repair import apply_repair, plan_repair
 from tests.store.helpers import flip, small_config
 
@@ -141,3 +143,22 @@ def test_the_scrub_passes_over_a_planted_record_whose_outer_header_is_gone(tmp_p
         s.scrub()
         findings = [f for f in s.scrub_status()["findings"] if "damaged record" in f]
         assert len(findings) == 1 and f"offset {a_at} " in findings[0], findings
+
+
+@pytest.mark.parametrize("indexes", sorted(INDEXES))
+def test_the_spark_readers_walk_passes_over_a_planted_record_whose_outer_header_is_gone(tmp_path, indexes):
+    """The Python reader's walk (`checked_runs`) with the store's IndexPoints, as the source
+    hands them to each task: after A's lost magic it goes on at B, never at P; without
+    them (before) it took P."""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, a_at + layout.MAGIC_POS + 3)
+    INDEXES[indexes](root)
+    view = store_layout(root)
+    buf = map_readonly(os.path.join(root, "commitlog", "0" * 20))
+    checks = Checks(view.checked_flavor, skip=True, points=IndexPoints(root, view.index_slots))
+    end = b_at + struct.unpack_from(">i", buf, b_at)[0]
+    starts = [int(x) for run in checked_runs(buf, 0, 0, end, checks, 1 << 10, 1 << 20)
+              for x in np.asarray(run.starts)]
+    assert p_at not in starts and b_at in starts
+    assert [at for at, _ in checks.skipped] == [a_at]
