@@ -34,6 +34,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
     private final boolean skip;
     private final Checksum sum;
     private final Selection selection;
+    private final IndexPoints points;  // the resync's witness after a lost header (read only then)
     private final Record r = new Record();
     private final Record probe = new Record();
     private int next;
@@ -64,6 +65,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         skip = !empty && plan.get("skip").asBoolean();
         sum = empty ? null : new Checksum(plan.get("flavor").asText(), plan.get("recordCrc").asBoolean());
         selection = empty ? null : new Selection(plan.get("filter"));
+        points = empty || !plan.has("root") ? null : new IndexPoints(plan.get("root").asText(), plan.get("indexSlots").asInt());
         if (!empty) {
             plan.get(places ? "rows" : units ? "units" : "pieces").forEach(work::add);
         }
@@ -247,7 +249,9 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
      * record's TOTALSIZE, or the end its parts' lengths give): a record that checks out
      * there, or a BLANK that fills the file. When both agree, nothing inside that span is
      * taken (a record planted in a body stays a body); else, past it, the first record that
-     * checks out and names its position (next_record_in). */
+     * checks out and names its position (next_record_in) and that one of the store's indexes
+     * points at (IndexPoints: a record planted in a body whose header the damage took is
+     * none of the store's). */
     private int resync(int pos, int hi) {
         long[] ends = chainEnds(pos, hi);
         for (int i = 0; i < 2; i++) {
@@ -304,12 +308,14 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         return left >= 8 && buf.getInt(at) == left && buf.getInt(at + 4) == Record.MAGIC_BLANK;
     }
 
-    /** salvage.next_record_in: the first position in [lo, hi) where a record checks out. */
+    /** salvage.next_record_in: the first position in [lo, hi) where a record checks out and
+     * the indexes point at (or reach no further). */
     private int nextRecord(int lo, int hi) {
         int last = Math.min(hi - 4, buf.capacity() - 9);
         for (int s = lo; s <= last; s++) {
             int magic = buf.getInt(s + 4);
-            if ((magic == Record.MAGIC_V1 || magic == Record.MAGIC_V2) && checksOut(s)) {
+            if ((magic == Record.MAGIC_V1 || magic == Record.MAGIC_V2) && checksOut(s)
+                    && (points == null || points.accepts(fileFrom + s, fileFrom, buf.capacity()))) {
                 return s;
             }
         }

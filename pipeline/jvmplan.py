@@ -217,7 +217,8 @@ def _filter(flt: RowFilter) -> dict:
 def _common(layout: StoreLayout, opts: ReadOptions, store: str | None) -> dict:
     flavor = layout.checked_flavor
     return {"store": store, "flavor": flavor.name, "recordCrc": flavor.record_crc,
-            "skip": opts.skip_damaged, "kafka": opts.kafka}
+            "skip": opts.skip_damaged, "kafka": opts.kafka,
+            "root": layout.root, "indexSlots": layout.index_slots}  # the resync's IndexPoints
 
 
 def _describe(reader: PlannedReader, part: InputPartition, store: str | None, prints: dict[str, str]) -> dict:

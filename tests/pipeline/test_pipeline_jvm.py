@@ -37,7 +37,7 @@ from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
 from tests.store.broker_layouts import compressed_workload, json_body  # noqa: E402
 from tests.store.test_broker_stores import _broker_workload, broker_store  # noqa: E402
 from tests.store.test_layout import _FLAVORS, _HOSTS, messages  # noqa: E402
-from tests.store.test_resync import WHERE, _flip, _planted_store  # noqa: E402
+from tests.store.test_resync import INDEXES, WHERE, _flip, _planted_store  # noqa: E402
 
 T0 = 1_700_000_000_000
 FILE = 1 << 16
@@ -240,6 +240,26 @@ def test_a_record_planted_in_a_body_stays_a_body_both_ways(spark, tmp_path, wher
     _flip(root, WHERE[where](a_at, p_at))
     jvm, python = both(spark, root, {"damagedRecords": "skip"}, ["commitlog_offset", "topic", "body"])
     assert jvm == python and b_at in {r.commitlog_offset for r in jvm}
+    assert p_at not in {r.commitlog_offset for r in jvm} and a_at not in {r.commitlog_offset for r in jvm}
+
+
+@pytest.mark.parametrize("indexes", sorted(INDEXES))
+def test_a_planted_record_whose_outer_header_is_gone_is_no_row_either_way(spark, tmp_path, indexes):
+    """A's record magic flipped: no chain says where A ends, and the search's first record
+    that checks out is P, planted in A's body with its own position and checksums. Both
+    readers take only a record the store's indexes point at (as verify does:
+    store/integrity/index_points.py, IndexPoints.java), read from the units and entries, so
+    P is no row whatever is left of the indexes, and `victim` keys B alone. Before, both
+    readers gave P as a row of T. (With T's queue gone no unit is left past A, so the read
+    ends at A, where the chain after the last unit stops: `source.records_end`.)"""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, a_at + layout.MAGIC_POS + 3)
+    INDEXES[indexes](root)
+    jvm, python = both(spark, root, {"damagedRecords": "skip"}, ["commitlog_offset", "topic", "body", "keys"])
+    assert jvm == python
+    victims = [(r.commitlog_offset, bytes(r.body)) for r in jvm if "victim" in r["keys"]]
+    assert victims == ([] if indexes == "index-header-and-queue" else [(b_at, b"real")])
     assert p_at not in {r.commitlog_offset for r in jvm} and a_at not in {r.commitlog_offset for r in jvm}
 
 
