@@ -159,9 +159,18 @@ def test_a_store_a_broker_is_writing_is_refused_and_shown_as_it_grows(tmp_path):
                 p.wait()
 
 
+def _rocksdb_cq_json_config(root: str) -> None:
+    """A RocksDB ConsumeQueue whose broker still keeps topics and offsets in JSON (its config
+    not yet moved to RocksDB): the offsets file is the one the broker reads."""
+    broker_guard_layouts.layout_rocksdb(root)
+    for name in ("topics", "consumerOffsets", "subscriptionGroups"):
+        shutil.rmtree(os.path.join(root, "config", name))
+
+
 def _kinds() -> dict:
     kinds = _broker_kinds()
     kinds["plain"] = broker_guard_layouts.broker_store  # the broker's config files, nothing else
+    kinds["rocksdb_cq_json_config"] = _rocksdb_cq_json_config
     return kinds
 
 
