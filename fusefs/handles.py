@@ -30,6 +30,7 @@ log = logging.getLogger("mqfs")
 R = TypeVar("R")
 T = TypeVar("T")
 Put = Callable[[list[Message]], list[PutResult]]
+PutNow = Callable[[list[Message]], list[PutResult] | None]
 
 
 class Runner(Protocol):
@@ -173,6 +174,7 @@ class SinkHandle(Handle):
     ino: int
     writer: AppendWriter | JsonlWriter | None
     put: Put
+    put_now: PutNow | None = None  # the put the loop makes when it cannot wait (`Model.put_now`)
     lane: Lane = field(default_factory=Lane)
     nonseekable = True
 
@@ -192,12 +194,15 @@ class SinkHandle(Handle):
 
     async def _put(self, run: Runner, writer: AppendWriter | JsonlWriter,
                    messages: list[Message]) -> None:
-        """Store (in a worker thread: bodies may be large, sync mode waits for the disk);
-        a refusal fails the writer, so the handle refuses everything after it."""
+        """Store: on the loop when nothing can make the put wait (`put_now`: a small body,
+        the put lock free, no roll, async flush), else in a worker thread (a large body, a
+        put that waits for the disk); a refusal fails the writer, so the handle refuses
+        everything after it."""
         if not messages:
             return
         try:
-            await run.thread(self.put, messages)
+            if self.put_now is None or self.put_now(messages) is None:
+                await run.thread(self.put, messages)
         except Exception as exc:
             writer.fail(errno_for(exc) or errno.EIO)
             raise

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from mqfs.store import Message, MessageStore, PutResult
+from mqfs.store import InvalidMessage, Message, MessageStore, PutResult
 from mqfs.store.files.staging import Staging
 
 from .errors import FsError
@@ -55,6 +55,7 @@ from .status import status
 from .times import QueueTimes
 
 KEY_HITS_MAX = 10_000  # default cap on entries listed under one /keys/<key> (-o keys_max=)
+LOOP_BODY_MAX = 64 * 1024  # a put on the event loop copies at most this much (as a small body's read)
 
 
 class Model:
@@ -79,7 +80,7 @@ class Model:
         self.parts = Parts(store, self.nodes, self.messages, self.times, self.tmp, self.follows,
                            self.recent, budget or Budget(), umask, keys_max, started_ns,
                            time.time_ns, self.getattr, self.node_attr, self.body_limit,
-                           self.spool, self.put)
+                           self.spool, self.put, self.put_now)
         self.kinds: dict[int, Kind] = {cls.kind: cls(self.parts) for cls in KINDS}
         self.group_files = cast(GroupQueue, self.kinds[GROUP_QUEUE])
         self.queue_dir = cast(Queue, self.kinds[QUEUE])
@@ -333,6 +334,25 @@ class Model:
                     raise FsError(errno.EFBIG, f"body is {len(msg.body)} bytes, the limit here "
                                                f"is {room}") from exc
             raise
+        moved = self.times.note_puts(messages, results)
+        if moved:
+            self.forget_attrs(moved)
+        return results
+
+    def put_now(self, messages: list[Message]) -> list[PutResult] | None:
+        """`put` on the event loop, when nothing can make it wait: one message whose body is
+        at most LOOP_BODY_MAX, stored by `MessageStore.put_nowait`. None, with nothing stored,
+        when the store cannot take it so (a put lock taken, a roll or a new file due, sync
+        mode...): then `put` stores it, from a worker thread."""
+        if len(messages) != 1 or len(messages[0].body) > LOOP_BODY_MAX:
+            return None
+        try:
+            result = self.store.put_nowait(messages[0])
+        except InvalidMessage:  # refused before a byte is written: put says why (EFBIG...)
+            return None
+        if result is None:
+            return None
+        results = [result]
         moved = self.times.note_puts(messages, results)
         if moved:
             self.forget_attrs(moved)

@@ -6,8 +6,9 @@ module offers the places (`TrioRunner`: the event loop, worker threads, the spoo
 The trio loop serves every request, so nothing that may wait for the disk runs on it: puts,
 flushes, key/tag/time searches, reads of a link's or an xattr's record, copies of bodies
 over 64 KiB and staging-file I/O go to worker threads (docs/concurrency.md says which and
-why). Message attributes (decoded from the mapped files), queue listings in batches and small
-bodies stay on the loop, where they cost less than the ~50-100 us of a thread hop.
+why). Message attributes (decoded from the mapped files), queue listings in batches, small
+bodies and a small put the store takes without waiting (`Model.put_now`) stay on the loop,
+where they cost less than the ~50-100 us of a thread hop.
 
 Every handler is wrapped: FsError and store errors map to their errno; anything else is a
 bug, logged with its traceback and answered with EIO, and the daemon keeps serving (an
@@ -101,8 +102,9 @@ def guarded(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[An
 
 def forget_attrs(inodes: list[int]) -> None:
     """Tell the kernel cached attributes of these inodes are stale (when: `Forgetting`).
-    Called from worker threads only (with the writeback cache off it does not block, but a call from the trio
-    thread would still hold the loop for the write to /dev/fuse)."""
+    From a put's thread: a worker, the forgetting thread, or the loop (a put it made). With
+    the writeback cache off an attribute-only invalidation never waits: one write to
+    /dev/fuse, a few microseconds."""
     for ino in inodes:
         try:
             pyfuse3.invalidate_inode(ino, attr_only=True)

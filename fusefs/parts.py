@@ -40,3 +40,4 @@ class Parts:
     body_limit: Callable[[str, int], int]  # the largest plain body a queue takes
     spool: Callable[[], Spool]  # a new write buffer (memory, then staging)
     put: Callable[[list[Message]], list[PutResult]]  # store messages, moving the times
+    put_now: Callable[[list[Message]], list[PutResult] | None]  # `put` on the loop, or None

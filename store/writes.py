@@ -152,6 +152,34 @@ class StoreWrites:
             raise
 
     @in_use
+    def put_nowait(self, message: Message) -> PutResult | None:
+        """`put` for a caller that must not wait (the mount's event loop): None, with
+        nothing written, unless nothing can make it wait: the store flushes asynchronously
+        without a transient pool (no flush or commit to wait for), the put lock is free
+        (tried, never waited for), the queue and the room for its unit and index entries
+        are in memory (no first use, no new file) and the record fits the CommitLog's
+        current file (no roll). Then it writes `put`'s bytes; on None, `put` (from a
+        thread that may wait) stores the message."""
+        if not self.is_open or self.config.read_only or self.stopped is not None:
+            self._writable()
+        if self.compaction.topics:
+            self._not_compacted([message])
+        if self.config.flush_mode == "sync" or self.flush_services.commit_service is not None:
+            return None
+        rec, ts_pos = self.encoder.encode(message)
+        if not self.put_lock.acquire(blocking=False):
+            return None
+        try:
+            files = self.commitlog.queue.files
+            if not files or len(rec) + layout.END_FILE_MIN_BLANK > \
+                    files[-1].file_size - files[-1].wrote_position:
+                return None
+            found = self.dispatcher.reserve_hot(message)
+            return None if found is None else self._write(message, rec, ts_pos, *found)
+        finally:
+            self.put_lock.release()
+
+    @in_use
     def put_batch(self, messages: Iterable[Message]) -> list[PutResult]:
         """Append messages in order; when it returns they are readable and findable (and on
         disk in sync mode). Nothing is written if any message is invalid. The records are

@@ -157,7 +157,7 @@ class Append(QueueFile):
         if how.writing:
             writer = AppendWriter(node.topic, node.queue,
                                   self.parts.body_limit(node.topic, node.queue), self.parts.spool())
-        return AppendHandle(node.ino, writer, self.parts.put)
+        return AppendHandle(node.ino, writer, self.parts.put, self.parts.put_now)
 
 
 class Jsonl(Append):

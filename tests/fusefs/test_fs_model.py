@@ -744,6 +744,53 @@ def test_open_and_the_rules_of_each_kind_need_no_kernel(model, store):
     assert errno_of(model.put, [too_big]) == errno.EFBIG
 
 
+class CountingRunner(InlineRunner):
+    """An InlineRunner that counts the steps sent to a worker thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trips = 0
+
+    async def thread(self, fn, *args):
+        self.trips += 1
+        return fn(*args)
+
+
+def test_an_append_is_put_on_the_loop_unless_the_store_would_make_it_wait(model, store):
+    """The close of `append` puts a small body without a worker-thread trip; a body over
+    64 KiB, or a put the store cannot take at once (the put lock taken: put_nowait says
+    None), takes the trip; each message is stored once, in order."""
+    run = CountingRunner()
+    append = model.lookup(walk(model, "topics", "orders", "0"), b"append").ino
+
+    async def close_after(body: bytes) -> None:
+        h = await model.open(run, append, Opening(writing=True))
+        await h.write(run, 0, body)
+        await h.commit(run)
+        await h.release(run)
+
+    async def scenario() -> None:
+        await close_after(b"small")
+        assert run.trips == 0 and run.stores == 1
+        await close_after(b"L" * (64 * 1024 + 1))
+        assert run.trips == 1
+        with store.put_lock:  # held: put_nowait never waits for it, so it says None...
+            assert store.put_nowait(Message.create("orders", b"x", queue_id=0)) is None
+        # ...and a close that meets the lock held by a put elsewhere goes to the thread
+        real = store.put_nowait
+        store.put_nowait = lambda msg: None
+        try:
+            await close_after(b"waited")
+        finally:
+            store.put_nowait = real
+        assert run.trips == 2 and run.stores == 3
+
+    trio.run(scenario)
+    bodies = [bytes(store.get("orders", 0, o).body) for o in range(3, 6)]
+    assert bodies == [b"small", b"L" * (64 * 1024 + 1), b"waited"]
+    assert store.max_offset("orders", 0) == 6
+
+
 def test_follow_of_a_compaction_topic_goes_over_the_offsets_compaction_took(tmp_path):
     """follow's bytes are the served messages in order: an offset compaction took (queue 0's
     tombstone at 29) is measured and read as nothing, never as another message's body."""
