@@ -67,8 +67,8 @@ def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed:
     in memory only. Its end is found; units past the CommitLog's end are a torn tail's or
     a running writer's next ones after a crash (not shown), and damage after a clean close;
     a damaged queue (a unit that does not describe its record where the checkpoint cannot
-    vouch for it, a lost first file, fewer entries than the clean close counted) is served
-    from the records of the log instead, changing nothing."""
+    vouch for it, a lost first file or one in the middle, fewer entries than the clean close
+    counted) is served from the records of the log instead, changing nothing."""
     cq.load()
     cq.recover()
     end = parts.commitlog.queue.max_offset  # a live follower moves it
@@ -82,11 +82,13 @@ def prove_read_only(parts: StoreParts, cq: ConsumeQueue, rec: Recorded, crashed:
         cq.truncate_from_physical(end)
     bad = bad or cq.max_offset < rec.entries or (parts.commitlog.queue.min_offset == 0 and
                                                  bool(cq.queue.files) and cq.first_file_offset > rec.head)
-    if not bad:
+    gap = check.missing_file(cq)  # a file lost in the middle: its offsets would be ENOENT
+    if not bad and gap is None:
         return cq
     cq.close()
     key = (cq.topic, cq.queue_id)
-    note(f"ConsumeQueue {key[0]}/{key[1]} is damaged: served from the CommitLog; a read-write "
+    why = "is damaged" if gap is None else f"lost a file in the middle (its units from offset {gap})"
+    note(f"ConsumeQueue {key[0]}/{key[1]} {why}: served from the CommitLog; a read-write "
          "open rebuilds it", [])
     return check.queues_from_log(parts, {key})[key]
 

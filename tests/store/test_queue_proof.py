@@ -234,6 +234,26 @@ def test_a_middle_consume_queue_file_deleted_is_rebuilt_without_a_record_too(tmp
     assert verify_store(root).ok
 
 
+@needs_fuse
+def test_a_middle_consume_queue_file_deleted_is_served_from_the_log_read_only(tmp_path):
+    """The same store opened read-only (and mounted `-o ro`): the units of the lost file
+    were ENOENT (offsets 0..249 shown, 100..199 missing). Now the queue is served from the
+    log in memory, the open's report says why, and not a byte of the store changes."""
+    root, mnt = str(tmp_path / "s"), str(tmp_path / "mnt")
+    _store_with_three_files(root)
+    _drop_middle_file(root)
+    before = store_state(root)
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        assert (s.min_offset("T", 0), s.max_offset("T", 0)) == (0, 250)
+        assert [bytes(m.body) for m in s.get_range("T", 0, 95, 10)] == \
+            [b"m-%d" % i for i in range(95, 105)]
+        assert any("T/0 lost a file in the middle" in n for n in s.recovery.notes)
+    with mounted(root, mnt, "-o", "ro"):
+        assert sh(f"cat {mnt}/topics/T/0/150").stdout == b"m-150"
+        assert sh(f"ls {mnt}/topics/T/0 | grep -c '^[0-9]'").stdout.strip() == b"250"
+    assert store_state(root) == before
+
+
 def test_the_scrub_finds_a_middle_file_deleted_under_an_open_queue(tmp_path):
     root = str(tmp_path / "s")
     _store_with_three_files(root)
