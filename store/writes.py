@@ -4,10 +4,9 @@ when its put returns. MessageStore owns the files, the locks and their lifecycle
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import NamedTuple, TypeVar
 
@@ -125,31 +124,25 @@ class StoreWrites:
         return result
 
     def _locked(self, write: Callable[[], T], sync: bool) -> T:
-        """`write` under the put lock (announced to the group commit when `sync`). A queue it
-        needs first used (FirstUseOwed, raised before anything is written) is opened and
-        proven without the lock, then `write` is tried again: puts to other queues never
-        wait for a proof."""
+        """`write` under the put lock, announced to the group commit first when `sync` (so
+        a leader gathering puts waits for its bytes rather than syncing without them) and
+        withdrawn if it fails. A queue it needs first used (FirstUseOwed, raised before
+        anything is written) is opened and proven without the lock, then `write` is tried
+        again: puts to other queues never wait for a proof. No context manager: this is
+        every sync put's path."""
+        group = self.flush_services.group_commit if sync else None
         while True:
+            if group is not None:
+                group.arrive()
             try:
-                if not sync:  # (no context manager of its own: this is every put's path)
-                    with self.put_lock:
-                        return write()
-                with self._appending(), self.put_lock:
+                with self.put_lock:
                     return write()
-            except FirstUseOwed as owed:
-                self.consume_queues.open_queues(owed.keys)
-
-    @contextlib.contextmanager
-    def _appending(self) -> Iterator[None]:
-        """Announce a put that will wait for the disk, so the group-commit leader waits
-        for its bytes rather than syncing without them; withdraw it if the append fails."""
-        group = self.flush_services.group_commit
-        group.arrive()
-        try:
-            yield
-        except BaseException:
-            group.depart()
-            raise
+            except BaseException as exc:
+                if group is not None:
+                    group.depart()
+                if not isinstance(exc, FirstUseOwed):
+                    raise
+                self.consume_queues.open_queues(exc.keys)
 
     @in_use
     def put_nowait(self, message: Message) -> PutResult | None:
@@ -325,7 +318,8 @@ class StoreWrites:
         """Write one encoded record and its unit and index entries (caller holds put_lock).
         Room in the ConsumeQueue and IndexFile comes first, so a full disk refuses the put
         before its record is written."""
-        return self._write(msg, rec, ts_pos, *self.dispatcher.reserve(msg))
+        dispatcher = self.dispatcher  # the common case found in memory, as put's own path
+        return self._write(msg, rec, ts_pos, *(dispatcher.reserve_hot(msg) or dispatcher.reserve(msg)))
 
     def _write(self, msg: Message, rec: bytearray, ts_pos: int, cq: ConsumeQueue | None,
                queue_offset: int, keys: list[str]) -> PutResult:

@@ -1,5 +1,6 @@
 """Flush policies, checkpoint, abort file and retention (crash tiers live in test_crash_*)."""
 
+import errno
 import os
 import struct
 import threading
@@ -70,6 +71,24 @@ def test_a_failed_announced_put_does_not_hold_the_leader_back():
     group.depart()
     group.wait(10, 30)  # nobody is arriving: syncs at once
     assert group.arriving == 0 and group.progress.value == 10
+
+
+def test_a_sync_put_failing_under_the_lock_withdraws_its_announcement(tmp_path, monkeypatch):
+    """A sync put announces itself to the group commit before it takes the put lock; one
+    that fails there must withdraw, or every later leader would wait for its bytes."""
+    with MessageStore(str(tmp_path), small_config(flush_mode="sync")) as s:
+        s.put(Message(topic="t", body=b"first"))
+
+        def full_disk(*_args: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(s.commitlog, "append", full_disk)
+        with pytest.raises(OSError):
+            s.put(Message(topic="t", body=b"refused"))
+        assert s.flush_services.group_commit.arriving == 0
+        monkeypatch.undo()
+        after = s.put(Message(topic="t", body=b"after"))
+        assert s.commitlog.queue.flushed_where >= after.commitlog_offset + after.size
+        assert after.queue_offset == 1 and bytes(s.get("t", 0, 1).body) == b"after"
 
 
 class GatedDisk:
