@@ -125,6 +125,8 @@ def cmd_dump(a: argparse.Namespace) -> int:
             n += 1
             if writer is not None:
                 writer.write(msg)
+        if writer is not None:
+            writer.flush()
         if a.count:
             out.write(b"%d\n" % n)
         out.flush()

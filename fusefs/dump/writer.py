@@ -11,9 +11,10 @@ from typing import BinaryIO
 import orjson
 
 from mqfs.store import StoredMessage
-from mqfs.store.format.jsonl import CSV_COLUMNS, csv_row, envelope, replay_line
+from mqfs.store.format.jsonl import CSV_COLUMNS, EnvelopeLines, csv_row, replay_line
 
 FORMATS = ("json", "csv", "raw", "replay", "offsets")
+BATCH = 256  # JSON lines encoded and written at once
 
 
 class Writer:
@@ -24,13 +25,17 @@ class Writer:
         self.fmt = fmt
         self._text = io.StringIO()
         self._csv = csv.writer(self._text, lineterminator="\n")
+        self._envelopes = EnvelopeLines(orjson.dumps)
+        self._lines: list[bytes] = []
         if fmt == "csv":
             self._csv.writerow(CSV_COLUMNS)
             self._flush_text()
 
     def write(self, msg: StoredMessage) -> None:
         if self.fmt == "json":
-            self.out.write(orjson.dumps(envelope(msg)) + b"\n")
+            self._lines.append(self._envelopes.line(msg))
+            if len(self._lines) >= BATCH:
+                self.flush()
         elif self.fmt == "raw":  # bodies as `follow` prints them: each ends in a newline
             self.out.write(msg.body)
             if not msg.body or msg.body[-1:] != b"\n":
@@ -43,6 +48,12 @@ class Writer:
         else:
             self._csv.writerow(csv_row(msg))
             self._flush_text()
+
+    def flush(self) -> None:
+        """Write out the lines held back (JSON lines go out a batch at a time)."""
+        if self._lines:
+            self.out.write(b"".join(self._lines))
+            self._lines.clear()
 
     def _flush_text(self) -> None:
         self.out.write(self._text.getvalue().encode("utf-8"))
