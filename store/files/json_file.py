@@ -90,10 +90,15 @@ def write_json(path: str, data: Any, *, sort_keys: bool = True, backup: bool = T
     crash between the two renames leaves no file but the .bak, which `read_json` reads.
     `backup=False` leaves .bak as it is (a broker's own; the one rename keeps the file whole);
     `sort_keys=False` keeps the order the document has (one read from a broker's file)."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=sort_keys) + "\n", backup=backup)
+
+
+def write_text(path: str, text: str, *, backup: bool = True) -> None:
+    """`write_json`'s steps for a text already made (a broker's file changed in place)."""
     directory = os.path.dirname(path) or "."
     safefs.makedirs(directory)
     tmp, bak = path + ".tmp", path + ".bak"
-    safefs.write_new(tmp, (json.dumps(data, indent=2, sort_keys=sort_keys) + "\n").encode())
+    safefs.write_new(tmp, text.encode())
     if backup and os.path.lexists(path):
         safefs.rename(path, bak)
     safefs.rename(tmp, path)

@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InvalidMessage, StoreFormatError
-from ..files.json_file import read_json, write_json
+from ..files import safefs
+from ..files.json_file import parse_text, read_json, write_json, write_text
 from ..format.message import validate_stored_topic
-from . import topic_log
+from . import json_splice, topic_log
 
 log = logging.getLogger(__name__)
 MAX_QUEUES = 1024  # queues per topic, as `mkdir` under /topics/<t> and create_topic allow
@@ -300,6 +301,8 @@ class ConsumerOffsets:
         self.table, document = read_json(self.path, ({}, {}), check=_offsets_document,
                                          fix=_OFFSETS_FIX)
         self._document = {**document, "offsetTable": None}  # `table` holds it, in its order
+        # a broker's file is changed in its own text (json_splice), when that text is the one read
+        self._text = _broker_text(self.path, document) if keep_bak else None
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit_queues(group, topic, {queue_id: offset})
@@ -333,4 +336,21 @@ class ConsumerOffsets:
                 tg: {str(q): o for q, o in qs.items()} for tg, qs in self.table.items()}}
             if "dataVersion" in document:
                 document["dataVersion"] = self._document["dataVersion"] = _next_version(document)
-        write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
+            text = None if self._text is None else \
+                json_splice.spliced(self._text, self.table, document.get("dataVersion"))
+            if text is not None and parse_text(text) != json.loads(json.dumps(document)):
+                text = None  # a text the splice could not follow: the document whole
+            self._text = text
+        if text is None:
+            write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
+        else:
+            write_text(self.path, text, backup=not self.keep_bak)
+
+
+def _broker_text(path: str, document: dict) -> str | None:
+    """The file's text when it is what `document` was read from (not its .bak, not gone)."""
+    try:
+        text = safefs.read_bytes(path).decode()
+        return text if parse_text(text) == document else None
+    except (OSError, ValueError):
+        return None
