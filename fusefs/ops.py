@@ -154,7 +154,8 @@ class TrioRunner:
         # staging-file work of all spools, one thread at a time in arrival order: a spool is
         # touched on the loop only while nothing waits here, so its bytes stay in order
         self.lane = trio.CapacityLimiter(1)
-        self.arrived = trio.Event()  # set (and replaced) whenever messages are stored
+        self.arrived = trio.Event()  # set (and replaced) when messages are stored
+        self.watched = False  # `arrived` was handed out since: only then is it set and replaced
 
     async def thread(self, fn: Callable[..., R], *args: Any) -> R:
         return await in_thread(fn, *args)
@@ -165,10 +166,13 @@ class TrioRunner:
         return fn(*args)
 
     def stored(self) -> None:
-        self.arrived.set()
-        self.arrived = trio.Event()
+        if self.watched:  # a `follow` reader may wait on it (most puts have none)
+            self.arrived.set()
+            self.arrived = trio.Event()
+            self.watched = False
 
     def arrival(self) -> trio.Event:
+        self.watched = True
         return self.arrived
 
     async def wait(self, arrival: trio.Event, seconds: float) -> None:

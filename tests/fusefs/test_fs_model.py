@@ -1,6 +1,7 @@
 """The filesystem model without a kernel: names, inodes, attributes, listings, xattrs, writers."""
 
 import errno
+import functools
 import inspect
 import json
 import os
@@ -9,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 import trio
+import trio.testing
 
 from mqfs.fusefs.errors import FsError
 from mqfs.fusefs.handles import Opening
@@ -789,6 +791,46 @@ def test_an_append_is_put_on_the_loop_unless_the_store_would_make_it_wait(model,
     bodies = [bytes(store.get("orders", 0, o).body) for o in range(3, 6)]
     assert bodies == [b"small", b"L" * (64 * 1024 + 1), b"waited"]
     assert store.max_offset("orders", 0) == 6
+
+
+def test_a_lane_is_taken_in_arrival_order_and_handed_over():
+    """Writes and commits of one handle that wait take its Lane in the order they came, each
+    after the one before left it (a cancelled waiter is skipped); free, it is taken at once."""
+    from mqfs.fusefs.handles import Lane
+
+    lane, order = Lane(), []
+
+    async def step(name: str, hold: trio.Event | None = None) -> None:
+        async with lane:
+            order.append(name)
+            if hold is not None:
+                await hold.wait()
+
+    async def scenario() -> None:
+        held = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(step, "first", held)
+            await trio.testing.wait_all_tasks_blocked()
+            assert lane.busy
+            cancelled = trio.CancelScope()
+
+            async def given_up() -> None:
+                with cancelled:
+                    await step("never")
+
+            for start in (functools.partial(step, "second"), given_up,
+                          functools.partial(step, "third")):
+                nursery.start_soon(start)  # each waiting before the next comes
+                await trio.testing.wait_all_tasks_blocked()
+            cancelled.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert order == ["first"]
+            held.set()
+        assert order == ["first", "second", "third"] and not lane.busy
+        await step("alone")
+        assert order[-1] == "alone" and not lane.busy
+
+    trio.run(scenario)
 
 
 def test_follow_of_a_compaction_topic_goes_over_the_offsets_compaction_took(tmp_path):
