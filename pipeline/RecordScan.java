@@ -122,7 +122,7 @@ final class RecordScan extends ScopedScans.CarryingScan {
                     python = new PythonBatch(own, ScopedScans.NAME, ScopedScans.Carried.attach(readSchema(), taken),
                             options);
                     for (int i = 1; i < pickles.size(); i++) {
-                        out.add(new PythonInputPartition(i - 1, pickles.get(i)));
+                        out.add(Locality.hosted(new PythonInputPartition(i - 1, pickles.get(i))));
                     }
                 } else {
                     for (byte[] pickled : pickles) {

@@ -57,7 +57,7 @@ final class RecordStream implements MicroBatchStream, SupportsTriggerAvailableNo
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
         InputPartition[] parts = python.planInputPartitions(start, end);
         if (!jvm) {
-            return parts;
+            return Locality.hosted(parts);
         }
         InputPartition[] out = new InputPartition[parts.length];
         for (int i = 0; i < parts.length; i++) {

@@ -12,6 +12,9 @@ import java.util.Set;
 
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
@@ -208,6 +211,23 @@ public class ScopedScans extends PythonDataSourceV2 implements DataSourceRegiste
         @Override
         public StructType readSchema() {
             return read;
+        }
+
+        /** Spark's Python batch, its partitions naming their store's host (Locality.hosted). */
+        @Override
+        public Batch toBatch() {
+            Batch python = super.toBatch();
+            return new Batch() {
+                @Override
+                public InputPartition[] planInputPartitions() {
+                    return Locality.hosted(python.planInputPartitions());
+                }
+
+                @Override
+                public PartitionReaderFactory createReaderFactory() {
+                    return python.createReaderFactory();
+                }
+            };
         }
 
         /** This scan reading only `columns` (StreamPruning). */

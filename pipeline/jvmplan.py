@@ -149,17 +149,13 @@ class JvmPlanReader(DataSourceReader):
 
 class JvmStreamPlan(MqfsStreamReader):
     """A stream whose micro-batches the JVM reads (RecordStream.java): offsets, limits and
-    partitions are MqfsStreamReader's, each partition handed over as the CommitLog positions
-    of its queue range's units, read with the stream's row filter and checks, on `host`."""
+    queue ranges are MqfsStreamReader's, each handed over as the CommitLog positions of its
+    units, read with the stream's row filter and checks, on the store's host."""
 
-    def __init__(self, layout: StoreLayout, opts: ReadOptions, host: str | None):
-        super().__init__(layout, opts)
-        self.host = host
-
-    def partitions(self, start, end) -> list[InputPartition]:  # type: ignore[override]
+    def partitions(self, start, end) -> list[InputPartition]:
         prints: dict[str, str] = {}
         return _jvm_partitions([(_describe_queue(self, p, None, prints), self.host)
-                                for p in super().partitions(start, end) if isinstance(p, QueueRange)])
+                                for p in self.queue_ranges(start, end)])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         raise RuntimeError("mqfs: a JVM-planned partition is read by the JVM reader")
@@ -168,17 +164,13 @@ class JvmStreamPlan(MqfsStreamReader):
 class JvmStoresStreamPlan(StoresStreamReader):
     """JvmStreamPlan over several stores: each store's partitions, naming their store and host."""
 
-    def __init__(self, roots: list[str], readers: list, store_column: bool, hosts: dict[str, str]):
-        super().__init__(roots, readers, store_column)
-        self.hosts = hosts
-
     def partitions(self, start, end) -> list[InputPartition]:
         plans = []
         prints: dict[str, str] = {}
-        for p in super().partitions(start, end):
+        for p in self.store_ranges(start, end):
             if isinstance(p, StorePartition) and isinstance(p.inner, QueueRange):
-                root = self.roots[p.store]
-                plans.append((_describe_queue(self.readers[p.store], p.inner, root, prints), self.hosts.get(root)))
+                reader = self.readers[p.store]
+                plans.append((_describe_queue(reader, p.inner, self.roots[p.store], prints), reader.host))
         return _jvm_partitions(plans)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -8,18 +8,24 @@ them; one host alone: every store of the read): the JVM reader's partitions name
 is planned with its fingerprint (`fingerprint`: its first record's first bytes, which a store
 never rewrites), and the task checks it before reading a byte (RecordReader.java): a task run
 elsewhere, where a different store sits at the same path, refuses in one line instead of
-reading that store's records as this one's.
+reading that store's records as this one's. Reads through Python workers (`reader=python`, a
+store feature the JVM reader does not read yet) are held to the same (`Checked`): their
+partitions carry the fingerprints and name the host as well.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import socket
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fnmatch import fnmatchcase
 
-from mqfs.store.offline.views import map_readonly
+from pyspark.sql.datasource import InputPartition
+
+from mqfs.store.offline.views import commitlog_files, map_readonly
 
 PRINT_BYTES = 256  # at most this much of a file's first record is fingerprinted
 
@@ -63,10 +69,68 @@ def fingerprint(path: str) -> str:
         buf.close()
 
 
-def refuse_hosts(options: Mapping[str, str], why: str) -> None:
-    """A read through Python workers names no host and checks no fingerprint, so the `hosts`
-    option (a read over several hosts) is refused for it, in one line saying why."""
+def refusal(path: str, found: str, planned: str) -> str:
+    """The one line a task refuses a file with (= Locality.check)."""
+    return (f"mqfs: {path} on {socket.gethostname()} is not the CommitLog file the read was planned with "
+            f"(another store at that path: fingerprint {found}, planned {planned}); run the task where "
+            "its store is (the hosts option) or load again")
+
+
+class Checked(InputPartition):
+    """A partition a Python worker reads, with the fingerprints of the CommitLog files it reads
+    (a byte range's; any other kind's, its store's newest file, which retention never deletes),
+    checked by the task first (`opened`), and the host of its store, which the jar's scans name
+    (Locality.hosted). It pickles as `_checked(host, prints, inner pickle)`, so the JVM learns the
+    host without knowing the inner partition's class."""
+
+    def __init__(self, inner: InputPartition, prints: dict[str, str], host: str | None):
+        super().__init__(getattr(inner, "value", None))
+        self.inner, self.prints, self.host = inner, prints, host
+
+    def __reduce__(self):
+        return (_checked, (self.host, self.prints, pickle.dumps(self.inner)))
+
+
+def _checked(host: str | None, prints: dict[str, str], inner: bytes) -> Checked:
+    return Checked(pickle.loads(inner), prints, host)
+
+
+def checked(parts: list[InputPartition], root_of: Callable[[InputPartition], str],
+            hosts: Mapping[str, str]) -> list[InputPartition]:
+    """`parts` as Checked partitions: `root_of` names each one's store."""
+    prints: dict[str, str] = {}
+    newest: dict[str, list[str]] = {}
+    out: list[InputPartition] = []
+    for p in parts:
+        root = root_of(p)
+        paths = sorted({x.path for x in getattr(getattr(p, "inner", p), "pieces", None) or ()})
+        if not paths:
+            if root not in newest:
+                files = commitlog_files(root)
+                newest[root] = [files[-1][1]] if files else []
+            paths = newest[root]
+        for path in paths:
+            if path not in prints:
+                prints[path] = fingerprint(path)
+        out.append(Checked(p, {path: prints[path] for path in paths}, hosts.get(root)))
+    return out
+
+
+def opened(partition: InputPartition) -> InputPartition:
+    """The partition to read: a Checked one's own, once each file it names is the one planned."""
+    if not isinstance(partition, Checked):
+        return partition
+    for path, planned in partition.prints.items():
+        found = fingerprint(path) if os.path.isfile(path) else "no such file"
+        if found != planned:
+            raise RuntimeError(refusal(path, found, planned))
+    return partition.inner
+
+
+def refuse_hosts(options: Mapping[str, str]) -> None:
+    """Without the jar, a read goes through Spark's own Python source, whose partitions name no
+    host, so the `hosts` option is refused in one line saying so."""
     if (options.get("hosts") or "").strip():
-        raise ValueError(f"mqfs: the hosts option needs the JVM reader, and {why} (reader=python, "
-                         "a store feature the JVM reader does not read yet, or no mqfs-spark.jar: "
-                         "run scripts/setup); read each store on its host, or leave hosts out")
+        raise ValueError("mqfs: the hosts option needs mqfs-spark.jar on Spark's class path (run "
+                         "scripts/setup): without it Spark's Python source names no host; read each "
+                         "store on its host, or leave hosts out")

@@ -70,7 +70,7 @@ from .jvmplan import (
     say_python_reads,
 )
 from .kafka import kafka_schema, shaped
-from .locality import hosts_option, refuse_hosts
+from .locality import checked, hosts_option, opened, refuse_hosts
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .pruning import built_columns
 from .scan import (
@@ -86,7 +86,7 @@ from .scan import (
 from .schema import message_schema, with_store_column
 from .scoped import MARKER
 from .splits import Vouch, split_points
-from .stores import StoresReader, StoresStreamReader, several, store_roots
+from .stores import StoresReader, StoresStreamReader, root_of, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
 from .unit_rows import UnitRows, UnitRowsPlan, answerable, plan_unit_rows
 from .unit_rows import read as read_unit_rows
@@ -483,16 +483,21 @@ class PushdownReader(MqfsReader):
 class TakenFilters(DataSourceReader):
     """A reader whose filters are already taken (ScopedScans carried them) or not taken at
     all: Spark sees no pushFilters, which it refuses when its Python pushdown conf is off (a
-    plain session's default)."""
+    plain session's default). Its partitions are locality.Checked: each task checks the files
+    it reads are the ones planned, and names its store's host (`hosts`)."""
 
-    def __init__(self, reader: DataSourceReader):
+    def __init__(self, reader: MqfsReader | StoresReader, hosts: dict[str, str]):
         self.reader = reader
+        self.hosts = hosts
 
     def partitions(self) -> list[InputPartition]:
-        return list(self.reader.partitions())
+        reader = self.reader
+        if isinstance(reader, StoresReader):
+            return checked(list(reader.partitions()), lambda p: root_of(reader.roots, p), self.hosts)
+        return checked(list(reader.partitions()), lambda p: reader.layout.root, self.hosts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.reader.read(partition)
+        return self.reader.read(opened(partition))
 
 
 class MqfsDataSource(DataSource):
@@ -541,14 +546,13 @@ class MqfsDataSource(DataSource):
             if (self.options.get("reader") or "").strip().lower() == "jvm":
                 raise ValueError(f"mqfs: {why}; read it with .option('reader', 'python') (or "
                                  "without the reader option: the Python reader is then chosen)")
-            refuse_hosts(self.options, why)
-            return FallbackReader(TakenFilters(reader), why)
-        refuse_hosts(self.options, "this read goes through Python workers")
+            return FallbackReader(TakenFilters(reader, hosts_option(self.options, roots)), why)
         if not self.options.get(MARKER):
+            refuse_hosts(self.options)
             say_python_reads()
             if opts.push_filters:  # Spark's own Python pushdown, asked for (pushFilters=true)
                 return reader
-        return TakenFilters(reader)
+        return TakenFilters(reader, hosts_option(self.options, roots))
 
     def _jvm_unread(self, roots: list[str]) -> str | None:
         """jvmplan.jvm_unread of the first store that has such a feature: pinned with the
@@ -570,17 +574,18 @@ class MqfsDataSource(DataSource):
             jvm = jvm_asked(schema)
             roots = self._stores()
             hosts = hosts_option(self.options, roots)
-            if not jvm:
-                refuse_hosts(self.options, "this stream goes through Python workers")
+            if not self.options.get(MARKER):
+                refuse_hosts(self.options)
             if not several(self.options):
                 layout = store_layout(roots[0])
-                return JvmStreamPlan(layout, opts, hosts.get(roots[0])) if jvm else MqfsStreamReader(layout, opts)
-            readers = [MqfsStreamReader(store_layout(r), opts) for r in roots]
+                plan = JvmStreamPlan if jvm else MqfsStreamReader
+                return plan(layout, opts, hosts.get(roots[0]))
+            readers = [MqfsStreamReader(store_layout(r), opts, hosts.get(r)) for r in roots]
         except (ValueError, StoreError) as exc:  # raised again by the stream's first call
             return RefusedStream(exc)
         store_column = schema is None or "store" in schema.fieldNames()
         if jvm:
-            return JvmStoresStreamPlan(roots, readers, store_column, hosts)
+            return JvmStoresStreamPlan(roots, readers, store_column)
         return StoresStreamReader(roots, readers, store_column)
 
     def _write_root(self, overwrite: bool) -> str:

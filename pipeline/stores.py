@@ -17,6 +17,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from mqfs.store.meta.manifest import is_store
 
+from .locality import checked, opened
 from .stream import backlog, pack, share_out
 
 _MAGIC = re.compile(r"[*?[]")
@@ -50,6 +51,12 @@ class StorePartition(InputPartition):
     def __init__(self, store: int, inner: InputPartition):
         super().__init__((store, inner.value))
         self.store, self.inner = store, inner
+
+
+def root_of(roots: list[str], partition: InputPartition) -> str:
+    """The store a StorePartition of a read of `roots` reads."""
+    assert isinstance(partition, StorePartition)
+    return roots[partition.store]
 
 
 def _with_store(batches: Iterable[pa.RecordBatch], root: str) -> Iterator[pa.RecordBatch]:
@@ -115,10 +122,16 @@ class StoresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for i, root in enumerate(self.roots)}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        """Every store's queue ranges, as locality.Checked partitions naming their store's host."""
+        hosts = {root: r.host for root, r in zip(self.roots, self.readers) if r.host}
+        return checked(self.store_ranges(start, end), lambda p: root_of(self.roots, p), hosts)
+
+    def store_ranges(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         return [StorePartition(i, p) for i, (root, r) in enumerate(zip(self.roots, self.readers))
-                for p in r.partitions(start.get(root, {}), end.get(root, {}))]
+                for p in r.queue_ranges(start.get(root, {}), end.get(root, {}))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        partition = opened(partition)
         if not isinstance(partition, StorePartition):
             return
         rows = self.readers[partition.store].read(partition.inner)

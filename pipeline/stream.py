@@ -32,6 +32,7 @@ from .batch_cq import refuse_queue_offsets
 from .bounds import kept_bounds, start_by_time
 from .compacted import refuse_streams
 from .kafka import shaped
+from .locality import checked, opened
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
 from .scan import Checks, FileBatcher, RowFilter, warn
 
@@ -51,11 +52,12 @@ class DataLoss(ValueError):
 
 
 class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, layout: StoreLayout, opts: ReadOptions):
+    def __init__(self, layout: StoreLayout, opts: ReadOptions, host: str | None = None):
         refuse_queue_offsets(layout.root, opts, "streams")
         refuse_streams(layout, opts)
         self.layout = layout
         self.opts = opts
+        self.host = host  # where the store is (the hosts option): its partitions name it
         self.filter = RowFilter(start_ms=opts.start_ms, end_ms=opts.end_ms)
         self.max_per_trigger = opts.max_per_trigger
         self.target: dict[tuple[str, int], int] | None = None  # set for Trigger.AvailableNow
@@ -147,7 +149,13 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[QueueRange]:
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        """The queue ranges as locality.Checked partitions: a task checks its store first."""
+        root = self.layout.root
+        return checked(list(self.queue_ranges(start, end)), lambda p: root, {root: self.host} if self.host else {})
+
+    def queue_ranges(self, start: Offsets, end: Offsets) -> list[QueueRange]:
+        """The micro-batch's queue ranges [start, end), at most SPLIT entries each."""
         begin, stop = _unpack(start), _unpack(end)
         parts = []
         for (topic, q), hi in sorted(stop.items()):
@@ -157,6 +165,7 @@ class MqfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        partition = opened(partition)
         if not isinstance(partition, QueueRange):  # partitions() planned none: Spark then
             return  # sends one InputPartition(None), which holds no rows
         yield from shaped(read_queue_range(self.layout, partition, self.rows_of(partition), self.opts),

@@ -2,7 +2,8 @@
 every partition of the JVM reader names the host that holds its store (Spark's
 preferredLocations, read here from the scan's RDD), and a task never reads a store other
 than the one it was planned for: a different store planted at the path between planning and
-the tasks is refused in one line."""
+the tasks is refused in one line. Reads through Python workers (`reader=python`, a store
+feature the JVM reader does not read yet) do the same."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from mqfs.pipeline.source import MqfsDataSource  # noqa: E402
 from tests.pipeline.helpers import build_store  # noqa: E402
+from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -72,16 +75,34 @@ def test_a_hosts_option_that_names_no_store_of_the_read_is_refused(spark, stores
         spark.read.format("mqfs").option("hosts", f"{stores[0]}=,x=y").load(stores[0]).count()
 
 
-def test_hosts_on_a_read_through_python_workers_is_refused(spark, stores, tmp_path):
-    """Python workers' partitions name no host and check no fingerprint."""
-    read = spark.read.format("mqfs").option("hosts", "h1").option("reader", "python")
-    with pytest.raises(Exception, match="the hosts option needs the JVM reader, and this read goes through"):
-        read.load(stores[0]).count()
-    q = (spark.readStream.format("mqfs").options(hosts="h1", reader="python").load(stores[0])
-         .writeStream.format("memory").queryName("refused").option("checkpointLocation", str(tmp_path / "c"))
-         .trigger(availableNow=True).start())
-    with pytest.raises(Exception, match="the hosts option needs the JVM reader, and this stream goes through"):
-        q.awaitTermination(300)
+def test_reads_through_python_workers_name_the_host_of_their_store(spark, stores, tmp_path):
+    """reader=python, and a store the JVM reader does not read yet (BatchCQ: read by Python
+    workers, said once): their partitions name the host too, and read every row."""
+    a, b, c = stores
+
+    def python(**options):
+        return spark.read.format("mqfs").options(reader="python", minPartitions="3", **options)
+
+    alone = {s: len(locations(python().load(s))) for s in (a, c)}
+    got = locations(python(hosts=f"{a}=host-a.example").load([a, c]))
+    assert got == [["host-a.example"]] * alone[a] + [[]] * alone[c]
+    # a few queues, read through their units
+    few = python(hosts="h3", topic="Orders", queue="1").load(a)
+    assert set(map(tuple, locations(few))) == {("h3",)}
+    assert python(hosts="h2").load([a, c]).count() == 1800  # Spark runs them anyway
+    batch = str(tmp_path / "batch")
+    layout_batch_cq(batch)
+    read = spark.read.format("mqfs").option("hosts", "h4").load(batch)
+    assert set(map(tuple, locations(read))) == {("h4",)}
+    assert read.count() == spark.read.format("mqfs").load(batch).count() > 0
+    q = (spark.readStream.format("mqfs").options(hosts="h1", reader="python", startingOffsets="earliest")
+         .load(c).writeStream.format("memory").queryName("python_hosted")
+         .option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    assert spark.table("python_hosted").count() == 300
+    scan = q._jsq.streamingQuery().lastExecution().executedPlan().collectLeaves().head()
+    assert set(map(tuple, hosts_of(scan.inputRDD()))) == {("h1",)}
 
 
 def test_a_stream_names_the_host_of_its_store(spark, stores, tmp_path):
@@ -97,7 +118,8 @@ def test_a_stream_names_the_host_of_its_store(spark, stores, tmp_path):
     assert set(map(tuple, hosts_of(scan.inputRDD()))) == {("h1",)}
 
 
-@pytest.mark.parametrize("options", [{}, {"topic": "Orders", "queue": "1"}])
+@pytest.mark.parametrize("options", [{}, {"topic": "Orders", "queue": "1"}, {"reader": "python"},
+                                     {"reader": "python", "topic": "Orders", "queue": "1"}])
 def test_a_task_refuses_a_store_other_than_the_one_planned(spark, tmp_path, options):
     root = str(tmp_path / "store")
     build_store(root, 900, seed=2)
@@ -109,3 +131,11 @@ def test_a_task_refuses_a_store_other_than_the_one_planned(spark, tmp_path, opti
     with pytest.raises(Exception, match="is not the CommitLog file the read was planned with"):
         rdd.count()
     assert spark.read.format("mqfs").options(**options).load(root).count() > 0  # planned again: read
+
+
+def test_without_the_jar_hosts_is_refused_in_one_line(stores):
+    """A session without mqfs-spark.jar reads through Spark's own Python source, whose
+    partitions cannot name a host."""
+    source = MqfsDataSource({"path": stores[2], "hosts": "h1"})
+    with pytest.raises(ValueError, match="the hosts option needs mqfs-spark.jar on Spark's class path"):
+        source.reader(source.schema())
