@@ -79,9 +79,13 @@ def cmd_group(a: argparse.Namespace, mounted_on: Callable[[str], str | None]) ->
     except StoreFormatError:
         root = os.path.abspath(a.store)  # the open says what is wrong with it
     if a.action == "show":
-        with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
-            for line in _shown(s, a.group, a.topic):
-                print(line)
+        try:
+            with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+                lines = _shown(s, a.group, a.topic)
+        except FsError as exc:
+            print(f"mqfs: {exc}", file=sys.stderr)
+            return USAGE
+        print("\n".join(lines), end="\n" if lines else "")
         return 0
     try:
         if a.dry_run:  # changes nothing: no lock, as info and dump
@@ -149,12 +153,12 @@ def _refuse_mounted(root: str, mnt: str | None, a: argparse.Namespace) -> None:
 def _shown(s: MessageStore, group: str | None, topic: str | None) -> list[str]:
     """GROUP TOPIC QUEUE OFFSET LAG lines: committed queues, or every queue of a named
     group's topic (an uncommitted one at its first offset, where a new consumer starts)."""
-    from mqfs.store import StoreError
+    from .errors import FsError
 
     rows: list[tuple[str, str, int, int]] = []
     if group is not None and topic is not None:
         if not s.queue_ids(topic):
-            raise StoreError(f"no topic {topic!r} in {s.root}")
+            raise FsError(errno.ENOENT, f"no topic {topic!r} in {s.root}")
         for q in s.queue_ids(topic):
             done = s.committed_offset(group, topic, q)
             rows.append((group, topic, q, s.min_offset(topic, q) if done is None else done))

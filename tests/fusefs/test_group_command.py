@@ -93,6 +93,8 @@ def test_one_queue_a_dry_run_and_show(tmp_path):
     assert proc.returncode == 2 and "T has no queue 2" in proc.stderr
     proc = mqfs("group", "reset", root, "g", "NoSuch", "--to", "1", check=False)
     assert proc.returncode == 2 and "no topic 'NoSuch'" in proc.stderr
+    proc = mqfs("group", "show", root, "g", "NoSuch", check=False)
+    assert proc.returncode == 2 and "no topic 'NoSuch'" in proc.stderr and proc.stdout == ""
     with open(os.path.join(root, OFFSETS)) as f:
         assert json.load(f)["offsetTable"] == {"T@g": {"0": 4, "1": 1}}
 
