@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true",
         help="one JSON object for scripts and monitoring: per queue min/max offsets, count, "
              "time span and record bytes; per group and queue the committed offset and lag")
+    sub.choices["info"].add_argument(
+        "--all-versions", action="store_true",
+        help="count every version of a compaction topic the CommitLog holds (default: the "
+             "versions the broker serves, as mqfs dump prints them)")
     r = sub.add_parser("repair", parents=[trust], help="salvage a damaged store: keep every intact record, "
                                       "quarantine damaged bytes, rebuild ConsumeQueues and "
                                       "IndexFiles (shows the plan, then asks)")
@@ -215,7 +219,8 @@ def cmd_info(a: argparse.Namespace) -> int:
         root = os.path.abspath(store_root(a.store))  # a mount point names its store, as in dump
     except StoreFormatError:
         root = os.path.abspath(a.store)  # the open below says what is wrong with it
-    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+    with MessageStore(root, StoreConfig(read_only=True, all_versions=a.all_versions),
+                      create=False) as s:
         if a.json:
             from .state import store_state
 

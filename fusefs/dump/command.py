@@ -6,16 +6,18 @@ import argparse
 import io
 import sys
 from collections.abc import Iterator
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError
-from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, recognise, topics_of
+from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, Features, recognise, topics_of
 from mqfs.store.offline.keys import key_candidates
 from mqfs.store.offline.located import layout_at
 from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
 from mqfs.store.offline.store_files import StoreLayout
 
+from .compacted import served_messages, served_views
 from .picks import Damage, messages_at
 from .writer import FORMATS, Writer
 
@@ -48,16 +50,25 @@ def add_parser(sub) -> None:
                         "falls on every queue)")
     d.add_argument("-c", "--count", action="store_true",
                    help="print only how many messages are selected")
+    d.add_argument("--all-versions", action="store_true",
+                   help="compaction topics with every version the CommitLog holds (default: "
+                        "the versions the broker serves, as consumers and a mount see them)")
 
 
 def selected(layout: StoreLayout, sel: Selection, damage: Damage,
-             each: int | None = None) -> Iterator[StoredMessage]:
+             each: int | None = None, all_versions: bool = False) -> Iterator[StoredMessage]:
     """The messages a selection picks, reading as little as it lets: keys through the
     IndexFiles, queues, offsets, times and tags through the ConsumeQueues, else the whole
     CommitLog in store order (always when a BatchCQ topic may be selected, or the
-    ConsumeQueues are a RocksDB database); with `each`, at
-    most that many of each queue."""
-    found = _selected(layout, sel, damage, each)
+    ConsumeQueues are a RocksDB database); with `each`, at most that many of each queue. A
+    compaction topic is its versions the broker serves (after the rest), unless
+    `all_versions`."""
+    features = recognise(layout.root)
+    views = None if all_versions else served_views(layout, features, sel)
+    found = _selected(layout, features, sel, damage, each)
+    if views is not None:  # its records in the CommitLog are every version: the served follow
+        found = chain((m for m in found if m.topic not in views.topics),
+                      served_messages(views, sel, damage))
     if each is None:
         return found
     taken: dict[tuple[str, int], int] = {}
@@ -71,9 +82,8 @@ def selected(layout: StoreLayout, sel: Selection, damage: Damage,
     return capped()
 
 
-def _selected(layout: StoreLayout, sel: Selection, damage: Damage,
+def _selected(layout: StoreLayout, features: Features, sel: Selection, damage: Damage,
               each: int | None) -> Iterator[StoredMessage]:
-    features = recognise(layout.root)
     batch = topics_of(features, BATCH_CQ)  # their units are not in consumequeue/,
     walk = bool(batch) and (not sel.topics or bool(batch & set(sel.topics)))  # nor inner keys in the IndexFile
     # a RocksDB ConsumeQueue store has no queue directories to read, nor topics to look keys up in
@@ -93,8 +103,8 @@ def _selected(layout: StoreLayout, sel: Selection, damage: Damage,
     else:
         runs = log.walk(damage)
 
-        def in_flight_or(offset: int, what: str) -> None:  # past what a unit vouched for
-            if offset <= log.vouched():  # when the walk began, a record that fails its
+        def in_flight_or(offset: int | None, what: str) -> None:  # past what a unit vouched for
+            if offset is None or offset <= log.vouched():  # when the walk began, a record that fails its
                 damage(offset, what)  # checks may be one a live writer is still copying
 
         return messages(runs, sel, flavor, in_flight_or)
@@ -105,11 +115,11 @@ def cmd_dump(a: argparse.Namespace) -> int:
     """grep's exit statuses: 0 selected, 1 none, 2 trouble."""
     skipped = 0
 
-    def damage(offset: int, what: str) -> None:
+    def damage(offset: int | None, what: str) -> None:
         nonlocal skipped
         skipped += 1
-        print(f"mqfs: dump: skipped the record at CommitLog offset {offset}: {what}",
-              file=sys.stderr)
+        where = "" if offset is None else f"the record at CommitLog offset {offset}: "
+        print(f"mqfs: dump: skipped {where}{what}", file=sys.stderr)
 
     try:
         sel = selection_of(a)
@@ -119,7 +129,7 @@ def cmd_dump(a: argparse.Namespace) -> int:
         out = io.BufferedWriter(io.FileIO(sys.stdout.fileno(), "wb", closefd=False), OUT_BUFFER)
         writer = None if a.count else Writer(out, a.format)
         n = 0
-        for msg in selected(layout, sel, damage, a.each):
+        for msg in selected(layout, sel, damage, a.each, a.all_versions):
             if a.max is not None and n >= a.max:
                 break
             n += 1

@@ -17,7 +17,7 @@ from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, disp
 from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.store_files import StoreLayout, commitlog_files, map_readonly
 
-Damage = Callable[[int, str], None]  # (CommitLog offset, what): a record the dump skips
+Damage = Callable[[int | None, str], None]  # (CommitLog offset or None, what): what a dump skips
 INNER_BATCHES = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG  # a BatchCQ topic's record of several messages
 
 

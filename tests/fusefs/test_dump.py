@@ -459,18 +459,29 @@ def _body(d: dict) -> bytes:
 def test_every_broker_layout_dumps_and_counts_the_messages_its_consumers_get(tmp_path, kind):
     """Each layout of the broker issue through the real CLI: `mqfs dump` prints each message
     a consumer of each queue gets, at its offset, with its body (an LMQ queue's message as
-    that queue's: `-t %LMQ%a` finds it); `mqfs info --json` counts them; no byte changes.
-    A compaction topic is dumped with every version its CommitLog holds (as `-o
-    all_versions` shows it): what the broker serves is among them."""
+    that queue's: `-t %LMQ%a` finds it; a compaction topic's versions the broker serves);
+    `mqfs info --json` counts them; no byte changes. With --all-versions a compaction topic
+    is every version its CommitLog holds (as `-o all_versions` mounts it), and info counts
+    those."""
     root = str(tmp_path / "store")
     _broker_kinds()[kind](root)
     before = file_hashes(root)
     dumped = {(d["topic"], d["queue_id"], d["queue_offset"]): _body(d) for d in _lines(root)}
-    served = _served(root, all_versions=kind == "compaction")
+    served = _served(root)
     assert dumped == served and served
     if kind == "compaction":
-        compacted = _served(root)
-        assert compacted.items() <= dumped.items() and len(compacted) < len(dumped)
+        every = {(d["topic"], d["queue_id"], d["queue_offset"]): _body(d)
+                 for d in _lines(root, "--all-versions")}
+        assert every == _served(root, all_versions=True)
+        assert served.items() <= every.items() and len(served) < len(every)
+        assert json.loads(sh(f"{CMD} info --json --all-versions {root}").stdout)["messages"] == len(every)
+        assert sh(f"{CMD} dump --count {root}").stdout == b"%d\n" % len(served)
+        # a key through the IndexFiles: the served versions that hold it, none compacted away
+        keys = {k for d in _lines(root, "--all-versions") for k in d["keys"]}
+        assert keys
+        for k in sorted(keys):
+            assert sorted(map(_key, _lines(root, "-k", k))) == \
+                sorted(_key(d) for d in _lines(root) if k in d["keys"])
     for topic in {t for t, _, _ in served}:
         assert {k: v for k, v in dumped.items() if k[0] == topic} == \
             {(d["topic"], d["queue_id"], d["queue_offset"]): _body(d) for d in _lines(root, "-t", topic)}
