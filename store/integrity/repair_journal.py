@@ -416,6 +416,9 @@ def settle_for_open(root: str, requested: StoreConfig) -> tuple[StoreConfig, End
         ends = _run_steps(root, journal)
     except StoreError as exc:
         raise after_steps(exc, journal, ran=False) from None
+    except OSError as exc:  # a full disk, an I/O error: say how far it got, and what is kept
+        raise after_steps(StoreError(f"{exc.strerror or exc} in {exc.filename or root}"),
+                          journal, ran=False) from exc
     found = inspect(root, requested)
     if found.problem:
         raise after_steps(StoreFormatError(found.problem), journal)
@@ -452,7 +455,7 @@ def after_steps(exc: StoreError, journal: Journal, ran: bool = True) -> StoreErr
     done = (f"the interrupted repair's file steps ran: {done_by_steps(journal)}" if ran else
             f"the interrupted repair stopped in its step {journal.step}, the steps before it "
             f"ran (all its steps together: {done_by_steps(journal)})")
-    done += f"; {NAME} keeps the rest"
+    done += f"; {NAME} keeps the rest: `mqfs repair` (or a read-write open) finishes it"
     text = str(exc)
     return type(exc)(text.replace("nothing was changed", f"nothing more was changed ({done})")
                      if "nothing was changed" in text else f"{text} ({done})")

@@ -461,3 +461,26 @@ def test_a_journal_range_no_filler_replaces_is_refused_before_any_step(tmp_path,
         MessageStore(root, _config(), create=False).open()
     assert "\n" not in str(refused.value) and "nothing was changed" in str(refused.value)
     assert store_state(root) == before
+
+
+@pytest.mark.parametrize("site", ("repair.rename:2", "repair.filler:1", "repair.move:2"))
+def test_a_full_disk_in_a_repair_step_says_how_far_it_got(tmp_path, site):
+    """ENOSPC in one of the journal's file steps: the line was the bare OSError, saying
+    neither what had changed nor what keeps the rest. Now one line names the step it stopped
+    in, what the steps change, and the journal that keeps the rest; run again, it finishes."""
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _swap_files(root)
+    _flip_body(root, results[25])
+    env = dict(os.environ, MQFS_CRASH_AT=f"{site}:enospc")
+    out = subprocess.run([*MQFS, "repair", "--yes", root], env=env, capture_output=True, text=True)
+    assert out.returncode == 1, out.stdout + out.stderr
+    line = out.stderr.strip()
+    assert "\n" not in line and "No space left on device" in line, line
+    step = {"rename": "rename-", "filler": "fillers", "move": "derived"}[site.split(".")[1][:-2]]
+    assert f"stopped in its step {step}" in line and f"{NAME} keeps the rest" in line, line
+    assert "nothing was changed" not in line and os.path.exists(os.path.join(root, NAME))
+    out = subprocess.run([*MQFS, "repair", "--yes", root], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert verify_store(root).ok
+    _serves_all(root, results, lost={25})
