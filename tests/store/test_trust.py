@@ -270,3 +270,23 @@ def test_what_mqfs_creates_is_private(tmp_path):
     assert "logs/mqfs.log" in modes and "commitlog" in modes
     assert {n: m for n, m in modes.items() if m & 0o077} == {}
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("name", ["config/topics.log", "config/consumerOffset.json"])
+def test_hard_links_planted_while_mounted_are_not_written_through(store, outside, tmp_path, uid,
+                                                                 name):
+    """Issue 33, item 8, while mounted: the owner replaces a file the daemon writes next (a
+    new topic's line, a group's offset) by a second name of a root-owned file outside. The
+    daemon's writes never reach that file, and it stays root's."""
+    mnt = str(tmp_path / "mnt")
+    victim = os.path.join(outside, "victim")
+    before = fingerprint(outside)
+    with mounted(store, mnt, "--trust-owner", USER):
+        path = os.path.join(store, name)
+        if os.path.lexists(path):
+            os.unlink(path)
+        os.link(victim, path)
+        sh(f"mkdir -p {mnt}/topics/fresh/0", check=False)
+        sh(f"mkdir -p {mnt}/groups/g && echo 1 > {mnt}/groups/g/orders/0", check=False)
+    assert fingerprint(outside) == before
+    assert os.stat(victim).st_uid == 0
