@@ -4,7 +4,6 @@ fields of a record (topic names, hosts, properties, keys, message ids) with thei
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import struct
 from dataclasses import dataclass, field
@@ -105,6 +104,8 @@ def validate_stored_topic(topic: str) -> None:
 def encode_host(host: str, port: int) -> tuple[bytes, bool]:
     """Address bytes plus an int32 port; True when the address is IPv6. InvalidMessage for
     what is no IP address and port."""
+    import ipaddress  # a few ms to load: a reader that only decodes needs none of it
+
     try:
         addr = ipaddress.ip_address(host)
         return addr.packed + I32.pack(port), addr.version == 6

@@ -11,7 +11,6 @@ that must agree with them (tests/store/test_layout.py proves it on random stores
 
 from __future__ import annotations
 
-import ipaddress
 import mmap
 import struct
 from typing import TYPE_CHECKING, TypeVar, overload
@@ -144,6 +143,8 @@ def decode_host(raw: bytes) -> tuple[str, int]:
     port = int.from_bytes(raw[-4:], "big", signed=True)
     if len(raw) == 8:
         return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}", port
+    import ipaddress  # IPv6 only: a few ms to load, and most hosts are IPv4
+
     return str(ipaddress.ip_address(bytes(raw[:-4]))), port
 
 

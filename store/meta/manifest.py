@@ -12,7 +12,6 @@ intact records look corrupt (and get cut); a read-write open refuses instead, wi
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass, replace
 
 from ..config import StoreConfig
@@ -45,6 +44,8 @@ class StoreFormat:
 
 def new_store_id() -> str:
     """A store's identity: random, so two stores never share one (copies of one store do)."""
+    import secrets  # hashlib and hmac: a reader of a store never makes one
+
     return secrets.token_hex(_ID_DIGITS // 2)
 
 
