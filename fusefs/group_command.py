@@ -120,7 +120,7 @@ def _moves(s: MessageStore, a: argparse.Namespace) -> list[tuple[int, int | None
     from mqfs.store.meta.metadata import validate_group
 
     from .errors import FsError, errno_for
-    from .kinds.groups import position
+    from .kinds.groups import one_instant, position
 
     try:
         validate_group(a.group)
@@ -134,7 +134,7 @@ def _moves(s: MessageStore, a: argparse.Namespace) -> list[tuple[int, int | None
     if missing:
         raise FsError(errno.ENOENT, f"{a.topic} has no queue {missing[0]} (queues: "
                                     f"{' '.join(map(str, queues))})")
-    text = _text(a.to)
+    text = one_instant(_text(a.to))
     return [(q, s.committed_offset(a.group, a.topic, q), position(s, a.topic, q, text))
             for q in wanted]
 

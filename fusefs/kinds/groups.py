@@ -126,6 +126,17 @@ def position(store: MessageStore, topic: str, q: int, text: str) -> int:
     raise FsError(errno.EINVAL, f"write an offset, earliest, latest or @TIME, not {text!r}")
 
 
+def one_instant(text: str) -> str:
+    """A position as every queue of one write takes it: `@-10m` or `@today` read once, so
+    the queues move to the same instant (the clock moves between queues)."""
+    if text.startswith("@"):
+        try:
+            return f"@{time_of(text[1:])}"
+        except ValueError:
+            pass  # `position` refuses it, with the forms
+    return text
+
+
 class GroupFile(File):
     """A file of a group's offsets: its text moves with commits and retention, so its
     attributes are never cached; its mtime is the last commit through this mount."""
@@ -200,7 +211,8 @@ class GroupAll(GroupFile):
         if not lines:
             raise FsError(errno.EINVAL, "write a position, or lines '<queue> <position>'")
         if len(lines) == 1 and len(lines[0]) == 1:
-            return {q: position(store, topic, q, lines[0][0]) for q in queues}
+            text = one_instant(lines[0][0])
+            return {q: position(store, topic, q, text) for q in queues}
         out = {}
         for words in lines:
             q = canonical_int(words[0].encode()) if len(words) == 2 else None
