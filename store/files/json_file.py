@@ -9,7 +9,6 @@ never a traceback: these files are edited by hand and restored from backups."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from collections.abc import Callable
@@ -18,7 +17,6 @@ from typing import Any, TypeVar
 from ..errors import StoreFormatError
 from . import safefs
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _UNQUOTED_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
@@ -76,7 +74,9 @@ def read_json(path: str, default: Any = None, *, check: Callable[[Any], T] | Non
             problems.append(f"{candidate} {exc}")
             continue
         if problems:
-            log.warning("%s; using %s", problems[0], candidate)
+            import logging  # with threading: a reader's start (mqfs dump -k) needs neither
+
+            logging.getLogger(__name__).warning("%s; using %s", problems[0], candidate)
         return data
     if problems:
         raise StoreFormatError("; ".join(problems) + f"; {fix}")
