@@ -46,6 +46,7 @@ from mqfs.store.errors import StoreError
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import chain, walk
 from mqfs.store.integrity.index_points import IndexPoints
+from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.views import (
     StoreLayout,
     commitlog_files,
@@ -163,19 +164,30 @@ def read_range(part: RangePartition, checks: Checks,
             yield batch
 
 
-def records_end(buf, file_from: int, known: np.ndarray, flavor: Flavor) -> int:
+def records_end(buf, file_from: int, known: np.ndarray, flavor: Flavor, points: IndexPoints | None = None) -> int:
     """Where the records of a (possibly live) file end now: where the store's walker stops
     after the last record start a ConsumeQueue vouches for (a last record still being copied
-    in fails its checks and is not included)."""
+    in fails its checks and is not included). Where it stops at bytes that are no record
+    (damage, not the zeros after the last record), the chain goes on where the store's resync
+    puts the next record (`salvage.resync_in`, with `points` after a lost header), so the
+    damage is read (and fails or is skipped) and the records after it are read too: before,
+    with no unit past it (consumequeue/ deleted), a read ended there and said nothing."""
     arr = np.frombuffer(buf, np.uint8)
     cand = known[(known >= file_from) & (known < file_from + len(buf))] - file_from
     ok = record_starts_ok(arr, cand, file_from)
     pos = int(cand[ok][-1]) if ok.any() else 0
+    pointed = None if points is None else (lambda offset: points.accepts(offset, file_from, len(buf)))
     while True:
         starts, stop, why = chain(buf, arr, pos, len(buf), 1 << 20)
-        if why != "limit":
-            break
-        pos = stop
+        if why == "limit":
+            pos = stop
+            continue
+        if why in ("magic", "size") and any(bytes(buf[stop:stop + 8])):
+            found = resync_in(buf, file_from, stop, len(buf), flavor, pointed=pointed)
+            if found is not None:
+                pos = found
+                continue
+        break
     if starts:  # only the last record of the chain can be a live writer's half-copied one
         last = walk(buf, starts[-1], len(buf), 1, flavor, arr)
         if not len(last.records):
@@ -201,7 +213,8 @@ def commitlog_end(layout: StoreLayout) -> int:
     if not files:
         return 0
     start, path = files[-1]
-    return start + records_end(map_readonly(path), start, last_unit_offsets(layout), layout.checked_flavor)
+    return start + records_end(map_readonly(path), start, last_unit_offsets(layout), layout.checked_flavor,
+                               IndexPoints(layout.root, layout.index_slots))
 
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,

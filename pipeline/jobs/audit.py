@@ -39,6 +39,7 @@ from mqfs.store.format.layout import (
     gather,
 )
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.verify import store_problems
 from mqfs.store.offline.views import (
     UNIT_SIZE,
@@ -154,7 +155,8 @@ def _missing_queue_files(reader: QueueReader, f: Finding) -> None:
 def check_commitlog(layout: StoreLayout, part: RangePartition) -> Finding:
     """Every record of one planned byte range through the same checks a read makes."""
     f = Finding(f"commitlog {os.path.basename(part.path)}")
-    checks = Checks(layout.checked_flavor, part.path, skip=True)
+    checks = Checks(layout.checked_flavor, part.path, skip=True,  # the readers' resync witness
+                    points=IndexPoints(layout.root, layout.index_slots))
     f.checked = sum(b.num_rows for b in read_range(part, checks, frozenset({"commitlog_offset"})))
     f.checked += len(checks.skipped)
     for commitlog_offset, reason in checks.skipped:
