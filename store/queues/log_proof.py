@@ -152,11 +152,14 @@ class LogProof:
             log.exception("queue ends: the proof from the CommitLog stopped")
 
     def _walk_one(self) -> int:
-        """Walk the next file back; its bytes."""
+        """Walk the next file back; its bytes (0: close stopped it, at a run of records, so
+        a close never waits for the walk of a whole file)."""
         mf = self.files[self._next]
         found: dict[Key, tuple[int, int]] = {}
         last = self._next == len(self.files) - 1
         for item in salvage.walk_runs_of_file(mf, self.parts.flavor, last):
+            if self._stop:  # closing: this file is walked again by the next open's proof
+                return 0
             if isinstance(item, salvage.Run):
                 _merge(found, {k: v for k, v in _run_ends(item, self.limit).items()
                                if k[0] not in self.elsewhere})

@@ -336,3 +336,46 @@ def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, r
     assert not [t for t in threading.enumerate() if t.name == "mqfs-log-ends"]
     assert 0 < walked[0] < OTHERS, walked[0]
     assert proofs[0].short  # T/0 was neither served from the log nor rebuilt
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_close_stops_the_proofs_first_walk_inside_a_file(tmp_path, monkeypatch, read_only):
+    """The first walk (each queue's last record, newest file first) stopped only between
+    files: a close waited for the walk of a whole CommitLog file (1 GiB by default). It now
+    stops at the next run of records: the walk is held after its first run until close has
+    asked the proof to stop, and it then walks no further run of that file."""
+    from mqfs.store.integrity import salvage
+
+    root = str(tmp_path / "s")
+    _broker_store(root)
+    _hand_rebuilt(root, "T/0")
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    monkeypatch.setattr(salvage, "_RUN", 16)  # many runs in a file
+    proofs: list[log_proof.LogProof] = []
+    begin = log_proof.LogProof.begin
+
+    def kept(self):
+        proofs.append(self)
+        begin(self)
+
+    monkeypatch.setattr(log_proof.LogProof, "begin", kept)
+    inside, runs = threading.Event(), [0]
+    walk_file = salvage.walk_runs_of_file
+
+    def held(*a, **k):
+        for item in walk_file(*a, **k):
+            runs[0] += 1
+            if not inside.is_set():
+                inside.set()
+                assert eventually(lambda: proofs[0]._stop, "close asking the proof to stop",
+                                  interval=0.01)
+            yield item
+
+    monkeypatch.setattr(salvage, "walk_runs_of_file", held)
+    s = MessageStore(root, small_config(read_only=read_only, **BROKER), create=False).open()
+    assert inside.wait(180), "the proof never began its walk"
+    s.close()
+    assert not [t for t in threading.enumerate() if t.name == "mqfs-log-ends"]
+    assert runs[0] == 1 and proofs[0].walked == 0  # the run it was held at: no other
+    if not read_only:
+        assert log_proof.pending(root)  # owed: the next open proves again
