@@ -151,8 +151,9 @@ def main() -> int:
               "figure below; 'net' leaves it out")
         floor_s, floor_cpu, _ = best([os.path.join(ROOT, ".venv", "bin", "python"), "-c",
                                        "import numpy"])
-        print(f"    of which Python + numpy    {floor_s:8.2f} {floor_cpu:8.2f}   "
-              f"x{floor_cpu / dump_cpu:.3f} of the full scan's CPU: a floor for every selection")
+        print(f"  Python + numpy               {floor_s:8.2f} {floor_cpu:8.2f}   "
+              f"x{floor_cpu / dump_cpu:.3f} of the full scan's CPU: a floor for a tag or time "
+              "selection (they read queues with numpy; a key's dump loads none)")
         one_hour = (BASE_MS + 50 * 3_600_000, BASE_MS + 51 * 3_600_000 - 1)
         for label, args, want in (
                 ("a key (-k)", ["-k", f"k-{n // 2 + 3}"], 1),
