@@ -484,3 +484,42 @@ def test_a_full_disk_in_a_repair_step_says_how_far_it_got(tmp_path, site):
     assert out.returncode == 0, out.stdout + out.stderr
     assert verify_store(root).ok
     _serves_all(root, results, lost={25})
+
+
+def test_a_refusal_after_the_steps_names_every_change_they_made(tmp_path, monkeypatch):
+    """A refusal that can only come after an interrupted repair's file steps (recovery finds
+    the disk too full to index the rebuilt queues): the line says what the steps changed and
+    where the evidence is, and every file that differs from before the open is one it names
+    (the CommitLog file its filler went into, the derived files now in quarantine/, the
+    journal's step, the bytes the filler replaced, copied to quarantine/)."""
+    import collections
+
+    from mqfs.store.integrity import recovery
+
+    root = str(tmp_path / "s")
+    results = _store(root)
+    _flip_body(root, results[25])
+    assert run_repair(root, "repair.filler:1").returncode == 137
+    before = store_state(root)
+    full = collections.namedtuple("full", "f_bavail f_frsize")(0, 4096)
+    monkeypatch.setattr(recovery.os, "statvfs", lambda path: full)
+    with pytest.raises(StoreError, match="free disk") as refused:
+        MessageStore(root, _config(), create=False).open()
+    monkeypatch.undo()
+    line = str(refused.value)
+    assert "\n" not in line and "nothing was changed" not in line, line
+    assert "nothing more was changed (the interrupted repair's file steps ran" in line, line
+    assert "filler records at CommitLog offsets " + str(results[25].commitlog_offset) in line
+    assert "moved to quarantine/" in line and f"{NAME} keeps the rest" in line, line
+    after = store_state(root)
+    changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+    filled = f"commitlog/{results[25].commitlog_offset - results[25].commitlog_offset % SIZE:020d}"
+    derived = ("consumequeue", "index", "checkpoint", "config/dispatchState.json",
+               "config/queueEnds.log", "abort")
+    unnamed = {p for p in changed if p != filled and not p.startswith("quarantine/")
+               and not p.startswith(NAME) and not any(p == d or p.startswith(d + "/")
+                                                      for d in derived)}
+    assert not unnamed, unnamed
+    assert filled in changed and any(p.startswith("quarantine/") and "damaged" in p
+                                     for p in changed)
+    _serves_all(root, results, lost={25})  # the disk has room again: the next open finishes
