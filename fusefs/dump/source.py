@@ -12,6 +12,7 @@ import numpy as np
 
 from mqfs.store.format.layout import Records, fields, walk
 from mqfs.store.format.message import SCHEDULE_TOPIC
+from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.views import (
@@ -50,6 +51,7 @@ class CommitLog:
         self.starts = np.array([s for s, _ in self.files], dtype=np.int64)
         self._maps: dict[int, mmap.mmap] = {}
         self.flavor = layout.checked_flavor  # what a resync checks records with
+        self.points = IndexPoints(layout.root, layout.index_slots)  # its witness: read only after a lost header
         self.layout = layout
         self._vouched: int | None = None
         self._end: int | None = None
@@ -114,9 +116,14 @@ class CommitLog:
             self._end = end
         return self._end
 
+    def _pointed(self, base: int, size: int) -> Callable[[int], bool]:
+        """Whether an index points at a CommitLog offset of the file at `base` (or none reaches it)."""
+        return lambda at: self.points.accepts(at, base, size)
+
     def walk(self, damage: Damage) -> Iterator[Run]:
         """Every record, in store order; damaged bytes go to `damage` once and the walk goes
-        on at the next record that checks out, as verify does. Past the newest record a unit
+        on at the next record that checks out, as verify does (after a lost header, only one
+        the indexes point at: a record planted in a body is none). Past the newest record a unit
         vouched for when the walk began, the first record that does not check out ends the
         walk quietly (a live writer's record in flight, a crash's torn tail). Zeros where a
         file's records stop, with no record after them, are its end: the last file's is where
@@ -142,7 +149,8 @@ class CommitLog:
                 zeros = buf[pos:pos + 8] == bytes(8)
                 if zeros and i == len(self.files) - 1:
                     break
-                found = resync_in(buf, base, pos, end, self.flavor)  # the store's rule (docs/format.md)
+                found = resync_in(buf, base, pos, end, self.flavor,  # the store's rule (docs/format.md)
+                                  pointed=self._pointed(base, len(buf)))
                 if zeros and found is None:  # a file its writer left for the next one
                     break  # before writing its BLANK (a live store), or never marked
                 if base + pos > vouched:  # a record a live writer is still copying,

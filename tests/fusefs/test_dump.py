@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import pytest
 
 from mqfs.store import Message, MessageStore, StoreConfig
-from mqfs.store.format.layout import host_text
+from mqfs.store.format.layout import MAGIC_POS, host_text
 from tests.fusefs.helpers import MQFS, mounted, needs_fuse, sh
 from tests.store.helpers import REPO, file_hashes, small_config
 from tests.store.test_broker_stores import SCHEDULE, _broker_workload, broker_store
+from tests.store.test_resync import _flip, _planted_store
 
 T0 = 1_790_000_000_000
 HOUR = 3_600_000
@@ -214,6 +215,23 @@ def test_a_damaged_record_is_named_and_skipped_with_status_2(tmp_path):
         assert f"CommitLog offset {victim.commitlog_offset}" in err and err.count("\n") == 1, err
         assert victim.msg_id.encode() not in proc.stdout
     assert len(_dump(root, check=2).stdout.splitlines()) == 19
+
+
+def test_a_record_planted_in_a_body_whose_outer_header_is_gone_is_never_dumped(tmp_path):
+    """tests/store/test_resync.py's store: P, a well-formed record of T keyed 'victim', in
+    the body of A, whose record magic is flipped. The walk's resync takes only a record the
+    indexes point at (as verify does): before, a dump printed P as a message of T, keyed
+    'victim', and a body search for 'planted' found it."""
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, a_at + MAGIC_POS + 3)
+    for args in ([], ["-e", "planted"], ["-t", "T"]):
+        proc = _dump(root, *args, check=None)
+        assert b"planted" not in proc.stdout and f"{p_at:016X}".encode() not in proc.stdout, args
+    proc = _dump(root, check=2)
+    assert proc.stderr.decode() == f"mqfs: dump: skipped the record at CommitLog offset {a_at}: damaged bytes " \
+                                   f"up to {b_at}\n"
+    assert [json.loads(line)["msgid"][-16:] for line in proc.stdout.splitlines()] == [f"{0:016X}", f"{b_at:016X}"]
 
 
 @needs_fuse
