@@ -31,6 +31,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 Put = Callable[[list[Message]], list[PutResult]]
 PutNow = Callable[[list[Message]], list[PutResult] | None]
+LOOP_LINES_MAX = 4096  # bytes of one write to append.jsonl/.lines decoded on the loop (~2 us a line)
 
 
 class Runner(Protocol):
@@ -241,16 +242,21 @@ class AppendHandle(SinkHandle):
 @dataclass
 class LinesHandle(SinkHandle):
     """`append.jsonl` and `append.lines`: each line a message, stored as its newline
-    arrives; the lines one write completes are decoded and stored in one worker-thread
-    trip (decoding a megabyte of lines would hold the loop as long as storing them)."""
+    arrives. A small write (`echo '{...}' >> append.jsonl`: at most LOOP_LINES_MAX bytes) is
+    decoded on the loop and its line put as `append`'s close puts (on the loop when the store
+    takes it without waiting); a larger one is decoded and stored in one worker-thread trip
+    (decoding a megabyte of lines would hold the loop as long as storing them)."""
 
     writer: JsonlWriter | None
 
     async def write(self, run: Runner, off: int, buf: bytes) -> int:
-        if self.writer is None:
+        writer = self.writer
+        if writer is None:
             raise FsError(errno.EBADF)
         async with self.lane:
-            if await run.thread(self._write_lines, self.writer, buf):
+            if len(buf) <= LOOP_LINES_MAX:
+                await self._put(run, writer, writer.write(buf))
+            elif await run.thread(self._write_lines, writer, buf):
                 run.stored()
             return len(buf)
 

@@ -395,7 +395,7 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def getxattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> bytes:
         if not name.startswith(b"user."):
-            # security.capability is asked before every write, security.selinux and the
+            # security.capability is asked at every open with O_TRUNC, security.selinux and the
             # ACL names by every `ls -l`: answered before any other work (and not as an
             # FsError, whose handling costs as much as the round trip)
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)

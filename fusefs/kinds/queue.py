@@ -173,7 +173,7 @@ class Jsonl(Append):
             parts = self.parts
             writer = self.writer(node.topic, node.queue, parts.body_limit(node.topic, node.queue),
                                  parts.budget, parts.store.max_body_size)
-        return LinesHandle(node.ino, writer, self.parts.put)
+        return LinesHandle(node.ino, writer, self.parts.put, self.parts.put_now)
 
 
 class Lines(Jsonl):

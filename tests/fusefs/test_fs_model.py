@@ -793,6 +793,36 @@ def test_an_append_is_put_on_the_loop_unless_the_store_would_make_it_wait(model,
     assert store.max_offset("orders", 0) == 6
 
 
+def test_a_small_write_of_json_lines_is_put_on_the_loop(model, store):
+    """`echo '{...}' >> append.jsonl`: its line decoded and put without a worker-thread trip;
+    two lines in one write are one batch (a trip), a megabyte of lines is decoded and stored
+    in one trip, and a bad line refuses its write (EINVAL) and the handle's later ones."""
+    run = CountingRunner()
+    q = walk(model, "topics", "orders", "1")
+    jsonl = model.lookup(q, b"append.jsonl").ino
+
+    async def scenario() -> None:
+        h = await model.open(run, jsonl, Opening(writing=True))
+        assert await h.write(run, 0, b'{"body": "one", "keys": "k-one"}\n') > 0
+        assert run.trips == 0 and run.stores == 1
+        await h.write(run, 0, b'{"body": "two"}\n{"body": "three"}\n')
+        assert run.trips == 1
+        big = b"".join(b'{"body": "n%d"}\n' % i for i in range(400))
+        assert len(big) > 4096
+        await h.write(run, 0, big)
+        assert run.trips == 2 and run.stores == 3
+        assert await refused(h.write(run, 0, b'{"body": 1}\n')) == errno.EINVAL
+        assert await refused(h.write(run, 0, b'{"body": "after"}\n')) == errno.EINVAL
+        await h.release(run)
+
+    trio.run(scenario)
+    assert [bytes(store.get("orders", 1, o).body) for o in range(3, 6)] == [b"one", b"two", b"three"]
+    assert [h.commitlog_offset for h in store.query_key("k-one", "orders")] == \
+        [store.get("orders", 1, 3).commitlog_offset]
+    assert store.max_offset("orders", 1) == 6 + 400  # nothing of the refused writes
+    assert bytes(store.get("orders", 1, 405).body) == b"n399"
+
+
 def test_a_lane_is_taken_in_arrival_order_and_handed_over():
     """Writes and commits of one handle that wait take its Lane in the order they came, each
     after the one before left it (a cancelled waiter is skipped); free, it is taken at once."""
