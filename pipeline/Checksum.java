@@ -15,6 +15,8 @@ final class Checksum {
     final boolean recordCrc;
     private final XXHash32 xxh;
     private final CRC32 crc = new CRC32();
+    private ByteBuffer of;
+    private ByteBuffer view;
 
     Checksum(String flavor, boolean recordCrc) {
         this.recordCrc = recordCrc;
@@ -32,10 +34,13 @@ final class Checksum {
         if (xxh != null) {
             return xxh.hash(b, from, to - from, 0) & 0x7FFFFFFF;
         }
-        ByteBuffer part = b.duplicate();
-        part.limit(to).position(from);
+        if (b != of) {  // a view of the buffer whose position and limit CRC32 may move
+            of = b;
+            view = b.duplicate();
+        }
+        view.limit(to).position(from);
         crc.reset();
-        crc.update(part);
+        crc.update(view);
         return (int) crc.getValue() & 0x7FFFFFFF;
     }
 }

@@ -15,6 +15,7 @@ import java.util.List;
  */
 final class Dispatch {
     private static final byte[] NAMES = "INNER_MULTI_DISPATCH".getBytes(StandardCharsets.US_ASCII);
+    private static final long NAME_HEAD = 0x494E4E45525F4D55L;  // "INNER_MU", NAMES' first eight bytes
     private static final byte[] OFFSETS = "INNER_MULTI_QUEUE_OFFSET".getBytes(StandardCharsets.US_ASCII);
     private static final byte[] LMQ = "%LMQ%".getBytes(StandardCharsets.US_ASCII);
     private static final byte[][] NOT_DISPATCHED = {"%RETRY%".getBytes(StandardCharsets.US_ASCII),
@@ -28,19 +29,33 @@ final class Dispatch {
     private Dispatch() {
     }
 
-    /** Whether bytes [from, to) of the buffer hold the property name (a cheap first look:
-     * most records have no multi-dispatch and are never parsed). */
+    /** Whether a pair of PROPERTIES bytes [from, to) may be named INNER_MULTI_DISPATCH: a
+     * pair starting (at `from` or after a 0x02) with its first eight bytes. A cheap first look,
+     * eight bytes at a time: most records have no multi-dispatch and are never parsed. */
     static boolean named(ByteBuffer b, int from, int to) {
-        int last = to - NAMES.length;
-        for (int i = from; i <= last; i++) {
-            if (b.get(i) == 'I' && b.get(i + 6) == 'M') {
-                int k = 1;
-                while (k < NAMES.length && b.get(i + k) == NAMES[k]) {
-                    k++;
-                }
-                if (k == NAMES.length) {
+        int last = to - NAMES.length;  // where a pair so named starts at the latest
+        if (last < from) {
+            return false;
+        }
+        if (b.getLong(from) == NAME_HEAD) {
+            return true;
+        }
+        int i = from;
+        for (int end = to - 8; i <= end; i += 8) {
+            long x = b.getLong(i) ^ 0x0202020202020202L;
+            // each 0x02 byte flagged (and maybe a byte before one: checked like the others)
+            long twos = (x - 0x0101010101010101L) & ~x & 0x8080808080808080L;
+            while (twos != 0) {
+                int next = i + (Long.numberOfLeadingZeros(twos) >>> 3) + 1;
+                if (next <= last && b.getLong(next) == NAME_HEAD) {
                     return true;
                 }
+                twos &= ~Long.highestOneBit(twos);
+            }
+        }
+        for (; i < to; i++) {
+            if (b.get(i) == 2 && i + 1 <= last && b.getLong(i + 1) == NAME_HEAD) {
+                return true;
             }
         }
         return false;
@@ -49,11 +64,11 @@ final class Dispatch {
     /** The queues record r (well formed, queued, not a filler) is dispatched to; none when
      * its properties (without the record's trailer) are not UTF-8, as decode_properties. */
     static List<Served> of(Record r, ByteBuffer b) {
-        int len = r.trailer(b) >= 0 ? r.propsLen - Record.TRAILER : r.propsLen;
-        List<Served> out = new ArrayList<>();
+        int len = r.ownPropsLen();
         if (!named(b, r.propsPos, r.propsPos + len) || !Text.utf8(b, r.propsPos, len) || notDispatched(r, b)) {
-            return out;
+            return List.of();
         }
+        List<Served> out = new ArrayList<>();
         byte[] raw = new byte[len];
         b.get(r.propsPos, raw, 0, len);
         List<int[]> pairs = Text.pairs(raw, len);

@@ -14,7 +14,7 @@ final class Record {
     static final int MIN_SIZE = 91;  // the IPv4 header, TOPICLEN (1), PROPERTIESLEN (2)
     static final int TRAILER = 20;   // "__CRC32#" 0x01, ten digits, 0x02
     static final int BORN_HOST_POS = 48;
-    private static final byte[] TRAILER_HEAD = {'_', '_', 'C', 'R', 'C', '3', '2', '#', 1};
+    private static final long TRAILER_HEAD = 0x5F5F435243333223L;  // "__CRC32#", then 0x01
     private static final byte[] FILLER = {'%', 'D', 'A', 'M', 'A', 'G', 'E', 'D'};
 
     int start;
@@ -36,6 +36,7 @@ final class Record {
     int topicLen;
     int propsPos;
     int propsLen;
+    long stored;  // the checksum the `__CRC32#` trailer holds, or -1 without one
 
     /** Reads the record at pos, which must end by limit; false when decode would refuse it. */
     boolean read(ByteBuffer b, int pos, int limit) {
@@ -84,7 +85,13 @@ final class Record {
                 return false;
             }
         }
+        stored = trailer(b);
         return true;
+    }
+
+    /** PROPERTIES' length without the record's trailer (which is never a property). */
+    int ownPropsLen() {
+        return stored >= 0 ? propsLen - TRAILER : propsLen;
     }
 
     int end() {
@@ -95,16 +102,13 @@ final class Record {
         return start + BORN_HOST_POS + bornLen + 8;
     }
 
-    /** The checksum the `__CRC32#` trailer holds, or -1 without one (codec.record_crc_of). */
-    long trailer(ByteBuffer b) {
+    /** The checksum the `__CRC32#` trailer holds, or -1 without one (codec.record_crc_of);
+     * read once per record (`stored`). */
+    private long trailer(ByteBuffer b) {
         int end = end();
-        if (total < MIN_SIZE + TRAILER || b.get(end - 1) != 2) {
+        if (total < MIN_SIZE + TRAILER || b.get(end - 1) != 2 || b.getLong(end - TRAILER) != TRAILER_HEAD
+                || b.get(end - TRAILER + 8) != 1) {
             return -1;
-        }
-        for (int i = 0; i < TRAILER_HEAD.length; i++) {
-            if (b.get(end - TRAILER + i) != TRAILER_HEAD[i]) {
-                return -1;
-            }
         }
         long value = 0;
         for (int i = end - 2; i >= end - 11; i--) {  // least significant digit first
@@ -119,7 +123,6 @@ final class Record {
 
     /** codec.check_record: the trailer's checksum where there is one (or must be), else BODYCRC. */
     boolean checksumsHold(ByteBuffer b, Checksum sum) {
-        long stored = trailer(b);
         if (stored >= 0) {
             return sum.of(b, start, end() - TRAILER) == stored;
         }

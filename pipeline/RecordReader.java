@@ -164,9 +164,14 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
             }
             if ((magic == Record.MAGIC_V1 || magic == Record.MAGIC_V2)
                     && size >= Record.MIN_SIZE && size <= limit - pos) {
+                // where every record must carry the trailer, the record is hashed first, in
+                // address order, so its fields are then read from the cache: reading its
+                // header and then its end first stalls on memory twice per record
+                long hashed = checksums && sum.recordCrc ? sum.of(buf, pos, pos + size - Record.TRAILER) : -1;
                 if (!r.read(buf, pos, limit)) {
                     reason = "malformed record";
-                } else if (checksums && (!r.checksumsHold(buf, sum) || !Text.utf8(buf, r.propsPos, r.propsLen))) {
+                } else if (checksums && (!(hashed >= 0 ? r.stored == hashed : r.checksumsHold(buf, sum))
+                                         || !Text.utf8(buf, r.propsPos, r.propsLen))) {
                     reason = "checksum mismatch";
                 } else {
                     rowsOf(true);

@@ -41,6 +41,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  */
 final class RecordScan extends ScopedScans.CarryingScan {
     static final String JVM = "mqfs.jvm";  // = pipeline/jvmplan.py JVM
+    static final String SLOTS = "mqfs.slots";  // = pipeline/jvmplan.py SLOTS
     private static final String PLAN_MODULE = "mqfs.pipeline.jvmplan";
 
     private static final Set<String> SAID = ConcurrentHashMap.newKeySet();
@@ -79,10 +80,13 @@ final class RecordScan extends ScopedScans.CarryingScan {
         return new RecordStream(python, own, options, readSchema(), true);
     }
 
-    /** `schema` with the JVM key in its first column's metadata. */
+    /** `schema` with the JVM key in its first column's metadata, and the session's cores
+     * (SLOTS: the planner makes batch tasks of one size, as many as keep every core busy). */
     static StructType mark(StructType schema) {
         StructField[] fields = schema.fields().clone();
-        Metadata meta = new MetadataBuilder().withMetadata(fields[0].metadata()).putString(JVM, "1").build();
+        int slots = org.apache.spark.sql.SparkSession.active().sparkContext().defaultParallelism();
+        Metadata meta = new MetadataBuilder().withMetadata(fields[0].metadata()).putString(JVM, "1")
+                .putLong(SLOTS, slots).build();
         fields[0] = new StructField(fields[0].name(), fields[0].dataType(), fields[0].nullable(), meta);
         return new StructType(fields);
     }

@@ -19,7 +19,29 @@ final class Rows {
     static final int MAX_ROWS = 4096;
     private static final int LOG_APPEND_TIME = 1;
 
+    /** What a column holds; the schema's names (the message shape's and Kafka's) are
+     * resolved to these once, so a row switches on them rather than on names. */
+    private enum Column {
+        TOPIC, QUEUE_ID, QUEUE_OFFSET, COMMITLOG_OFFSET, SIZE, STORE_TIMESTAMP, BORN_TIMESTAMP, BORN_HOST,
+        STORE_HOST, MSG_ID, FLAG, SYS_FLAG, BODY, TIMESTAMP_TYPE, STORE, KEYS, KEY, TAGS, PROPERTIES, HEADERS;
+
+        static Column named(String name) {
+            return switch (name) {
+                case "partition" -> QUEUE_ID;
+                case "offset" -> QUEUE_OFFSET;
+                case "timestamp" -> STORE_TIMESTAMP;
+                case "value" -> BODY;
+                case "timestampType" -> TIMESTAMP_TYPE;
+                case "topic", "queue_id", "queue_offset", "commitlog_offset", "size", "store_timestamp",
+                     "born_timestamp", "born_host", "store_host", "msg_id", "flag", "sys_flag", "body", "store",
+                     "keys", "key", "tags", "properties", "headers" -> valueOf(name.toUpperCase(java.util.Locale.ROOT));
+                default -> throw new IllegalStateException("mqfs: no column " + name);
+            };
+        }
+    }
+
     private final String[] names;
+    private final Column[] kinds;
     private final OnHeapColumnVector[] vectors;
     private final ColumnarBatch batch;
     private final byte[] store;
@@ -33,6 +55,10 @@ final class Rows {
 
     Rows(StructType schema, String storeName) {
         names = schema.fieldNames();
+        kinds = new Column[names.length];
+        for (int c = 0; c < names.length; c++) {
+            kinds[c] = Column.named(names[c]);
+        }
         vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, schema);
         batch = new ColumnarBatch(vectors);
         store = storeName == null ? new byte[0] : storeName.getBytes(StandardCharsets.UTF_8);
@@ -75,7 +101,7 @@ final class Rows {
         byte[] raw = null;
         List<int[]> pairs = null;
         if (props) {
-            int len = r.trailer(b) >= 0 ? r.propsLen - Record.TRAILER : r.propsLen;
+            int len = r.ownPropsLen();
             raw = new byte[len];
             b.get(r.propsPos, raw, 0, len);
             pairs = Text.pairs(raw, len);
@@ -83,26 +109,26 @@ final class Rows {
         long offset = fileFrom + r.start;
         for (int c = 0; c < names.length; c++) {
             WritableColumnVector v = vectors[c];
-            switch (names[c]) {
-                case "topic" -> {
+            switch (kinds[c]) {
+                case TOPIC -> {
                     if (served != null) {
                         v.putByteArray(row, served.raw(), served.at(), served.len());
                     } else {
                         v.putByteArray(row, b, r.topicPos, r.topicLen);
                     }
                 }
-                case "queue_id", "partition" -> v.putInt(row, served != null ? served.queueId() : r.queueId);
-                case "queue_offset", "offset" -> v.putLong(row, served != null ? served.queueOffset() : r.queueOffset);
-                case "commitlog_offset" -> v.putLong(row, offset);
-                case "size" -> v.putInt(row, r.total);
-                case "store_timestamp", "timestamp" -> v.putLong(row, r.storeTs * 1000);
-                case "born_timestamp" -> v.putLong(row, r.bornTs * 1000);
-                case "born_host" -> v.putByteArray(row, bornHosts.text(b, r.start + Record.BORN_HOST_POS, r.bornLen));
-                case "store_host" -> v.putByteArray(row, storeHosts.text(b, r.storeHostPos(), r.storeLen));
-                case "msg_id" -> v.putByteArray(row, Text.msgId(b, r.storeHostPos(), r.storeLen, offset));
-                case "flag" -> v.putInt(row, r.flag);
-                case "sys_flag" -> v.putInt(row, r.sysFlag);
-                case "body", "value" -> {
+                case QUEUE_ID -> v.putInt(row, served != null ? served.queueId() : r.queueId);
+                case QUEUE_OFFSET -> v.putLong(row, served != null ? served.queueOffset() : r.queueOffset);
+                case COMMITLOG_OFFSET -> v.putLong(row, offset);
+                case SIZE -> v.putInt(row, r.total);
+                case STORE_TIMESTAMP -> v.putLong(row, r.storeTs * 1000);
+                case BORN_TIMESTAMP -> v.putLong(row, r.bornTs * 1000);
+                case BORN_HOST -> v.putByteArray(row, bornHosts.text(b, r.start + Record.BORN_HOST_POS, r.bornLen));
+                case STORE_HOST -> v.putByteArray(row, storeHosts.text(b, r.storeHostPos(), r.storeLen));
+                case MSG_ID -> v.putByteArray(row, Text.msgId(b, r.storeHostPos(), r.storeLen, offset));
+                case FLAG -> v.putInt(row, r.flag);
+                case SYS_FLAG -> v.putInt(row, r.sysFlag);
+                case BODY -> {
                     if (inflated != null) {
                         v.putByteArray(row, inflated);
                     } else {  // one copy, from the mapping into the vector
@@ -110,11 +136,11 @@ final class Rows {
                     }
                     bytes += r.bodyLen;
                 }
-                case "timestampType" -> v.putInt(row, LOG_APPEND_TIME);
-                case "store" -> v.putByteArray(row, store);
-                case "keys" -> keys(v, row, raw, pairs);
-                case "key" -> key(v, row, raw, pairs);
-                case "tags" -> {
+                case TIMESTAMP_TYPE -> v.putInt(row, LOG_APPEND_TIME);
+                case STORE -> v.putByteArray(row, store);
+                case KEYS -> keys(v, row, raw, pairs);
+                case KEY -> key(v, row, raw, pairs);
+                case TAGS -> {
                     int[] tag = Text.last(raw, pairs, Text.TAGS);
                     if (tag == null) {
                         v.putNull(row);
@@ -122,9 +148,8 @@ final class Rows {
                         v.putByteArray(row, raw, tag[0], tag[1]);
                     }
                 }
-                case "properties" -> properties(v, row, raw, pairs);
-                case "headers" -> headers(v, row, raw, pairs);
-                default -> throw new IllegalStateException("mqfs: no column " + names[c]);
+                case PROPERTIES -> properties(v, row, raw, pairs);
+                case HEADERS -> headers(v, row, raw, pairs);
             }
         }
         rows++;

@@ -83,6 +83,15 @@ final class Selection {
         return true;
     }
 
+    private boolean anyTopic(Record r, ByteBuffer b) {
+        for (byte[] t : topics) {
+            if (r.topicIs(b, t)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /** Whether the well-formed record r, at this CommitLog offset, is a row of the read. */
     boolean keeps(Record r, ByteBuffer b, long commitlogOffset) {
         if (!allRecords && !r.inQueue() || r.filler(b)) {
@@ -94,7 +103,7 @@ final class Selection {
                 || commitlogOffset < commitlogOffsets[0] || commitlogOffset >= commitlogOffsets[1]) {
             return false;
         }
-        if (topics != null && topics.stream().noneMatch(t -> r.topicIs(b, t))) {
+        if (topics != null && !anyTopic(r, b)) {
             return false;
         }
         if (queueRanges != null) {

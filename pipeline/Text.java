@@ -80,11 +80,15 @@ final class Text {
 
     /** Whether bytes [from, from+len) are UTF-8 (decode checks PROPERTIES with a flavor). */
     static boolean utf8(ByteBuffer b, int from, int len) {
-        boolean ascii = true;
-        for (int i = from; ascii && i < from + len; i++) {
-            ascii = b.get(i) >= 0;
+        long seen = 0;  // every byte or-ed in: ASCII when no high bit is set (eight at a time)
+        int i = from;
+        for (int end = from + len - 8; i <= end; i += 8) {
+            seen |= b.getLong(i);
         }
-        if (ascii) {
+        for (; i < from + len; i++) {
+            seen |= b.get(i);
+        }
+        if ((seen & 0x8080808080808080L) == 0) {
             return true;
         }
         ByteBuffer part = b.duplicate();

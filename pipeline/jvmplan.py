@@ -35,6 +35,7 @@ from .unit_rows import UnitRows
 from .units import UnitRange
 
 JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for a JVM plan
+SLOTS = "mqfs.slots"  # = RecordScan.SLOTS: beside it, the session's cores (Spark's defaultParallelism)
 # Store features (store/meta/features.py) whose rows the JVM reader does not give yet: a store
 # with one is read by the Python reader (FallbackReader), never answered short
 JVM_UNREAD = (BATCH_CQ, COMPACTION, BAD_POLICY)  # compaction: pipeline/compacted.py
@@ -55,6 +56,12 @@ def jvm_unread(root: str) -> str | None:
 
 def jvm_asked(schema: StructType | None) -> bool:
     return bool(schema is not None and schema.fields and (schema.fields[0].metadata or {}).get(JVM))
+
+
+def jvm_slots(schema: StructType | None) -> int | None:
+    """The session's cores the JVM scan named (jvm_asked), for tasks that keep them all busy."""
+    slots = (schema.fields[0].metadata or {}).get(SLOTS) if schema is not None and schema.fields else None
+    return slots if isinstance(slots, int) and slots > 0 else None
 
 
 def say_python_reads() -> None:
@@ -115,6 +122,7 @@ class PlannedReader(Protocol):
     layout: StoreLayout
     opts: ReadOptions
     jvm: bool
+    slots: int | None
 
     def partitions(self) -> list[InputPartition]: ...
 
@@ -124,12 +132,13 @@ class PlannedReader(Protocol):
 class JvmPlanReader(DataSourceReader):
     """The Python reader's plan, for the JVM: partitions() only (the JVM reads them)."""
 
-    def __init__(self, reader: PlannedReader | StoresReader, hosts: dict[str, str]):
+    def __init__(self, reader: PlannedReader | StoresReader, hosts: dict[str, str], slots: int | None):
         self.reader = reader
         self.hosts = hosts
         readers: list[PlannedReader] = reader.readers if isinstance(reader, StoresReader) else [reader]
         for r in readers:
             r.jvm = True  # tasks sized for the JVM
+            r.slots = slots
 
     def partitions(self) -> list[InputPartition]:
         prints: dict[str, str] = {}

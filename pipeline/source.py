@@ -67,6 +67,7 @@ from .jvmplan import (
     JvmStoresStreamPlan,
     JvmStreamPlan,
     jvm_asked,
+    jvm_slots,
     jvm_unread,
     say_python_reads,
 )
@@ -86,7 +87,7 @@ from .scan import (
 )
 from .schema import message_schema, with_store_column
 from .scoped import MARKER
-from .splits import Vouch, split_points
+from .splits import Vouch, cut_points, split_points
 from .stores import StoresReader, StoresStreamReader, root_of, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
 from .unit_rows import UnitRows, UnitRowsPlan, answerable, plan_unit_rows
@@ -135,12 +136,21 @@ class RangeGroup(InputPartition):
         self.pieces = pieces
 
 
+def even_tasks(total: int, task_bytes: int, slots: int) -> int:
+    """How many tasks of at most about task_bytes read `total` bytes on `slots` cores that
+    are all busy to the end: a multiple of the slots."""
+    return slots * max(1, math.ceil(math.ceil(total / task_bytes) / slots))
+
+
 def group_ranges(parts: list[RangePartition], min_partitions: int | None,
-                 task_bytes: int = TASK_BYTES) -> list[RangeGroup]:
+                 task_bytes: int = TASK_BYTES, slots: int | None = None) -> list[RangeGroup]:
     """The pieces in groups of about task_bytes (at least min_partitions of them, when that
-    many pieces were planned), each piece in the group its middle byte falls in."""
+    many pieces were planned; with `slots`, even_tasks of them, as plan_partitions cut
+    them), each piece in the group its middle byte falls in."""
     sizes = [p.end - p.start for p in parts]
-    count = min(len(parts), max(math.ceil(sum(sizes) / task_bytes), min_partitions or 1))
+    wanted = (even_tasks(sum(sizes), task_bytes, slots) if slots and not min_partitions
+              else max(math.ceil(sum(sizes) / task_bytes), min_partitions or 1))
+    count = min(len(parts), wanted)
     share = max(1, sum(sizes)) / max(1, count)
     groups: dict[int, list[RangePartition]] = {}
     before = 0
@@ -220,11 +230,13 @@ def commitlog_end(layout: StoreLayout) -> int:
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,
                     flt: RowFilter = ALL_ROWS, end_offset: int | None = None,
                     span: tuple[int | None, int | None] = (None, None),
-                    split_bytes: int = TASK_BYTES) -> list[RangePartition]:
+                    split_bytes: int = TASK_BYTES, slots: int | None = None) -> list[RangePartition]:
     """Byte ranges of the records before `end_offset` (the CommitLog end now when None),
     files larger than split_bytes split at record starts, fixed for the partitions' lifetime;
     only those that overlap the filter's CommitLog offsets and `span` (where the units say the
-    selected records are)."""
+    selected records are). With `slots` (and no min_partitions), the bytes read are cut into
+    even_tasks equal shares wherever those fall, files or not, so that group_ranges makes
+    tasks of one size and no core idles at the end."""
     files = commitlog_files(layout.root)
     _check_continuity(files, fail_on_data_loss)
     if end_offset is None:
@@ -237,17 +249,43 @@ def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_dat
     target = split_bytes
     if min_partitions:
         target = max(1, min(target, math.ceil(sum(ends.values()) / min_partitions)))
+    nominals = _even_cuts(ends, lo, hi, split_bytes, slots) if slots and not min_partitions else None
     vouch = Vouch(layout)
     parts: list[RangePartition] = []
     for start, path in files:
         end = ends[start]
-        inner = (split_points(map_readonly(path), start, end, target, layout.checked_flavor, vouch)
-                 if end > target else [])
+        if nominals is not None:
+            inner = (cut_points(map_readonly(path), start, end, nominals[start], split_bytes,
+                                layout.checked_flavor, vouch) if nominals[start] else [])
+        else:
+            inner = (split_points(map_readonly(path), start, end, target, layout.checked_flavor, vouch)
+                     if end > target else [])
         cuts = [0, *inner, end]
         for a, b in zip(cuts, cuts[1:]):
             if start + a < hi and (lo is None or start + b > lo) and b > a:
                 parts.append(RangePartition(len(parts), start, path, a, b, flt))
     return parts
+
+
+def _even_cuts(ends: dict[int, int], lo: int | None, hi: int, task_bytes: int,
+               slots: int) -> dict[int, list[int]]:
+    """Per file (by its first offset), the positions in it where even_tasks equal shares of
+    the bytes in [lo, hi) end."""
+    spans = {s: (max(0, (lo or 0) - s), min(e, hi - s)) for s, e in ends.items()}
+    total = sum(max(0, b - a) for a, b in spans.values())
+    tasks = even_tasks(total, task_bytes, slots)
+    cuts: dict[int, list[int]] = {s: [] for s in ends}
+    shares = iter(total * i // tasks for i in range(1, tasks))
+    share = next(shares, None)
+    before = 0
+    for s, (a, b) in spans.items():
+        size = max(0, b - a)
+        while share is not None and share < before + size:
+            if share > before:  # a share ending at a file's start is cut by the file
+                cuts[s].append(a + share - before)
+            share = next(shares, None)
+        before += size
+    return cuts
 
 
 def _start_offset(opts: ReadOptions, layout: StoreLayout, key: tuple[str, int], lo: int, hi: int) -> int:
@@ -345,6 +383,7 @@ class MqfsReader(DataSourceReader):
         self.opts = opts
         self.end_offset = end_offset
         self.jvm = False  # planned for the JVM reader (task size JVM_TASK_BYTES)
+        self.slots: int | None = None  # the session's cores, when known (JVM reads): even tasks
 
     def _filter(self) -> RowFilter:
         return row_filter(self.layout, self.opts)
@@ -373,8 +412,8 @@ class MqfsReader(DataSourceReader):
             parts = [*rows.parts, *group_ranges(gaps, None, size)]
         else:
             pieces = plan_partitions(self.layout, self.opts.min_partitions, self.opts.fail_on_data_loss,
-                                     flt, self.end_offset, plan.span, size)
-            parts = list(group_ranges(pieces, self.opts.min_partitions, size))
+                                     flt, self.end_offset, plan.span, size, self.slots)
+            parts = list(group_ranges(pieces, self.opts.min_partitions, size, self.slots))
         return parts + compacted.plan(views, flt, len(parts))
 
     def _unit_rows(self, flt: RowFilter) -> UnitRowsPlan | None:
@@ -385,7 +424,7 @@ class MqfsReader(DataSourceReader):
             return None
         assert self.end_offset is not None
         _check_continuity(commitlog_files(self.layout.root), self.opts.fail_on_data_loss)
-        return plan_unit_rows(self.layout, flt, self.end_offset, self.opts.min_partitions)
+        return plan_unit_rows(self.layout, flt, self.end_offset, self.opts.min_partitions or self.slots)
 
     def _header_only(self) -> bool:
         """Whether records are checked only as far as their headers (`scan.header_only`)."""
@@ -555,7 +594,7 @@ class MqfsDataSource(DataSource):
         if jvm_asked(schema):  # the JVM reader reads what this reader plans
             why = self._jvm_unread(roots)
             if why is None:
-                return JvmPlanReader(reader, hosts_option(self.options, roots))
+                return JvmPlanReader(reader, hosts_option(self.options, roots), jvm_slots(schema))
             if (self.options.get("reader") or "").strip().lower() == "jvm":
                 raise ValueError(f"mqfs: {why}; read it with .option('reader', 'python') (or "
                                  "without the reader option: the Python reader is then chosen)")

@@ -80,11 +80,18 @@ def record_start_from(buf, arr: np.ndarray, file_from: int, lo: int, hi: int, fl
 
 def split_points(buf, file_from: int, end: int, target: int, flavor: Flavor, vouch: Vouch) -> list[int]:
     """Record starts near every `target` bytes of [0, end), ascending, none at 0."""
+    return cut_points(buf, file_from, end, list(range(target, end, target)), target, flavor, vouch)
+
+
+def cut_points(buf, file_from: int, end: int, nominals: list[int], reach: int, flavor: Flavor,
+               vouch: Vouch) -> list[int]:
+    """Record starts at or after each of the ascending `nominals` in (0, end), each within
+    `reach` bytes of its nominal, ascending, none at 0."""
     arr = np.frombuffer(buf, np.uint8)
     points: list[int] = []
-    for nominal in range(target, end, target):
+    for nominal in nominals:
         lo = max(nominal, points[-1] + 1 if points else 1)
-        found = record_start_from(buf, arr, file_from, lo, min(end, nominal + target), flavor, vouch)
+        found = record_start_from(buf, arr, file_from, lo, min(end, nominal + reach), flavor, vouch)
         if found is not None:
             points.append(found)
     return points

@@ -16,7 +16,7 @@ pytest.importorskip("pyspark")
 
 from mqfs.pipeline.options import read_options  # noqa: E402
 from mqfs.pipeline.scan import RowFilter  # noqa: E402
-from mqfs.pipeline.source import MqfsReader, RangeGroup, plan_partitions  # noqa: E402
+from mqfs.pipeline.source import MqfsReader, RangeGroup, group_ranges, plan_partitions  # noqa: E402
 from mqfs.pipeline.splits import Vouch, split_points  # noqa: E402
 from mqfs.store import Message, MessageStore  # noqa: E402
 from mqfs.store.format import layout  # noqa: E402
@@ -107,3 +107,31 @@ def test_a_record_forged_in_a_body_is_never_a_cut(big):
         assert cuts and cuts[0] > pos and all(base + c in starts for c in cuts)
         if base == 0:  # a cut nominally at the forgery: its copy would be a second row
             assert sorted(_read(root, pos, False)) == queued
+
+
+@pytest.mark.parametrize("slots", [2, 3, 5])
+def test_tasks_for_every_core_are_of_one_size(big, slots):
+    """With the session's cores known (the JVM reader's plans), the bytes are cut into a multiple
+    of the cores' count of equal shares wherever those fall in the files, so no task is left to
+    run alone at the end; every record is still read once."""
+    root, _ = big
+    lay = store_layout(root)
+    opts = read_options({"path": root}, streaming=False)
+    reader = MqfsReader(lay, opts, None)
+    reader.jvm, reader.slots = True, slots
+    target = 250_000  # a task's nominal bytes: the store is several of them
+    pieces = plan_partitions(lay, None, True, RowFilter(), split_bytes=target, slots=slots)
+    groups = group_ranges(pieces, None, target, slots)
+    sizes = [sum(p.end - p.start for p in g.pieces) for g in groups]
+    assert len(groups) % slots == 0 and len(groups) >= 2 * slots
+    # each task ends at the first record a unit vouches for from its share's end: within a
+    # record, or past the run of 100 prepared records (no units) that the store holds
+    total, ends = sum(sizes), np.cumsum(sizes)[:-1]
+    late = [int(e) - total * (i + 1) // len(sizes) for i, e in enumerate(ends)]
+    assert all(0 <= d < 100_000 for d in late), late
+    assert sum(d >= 8_000 for d in late) <= 1, late  # records here are up to a few KiB
+    out: list[int] = []
+    for g in groups:
+        for batch in reader.read(g):
+            out += batch.column("commitlog_offset").to_pylist()
+    assert sorted(out) == sorted(expected_rows(root))
