@@ -1,12 +1,16 @@
 """A broker's JSON file changed in its own text: each changed value replaced where it stands, a
 new member added before its object's closing brace, every other byte as the broker wrote it
 (fastjson's tabs, unquoted integer keys, member order). The caller checks that the text parses
-to the document it means (`spliced` returns None where the text is not one it can follow)."""
+to the document it means (`spliced` and `spliced_table` return None where the text is not one
+they can follow)."""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Any
+
+from ..files.json_file import parse_text
 
 _WS = " \t\r\n"
 _UNQUOTED = re.compile(r"[{,]\s*-?\d+\s*:")  # fastjson writes Integer keys bare
@@ -110,13 +114,74 @@ def spliced(text: str, table: dict[str, dict[int, int]], version: dict | None) -
             at = max((stop for _, stop in entries.values()), default=close)
             lead = "," + indent if entries else indent
             edits.append((at, at, lead + ("," + indent).join(added)))
-        if version is not None and "dataVersion" in top:
-            fields, _ = members(text, top["dataVersion"][0])
-            for name in ("counter", "timestamp"):
-                if name in fields and name in version:
-                    edits.append((*fields[name], str(int(version[name]))))
+        edits += _version_edits(text, top, version)
     except (ValueError, IndexError):
         return None
+    return _applied(text, edits)
+
+
+def _version_edits(text: str, top: dict[str, tuple[int, int]],
+                   version: dict | None) -> list[tuple[int, int, str]]:
+    """dataVersion's counter and timestamp set to `version`'s, its other fields left."""
+    if version is None or "dataVersion" not in top:
+        return []
+    fields, _ = members(text, top["dataVersion"][0])
+    return [(*fields[name], str(int(version[name])))
+            for name in ("counter", "timestamp") if name in fields and name in version]
+
+
+def _applied(text: str, edits: list[tuple[int, int, str]]) -> str:
     for start, stop, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[stop:]
     return text
+
+
+def _rendered(value: Any, indent: str, unit: str) -> str:
+    """A value as fastjson's pretty writer lays it out at `indent` (compact without one)."""
+    if not isinstance(value, dict) or not value or "\n" not in indent:
+        return json.dumps(value, separators=(",", ":"))
+    inner = indent + unit
+    return "{" + ",".join(f"{inner}{json.dumps(k)}:{_rendered(v, inner, unit)}"
+                          for k, v in value.items()) + indent + "}"
+
+
+def spliced_table(text: str, key: str, table: dict[str, dict],
+                  version: dict | None) -> str | None:
+    """The text with the object at top-level `key` saying `table` (topics.json's
+    topicConfigTable): in a changed entry only the members whose value changed, new entries
+    after the last one, laid out as the others; and `version`'s dataVersion counter and
+    timestamp. None when the text has no such object or an entry `table` lacks."""
+    try:
+        top, _ = members(text, _skip(text, 0))
+        if key not in top:
+            return None
+        opening = top[key][0]
+        entries, close = members(text, opening)
+        if not entries.keys() <= table.keys():
+            return None
+        indent = text[opening + 1:_skip(text, opening + 1)]  # before each entry: "\n\t\t"
+        unit = "\t" if "\t" in indent else "  "
+        edits: list[tuple[int, int, str]] = []
+        added = []
+        for name, value in table.items():
+            if name not in entries:
+                added.append(f"{json.dumps(name)}:{_rendered(value, indent, unit)}")
+                continue
+            start, stop = entries[name]
+            old = parse_text(text[start:stop])
+            if old == value:
+                continue
+            if not (isinstance(old, dict) and isinstance(value, dict) and old.keys() == value.keys()):
+                edits.append((start, stop, _rendered(value, indent, unit)))
+                continue
+            fields, _ = members(text, start)
+            edits += [(*fields[f], json.dumps(v, separators=(",", ":")))
+                      for f, v in value.items() if old[f] != v]
+        if added:  # after the last entry, each on its line as the others
+            at = max((stop for _, stop in entries.values()), default=close)
+            lead = "," + indent if entries else indent
+            edits.append((at, at, lead + ("," + indent).join(added)))
+        edits += _version_edits(text, top, version)
+    except (ValueError, IndexError):
+        return None
+    return _applied(text, edits)

@@ -154,6 +154,8 @@ class TopicTable:
         self._document = {**document, "topicConfigTable": None}  # its place kept
         self._entries = {name: entry for name, entry in table.items()
                          if entry != _new_topic_entry(name, self.queues[name])}
+        # a broker's file is changed in its own text (json_splice), when that text is the one read
+        self._text = _broker_text(self.path, document) if keep_bak else None
         # changes since topics.json was written, in config/topics.log (see store/meta/topic_log.py)
         self.log_path = topic_log.log_path(root)
         self._logged = topic_log.replay(self.log_path, self.queues, MAX_QUEUES)
@@ -279,11 +281,16 @@ class TopicTable:
                 else:
                     table[name] = entry
             self._document["dataVersion"] = _next_version(self._document)
-            self._document["topicConfigTable"] = table
-            try:
-                write_json(self.path, self._document, sort_keys=False, backup=not self.keep_bak)
-            finally:
-                self._document["topicConfigTable"] = None
+            document = {**self._document, "topicConfigTable": table}
+            text = None if self._text is None else json_splice.spliced_table(
+                self._text, "topicConfigTable", table, document["dataVersion"])
+            if text is not None and parse_text(text) != json.loads(json.dumps(document)):
+                text = None  # a text the splice could not follow: the document whole
+            if text is None:
+                write_json(self.path, document, sort_keys=False, backup=not self.keep_bak)
+            else:
+                write_text(self.path, text, backup=not self.keep_bak)
+            self._text = text
             topic_log.remove(self.log_path)
             self._logged = 0
 

@@ -1,15 +1,18 @@
-"""A broker's consumerOffset.json changed in its own text (store/meta/json_splice.py): the
+"""A broker's consumerOffset.json and topics.json changed in its own text (store/meta/json_splice.py): the
 text parses to the document meant, and every byte outside the changed values stays."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 
+from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.files.json_file import parse_text
 from mqfs.store.meta.json_splice import spliced
-from tests.store.broker_guard_layouts import OFFSETS_JSON
+from tests.store.broker_guard_layouts import OFFSETS_JSON, broker_store
 
 TRICKY = ('{"groupTopicMap":{"a\\"}{,":["x:1,"]},\n "offsetTable" : { "T@g" : {"0":3} } ,'
           '"dataVersion":{"timestamp":5,"counter":1}}')
@@ -47,3 +50,37 @@ def test_the_text_says_what_the_table_says_and_keeps_the_rest(name):
                                   '{"offsetTable": {"T@g": {0:1}'])
 def test_a_text_it_cannot_follow_is_left_to_a_whole_write(text):
     assert spliced(text, {"T@g": {0: 2}}, None) is None
+
+
+# --- topics.json: a topic made or grown on a broker's store ----------------------------------
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+def test_a_topic_made_or_grown_on_a_broker_store_changes_only_its_entry_and_data_version(tmp_path):
+    root = str(tmp_path)
+    broker_store(root)
+    path = os.path.join(root, "config", "topics.json")
+    with open(path) as f:
+        before = f.read()
+    with MessageStore(root, StoreConfig(), create=False) as s:
+        s.create_topic("NewTopic", 2)
+        s.add_queue("Orders", 2)  # a broker topic grown: its queue counts alone change
+    with open(path) as f:
+        after = f.read()
+    counter, stamp = re.search(r'"dataVersion":\{\s*"counter":(\d+),\s*"stateVersion":0,'
+                               r'\s*"timestamp":(\d+)', after).groups()
+    assert int(counter) > 7
+    orders = before.index('"Orders":')
+    expected = (before[:orders] + before[orders:].replace('"readQueueNums":2', '"readQueueNums":3', 1)
+                .replace('"writeQueueNums":2', '"writeQueueNums":3', 1))
+    new = ('"NewTopic":{\n\t\t\t"attributes":{},\n\t\t\t"order":false,\n\t\t\t"perm":6,\n\t\t\t'
+           '"readQueueNums":2,\n\t\t\t"topicFilterType":"SINGLE_TAG",\n\t\t\t"topicName":"NewTopic",'
+           '\n\t\t\t"topicSysFlag":0,\n\t\t\t"writeQueueNums":2\n\t\t}')
+    expected = (expected.replace('"counter":7', f'"counter":{counter}', 1)
+                .replace('"timestamp":1700000000123', f'"timestamp":{stamp}', 1)
+                .replace('"writeQueueNums":1\n\t\t}\n\t},', '"writeQueueNums":1\n\t\t},\n\t\t'
+                         + new + '\n\t},', 1))
+    assert after == expected
+    with MessageStore(root, StoreConfig(), create=False) as s:
+        assert s.topics()["NewTopic"] == 2 and s.topics()["Orders"] == 3
+    with open(path) as f:
+        assert f.read() == after  # nothing changed: not written again
