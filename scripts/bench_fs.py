@@ -252,7 +252,9 @@ def put_batch_in_process(work: str, jsonl_file: str) -> tuple[float, float]:
 
 def run_workloads(base: dict[str, str], n: dict[str, int], jsonl_file: str,
                   daemon: int | None = None, writes_only: bool = False) -> dict:
-    """base maps a directory role (small, large, big, w) to its path on one filesystem;
+    """base maps a directory role (small, large, big, w) to its path on one filesystem, and
+    append/jsonl to names inside w: the writes run in w, so every filesystem is given the same
+    names (mqfs's w is four components deep, the trivial fs's one);
     daemon: the pid of the process serving it (None for the native filesystem)."""
     res = {}
     if writes_only:
@@ -322,17 +324,17 @@ def main() -> int:
         wait_mounted(triv, trivial_proc)
         results["trivial"] = run_workloads(
             {"small": f"{triv}/small", "large": f"{triv}/large", "big": f"{triv}/big",
-             "w": f"{triv}/w", "append": f"{triv}/w/append", "jsonl": f"{triv}/w/append.jsonl"},
+             "w": f"{triv}/w", "append": "append", "jsonl": "append.jsonl"},
             n, jsonl_file, trivial_proc.pid, a.writes)
         subprocess.run([*mqfs, "mount", mq_store, mq_mnt], check=True)
         q = lambda t: f"{mq_mnt}/topics/{t}/0"  # noqa: E731
         results["mqfs"] = run_workloads(
             {"small": q("small"), "large": q("large"), "big": q("big"), "w": q("w"),
-             "append": f"{q('w')}/append", "jsonl": f"{q('w')}/append.jsonl"}, n, jsonl_file,
+             "append": "append", "jsonl": "append.jsonl"}, n, jsonl_file,
             mqfs_daemon(mq_mnt), a.writes)
         results["native"] = run_workloads(
             {"small": f"{native}/small", "large": f"{native}/large", "big": f"{native}/big",
-             "w": f"{native}/w", "append": '"$i"', "jsonl": f"{native}/w/lines"}, n, jsonl_file,
+             "w": f"{native}/w", "append": '"$i"', "jsonl": "lines"}, n, jsonl_file,
             None, a.writes)
         inproc_rate, inproc_cpu = put_batch_in_process(work, jsonl_file)
     finally:
