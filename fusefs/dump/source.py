@@ -95,7 +95,9 @@ class CommitLog:
 
     def end(self) -> int:
         """Where the records ended when the walk began: on from the newest record a unit
-        vouched for, as far as whole records follow. The walk stops there, so what is
+        vouched for, as far as whole records follow, and past damage where the resync puts
+        a record after it (with consumequeue/ deleted a dump used to end at the first damage
+        with status 0). The walk stops there, so what is
         written while it runs (a replay into the store it reads) is never read: a dump is a
         snapshot, as a DataFrame of the pipeline is, and cannot feed on its own output."""
         if self._end is None:
@@ -110,11 +112,24 @@ class CommitLog:
                 if w.why == "limit":
                     pos = w.stop
                     continue
-                if w.why not in ("blank", "room") or i == len(self.files) - 1:
+                if w.why not in ("blank", "room"):
+                    found = self._past_damage(buf, int(self.starts[i]), w.stop)
+                    if found is None:
+                        break
+                    pos = found  # damage, not a torn tail: records follow it
+                    continue
+                if i == len(self.files) - 1:
                     break
                 i, pos = i + 1, 0
             self._end = end
         return self._end
+
+    def _past_damage(self, buf: mmap.mmap, base: int, pos: int) -> int | None:
+        """Where the resync puts the next record after bytes at `pos` that are no record and
+        no zeros (None: none, as after a torn tail, or zeros: the file's end)."""
+        if not any(buf[pos:pos + 8]):
+            return None
+        return resync_in(buf, base, pos, len(buf), self.flavor, pointed=self._pointed(base, len(buf)))
 
     def _pointed(self, base: int, size: int) -> Callable[[int], bool]:
         """Whether an index points at a CommitLog offset of the file at `base` (or none reaches it)."""
@@ -153,8 +168,8 @@ class CommitLog:
                                   pointed=self._pointed(base, len(buf)))
                 if zeros and found is None:  # a file its writer left for the next one
                     break  # before writing its BLANK (a live store), or never marked
-                if base + pos > vouched:  # a record a live writer is still copying,
-                    return  # or a crash's torn tail: where the records end, as recovery says
+                if base + pos > vouched and found is None:  # a record a live writer is still
+                    return  # copying, or a crash's torn tail: where the records end, as recovery says
                 damage(base + pos, f"damaged bytes up to {base + (end if found is None else found)}")
                 if found is None:
                     break

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -215,6 +216,20 @@ def test_a_damaged_record_is_named_and_skipped_with_status_2(tmp_path):
         assert f"CommitLog offset {victim.commitlog_offset}" in err and err.count("\n") == 1, err
         assert victim.msg_id.encode() not in proc.stdout
     assert len(_dump(root, check=2).stdout.splitlines()) == 19
+
+
+def test_damage_with_no_unit_after_it_does_not_end_the_dump(tmp_path):
+    """consumequeue/ deleted (RocketMQ's restart step), one header byte of the sixth of 20
+    records flipped: the dump used to take the damage for a torn tail and end there, 5
+    messages and status 0. Records follow it, so it is damage: named, status 2, 19 messages."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        offsets = [s.put(Message.create("T", b"z" * 300, keys=[f"k{i}"])).commitlog_offset for i in range(20)]
+    shutil.rmtree(os.path.join(root, "consumequeue"))
+    _flip(root, offsets[5] + MAGIC_POS + 3)
+    proc = _dump(root, check=2)
+    assert f"CommitLog offset {offsets[5]}: damaged bytes up to {offsets[6]}" in proc.stderr.decode()
+    assert len(proc.stdout.splitlines()) == 19
 
 
 def test_a_record_planted_in_a_body_whose_outer_header_is_gone_is_never_dumped(tmp_path):
