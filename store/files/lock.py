@@ -8,6 +8,11 @@
 3. The `lock` file: an exclusive POSIX record lock on byte 0, as RocketMQ's
    FileChannel.tryLock(0, 1) takes it, so mqfs and a real broker exclude each other.
 
+A refused writer removes the `config/mqfs.lock` (and `config/`) it created, by the inode it
+made and while it still holds the flock; so that an opener that opened that file just before
+cannot take a lock nobody else sees, a flock on `config/mqfs.lock` counts only while the name
+still stands for the file locked.
+
 A writer takes both exclusively; `shared` (verify, repair's plan, read-only opens that must
 keep writers out) takes both shared and creates nothing; `live` (a read-only view of a store a
 writer is using, which must change nothing and block no one) takes neither.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 import struct
 
 from ..errors import StoreError, StoreLocked
@@ -36,6 +42,10 @@ _FLOCK = "hhqqi4x"  # struct flock on Linux x86_64/aarch64: type, whence, start,
 _HELD_HERE: set[str] = set()  # POSIX locks do not exclude the same process
 NAME = "lock"
 PRIVATE = os.path.join("config", "mqfs.lock")
+
+
+def _inode(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
 
 def _record_holder(fd: int) -> int | None:
@@ -93,6 +103,7 @@ class StoreLock:
         self.replacement_fd = -1
         self.fd = -1
         self.held = False
+        self._made: list[tuple[str, tuple[int, int]]] = []  # (path in root, inode) made here
 
     def _in_use(self, pid: int | None) -> StoreLocked:
         who = f"pid {pid}" if pid else "another process"
@@ -109,8 +120,10 @@ class StoreLock:
                 self._lock_private(shared)
                 self._lock_file(shared)
             except BaseException:
+                self._remove_made()
                 self.release()
                 raise
+        self._made = []
         self.held = True
         _HELD_HERE.add(self.key)
 
@@ -145,9 +158,7 @@ class StoreLock:
         one lock no mere reader can hold, so it alone is never passed by."""
         path = os.path.join(self.root, PRIVATE)
         try:
-            if not shared:
-                safefs.makedirs(os.path.dirname(path))
-            fd = safefs.open_file(path, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT)
+            fd = safefs.open_file(path, os.O_RDONLY) if shared else self._open_private(path)
         except (FileNotFoundError, PermissionError):
             if shared:
                 return  # a reader creates nothing; one who cannot open it has the others
@@ -156,11 +167,66 @@ class StoreLock:
             if not shared and os.fstat(fd).st_mode & 0o077:
                 os.fchmod(fd, safefs.FILE_MODE)  # an older copy others could open
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            if self._inode(PRIVATE) != _inode(os.fstat(fd)):  # removed by a refused opener
+                raise OSError("config/mqfs.lock is no longer the file locked")
         except OSError:
             pids = _holders(fd, "FLOCK")
             os.close(fd)
             raise self._in_use(pids[0] if pids else None) from None
         self.private_fd = fd
+
+    def _open_private(self, path: str) -> int:
+        """config/mqfs.lock opened for a writer, made (with config/) when missing; what was
+        made is noted, for a refusal to remove."""
+        config = os.path.dirname(PRIVATE)
+        if self._inode(config) is None:
+            safefs.makedirs(os.path.dirname(path))
+            self._note_made(config)
+        try:
+            fd = safefs.open_file(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return safefs.open_file(path, os.O_RDWR)
+        self._made.append((PRIVATE, _inode(os.fstat(fd))))
+        return fd
+
+    def _inode(self, rel: str) -> tuple[int, int] | None:
+        """The inode `rel` names in the directory locked (no link followed at its end)."""
+        try:
+            return _inode(os.stat(rel, dir_fd=self.dir_fd, follow_symlinks=False))
+        except OSError:
+            return None
+
+    def _note_made(self, rel: str) -> None:
+        found = self._inode(rel)
+        if found is not None:
+            self._made.append((rel, found))
+
+    def _remove_made(self) -> None:
+        """Remove what this refused open made, newest first, through the locked directory's
+        fd, each only while its name still stands for the inode made, and only while this
+        open holds the flock on mqfs.lock (else another opener may hold the file it made)."""
+        made, self._made = self._made, []
+        if self.private_fd < 0:
+            return
+        for rel, inode in reversed(made):
+            parent, name = os.path.split(rel)
+            dfd = self.dir_fd
+            try:
+                if parent:
+                    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                                  os.O_CLOEXEC, dir_fd=self.dir_fd)
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if _inode(st) == inode:
+                    if stat.S_ISDIR(st.st_mode):
+                        os.rmdir(name, dir_fd=dfd)
+                    else:
+                        os.unlink(name, dir_fd=dfd)
+            except OSError as exc:  # left behind, as before: the refusal stands
+                log.warning("store %s: could not remove %s after the refusal: %s",
+                            self.key, rel, exc)
+            finally:
+                if dfd != self.dir_fd:
+                    os.close(dfd)
 
     def _lock_file(self, shared: bool) -> None:
         try:

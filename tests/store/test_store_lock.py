@@ -5,6 +5,8 @@ no verify) out, while a writer's lock still does."""
 from __future__ import annotations
 
 import errno
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -14,9 +16,10 @@ import tempfile
 
 import pytest
 
-from mqfs.store import Message, MessageStore, ReadOnlyStore
+from mqfs.store import Message, MessageStore, ReadOnlyStore, StoreLocked
 from mqfs.store.integrity.verify import verify_store
 from tests.fusefs.helpers import SMALL, mounted, mqfs, needs_fuse, sh
+from tests.store.broker_guard_layouts import broker_store
 from tests.store.helpers import REPO, file_hashes, small_config
 from tests.waits import eventually
 
@@ -141,3 +144,86 @@ def test_a_mounted_store_replaced_under_the_daemon_is_noticed(tmp_path):
     said = [line for line in open(log) if REPLACED in line and "writes stopped" in line
             and "mqfs.store" in line]
     assert len(said) == 1, said  # once, where it was noticed (refused puts say it too)
+
+
+# --- a refusal leaves no file it made ---------------------------------------------------------
+
+_BROKER = """
+import fcntl, os, sys
+f = os.open(os.path.join(sys.argv[1], "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def _listing(root: str) -> dict[str, str]:
+    """Every name under root, each file's sha256 and mode, lock files included."""
+    out = {}
+    for dirpath, dirs, names in os.walk(root):
+        for n in dirs + names:
+            path = os.path.join(dirpath, n)
+            st = os.lstat(path)
+            digest = "dir"
+            if n in names:
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+            out[os.path.relpath(path, root)] = f"{digest} {st.st_mode:o}"
+    return out
+
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+@pytest.mark.parametrize("config", ["broker's config/", "no config/"])
+def test_a_writer_refused_by_a_brokers_lock_leaves_no_file_it_made(tmp_path, config):
+    root = str(tmp_path / "store")
+    broker_store(root)
+    if config == "no config/":  # a broker keeping its metadata in RocksDB elsewhere
+        shutil.rmtree(os.path.join(root, "config"))
+    broker = subprocess.Popen([sys.executable, "-c", _BROKER, root], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert broker.stdout is not None and broker.stdout.readline() == "held\n"
+        before = _listing(root)
+        assert os.path.join("config", "mqfs.lock") not in before
+        with pytest.raises(StoreLocked, match=f"held by pid {broker.pid}"):
+            MessageStore(root, small_config(), create=False).open()
+        assert _listing(root) == before
+        reset = mqfs("group", "reset", root, "g", "Orders", "--to", "latest", check=False)
+        assert reset.returncode == 1 and f"held by pid {broker.pid}" in reset.stderr
+        assert _listing(root) == before
+        os.mkdir(tmp_path / "mnt")
+        mount = mqfs("mount", root, str(tmp_path / "mnt"), check=False)
+        assert mount.returncode == 1 and f"held by pid {broker.pid}" in mount.stderr, mount.stderr
+        # a refused read-write mount logs why in STORE/logs/ (fusefs/mount.py), nothing else
+        assert {p: h for p, h in _listing(root).items() if p.split(os.sep)[0] != "logs"} == before
+    finally:
+        broker.kill()
+        broker.wait()
+    with MessageStore(root, small_config(), create=False) as s:  # once the broker is gone
+        assert s.topics()["Orders"] >= 2
+
+
+@pytest.mark.allow_logs("not the one the last clean close left")
+def test_a_private_lock_file_removed_under_its_opener_is_not_taken_as_held(tmp_path, monkeypatch):
+    """An opener that opened config/mqfs.lock just before a refused one removed it (and a
+    third made a new one) must not take the flock on the removed file for the store's."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, small_config()) as s:
+        s.put(Message.create("t", b"one"))
+    private = os.path.join(root, "config", "mqfs.lock")
+    flock = fcntl.flock
+
+    def removed_first(fd: int, op: int) -> None:
+        st, now = os.fstat(fd), os.lstat(private)
+        if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+            os.unlink(private)  # the refused opener's removal; then a third opener's file
+            os.close(os.open(private, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", removed_first)
+    with pytest.raises(StoreLocked, match="in use"):
+        MessageStore(root, small_config(), create=False).open()
+    monkeypatch.undo()
+    assert os.path.exists(private)  # the third opener's, not this one's to remove
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.get("t", 0, 0).body == b"one"
