@@ -105,6 +105,9 @@ HEADER_TASK_BYTES = 1 << 30
 # A task of the JVM reader (pipeline/jvmplan.py) starts in milliseconds: smaller tasks, so
 # every core reads
 JVM_TASK_BYTES = 64 << 20
+# Below this many bytes one task reads everything, as Spark's file sources do below their
+# spark.sql.files.openCostInBytes (4 MiB): a second task costs more than it saves there
+ONE_TASK_BYTES = 4 << 20
 _ALL = 1 << 62
 
 
@@ -138,7 +141,9 @@ class RangeGroup(InputPartition):
 
 def even_tasks(total: int, task_bytes: int, slots: int) -> int:
     """How many tasks of at most about task_bytes read `total` bytes on `slots` cores that
-    are all busy to the end: a multiple of the slots."""
+    are all busy to the end: a multiple of the slots; one when the bytes are few."""
+    if total <= min(task_bytes, ONE_TASK_BYTES):
+        return 1
     return slots * max(1, math.ceil(math.ceil(total / task_bytes) / slots))
 
 
