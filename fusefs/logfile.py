@@ -48,6 +48,15 @@ class PrivateLog(logging.handlers.RotatingFileHandler):
         self.stream = self._open()
 
 
+class PendingLog(logging.handlers.MemoryHandler):
+    """A read-write mount's records until its open succeeded or was refused (see
+    mount.settle_log): a store with no log yet gets STORE/logs/ only from an open that
+    succeeded, so a refused one (a broker's store its broker holds) gains no file."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=1 << 16, flushLevel=logging.CRITICAL + 1)
+
+
 def check_writable(path: str) -> None:
     """Refuse a --log FILE that cannot be written, with one line, before the daemon forks."""
     directory = os.path.dirname(os.path.abspath(path))

@@ -99,45 +99,23 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
                   read_only: bool = False, debug: bool = False) -> None:
     """target: a file path, 'syslog', 'stderr' or 'none'. Default: stderr in the
     foreground (systemd's journal takes it), else `default_log`, rotated; syslog when that
-    cannot be written."""
-    from mqfs.store import StoreError
-    from mqfs.store.files import safefs
-
-    from .logfile import PrivateLog
+    cannot be written. A read-write mount whose store has no log yet holds its records
+    (`PendingLog`) until `settle_log` knows whether the open succeeded."""
+    from .logfile import PendingLog
 
     in_store = target is None and not foreground and not read_only
     if in_store and is_broker_refused(store_root):
         in_store, read_only = False, True  # the open refuses: not a byte into that store
-    if target is None:
-        target = "stderr" if foreground else default_log(store_root, read_only)
-        if not foreground:
-            from mqfs.store.meta.manifest import is_store
-
-            try:
-                if not is_store(store_root):  # never create files where no store is
-                    raise FileNotFoundError(store_root)
-                if in_store:  # never into a store mqfs refuses, and no link followed
-                    safefs.check_store(store_root)
-                    safefs.makedirs(os.path.dirname(target))
-                    os.close(safefs.open_file(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
-                else:
-                    os.makedirs(os.path.dirname(target), mode=safefs.DIR_MODE, exist_ok=True)
-            except (OSError, StoreError):  # the store's own check refuses it with one line
-                target = "syslog" if os.path.exists("/dev/log") else "none"
+    handler: logging.Handler
+    if target is None and in_store and not os.path.lexists(default_log(store_root, False)):
+        handler = PendingLog()  # a refused open must leave no file it made in the store
+    else:
+        if target is None:
+            target = "stderr" if foreground else _ready_file(
+                default_log(store_root, read_only), store_root, in_store)
+        handler = _handler(target, in_store)
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    if target == "none":
-        handler: logging.Handler = logging.NullHandler()
-    elif target == "stderr":
-        handler = logging.StreamHandler(sys.stderr)
-    elif target == "syslog":
-        handler = logging.handlers.SysLogHandler("/dev/log")
-        handler.setFormatter(logging.Formatter("mqfs[%(process)d]: %(levelname)s %(message)s"))
-    else:
-        handler = PrivateLog(target, LOG_BYTES, LOG_KEEP, in_store=in_store)
-    if target not in ("syslog",):
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s mqfs[%(process)d] %(levelname)s %(name)s: %(message)s"))
     root.handlers[:] = [handler]
     if not foreground and target != "stderr" and journal_stderr():
         # a background mount under systemd: its log also goes where `journalctl -u` looks
@@ -145,6 +123,59 @@ def setup_logging(target: str | None, foreground: bool, store_root: str,
         journal = logging.StreamHandler(sys.stderr)
         journal.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(journal)
+
+
+def settle_log(store_root: str, opened: bool) -> None:
+    """Give the records a `PendingLog` holds their file: STORE/logs/mqfs.log once the
+    read-write open succeeded, else the read-only mount's log outside the store."""
+    from .logfile import PendingLog
+
+    root = logging.getLogger()
+    for i, pending in enumerate(root.handlers):
+        if isinstance(pending, PendingLog):
+            target = _ready_file(default_log(store_root, not opened), store_root, opened)
+            root.handlers[i] = _handler(target, in_store=opened)
+            pending.setTarget(root.handlers[i])
+            pending.close()  # hands every held record on, in order
+
+
+def _ready_file(path: str, store_root: str, in_store: bool) -> str:
+    """path, created to append to; 'syslog' (or 'none') where it cannot be."""
+    from mqfs.store import StoreError
+    from mqfs.store.files import safefs
+    from mqfs.store.meta.manifest import is_store
+
+    try:
+        if not is_store(store_root):  # never create files where no store is
+            raise FileNotFoundError(store_root)
+        if in_store:  # never into a store mqfs refuses, and no link followed
+            safefs.check_store(store_root)
+            safefs.makedirs(os.path.dirname(path))
+            os.close(safefs.open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+        else:
+            os.makedirs(os.path.dirname(path), mode=safefs.DIR_MODE, exist_ok=True)
+    except (OSError, StoreError):  # the store's own check refuses it with one line
+        return "syslog" if os.path.exists("/dev/log") else "none"
+    return path
+
+
+def _handler(target: str, in_store: bool) -> logging.Handler:
+    from .logfile import PrivateLog
+
+    handler: logging.Handler
+    if target == "none":
+        handler = logging.NullHandler()
+    elif target == "stderr":
+        handler = logging.StreamHandler(sys.stderr)
+    elif target == "syslog":
+        handler = logging.handlers.SysLogHandler("/dev/log")
+        handler.setFormatter(logging.Formatter("mqfs[%(process)d]: %(levelname)s %(message)s"))
+        return handler
+    else:
+        handler = PrivateLog(target, LOG_BYTES, LOG_KEEP, in_store=in_store)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s mqfs[%(process)d] %(levelname)s %(name)s: %(message)s"))
+    return handler
 
 
 def raise_open_file_limit() -> None:
@@ -220,6 +251,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     with progress_bar("recovery") if crashed else nullcontext(None) as progress:
         store = MessageStore(store_root, cfg, progress=progress, create=False)
         store.open()
+    settle_log(store_root, opened=True)
     release_freed_heap()
     if store.recovery is not None:
         summary = describe_recovery(store.recovery)
@@ -329,6 +361,7 @@ def run_daemon(store_root: str, mountpoint: str, opts: MountOptions, *,
             log.warning("mount refused: %s", exc)
         else:
             log.exception("mount failed")
+        settle_log(store_root, opened=False)
         try:
             os.write(w, f"{exc}\n".encode())
         except OSError:

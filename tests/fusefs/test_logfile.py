@@ -10,6 +10,7 @@ import pytest
 
 from mqfs.fusefs.logfile import PrivateLog
 from mqfs.store import UntrustedStore
+from tests.store.helpers import small_config, store_state
 
 
 def records(handler: logging.Handler, n: int) -> None:
@@ -46,3 +47,32 @@ def test_a_link_as_the_store_log_is_refused(tmp_path):
     with pytest.raises(UntrustedStore):
         PrivateLog(str(logs / "mqfs.log"), 1000, 3, in_store=True)
     assert victim.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("opened", [True, False])
+def test_a_mount_with_no_store_log_yet_makes_one_only_once_its_open_succeeded(tmp_path, opened):
+    """What a read-write mount logs before its open is held; an open that succeeded puts it
+    in STORE/logs/mqfs.log, a refused one in the read-only mount's log: no file in the store."""
+    from mqfs.fusefs.mount import default_log, settle_log, setup_logging
+    from mqfs.store import MessageStore
+
+    root = str(tmp_path / "store")
+    with MessageStore(root, small_config()):
+        pass
+    before = store_state(root)
+    saved = logging.getLogger().handlers[:], logging.getLogger().level
+    try:
+        setup_logging(None, foreground=False, store_root=root)
+        logging.getLogger("mqfs").warning("before the open")
+        assert store_state(root) == before
+        settle_log(root, opened=opened)
+        logging.getLogger("mqfs").warning("after it")
+        for handler in logging.getLogger().handlers:
+            handler.close()
+    finally:
+        logging.getLogger().handlers[:], level = saved
+        logging.getLogger().setLevel(level)
+    with open(default_log(root, read_only=not opened)) as f:
+        lines = f.read().splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == ["before the open", "after it"]
+    assert (store_state(root) == before) is not opened

@@ -46,18 +46,20 @@ def files_in(root: str, sub: str) -> list[str]:
 
 def store_state(root: str) -> dict[str, str]:
     """Every directory and file under a store (sha256 of each file, its mode and link
-    count), but the lock files a refused command may create and the logs it writes: what a
-    "nothing was changed" line promises stays the same (assert it around every refusal)."""
+    count), but the lock files a refused command may create and what a refused mount
+    appends to a log the store already has: what a "nothing was changed" line promises
+    stays the same (assert it around every refusal)."""
     out = {}
     for dirpath, dirs, names in os.walk(root):
         for d in dirs:
-            rel = os.path.relpath(os.path.join(dirpath, d), root)
-            if rel != "logs":  # a refused read-write mount logs why there
-                out[rel + "/"] = "dir"
+            out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = "dir"
         for n in names:
             path = os.path.join(dirpath, n)
             rel = os.path.relpath(path, root)
-            if n in ("lock", "mqfs.lock") or rel.startswith("logs" + os.sep):
+            if n in ("lock", "mqfs.lock"):
+                continue
+            if rel.startswith(os.path.join("logs", "mqfs.log")):
+                out[rel] = "log"  # a refusal is logged there when the log exists already
                 continue
             st = os.lstat(path)
             with open(path, "rb") as f:
