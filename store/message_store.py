@@ -362,7 +362,9 @@ class MessageStore(StoreReads, StoreWrites):
         crashed_before = os.path.lexists(self.abort_path)
         if not crashed_before:
             self._write_abort()
+        before = set(self.consume_queues.keys())
         self.recovery = recover(self.parts, last_exit_ok, self._progress)
+        made = frozenset(self.consume_queues.keys()) - before  # every unit of them this open's
         self.recovery.quarantined += self.index.quarantined  # damaged IndexFiles load moved
         if self.consume_queues.cuts() != self.parts.cuts:  # owed now, or made by recovery
             queue_cuts.save(self.root, self.consume_queues.cuts())
@@ -380,12 +382,13 @@ class MessageStore(StoreReads, StoreWrites):
         self.topic_table.compact()  # a log a crash left (its torn last line too) folded in
         if self.parts.vouched is None and self._ends_found is None and \
                 self.commitlog.max_offset > self.commitlog.min_offset:
-            self._prove_ends()
+            self._prove_ends(made=made)
 
-    def _prove_ends(self, read_only: bool = False) -> None:
+    def _prove_ends(self, read_only: bool = False, made: frozenset[tuple[str, int]] = frozenset()
+                    ) -> None:
         """No record vouched for the queues' ends: the CommitLog's last records decide them
         (store/queues/log_proof.py); puts ask it until then. Read-only: nothing written, a
-        queue found short served from the log."""
+        queue found short served from the log. `made`: queues this open's recovery made."""
         why = ("an earlier open did not finish proving them" if log_proof.pending(self.root) else
                "no record of the queues vouches for them (a broker's store, consumequeue/ or "
                "config/ changed by hand, or a crash without config/queueEnds.log)")
@@ -396,7 +399,8 @@ class MessageStore(StoreReads, StoreWrites):
                                           lambda topic, qid: self._create_queue(topic, qid, False),
                                           self._probe_queue, self._noted, read_only,
                                           self.topic_table.add_found,
-                                          features.topics_of(self.features, features.BATCH_CQ))
+                                          features.topics_of(self.features, features.BATCH_CQ),
+                                          made)
         self._log_proof.begin()
         if not read_only:
             self.consume_queues.end_check = self._log_proof.check_put

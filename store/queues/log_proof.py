@@ -77,11 +77,14 @@ class LogProof:
                  probe_queue: Callable[[Key], ConsumeQueue],
                  note: Callable[[str, list[str]], None], read_only: bool = False,
                  show: Callable[[Iterable[Key]], None] | None = None,
-                 elsewhere: frozenset[str] = frozenset()):
+                 elsewhere: frozenset[str] = frozenset(), made: frozenset[Key] = frozenset()):
         self.parts = parts
         self.read_only = read_only  # nothing written: short queues served from the log
         self.show = show  # queues the topics do not list yet (TopicTable.add_found)
         self.elsewhere = elsewhere  # topics whose queues are not in consumequeue/ (BatchCQ)
+        # queues with no files before this open, whose units its recovery wrote (from where
+        # it re-dispatched): rebuilt, they are replaced, not kept in quarantine/ as old files
+        self.made = made
         self.tags = tags
         self.put_lock = put_lock
         self.make_queue = make_queue  # an object for a queue the registry does not know
@@ -327,10 +330,16 @@ class LogProof:
                     cq = self.make_queue(*key)
                 if cq.max_offset > (int(units[3][-1]) + 1 if len(units[3]) else 0):
                     units = None  # its files hold more (kept offsets): left as they are
-                moved = swap_in(self.parts.root, queues, cq, units) if units is not None else []
-                text = (f"ConsumeQueue {key[0]}/{key[1]} did not hold every record the CommitLog "
-                        f"has for it: rebuilt from the CommitLog (old files: "
-                        f"{', '.join(moved) or 'none'})")
+                made = key in self.made
+                moved = swap_in(self.parts.root, queues, cq, units, keep_old=not made) \
+                    if units is not None else []
+                if made and units is not None:
+                    text = (f"ConsumeQueue {key[0]}/{key[1]} had no files, and recovery gave it "
+                            "only the records it re-dispatched: rebuilt from the CommitLog")
+                else:
+                    text = (f"ConsumeQueue {key[0]}/{key[1]} did not hold every record the "
+                            f"CommitLog has for it: rebuilt from the CommitLog (old files: "
+                            f"{', '.join(moved) or 'none'})")
                 log.warning("queue ends: %s", text)
                 self.note(text, moved)
                 with self._lock:

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 Units = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # offsets, sizes, tags, queue offsets
 
 
-def swap_in(root: str, queues: QueueRegistry, old: ConsumeQueue, units: Units) -> list[str]:
+def swap_in(root: str, queues: QueueRegistry, old: ConsumeQueue, units: Units,
+            keep_old: bool = True) -> list[str]:
     """Replace `old` by a queue of these units (the caller holds the put lock, so nothing is
-    appended meanwhile); the quarantine/ names of the old files."""
+    appended meanwhile); the quarantine/ names of the old files (none without `keep_old`:
+    files this open wrote from the CommitLog are no evidence)."""
     old.write_out()  # its buffered units too go to its files (and to quarantine/ with them)
     units_per_file = old.file_size // UNIT_SIZE
     aside_root = quarantine.scratch_dir(root, f"rebuilding-{old.topic}-{old.queue_id}")
@@ -42,7 +44,8 @@ def swap_in(root: str, queues: QueueRegistry, old: ConsumeQueue, units: Units) -
         aside.close()
     made, live = aside.queue.directory, old.queue.directory
     kept = [quarantine.copy_file(root, mf.path, f"consumequeue-{old.topic}-{old.queue_id}-"
-                                 f"{os.path.basename(mf.path)}") for mf in old.queue.files]
+                                 f"{os.path.basename(mf.path)}") for mf in old.queue.files
+            if keep_old]
     names = sorted(safefs.listdir(made))
     safefs.makedirs(live)
     for name in names:

@@ -69,6 +69,30 @@ def test_a_queue_whose_consume_queue_was_deleted_keeps_its_messages_and_offsets(
     assert verify_store(root).ok
 
 
+def test_a_queue_its_own_recovery_began_is_rebuilt_without_calling_that_old_files(tmp_path):
+    """consumequeue/ and the records vouching for it deleted from an mqfs store: recovery
+    (as after a crash) makes T/0 anew with only the records it re-dispatches, and the proof
+    rebuilds it from the log. Those units were this open's own: no copy of them goes to
+    quarantine/ as "old files", and the offsets are kept."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        s.create_topic("T", 1)
+        for i in range(5):
+            s.put(Message.create("T", b"x%d" % i, queue_id=0, keys=[f"k{i}"]))
+    _hand_rebuilt(root, "")
+    with MessageStore(root, small_config(), create=False) as s:
+        notes = s.recovery.notes
+        assert s.max_offset("T", 0) == 5
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 10)] == [b"x%d" % i for i in range(5)]
+        assert s.put(Message.create("T", b"new", queue_id=0)).queue_offset == 5
+    assert [n for n in notes if "T/0" in n] == [
+        "ConsumeQueue T/0 had no files, and recovery gave it only the records it re-dispatched: "
+        "rebuilt from the CommitLog"], notes
+    quarantine = os.path.join(root, "quarantine")
+    assert not os.path.exists(quarantine) or os.listdir(quarantine) == []
+    assert verify_store(root).ok
+
+
 def test_a_put_waits_for_the_proof_and_never_guesses(tmp_path, monkeypatch):
     """A log the open does not walk whole: a put to a queue whose end the walk has not
     reached is refused (EAGAIN through a mount), never given offset 0; once the background
