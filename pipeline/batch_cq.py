@@ -10,21 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mqfs.store.files.batch_consume_queue import batch_queue_ids
-from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, recognise, topics_of
+from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, topics_of
 
 from .options import ReadOptions
+from .recognised import recognised
 
 
 def batch_topics(root: str) -> frozenset[str]:
     """The store's BatchCQ topics (features.recognise: listings and topics.json only)."""
-    return topics_of(recognise(root), BATCH_CQ)
+    return topics_of(recognised(root), BATCH_CQ)
 
 
 def may_select(root: str, topics: Iterable[str] | None) -> bool:
     """Whether a read of `topics` (None: every topic) may hold messages whose units are not
     in `consumequeue/`: a BatchCQ topic's, or any topic's where the ConsumeQueues are a
     RocksDB database (storeType=defaultRocksDB: no queue directories to plan by)."""
-    features = recognise(root)
+    features = recognised(root)
     if features.named(ROCKSDB_CQ) is not None:
         return True
     batch = topics_of(features, BATCH_CQ)

@@ -18,10 +18,11 @@ from pyspark.sql.datasource import InputPartition
 from mqfs.store.errors import CorruptionError
 from mqfs.store.files.compaction_log import CompactionViews
 from mqfs.store.format.layout import fields
-from mqfs.store.meta.features import COMPACTION, policies_unknown, recognise, topics_of
+from mqfs.store.meta.features import COMPACTION, policies_unknown, topics_of
 from mqfs.store.offline.views import StoreLayout, map_readonly
 
 from .options import ReadOptions
+from .recognised import recognised
 from .scan import Checks, FileBatcher, RowFilter, warn
 
 
@@ -39,7 +40,7 @@ def compaction_views(layout: StoreLayout, opts: ReadOptions) -> CompactionViews 
     RocketMQ does not know: the broker's reads of it fail."""
     if opts.all_records:
         return None
-    found = recognise(layout.root)
+    found = recognised(layout.root)
     for topic, policy in policies_unknown(layout.root, found).items():
         if _reads_topic(opts, topic):
             raise ValueError(f"mqfs: {layout.root}: config/topics.json gives {topic} "

@@ -75,6 +75,7 @@ from .kafka import kafka_schema, shaped
 from .locality import checked, hosts_option, opened, refuse_hosts
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions, check_names, columns_option, read_options, shape
 from .pruning import built_columns
+from .recognised import planning
 from .scan import (
     ALL_ROWS,
     Checks,
@@ -396,7 +397,12 @@ class MqfsReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         """Every partition's byte range (or queue offsets, `units.plan_units`) and the row
         filter with every offset resolved are fixed here, within the DataFrame's pinned end;
-        Spark keeps them for the scan (for every later scan too without pipeline/scoped.py)."""
+        Spark keeps them for the scan (for every later scan too without pipeline/scoped.py).
+        The store's features are recognised once for the whole plan (`recognised`)."""
+        with planning():
+            return self._planned()
+
+    def _planned(self) -> list[InputPartition]:
         flt = self._filter()
         if frozenset() in (flt.topics, flt.queues) or flt.queue_ranges == ():
             return []

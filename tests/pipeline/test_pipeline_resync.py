@@ -194,3 +194,28 @@ def test_a_record_still_being_copied_in_still_ends_the_read(tmp_path, written):
         f.write(bytes(last.size - written))
     shutil.rmtree(os.path.join(root, "consumequeue"))
     assert commitlog_end(store_layout(root)) == last.commitlog_offset
+
+
+@pytest.mark.parametrize("attack", ["intact", "hole", "tail_mid_record", "tail_past_end", "tail_first_record"])
+def test_the_end_holds_whatever_unit_the_queue_end_bisection_finds(tmp_path, attack):
+    """A queue's last unit is found by bisection in its newest ConsumeQueue file
+    (QueueReader.last_unit: written units, then zeros), not by checking the file whole. A
+    hole in the units stops it early (an earlier start: the chain goes on from there);
+    units written over the file's zeros (at 50..99 of 100) make it take unit 99, pointing
+    inside a record, past the records, or at the first one: records_end takes only a start
+    whose record checks out, so the end is the records' end every time."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, _config(False)) as s:
+        last = [s.put(Message.create("T", b"z" * 300, keys=[f"k{i}"])) for i in range(30)][-1]
+    end = last.commitlog_offset + last.size
+    cq = os.path.join(root, "consumequeue", "T", "0", "0" * 20)
+    bogus = {"tail_mid_record": last.commitlog_offset + 7, "tail_past_end": end + 1000,
+             "tail_first_record": 0}
+    with open(cq, "r+b") as f:
+        if attack == "hole":
+            f.seek(25 * 20)
+            f.write(bytes(20))
+        elif attack in bogus:
+            f.seek(50 * 20)
+            f.write(struct.pack(">qiq", bogus[attack], 300, 0) * 50)
+    assert commitlog_end(store_layout(root)) == end
