@@ -110,14 +110,20 @@ def spliced(text: str, table: dict[str, dict[int, int]], version: dict | None) -
             else:
                 bare = bool(_UNQUOTED.search(text))
                 added.append(f"{json.dumps(tg)}:{_queues_text(queues, bare)}")
-        if added:  # after the last entry, each on its line as the others
-            at = max((stop for _, stop in entries.values()), default=close)
-            lead = "," + indent if entries else indent
-            edits.append((at, at, lead + ("," + indent).join(added)))
+        edits += _after_last(entries, close, indent, added)
         edits += _version_edits(text, top, version)
     except (ValueError, IndexError):
         return None
     return _applied(text, edits)
+
+
+def _after_last(entries: dict, close: int, indent: str, added: list[str]) -> list[tuple[int, int, str]]:
+    """The edit that puts new entries after the last one, each on its line as the others."""
+    if not added:
+        return []
+    at = max((stop for _, stop in entries.values()), default=close)
+    lead = "," + indent if entries else indent
+    return [(at, at, lead + ("," + indent).join(added))]
 
 
 def _version_edits(text: str, top: dict[str, tuple[int, int]],
@@ -177,10 +183,7 @@ def spliced_table(text: str, key: str, table: dict[str, dict],
             fields, _ = members(text, start)
             edits += [(*fields[f], json.dumps(v, separators=(",", ":")))
                       for f, v in value.items() if old[f] != v]
-        if added:  # after the last entry, each on its line as the others
-            at = max((stop for _, stop in entries.values()), default=close)
-            lead = "," + indent if entries else indent
-            edits.append((at, at, lead + ("," + indent).join(added)))
+        edits += _after_last(entries, close, indent, added)
         edits += _version_edits(text, top, version)
     except (ValueError, IndexError):
         return None

@@ -44,6 +44,19 @@ def files_in(root: str, sub: str) -> list[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
+def data_files(root: str) -> dict[str, bytes]:
+    """A store's CommitLog, ConsumeQueue and IndexFile bytes by path (the IndexFile under
+    "index": its name is a time), to compare stores written two ways."""
+    files = {}
+    for sub in ("commitlog", "consumequeue", "index"):
+        for top, _, names in os.walk(os.path.join(root, sub)):
+            for name in names:
+                path = os.path.join(top, name)
+                with open(path, "rb") as f:
+                    files["index" if sub == "index" else os.path.relpath(path, root)] = f.read()
+    return files
+
+
 def store_state(root: str) -> dict[str, str]:
     """Every directory and file under a store (sha256 of each file, its mode and link
     count), but the lock files a refused command may create and what a refused mount

@@ -3,13 +3,13 @@ alone (struct and xxhash here, nothing from the store's codec, queues or index):
 the write paths that changes a byte of the CommitLog, a ConsumeQueue or the IndexFile fails
 here even when put and put_batch change alike (test_put_batch compares them to each other)."""
 
-import os
 import struct
 
 import pytest
 import xxhash
 
 from mqfs.store import Message, MessageStore, StoreConfig, writes
+from tests.store.helpers import data_files
 
 STORE_TS = 1_700_000_000_123
 BORN_TS = 1_690_000_000_000
@@ -100,17 +100,6 @@ def _expected(msgs: list[Message], n_slots: int) -> dict[str, bytes]:
     return files
 
 
-def _found(root: str) -> dict[str, bytes]:
-    """The same files of a store on disk (the IndexFile under "index": its name is a time)."""
-    files = {}
-    for sub in ("commitlog", "consumequeue", "index"):
-        for top, _, names in os.walk(os.path.join(root, sub)):
-            for name in names:
-                path = os.path.join(top, name)
-                with open(path, "rb") as f:
-                    files["index" if sub == "index" else os.path.relpath(path, root)] = f.read()
-    return files
-
 
 # 64 slots: some keys share a slot (and "shared0".."shared3" recur); 3 slots: nearly every
 # entry of a batch chains to another key's entry of the same batch, so a batch's chains must
@@ -139,7 +128,7 @@ def test_puts_write_the_bytes_the_format_gives(tmp_path, monkeypatch, way, slots
                 assert s.get(m.topic, m.queue_id, r.queue_offset).commitlog_offset == r.commitlog_offset
             if m.sys_flag & 0xC != ROLLBACK:
                 assert r.commitlog_offset in [h.commitlog_offset for h in s.query_key(f"k{msgs.index(m)}", m.topic)]
-    expected, found = _expected(msgs, slots), _found(root)
+    expected, found = _expected(msgs, slots), data_files(root)
     assert sorted(found) == sorted(expected)
     for path, data in expected.items():
         assert found[path] == data, path

@@ -1,13 +1,13 @@
 """put_nowait: the put the mount's event loop makes. It writes put's bytes when nothing can make
 it wait, and otherwise writes nothing and says so (None), so the caller puts from a thread."""
 
-import os
 import threading
 
 import pytest
 
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.errors import ReadOnlyStore
+from tests.store.helpers import data_files
 
 STORE_TS = 1_700_000_000_123
 CL_SIZE = 64 * 1024
@@ -25,16 +25,6 @@ def _messages(n: int) -> list[Message]:
                            born_timestamp=STORE_TS - i)
             for i in range(n)]
 
-
-def _files(root: str) -> dict[str, bytes]:
-    out = {}
-    for sub in ("commitlog", "consumequeue", "index"):
-        for top, _, names in os.walk(os.path.join(root, sub)):
-            for name in names:
-                path = os.path.join(top, name)
-                with open(path, "rb") as f:
-                    out[os.path.relpath(path, root) if sub != "index" else "index"] = f.read()
-    return out
 
 
 def test_it_writes_the_bytes_put_writes(tmp_path):
@@ -58,7 +48,7 @@ def test_it_writes_the_bytes_put_writes(tmp_path):
                 assert s.get("T", m.queue_id, r.queue_offset).body == m.body
                 assert r.commitlog_offset in [h.commitlog_offset for h in s.query_key(m.keys[0], "T")]
     assert taken > 250  # only the first puts (queues not open yet) and the roll go to put
-    assert _files(str(tmp_path / "put")) == _files(str(tmp_path / "nowait"))
+    assert data_files(str(tmp_path / "put")) == data_files(str(tmp_path / "nowait"))
 
 
 @pytest.fixture

@@ -303,17 +303,9 @@ def test_verify_counts_a_queue_directory_without_files_as_damage(tmp_path):
     assert any("T/0 has no file" in line for line in report.lines)
 
 
-@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
-def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, read_only):
-    """Issue 33: the background proof's pass over the whole log for a short queue (served
-    from the log, or rebuilt on disk) could not be interrupted, so a close waited for one
-    whole walk of a large log. The walk is held after its first run of records until close
-    has asked the proof to stop: the walk then ends before the log does (fewer records
-    walked than it holds), close returns, and T/0 is not swapped (served as its files are)."""
-    from mqfs.store.integrity import salvage
-    from mqfs.store.queues import first_use
-
-    root = str(tmp_path / "s")
+def _background_proofs(root: str, monkeypatch) -> list[log_proof.LogProof]:
+    """A broker's store whose T/0 was rebuilt by hand, proven in the background at its next
+    open; the list gets that open's LogProof."""
     _broker_store(root)
     _hand_rebuilt(root, "T/0")
     monkeypatch.setattr(log_proof, "FOREGROUND", 0)
@@ -325,6 +317,21 @@ def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, r
         begin(self)
 
     monkeypatch.setattr(log_proof.LogProof, "begin", kept)
+    return proofs
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, read_only):
+    """Issue 33: the background proof's pass over the whole log for a short queue (served
+    from the log, or rebuilt on disk) could not be interrupted, so a close waited for one
+    whole walk of a large log. The walk is held after its first run of records until close
+    has asked the proof to stop: the walk then ends before the log does (fewer records
+    walked than it holds), close returns, and T/0 is not swapped (served as its files are)."""
+    from mqfs.store.integrity import salvage
+    from mqfs.store.queues import first_use
+
+    root = str(tmp_path / "s")
+    proofs = _background_proofs(root, monkeypatch)
     inside, walked = threading.Event(), [0]
 
     def held(items, per):
@@ -371,18 +378,8 @@ def test_a_close_stops_the_proofs_first_walk_inside_a_file(tmp_path, monkeypatch
     from mqfs.store.integrity import salvage
 
     root = str(tmp_path / "s")
-    _broker_store(root)
-    _hand_rebuilt(root, "T/0")
-    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    proofs = _background_proofs(root, monkeypatch)
     monkeypatch.setattr(salvage, "_RUN", 16)  # many runs in a file
-    proofs: list[log_proof.LogProof] = []
-    begin = log_proof.LogProof.begin
-
-    def kept(self):
-        proofs.append(self)
-        begin(self)
-
-    monkeypatch.setattr(log_proof.LogProof, "begin", kept)
     inside, runs = threading.Event(), [0]
     walk_file = salvage.walk_runs_of_file
 
