@@ -425,6 +425,22 @@ def test_keys_that_cannot_be_names_are_refused_at_append():
     assert m.keys == ["a/b", ".."]
 
 
+@pytest.mark.parametrize("odd,err", [
+    (b'{"body": "a", "keys": ["' + b"/" * 86 + b'"]}', errno.EINVAL),  # a 258-byte /keys name
+    (b'{"body": "' + b"x" * 60 + b'", "keys": ["k"]}', errno.EFBIG),  # over what fits says
+])
+def test_one_odd_line_among_many_short_ones_fails_the_write(odd, err):
+    """A write of short lines is checked in bulk; one line among them whose key or body
+    needs the closer look still gets it, and fails the whole write."""
+    short = b"".join(b'{"body": "b%d", "keys": ["k%d"]}\n' % (i, i) for i in range(50))
+    w = JsonlWriter("t", 0, limit=100, budget=Budget(), fits=lambda m: 50)
+    assert len(w.write(short)) == 50
+    with pytest.raises(FsError) as info:
+        w.write(short + odd + b"\n" + short)
+    assert info.value.errno == err and "line 101" in str(info.value)
+    assert w.failed == err
+
+
 def test_key_with_slash_is_found_by_its_encoded_name(model, store):
     model.put([Message.create("orders", b"slashed", keys=["a/b"])])
     kd = walk(model, "keys", "a%2Fb")

@@ -167,3 +167,24 @@ def test_what_read_lines_accepts_decode_line_reads_alike(lines):
     if got is not None:
         want = [decode_line(line, "t", 1, limit=64) for line in text.split(b"\n") if line.strip()]
         assert list(map(_fields, got)) == list(map(_fields, want))
+
+
+@pytest.mark.parametrize("line", [
+    b'{"body": "a", "keys": ["k1", "k2"]}', b'{"keys": ["k"], "body": "a"}', b'{"body": ""}',
+    b'{"body": "a", "keys": []}', b'{"body": "a", "keys": ["k", 1]}', b'{"body": "a", "keys": [1]}',
+    b'{"body": "a", "keys": ["a b"]}', b'{"body": "a", "keys": [" "]}', b'{"body": "a", "keys": [""]}',
+    b'{"body": "a", "keys": ["k", ""]}', b'{"body": "a", "keys": [null]}',
+    b'{"body": "a", "keys": "k1 k2"}', b'{"body": "a", "tags": "t"}', b'{"body": "a", "body": "b"}',
+    b'{"body": "0123456789"}', b'{"body": "0123456789x"}', b'{"body": "0123456789x", "keys": ["k"]}',
+    b'{"body": "\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9\\u00e9", "keys": ["\\u00e9"]}',  # 12 bytes
+])
+def test_the_common_lines_read_as_decode_line_reads_them(line):
+    """read_lines builds a text body alone or with a list of keys itself: every such line,
+    and each near miss of that shape, reads as decode_line reads it or is left to it."""
+    got = read_lines(line + b"\n", "t", 1, limit=10)
+    try:
+        want = [decode_line(line, "t", 1, limit=10)]
+    except InvalidMessage:
+        assert got is None
+    else:
+        assert got is not None and list(map(_fields, got)) == list(map(_fields, want))
