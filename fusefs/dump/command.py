@@ -17,8 +17,10 @@ from mqfs.store.offline.located import layout_at
 from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
 from mqfs.store.offline.store_files import StoreLayout
 
+from . import records
 from .compacted import served_messages, served_views
 from .picks import Damage, messages_at
+from .queue_spans import few_units, spans
 from .writer import FORMATS, Writer
 
 if TYPE_CHECKING:
@@ -90,15 +92,20 @@ def _selected(layout: StoreLayout, features: Features, sel: Selection, damage: D
     walk = walk or features.named(ROCKSDB_CQ) is not None
     if sel.keys and not walk:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
         return messages_at(layout, key_candidates(layout, sel), sel)
-    # the columnar readers: numpy, imported only here (a key's dump starts without it)
+    flavor = layout.checked_flavor
+    found = spans(layout, sel, each) if sel.by_queue and not walk else None
+    if found is not None:
+        picked = few_units(found, sel, flavor.tags_code)
+        if picked is not None:  # a tag, an hour: a record at a time, without numpy
+            return records.messages(layout, picked, sel, flavor, damage)
+    # the columnar readers: numpy, imported only here
     from . import source
     from .scan import messages
 
     log = source.CommitLog(layout)
-    flavor = layout.checked_flavor
     runs: Iterator[source.Run]
-    if sel.by_queue and not walk:
-        runs = (run for queue, offsets in source.queue_offsets(layout, sel, flavor.tags_code, each)
+    if found is not None:
+        runs = (run for queue, offsets in source.queue_offsets(layout, found, sel, flavor.tags_code)
                 for run in log.runs_at(offsets, damage, queue))
     else:
         runs = log.walk(damage)

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from mqfs.store import StoredMessage
 from mqfs.store.errors import CodecError, CorruptionError
 from mqfs.store.format.codec import decode
+from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.layout import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, in_queue
-from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, dispatched, served_as
+from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH, describes, dispatched, served_as
 from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.store_files import StoreLayout, commitlog_files, map_readonly
 
@@ -43,6 +44,38 @@ def dispatched_copies(msg: StoredMessage, sel: Selection) -> Iterator[StoredMess
             served = served_as(msg, topic, q, offset)
             if sel.picks(served):
                 yield served
+
+
+def served(msg: StoredMessage, sel: Selection, queue: tuple[str, int, int] | None,
+           damage: Damage, at: int) -> Iterator[StoredMessage]:
+    """The selected messages of a checked record the columns (or a unit's checks) did not
+    rule out: an inner batch's, or the record as the message of the queue whose unit was
+    read (`queue`: its topic, id and that unit's offset; a unit that does not describe its
+    record is no message of the queue), or read in store order, the record and its copies
+    in the LMQ queues it was multi-dispatched to. A compressed body is inflated for the
+    pattern; a stream that does not inflate goes to `damage` as the record at `at`."""
+    try:
+        if msg.sys_flag & INNER_BATCHES == INNER_BATCHES:
+            yield from inner_messages(msg, sel)
+            return
+        if queue is not None:
+            topic, q, offset = queue
+            props = msg.properties  # decoded already: the check decodes them
+            if not describes(msg.topic, msg.queue_id, msg.queue_offset, lambda: props, topic, q, offset):
+                return
+            msg = served_as(msg, topic, q, offset)
+        if not sel.holds(msg):
+            return
+        if msg.sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated
+            body = msg.body  # (a stream that does not inflate: damage)
+            if sel.body is not None and sel.body.search(body) is None:
+                return
+    except (CodecError, CorruptionError) as exc:
+        damage(at, str(exc))
+        return
+    yield msg
+    if queue is None:
+        yield from dispatched_copies(msg, sel)
 
 
 def messages_at(layout: StoreLayout, offsets: list[int], sel: Selection) -> Iterator[StoredMessage]:

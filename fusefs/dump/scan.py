@@ -14,11 +14,10 @@ from mqfs.store.format.codec import decode
 from mqfs.store.format.compression import COMPRESSED_FLAG
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import in_queue, topic_names
-from mqfs.store.format.multi_dispatch import describes, served_as
 from mqfs.store.offline.selection import Selection
 
 from . import spans
-from .picks import INNER_BATCHES, dispatched_copies, inner_messages
+from .picks import INNER_BATCHES, served
 from .source import Damage, Run, any_of
 
 
@@ -71,28 +70,11 @@ def messages(runs: Iterator[Run], sel: Selection, flavor: Flavor, damage: Damage
     for run in runs:
         r = run.records
         for row in candidate_rows(run, sel).tolist():
+            at = int(r.starts[row])
             try:
-                msg = decode(run.buf, int(r.starts[row]), flavor)
-                if msg.sys_flag & INNER_BATCHES == INNER_BATCHES:
-                    yield from inner_messages(msg, sel)
-                    continue
-                if run.queue is not None:
-                    topic, q, offsets = run.queue
-                    offset = int(offsets[row])
-                    props = msg.properties  # decoded already: the check decodes them
-                    if not describes(msg.topic, msg.queue_id, msg.queue_offset,
-                                     lambda: props, topic, q, offset):  # noqa: B023
-                        continue
-                    msg = served_as(msg, topic, q, offset)
-                if not sel.holds(msg):
-                    continue
-                if msg.sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated
-                    body = msg.body  # (a stream that does not inflate: damage)
-                    if sel.body is not None and sel.body.search(body) is None:
-                        continue
+                msg = decode(run.buf, at, flavor)
             except (CodecError, CorruptionError) as exc:
-                damage(run.base + int(r.starts[row]), str(exc))
+                damage(run.base + at, str(exc))
                 continue
-            yield msg
-            if run.queue is None:
-                yield from dispatched_copies(msg, sel)
+            queue = None if run.queue is None else (run.queue[0], run.queue[1], int(run.queue[2][row]))
+            yield from served(msg, sel, queue, damage, run.base + at)

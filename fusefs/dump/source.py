@@ -11,24 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from mqfs.store.format.layout import Records, fields, walk
-from mqfs.store.format.message import SCHEDULE_TOPIC
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.selection import Selection
-from mqfs.store.offline.views import (
-    QueueReader,
-    StoreLayout,
-    StoreTimes,
-    commitlog_files,
-    last_unit_offsets,
-    map_readonly,
-    offset_by_time,
-    queues,
-)
+from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, last_unit_offsets, map_readonly
 
 from .picks import Damage
+from .queue_spans import CHUNK, Span, tag_filtered
 
-CHUNK = 1 << 16  # records per run: bounds memory whatever the store's size
 _MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)
 
 @dataclass
@@ -194,38 +184,19 @@ class QueueUnits:
     offsets: np.ndarray
 
 
-def queue_offsets(layout: StoreLayout, sel: Selection, tags_code: Callable[[str], int],
-                  each: int | None = None) -> Iterator[tuple[QueueUnits, np.ndarray]]:
-    """The selected queues' units (which queue, and their CommitLog offsets), queue by queue
-    in offset order, a chunk at a time: offsets and times bound each queue's range (binary searches), a tag
-    selection keeps the units whose tagsCode is one of the tags' (the record is checked
-    later, so a hash collision never shows). With `each` and nothing only a record can say,
-    a queue's first `each` units are all it needs."""
-    codes = np.array([tags_code(t) for t in sel.tags], dtype=np.int64)
-    ranges = []  # every queue's range first: units written while the dump runs are not read
-    times = StoreTimes(commitlog_files(layout.root))
-    for topic, q in queues(layout.root):
-        if (sel.topics and topic not in sel.topics) or (sel.queues and q not in sel.queues):
-            continue
+def queue_offsets(layout: StoreLayout, found: list[Span], sel: Selection,
+                  tags_code: Callable[[str], int]) -> Iterator[tuple[QueueUnits, np.ndarray]]:
+    """The units of these spans (which queue, and their CommitLog offsets), queue by queue
+    in offset order, a chunk at a time: a tag selection keeps the units whose tagsCode is
+    one of the tags' (the record is checked later, so a hash collision never shows)."""
+    codes = [tags_code(t) for t in sel.tags]
+    for span in found:
+        topic, q = span.units.topic, span.units.queue_id
         reader = QueueReader(layout.root, topic, q, layout.consume_queue_units)
-        lo, hi = reader.bounds()
-        if sel.first_offset is not None:
-            lo = max(lo, sel.first_offset)
-        if sel.last_offset is not None:
-            hi = min(hi, sel.last_offset + 1)
-        if lo < hi and sel.since is not None:
-            lo = max(lo, offset_by_time(layout, topic, q, sel.since, False, reader, times))
-        if lo < hi and sel.until is not None:
-            hi = min(hi, offset_by_time(layout, topic, q, sel.until, True, reader, times) + 1)
-        if each is not None and not sel.by_record:
-            hi = min(hi, lo + each)
-        if lo < hi:
-            ranges.append((topic, q, reader, lo, hi))
-    for topic, q, reader, lo, hi in ranges:
-        for a in range(lo, hi, CHUNK):
-            offs, units = reader.read(a, min(a + CHUNK, hi))
-            if len(codes) and topic != SCHEDULE_TOPIC:  # delay units hold times, not tags
-                keep = any_of(units["tags"], codes.tolist())
+        for a in range(span.lo, span.hi, CHUNK):
+            offs, units = reader.read(a, min(a + CHUNK, span.hi))
+            if tag_filtered(span, sel):
+                keep = any_of(units["tags"], codes)
                 offs, units = offs[keep], units[keep]
             if len(units):
                 yield QueueUnits(topic, q, offs), units["offset"].astype(np.int64)

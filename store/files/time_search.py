@@ -9,13 +9,17 @@ before and at its answer; only when they show disorder, scan the times in chunks
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+Times = Callable[[int, int], "np.ndarray | list[int]"]  # store times of units i..i+k-1
 
 SCAN_CHUNK = 1 << 16  # units whose times one fallback step reads
 
 
-def search_time(n: int, time_at: Callable[[int], int], times: Callable[[int, int], np.ndarray],
+def search_time(n: int, time_at: Callable[[int], int], times: Times,
                 ts: int, upper: bool = False) -> int:
     """Over units 0..n-1 (time_at(i): unit i's store time, -1 when unreadable; times(i, k):
     those of units i..i+k-1): the first unit stored at or after ts (n when none), or with
@@ -38,27 +42,29 @@ def search_time(n: int, time_at: Callable[[int], int], times: Callable[[int, int
     for i in (0, a - 1, a, n - 1):
         if 0 <= i < n and i not in seen:
             before(i)
-    order = sorted(seen)
-    probed = np.array([seen[i] for i in order], dtype=np.int64)
-    if np.all(probed[1:] >= probed[:-1]):
+    probed = [seen[i] for i in sorted(seen)]
+    if all(a <= b for a, b in zip(probed, probed[1:])):
         return max(0, a - 1) if upper else a
     return _scan(n, times, ts, upper)
 
 
-def _scan(n: int, times: Callable[[int, int], np.ndarray], ts: int, upper: bool) -> int:
+def _scan(n: int, times: Times, ts: int, upper: bool) -> int:
     """The exact answer for times in any order: chunks from the front (first at/after ts) or
-    from the back (last at/before ts), stopping at the first chunk that holds it."""
+    from the back (last at/before ts), stopping at the first chunk that holds it. numpy is
+    imported here only: an in-order queue's search (a dump's hour) runs without it."""
+    import numpy as np
+
     if upper:
         stop = n
         while stop > 0:
             start = max(0, stop - SCAN_CHUNK)
-            hit = np.flatnonzero(times(start, stop - start) <= ts)
+            hit = np.flatnonzero(np.asarray(times(start, stop - start)) <= ts)
             if len(hit):
                 return start + int(hit[-1])
             stop = start
         return 0
     for start in range(0, n, SCAN_CHUNK):
-        hit = np.flatnonzero(times(start, min(SCAN_CHUNK, n - start)) >= ts)
+        hit = np.flatnonzero(np.asarray(times(start, min(SCAN_CHUNK, n - start))) >= ts)
         if len(hit):
             return start + int(hit[0])
     return n

@@ -23,7 +23,6 @@ from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZ
 from ..files.index_file import index_file_size as index_file_size  # published: a reader checks a file's size
 from ..files.index_layout import build_key as build_key  # published: the key an IndexFile hashes
 from ..files.time_search import search_time
-from ..format.layout import MIN_RECORD_SIZE, store_timestamp_at
 from .keys import key_offsets as key_offsets  # published here first: dump and export use keys
 
 # published here first; a reader without numpy imports them from store_files
@@ -34,6 +33,7 @@ from .store_files import map_readonly as map_readonly
 from .store_files import numbered_files as numbered_files
 from .store_files import queues as queues
 from .store_files import store_layout as store_layout
+from .units import StoreTimes as StoreTimes  # published here first
 
 
 def _valid_units(mm: mmap.mmap) -> np.ndarray:
@@ -83,9 +83,9 @@ class QueueReader:
         real = np.flatnonzero(units["size"] != PRE_BLANK[1])
         lo = first + (int(real[0]) if real.size else len(units))
         for i in range(len(self.files) - 1, -1, -1):
-            base, units = (first, units) if i == 0 else self._units(i)  # each file checked once
-            if len(units) or i == 0:
-                return min(lo, base + len(units)), base + len(units)
+            base, written = self._units(i)  # (the first file's were loaded above: not again)
+            if len(written) or i == 0:
+                return min(lo, base + len(written)), base + len(written)
         return lo, lo
 
     def last_unit(self) -> np.void | None:
@@ -162,28 +162,6 @@ def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
         if unit is not None:
             found.append(int(unit["offset"]))
     return np.array(sorted(found), np.int64)
-
-
-class StoreTimes:
-    """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is
-    there; each file is mapped once, however many records a search probes."""
-
-    def __init__(self, files: list[tuple[int, str]]):
-        self.files = files
-        self.starts = [s for s, _ in files]
-        self.maps: dict[int, mmap.mmap] = {}
-
-    def at(self, commitlog_offset: int) -> int | None:
-        i = int(np.searchsorted(self.starts, commitlog_offset, side="right")) - 1
-        if i < 0:
-            return None
-        mm = self.maps.get(i)
-        if mm is None:
-            mm = self.maps[i] = map_readonly(self.files[i][1])
-        pos = commitlog_offset - self.starts[i]
-        if pos + MIN_RECORD_SIZE > len(mm):
-            return None
-        return store_timestamp_at(mm, pos)
 
 
 def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int, upper: bool = False,

@@ -1,0 +1,207 @@
+"""A ConsumeQueue's units and the store times of records, read without numpy: what a narrow
+selection of `mqfs dump` (a tag, an hour) reads, where importing numpy would cost more than
+the selection itself. The meaning is `views.QueueReader`'s exactly, damaged files included
+(tests/store/test_offline_units.py holds the two to each other): a file's units end at the
+first with a negative offset or a size <= 0, pre-blank units are no messages.
+
+The columns of a file's units are taken with strided slices of its mapping and compared as
+whole big integers, so a file's written units are found at C speed, not unit by unit."""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import re
+import struct
+
+from ..files.time_search import search_time
+from ..format.record_layout import MIN_RECORD_SIZE, store_timestamp_at
+from .store_files import map_readonly, numbered_files
+
+UNIT_SIZE = 20  # store.files.consume_queue's (numpy-free here; a test holds them equal)
+PRE_BLANK_SIZE = 0x7FFFFFFF  # the size of a pre-blank unit (consume_queue.PRE_BLANK)
+UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tagsCode
+_TAGS_POS = 12  # where a unit's tagsCode starts
+_HIGH = re.compile(rb"[\x80-\xff]")  # a byte with its sign bit set
+_NOT_ZERO = re.compile(rb"[^\x00]")
+_NOT_7F = bytes(0 if b == 0x7F else 1 for b in range(256))  # translate tables: 0 where a
+_NOT_FF = bytes(0 if b == 0xFF else 1 for b in range(256))  # pre-blank size's byte is
+
+
+def _column(mm: mmap.mmap, count: int, at: int) -> int:
+    """Byte `at` of each of the first `count` units, as one big integer (first unit first)."""
+    return int.from_bytes(mm[at:count * UNIT_SIZE:UNIT_SIZE], "big")
+
+
+def _first(found: re.Match[bytes] | None, count: int) -> int:
+    return count if found is None else found.start()
+
+
+def _valid(mm: mmap.mmap, i: int) -> bool:
+    offset, size = struct.unpack_from(">qi", mm, i * UNIT_SIZE)
+    return offset >= 0 and size > 0
+
+
+def written(mm: mmap.mmap) -> int:
+    """How many units of one file come before the first unwritten or invalid one (a negative
+    offset or a size <= 0: RocketMQ's test, views._valid_units). A bisection bounds it (a
+    file is written units, then zeros), then the units before that bound are checked whole."""
+    lo, hi = 0, len(mm) // UNIT_SIZE
+    while lo < hi:  # unit lo, when lo < the file's count, was found invalid
+        mid = (lo + hi) // 2
+        if _valid(mm, mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    if not lo:
+        return 0
+    size = [_column(mm, lo, at) for at in (8, 9, 10, 11)]
+    negative = (_column(mm, lo, 0) | size[0]).to_bytes(lo, "big")
+    zero = (size[0] | size[1] | size[2] | size[3]).to_bytes(lo, "big")
+    at_zero = zero.find(0)
+    return min(_first(_HIGH.search(negative), lo), lo if at_zero < 0 else at_zero)
+
+
+def first_real(mm: mmap.mmap, count: int) -> int:
+    """The first of a file's `count` written units that is not pre-blank (count: none)."""
+    if not count or struct.unpack_from(">i", mm, 8)[0] != PRE_BLANK_SIZE:
+        return 0
+    end = count * UNIT_SIZE
+    cols = [mm[at:end:UNIT_SIZE].translate(table)
+            for at, table in ((8, _NOT_7F), (9, _NOT_FF), (10, _NOT_FF), (11, _NOT_FF))]
+    differs = int.from_bytes(cols[0], "big") | int.from_bytes(cols[1], "big") \
+        | int.from_bytes(cols[2], "big") | int.from_bytes(cols[3], "big")
+    return _first(_NOT_ZERO.search(differs.to_bytes(count, "big")), count)
+
+
+class Units:
+    """One ConsumeQueue, read-only, as views.QueueReader reads it: each file mapped and its
+    written units counted once per reader (a snapshot of the queue as first seen)."""
+
+    def __init__(self, root: str, topic: str, queue_id: int, units_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(root, "consumequeue", topic, str(queue_id))
+        self.units_per_file = units_per_file
+        self.files = numbered_files(self.directory)
+        self._bases = [start // UNIT_SIZE for start, _ in self.files]
+        self._loaded: dict[int, tuple[mmap.mmap, int]] = {}
+
+    def _file(self, index: int) -> tuple[mmap.mmap, int]:
+        """A file's mapping and how many units it has written."""
+        found = self._loaded.get(index)
+        if found is None:
+            mm = map_readonly(self.files[index][1])
+            found = self._loaded[index] = (mm, written(mm))
+        return found
+
+    def bounds(self) -> tuple[int, int]:
+        """(first offset with a real unit, one past the last written unit)."""
+        if not self.files:
+            return 0, 0
+        mm, count = self._file(0)
+        lo = self._bases[0] + first_real(mm, count)
+        for i in range(len(self.files) - 1, -1, -1):
+            n = self._file(i)[1]
+            if n or i == 0:
+                return min(lo, self._bases[i] + n), self._bases[i] + n
+        return lo, lo
+
+    def unit_at(self, offset: int) -> tuple[int, int, int] | None:
+        """(CommitLog offset, size, tagsCode) of the unit at a queue offset; None when there
+        is none, or it is pre-blank."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return None
+        mm, count = self._file(i)
+        at = offset - self._bases[i]
+        if at >= count:
+            return None
+        unit = UNIT.unpack_from(mm, at * UNIT_SIZE)
+        return None if unit[1] == PRE_BLANK_SIZE else unit
+
+    def _parts(self, start: int, end: int) -> list[tuple[int, mmap.mmap, int, int]]:
+        """(base, mapping, first, last) of each file's written units in [start, end)."""
+        parts = []
+        for i, base in enumerate(self._bases):
+            if base >= end or base + self.units_per_file <= start:
+                continue
+            mm, count = self._file(i)
+            lo, hi = max(start - base, 0), min(end - base, count)
+            if hi > lo:
+                parts.append((base, mm, lo, hi))
+        return parts
+
+    def read(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(queue offset, CommitLog offset) of the units in [start, end), pre-blank left out."""
+        out = []
+        for base, mm, lo, hi in self._parts(start, end):
+            for k, (offset, size, _) in enumerate(UNIT.iter_unpack(mm[lo * UNIT_SIZE:hi * UNIT_SIZE])):
+                if size != PRE_BLANK_SIZE:
+                    out.append((base + lo + k, offset))
+        return out
+
+    def tagged(self, start: int, end: int, codes: list[int], most: int) -> list[tuple[int, int]] | None:
+        """As `read`, only the units whose tagsCode is one of `codes`: each found by a search
+        of the file's bytes for its last four (then checked whole, and where a unit has it).
+        None when more than `most` are (the search stops there)."""
+        out: list[tuple[int, int]] = []
+        for base, mm, lo, hi in self._parts(start, end):
+            for code in set(codes):
+                raw = code.to_bytes(8, "big", signed=True)
+                tail, head = raw[4:], raw[:4]
+                pos, stop = lo * UNIT_SIZE + _TAGS_POS + 4, hi * UNIT_SIZE
+                while True:
+                    pos = mm.find(tail, pos, stop)
+                    if pos < 0:
+                        break
+                    unit, rest = divmod(pos - _TAGS_POS - 4, UNIT_SIZE)
+                    if not rest and mm[pos - 4:pos] == head:
+                        offset, size = struct.unpack_from(">qi", mm, unit * UNIT_SIZE)
+                        if size != PRE_BLANK_SIZE:
+                            out.append((base + unit, offset))
+                            if len(out) > most:
+                                return None
+                    pos += 1
+        out.sort()
+        return out
+
+
+class StoreTimes:
+    """STORETIMESTAMP of the record at a CommitLog offset, None when no record header is
+    there; each file is mapped once, however many records a search probes."""
+
+    def __init__(self, files: list[tuple[int, str]]):
+        self.files = files
+        self.starts = [s for s, _ in files]
+        self.maps: dict[int, mmap.mmap] = {}
+
+    def at(self, commitlog_offset: int) -> int | None:
+        i = bisect.bisect_right(self.starts, commitlog_offset) - 1
+        if i < 0:
+            return None
+        mm = self.maps.get(i)
+        if mm is None:
+            mm = self.maps[i] = map_readonly(self.files[i][1])
+        pos = commitlog_offset - self.starts[i]
+        if pos + MIN_RECORD_SIZE > len(mm):
+            return None
+        return store_timestamp_at(mm, pos)
+
+
+def time_offset(units: Units, times: StoreTimes, ts_ms: int, upper: bool = False) -> int:
+    """views.offset_by_time over these units: the first queue offset stored at or after
+    ts_ms (the end when none was); with `upper`, the last at or before (the first when none)."""
+    lo, hi = units.bounds()
+
+    def time_at(i: int) -> int:
+        unit = units.unit_at(lo + i)
+        t = None if unit is None else times.at(unit[0])
+        return -1 if t is None else t
+
+    def times_of(i: int, k: int) -> list[int]:
+        return [time_at(j) for j in range(i, i + k)]
+
+    return lo + search_time(hi - lo, time_at, times_of, ts_ms, upper)
+
