@@ -104,3 +104,54 @@ def test_a_progress_line_names_a_failure_before_the_run_ends(tmp_path):
              if line.startswith("FAILED so far: test_fails_early.py::test_fails_first (call)")]
     ticks = [i for i, line in enumerate(lines) if "running: test_fails_early.py (test_slow_work" in line]
     assert named and ticks and named[0] < ticks[-1], proc.stdout
+
+
+WORKER_TIMEOUT = """
+import os
+import pytest
+
+RUNS = os.environ["MQFS_TEST_RUNS"]
+
+
+def ran(name):
+    with open(os.path.join(RUNS, name), "a") as f:
+        f.write("x")
+    with open(os.path.join(RUNS, name)) as f:
+        return len(f.read())
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    assert not (tmp_path / "used").exists(), "a run again got the first run's fixture"
+    (tmp_path / "used").touch()
+
+
+def test_a_worker_timeout_once(fresh):
+    if ran("once") == 1:
+        raise RuntimeError("[STREAM_FAILED] terminated with exception: Python worker failed to connect back.")
+
+
+def test_a_worker_timeout_every_time(fresh):
+    ran("every")
+    raise RuntimeError("Python worker failed to connect back.")
+
+
+def test_another_failure(fresh):
+    ran("other")
+    assert False, "a failure of the test's own"
+"""
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_test_that_met_sparks_worker_timeout_runs_once_more_and_no_other_does(tmp_path, workers):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    proc = inner_pytest(tmp_path, {"test_timeouts.py": WORKER_TIMEOUT}, "-n", workers, "-rA",
+                        env={"MQFS_TEST_RUNS": str(runs)})
+    out = proc.stdout + proc.stderr
+    assert {p.name: len(p.read_text()) for p in runs.iterdir()} == {"once": 2, "every": 2, "other": 1}, out
+    assert re.search(r"PASSED \S*::test_a_worker_timeout_once", out), out
+    assert re.search(r"FAILED \S*::test_a_worker_timeout_every_time", out), out
+    assert re.search(r"FAILED \S*::test_another_failure", out), out
+    assert "2 failed, 1 passed" in out, out
+    assert out.count("run again: the first run failed with Spark's") == 2, out

@@ -7,12 +7,14 @@ last record in the CommitLog decides its end (store/queues/log_proof.py)."""
 
 import os
 import shutil
+import struct
 import threading
 
 import pytest
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.errors import QueueNotProven
+from mqfs.store.files.consume_queue import PRE_BLANK
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.queues import log_proof
 from tests.fusefs.helpers import mounted, needs_fuse, sh
@@ -400,3 +402,55 @@ def test_a_close_stops_the_proofs_first_walk_inside_a_file(tmp_path, monkeypatch
     assert runs[0] == 1 and proofs[0].walked == 0  # the run it was held at: no other
     if not read_only:
         assert log_proof.pending(root)  # owed: the next open proves again
+
+
+def test_a_put_between_a_queues_end_and_its_head_being_walked_keeps_both(tmp_path, monkeypatch):
+    """The race suspected in session 13: the background walk finds T/0's end in the newest
+    CommitLog file, a put lands in T/0 (its end is proven), and only then does the walk reach
+    T/0's head in an older file and find that its ConsumeQueue does not hold it.
+    (Its first use finds nothing wrong: the units of its head are blank, as a broker leaves
+    a queue that starts above 0.) The rebuild must hold the head and the put: had it read the log only up to the open's
+    end, T/0's files would hold one unit more than the rebuild and be left as they are, with
+    the head still missing. The walk is held after the newest file until the put is done."""
+    from mqfs.store.integrity import salvage
+
+    def workload(s: MessageStore) -> None:
+        for i in range(100):  # ConsumeQueue file 0 of T/0 whole (100 units a file)
+            s.put(Message.create("T", b"old-%d" % i, queue_id=0))
+        for i in range(OTHERS):
+            s.put(Message.create("U", b"u" * 300, queue_id=i % 4))
+        s.put(Message.create("T", b"late", queue_id=0))  # its end, in the newest file
+
+    root = str(tmp_path / "s")
+    broker_store(root, workload)
+    os.mkdir(os.path.join(root, "config"))
+    # units 0..99 blanked (as a broker blanks the units of a queue that starts above 0): its
+    # first use finds nothing wrong (its first file and last units are sound), the proof does
+    with open(os.path.join(root, "consumequeue", "T", "0", f"{0:020d}"), "r+b") as f:
+        f.write(struct.pack(">qiq", *PRE_BLANK) * 100)
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    proofs: list[log_proof.LogProof] = []
+    begin = log_proof.LogProof.begin
+    monkeypatch.setattr(log_proof.LogProof, "begin", lambda self: (proofs.append(self), begin(self))[1])
+    walk_file = salvage.walk_runs_of_file
+    held, put_done, files = threading.Event(), threading.Event(), [0]
+
+    def walk_held(*a, **k):
+        files[0] += 1
+        if files[0] == 2:  # the newest file walked: hold the older ones until the put
+            held.set()
+            assert put_done.wait(180), "the test never put"
+        yield from walk_file(*a, **k)
+
+    monkeypatch.setattr(salvage, "walk_runs_of_file", walk_held)
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        assert held.wait(180), "the proof never walked past the newest file"
+        proof = proofs[0]
+        assert proof.decided(("T", 0)) == (101, 100) and not proof.done
+        assert s.put(Message.create("T", b"new", queue_id=0)).queue_offset == 101
+        put_done.set()
+        eventually(lambda: proof.settled, "the proof walked the log and rebuilt T/0", interval=0.02)
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 200)] == \
+            [b"old-%d" % i for i in range(100)] + [b"late", b"new"]
+        assert any("T/0 did not hold every record" in n for n in s.recovery.notes)
+    assert verify_store(root).ok
