@@ -1,6 +1,6 @@
 """Store benchmarks, each next to a baseline measured in the same run.
 
-    scripts/bench store [--quick] [--dir DIR]
+    scripts/bench store [--quick] [--dir DIR] [--sync-only]
 
 1 KiB messages with one key each, every body distinct (random bytes ending in the message's
 number). Baselines: plain file.write of the same pre-encoded bytes, SQLite (stdlib, WAL) and
@@ -411,12 +411,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
     ap.add_argument("--dir", help="work directory (default: a temporary one under the cwd)")
+    ap.add_argument("--sync-only", action="store_true",
+                    help="only the sync-flush puts against SQLite synchronous=FULL")
     args = ap.parse_args()
     n = 50_000 if args.quick else 1_000_000
     work = tempfile.mkdtemp(prefix="mqfs-bench-", dir=args.dir or os.getcwd())
     try:
         rng = random.Random(0)
         body = rng.randbytes(1024)  # sync puts: the disk's sync, not the bytes, sets their pace
+        if args.sync_only:
+            bench_sync_puts(work, body, 2 if args.quick else 5)
+            return 0
         msgs = messages(n, rng)
         print(f"mqfs store benchmark ({'quick' if args.quick else 'full'}), Python {sys.version.split()[0]}, "
               f"{os.cpu_count()} CPUs; columns: ours, baseline, ratio ours/baseline\n")

@@ -204,7 +204,8 @@ class MessageStore(StoreReads, StoreWrites):
         self.topic_table = TopicTable(root, keep_bak=broker_files)
         self.offsets = ConsumerOffsets(root, keep_bak=broker_files)
         self.commitlog = CommitLog(root, cfg.commitlog_file_size, self.flavor, read_only=read_only,
-                                   transient=cfg.transient_pool and not read_only)
+                                   transient=cfg.transient_pool and not read_only,
+                                   zero_ahead=cfg.flush_mode == "sync")
         self.commitlog.load()
         self.consume_queues = QueueRegistry(self._open_recorded, self._queue_object)
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched

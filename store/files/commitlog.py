@@ -27,12 +27,14 @@ _BLANK = struct.Struct(">ii")
 
 class CommitLog:
     def __init__(self, root: str, file_size: int, flavor: Flavor, *, transient: bool = False,
-                 read_only: bool = False):
+                 read_only: bool = False, zero_ahead: bool = False):
+        """`zero_ahead`: for sync flush, see MappedFile._zero_ahead."""
         self.file_size = file_size
         self.flavor = flavor
         self._record_crc = flavor.crc_unmasked if flavor.record_crc else None
         self.queue = MappedFileQueue(os.path.join(root, "commitlog"), file_size,
-                                     transient=transient, read_only=read_only)
+                                     transient=transient, read_only=read_only,
+                                     zero_ahead=zero_ahead)
 
     def load(self) -> None:
         self.queue.load()

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from ..crash_points import crash_point
 from ..errors import StoreFormatError
 from . import safefs
-from .mapped_file import MappedFile
+from .mapped_file import MappedFile, pwrite_all
 
 GROW = 32 << 10  # blocks reserved at a time (with its directory, a queue takes about 40 KiB)
 MAX_MAPPED = 192  # mappings (each with a descriptor) kept at once by the whole process
@@ -40,23 +40,16 @@ _lru: OrderedDict[LazyMappedFile, None] = OrderedDict()
 _lru_lock = threading.Lock()
 
 
-def _pwrite_all(fd: int, data: bytes | memoryview, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.pwrite(fd, view, pos)
-        view, pos = view[done:], pos + done
-
-
 class LazyMappedFile(MappedFile):
     """A MappedFile without a held descriptor or mapping, whose blocks grow with its data."""
 
     def __init__(self, path: str, file_size: int, file_from_offset: int = 0,
-                 *, transient: bool = False, read_only: bool = False,
+                 *, transient: bool = False, read_only: bool = False, zero_ahead: bool = False,
                  data: bytes | memoryview = b""):
         """Map nothing yet; a new file is cut to size with its first blocks reserved and
         `data` written at its start (a file found must be empty of `data`)."""
-        if transient:
-            raise ValueError("a LazyMappedFile has no transient buffer")
+        if transient or zero_ahead:
+            raise ValueError("a LazyMappedFile has no transient buffer and writes no zeros ahead")
         self.path = path
         self.file_size = file_size
         self.file_from_offset = file_from_offset
@@ -76,7 +69,7 @@ class LazyMappedFile(MappedFile):
             if not exists:
                 os.ftruncate(fd, file_size)
                 self._fallocate(fd, min(-(-max(len(data), 1) // GROW) * GROW, file_size))
-                _pwrite_all(fd, data, 0)
+                pwrite_all(fd, data, 0)
         except BaseException:
             os.close(fd)
             if not exists and os.path.lexists(path):
@@ -143,7 +136,7 @@ class LazyMappedFile(MappedFile):
         if end > self.allocated:
             self.reserve(end)
         with self.io_fd() as fd:  # not through the mapping: ext4's first store into a page of
-            _pwrite_all(fd, data, pos)  # a fallocated extent waits for the journal (~6 ms a
+            pwrite_all(fd, data, pos)  # a fallocated extent waits for the journal (~6 ms a
         self.wrote_position = end       # new queue); pwrite does not, and the mapping sees it
         return pos
 

@@ -47,10 +47,11 @@ def _zero_from(mf: MappedFile, pos: int) -> None:
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, *, transient: bool = False,
-                 read_only: bool = False, lazy: bool = False):
+                 read_only: bool = False, lazy: bool = False, zero_ahead: bool = False):
         self.directory = directory
         self.file_size = file_size
         self.transient = transient
+        self.zero_ahead = zero_ahead  # see MappedFile._zero_ahead
         self.read_only = read_only
         self.file_class = LazyMappedFile if lazy else MappedFile  # lazy: ConsumeQueues
         self.files: list[MappedFile] = []
@@ -64,7 +65,8 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every file; each counts as full until recovery sets the real end."""
         for start, path in load_files(self.directory, self.file_size, self.read_only):
-            mf = self.file_class(path, self.file_size, start, read_only=self.read_only)
+            mf = self.file_class(path, self.file_size, start, read_only=self.read_only,
+                                 zero_ahead=self.zero_ahead)
             mf.set_positions(self.file_size)
             self.files.append(mf)
 
@@ -177,7 +179,8 @@ class MappedFileQueue:
         if data:
             mf: MappedFile = LazyMappedFile(path, self.file_size, offset, data=data)
         else:
-            mf = self.file_class(path, self.file_size, offset, transient=self.transient)
+            mf = self.file_class(path, self.file_size, offset, transient=self.transient,
+                                 zero_ahead=self.zero_ahead)
         # a rolled file must survive a power cut (ALICE hazard 2). A ConsumeQueue's names are
         # synced by its next flush, before any checkpoint counts on them: a batch that makes
         # thousands of queues then costs one journal commit, not one each
