@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, recognise
+from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, Features, recognise
 from mqfs.store.offline.views import StoreLayout
 
 from .locality import fingerprint
@@ -42,11 +42,12 @@ JVM_UNREAD = (BATCH_CQ, COMPACTION, BAD_POLICY)  # compaction: pipeline/compacte
 _said = False
 
 
-def jvm_unread(root: str) -> str | None:
+def jvm_unread(root: str, found: Features | None = None) -> str | None:
     """Why the JVM reader cannot read the store at `root` (a feature it does not read), or
-    None. Recognition reads a few listings and files, never the store's records
-    (features.recognise); the source does it once per DataFrame, with its pinned snapshot."""
-    found = recognise(root)
+    None; `found`: its features, when recognised already. Recognition reads a few listings and
+    files, never the store's records (features.recognise); the source does it once per
+    DataFrame, with its pinned snapshot."""
+    found = found or recognise(root)
     for name in JVM_UNREAD:
         feature = found.named(name)
         if feature is not None:

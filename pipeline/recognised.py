@@ -1,12 +1,13 @@
 """A store's features (features.recognise: listings and config/topics.json) recognised once
 per planning: one DataFrame's planning asks several times (BatchCQ topics, compaction topics,
 their units), each recognition costing milliseconds. Within `planning()` the first answer per
-store is kept; outside it, and across plans, every call recognises again (the store may have
-changed between two plans)."""
+store is kept; outside it every call recognises again. A DataFrame's plans start from the
+features its snapshot was pinned with (MqfsDataSource.schema, which also chose the reader by
+them), so a plan neither recognises the store again nor disagrees with that choice."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -16,9 +17,10 @@ _kept: ContextVar[dict[str, Features] | None] = ContextVar("mqfs_recognised", de
 
 
 @contextmanager
-def planning() -> Iterator[None]:
-    """A scope in which each store is recognised at most once."""
-    token = _kept.set({})
+def planning(known: Mapping[str, Features] | None = None) -> Iterator[None]:
+    """A scope in which each store is recognised at most once; `known`: stores whose
+    features are known already (the DataFrame's pinned ones)."""
+    token = _kept.set(dict(known or {}))
     try:
         yield
     finally:

@@ -47,6 +47,7 @@ from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import chain, walk
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
+from mqfs.store.meta.features import Features, recognise
 from mqfs.store.offline.views import (
     StoreLayout,
     commitlog_files,
@@ -390,6 +391,7 @@ class MqfsReader(DataSourceReader):
         self.end_offset = end_offset
         self.jvm = False  # planned for the JVM reader (task size JVM_TASK_BYTES)
         self.slots: int | None = None  # the session's cores, when known (JVM reads): even tasks
+        self.features: Features | None = None  # the store's, pinned with the snapshot (schema())
 
     def _filter(self) -> RowFilter:
         return row_filter(self.layout, self.opts)
@@ -398,8 +400,9 @@ class MqfsReader(DataSourceReader):
         """Every partition's byte range (or queue offsets, `units.plan_units`) and the row
         filter with every offset resolved are fixed here, within the DataFrame's pinned end;
         Spark keeps them for the scan (for every later scan too without pipeline/scoped.py).
-        The store's features are recognised once for the whole plan (`recognised`)."""
-        with planning():
+        The store's features are recognised once for the whole plan (`recognised`), or not at
+        all when pinned with the snapshot."""
+        with planning({self.layout.root: self.features} if self.features is not None else None):
             return self._planned()
 
     def _planned(self) -> list[InputPartition]:
@@ -435,7 +438,7 @@ class MqfsReader(DataSourceReader):
             return None
         assert self.end_offset is not None
         _check_continuity(commitlog_files(self.layout.root), self.opts.fail_on_data_loss)
-        return plan_unit_rows(self.layout, flt, self.end_offset, self.opts.min_partitions or self.slots)
+        return plan_unit_rows(self.layout, flt, self.end_offset, self.opts.min_partitions, self.slots)
 
     def _header_only(self) -> bool:
         """Whether records are checked only as far as their headers (`scan.header_only`)."""
@@ -577,7 +580,8 @@ class MqfsDataSource(DataSource):
         if getattr(self, "end_offsets", None) is None and (self.options.get("path") or self.options.get("paths")):
             self.roots = store_roots(self.options)
             self.end_offsets = {r: commitlog_end(store_layout(r)) for r in self.roots}
-            self.jvm_unread = {r: jvm_unread(r) for r in self.roots}
+            self.features = {r: recognise(r) for r in self.roots}
+            self.jvm_unread = {r: jvm_unread(r, self.features[r]) for r in self.roots}
         kafka, headers = shape(self.options)
         schema = kafka_schema(headers) if kafka else message_schema(columns_option(self.options))
         return with_store_column(schema) if several(self.options) else schema
@@ -596,6 +600,9 @@ class MqfsDataSource(DataSource):
         pinned = getattr(self, "end_offsets", None) or {}
         roots = self._stores()
         readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
+        features = getattr(self, "features", None) or {}
+        for root, one in zip(roots, readers):
+            one.features = features.get(root)
         reader = (StoresReader(roots, readers, schema is None or "store" in schema.fieldNames())
                   if several(self.options) else readers[0])
         carried = carried_filters(schema)

@@ -71,11 +71,12 @@ def _repaired(root: str) -> bool:
     return any(os.path.lexists(os.path.join(root, name)) for name in _REPAIRED)
 
 
-def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int,
-                   min_partitions: int | None = None) -> UnitRowsPlan | None:
+def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int, min_partitions: int | None = None,
+                   slots: int | None = None) -> UnitRowsPlan | None:
     """The rows of the read from the units (in at least min_partitions tasks when there are
     that many rows), or None when the units are not known good (the byte ranges are then
-    walked as before)."""
+    walked as before). Without min_partitions, the rows take the session's `slots` (cores)
+    that the walk of the stretches without units leaves, so that all tasks run at once."""
     root = layout.root
     files = [(s, p) for s, p in commitlog_files(root) if s < end_offset]
     if not files or _repaired(root) or may_select(root, None):
@@ -85,8 +86,7 @@ def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int,
     ats: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
     for t, q in queues(root):
-        offsets, units = QueueReader(root, t, q, layout.consume_queue_units).read(0, _ALL)
-        at = units["offset"].astype(np.int64)
+        offsets, at, size = QueueReader(root, t, q, layout.consume_queue_units).places(0, _ALL)
         if len(at) > 1 and bool((at[1:] <= at[:-1]).any()):
             return None  # units out of CommitLog order
         a, b = (int(i) for i in np.searchsorted(at, [first, end_offset]))
@@ -96,7 +96,7 @@ def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int,
             return None  # holes in the queue
         owned.append((t, q, int(offsets[a]), int(offsets[b - 1]) + 1))
         ats.append(at[a:b])
-        sizes.append(units["size"][a:b].astype(np.int64))
+        sizes.append(size[a:b])
     at = np.concatenate(ats) if ats else np.empty(0, np.int64)
     ends = at + (np.concatenate(sizes) if sizes else np.empty(0, np.int64))
     # starts and ends sorted apart (each queue's are runs already: a merge): when every
@@ -108,7 +108,8 @@ def plan_unit_rows(layout: StoreLayout, flt: RowFilter, end_offset: int,
         return None
     kept = [r for r in (_selected(flt, *r) for r in owned) if r is not None]
     total = sum(hi - lo for _, _, lo, hi in kept)
-    share = min(ROWS_PER_TASK, max(1, -(-total // (min_partitions or 1))))
+    tasks = min_partitions or max(1, (slots or 1) - (1 if gaps else 0))
+    share = min(ROWS_PER_TASK, max(1, -(-total // tasks)))
     parts: list[UnitRows] = []
     rows = 0
     for r in kept:  # ranges split so that no task has more than `share` rows

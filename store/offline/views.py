@@ -35,12 +35,21 @@ from .store_files import queues as queues
 from .store_files import store_layout as store_layout
 from .units import StoreTimes as StoreTimes  # published here first
 
+_CHECKED_UNITS = 1 << 15  # units tested at a time: the test stops in the stretch where writing stopped
+
 
 def _valid_units(mm: mmap.mmap) -> np.ndarray:
-    """The units of one CQ file up to the first unwritten/invalid one (RocketMQ's test)."""
+    """The units of one CQ file up to the first unwritten/invalid one (RocketMQ's test). A
+    file is written units, then zeros: the test goes a stretch at a time and stops at the
+    first invalid unit, so the zeros after it are never touched (nor faulted in)."""
     units = np.frombuffer(mm, dtype=UNIT_DTYPE, count=len(mm) // UNIT_SIZE)
-    bad = np.flatnonzero((units["offset"] < 0) | (units["size"] <= 0))
-    return units[: bad[0]] if bad.size else units
+    for lo in range(0, len(units), _CHECKED_UNITS):
+        part = units[lo:lo + _CHECKED_UNITS]  # native copies: a big-endian field compares slowly
+        bad = (part["offset"].astype(np.int64) < 0) | (part["size"].astype(np.int32) <= 0)
+        first = int(bad.argmax())
+        if bad[first]:
+            return units[:lo + first]
+    return units
 
 
 class QueueReader:
@@ -108,6 +117,35 @@ class QueueReader:
                 unit = units[lo - 1].copy()  # a copy: the map may go
                 return None if unit["size"] == PRE_BLANK[1] else unit
         return None
+
+    def places(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What read(start, end) gives, as native int64 arrays: the queue offsets, and the
+        units' CommitLog offsets and sizes (what a tiling of the CommitLog needs), without
+        copying whole units."""
+        offsets: list[np.ndarray] = []
+        ats: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
+        for i, (fstart, _) in enumerate(self.files):
+            base = fstart // UNIT_SIZE
+            if base >= end or base + self.units_per_file <= start:
+                continue
+            _, units = self._units(i)
+            lo, hi = max(start - base, 0), min(end - base, len(units))
+            if hi > lo:
+                part = units[lo:hi]
+                size, at = part["size"].astype(np.int64), part["offset"].astype(np.int64)
+                offs = np.arange(base + lo, base + hi, dtype=np.int64)
+                keep = size != PRE_BLANK[1]
+                if not keep.all():
+                    size, at, offs = size[keep], at[keep], offs[keep]
+                offsets.append(offs)
+                ats.append(at)
+                sizes.append(size)
+        if not ats:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+        if len(ats) == 1:
+            return offsets[0], ats[0], sizes[0]
+        return np.concatenate(offsets), np.concatenate(ats), np.concatenate(sizes)
 
     def read(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """(queue offsets, units) for offsets in [start, end), pre-blank units left out."""

@@ -91,6 +91,19 @@ def test_min_partitions_splits_the_unit_rows(store):
     assert len({(t, q, o) for t, q, lo, hi in rows for o in range(lo, hi)}) == 3000  # each row once
 
 
+def test_the_unit_rows_take_the_cores_the_walk_leaves(store):
+    """Planned for a session's cores (the JVM scan's slots, no minPartitions): the unit rows
+    and the walk of the stretches without units are as many tasks as cores, all run at once."""
+    opts = read_options({"path": store, "columns": "queue_id"}, streaming=False)
+    reader = MqfsReader(store_layout(store), opts, None)
+    reader.slots = 3
+    parts = reader.partitions()
+    units = [p for p in parts if isinstance(p, UnitRows)]
+    walked = len(parts) - len(units)
+    assert walked and len(units) == 3 - walked  # this store's files end in blanks: walked
+    assert sum(hi - lo for p in units for _, _, lo, hi in p.ranges) == 3000
+
+
 def _units(root: str, topic: str, queue_id: int) -> str:
     d = os.path.join(root, "consumequeue", topic, str(queue_id))
     return os.path.join(d, sorted(os.listdir(d))[0])
