@@ -208,8 +208,17 @@ class LinesWriter(JsonlWriter):
         self.line_limit = limit + 1  # a body and its newline
 
     def _parse(self, text: bytes) -> list[Message]:
+        """When no line is long enough to need a check (nearly always), the messages are
+        made in one comprehension; else line by line, which finds the first too long."""
+        lines = text.split(b"\n")
+        longest = max(map(len, lines))  # split gives at least one
+        if longest <= (self.limit if self.fits is None else self.limit // 2):
+            topic, queue = self.topic, self.queue
+            out = [Message(topic, line, queue, {}) for line in lines if line]
+            self.lines += len(out)
+            return out
         out = []
-        for line in text.split(b"\n"):
+        for line in lines:
             if not line:
                 continue
             self.lines += 1

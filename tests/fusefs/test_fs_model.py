@@ -31,7 +31,7 @@ from mqfs.fusefs.kinds.groups import position
 from mqfs.fusefs.listings import QUEUE_FIXED
 from mqfs.fusefs.model import Model
 from mqfs.fusefs.spool import SPILL_AT, Budget, Spool
-from mqfs.fusefs.writers import AppendWriter, JsonlWriter, OffsetWriter
+from mqfs.fusefs.writers import AppendWriter, JsonlWriter, LinesWriter, OffsetWriter
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.files.staging import Staging
 
@@ -439,6 +439,23 @@ def test_one_odd_line_among_many_short_ones_fails_the_write(odd, err):
         w.write(short + odd + b"\n" + short)
     assert info.value.errno == err and "line 101" in str(info.value)
     assert w.failed == err
+
+
+@pytest.mark.parametrize("odd", [b"x" * 60, b"x" * 101])  # over what fits says; over the limit
+def test_append_lines_among_many_short_ones_one_too_long_fails_the_write(odd):
+    """append.lines makes a write's messages at once when no line is long enough to need
+    a check, and line by line otherwise: the same messages, and the first long line fails
+    the whole write with EFBIG and its number."""
+    short = b"".join(b"line %d\r\n\n" % i for i in range(50))
+    w = LinesWriter("t", 3, limit=100, budget=Budget(), fits=lambda m: 50)
+    got = w.write(short)
+    assert [(m.topic, m.queue_id, m.body, m.properties) for m in got] == \
+        [("t", 3, b"line %d\r" % i, {}) for i in range(50)]
+    assert got[0].properties is not got[1].properties  # each message its own
+    with pytest.raises(FsError) as info:
+        w.write(short + odd + b"\n" + short)
+    assert info.value.errno == errno.EFBIG and "line 101" in str(info.value)
+    assert w.failed == errno.EFBIG
 
 
 def test_key_with_slash_is_found_by_its_encoded_name(model, store):
