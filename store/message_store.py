@@ -31,7 +31,7 @@ from .files.lazy_mapped_file import close_under
 from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.unit_flush import UnitFlush
-from .format import message
+from .format import compiled, message
 from .format.codec import Encoder
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
@@ -195,6 +195,8 @@ class MessageStore(StoreReads, StoreWrites):
         as the files show it: an `abort` file gone (`last_exit_ok`) is not enough."""
         cfg, root = self.config, self.root
         self.encoder = Encoder(self.flavor, parse_host(cfg.store_host), cfg.max_message_size)
+        if not read_only:
+            compiled.say_if_missing()
         self.tags_codes = TagsCodes(self.flavor, parse_delay_levels(cfg.message_delay_level))
         self.put_lock = threading.Lock()
         self.flush_lock = threading.Lock()

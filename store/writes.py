@@ -20,6 +20,7 @@ from .files.consume_queue import ConsumeQueue
 from .files.dispatcher import Dispatcher
 from .format import codec, layout, message
 from .format.codec import Encoder
+from .format.compiled import records as compiled_records
 from .format.flavor import Flavor
 from .format.message import Message
 from .in_use import Users, in_use
@@ -204,7 +205,7 @@ class StoreWrites:
         return results
 
     def _append_batch(self, msgs: list[Message], sizes: list[int],
-                      batch: codec.EncodedBatch | None,
+                      batch: codec.EncodedBatch | codec.CompiledBatch | None,
                       encoded: list[tuple[bytearray, int]] | None) -> list[PutResult]:
         """Write a validated batch (caller holds put_lock), given as `batch` or, for the
         rare layouts it does not cover, one `encoded` record each. Queues and room come
@@ -227,9 +228,6 @@ class StoreWrites:
         starts = self._roll_points(size_arr)
         files = commitlog.queue.files
         commitlog_offset = np.empty(n, dtype=np.int64)
-        if batch is not None:
-            batch.head["queue_offset"] = queue_offsets
-            batch.head["store_ts"] = store_ts
         rolls = set(starts)
         bounds = sorted({0, *starts, n})
         done = 0
@@ -238,10 +236,9 @@ class StoreWrites:
                 mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
                 run = size_arr[lo:hi]
                 commitlog_offset[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
-                data: bytes | bytearray
+                data: bytes | bytearray | memoryview
                 if batch is not None:
-                    batch.head["commitlog_offset"][lo:hi] = commitlog_offset[lo:hi]
-                    data = batch.records(lo, hi)
+                    data = batch.placed(lo, hi, queue_offsets, commitlog_offset, store_ts)
                 else:
                     data = self._stamped(encoded or [], lo, hi, commitlog_offset, queue_offsets, store_ts)
                 commitlog.write_run(mf, data, store_ts)
@@ -253,6 +250,8 @@ class StoreWrites:
                 self.dispatcher.batch(plan, done, topics, props, commitlog_offset, size_arr, store_ts)
                 self._dispatched_ts = store_ts
         host = self.encoder.store_host_raw
+        if isinstance(batch, codec.CompiledBatch) and compiled_records is not None:
+            return compiled_records.results(PutResult, commitlog_offset, queue_offsets, store_ts, batch.layout, host)
         return list(map(_new_tuple, repeat(PutResult), zip(  # PutResult(*row), built in C
             commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes, repeat(host))))
 

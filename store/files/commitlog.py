@@ -84,7 +84,7 @@ class CommitLog:
         mf.store_timestamp = store_ts
         return commitlog_offset
 
-    def write_run(self, mf: MappedFile, records: bytes | bytearray, store_ts: int) -> None:
+    def write_run(self, mf: MappedFile, records: bytes | bytearray | memoryview, store_ts: int) -> None:
         """Append records already stamped for consecutive positions of `mf` in one copy."""
         crash_point("commitlog.before_write")
         mf.append(records)

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import xxhash
 
 from ..errors import CodecError, InvalidMessage
+from .compiled import records as compiled_records
 from .flavor import CRC_MASK, Flavor
 from .layout import (
     BORN_HOST_POS,
@@ -120,6 +124,19 @@ class Encoder:
         self._crc_unmasked = flavor.crc_unmasked
         self._crc_tail = _CRC_PLACEHOLDER if flavor.record_crc else b""
         self._no_props = I16.pack(len(self._crc_tail)) + self._crc_tail
+        # the C twin (store/format/_records.c), sharing the caches above; it declines (None)
+        # whatever it does not encode exactly as this class does, which then runs
+        self.compiled: Any = None
+        xx = {id(zlib.crc32): False, id(xxhash.xxh32_intdigest): True}.get(id(flavor.crc_unmasked))
+        if compiled_records is not None and xx is not None:
+            self.compiled = compiled_records.Codec(
+                self.store_host_raw, max_message_size, xx, flavor.record_crc, self._topics,
+                self._born, self._topic_part, self._hosts)
+            self._compiled_encode = self.compiled.encode
+            self.encode = self._encode_compiled  # type: ignore[method-assign]
+
+    def _encode_compiled(self, msg: Message) -> tuple[bytearray, int]:
+        return self._compiled_encode(msg) or Encoder.encode(self, msg)
 
     def _topic_part(self, topic: str) -> bytes:
         """TOPICLEN + TOPIC bytes, validated once per topic name."""
@@ -192,8 +209,9 @@ class Encoder:
         rec += tail
         return rec, ts_pos
 
-    def encode_batch(self, msgs: list[Message]) -> EncodedBatch | None:
-        """Validate and lay out many records at once, with C-level maps and numpy rather
+    def encode_batch(self, msgs: list[Message]) -> EncodedBatch | CompiledBatch | None:
+        """Validate and lay out many records at once: in C when the compiled encoder takes
+        the batch, else with C-level maps and numpy rather
         than Python code per message: the fixed header fields as one numpy array, the
         properties of the whole batch as one text. None when a host is IPv6 or a topic
         needs a v2 record (other header widths): the caller encodes those one by one.
@@ -203,6 +221,12 @@ class Encoder:
 
         from .columnar import HEADER_V4
 
+        if self.compiled is not None:
+            found = self.compiled.encode_batch(msgs)
+            if found is not None:
+                buf, layout, topics, queue_ids, sys_flags, props = found
+                return CompiledBatch(buf, layout, topics, np.frombuffer(queue_ids, dtype=np.int64),
+                                     np.frombuffer(sys_flags, dtype=np.int64), props, self.compiled.place_run)
         if self.store_v6:
             return None
         n = len(msgs)
@@ -337,6 +361,15 @@ class EncodedBatch:
     def sizes(self) -> list[int]:
         return self.head["total"].tolist()
 
+    def placed(self, lo: int, hi: int, queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
+               store_ts: int) -> bytearray:
+        """Records lo..hi-1 stamped (offsets indexed like the batch) and sealed, as one buffer."""
+        head = self.head[lo:hi]
+        head["queue_offset"] = queue_offsets[lo:hi]
+        head["commitlog_offset"] = commitlog_offsets[lo:hi]
+        head["store_ts"] = store_ts
+        return self.records(lo, hi)
+
     def records(self, lo: int, hi: int) -> bytearray:
         """Records lo..hi-1 as one buffer, each with its whole-record checksum when the
         flavor wants one: the parts of every record interleaved and joined in one call,
@@ -360,6 +393,37 @@ class EncodedBatch:
             u8 = np.frombuffer(buf, dtype=np.uint8)
             u8[(ends - 11)[:, None] + np.arange(10)] = digits
         return buf
+
+
+@dataclass
+class CompiledBatch:
+    """Records of a batch the C encoder laid out back to back in `buf`, with `layout`
+    (start, size, STORETIMESTAMP position of each, native int64): EncodedBatch's interface
+    for the store, stamped and sealed in C too. The columns come along for dispatch."""
+
+    buf: bytearray
+    layout: bytes
+    topics: list[str]
+    queue_id: np.ndarray
+    sys_flag: np.ndarray
+    properties: list[dict[str, str]]
+    place_run: Callable[..., None]
+
+    @property
+    def sizes(self) -> list[int]:
+        import numpy as np
+
+        return np.frombuffer(self.layout, dtype=np.int64)[1::3].tolist()
+
+    def placed(self, lo: int, hi: int, queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
+               store_ts: int) -> memoryview:
+        """Records lo..hi-1 stamped (offsets indexed like the batch) and sealed, as one view."""
+        import numpy as np
+
+        self.place_run(self.buf, self.layout, lo, hi, np.ascontiguousarray(queue_offsets, dtype=np.int64),
+                       np.ascontiguousarray(commitlog_offsets, dtype=np.int64), store_ts)
+        at = np.frombuffer(self.layout, dtype=np.int64)
+        return memoryview(self.buf)[int(at[3 * lo]) : int(at[3 * (hi - 1)] + at[3 * (hi - 1) + 1])]
 
 
 def stamp(rec: bytearray, store_ts_pos: int, queue_offset: int, commitlog_offset: int, store_ts: int) -> None:

@@ -124,3 +124,18 @@ def stored_records(store: MessageStore) -> tuple[list[StoredMessage], list[Damag
     for item in walk(log.queue.files, store.flavor, log.file_size):
         (damages if isinstance(item, Damage) else records).append(item)
     return records, damages
+
+
+CODECS = ["c", "python"]  # parametrize put tests over both encoders (store/format/compiled.py)
+
+
+def use_codec(monkeypatch, which: str) -> None:
+    """Make stores opened from here on encode with the C module ("c") or the Python codec
+    ("python"). "c" fails when the module is not built (scripts/setup builds it) unless
+    MQFS_PURE_PYTHON=1 asked for the Python codec everywhere."""
+    from mqfs.store.format import codec, compiled
+
+    if which == "python":
+        monkeypatch.setattr(codec, "compiled_records", None)
+    elif not compiled.PURE:
+        assert compiled.records is not None, "the C record encoder is not built: run scripts/setup"

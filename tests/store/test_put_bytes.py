@@ -9,7 +9,7 @@ import pytest
 import xxhash
 
 from mqfs.store import Message, MessageStore, StoreConfig, writes
-from tests.store.helpers import data_files
+from tests.store.helpers import CODECS, data_files, use_codec
 
 STORE_TS = 1_700_000_000_123
 BORN_TS = 1_690_000_000_000
@@ -104,9 +104,11 @@ def _expected(msgs: list[Message], n_slots: int) -> dict[str, bytes]:
 # 64 slots: some keys share a slot (and "shared0".."shared3" recur); 3 slots: nearly every
 # entry of a batch chains to another key's entry of the same batch, so a batch's chains must
 # run in put order exactly as one put after another leaves them
+@pytest.mark.parametrize("codec", CODECS)
 @pytest.mark.parametrize("slots", [64, 3])
 @pytest.mark.parametrize("way", ["put", "put_batch", "put_batch_columnar", "put_batch_in_twos"])
-def test_puts_write_the_bytes_the_format_gives(tmp_path, monkeypatch, way, slots):
+def test_puts_write_the_bytes_the_format_gives(tmp_path, monkeypatch, way, slots, codec):
+    use_codec(monkeypatch, codec)
     msgs = _messages()
     root = str(tmp_path / way)
     config = StoreConfig(commitlog_file_size=CL_SIZE, consume_queue_units=CQ_UNITS,

@@ -1,0 +1,115 @@
+"""The C record encoder (store/format/_records.c) held to the Python codec byte for byte over
+generated messages: both flavors, with and without the whole-record checksum, IPv4 and IPv6
+hosts, v1 and v2 topics, any properties; and where the Python codec refuses a message, the C
+one declines it (None), so the refusal and its words stay the Python codec's."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqfs.store.errors import InvalidMessage
+from mqfs.store.format import codec, compiled
+from mqfs.store.format.codec import Encoder
+from mqfs.store.format.flavor import ROCKETMQ, XXHASH
+from mqfs.store.format.message import Message
+
+pytestmark = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C encoder to compare")
+
+I32 = st.integers(-(1 << 31), (1 << 31) - 1)
+I64 = st.integers(-(1 << 63), (1 << 63) - 1)
+HOSTS = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(str)
+TOPIC_CHARS = "abcXYZ019_-%|"
+TEXT = st.text(max_size=12)
+
+
+def _field(valid, invalid):
+    """Mostly valid values, sometimes one the Python codec refuses."""
+    return st.one_of(valid, valid, valid, invalid)
+
+
+MESSAGES = st.builds(
+    Message,
+    topic=_field(st.text(TOPIC_CHARS, min_size=1, max_size=140), st.sampled_from(["", "bad topic", "%DAMAGED"])),
+    body=_field(st.binary(max_size=300), st.just(b"x" * 2000)),
+    queue_id=_field(st.integers(0, (1 << 31) - 1), st.sampled_from([-1, 1 << 31])),
+    properties=st.dictionaries(_field(TEXT, st.just("__CRC32#")), TEXT, max_size=4),
+    flag=_field(I32, st.just(1 << 31)),
+    sys_flag=_field(I32, st.just(-(1 << 31) - 1)),
+    born_timestamp=_field(I64.filter(bool), st.just(1 << 63)),
+    born_host=st.tuples(HOSTS, _field(st.integers(0, 65535), st.just(1 << 40))),
+    reconsume_times=_field(I32, st.just("1")),
+    prepared_transaction_offset=_field(I64, st.just(1.5)),
+)
+
+
+def _encoders(flavor, record_crc: bool, store_v6: bool) -> tuple[Encoder, Encoder]:
+    """(Python, C) encoders of one store."""
+    host = ("::1" if store_v6 else "10.0.0.7", 10911)
+    flavor = flavor.with_record_crc(record_crc)
+    return Encoder(flavor, host, 1024), Encoder(flavor, host, 1024)
+
+
+def _python(enc: Encoder, msg: Message) -> tuple[bytearray, int] | None:
+    try:
+        return Encoder.encode(enc, msg)
+    except InvalidMessage:
+        return None
+
+
+FLAVORS = st.sampled_from([ROCKETMQ, XXHASH])
+
+
+@settings(max_examples=300, deadline=None)
+@given(msg=MESSAGES, flavor=FLAVORS, record_crc=st.booleans(), store_v6=st.booleans(),
+       offsets=st.tuples(I64, I64, I64))
+def test_one_record_is_the_python_codecs(msg, flavor, record_crc, store_v6, offsets):
+    py, c = _encoders(flavor, record_crc, store_v6)
+    assert c.compiled is not None
+    want = _python(py, msg)
+    got = c.compiled.encode(msg)
+    if want is None:
+        assert got is None  # refused in Python: declined in C
+        return
+    assert got is not None
+    rec, ts_pos = got
+    assert ts_pos == want[1] and bytes(rec) == bytes(want[0])
+    codec.place(want[0], want[1], *offsets, flavor.crc_unmasked if record_crc else None)
+    c.compiled.place(rec, ts_pos, *offsets)
+    assert rec == want[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(msgs=st.lists(MESSAGES, min_size=1, max_size=6), flavor=FLAVORS, record_crc=st.booleans(),
+       store_v6=st.booleans(), base=st.integers(0, 1 << 40), data=st.data())
+def test_a_batch_is_the_python_codecs_records(msgs, flavor, record_crc, store_v6, base, data):
+    py, c = _encoders(flavor, record_crc, store_v6)
+    wants = [_python(py, m) for m in msgs]
+    if None in wants:
+        assert c.compiled.encode_batch(msgs) is None  # declined: the Python codec raises
+        return
+    batch = c.encode_batch(msgs)
+    assert isinstance(batch, codec.CompiledBatch)
+    sizes = [len(rec) for rec, _ in wants]
+    assert batch.sizes == sizes
+    assert batch.topics == [m.topic for m in msgs] and batch.properties == [m.properties for m in msgs]
+    assert batch.queue_id.tolist() == [m.queue_id for m in msgs]
+    assert batch.sys_flag.tolist() == [m.sys_flag & ~0x30 for m in msgs]
+    queue_offsets = np.array(data.draw(st.lists(I64, min_size=len(msgs), max_size=len(msgs))), dtype=np.int64)
+    commitlog_offsets = base + np.cumsum(sizes) - sizes
+    store_ts = data.draw(I64)
+    cut = data.draw(st.integers(0, len(msgs)))  # two runs, as a roll to a new file makes
+    got = bytes(batch.placed(0, cut, queue_offsets, commitlog_offsets, store_ts)) + \
+        bytes(batch.placed(cut, len(msgs), queue_offsets, commitlog_offsets, store_ts))
+    for (rec, ts_pos), q, at in zip(wants, queue_offsets.tolist(), commitlog_offsets.tolist()):
+        codec.place(rec, ts_pos, q, at, store_ts, flavor.crc_unmasked if record_crc else None)
+    assert got == b"".join(rec for rec, _ in wants)
+
+
+def test_what_the_c_encoder_leaves_to_python_still_encodes():
+    """Bodies and texts of other types than bytes and str: the C encoder declines them and
+    the Python codec, which takes them, encodes them (as it always has)."""
+    py, c = _encoders(XXHASH, True, False)
+    for msg in (Message("T", memoryview(b"abc")), Message("T", b"abc", properties={"a": 1})):  # type: ignore[dict-item]
+        assert c.compiled.encode(msg) is None
+        assert c.encode(msg) == _python(py, msg) is not None
