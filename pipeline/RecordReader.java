@@ -200,12 +200,13 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
     }
 
     /** The rows of record r (well formed; `checked`: its checksums already held): its own
-     * queue's, and one per queue it is dispatched to (LMQ: Dispatch), those the read keeps.
-     * Checked here when not yet; a compressed body that does not inflate makes it a damaged
-     * record. */
+     * queue's (an inner batch's messages: Inner), and one per queue it is dispatched to (LMQ:
+     * Dispatch), those the read keeps. Checked here when not yet; a compressed body that does
+     * not inflate, or a batch that does not unwrap, makes it a damaged record. */
     private void rowsOf(boolean checked) {
         long offset = fileFrom + r.start;
-        boolean own = selection.keeps(r, buf, offset);
+        boolean inner = Inner.is(r);
+        boolean own = selection.keeps(r, buf, offset, r.queueOffset, inner);
         List<Dispatch.Served> served = r.inQueue() && !r.filler(buf) ? Dispatch.of(r, buf) : List.of();
         if (!served.isEmpty()) {
             served = new ArrayList<>(served);
@@ -219,7 +220,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
             return;
         }
         byte[] inflated = null;
-        if (rows.body && (r.sysFlag & 0x1) != 0) {
+        if (rows.body && (r.sysFlag & 0x1) != 0 && (own && !inner || !served.isEmpty())) {
             byte[] stored = new byte[r.bodyLen];
             buf.get(r.bodyPos, stored);
             try {
@@ -229,11 +230,22 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
                 return;
             }
         }
-        if (own) {
-            rows.add(r, buf, fileFrom, inflated, null);
+        if (own && !inner) {
+            rows.add(r, buf, fileFrom, inflated, null, null);
         }
         for (Dispatch.Served q : served) {
-            rows.add(r, buf, fileFrom, inflated, q);
+            rows.add(r, buf, fileFrom, inflated, q, null);
+        }
+        if (own && inner) {  // the batch's stored body, as a consumer unwraps it (never inflated)
+            try {
+                for (Inner.Message m : Inner.of(r, buf, offset)) {
+                    if (selection.keeps(r, buf, offset, r.queueOffset + m.index(), false)) {
+                        rows.add(r, buf, fileFrom, null, null, m);
+                    }
+                }
+            } catch (Inner.Damaged e) {
+                reject(r.start, e.getMessage());
+            }
         }
     }
 

@@ -89,8 +89,9 @@ final class Rows {
 
     /** Appends record r (well formed, checked, kept) of a file starting at CommitLog offset
      * fileFrom; `inflated`: its body when the stored one is compressed (Inflate), else null;
-     * `served`: the queue it is dispatched to whose row this is (Dispatch), null for its own. */
-    void add(Record r, ByteBuffer b, long fileFrom, byte[] inflated, Dispatch.Served served) {
+     * `served`: the queue it is dispatched to whose row this is (Dispatch), null for its own;
+     * `inner`: the message of an inner batch whose row this is (Inner), null for the record's. */
+    void add(Record r, ByteBuffer b, long fileFrom, byte[] inflated, Dispatch.Served served, Inner.Message inner) {
         int row = rows;
         if (row >= capacity) {  // a record dispatched to many queues: past MAX_ROWS
             capacity *= 2;
@@ -100,7 +101,10 @@ final class Rows {
         }
         byte[] raw = null;
         List<int[]> pairs = null;
-        if (props) {
+        if (props && inner != null) {
+            raw = java.util.Arrays.copyOfRange(inner.raw(), inner.propsAt(), inner.propsAt() + inner.propsLen());
+            pairs = Text.pairs(raw, raw.length);
+        } else if (props) {
             int len = r.ownPropsLen();
             raw = new byte[len];
             b.get(r.propsPos, raw, 0, len);
@@ -118,7 +122,8 @@ final class Rows {
                     }
                 }
                 case QUEUE_ID -> v.putInt(row, served != null ? served.queueId() : r.queueId);
-                case QUEUE_OFFSET -> v.putLong(row, served != null ? served.queueOffset() : r.queueOffset);
+                case QUEUE_OFFSET -> v.putLong(row, served != null ? served.queueOffset()
+                        : inner != null ? r.queueOffset + inner.index() : r.queueOffset);
                 case COMMITLOG_OFFSET -> v.putLong(row, offset);
                 case SIZE -> v.putInt(row, r.total);
                 case STORE_TIMESTAMP -> v.putLong(row, r.storeTs * 1000);
@@ -126,10 +131,13 @@ final class Rows {
                 case BORN_HOST -> v.putByteArray(row, bornHosts.text(b, r.start + Record.BORN_HOST_POS, r.bornLen));
                 case STORE_HOST -> v.putByteArray(row, storeHosts.text(b, r.storeHostPos(), r.storeLen));
                 case MSG_ID -> v.putByteArray(row, Text.msgId(b, r.storeHostPos(), r.storeLen, offset));
-                case FLAG -> v.putInt(row, r.flag);
-                case SYS_FLAG -> v.putInt(row, r.sysFlag);
+                case FLAG -> v.putInt(row, inner != null ? inner.flag() : r.flag);
+                case SYS_FLAG -> v.putInt(row, inner != null ? r.sysFlag & ~Inner.COMPRESSION : r.sysFlag);
                 case BODY -> {
-                    if (inflated != null) {
+                    if (inner != null) {
+                        v.putByteArray(row, inner.raw(), inner.bodyAt(), inner.bodyLen());
+                        bytes += inner.bodyLen();
+                    } else if (inflated != null) {
                         v.putByteArray(row, inflated);
                     } else {  // one copy, from the mapping into the vector
                         v.putByteArray(row, b, r.bodyPos, r.bodyLen);

@@ -12,7 +12,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 /**
  * The rows a planned read keeps: pipeline/scan.py's RowFilter, resolved by the Python
  * planner and applied here as FileBatcher._keep applies it (fillers and unqueued records
- * out unless every record is asked for, then topics, queues, times and offset ranges).
+ * out unless every record is asked for, then topics, queues, times and offset ranges, and
+ * the topics served from elsewhere: compaction's).
  */
 final class Selection {
     private final List<byte[]> topics;  // null: every topic
@@ -23,6 +24,7 @@ final class Selection {
     private final long[] commitlogOffsets;
     private final List<Object[]> queueRanges;  // {byte[] topic, int queue, long lo, long hi}
     private final boolean allRecords;
+    private final List<byte[]> excluded;  // topics served from elsewhere (pipeline/compacted.py)
 
     Selection(JsonNode f) {
         topics = f.get("topics").isNull() ? null : names(f.get("topics"));
@@ -46,6 +48,7 @@ final class Selection {
             }
         }
         allRecords = f.get("allRecords").asBoolean();
+        excluded = names(f.get("excludedTopics"));
     }
 
     private static List<byte[]> names(JsonNode list) {
@@ -83,6 +86,15 @@ final class Selection {
         return true;
     }
 
+    private boolean excludes(Record r, ByteBuffer b) {
+        for (byte[] t : excluded) {
+            if (r.topicIs(b, t)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     private boolean anyTopic(Record r, ByteBuffer b) {
         for (byte[] t : topics) {
             if (r.topicIs(b, t)) {
@@ -94,21 +106,27 @@ final class Selection {
 
     /** Whether the well-formed record r, at this CommitLog offset, is a row of the read. */
     boolean keeps(Record r, ByteBuffer b, long commitlogOffset) {
-        if (!allRecords && !r.inQueue() || r.filler(b)) {
+        return keeps(r, b, commitlogOffset, r.queueOffset, false);
+    }
+
+    /** Whether r's message at queue offset `queueOffset` (an inner batch's: Inner) is a row
+     * of the read; `anyOffset`: whether some offset may be (the offsets are the messages'). */
+    boolean keeps(Record r, ByteBuffer b, long commitlogOffset, long queueOffset, boolean anyOffset) {
+        if (!allRecords && !r.inQueue() || r.filler(b) || excludes(r, b)) {
             return false;
         }
         if (queues != null && !queues.contains(r.queueId)
                 || r.storeTs < startMs || r.storeTs >= endMs
-                || r.queueOffset < queueOffsets[0] || r.queueOffset >= queueOffsets[1]
+                || !anyOffset && (queueOffset < queueOffsets[0] || queueOffset >= queueOffsets[1])
                 || commitlogOffset < commitlogOffsets[0] || commitlogOffset >= commitlogOffsets[1]) {
             return false;
         }
         if (topics != null && !anyTopic(r, b)) {
             return false;
         }
-        if (queueRanges != null) {
+        if (queueRanges != null && !anyOffset) {
             for (Object[] q : queueRanges) {
-                if (r.queueId == (int) q[1] && r.queueOffset >= (long) q[2] && r.queueOffset < (long) q[3]
+                if (r.queueId == (int) q[1] && queueOffset >= (long) q[2] && queueOffset < (long) q[3]
                         && r.topicIs(b, (byte[]) q[0])) {
                     return true;
                 }

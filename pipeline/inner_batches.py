@@ -39,6 +39,8 @@ def rows(buf, file_from: int, starts: list[int], passes: Passes, reject: Reject,
         offset = file_from + pos
         try:
             msgs = unwrap(decode(buf, pos))
+            for m in msgs:  # properties that are not UTF-8 damage the batch, whatever the columns
+                m.properties  # noqa: B018
         except (CorruptionError, CodecError) as exc:
             reject(offset, str(exc))
             continue

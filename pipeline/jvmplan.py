@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mqfs.store.meta.features import BAD_POLICY, BATCH_CQ, COMPACTION, Features, recognise
+from mqfs.store.meta.features import BAD_POLICY, COMPACTION, Features, recognise
 from mqfs.store.offline.views import StoreLayout
 
 from .locality import fingerprint
@@ -38,7 +38,7 @@ JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for
 SLOTS = "mqfs.slots"  # = RecordScan.SLOTS: beside it, the session's cores (Spark's defaultParallelism)
 # Store features (store/meta/features.py) whose rows the JVM reader does not give yet: a store
 # with one is read by the Python reader (FallbackReader), never answered short
-JVM_UNREAD = (BATCH_CQ, COMPACTION, BAD_POLICY)  # compaction: pipeline/compacted.py
+JVM_UNREAD = (COMPACTION, BAD_POLICY)  # compaction: pipeline/compacted.py
 _said = False
 
 
@@ -213,7 +213,7 @@ def _filter(flt: RowFilter) -> dict:
             "endMs": flt.end_ms, "queueOffsets": list(flt.queue_offsets),
             "commitlogOffsets": list(flt.commitlog_offsets),
             "queueRanges": None if flt.queue_ranges is None else [list(r) for r in flt.queue_ranges],
-            "allRecords": flt.all_records}
+            "allRecords": flt.all_records, "excludedTopics": sorted(flt.excluded_topics)}
 
 
 def _common(layout: StoreLayout, opts: ReadOptions, store: str | None) -> dict:

@@ -33,7 +33,7 @@ from mqfs.store.format.compression import deflate  # noqa: E402
 from mqfs.store.meta.manifest import write_manifest  # noqa: E402
 from tests.pipeline.helpers import build_store, flip_body_byte  # noqa: E402
 from tests.store import broker_layouts as layouts  # noqa: E402
-from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
+from tests.store.broker_guard_layouts import layout_compaction  # noqa: E402
 from tests.store.broker_layouts import compressed_workload, json_body  # noqa: E402
 from tests.store.test_broker_stores import _broker_workload, broker_store  # noqa: E402
 from tests.store.test_layout import _FLAVORS, _HOSTS, messages  # noqa: E402
@@ -285,26 +285,26 @@ spark.stop()
 
 
 def test_a_store_with_a_feature_the_jvm_reader_lacks_is_read_by_python_and_said_once(tmp_path):
-    """A BatchCQ store (jvmplan.JVM_UNREAD): the default read falls back to the Python reader
+    """A compaction store (jvmplan.JVM_UNREAD): the default read falls back to the Python reader
     (the same rows), says so in one line once per session however many reads; reader=jvm
     refuses in one line naming the feature and the option that reads it."""
-    root = str(tmp_path / "batched")
-    layout_batch_cq(root)
+    root = str(tmp_path / "compacted")
+    layout_compaction(root)
     done = subprocess.run([sys.executable, "-c", FALLBACK, root], capture_output=True, text=True,
                           cwd=str(tmp_path), env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ROWS True" in done.stdout, done.stderr[-3000:]
     said = [x for x in done.stderr.splitlines() if "reading it through Python workers" in x]
-    assert said == [f"mqfs: {root} uses batch-cq (batchconsumequeue/), which the JVM reader does not "
-                    "read yet; reading it through Python workers (slower)"], done.stderr[-3000:]
+    assert said == [f"mqfs: {root} uses compaction (compaction/), which "
+                    "the JVM reader does not read yet; reading it through Python workers (slower)"], done.stderr[-3000:]
     refused = re.search(r"REFUSED \[(.*)\]", done.stdout)
-    assert refused and f"{root} uses batch-cq" in refused.group(1)
+    assert refused and f"{root} uses compaction" in refused.group(1)
     assert "option('reader', 'python')" in refused.group(1)
 
 
 def test_a_store_with_a_feature_the_jvm_reader_lacks_reads_the_same_by_default(spark, tmp_path):
-    root = str(tmp_path / "batched")
-    layout_batch_cq(root)
+    root = str(tmp_path / "compacted")
+    layout_compaction(root)
     for columns in (None, ["topic", "queue_offset"]):
         default, python = (spark.read.format("mqfs").options(**reader).load(root)
                            for reader in ({}, {"reader": "python"}))

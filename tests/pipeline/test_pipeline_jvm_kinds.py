@@ -1,0 +1,176 @@
+"""The JVM reader against the Python reader on the record kinds it reads since issue 35's
+kinds: BatchCQ topics' inner batches (a row per packed message at its own queue offset, as a
+consumer unwraps it: store/format/batch.unwrap) on a broker-written layout and on
+hypothesis-generated batches, damaged ones included (a batch that does not unwrap is a
+damaged record to both: the same failure, the same skips)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("pyspark")
+
+from mqfs.store import Message  # noqa: E402
+from mqfs.store.format import codec  # noqa: E402
+from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, encode_inner  # noqa: E402
+from mqfs.store.format.codec import Encoder  # noqa: E402
+from tests.pipeline.test_pipeline_jvm import FILE, SHAPES, T0, both, commitlog_store, same_rows  # noqa: E402
+from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
+from tests.store.test_layout import _FLAVORS, _HOSTS  # noqa: E402
+
+INNER = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
+
+
+@pytest.fixture(scope="module")
+def batched(tmp_path_factory):
+    """A broker-written BatchCQ layout (layout_batch_cq) and what its consumers get."""
+    root = str(tmp_path_factory.mktemp("batched") / "s")
+    return root, layout_batch_cq(root)
+
+
+@pytest.mark.parametrize("options, columns", SHAPES)
+def test_batch_cq_topics_read_the_same_both_ways(spark, batched, options, columns):
+    root, _ = batched
+    assert same_rows(spark, root, options, columns) > 0
+
+
+def test_inner_batches_read_as_their_consumers_get_them(spark, batched):
+    """Each message of the JVM's rows is the one a consumer gets: its queue offset, body,
+    keys and tags (BatchWorkload.served), SYSFLAG without the compression bits."""
+    root, workload = batched
+    jvm, _ = both(spark, root, {"subscribe": workload.topic}, ["topic", "queue_id", "queue_offset", "body",
+                                                               "keys", "tags", "commitlog_offset"])
+    got = {(r.topic, r.queue_id, r.queue_offset): (bytes(r.body), " ".join(r["keys"]), r.tags) for r in jvm}
+    assert got == workload.served
+    packed = {r.commitlog_offset for r in jvm if r.queue_offset > 0} & {
+        off for recs in workload.records.values() for off, *_ , n in recs if n > 1}
+    assert packed  # several rows share a record's CommitLog offset
+
+
+@pytest.mark.parametrize("where", [
+    "queue_offset >= 2 AND queue_offset < 6",
+    "queue_id = 1 AND queue_offset = 3",
+    "topic = 'Batched' AND queue_offset > 4",
+    "commitlog_offset > 0 AND queue_offset < 2",
+])
+def test_pushed_filters_on_inner_batches_read_the_same_both_ways(spark, batched, where):
+    """Offsets are the messages': a filter keeps some messages of a batch and not others."""
+    root, _ = batched
+    assert same_rows(spark, root, {}, None, where) > 0
+
+
+def _inner_props(draw) -> dict[str, str]:
+    props = {"KEYS": draw(st.sampled_from(["k", "a b", "x y z"])), "TAGS": draw(st.sampled_from(["T", "U"]))}
+    return {k: v for k, v in props.items() if draw(st.booleans())}
+
+
+@st.composite
+def inner_batch(draw, encoder: Encoder, flavor, at: int, index: int) -> bytes:
+    """An inner-batch record at CommitLog offset `at`: good, or with a body that is cut,
+    garbled or does not hold INNER_NUM messages, an INNER_NUM Python's int reads oddly or
+    not at all, properties that are not UTF-8."""
+    n = draw(st.integers(1, 5))
+    msgs = [(draw(st.integers(0, 3)), draw(st.binary(max_size=40)), _inner_props(draw)) for _ in range(n)]
+    body = bytearray(encode_inner(msgs))
+    num = str(n)
+    match draw(st.sampled_from(["good"] * 6 + ["cut", "num", "odd_num", "bad_num", "utf8", "tail"])):
+        case "cut":
+            del body[draw(st.integers(0, len(body) - 1)):]
+        case "num":
+            num = str(n + draw(st.sampled_from([-1, 1, 5])))
+        case "odd_num":
+            num = draw(st.sampled_from([f" {n} ", f"+{n}", "\u0663" if n == 3 else str(n), f"0_{n}"]))
+        case "bad_num":
+            num = draw(st.sampled_from(["", "x", "1__0", "-1", "0"]))
+        case "utf8":  # an inner message's properties, not UTF-8 (its length kept)
+            end = len(body)
+            body[end - 1] = 0xFF if msgs[-1][2] else body[end - 1]
+        case "tail":
+            body += draw(st.binary(min_size=1, max_size=25))
+    props = {"UNIQ_KEY": f"B{index:04d}", "INNER_BASE": str(index)}
+    if num:
+        props["INNER_NUM"] = num
+    msg = Message(draw(st.sampled_from(["Batched", "Other"])), bytes(body), draw(st.integers(0, 1)), props,
+                  sys_flag=draw(st.sampled_from([INNER, INNER, NEED_UNWRAP_FLAG])))
+    rec, ts_pos = encoder.encode(msg)
+    codec.stamp(rec, ts_pos, index * 10, at, T0 + index)
+    if flavor.record_crc:
+        codec.seal(rec, flavor)
+    return bytes(rec)
+
+
+@st.composite
+def batch_commitlogs(draw):
+    """(flavor, CommitLog bytes): inner batches and plain records, a flipped byte or none."""
+    flavor = draw(st.sampled_from(_FLAVORS))
+    encoder = Encoder(flavor, draw(st.sampled_from(_HOSTS)), 4 << 20)
+    buf = bytearray()
+    for i in range(draw(st.integers(1, 10))):
+        if draw(st.integers(0, 3)) == 0:
+            rec, ts_pos = encoder.encode(Message.create("Plain", b"plain %d" % i, queue_id=0))
+            codec.stamp(rec, ts_pos, i, len(buf), T0 + i)
+            if flavor.record_crc:
+                codec.seal(rec, flavor)
+            buf += rec
+        else:
+            buf += draw(inner_batch(encoder, flavor, len(buf), i))
+    if draw(st.booleans()):
+        buf[draw(st.integers(0, len(buf) - 1))] ^= draw(st.integers(1, 255))
+    return flavor, bytes(buf[:FILE]).ljust(FILE, b"\0")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow,
+                                                                  HealthCheck.data_too_large])
+@given(logs=st.lists(batch_commitlogs(), min_size=1, max_size=8), shape=st.sampled_from(SHAPES))
+def test_generated_inner_batches_read_the_same_both_ways(spark, logs, shape):
+    """Damaged batches are skipped by both (the same ones), and every message of the others
+    is the same row, whatever the columns."""
+    roots = [commitlog_store(*log) for log in logs]
+    options, columns = shape
+    same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
+
+
+def _one_batch(body: bytes, num: str) -> tuple[object, bytes]:
+    flavor = _FLAVORS[0]
+    encoder = Encoder(flavor, _HOSTS[0], 4 << 20)
+    rec, ts_pos = encoder.encode(Message("Batched", body, 0, {"INNER_NUM": num, "INNER_BASE": "0"}, sys_flag=INNER))
+    codec.stamp(rec, ts_pos, 0, 0, T0)
+    if flavor.record_crc:
+        codec.seal(rec, flavor)
+    good, _ = encoder.encode(Message.create("Plain", b"after", queue_id=0))
+    codec.stamp(good, _, 0, len(rec), T0)
+    if flavor.record_crc:
+        codec.seal(good, flavor)
+    return flavor, (bytes(rec) + bytes(good)).ljust(FILE, b"\0")
+
+
+@pytest.mark.parametrize("body, num, reason", [
+    (encode_inner([(0, b"a", {}), (0, b"b", {})]), "3", "holds 2 messages, INNER_NUM says 3"),
+    (encode_inner([(0, b"a", {})])[:-1], "1", "does not fit the batch"),
+    (encode_inner([(0, b"a", {"K": "v"})])[:-1] + b"\xff", "1", "are not UTF-8"),
+    (encode_inner([(0, b"a", {})]), "one", "has INNER_NUM 'one'"),
+])
+def test_a_batch_that_does_not_unwrap_fails_both_the_same_way_and_is_skipped_the_same_way(
+        spark, body, num, reason):
+    root = commitlog_store(*_one_batch(body, num))
+    errors = []
+    for reader in ("jvm", "python"):
+        with pytest.raises(Exception) as err:
+            spark.read.format("mqfs").option("reader", reader).load(root).select("topic").collect()
+        found = re.search(r"damaged record at CommitLog offset \d+ \([^)]*\): [^;]*", str(err.value))
+        assert found, str(err.value)[-2000:]
+        errors.append(found.group(0))
+    assert errors[0] == errors[1] and reason in errors[0]
+    assert same_rows(spark, root, {"damagedRecords": "skip"}) == 1  # the plain record after it
+
+
+def test_a_header_only_count_of_inner_batches_is_the_same_both_ways(spark, batched):
+    root, workload = batched
+    counts = [spark.read.format("mqfs").options(reader=r, subscribe=workload.topic).load(root).count()
+              for r in ("jvm", "python")]
+    assert counts == [len(workload.served)] * 2
