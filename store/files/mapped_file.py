@@ -90,7 +90,7 @@ class MappedFile:
         self.created = not exists
         self.allocated = file_size  # bytes with blocks reserved (a LazyMappedFile grows it)
         # appends that end at or below it write no zeros ahead first: all of the file unless
-        # zero_ahead, and then none of it (`_zero_ahead` starts at the wrote position)
+        # zero_ahead, and then none of it (a file found at open: from wherever its end is set)
         self.zeroed = 0 if zero_ahead and not read_only else file_size
         self.write_buffer: bytearray | None = bytearray(file_size) if transient else None
         self.wrote_position = 0
@@ -137,21 +137,20 @@ class MappedFile:
         return pos
 
     def _zero_ahead(self, end: int) -> None:
-        """Write zeros over the next ZERO_AHEAD bytes past `end` (caller holds the put lock).
-        Blocks that fallocate reserved are unwritten extents on ext4: the first sync of data
-        in one converts it, a journal commit (three more block requests, a transaction's
-        blocks, its commit block and a flush) on top of the data's write and flush, once per
-        4 KiB page when nearly every append is synced. Zeros written ahead convert a MiB at
-        a time, with whichever sync comes next. Nothing a reader sees changes: only bytes
-        past the wrote position are written, and only when all of them read as zeros
-        already (recovery leaves none other there; a chunk holding any is left as it is).
-        A failure to write them costs speed only: the append goes on."""
-        lo = max(self.zeroed, self.wrote_position)
+        """Write zeros over the ZERO_AHEAD bytes past an append's `end` (caller holds the put
+        lock; the append's own bytes land next). Blocks that fallocate reserved are
+        unwritten extents on ext4: the first sync of data in one converts it, a journal
+        commit (a transaction's blocks, its commit block, two flushes) on top of the data's
+        write and flush, once per 4 KiB page when nearly every append is synced. Zeros
+        written ahead convert a MiB at a time, with whichever sync comes next. Nothing a
+        reader sees changes: only bytes past the appends are written, and only when all of
+        them read as zeros already (recovery leaves none other there; a chunk holding any is
+        left as it is). A failure to write them costs speed only: the append goes on."""
         hi = min(self.file_size, end + ZERO_AHEAD)
         self.zeroed = hi
         try:
-            if hi > lo and os.pread(self.fd, hi - lo, lo) == bytes(hi - lo):
-                pwrite_all(self.fd, bytes(hi - lo), lo)
+            if hi > end and os.pread(self.fd, hi - end, end) == bytes(hi - end):
+                pwrite_all(self.fd, bytes(hi - end), end)
         except OSError as exc:
             log.warning("%s: could not write zeros ahead of the appends (%s)", self.path, exc)
 

@@ -32,18 +32,21 @@ def test_appends_write_zeros_a_chunk_ahead_once_per_chunk(tmp_path, zeros_writte
     mf = MappedFile(str(tmp_path / "f"), SIZE, zero_ahead=True)
     try:
         mf.append(b"a" * 100)
-        assert zeros_written == [(0, 100 + ZERO_AHEAD)]  # its own bytes too, before they land
+        assert zeros_written == [(100, ZERO_AHEAD)]  # past its own bytes, which land next
         while mf.wrote_position + 4096 <= 100 + ZERO_AHEAD:  # up to the chunk's end: no more
             mf.append(b"b" * 4096)
         assert len(zeros_written) == 1
         end = mf.wrote_position
-        mf.append(b"c" * 4096)  # past it: the next chunk, from where the last one ended
-        assert zeros_written[1:] == [(100 + ZERO_AHEAD, end + 4096 + ZERO_AHEAD - 100 - ZERO_AHEAD)]
-        mf.append(b"d" * (SIZE - mf.wrote_position))  # the last chunk stops at the file's end
-        assert sum(n for _, n in zeros_written) == SIZE
+        mf.append(b"c" * 4096)  # past it: the next chunk, past this append
+        assert zeros_written[1:] == [(end + 4096, ZERO_AHEAD)]
+        mf.append(b"d" * (SIZE - ZERO_AHEAD + 10 - mf.wrote_position))
+        assert zeros_written[-1] == (SIZE - ZERO_AHEAD + 10, ZERO_AHEAD - 10)  # to the file's end
+        n = len(zeros_written)
+        mf.append(b"e" * (SIZE - mf.wrote_position))  # up to the file's last byte: no more
+        assert len(zeros_written) == n
         data = os.pread(mf.fd, SIZE, 0)
         assert data[:100] == b"a" * 100 and data[end:end + 4096] == b"c" * 4096
-        assert data[-1:] == b"d"
+        assert data[-1:] == b"e"
     finally:
         mf.close()
 
@@ -93,7 +96,7 @@ def test_a_file_found_at_open_writes_zeros_from_where_it_ends(tmp_path, zeros_wr
     try:
         mf.set_positions(5000)  # as recovery does
         mf.append(b"b" * 10)
-        assert zeros_written == [(5000, 10 + ZERO_AHEAD)]
+        assert zeros_written == [(5010, ZERO_AHEAD)]
         assert os.pread(mf.fd, 5010, 0) == b"a" * 5000 + b"b" * 10
     finally:
         mf.close()
@@ -121,5 +124,5 @@ def test_only_a_sync_flush_store_writes_zeros_ahead(tmp_path, zeros_written, tra
         with MessageStore(str(tmp_path / mode), cfg) as s:  # reopened: on from its end
             s.put(Message(topic="t", body=b"y" * 100))
             assert [s.get("t", 0, i).body for i in (0, 1)] == [b"x" * 100, b"y" * 100]
-            assert [pos for pos, _ in zeros_written] == ([s.commitlog.max_offset - 100 - 112]
+            assert [pos for pos, _ in zeros_written] == ([s.commitlog.max_offset]
                                                          if mode == "sync" else [])
