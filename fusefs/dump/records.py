@@ -24,6 +24,7 @@ from .queue_spans import CHUNK, Span
 
 _MAPS_KEPT = 16  # CommitLog files kept mapped at once (source's: a mapping holds a descriptor)
 NO_RECORD = "no record there (damaged or not yet written)"
+_OWN_HANDLING = INNER_BATCHES | COMPRESSED_FLAG  # records `served` handles its own way
 
 
 class Files:
@@ -57,7 +58,10 @@ def _kept(msg: StoredMessage, sel: Selection, literals: list[list[bytes]]) -> bo
         return True
     props = msg._props_raw
     for wanted in literals:
-        if not any(w in props for w in wanted):
+        for w in wanted:
+            if w in props:
+                break
+        else:
             return False
     if sel.body is not None and not msg.sys_flag & COMPRESSED_FLAG:
         return sel.body.search(msg.stored_body) is not None
@@ -67,9 +71,12 @@ def _kept(msg: StoredMessage, sel: Selection, literals: list[list[bytes]]) -> bo
 def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]]],
              sel: Selection, flavor: Flavor, damage: Damage) -> Iterator[StoredMessage]:
     """The selected messages of these units, queue by queue; within a chunk of a queue's
-    offsets, file by file (as runs_at reads them), a file's units without a record first."""
+    offsets, file by file (as runs_at reads them), a file's units without a record first.
+    A record that is its unit's own queue's message and neither packs nor compresses
+    messages is `served` without a generator of its own (most of a selection's records)."""
     log = Files(layout)
     literals = sel.property_literals()
+    holds = sel.holds
     for span, units in picked:
         topic, q = span.units.topic, span.units.queue_id
         order = sorted(((qo - span.lo) // CHUNK, log.which(at), qo, at) for qo, at in units)
@@ -104,4 +111,9 @@ def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]
                 except (CodecError, CorruptionError) as exc:
                     damage(at, str(exc))
                     continue
-                yield from served(msg, sel, (topic, q, qo), damage, at)
+                if (not msg.sys_flag & _OWN_HANDLING and msg.queue_offset == qo
+                        and msg.queue_id == q and msg.topic == topic):
+                    if holds(msg):
+                        yield msg
+                else:
+                    yield from served(msg, sel, (topic, q, qo), damage, at)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
-import re
 import struct
 
 from ..files.time_search import search_time
@@ -22,20 +21,19 @@ from .store_files import map_readonly, numbered_files
 UNIT_SIZE = 20  # store.files.consume_queue's (numpy-free here; a test holds them equal)
 PRE_BLANK_SIZE = 0x7FFFFFFF  # the size of a pre-blank unit (consume_queue.PRE_BLANK)
 UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tagsCode
-_TAGS_POS = 12  # where a unit's tagsCode starts
-_HIGH = re.compile(rb"[\x80-\xff]")  # a byte with its sign bit set
-_NOT_ZERO = re.compile(rb"[^\x00]")
-_NOT_7F = bytes(0 if b == 0x7F else 1 for b in range(256))  # translate tables: 0 where a
-_NOT_FF = bytes(0 if b == 0xFF else 1 for b in range(256))  # pre-blank size's byte is
+_TAGS_LOW = 19  # where a unit's tagsCode's low byte is
+_SIGN = bytes(b >> 7 for b in range(256))  # translate table: 1 where a byte's sign bit is set
 
 
-def _column(mm: mmap.mmap, count: int, at: int) -> int:
-    """Byte `at` of each of the first `count` units, as one big integer (first unit first)."""
-    return int.from_bytes(mm[at:count * UNIT_SIZE:UNIT_SIZE], "big")
+def _stride(mm: mmap.mmap, at: int, count: int) -> bytes:
+    """Byte `at` of each of the first `count` units."""
+    return mm[at:count * UNIT_SIZE:UNIT_SIZE]
 
 
-def _first(found: re.Match[bytes] | None, count: int) -> int:
-    return count if found is None else found.start()
+def _differs(column: bytes, value: int) -> int:
+    """The first index of a column whose byte is not `value` (len: none)."""
+    k = column.translate(bytes(int(b != value) for b in range(256))).find(1)
+    return len(column) if k < 0 else k
 
 
 def _valid(mm: mmap.mmap, i: int) -> bool:
@@ -46,7 +44,9 @@ def _valid(mm: mmap.mmap, i: int) -> bool:
 def written(mm: mmap.mmap) -> int:
     """How many units of one file come before the first unwritten or invalid one (a negative
     offset or a size <= 0: RocketMQ's test, views._valid_units). A bisection bounds it (a
-    file is written units, then zeros), then the units before that bound are checked whole."""
+    file is written units, then zeros), then the units before that bound are checked whole,
+    a column of bytes at a time: a sign bit set in OFFSET's or SIZE's first byte, or a SIZE
+    of 0 (looked at where its last byte is 0)."""
     lo, hi = 0, len(mm) // UNIT_SIZE
     while lo < hi:  # unit lo, when lo < the file's count, was found invalid
         mid = (lo + hi) // 2
@@ -54,25 +54,24 @@ def written(mm: mmap.mmap) -> int:
             lo = mid + 1
         else:
             hi = mid
-    if not lo:
-        return 0
-    size = [_column(mm, lo, at) for at in (8, 9, 10, 11)]
-    negative = (_column(mm, lo, 0) | size[0]).to_bytes(lo, "big")
-    zero = (size[0] | size[1] | size[2] | size[3]).to_bytes(lo, "big")
-    at_zero = zero.find(0)
-    return min(_first(_HIGH.search(negative), lo), lo if at_zero < 0 else at_zero)
+    first = lo
+    for at in (0, 8):
+        k = _stride(mm, at, first).translate(_SIGN).find(1)
+        if k >= 0:
+            first = k
+    low = _stride(mm, 11, first)
+    k = low.find(0)
+    while k >= 0 and struct.unpack_from(">i", mm, k * UNIT_SIZE + 8)[0]:
+        k = low.find(0, k + 1)
+    return first if k < 0 else k
 
 
 def first_real(mm: mmap.mmap, count: int) -> int:
     """The first of a file's `count` written units that is not pre-blank (count: none)."""
     if not count or struct.unpack_from(">i", mm, 8)[0] != PRE_BLANK_SIZE:
         return 0
-    end = count * UNIT_SIZE
-    cols = [mm[at:end:UNIT_SIZE].translate(table)
-            for at, table in ((8, _NOT_7F), (9, _NOT_FF), (10, _NOT_FF), (11, _NOT_FF))]
-    differs = int.from_bytes(cols[0], "big") | int.from_bytes(cols[1], "big") \
-        | int.from_bytes(cols[2], "big") | int.from_bytes(cols[3], "big")
-    return _first(_NOT_ZERO.search(differs.to_bytes(count, "big")), count)
+    return min(_differs(_stride(mm, at, count), value)
+               for at, value in zip(range(8, 12), PRE_BLANK_SIZE.to_bytes(4, "big")))
 
 
 class Units:
@@ -143,28 +142,24 @@ class Units:
         return out
 
     def tagged(self, start: int, end: int, codes: list[int], most: int) -> list[tuple[int, int]] | None:
-        """As `read`, only the units whose tagsCode is one of `codes`: each found by a search
-        of the file's bytes for its last four (then checked whole, and where a unit has it).
-        None when more than `most` are (the search stops there)."""
+        """As `read`, only the units whose tagsCode is one of `codes`: candidates are the
+        units whose tagsCode's low byte is a code's (a search of that column of bytes), each
+        then read whole. None when more than `most` are (the search stops there)."""
         out: list[tuple[int, int]] = []
+        wanted = set(codes)
         for base, mm, lo, hi in self._parts(start, end):
-            for code in set(codes):
-                raw = code.to_bytes(8, "big", signed=True)
-                tail, head = raw[4:], raw[:4]
-                pos, stop = lo * UNIT_SIZE + _TAGS_POS + 4, hi * UNIT_SIZE
-                while True:
-                    pos = mm.find(tail, pos, stop)
-                    if pos < 0:
-                        break
-                    unit, rest = divmod(pos - _TAGS_POS - 4, UNIT_SIZE)
-                    if not rest and mm[pos - 4:pos] == head:
-                        offset, size = struct.unpack_from(">qi", mm, unit * UNIT_SIZE)
-                        if size != PRE_BLANK_SIZE:
-                            out.append((base + unit, offset))
-                            if len(out) > most:
-                                return None
-                    pos += 1
-        out.sort()
+            low = mm[lo * UNIT_SIZE + _TAGS_LOW:hi * UNIT_SIZE:UNIT_SIZE]
+            found = []
+            for byte in {code & 0xFF for code in wanted}:
+                k = low.find(byte)
+                while k >= 0:
+                    offset, size, tags = UNIT.unpack_from(mm, (lo + k) * UNIT_SIZE)
+                    if tags in wanted and size != PRE_BLANK_SIZE:
+                        found.append((base + lo + k, offset))
+                        if len(out) + len(found) > most:
+                            return None
+                    k = low.find(byte, k + 1)
+            out += sorted(found)
         return out
 
 

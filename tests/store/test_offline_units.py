@@ -19,7 +19,7 @@ from tests.store.helpers import small_config
 
 T0 = 1_790_000_000_000
 PER_FILE = 8  # units of a file in the hypothesis queues
-TAGS = [11, -3, 2**40 + 7]
+TAGS = [11, 11 + 256, -3, 2**40 + 7, 2**40 + 11]  # low bytes shared: a tag is found by its low byte first
 
 UNIT_KINDS = st.one_of(
     st.tuples(st.integers(0, 5000), st.integers(1, 300), st.sampled_from(TAGS)),  # written
