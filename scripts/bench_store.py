@@ -1,6 +1,6 @@
 """Store benchmarks, each next to a baseline measured in the same run.
 
-    scripts/bench store [--quick] [--dir DIR] [--sync-only]
+    scripts/bench store [--quick] [--dir DIR] [--sync-only | --batch-only]
 
 1 KiB messages with one key each, every body distinct (random bytes ending in the message's
 number). Baselines: plain file.write of the same pre-encoded bytes, SQLite (stdlib, WAL) and
@@ -12,6 +12,7 @@ in Python (checksums, one join, one write: `format_floor`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -21,12 +22,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 import lmdb
 import numpy as np
 
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.files.commitlog import CommitLog
+from mqfs.store.format import codec, compiled
 from mqfs.store.format.codec import Encoder
 from mqfs.store.format.flavor import XXHASH
 from mqfs.store.format.layout import RECORD_CRC_LEN
@@ -182,6 +185,13 @@ def bench_put_batch(work: str, msgs: list[Message], plain: Timed, plain_n: int) 
     lite = sqlite_bulk_insert(db, msgs)
     db.close()
     lm = lmdb_bulk_insert(os.path.join(work, "batch.lmdb"), msgs)
+    pure = None
+    if compiled.records is not None:  # the same batches through the Python codec
+        pure_n = min(n, 200_000)
+        with _python_codec(), MessageStore(os.path.join(work, "batch-py"), StoreConfig()) as s, Timed() as pure:
+            for i in range(0, pure_n, 1000):
+                s.put_batch(msgs[i:i + 1000])
+        pure.wall, pure.cpu = pure.wall * n / pure_n, pure.cpu * n / pure_n
     per_plain = Timed()  # the plain write's times scaled to this many messages
     per_plain.wall, per_plain.cpu = plain.wall * n / plain_n, plain.cpu * n / plain_n
     label = "mqfs MessageStore.put_batch(1000)"
@@ -192,6 +202,18 @@ def bench_put_batch(work: str, msgs: list[Message], plain: Timed, plain_n: int) 
     row(label, n / ours.wall, "msg/s", "SQLite WAL, 2 indexes, 1k/txn", n / lite.wall)
     row_cpu(label, n, ours, "SQLite WAL, 2 indexes, 1k/txn", lite)
     row(label, n / ours.wall, "msg/s", "LMDB, key index, 1k/txn", n / lm)
+    if pure is not None:
+        row_cpu(label, n, ours, "the same, Python codec", pure)
+
+
+@contextlib.contextmanager
+def _python_codec() -> Iterator[None]:
+    """Stores opened inside encode with the Python codec (as MQFS_PURE_PYTHON=1 makes them)."""
+    saved, codec.compiled_records = codec.compiled_records, None
+    try:
+        yield
+    finally:
+        codec.compiled_records = saved
 
 
 def bench_puts(work: str, msgs: list[Message], cl: Timed, cl_n: int) -> str:
@@ -413,6 +435,8 @@ def main() -> int:
     ap.add_argument("--dir", help="work directory (default: a temporary one under the cwd)")
     ap.add_argument("--sync-only", action="store_true",
                     help="only the sync-flush puts against SQLite synchronous=FULL")
+    ap.add_argument("--batch-only", action="store_true",
+                    help="only put_batch(1000) and its baselines (and the CommitLog appends they need)")
     args = ap.parse_args()
     n = 50_000 if args.quick else 1_000_000
     work = tempfile.mkdtemp(prefix="mqfs-bench-", dir=args.dir or os.getcwd())
@@ -424,9 +448,14 @@ def main() -> int:
             return 0
         msgs = messages(n, rng)
         print(f"mqfs store benchmark ({'quick' if args.quick else 'full'}), Python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} CPUs; columns: ours, baseline, ratio ours/baseline\n")
+              f"{os.cpu_count()} CPUs; columns: ours, baseline, ratio ours/baseline")
+        print("records encoded " + ("in C (mqfs.store.format._records)\n" if compiled.records is not None
+                                    else "in Python (no C module, or MQFS_PURE_PYTHON=1)\n"))
         cl_n = min(n, 200_000)
         cl, plain = bench_appends(work, msgs[:cl_n])
+        if args.batch_only:
+            bench_put_batch(work, msgs, plain, cl_n)
+            return 0
         root = bench_puts(work, msgs, cl, cl_n)
         bench_put_batch(work, msgs, plain, cl_n)
         bench_reads(root, work, n, 2_000 if args.quick else 20_000)

@@ -51,7 +51,6 @@ typedef struct {
 /* One message's parts, read and checked before anything is written. */
 typedef struct {
     PyObject *topic, *body_obj, *part, *born_raw, *props;  /* owned references */
-    const char *body;
     Py_ssize_t body_len, props_len, total;
     int64_t queue_id, flag, sys_flag, born_ts, reconsume, prepared;
 } Parts;
@@ -160,15 +159,9 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p) {
     if (p->part == NULL || !PyBytes_CheckExact(p->part))
         goto done;
     /* body: bytes or bytearray (Python's path takes any buffer: it handles the rest) */
-    if (PyBytes_CheckExact(f[F_BODY])) {
-        p->body = PyBytes_AS_STRING(f[F_BODY]);
-        p->body_len = PyBytes_GET_SIZE(f[F_BODY]);
-    } else if (PyByteArray_CheckExact(f[F_BODY])) {
-        p->body = PyByteArray_AS_STRING(f[F_BODY]);
-        p->body_len = PyByteArray_GET_SIZE(f[F_BODY]);
-    } else {
+    if (!PyBytes_CheckExact(f[F_BODY]) && !PyByteArray_CheckExact(f[F_BODY]))
         goto done;
-    }
+    p->body_len = Py_SIZE(f[F_BODY]);
     if (p->body_len > c->max_message_size)
         goto done;
     p->body_obj = Py_NewRef(f[F_BODY]);
@@ -225,10 +218,16 @@ done:
 static int write_record(const Codec *c, const Parts *p, char *out) {
     Py_ssize_t born_len = PyBytes_GET_SIZE(p->born_raw), store_len = PyBytes_GET_SIZE(c->store_host);
     Py_ssize_t part_len = PyBytes_GET_SIZE(p->part);
+    /* a bytearray body may have been resized by another thread since it was measured
+     * (Python code ran in between: a validator, a property): its bytes are taken now */
+    const char *body = PyBytes_CheckExact(p->body_obj) ? PyBytes_AS_STRING(p->body_obj)
+                                                       : PyByteArray_AS_STRING(p->body_obj);
+    if (Py_SIZE(p->body_obj) != p->body_len)
+        return -1;
     char *w = out;
     put32(w, p->total);
     put32(w + 4, part_len > MAX_TOPIC_LEN + 1 ? MAGIC_V2 : MAGIC_V1);
-    put32(w + 8, checksum(c, p->body, (size_t)p->body_len) & CRC_MASK);
+    put32(w + 8, checksum(c, body, (size_t)p->body_len) & CRC_MASK);
     put32(w + 12, p->queue_id);
     put32(w + 16, p->flag);
     memset(w + 20, 0, 16);
@@ -245,7 +244,7 @@ static int write_record(const Codec *c, const Parts *p, char *out) {
     put64(w + 4, p->prepared);
     put32(w + 12, p->body_len);
     w += 16;
-    memcpy(w, p->body, p->body_len);
+    memcpy(w, body, p->body_len);
     w += p->body_len;
     memcpy(w, PyBytes_AS_STRING(p->part), part_len);
     w += part_len;
@@ -458,7 +457,7 @@ static PyObject *Codec_place_run(Codec *c, PyObject *const *args, Py_ssize_t nar
 /* results(cls, commitlog_offsets, queue_offsets, store_ts, sizes, host) -> [cls(...), ...]:
  * a batch's PutResults (a tuple subclass of five fields) built without a Python call each;
  * `sizes` is an encode_batch layout or a list of ints. */
-static PyObject *results(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *results(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "results(tuple subclass, commitlog_offsets, queue_offsets, store_ts, layout, host)");
         return NULL;
@@ -478,6 +477,9 @@ static PyObject *results(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     const int64_t *lay = (const int64_t *)PyBytes_AS_STRING(args[4]);
     const int64_t *cl = co.buf, *q = qo.buf;
+    /* no cycles among these: a collection triggered by their allocation only walks the
+     * caller's objects (all of a batch's messages) and was most of this function's time */
+    int gc_was = PyGC_Disable();
     PyObject *list = PyList_New(n);
     for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
         PyObject *t = cls->tp_alloc(cls, 5);
@@ -495,6 +497,8 @@ static PyObject *results(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyTuple_SET_ITEM(t, 4, Py_NewRef(args[5]));
         PyList_SET_ITEM(list, i, t);
     }
+    if (gc_was)
+        PyGC_Enable();
     PyBuffer_Release(&co);
     PyBuffer_Release(&qo);
     return list;
@@ -583,8 +587,11 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_records", "CommitLog records encoded in C (see codec.py: the reference)",
-    -1, module_methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_records",
+    .m_doc = "CommitLog records encoded in C (see codec.py: the reference)",
+    .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__records(void) {
