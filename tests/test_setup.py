@@ -45,6 +45,11 @@ def test_fresh_clone_setup_gives_a_venv_an_unprivileged_user_can_run():
         assert proc.returncode == 0, proc.stderr
         from importlib.metadata import version
         assert proc.stdout.strip() == f"mqfs {version('mqfs')}"
+        # the put path's C module was built (setup.py, optional) and any user loads it
+        proc = subprocess.run([*NOBODY, os.path.join(clone, ".venv", "bin", "python"), "-c",
+                               "import mqfs.store.format.compiled as c; assert c.records is not None"],
+                              capture_output=True, text=True, timeout=LIMIT, cwd="/")
+        assert proc.returncode == 0, proc.stderr
     finally:  # also when pytest-timeout interrupts: no pip left writing into what is removed
         if setup is not None and setup.poll() is None:
             os.killpg(setup.pid, signal.SIGKILL)
