@@ -113,3 +113,33 @@ def test_what_the_c_encoder_leaves_to_python_still_encodes():
     for msg in (Message("T", memoryview(b"abc")), Message("T", b"abc", properties={"a": 1})):  # type: ignore[dict-item]
         assert c.compiled.encode(msg) is None
         assert c.encode(msg) == _python(py, msg) is not None
+
+
+class _Meddling(Message):
+    """A message whose born_timestamp, read after the messages before it were measured, runs
+    Python code that changes them: what another thread may do while the C encoder reads."""
+
+    def __init__(self, *args, meddle, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._meddle = meddle
+
+    @property  # type: ignore[override]
+    def born_timestamp(self) -> int:
+        self._meddle()
+        return 1
+
+    @born_timestamp.setter
+    def born_timestamp(self, value: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("change", ["grow properties", "shrink body"])
+def test_a_message_changed_while_a_batch_is_read_is_declined_not_misread(change):
+    py, c = _encoders(XXHASH, True, False)
+    first = Message("T", bytearray(b"b" * 400), properties={"a": "1"}, born_timestamp=5)
+    meddle = {"grow properties": lambda: first.properties.update(b="2" * 100),
+              "shrink body": lambda: first.body.clear()}[change]  # type: ignore[attr-defined]
+    msgs = [first, _Meddling("T", b"x", meddle=meddle)]
+    assert c.compiled.encode_batch(msgs) is None  # measured, then changed: declined
+    # the Python codec encodes what the messages hold now (as it did before the C encoder)
+    assert [bytes(rec) for rec, _ in map(c.encode, msgs[:1])] == [bytes(_python(py, first)[0])]
