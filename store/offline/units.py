@@ -21,7 +21,9 @@ from .store_files import map_readonly, numbered_files
 UNIT_SIZE = 20  # store.files.consume_queue's (numpy-free here; a test holds them equal)
 PRE_BLANK_SIZE = 0x7FFFFFFF  # the size of a pre-blank unit (consume_queue.PRE_BLANK)
 UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tagsCode
-_TAGS_LOW = 19  # where a unit's tagsCode's low byte is
+_TAGS_POS = 12  # where a unit's tagsCode starts
+_TAGS_LOW = 19  # ... and its low byte
+_MANY = 4096  # units of a file sharing a low byte past which its code is matched whole
 _SIGN = bytes(b >> 7 for b in range(256))  # translate table: 1 where a byte's sign bit is set
 
 
@@ -34,6 +36,22 @@ def _differs(column: bytes, value: int) -> int:
     """The first index of a column whose byte is not `value` (len: none)."""
     k = column.translate(bytes(int(b != value) for b in range(256))).find(1)
     return len(column) if k < 0 else k
+
+
+def _exact(mm: mmap.mmap, lo: int, hi: int, code: int) -> list[int]:
+    """Which units of lo..hi-1 (0 for lo) hold tagsCode `code`: each of its eight bytes
+    compared in its column, the columns' differences OR-ed as big integers."""
+    differs = 0
+    for j, value in enumerate(code.to_bytes(8, "big", signed=True)):
+        column = mm[lo * UNIT_SIZE + _TAGS_POS + j:hi * UNIT_SIZE:UNIT_SIZE]
+        differs |= int.from_bytes(column.translate(bytes(int(b != value) for b in range(256))), "big")
+    flags = differs.to_bytes(hi - lo, "big")
+    found = []
+    k = flags.find(0)
+    while k >= 0:
+        found.append(k)
+        k = flags.find(0, k + 1)
+    return found
 
 
 def _valid(mm: mmap.mmap, i: int) -> bool:
@@ -144,21 +162,29 @@ class Units:
     def tagged(self, start: int, end: int, codes: list[int], most: int) -> list[tuple[int, int]] | None:
         """As `read`, only the units whose tagsCode is one of `codes`: candidates are the
         units whose tagsCode's low byte is a code's (a search of that column of bytes), each
-        then read whole. None when more than `most` are (the search stops there)."""
+        then read whole; where many units share that low byte (a common tag's code), every
+        byte of the code is matched in its column instead. None when more than `most` are
+        (the search stops there)."""
         out: list[tuple[int, int]] = []
         wanted = set(codes)
         for base, mm, lo, hi in self._parts(start, end):
             low = mm[lo * UNIT_SIZE + _TAGS_LOW:hi * UNIT_SIZE:UNIT_SIZE]
             found = []
             for byte in {code & 0xFF for code in wanted}:
-                k = low.find(byte)
-                while k >= 0:
+                if low.count(byte) > _MANY:
+                    hits = [k for code in wanted if code & 0xFF == byte for k in _exact(mm, lo, hi, code)]
+                else:
+                    hits = []
+                    k = low.find(byte)
+                    while k >= 0:
+                        hits.append(k)
+                        k = low.find(byte, k + 1)
+                for k in hits:
                     offset, size, tags = UNIT.unpack_from(mm, (lo + k) * UNIT_SIZE)
                     if tags in wanted and size != PRE_BLANK_SIZE:
                         found.append((base + lo + k, offset))
                         if len(out) + len(found) > most:
                             return None
-                    k = low.find(byte, k + 1)
             out += sorted(found)
         return out
 
