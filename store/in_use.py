@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from threading import get_ident
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from .errors import StoreError
@@ -21,46 +22,47 @@ R = TypeVar("R")
 
 
 class Users:
-    """A count of the calls inside an open store, and the door close shuts."""
+    """The calls inside an open store, and the door close shuts.
+
+    Each call inside is its thread's id in `_calls`; a list's append and remove are single
+    steps under the GIL, so a call costs no lock and no thread-local (it is on every put's
+    path). A call enters, then looks at the door: `shut` closes the door, then counts, so
+    either it counts a call that entered or that call sees the door shut and leaves."""
 
     def __init__(self) -> None:
-        # every call takes `_lock` itself (a C-level `with`, unlike a Condition's Python
-        # __enter__: this is on every put's path); `_cond` waits on the same lock
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._inside = 0
+        self._calls: list[int] = []
+        self._cond = threading.Condition(threading.Lock())  # `shut` waits on it
         self._open = False
-        self._depth = threading.local()  # a call made inside another counts once
 
     def open(self) -> None:
         with self._cond:
             self._open = True
 
-    def enter(self) -> None:
-        depth = getattr(self._depth, "n", 0)
-        if depth == 0:
-            with self._lock:
-                if not self._open:
-                    raise StoreError("the store is closed")
-                self._inside += 1
-        self._depth.n = depth + 1
+    def enter(self) -> int:
+        """Count a call of this thread in; its id, for `leave`. A call made inside another
+        of the same thread gets in after the door shut (it counts once in `shut`)."""
+        me = get_ident()
+        calls = self._calls
+        calls.append(me)
+        if not self._open and calls.count(me) == 1:
+            self.leave(me)
+            raise StoreError("the store is closed")
+        return me
 
-    def leave(self) -> None:
-        depth = self._depth.n - 1
-        self._depth.n = depth
-        if depth == 0:
-            with self._lock:
-                self._inside -= 1
-                if self._inside == 0:
-                    self._cond.notify_all()
+    def leave(self, me: int) -> None:
+        self._calls.remove(me)
+        if not self._open:  # a close is waiting (`shut`), maybe inside a call itself
+            with self._cond:
+                self._cond.notify_all()
 
     def shut(self) -> None:
         """Refuse new calls and wait until the ones inside (other than this thread's own)
         have returned."""
-        mine = 1 if getattr(self._depth, "n", 0) else 0
+        calls = self._calls
         with self._cond:
             self._open = False
-            self._cond.wait_for(lambda: self._inside <= mine)
+            mine = calls.count(get_ident())
+            self._cond.wait_for(lambda: len(calls) <= mine)
 
 
 class _HasUsers(Protocol):
@@ -75,9 +77,9 @@ def in_use(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P]
     @functools.wraps(method)
     def wrapper(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
         users = self.users
-        users.enter()
+        me = users.enter()
         try:
             return method(self, *args, **kwargs)
         finally:
-            users.leave()
+            users.leave(me)
     return wrapper
