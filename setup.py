@@ -27,6 +27,9 @@ EXTENSIONS = [
     # CommitLog records: encode, stamp, seal, PutResults (store/format/compiled.py loads it)
     Extension("mqfs.store.format._records", ["store/format/_records.c"], libraries=["xxhash", "z"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
+    # IndexFile entries and bucket heads of a put and a batch (store/format/compiled.py too)
+    Extension("mqfs.store.files._dispatch", ["store/files/_dispatch.c"], libraries=["xxhash"],
+              extra_compile_args=["-O2", "-Wall"], optional=True),
 ]
 
 setup(cmdclass={"build_py": BuildWithPth}, ext_modules=EXTENSIONS)

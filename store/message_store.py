@@ -207,7 +207,8 @@ class MessageStore(StoreReads, StoreWrites):
         self.offsets = ConsumerOffsets(root, keep_bak=broker_files)
         self.commitlog = CommitLog(root, cfg.commitlog_file_size, self.flavor, read_only=read_only,
                                    transient=cfg.transient_pool and not read_only,
-                                   zero_ahead=cfg.flush_mode == "sync")
+                                   zero_ahead=cfg.flush_mode == "sync",
+                                   place=None if self.encoder.compiled is None else self.encoder.compiled.place)
         self.commitlog.load()
         self.consume_queues = QueueRegistry(self._open_recorded, self._queue_object)
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched

@@ -45,9 +45,10 @@ def test_fresh_clone_setup_gives_a_venv_an_unprivileged_user_can_run():
         assert proc.returncode == 0, proc.stderr
         from importlib.metadata import version
         assert proc.stdout.strip() == f"mqfs {version('mqfs')}"
-        # the put path's C module was built (setup.py, optional) and any user loads it
+        # the put path's C modules were built (setup.py, optional) and any user loads them
         proc = subprocess.run([*NOBODY, os.path.join(clone, ".venv", "bin", "python"), "-c",
-                               "import mqfs.store.format.compiled as c; assert c.records is not None"],
+                               "import mqfs.store.format.compiled as c; "
+                               "assert c.records is not None and c.dispatch is not None"],
                               capture_output=True, text=True, timeout=LIMIT, cwd="/")
         assert proc.returncode == 0, proc.stderr
     finally:  # also when pytest-timeout interrupts: no pip left writing into what is removed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,11 +28,14 @@ _BLANK = struct.Struct(">ii")
 
 class CommitLog:
     def __init__(self, root: str, file_size: int, flavor: Flavor, *, transient: bool = False,
-                 read_only: bool = False, zero_ahead: bool = False):
-        """`zero_ahead`: for sync flush, see MappedFile._zero_ahead."""
+                 read_only: bool = False, zero_ahead: bool = False,
+                 place: Callable[[bytearray, int, int, int, int], None] | None = None):
+        """`zero_ahead`: for sync flush, see MappedFile._zero_ahead. `place`: stamps and
+        seals a record as codec.place does (the compiled encoder's), or None for codec.place."""
         self.file_size = file_size
         self.flavor = flavor
         self._record_crc = flavor.crc_unmasked if flavor.record_crc else None
+        self.place: Callable[[bytearray, int, int, int, int], None] | None = place
         self.queue = MappedFileQueue(os.path.join(root, "commitlog"), file_size,
                                      transient=transient, read_only=read_only,
                                      zero_ahead=zero_ahead)
@@ -75,7 +79,11 @@ class CommitLog:
         if mf is None or size + END_FILE_MIN_BLANK > mf.file_size - mf.wrote_position:
             mf = self.file_for(size)
         commitlog_offset = mf.file_from_offset + mf.wrote_position
-        codec.place(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts, self._record_crc)
+        place = self.place
+        if place is not None:
+            place(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts)
+        else:
+            codec.place(rec, store_ts_pos, queue_offset, commitlog_offset, store_ts, self._record_crc)
         if ARMED:
             crash_point("commitlog.before_write")
         mf.append(rec)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
+from ..format import compiled
 from .index_layout import ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from .index_layout import index_file_size as index_file_size
 from .mapped_file import MappedFile
@@ -76,6 +77,7 @@ class IndexFile:
         self.slots = slots
         self.entries = entries
         self.mf = MappedFile(path, index_file_size(slots, entries), read_only=read_only)
+        self._c = compiled.dispatch  # entries written in C when it is there
         self._entries_at = HEADER_SIZE + slots * SLOT_SIZE  # where entry 0 would be
         mm = self.mf.buffer()
         if self.mf.created or blank:
@@ -284,15 +286,40 @@ class IndexFile:
 
     def put_keys(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
                  store_ts: np.ndarray) -> int:
-        """put_key for as many entries as fit, with numpy: the same entries, slot chains and
-        header as one call each would leave. Returns how many went in."""
+        """put_key for as many entries as fit, in C or with numpy: the same entries, slot
+        chains and header as one call each would leave. Returns how many went in."""
         n = min(len(key_hashes), self.entries - self.index_count)
         if n <= 0:
             return 0
         key_hashes, commitlog_offsets, store_ts = key_hashes[:n], commitlog_offsets[:n], store_ts[:n]
+        first = self.index_count
+        if self._c is not None:  # one put_key's step each
+            fresh = self._c.index_entries(
+                self.mf.buffer(), self.slots, self.entries, first, self.begin_timestamp,
+                np.ascontiguousarray(key_hashes, dtype=np.int64),
+                np.ascontiguousarray(commitlog_offsets, dtype=np.int64),
+                np.ascontiguousarray(store_ts, dtype=np.int64))[1]
+        else:
+            fresh = self._entries_numpy(first, n, key_hashes, commitlog_offsets, store_ts)
+        if first <= 1:
+            self.begin_phy_offset = int(commitlog_offsets[0])
+            self.begin_timestamp = int(store_ts[0])
+        self.hash_slot_count += fresh
+        self.index_count += n
+        self.written = self.index_count
+        self.end_phy_offset = int(commitlog_offsets[-1])
+        self.end_timestamp = int(store_ts[-1])
+        if self._ordered_upto == first and store_ts[0] >= self._newest_ts \
+                and bool(np.all(store_ts[1:] >= store_ts[:-1])):
+            self._ordered_upto, self._newest_ts = first + n, int(store_ts[-1])
+        return n
+
+    def _entries_numpy(self, first: int, n: int, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
+                       store_ts: np.ndarray) -> int:
+        """put_keys' entries and bucket heads, from entry `first`, with whole-array steps
+        (the C module's absence); how many start a new chain."""
         mm = self.mf.buffer()
         heads = np.frombuffer(mm, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
-        first = self.index_count
         numbers = np.arange(first, first + n, dtype=np.int64)  # index_count at each put
         slots = key_hashes % self.slots
         prev = heads[slots].astype(np.int64)
@@ -310,17 +337,28 @@ class IndexFile:
             key_hashes, commitlog_offsets, diff, prev)
         newest = np.flatnonzero(np.append(slots[order][1:] != slots[order][:-1], True))
         heads[slots[order[newest]]] = numbers[order[newest]]
-        if first <= 1:
-            self.begin_phy_offset = int(commitlog_offsets[0])
-            self.begin_timestamp = int(store_ts[0])
-        self.hash_slot_count += int(np.count_nonzero(prev == 0))
-        self.index_count += n
-        self.written = self.index_count
-        self.end_phy_offset = int(commitlog_offsets[-1])
-        self.end_timestamp = int(store_ts[-1])
-        if self._ordered_upto == first and store_ts[0] >= self._newest_ts \
-                and bool(np.all(store_ts[1:] >= store_ts[:-1])):
-            self._ordered_upto, self._newest_ts = first + n, int(store_ts[-1])
+        return int(np.count_nonzero(prev == 0))
+
+    def add_keys(self, hash_kind: int, topic: str, keys: list[str], commitlog_offset: int,
+                 store_ts: int) -> int:
+        """put_key for each of one record's keys while they fit, hashed (`hash_kind`: the
+        flavor's key hash as the C module names it) and written in one C call (the caller
+        checked it is there); how many went in."""
+        first = self.index_count
+        assert self._c is not None
+        n, fresh = self._c.index_keys(
+            self.mf.mm, self.slots, self.entries, first, self.begin_timestamp, hash_kind,
+            topic, keys, commitlog_offset, store_ts)
+        if n:  # the header as put_key leaves it
+            if first <= 1:
+                self.begin_phy_offset = commitlog_offset
+                self.begin_timestamp = store_ts
+            self.hash_slot_count += fresh
+            self.index_count = self.written = first + n
+            self.end_phy_offset = commitlog_offset
+            self.end_timestamp = store_ts
+            if self._ordered_upto == first and store_ts >= self._newest_ts:
+                self._ordered_upto, self._newest_ts = first + n, store_ts
         return n
 
     def times_in_order(self) -> bool:

@@ -30,6 +30,7 @@ from datetime import datetime
 import numpy as np
 
 from ..crash_points import ARMED, crash_point
+from ..format import compiled
 from ..format.columns import KeySpans
 from ..format.flavor import Flavor
 from ..format.layout import indexed
@@ -69,6 +70,10 @@ class IndexService:
         self.slots = slots
         self.entries = entries
         self.flavor = flavor
+        # the flavor's key hash as the C dispatch names it; None: hashed in Python
+        c = compiled.dispatch
+        self.hash_kind = None if c is None or ARMED else \
+            {"xxhash": c.HASH_XXH32, "rocketmq": c.HASH_JAVA}.get(flavor.name)
         self.read_only = read_only
         self.files: list[IndexFile] = []
         self.lock = threading.RLock()
@@ -310,6 +315,9 @@ class IndexService:
                 and self.entries - last.index_count >= len(keys):
             # the common case: a new record and room for its keys in the newest file. The
             # put lock orders writers; the lock guards rolls, which this cannot need
+            if self.hash_kind is not None:
+                last.add_keys(self.hash_kind, topic, keys, commitlog_offset, store_ts)
+                return
             key_hash = self.flavor.key_hash
             for key in keys:
                 last.put_key(key_hash(f"{topic}#{key}"), commitlog_offset, store_ts)  # build_key

@@ -5,6 +5,7 @@ which stays the reference the C code is held to byte for byte (tests run both)."
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from types import ModuleType
@@ -14,25 +15,27 @@ PURE = os.environ.get("MQFS_PURE_PYTHON", "") not in ("", "0")
 _said = False
 
 
-def _load() -> ModuleType | None:
+def _load(name: str) -> ModuleType | None:
     if PURE:
         return None
     try:
-        from . import _records  # type: ignore[attr-defined]
+        return importlib.import_module(name, __package__)
     except ImportError:
         return None
-    return _records
 
 
-records = _load()
+records = _load("._records")  # CommitLog records (store/format/_records.c)
+dispatch = _load("..files._dispatch")  # IndexFile entries (store/files/_dispatch.c)
 
 
 def say_if_missing() -> None:
-    """One line on stderr, once per process, when the C encoder was not built (not when
+    """One line on stderr, once per process, when a C module was not built (not when
     MQFS_PURE_PYTHON asked for the Python codec): puts still work, at about half the speed."""
     global _said
-    if records is None and not PURE and not _said:
+    missing = [name for name, module in (("mqfs.store.format._records", records),
+                                         ("mqfs.store.files._dispatch", dispatch)) if module is None]
+    if missing and not PURE and not _said:
         _said = True
-        print("mqfs: warning: the C record encoder (mqfs.store.format._records) is not built: "
+        print(f"mqfs: warning: the put path's C modules ({', '.join(missing)}) are not built: "
               "puts run in Python; run scripts/setup (needs gcc, python3-dev, libxxhash-dev, "
               "zlib1g-dev)", file=sys.stderr)

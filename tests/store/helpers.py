@@ -137,5 +137,7 @@ def use_codec(monkeypatch, which: str) -> None:
 
     if which == "python":
         monkeypatch.setattr(codec, "compiled_records", None)
+        monkeypatch.setattr(compiled, "dispatch", None)  # read by the index files as they open
     elif not compiled.PURE:
         assert compiled.records is not None, "the C record encoder is not built: run scripts/setup"
+        assert compiled.dispatch is not None, "the C dispatch is not built: run scripts/setup"

@@ -1,0 +1,255 @@
+/* IndexFile entries and their bucket heads in C, for a put (its keys hashed here) and a
+ * batch (hashes given). Each function writes exactly the bytes IndexFile.put_key, called once
+ * per key, writes; IndexFile keeps the header in memory from what they return.
+ * tests/store/test_dispatch_c.py and test_put_bytes.py hold them to the Python path. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define HEADER_SIZE 40
+#define SLOT_SIZE 4
+#define ENTRY_SIZE 20
+#define KEY_MASK 0x7FFFFFFFu  /* both flavors keep 31 bits of a key hash */
+#define INT_MAX32 0x7FFFFFFFLL
+
+enum { HASH_JAVA = 0, HASH_XXH32 = 1 };  /* a flavor's index key hash */
+
+static void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+static void put_be64(unsigned char *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+static int32_t get_be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+/* Java's String.hashCode over the UTF-16 code units of a str, continued from h. */
+static uint32_t java_hash(uint32_t h, PyObject *text) {
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    for (Py_ssize_t i = 0; i < len; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x10000) {  /* a surrogate pair in UTF-16 */
+            c -= 0x10000;
+            h = 31u * h + (uint32_t)(0xD800 + (c >> 10));
+            h = 31u * h + (uint32_t)(0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31u * h + (uint32_t)c;
+        }
+    }
+    return h;
+}
+
+/* The flavor's key_hash of build_key(topic, key) ("topic#key"); -1 with an exception set. */
+static long long key_hash(int hash_kind, PyObject *topic, PyObject *key) {
+    if (!PyUnicode_Check(topic) || !PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "topic and keys must be str");
+        return -1;
+    }
+    if (hash_kind == HASH_JAVA) {
+        uint32_t h = java_hash(java_hash(0, topic) * 31u + '#', key);
+        int32_t s = (int32_t)h;
+        return s == INT32_MIN ? 0 : (s < 0 ? -(long long)s : s);
+    }
+    Py_ssize_t tn, kn;
+    const char *t = PyUnicode_AsUTF8AndSize(topic, &tn);
+    if (t == NULL)
+        return -1;
+    const char *k = PyUnicode_AsUTF8AndSize(key, &kn);
+    if (k == NULL)
+        return -1;
+    char stack[512];
+    size_t total = (size_t)tn + 1 + (size_t)kn;
+    char *text = total <= sizeof stack ? stack : PyMem_Malloc(total);
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(text, t, (size_t)tn);
+    text[tn] = '#';
+    memcpy(text + tn + 1, k, (size_t)kn);
+    uint32_t h = XXH32(text, total, 0) & KEY_MASK;
+    if (text != stack)
+        PyMem_Free(text);
+    return h;
+}
+
+/* One IndexFile entry as IndexFile.put_key writes it (the caller checked count < entries);
+ * returns 1 when the key's slot had no live head (a new chain). */
+static int put_entry(unsigned char *buf, long long slots, long long count, long long begin,
+                     long long hash, long long phy, long long store_ts) {
+    long long slot = hash % slots;
+    if (slot < 0)
+        slot += slots;
+    unsigned char *slot_at = buf + HEADER_SIZE + slot * SLOT_SIZE;
+    long long prev = get_be32(slot_at);
+    int fresh = 0;
+    if (prev <= 0 || prev > count) {
+        prev = 0;
+        fresh = 1;
+    }
+    long long diff = 0;
+    if (begin > 0) {
+        long long d = store_ts - begin;
+        diff = d < 0 ? 0 : (d / 1000 > INT_MAX32 ? INT_MAX32 : d / 1000);
+    }
+    unsigned char *e = buf + HEADER_SIZE + slots * SLOT_SIZE + count * ENTRY_SIZE;
+    put_be32(e, (uint32_t)hash);
+    put_be64(e + 4, (uint64_t)phy);
+    put_be32(e + 12, (uint32_t)diff);
+    put_be32(e + 16, (uint32_t)prev);
+    put_be32(slot_at, (uint32_t)count);
+    return fresh;
+}
+
+typedef struct {
+    Py_buffer buf;
+    long long slots, entries, count, begin;
+} IndexArgs;
+
+/* The leading (buf, slots, entries, count, begin_ts) every index call takes. */
+static int index_args(PyObject *const *args, IndexArgs *ix) {
+    ix->slots = PyLong_AsLongLong(args[1]);
+    ix->entries = PyLong_AsLongLong(args[2]);
+    ix->count = PyLong_AsLongLong(args[3]);
+    ix->begin = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return -1;
+    if (PyObject_GetBuffer(args[0], &ix->buf, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (ix->slots <= 0 || ix->count < 1 || ix->entries < ix->count
+        || ix->buf.len < HEADER_SIZE + ix->slots * SLOT_SIZE + ix->entries * ENTRY_SIZE) {
+        PyBuffer_Release(&ix->buf);
+        PyErr_SetString(PyExc_ValueError, "IndexFile geometry does not fit its buffer");
+        return -1;
+    }
+    return 0;
+}
+
+/* index_keys(buf, slots, entries, count, begin_ts, hash_kind, topic, keys, phy, store_ts)
+ * -> (entries written, new chains): put_key for each of a record's keys
+ * while they fit, as one call each would leave them. Every key is hashed before the first
+ * entry is written, so a key that cannot be hashed leaves the file as it was. */
+static PyObject *index_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    IndexArgs ix;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "index_keys takes 10 arguments");
+        return NULL;
+    }
+    int hash_kind = (int)PyLong_AsLong(args[5]);
+    PyObject *topic = args[6], *keys = args[7];
+    long long phy = PyLong_AsLongLong(args[8]);
+    long long store_ts = PyLong_AsLongLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "keys must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys), done = 0;
+    long long stack[16], *hashes = n <= 16 ? stack : PyMem_Malloc((size_t)n * sizeof *hashes);
+    if (hashes == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        hashes[i] = key_hash(hash_kind, topic, PyList_GET_ITEM(keys, i));
+        if (hashes[i] < 0)
+            goto fail;
+    }
+    if (index_args(args, &ix) < 0)
+        goto fail;
+    long long fresh = 0;
+    for (; done < n && ix.count < ix.entries; done++) {
+        fresh += put_entry(ix.buf.buf, ix.slots, ix.count, ix.begin, hashes[done], phy, store_ts);
+        if (ix.count <= 1)
+            ix.begin = store_ts;
+        ix.count++;
+    }
+    PyBuffer_Release(&ix.buf);
+    if (hashes != stack)
+        PyMem_Free(hashes);
+    return Py_BuildValue("(nL)", done, fresh);
+fail:
+    if (hashes != stack)
+        PyMem_Free(hashes);
+    return NULL;
+}
+
+/* index_entries(buf, slots, entries, count, begin_ts, hashes, phys, stamps)
+ * -> (entries written, new chains): put_key for each (hash, CommitLog
+ * offset, store time) of three int64 buffers while they fit (IndexFile.put_keys). */
+static PyObject *index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    IndexArgs ix;
+    Py_buffer cols[3];
+    int got = 0;
+    PyObject *result = NULL;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "index_entries takes 8 arguments");
+        return NULL;
+    }
+    if (index_args(args, &ix) < 0)
+        return NULL;
+    for (; got < 3; got++)
+        if (PyObject_GetBuffer(args[5 + got], &cols[got], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+    Py_ssize_t n = cols[0].len / 8;
+    for (int i = 0; i < 3; i++) {
+        const char *f = cols[i].format;
+        if (cols[i].itemsize != 8 || cols[i].len / 8 != n || f == NULL
+            || !(strcmp(f, "q") == 0 || strcmp(f, "l") == 0 || strcmp(f, "<q") == 0 || strcmp(f, "=q") == 0
+                 || strcmp(f, "<l") == 0 || strcmp(f, "=l") == 0)) {
+            PyErr_SetString(PyExc_TypeError, "index_entries takes three equal native int64 columns");
+            goto done;
+        }
+    }
+    const int64_t *hashes = cols[0].buf, *phys = cols[1].buf, *stamps = cols[2].buf;
+    Py_ssize_t i = 0;
+    long long fresh = 0;
+    for (; i < n && ix.count < ix.entries; i++) {
+        fresh += put_entry(ix.buf.buf, ix.slots, ix.count, ix.begin, hashes[i], phys[i], stamps[i]);
+        if (ix.count <= 1)
+            ix.begin = stamps[i];
+        ix.count++;
+    }
+    result = Py_BuildValue("(nL)", i, fresh);
+done:
+    while (got-- > 0)
+        PyBuffer_Release(&cols[got]);
+    PyBuffer_Release(&ix.buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"index_keys", (PyCFunction)(void (*)(void))index_keys, METH_FASTCALL,
+     "IndexFile entries for one record's keys, hashed here."},
+    {"index_entries", (PyCFunction)(void (*)(void))index_entries, METH_FASTCALL,
+     "IndexFile entries for columns of hashes, CommitLog offsets and store times."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_dispatch",
+    "IndexFile entries and bucket heads in C (store/files/_dispatch.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__dispatch(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "HASH_JAVA", HASH_JAVA) < 0
+        || PyModule_AddIntConstant(m, "HASH_XXH32", HASH_XXH32) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,143 @@
+"""The C put path (store/files/_dispatch.c: a record placed in the CommitLog mapping, IndexFile
+entries) held byte for byte to the Python one it replaces: the same IndexFile bytes and
+header from any file state, and the same store from any messages, clocks, flavors and file
+sizes, written both ways."""
+
+import itertools
+import os
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.files.index_file import IndexFile
+from mqfs.store.format import compiled
+from tests.store.helpers import use_codec
+
+pytestmark = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C dispatch to compare")
+
+HEADER = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset",
+          "hash_slot_count", "index_count", "written", "_ordered_upto", "_newest_ts")
+
+
+def _index_pair(tmp_path, rng: random.Random, slots: int, entries: int, count: int, begin: int
+                ) -> tuple[IndexFile, IndexFile]:
+    """Two IndexFiles in the same state: `count` as the next entry, slot heads of any value
+    (a stale or damaged head points past the count, at 0 or below), the begin time given."""
+    heads = b"".join(rng.randrange(-3, count + 3).to_bytes(4, "big", signed=True) for _ in range(slots))
+    ordered = count if rng.random() < 0.7 else 0
+    files = []
+    for name in ("python", "c"):
+        f = IndexFile(str(tmp_path / name), slots, entries)
+        f.mf.mm[40:40 + 4 * slots] = heads
+        f.index_count = f.written = count
+        f.begin_timestamp = begin
+        f._ordered_upto = ordered
+        files.append(f)
+    files[0]._c = None
+    return files[0], files[1]
+
+
+def _same(a: IndexFile, b: IndexFile) -> None:
+    assert bytes(a.mf.mm) == bytes(b.mf.mm)
+    assert [getattr(a, k) for k in HEADER] == [getattr(b, k) for k in HEADER]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), slots=st.integers(1, 9), entries=st.integers(2, 40),
+       first=st.integers(1, 40), begin=st.sampled_from([0, -5, 1_000, 1_700_000_000_000]))
+def test_entries_in_c_are_put_keys(tmp_path_factory, seed, slots, entries, first, begin):
+    """index_entries (a batch's) against put_keys in numpy, from any state: chains through
+    stale heads and within the batch, the first entry's begin time, time differences
+    clamped at both ends, a file that fills part way."""
+    rng = random.Random(seed)
+    count = min(first, entries)
+    py, c = _index_pair(tmp_path_factory.mktemp("ix"), rng, slots, entries, count, begin)
+    import numpy as np
+
+    n = rng.randrange(0, 12)
+    hashes = np.array([rng.randrange(0, 2**31) for _ in range(n)], dtype=np.int64)
+    phys = np.cumsum([rng.randrange(0, 5000) for _ in range(n)]).astype(np.int64)
+    stamps = np.array([begin + rng.choice([-2_000, 0, 999, 1_000, 2**31 * 1000 + 5_000, rng.randrange(10**7)])
+                       for _ in range(n)], dtype=np.int64)
+    assert py.put_keys(hashes, phys, stamps) == c.put_keys(hashes, phys, stamps)
+    _same(py, c)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), slots=st.integers(1, 9), entries=st.integers(2, 12),
+       first=st.integers(1, 12), begin=st.sampled_from([0, 1_000, 1_700_000_000_000]),
+       flavor=st.sampled_from(["xxhash", "rocketmq"]),
+       topic=st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=1, max_size=8),
+       keys=st.lists(st.text(max_size=6), min_size=1, max_size=4))
+def test_keys_hashed_in_c_are_put_key(tmp_path_factory, seed, slots, entries, first, begin, flavor, topic, keys):
+    """index_keys (a put's: its keys hashed in C, any text, astral characters included)
+    against the flavor's key_hash and put_key, key by key, until the file is full."""
+    from mqfs.store.format.flavor import flavor_named
+
+    rng = random.Random(seed)
+    py, c = _index_pair(tmp_path_factory.mktemp("ix"), rng, slots, entries, min(first, entries), begin)
+    f = flavor_named(flavor)
+    ts, phy = begin + rng.randrange(-3000, 10**6), rng.randrange(2**40)
+    done = 0
+    for key in keys:
+        if not py.put_key(f.key_hash(f"{topic}#{key}"), phy, ts):
+            break
+        done += 1
+    kind = {"xxhash": compiled.dispatch.HASH_XXH32, "rocketmq": compiled.dispatch.HASH_JAVA}[flavor]
+    assert c.add_keys(kind, topic, keys, phy, ts) == done
+    _same(py, c)
+
+
+def _store_files(root: str) -> list[tuple[str, bytes]]:
+    """Every CommitLog, ConsumeQueue and IndexFile of a store with its bytes (IndexFiles in
+    name order, unnamed: their names are wall-clock times)."""
+    out = []
+    for top, _, names in sorted(os.walk(root)):
+        sub = os.path.relpath(top, root)
+        for name in sorted(names):
+            if sub.startswith(("commitlog", "consumequeue", "index")):
+                with open(os.path.join(top, name), "rb") as f:
+                    out.append(("index" if sub == "index" else f"{sub}/{name}", f.read()))
+    return out
+
+
+_MESSAGES = st.lists(st.tuples(
+    st.sampled_from(["TopicA", "T-b_2", "SCHEDULE_TOPIC_XXXX"]), st.integers(0, 2),
+    st.lists(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x01\x02 "),
+                     min_size=1, max_size=5), max_size=3),
+    st.booleans(), st.integers(0, 1200), st.sampled_from([0, 0x4, 0x8, 0xC]),
+    st.integers(-5_000, 3_000)), min_size=1, max_size=40)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=_MESSAGES, flavor=st.sampled_from(["xxhash", "rocketmq"]), record_crc=st.booleans(),
+       slots=st.integers(1, 5), batch=st.integers(0, 4))
+def test_a_store_written_in_c_is_the_python_store(tmp_path_factory, monkeypatch, specs, flavor,
+                                                   record_crc, slots, batch):
+    """The same puts (or batches of `batch`), clocks stepping back and forth, into small files
+    (CommitLog, ConsumeQueue and IndexFile rolls) with each flavor: the stores written in
+    Python and with the C modules (records and dispatch) hold the same bytes and return the
+    same results."""
+    msgs = [Message.create(topic, bytes(i % 251 for i in range(size)), queue_id=qid, keys=keys,
+                           properties={"UNIQ_KEY": f"u{n}"} if uniq else {}, sys_flag=flag,
+                           born_timestamp=1_690_000_000_000 + n)
+            for n, (topic, qid, keys, uniq, size, flag, _) in enumerate(specs)]
+    config = StoreConfig(commitlog_file_size=4096, consume_queue_units=8, index_slots=slots,
+                         index_entries=6, flavor=flavor, record_crc=record_crc)
+    stores = []
+    for way in ("python", "c"):
+        monkeypatch.undo()  # the C modules again, then `use_codec` takes them out for "python"
+        use_codec(monkeypatch, way)
+        root = str(tmp_path_factory.mktemp(way))
+        clock = itertools.cycle([1_700_000_000_000 + step for *_, step in specs])
+        with MessageStore(root, config) as s:
+            s.clock = clock.__next__
+            if batch:
+                results = [r for i in range(0, len(msgs), batch) for r in s.put_batch(msgs[i:i + batch])]
+            else:
+                results = [s.put(m) for m in msgs]
+        stores.append((results, _store_files(root)))
+    assert stores[0] == stores[1]
