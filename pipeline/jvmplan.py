@@ -47,7 +47,7 @@ def jvm_unread(root: str, found: Features | None = None) -> str | None:
     None; `found`: its features, when recognised already. Recognition reads a few listings and
     files, never the store's records (features.recognise); the source does it once per
     DataFrame, with its pinned snapshot."""
-    found = found or recognise(root)
+    found = found if found is not None else recognise(root)
     for name in JVM_UNREAD:
         feature = found.named(name)
         if feature is not None:

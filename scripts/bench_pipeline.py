@@ -12,8 +12,9 @@ Then one queue's 10k offsets (options subscribe/queue/startingOffsets/endingOffs
 through the ConsumeQueue), and the same as a filter Spark pushes down, timed next to the full
 scan of the same store (each after a run of its shape at other offsets, whose time is also
 shown), and the driver's planning of cuts inside CommitLog files next to
-reading every ConsumeQueue unit. Also Spark's own floor for a Python data source: a
-source that yields batches built before the query (the same rows' first batch, over and over,
+reading every ConsumeQueue unit, and of a count() answered from the units (its serial cost).
+Also Spark's own floor for a Python data source: a source that yields batches built before
+the query (the same rows' first batch, over and over,
 of the columns the pruned mqfs read builds: no reader work at all) timed on the same queries, so
 the share of a figure that no reader can remove is visible.
 Run as `scripts/bench pipeline`.
@@ -141,10 +142,17 @@ def planning(store: str, small: str, runs: int) -> None:
         n = store_layout(root).consume_queue_units
         return best(lambda: [QueueReader(root, t, q, n).read(0, 1 << 62) for t, q in queues(root)], max(3, runs))
 
+    def count(root: str) -> float:  # count()'s plan: every unit read and the tiling checked
+        lay, opts = store_layout(root), read_options({"path": root, "columns": "queue_id"}, streaming=False)
+        return best(lambda: MqfsReader(lay, opts, None).partitions(), max(3, runs))
+
     big, tenth = plan(store), plan(small)
     all_big, all_tenth = units(store), units(small)
+    count_big, count_tenth = count(store), count(small)
     print(f"  planning 64 tasks, store vs a tenth of it: {big:.3f} s vs {tenth:.3f} s, x{big / tenth:.2f}; "
           f"every ConsumeQueue unit read: {all_big:.3f} s vs {all_tenth:.3f} s, x{all_big / all_tenth:.2f}")
+    print(f"  planning count() from the units (in the driver's Python, serial): {count_big:.3f} s vs "
+          f"{count_tenth:.3f} s")
 
 
 def best(run, runs: int) -> float:
