@@ -279,7 +279,11 @@ class FlushServices:
         self.committed.advance(self.queue.max_offset)
 
     def _commit_and_flush(self) -> int:
+        """A sync put's disk sync. Without the transient pool there is nothing to commit and
+        nobody waits for `committed` (`wait_committed` returns at once): the flush alone."""
         queue = self.queue
+        if self.commit_service is None:
+            return queue.flush()
         queue.commit()
         reached = queue.flush()
         self.committed.advance(queue.max_offset)
