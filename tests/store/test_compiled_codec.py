@@ -14,7 +14,7 @@ from mqfs.store.format.codec import Encoder
 from mqfs.store.format.flavor import ROCKETMQ, XXHASH
 from mqfs.store.format.message import Message
 
-pytestmark = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C encoder to compare")
+needs_c = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C encoder to compare")
 
 I32 = st.integers(-(1 << 31), (1 << 31) - 1)
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -60,6 +60,7 @@ def _python(enc: Encoder, msg: Message) -> tuple[bytearray, int] | None:
 FLAVORS = st.sampled_from([ROCKETMQ, XXHASH])
 
 
+@needs_c
 @settings(max_examples=300, deadline=None)
 @given(msg=MESSAGES, flavor=FLAVORS, record_crc=st.booleans(), store_v6=st.booleans(),
        offsets=st.tuples(I64, I64, I64))
@@ -79,6 +80,7 @@ def test_one_record_is_the_python_codecs(msg, flavor, record_crc, store_v6, offs
     assert rec == want[0]
 
 
+@needs_c
 @settings(max_examples=100, deadline=None)
 @given(msgs=st.lists(MESSAGES, min_size=1, max_size=6), flavor=FLAVORS, record_crc=st.booleans(),
        store_v6=st.booleans(), base=st.integers(0, 1 << 40), data=st.data())
@@ -106,6 +108,7 @@ def test_a_batch_is_the_python_codecs_records(msgs, flavor, record_crc, store_v6
     assert got == b"".join(rec for rec, _ in wants)
 
 
+@needs_c
 def test_what_the_c_encoder_leaves_to_python_still_encodes():
     """Bodies and texts of other types than bytes and str: the C encoder declines them and
     the Python codec, which takes them, encodes them (as it always has)."""
@@ -133,6 +136,7 @@ class _Meddling(Message):
         pass
 
 
+@needs_c
 @pytest.mark.parametrize("change", ["grow properties", "shrink body"])
 def test_a_message_changed_while_a_batch_is_read_is_declined_not_misread(change):
     py, c = _encoders(XXHASH, True, False)
@@ -143,3 +147,16 @@ def test_a_message_changed_while_a_batch_is_read_is_declined_not_misread(change)
     assert c.compiled.encode_batch(msgs) is None  # measured, then changed: declined
     # the Python codec encodes what the messages hold now (as it did before the C encoder)
     assert [bytes(rec) for rec, _ in map(c.encode, msgs[:1])] == [bytes(_python(py, first)[0])]
+
+
+def test_a_missing_c_module_is_said_once_and_a_forced_python_codec_not_at_all(monkeypatch, capsys):
+    monkeypatch.setattr(compiled, "records", None)
+    monkeypatch.setattr(compiled, "_said", False)
+    monkeypatch.setattr(compiled, "PURE", True)
+    compiled.say_if_missing()
+    assert capsys.readouterr().err == ""  # MQFS_PURE_PYTHON=1 asked for it: nothing to say
+    monkeypatch.setattr(compiled, "PURE", False)
+    compiled.say_if_missing()
+    compiled.say_if_missing()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "not built" in err[0] and "scripts/setup" in err[0]
