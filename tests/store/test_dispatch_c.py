@@ -141,3 +141,16 @@ def test_a_store_written_in_c_is_the_python_store(tmp_path_factory, monkeypatch,
                 results = [s.put(m) for m in msgs]
         stores.append((results, _store_files(root)))
     assert stores[0] == stores[1]
+
+
+def test_a_java_hash_of_int_min_indexes_as_zero(tmp_path):
+    """The broker's key hash is abs(hashCode), and 0 for Integer.MIN_VALUE (whose abs is
+    itself): "T#" + this key hashes to exactly that, in Java and in C."""
+    from mqfs.store.format.flavor import ROCKETMQ, java_string_hash
+
+    key = "\u1083\x1c\x08\x0c\x0c"
+    assert java_string_hash(f"T#{key}") == -(1 << 31) and ROCKETMQ.key_hash(f"T#{key}") == 0
+    py, c = _index_pair(tmp_path, random.Random(1), 5, 10, 3, 1_000)
+    py.put_key(0, 4096, 2_000)
+    assert c.add_keys(compiled.dispatch.HASH_JAVA, "T", [key], 4096, 2_000) == 1
+    _same(py, c)
