@@ -167,11 +167,12 @@ def _drop_last(exp: Expectation, n: int) -> None:
 # --- T2: the writer process killed ---------------------------------------------------------------
 
 def _writer_cmd(root: str, acks: str, seed: int, mode: str, transient: bool, producers: int,
-                count: int, max_body: int) -> list[str]:
+                count: int, max_body: int, zero_ahead: int | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "tests.crash.writer", root, acks, "--mode", mode,
            "--producers", str(producers), "--count", str(count), "--seed", str(seed),
            "--max-body", str(max_body)]
-    return cmd + (["--transient"] if transient else [])
+    return (cmd + (["--transient"] if transient else [])
+            + (["--zero-ahead", str(zero_ahead)] if zero_ahead else []))
 
 
 def run_crashing(cmd: list[str], site: str | None, timeout: float = 120) -> int:

@@ -7,7 +7,7 @@ Ack log lines (O_APPEND, one write each, on a file system the tests never cut):
 It prints "ready" on stdout once the store is open, so a harness can time a kill from there.
 `--recover-only` opens and closes the store (a harness sets MQFS_CRASH_AT to die inside).
 
-  python -m tests.crash.writer STORE ACKLOG --mode sync|async [--transient] ...
+  python -m tests.crash.writer STORE ACKLOG --mode sync|async [--transient] [--zero-ahead N] ...
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import threading
 
 from mqfs.store import MessageStore
+from mqfs.store.files import mapped_file
 from tests.crash.oracle import crash_config, expected_message
 
 
@@ -46,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-body", type=int, default=600)
     ap.add_argument("--flush-every", type=int, default=10, help="async: flush() every N puts")
     ap.add_argument("--recover-only", action="store_true")
+    ap.add_argument("--zero-ahead", type=int, help="sync flush: bytes of zeros written past "
+                    "each append instead of a MiB, so chunks end inside the small files")
     args = ap.parse_args(argv)
+    if args.zero_ahead:
+        mapped_file.ZERO_AHEAD = args.zero_ahead
     store = MessageStore(args.store, crash_config(flush_mode=args.mode,
                                                   transient_pool=args.transient))
     store.open()
