@@ -442,12 +442,14 @@ static PyObject *Codec_place_run(Codec *c, PyObject *const *args, Py_ssize_t nar
     const int64_t *q = qo.buf, *cl = co.buf;
     PyObject *out = Py_None;
     for (Py_ssize_t i = lo; i < hi; i++) {
-        if (lay[3 * i] + lay[3 * i + 1] > len) {
+        int64_t start = lay[3 * i], size = lay[3 * i + 1], ts_pos = lay[3 * i + 2];
+        if (start < 0 || size > len - start || ts_pos < QUEUE_OFFSET_POS + 16 || ts_pos + 8 > size
+                || (c->record_crc && size < ts_pos + 8 + RECORD_CRC_LEN)) {
             PyErr_SetString(PyExc_ValueError, "place_run: layout does not match the buffer");
             out = NULL;
             break;
         }
-        place_record(c, buf + lay[3 * i], lay[3 * i + 1], lay[3 * i + 2], q[i], cl[i], store_ts);
+        place_record(c, buf + start, size, ts_pos, q[i], cl[i], store_ts);
     }
     PyBuffer_Release(&qo);
     PyBuffer_Release(&co);
