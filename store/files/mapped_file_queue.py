@@ -7,6 +7,7 @@ truncates a dirty tail after recovery and deletes expired head files.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 
@@ -43,6 +44,10 @@ def _zero_from(mf: MappedFile, pos: int) -> None:
                     # in, every later open read the whole empty tail of the file again)
                     os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
                 start = end
+
+
+def _start(mf: MappedFile) -> int:
+    return mf.file_from_offset
 
 
 class MappedFileQueue:
@@ -197,10 +202,18 @@ class MappedFileQueue:
 
     # --- commit / flush --------------------------------------------------------------------
     def commit(self) -> bool:
-        """Copy transient buffers into their files; True when something was committed."""
+        """Copy transient buffers into their files; True when something was committed. Only
+        the newest files have buffers (a file gives its buffer back once full and copied), so
+        a sync put's commit looks at those, not at every file."""
+        if not self.transient:
+            return False
         with self._lock:
             did = False
-            for mf in self.files:
+            files = self.files
+            first = len(files)
+            while first and files[first - 1].write_buffer is not None:
+                first -= 1
+            for mf in files[first:]:
                 if mf.write_buffer is not None and mf.wrote_position > mf.committed_position:
                     did |= mf.commit() > 0
                     self.committed_where = mf.end_offset
@@ -223,7 +236,10 @@ class MappedFileQueue:
         files = list(self.files)
         where = self.flushed_where
         prefix = True  # every file so far is synced to its very end
-        for mf in files:
+        # the files wholly below `where` are synced to their ends: a sync put's flush starts
+        # at the file holding it, so its cost does not grow with the number of files
+        first = max(0, bisect.bisect_right(files, where, key=_start) - 1)
+        for mf in files[first:]:
             if not (mf.file_from_offset + mf.read_position <= where
                     and mf.flushed_position >= mf.read_position):
                 mf.flush()

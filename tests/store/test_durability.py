@@ -373,3 +373,62 @@ def test_flushed_offset_never_skips_an_older_files_unflushed_tail(tmp_path, monk
     monkeypatch.setattr(os, "fdatasync", real)
     assert q.flush() == new.file_from_offset + 50  # the next flush covers both files
     q.close()
+
+
+def test_a_flush_reads_no_file_below_the_flushed_offset(tmp_path):
+    """A sync put flushes the CommitLog at every put: a store of a thousand files must not
+    look at each of them each time. The files wholly below the flushed offset are synced to
+    their ends; a flush starts at the one holding that offset."""
+    from mqfs.store.files.mapped_file_queue import MappedFileQueue
+
+    class Done:  # a synced file that fails the test if a flush looks at more than its start
+        def __init__(self, mf):
+            self.file_from_offset = mf.file_from_offset
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the flush read {name} of a file below the flushed offset")
+
+    q = MappedFileQueue(str(tmp_path), 4096)
+    for _ in range(20):
+        q.last_file_for_append().append(bytes(4096))
+    last = q.last_file_for_append()
+    last.append(b"a" * 100)
+    assert q.flush() == 20 * 4096 + 100
+    real = list(q.files)
+    q.files[:-2] = [Done(mf) for mf in q.files[:-2]]  # the one before the last ends at the offset
+    q.files[-1].append(b"b" * 100)
+    assert q.flush() == 20 * 4096 + 200
+    q.files = real
+    q.close()
+
+
+@pytest.mark.parametrize("transient", [False, True], ids=["mmap", "transient"])
+def test_a_commit_reads_only_the_files_with_buffers(tmp_path, transient):
+    """As the flush: a sync put commits at every put, and only the newest files can hold
+    bytes not yet copied (none without the transient pool)."""
+    from mqfs.store.files.mapped_file_queue import MappedFileQueue
+
+    probed = []
+
+    class Done:  # a file that gave its buffer back: a commit may see that of the newest one
+        @property
+        def write_buffer(self):
+            probed.append(self)
+            return None
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the commit read {name} of a file with no buffer")
+
+    q = MappedFileQueue(str(tmp_path), 4096, transient=transient)
+    for _ in range(5):
+        q.last_file_for_append().append(bytes(4096))
+    q.commit()
+    last = q.last_file_for_append()
+    last.append(b"a" * 100)
+    real = list(q.files)
+    q.files[:-1] = [Done() for _ in q.files[:-1]]
+    assert q.commit() is transient
+    assert probed == q.files[-2:-1] if transient else probed == []
+    q.files = real
+    assert q.flush() == 5 * 4096 + 100 and os.pread(last.fd, 100, 0) == b"a" * 100
+    q.close()
