@@ -22,7 +22,6 @@ from ..files.consume_queue import PRE_BLANK, UNIT_DTYPE, UNIT_SIZE
 from ..files.index_file import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, written_count
 from ..files.index_file import index_file_size as index_file_size  # published: a reader checks a file's size
 from ..files.index_layout import build_key as build_key  # published: the key an IndexFile hashes
-from ..files.time_search import search_time
 from .keys import key_offsets as key_offsets  # published here first: dump and export use keys
 
 # published here first; a reader without numpy imports them from store_files
@@ -34,6 +33,7 @@ from .store_files import numbered_files as numbered_files
 from .store_files import queues as queues
 from .store_files import store_layout as store_layout
 from .units import StoreTimes as StoreTimes  # published here first
+from .units import Units, time_offset
 
 _CHECKED_UNITS = 1 << 15  # units tested at a time: the test stops in the stretch where writing stopped
 
@@ -202,24 +202,10 @@ def last_unit_offsets(layout: StoreLayout) -> np.ndarray:
     return np.array(sorted(found), np.int64)
 
 
-def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int, upper: bool = False,
-                   reader: QueueReader | None = None, times: StoreTimes | None = None) -> int:
+def offset_by_time(layout: StoreLayout, topic: str, queue_id: int, ts_ms: int, upper: bool = False) -> int:
     """The first queue offset whose record was stored at or after ts_ms (the queue's end when
     none was), as RocketMQ's getOffsetInQueueByTime but right for out-of-order times too; with
-    `upper`, the last one stored at or before ts_ms (the queue's first when none was). A
-    caller searching a queue twice (a time range) passes its reader and StoreTimes, so files
-    are mapped once."""
-    reader = reader or QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
-    lo, hi = reader.bounds()
-    times = times or StoreTimes(commitlog_files(layout.root))
-    mapped: dict[int, np.ndarray] = {}
-
-    def time_at(i: int) -> int:  # reads only the units the search probes
-        unit = reader.unit_at(lo + i, mapped)
-        t = None if unit is None else times.at(int(unit["offset"]))
-        return -1 if t is None else t
-
-    def times_of(i: int, k: int) -> np.ndarray:
-        return np.array([time_at(j) for j in range(i, i + k)], dtype=np.int64)
-
-    return lo + search_time(hi - lo, time_at, times_of, ts_ms, upper)
+    `upper`, the last one stored at or before ts_ms (the queue's first when none was). The
+    search of `units.time_offset`, over a reader of its own."""
+    return time_offset(Units(layout.root, topic, queue_id, layout.consume_queue_units),
+                       StoreTimes(commitlog_files(layout.root)), ts_ms, upper)

@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 import struct
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.files import consume_queue
+from mqfs.store.files.time_search import search_time
 from mqfs.store.offline import units as u
-from mqfs.store.offline.store_files import map_readonly, store_layout
+from mqfs.store.offline.store_files import commitlog_files, map_readonly, store_layout
 from mqfs.store.offline.views import QueueReader, _valid_units, offset_by_time
 from tests.store.helpers import small_config
 
@@ -86,6 +88,23 @@ def _tagged_as_filtered(mine: u.Units, start: int, length: int, codes: list[int]
         assert mine.tagged(start, start + length, codes, len(want) - 1) is None
 
 
+def _reference_time_offset(layout, q: int, ts: int, upper: bool) -> int:
+    """The search as views.offset_by_time made it over QueueReader (numpy) before it used
+    `units`: the reference the numpy-free search is held to."""
+    reader = QueueReader(layout.root, "T", q, layout.consume_queue_units)
+    lo, hi = reader.bounds()
+    times = u.StoreTimes(commitlog_files(layout.root))
+    mapped: dict = {}
+
+    def time_at(i: int) -> int:
+        unit = reader.unit_at(lo + i, mapped)
+        t = None if unit is None else times.at(int(unit["offset"]))
+        return -1 if t is None else t
+
+    return lo + search_time(hi - lo, time_at, lambda i, k: np.array([time_at(j) for j in range(i, i + k)]),
+                            ts, upper)
+
+
 def test_time_searches_are_the_views_over_in_order_out_of_order_and_damaged_units(tmp_path):
     root = str(tmp_path / "s")
     with MessageStore(root, small_config()) as s:
@@ -102,15 +121,13 @@ def test_time_searches_are_the_views_over_in_order_out_of_order_and_damaged_unit
         f.seek(20 * 40)
         f.write(struct.pack(">q", 10**12))
     layout = store_layout(root)
-    from mqfs.store.offline.store_files import commitlog_files
-
     times = u.StoreTimes(commitlog_files(root))
     for q in (0, 1):
         units = u.Units(root, "T", q, layout.consume_queue_units)
         for ts in range(T0 - 2000, T0 + 420_000, 7_919):
             for upper in (False, True):
-                want = offset_by_time(layout, "T", q, ts, upper)
-                assert u.time_offset(units, times, ts, upper) == want, (q, ts, upper)
+                want = _reference_time_offset(layout, q, ts, upper)
+                assert u.time_offset(units, times, ts, upper) == want == offset_by_time(layout, "T", q, ts, upper)
 
 
 def test_a_queue_whose_newest_file_has_no_unit_yet_ends_in_the_file_before(tmp_path):
