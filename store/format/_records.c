@@ -95,6 +95,13 @@ static int int_field(PyObject *v, int bits, int64_t *out) {
     return 0;
 }
 
+/* A property encode_properties takes as it is: no separator byte, not the reserved name. */
+static int property_ok(const char *ks, Py_ssize_t kl, const char *vs, Py_ssize_t vl) {
+    if (memchr(ks, 1, kl) || memchr(ks, 2, kl) || memchr(vs, 1, vl) || memchr(vs, 2, vl))
+        return 0;
+    return !(kl == (Py_ssize_t)sizeof(RESERVED_NAME) - 1 && memcmp(ks, RESERVED_NAME, kl) == 0);
+}
+
 /* PROPERTIES' length (with the trailer when the store wants it), or -1 to decline: what
  * encode_properties would refuse or format differently (a name or value that is not a str,
  * a separator byte, text that is not UTF-8, the reserved name, too long). */
@@ -109,9 +116,7 @@ static Py_ssize_t props_length(const Codec *c, PyObject *props) {
         if (ks == NULL) { PyErr_Clear(); return -1; }
         const char *vs = PyUnicode_AsUTF8AndSize(v, &vl);
         if (vs == NULL) { PyErr_Clear(); return -1; }
-        if (memchr(ks, 1, kl) || memchr(ks, 2, kl) || memchr(vs, 1, vl) || memchr(vs, 2, vl))
-            return -1;
-        if (kl == (Py_ssize_t)sizeof(RESERVED_NAME) - 1 && memcmp(ks, RESERVED_NAME, kl) == 0)
+        if (!property_ok(ks, kl, vs, vl))
             return -1;
         len += kl + vl + 2;
         if (len > MAX_PROPERTIES_LEN)
@@ -258,7 +263,8 @@ static int write_record(const Codec *c, const Parts *p, char *out) {
         Py_ssize_t kl, vl;
         const char *ks = PyUnicode_CheckExact(k) ? PyUnicode_AsUTF8AndSize(k, &kl) : NULL;
         const char *vs = PyUnicode_CheckExact(v) ? PyUnicode_AsUTF8AndSize(v, &vl) : NULL;
-        if (ks == NULL || vs == NULL || w + kl + vl + 2 > props_end) {
+        /* checked again: Python code run after they were measured may have changed them */
+        if (ks == NULL || vs == NULL || w + kl + vl + 2 > props_end || !property_ok(ks, kl, vs, vl)) {
             PyErr_Clear();
             return -1;
         }
@@ -337,10 +343,12 @@ static PyObject *Codec_place(Codec *c, PyObject *const *args, Py_ssize_t nargs) 
  * STORETIMESTAMP position) per record and queue_ids/sys_flags one value each, as native int64
  * (numpy.frombuffer reads them); sys_flags without the host bits, as dispatch wants them. */
 static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
-    PyObject *seq = PySequence_Fast(arg, "encode_batch takes a list of messages");
+    /* a tuple of its own: Python code run while a message is read (a property, another
+     * thread) may empty the caller's list, which must not free what is being read */
+    PyObject *seq = PySequence_Tuple(arg);
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     Parts *parts = PyMem_Calloc(n ? n : 1, sizeof(Parts));
     PyObject *buf = NULL, *layout = NULL, *qids = NULL, *flags = NULL, *topics = NULL, *props = NULL;

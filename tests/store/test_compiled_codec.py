@@ -3,6 +3,8 @@ generated messages: both flavors, with and without the whole-record checksum, IP
 hosts, v1 and v2 topics, any properties; and where the Python codec refuses a message, the C
 one declines it (None), so the refusal and its words stay the Python codec's."""
 
+import gc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -147,6 +149,42 @@ def test_a_message_changed_while_a_batch_is_read_is_declined_not_misread(change)
     assert c.compiled.encode_batch(msgs) is None  # measured, then changed: declined
     # the Python codec encodes what the messages hold now (as it did before the C encoder)
     assert [bytes(rec) for rec, _ in map(c.encode, msgs[:1])] == [bytes(_python(py, first)[0])]
+
+
+@needs_c
+@pytest.mark.parametrize("now", [{"a\x01": "c"}, {"ab": "\x02"}, {"__CRC32#": "x"}])
+def test_properties_changed_to_what_python_refuses_after_they_were_measured_are_declined(now):
+    """Same length, so only a second look at each property notices: a separator byte or the
+    reserved name put there by Python code run while the batch is read is not written."""
+    py, c = _encoders(XXHASH, False, False)
+    (name, value), = now.items()
+    first = Message("T", b"body", properties={"ab": "c" * (len(name) + len(value) - 2)}, born_timestamp=5)
+
+    def meddle() -> None:
+        first.properties.clear()
+        first.properties.update(now)
+
+    assert c.compiled.encode_batch([first, _Meddling("T", b"x", meddle=meddle)]) is None
+    assert _python(py, first) is None  # what the Python codec, which then runs, refuses
+
+
+@needs_c
+def test_a_batch_list_emptied_while_it_is_read_neither_crashes_nor_reads_freed_messages():
+    """Python code run while a message is read (here a property; in a daemon another thread)
+    empties the caller's list: the C encoder reads the messages it was given (a segfault
+    before it kept its own references)."""
+    _, c = _encoders(XXHASH, True, False)
+    msgs: list[Message] = []
+
+    def meddle() -> None:
+        msgs.clear()
+        gc.collect()
+
+    msgs.extend([_Meddling("T", b"x", meddle=meddle)] +
+                [Message("T", bytes(100 + i), properties={"k": "v" * i}) for i in range(50)])
+    batch = c.encode_batch(msgs)
+    assert isinstance(batch, codec.CompiledBatch) and len(batch.sizes) == 51 and msgs == []
+    assert batch.properties[50] == {"k": "v" * 49}
 
 
 def test_a_missing_c_module_is_said_once_and_a_forced_python_codec_not_at_all(monkeypatch, capsys):
