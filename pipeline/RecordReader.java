@@ -30,6 +30,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
     private final List<JsonNode> work = new ArrayList<>();
     private final boolean places;  // rows from queue offsets alone (pipeline/unit_rows.py)
     private final boolean units;
+    private final Compacted compacted;  // units of a compaction topic's queue (Compacted), or null
     private final boolean checksums;
     private final boolean skip;
     private final Checksum sum;
@@ -45,6 +46,7 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
     private int pos;
     private int limit;
     private JsonNode at;
+    private JsonNode unitFile;
     private int atIndex;
     private long placed;  // rows of the place range work[next] made so far
     private int skipped;
@@ -60,14 +62,19 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         boolean empty = plan.isNull();
         rows = new Rows(schema, empty || plan.get("store").isNull() ? null : plan.get("store").asText());
         places = !empty && plan.has("rows");
-        units = !empty && plan.has("units");
+        compacted = empty || !plan.has("compacted") ? null : new Compacted(plan.get("compacted"));
+        units = !empty && (plan.has("units") || compacted != null);
         checksums = empty || plan.get("checksums").asBoolean();
         skip = !empty && plan.get("skip").asBoolean();
         sum = empty ? null : new Checksum(plan.get("flavor").asText(), plan.get("recordCrc").asBoolean());
         selection = empty ? null : new Selection(plan.get("filter"));
         points = empty || !plan.has("root") ? null : new IndexPoints(plan.get("root").asText(), plan.get("indexSlots").asInt());
         if (!empty) {
-            plan.get(places ? "rows" : units ? "units" : "pieces").forEach(work::add);
+            (compacted != null ? plan.get("compacted").get("files")
+                    : plan.get(places ? "rows" : units ? "units" : "pieces")).forEach(work::add);
+        }
+        if (compacted != null) {
+            compacted.lost.forEach(why -> rejectCopy(why.asText()));
         }
     }
 
@@ -132,21 +139,23 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
             Locality.check(buf, path, w.get("print").asText());
         }
         if (units) {
+            unitFile = w;
             at = w.get("at");
             atIndex = 0;
         } else {
             pos = w.get("start").asInt();
             limit = (int) Math.min(w.get("end").asLong(), buf.capacity());
         }
-        skipped = 0;
         return true;
     }
 
     private void done() {
         if (skipped > 0) {
             System.err.println("mqfs: warning: skipped " + skipped + " damaged records in " + path
-                    + (units ? "" : " (first at CommitLog offset " + firstSkipped + ")"));
+                    + (compacted != null ? " (first: " + firstSkipped + ")"
+                       : units ? "" : " (first at CommitLog offset " + firstSkipped + ")"));
         }
+        skipped = 0;
         buf = null;
     }
 
@@ -191,7 +200,14 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
             return false;
         }
         int p = at.get(atIndex++).asInt();
-        if (!r.read(buf, p, buf.capacity())) {
+        if (compacted != null) {
+            String why = compacted.check(r, buf, sum, unitFile, atIndex - 1, p, fileFrom);
+            if (why != null) {
+                rejectCopy(why);
+            } else {
+                rowsOf(true);
+            }
+        } else if (!r.read(buf, p, buf.capacity())) {
             reject(p, "malformed record");
         } else {
             rowsOf(false);
@@ -246,6 +262,17 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
             } catch (Inner.Damaged e) {
                 reject(r.start, e.getMessage());
             }
+        }
+    }
+
+    /** A compaction copy that does not check out against its unit (Compacted), as
+     * pipeline/compacted.py's read fails or counts it. */
+    private void rejectCopy(String why) {
+        if (!skip) {
+            throw new DamagedRecord("mqfs: " + why + " (damagedRecords=skip leaves it out)");
+        }
+        if (skipped++ == 0) {
+            firstSkipped = why;
         }
     }
 

@@ -117,8 +117,7 @@ def read(layout: StoreLayout, part: CompactedPartition, opts: ReadOptions) -> It
             continue
         start = queue.log_file_of(int(unit["offset"]))
         by_file.setdefault(start, []).append(int(unit["offset"]) - start)
-    flt = replace(part.flt, excluded_topics=frozenset(), topics=frozenset({part.topic}),
-                  queues=frozenset({part.queue_id}))
+    flt = served_filter(part)
     for start, positions in by_file.items():
         path = queue.log_path(start)
         buf = map_readonly(path)
@@ -129,3 +128,33 @@ def read(layout: StoreLayout, part: CompactedPartition, opts: ReadOptions) -> It
             yield batch
     if damaged:
         warn(f"skipped {damaged} damaged compaction copies of {part.topic}/{part.queue_id}")
+
+
+def served_filter(part: CompactedPartition) -> RowFilter:
+    """The row filter of a partition's copies: its queue's, the read's other bounds."""
+    return replace(part.flt, excluded_topics=frozenset(), topics=frozenset({part.topic}),
+                   queues=frozenset({part.queue_id}))
+
+
+def unit_files(layout: StoreLayout, part: CompactedPartition) -> tuple[list[dict], list[str]]:
+    """The planned units by compactionLog file, in queue order (path, file start, and per
+    unit its position in the file, size, queue offset and store time, which the JVM reader
+    checks each copy against: Compacted.java), and why each unit that points past the
+    files is damaged (CompactedQueue.read's words). Nothing is read but the listing."""
+    views = CompactionViews(layout.root, frozenset({part.topic}), layout.checked_flavor)
+    queue = views.queue(part.topic, part.queue_id)
+    files: dict[int, dict] = {}
+    lost: list[str] = []
+    for unit in part.units:
+        position, size, base = int(unit["offset"]), int(unit["size"]), int(unit["base"])
+        start = queue.log_file_of(position, size)
+        if start < 0:
+            lost.append(f"compactionCq {part.topic}/{part.queue_id} unit for offset {base} points at "
+                        f"{position}, past the compactionLog's files ({queue.log_dir})")
+            continue
+        f = files.setdefault(start, {"path": queue.log_path(start), "from": start, "at": [], "size": [],
+                                     "base": [], "time": []})
+        for key, value in (("at", position - start), ("size", size), ("base", base),
+                           ("time", int(unit["store_time"]))):
+            f[key].append(value)
+    return list(files.values()), lost

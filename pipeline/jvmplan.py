@@ -23,9 +23,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from mqfs.store.meta.features import BAD_POLICY, COMPACTION, Features, recognise
+from mqfs.store.meta.features import BAD_POLICY, Features, recognise
 from mqfs.store.offline.views import StoreLayout
 
+from . import compacted
 from .locality import fingerprint
 from .options import ReadOptions
 from .scan import RowFilter
@@ -38,7 +39,7 @@ JVM = "mqfs.jvm"  # = ScopedScans.JVM: the read schema's metadata key asking for
 SLOTS = "mqfs.slots"  # = RecordScan.SLOTS: beside it, the session's cores (Spark's defaultParallelism)
 # Store features (store/meta/features.py) whose rows the JVM reader does not give yet: a store
 # with one is read by the Python reader (FallbackReader), never answered short
-JVM_UNREAD = (COMPACTION, BAD_POLICY)  # compaction: pipeline/compacted.py
+JVM_UNREAD = (BAD_POLICY,)
 _said = False
 
 
@@ -234,6 +235,12 @@ def _describe(reader: PlannedReader, part: InputPartition, store: str | None, pr
     if isinstance(part, UnitRange):
         return {**out, "checksums": True, "filter": _filter(part.flt),
                 "units": _unit_files(layout, part, opts, prints)}
+    if isinstance(part, compacted.CompactedPartition):  # the copies compaction/ serves
+        files, lost = compacted.unit_files(layout, part)
+        for f in files:
+            f["print"] = _print(f["path"], prints)
+        return {**out, "checksums": True, "filter": _filter(compacted.served_filter(part)),
+                "compacted": {"topic": part.topic, "queue": part.queue_id, "files": files, "lost": lost}}
     pieces = getattr(part, "pieces", None)
     if not pieces:  # nothing planned: Spark's InputPartition(None)
         return {**out, "checksums": True, "filter": _filter(RowFilter()), "pieces": []}

@@ -35,6 +35,7 @@ from tests.pipeline.helpers import build_store, flip_body_byte  # noqa: E402
 from tests.store import broker_layouts as layouts  # noqa: E402
 from tests.store.broker_guard_layouts import layout_compaction  # noqa: E402
 from tests.store.broker_layouts import compressed_workload, json_body  # noqa: E402
+from tests.store.test_broker_layouts import _set_policy  # noqa: E402
 from tests.store.test_broker_stores import _broker_workload, broker_store  # noqa: E402
 from tests.store.test_layout import _FLAVORS, _HOSTS, messages  # noqa: E402
 from tests.store.test_resync import INDEXES, WHERE, _flip, _planted_store  # noqa: E402
@@ -265,6 +266,7 @@ def test_a_planted_record_whose_outer_header_is_gone_is_no_row_either_way(spark,
     assert p_at not in {r.commitlog_offset for r in jvm} and a_at not in {r.commitlog_offset for r in jvm}
 
 
+ODD_POLICY = "Bogus"  # a cleanup.policy RocketMQ does not know: the broker fails its reads
 FALLBACK = r"""
 import sys
 from pyspark.sql import SparkSession
@@ -272,7 +274,7 @@ from pyspark.sql import SparkSession
 root = sys.argv[1]
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 def rows(reader=None):
-    df = spark.read.format("mqfs")
+    df = spark.read.format("mqfs").option("subscribe", "Orders")  # Compacted's reads fail
     df = (df.option("reader", reader) if reader else df).load(root)
     return sorted((r.topic, r.queue_offset, bytes(r.body).hex()) for r in df.collect())
 print("ROWS", rows() == rows("python") and rows() != [], flush=True)
@@ -285,28 +287,32 @@ spark.stop()
 
 
 def test_a_store_with_a_feature_the_jvm_reader_lacks_is_read_by_python_and_said_once(tmp_path):
-    """A compaction store (jvmplan.JVM_UNREAD): the default read falls back to the Python reader
-    (the same rows), says so in one line once per session however many reads; reader=jvm
-    refuses in one line naming the feature and the option that reads it."""
-    root = str(tmp_path / "compacted")
+    """A store with a cleanup.policy RocketMQ does not know (jvmplan.JVM_UNREAD): the default
+    read falls back to the Python reader (the same rows), says so in one line once per session
+    however many reads; reader=jvm refuses in one line naming the feature and the option that
+    reads it."""
+    root = str(tmp_path / "odd-policy")
     layout_compaction(root)
+    _set_policy(root, ODD_POLICY)
     done = subprocess.run([sys.executable, "-c", FALLBACK, root], capture_output=True, text=True,
                           cwd=str(tmp_path), env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ROWS True" in done.stdout, done.stderr[-3000:]
     said = [x for x in done.stderr.splitlines() if "reading it through Python workers" in x]
-    assert said == [f"mqfs: {root} uses compaction (compaction/), which "
-                    "the JVM reader does not read yet; reading it through Python workers (slower)"], done.stderr[-3000:]
+    assert said == [f"mqfs: {root} uses unknown-cleanup-policy (topics.json: Compacted cleanup.policy='Bogus'), "
+                    "which the JVM reader does not read yet; reading it through Python workers (slower)"], \
+        done.stderr[-3000:]
     refused = re.search(r"REFUSED \[(.*)\]", done.stdout)
-    assert refused and f"{root} uses compaction" in refused.group(1)
+    assert refused and f"{root} uses unknown-cleanup-policy" in refused.group(1)
     assert "option('reader', 'python')" in refused.group(1)
 
 
 def test_a_store_with_a_feature_the_jvm_reader_lacks_reads_the_same_by_default(spark, tmp_path):
-    root = str(tmp_path / "compacted")
+    root = str(tmp_path / "odd-policy")
     layout_compaction(root)
+    _set_policy(root, ODD_POLICY)
     for columns in (None, ["topic", "queue_offset"]):
-        default, python = (spark.read.format("mqfs").options(**reader).load(root)
+        default, python = (spark.read.format("mqfs").options(subscribe="Orders", **reader).load(root)
                            for reader in ({}, {"reader": "python"}))
         if columns:
             default, python = default.select(*columns), python.select(*columns)

@@ -2,11 +2,15 @@
 kinds: BatchCQ topics' inner batches (a row per packed message at its own queue offset, as a
 consumer unwraps it: store/format/batch.unwrap) on a broker-written layout and on
 hypothesis-generated batches, damaged ones included (a batch that does not unwrap is a
-damaged record to both: the same failure, the same skips)."""
+damaged record to both: the same failure, the same skips); and compaction topics, read as
+the broker serves them from compaction/ (pipeline/compacted.py, Compacted.java), with
+damaged units and copies failing both the same way and skipped the same way."""
 
 from __future__ import annotations
 
+import os
 import re
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +23,7 @@ from mqfs.store.format import codec  # noqa: E402
 from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, encode_inner  # noqa: E402
 from mqfs.store.format.codec import Encoder  # noqa: E402
 from tests.pipeline.test_pipeline_jvm import FILE, SHAPES, T0, both, commitlog_store, same_rows  # noqa: E402
-from tests.store.broker_guard_layouts import layout_batch_cq  # noqa: E402
+from tests.store.broker_guard_layouts import layout_batch_cq, layout_compaction  # noqa: E402
 from tests.store.test_layout import _FLAVORS, _HOSTS  # noqa: E402
 
 INNER = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
@@ -174,3 +178,94 @@ def test_a_header_only_count_of_inner_batches_is_the_same_both_ways(spark, batch
     counts = [spark.read.format("mqfs").options(reader=r, subscribe=workload.topic).load(root).count()
               for r in ("jvm", "python")]
     assert counts == [len(workload.served)] * 2
+
+
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory):
+    """A broker-written compaction layout (layout_compaction) and what the broker serves."""
+    root = str(tmp_path_factory.mktemp("compacted") / "s")
+    return root, layout_compaction(root)
+
+
+@pytest.mark.parametrize("options, columns", SHAPES)
+def test_compaction_topics_read_the_same_both_ways(spark, compacted, options, columns):
+    root, _ = compacted
+    assert same_rows(spark, root, options, columns) > 0
+
+
+def test_a_compaction_topic_reads_as_the_broker_serves_it_both_ways(spark, compacted):
+    """The JVM's rows are the versions compaction/ serves, at their offsets; `records=all`
+    gives every version the CommitLog holds instead; other topics as before."""
+    root, served = compacted
+    jvm, _ = both(spark, root, {"subscribe": "Compacted"}, ["topic", "queue_id", "queue_offset", "body"])
+    assert {(r.topic, r.queue_id, r.queue_offset): bytes(r.body) for r in jvm} == served
+    assert same_rows(spark, root, {"records": "all", "subscribe": "Compacted"}, ["queue_offset"]) == 96
+    assert same_rows(spark, root, {"subscribe": "Orders"}) == 3
+
+
+@pytest.mark.parametrize("where", [
+    "queue_offset >= 40 AND queue_offset < 70",
+    "queue_id = 1",
+    "topic = 'Compacted' AND queue_offset > 40",
+    "topic = 'Orders' OR queue_offset = 40",
+])
+def test_pushed_filters_on_compaction_topics_read_the_same_both_ways(spark, compacted, where):
+    root, _ = compacted
+    assert same_rows(spark, root, {}, None, where) > 0
+
+
+def _unit_files(root: str, q: int = 0) -> list[str]:
+    d = os.path.join(root, "compaction", "compactionCq", "Compacted", str(q))
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def _log_files(root: str, q: int = 0) -> list[str]:
+    d = os.path.join(root, "compaction", "compactionLog", "Compacted", str(q))
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def _patch(path: str, at: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+def _flip_copy_body(root: str) -> None:
+    """A byte of the body of the newest compactionLog file's first copy (BODYCRC then fails)."""
+    path = _log_files(root)[-1]
+    with open(path, "rb") as f:
+        head = f.read(200)
+    body = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4  # an IPv4 record's BODY
+    _patch(path, body, bytes([head[body] ^ 0x20]))
+
+
+ATTACKS = {
+    "past-the-end": lambda root: _patch(_unit_files(root)[-1], 0, struct.pack(">q", 1 << 40)),
+    "missing-log-file": lambda root: os.unlink(_log_files(root)[0]),
+    "moved-copy": lambda root: _patch(_unit_files(root)[-1], 28, struct.pack(">q", 3)),
+    "other-time": lambda root: _patch(_unit_files(root)[-1], 20, struct.pack(">q", 7)),
+    "other-size": lambda root: _patch(_unit_files(root)[-1], 8, struct.pack(">i", 92)),
+    "body-flipped": _flip_copy_body,
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_a_damaged_compaction_unit_or_copy_fails_both_the_same_way_and_is_skipped_the_same_way(
+        spark, tmp_path, attack):
+    """Each copy is checked against its unit before it is a row (CompactedQueue.read): a unit
+    past the files, a file gone, a unit naming another copy, time or size, a copy whose body
+    fails its checksum. Both readers fail with the same words; with damagedRecords=skip both
+    leave the same copies out, and read every other row."""
+    root = str(tmp_path / "s")
+    served = layout_compaction(root)
+    ATTACKS[attack](root)
+    errors = []
+    for reader in ("jvm", "python"):
+        with pytest.raises(Exception) as err:
+            spark.read.format("mqfs").options(reader=reader, subscribe="Compacted").load(root).collect()
+        found = re.search(r"mqfs: (compactionCq .*?) \(damagedRecords=skip leaves it out\)", str(err.value))
+        assert found, str(err.value)[-2000:]
+        errors.append(re.sub(r"(damaged copy at \d+): .*", r"\1", found.group(1)))  # then the decoder's words
+    assert errors[0] == errors[1]
+    n = same_rows(spark, root, {"damagedRecords": "skip", "subscribe": "Compacted"})
+    assert 0 < n < len(served)
