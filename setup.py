@@ -7,6 +7,7 @@ install still succeeds and the store runs its Python codec (it says so once)."""
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 PTH = "mqfs-pyspark-python.pth"
@@ -21,6 +22,20 @@ class BuildWithPth(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH)]
 
 
+class OptionalExtensions(build_ext):
+    """An optional module that failed to build (no compiler, no -dev package) leaves no file:
+    it is left out of the outputs too, or the editable install would fail to link it and a
+    machine without a compiler could not install at all."""
+
+    def get_outputs(self) -> list[str]:
+        if self.inplace:
+            return list(self.get_output_mapping())
+        return [p for p in super().get_outputs() if os.path.exists(p)]
+
+    def get_output_mapping(self) -> dict[str, str]:
+        return {built: placed for built, placed in super().get_output_mapping().items() if os.path.exists(placed)}
+
+
 # One entry per C module, each linked against system libraries (scripts/setup installs their
 # -dev packages), never against copies of their sources.
 EXTENSIONS = [
@@ -32,4 +47,4 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-Wall"], optional=True),
 ]
 
-setup(cmdclass={"build_py": BuildWithPth}, ext_modules=EXTENSIONS)
+setup(cmdclass={"build_py": BuildWithPth, "build_ext": OptionalExtensions}, ext_modules=EXTENSIONS)
