@@ -125,7 +125,9 @@ static int index_args(PyObject *const *args, IndexArgs *ix) {
         return -1;
     if (PyObject_GetBuffer(args[0], &ix->buf, PyBUF_WRITABLE) < 0)
         return -1;
+    /* each term bounded by the buffer's length first: a product must not overflow */
     if (ix->slots <= 0 || ix->count < 1 || ix->entries < ix->count
+        || ix->slots > ix->buf.len / SLOT_SIZE || ix->entries > ix->buf.len / ENTRY_SIZE
         || ix->buf.len < HEADER_SIZE + ix->slots * SLOT_SIZE + ix->entries * ENTRY_SIZE) {
         PyBuffer_Release(&ix->buf);
         PyErr_SetString(PyExc_ValueError, "IndexFile geometry does not fit its buffer");

@@ -154,3 +154,19 @@ def test_a_java_hash_of_int_min_indexes_as_zero(tmp_path):
     py.put_key(0, 4096, 2_000)
     assert c.add_keys(compiled.dispatch.HASH_JAVA, "T", [key], 4096, 2_000) == 1
     _same(py, c)
+
+
+@pytest.mark.parametrize("slots, entries", [(1 << 62, 1), (4, 1 << 62), (1 << 61, 1 << 61), ((1 << 63) - 1, 2)])
+def test_a_geometry_whose_size_overflows_is_refused_not_written_through(slots, entries):
+    """slots and entries whose bytes wrap a 64-bit product to a small size: the C module
+    refuses them and writes nothing (before, the wrapped size passed its check and an entry
+    went far outside the buffer)."""
+    import numpy as np
+
+    buf = bytearray(40 + 4 * 4 + 20 * 4)
+    col = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError, match="geometry"):
+        compiled.dispatch.index_entries(buf, slots, entries, 1, 0, col + 12345, col, col)
+    with pytest.raises(ValueError, match="geometry"):
+        compiled.dispatch.index_keys(buf, slots, entries, 1, 0, compiled.dispatch.HASH_XXH32, "T", ["k"], 0, 0)
+    assert buf == bytearray(len(buf))
