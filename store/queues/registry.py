@@ -88,6 +88,10 @@ class QueueRegistry:
         self._recorded: dict[Key, Recorded] = {}
         self._fresh: dict[Key, bytes] = {}  # new queues, no object yet: their units
         self._lock = threading.RLock()
+        # queues found open since the last `trim`, last used last: moved to the end of the
+        # LRU order there (a put finds its queue without the lock; a lost touch only makes a
+        # queue look older, and a trim drops only settled queues)
+        self._used: dict[Key, None] = {}
         self._proving: dict[Key, threading.Event] = {}  # queues a thread is proving now
         self.commitlog: CommitLog | None = None  # where the newest messages' times are read
         self.discharged = 0  # cuts made (queues opened that owed one): the owed set changed
@@ -189,12 +193,13 @@ class QueueRegistry:
 
     def if_open(self, key: Key) -> ConsumeQueue | None:
         """The queue if it is open now (a fresh one is, its object made); None otherwise
-        (nothing is opened, no file read)."""
+        (nothing is opened, no file read). An open queue is found without the lock: its use
+        is noted (`_used`) and moves it in the LRU order at the next `trim`."""
         cq = self._open.get(key)
         if cq is not None:
-            with self._lock:
-                if key in self._open:
-                    self._open.move_to_end(key)
+            used = self._used
+            used.pop(key, None)  # two steps, each atomic: a race loses at most a touch
+            used[key] = None
         elif key in self._fresh:
             with self._lock:
                 cq = self._open_fresh(key) if key in self._fresh else self._open.get(key)
@@ -415,6 +420,10 @@ class QueueRegistry:
         (the caller holds the put lock, so none is between a reservation and its write);
         the queues dropped, for `read_dropped_times`."""
         with self._lock:
+            used, self._used = self._used, {}
+            for key in list(used):  # (a thread that read `_used` before the swap may add)
+                if key in self._open:
+                    self._open.move_to_end(key)
             excess = len(self._open) - self.cache
             going: list[tuple[Key, ConsumeQueue]] = []
             for key, cq in self._open.items():
