@@ -1,0 +1,95 @@
+"""Hostile messages through put and put_batch (alone, and between two good ones) with the C
+modules and with the Python codec: the same outcome each way (the same exception and words,
+or the same results) and, when refused, a store left byte for byte as it was. The C path
+declines what it does not encode exactly, so a refusal is always the Python codec's."""
+
+import array
+import types
+
+import pytest
+
+from mqfs.store import Message, MessageStore
+from mqfs.store.format import compiled
+from tests.store.helpers import file_hashes, small_config, use_codec
+
+pytestmark = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C path to compare")
+
+
+class Boom(Exception):
+    pass
+
+
+class BadStr(str):
+    """A str whose comparison raises (a dict lookup of a cached topic compares it)."""
+
+    def __eq__(self, other):
+        raise Boom("__eq__")
+
+    __hash__ = str.__hash__
+
+
+class IntSub(int):
+    pass
+
+
+class RaisingFlag(Message):
+    @property  # type: ignore[override]
+    def flag(self) -> int:
+        raise Boom("flag getter")
+
+    @flag.setter
+    def flag(self, value: int) -> None:
+        pass
+
+
+def _m(**kw) -> Message:
+    kw.setdefault("topic", "T")
+    kw.setdefault("body", b"body")
+    kw.setdefault("born_timestamp", 1_700_000_000_000)
+    return Message(**kw)
+
+
+def _hostile():
+    for body in ("text", bytearray(b"ba"), memoryview(b"mv"), array.array("i", [1, 2]), None, 5, b"", b"x" * 5000):
+        yield _m(body=body)
+    for topic in (b"T", None, "bad topic", "", "t" * 128, "T\xf6", "T\udc80", BadStr("T")):
+        yield _m(topic=topic)
+    for name in ("queue_id", "flag", "sys_flag", "reconsume_times", "born_timestamp", "prepared_transaction_offset"):
+        for v in (-1, 2**31, -(2**31) - 1, 2**63, -(2**63) - 1, 2**64, True, 1.0, "1", None, IntSub(7)):
+            yield _m(**{name: v})
+    for host in (("1.2.3.4", 70000), ("nonsense", 1), ("1.2.3.4",), "1.2.3.4:5", (b"1.2.3.4", 5), ("1.2.3.4", "5"),
+                 ["1.2.3.4", 5], ("::1", 5)):
+        yield _m(born_host=host)
+    for props in (None, {"a": 1}, {1: "a"}, {"KEYS": "a\x01b"}, {"a": "\x02"}, {"a": "\udc80"}, {"\udc80": "a"},
+                  {"__CRC32#": "1"}, {"a": "v" * 32760}, {"a": "v" * 40000}, {"KEYS": "\U0001F600 \udc80"},
+                  {"KEYS": "\U0001F600 k"}, {BadStr("a"): "b"}, {"a": BadStr("b")}, {"": ""}):
+        yield _m(properties=props)
+    yield RaisingFlag("T", b"b")
+    yield types.SimpleNamespace(**vars(_m()))  # not a Message, but shaped like one
+    yield 42
+
+
+def _outcomes(root: str) -> list:
+    out = []
+    with MessageStore(root, small_config(max_message_size=4096)) as s:
+        s.clock = iter(range(1_700_000_000_000, 1_800_000_000_000)).__next__
+        for msg in _hostile():
+            for batch in (None, [msg], [_m(), msg, _m()]):
+                before = file_hashes(root)
+                try:
+                    out.append([tuple(r) for r in ([s.put(msg)] if batch is None else s.put_batch(batch))])
+                except (Boom, TypeError, ValueError, AttributeError) as e:
+                    out.append((type(e).__name__, str(e), file_hashes(root) == before))
+        out.append(s.put_batch([]))
+    return out
+
+
+def test_hostile_messages_meet_the_same_fate_in_c_and_python(tmp_path, monkeypatch):
+    ways = {}
+    for way in ("python", "c"):
+        monkeypatch.undo()
+        use_codec(monkeypatch, way)
+        ways[way] = _outcomes(str(tmp_path / way))
+    assert ways["c"] == ways["python"]
+    refused = [o for o in ways["c"] if isinstance(o, tuple)]
+    assert len(refused) > 100 and all(unchanged for *_, unchanged in refused)
