@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..crash_points import crash_point
+from ..crash_points import ARMED, crash_point
 from ..errors import StoreFormatError
 from . import safefs
 from .safefs import fsync_dir
@@ -174,9 +174,11 @@ class MappedFile:
             if target > self.flushed_position:
                 # fdatasync writes back pages dirtied through the mapping as well, and unlike
                 # mmap.flush (msync) it releases the GIL, so puts go on while the disk works
-                crash_point("flush.before")
+                if ARMED:
+                    crash_point("flush.before")
                 os.fdatasync(self.fd)
-                crash_point("flush.after")
+                if ARMED:
+                    crash_point("flush.after")
                 self.flushed_position = target
             return self.flushed_position
 

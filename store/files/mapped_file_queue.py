@@ -222,34 +222,34 @@ class MappedFileQueue:
             return did
 
     def flush(self) -> int:
-        """Force every file up to its read position; return the new flushed offset."""
+        """Force every file up to its read position; return the new flushed offset: the end
+        of the durable prefix, which never passes a file whose own bytes are not all synced.
+        A roll (or, with the transient pool, a commit) can land while an older file is being
+        synced, so its tail (records, the BLANK) is not on disk even though the newer file's
+        bytes, synced next, are. Every sync put's sync: one Python call besides the file's."""
         with self._flush_lock:
-            return self._flush()
-
-    def _flush(self) -> int:
-        """The flushed offset is the end of the durable prefix: it never passes a file whose
-        own bytes are not all synced. A roll (or, with the transient pool, a commit) can land
-        while an older file is being synced, so its tail (records, the BLANK) is not on disk
-        even though the newer file's bytes, synced next, are."""
-        while self._unsynced:
-            fsync_dir(self._unsynced.pop())
-        files = list(self.files)
-        where = self.flushed_where
-        prefix = True  # every file so far is synced to its very end
-        # the files wholly below `where` are synced to their ends: a sync put's flush starts
-        # at the file holding it, so its cost does not grow with the number of files
-        first = max(0, bisect.bisect_right(files, where, key=_start) - 1)
-        for mf in files[first:]:
-            if not (mf.file_from_offset + mf.read_position <= where
-                    and mf.flushed_position >= mf.read_position):
-                mf.flush()
-                if mf.store_timestamp:
-                    self.store_timestamp = mf.store_timestamp
-            if prefix:
-                where = max(where, mf.file_from_offset + mf.flushed_position)
-                prefix = mf.flushed_position >= mf.file_size
-        self.flushed_where = where
-        return where
+            while self._unsynced:
+                fsync_dir(self._unsynced.pop())
+            files = self.files[:]
+            where = self.flushed_where
+            prefix = True  # every file so far is synced to its very end
+            # the files wholly below `where` are synced to their ends: a sync put's flush
+            # starts at the file holding it (the newest, but just after a roll), so its cost
+            # does not grow with the number of files
+            first = max(0, len(files) - 1)
+            if files and files[first].file_from_offset > where:
+                first = max(0, bisect.bisect_right(files, where, key=_start) - 1)
+            for mf in files[first:]:
+                if not (mf.file_from_offset + mf.read_position <= where
+                        and mf.flushed_position >= mf.read_position):
+                    mf.flush()
+                    if mf.store_timestamp:
+                        self.store_timestamp = mf.store_timestamp
+                if prefix:
+                    where = max(where, mf.file_from_offset + mf.flushed_position)
+                    prefix = mf.flushed_position >= mf.file_size
+            self.flushed_where = where
+            return where
 
     def synced(self) -> bool:
         """Every byte written and every new name is on disk."""

@@ -13,6 +13,7 @@ each is a `_Service` thread of `FlushServices`, named as below.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -69,32 +70,40 @@ class _Service(threading.Thread):
 
 
 class WaitableProgress:
-    """An offset that only grows, with waiters for 'at least X'."""
+    """An offset that only grows, with waiters for 'at least X'. An advance notifies only
+    while someone waits: every sync put advances `flushed`, which nobody waits for (the
+    group commit wakes its own waiters), and a Condition's notify_all is four Python calls."""
 
     def __init__(self, value: int = 0):
         self.value = value
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
+        self.waiters = 0  # threads in wait_for (changed and read under lock)
 
     def advance(self, value: int) -> None:
-        with self.cond:
+        with self.lock:
             if value > self.value:
                 self.value = value
-            self.cond.notify_all()
+            if self.waiters:
+                self.cond.notify_all()
 
     def wait_for(self, target: int, timeout_s: float, service: _Service) -> None:
         deadline = time.monotonic() + timeout_s
         with self.cond:
-            while self.value < target:
-                if service.error is not None:
-                    raise FlushTimeout(f"{service.name} failed: {service.error}")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise FlushTimeout(
-                        f"{service.name} did not reach offset {target} within {timeout_s:.1f} s"
-                    )
-                service.wakeup()
-                self.cond.wait(min(left, 0.05))
+            self.waiters += 1
+            try:
+                while self.value < target:
+                    if service.error is not None:
+                        raise FlushTimeout(f"{service.name} failed: {service.error}")
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise FlushTimeout(
+                            f"{service.name} did not reach offset {target} within {timeout_s:.1f} s"
+                        )
+                    service.wakeup()
+                    self.cond.wait(min(left, 0.05))
+            finally:
+                self.waiters -= 1
 
 
 class _Waiter:
@@ -146,22 +155,27 @@ class GroupCommit:
     def depart(self) -> None:
         """An announced put will not wait after all (it failed)."""
         with self.lock:
-            self._departed()
+            self.arriving -= 1
+            self.departed += 1
+            if self.gate is not None:
+                self._open_gate()
 
-    def _departed(self) -> None:
-        self.arriving -= 1
-        self.departed += 1
+    def _open_gate(self) -> None:
         if self.gate is not None and self.departed >= self.awaited:
             self.gate.release()  # every put the leader gathers for is in
             self.gate = None
 
     def wait(self, target: int, timeout_s: float, arrived: bool = False) -> None:
         """Return once the file is on disk up to target; `arrived`: the caller announced
-        itself with arrive() before appending."""
-        deadline = time.monotonic() + timeout_s
+        itself with arrive() before appending. Every sync put's path, a lone one's in four
+        calls of Python (this, `_lead`, the flush, `_hand_over`): only a put that queues
+        reads the clock, and nothing is called that a lone put does not need."""
         with self.lock:
             if arrived:
-                self._departed()
+                self.arriving -= 1
+                self.departed += 1
+                if self.gate is not None:
+                    self._open_gate()
             if self.progress.value >= target:
                 return
             waiter = None
@@ -170,11 +184,16 @@ class GroupCommit:
                 self.waiting.append(waiter)
             else:
                 self.leader = True
-        if waiter is None or self._queue(waiter, deadline, timeout_s):
-            self._lead(deadline)
+        if waiter is None:
+            self._lead(timeout_s)
+            return
+        left = self._queue(waiter, timeout_s)
+        if left is not None:
+            self._lead(left)
 
-    def _queue(self, waiter: _Waiter, deadline: float, timeout_s: float) -> bool:
-        """Wait behind the leader; True when handed the lead, False when covered."""
+    def _queue(self, waiter: _Waiter, timeout_s: float) -> float | None:
+        """Wait behind the leader; the time left when handed the lead, None when covered."""
+        deadline = time.monotonic() + timeout_s
         try:
             released = waiter.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
         except BaseException:  # interrupted: leave the queue, and pass on a lead given
@@ -185,7 +204,7 @@ class GroupCommit:
                 raise FlushTimeout(f"sync flush did not reach offset {waiter.target} "
                                    f"within {timeout_s:.1f} s")
             waiter.lock.acquire()  # released just as the time ran out: take what it says
-        return waiter.lead
+        return max(0.0, deadline - time.monotonic()) if waiter.lead else None
 
     def _dequeue(self, waiter: _Waiter) -> bool:
         """Take a put out of the queue; False when the leader released it first."""
@@ -200,31 +219,36 @@ class GroupCommit:
         if not self._dequeue(waiter) and waiter.lead:
             self._hand_over()
 
-    def _lead(self, deadline: float) -> None:
+    def _lead(self, timeout_s: float) -> None:
         try:
-            self._gather(deadline)
+            if self.arriving:  # read without the lock: _gather looks again under it
+                self._gather(timeout_s)
             self.syncs += 1
             self.progress.advance(self.flush())
         finally:
             self._hand_over()
 
-    def _gather(self, deadline: float) -> None:
-        """Wait for the puts appending now (one wake-up, when the last of them is in)."""
+    def _gather(self, timeout_s: float) -> None:
+        """Wait for the puts appending now (one wake-up, when the last of them is in), at
+        most `gather_s` and never past the put's own timeout."""
         with self.lock:
             if not self.arriving:
                 return
             self.awaited = self.departed + self.arriving
             gate = self.gate = threading.Lock()
             gate.acquire()
-        gate.acquire(timeout=max(0.0, min(self.gather_s, deadline - time.monotonic())))
+        gate.acquire(timeout=max(0.0, min(self.gather_s, timeout_s)))
         with self.lock:
             self.gate = None
 
     def _hand_over(self) -> None:
         """Release the queued puts the disk now covers and hand the lead to the first one
-        it does not (or to nobody)."""
+        it does not (or to nobody: a lone put's case, which builds no list)."""
         done = self.progress.value
         with self.lock:
+            if not self.waiting:
+                self.leader = False
+                return
             released = [w for w in self.waiting if w.target <= done]
             self.waiting = [w for w in self.waiting if w.target > done]
             if self.waiting:
@@ -260,7 +284,14 @@ class FlushServices:
         self.retention_service = (
             None if retention is None else
             _Service("mqfs-retention", RETENTION_INTERVAL_S, retention))
-        self.group_commit = GroupCommit(self.flushed, self._commit_and_flush)
+        # without the transient pool a sync is the flush alone (nothing to commit, and
+        # nobody waits for `committed`): the group commit calls the queue's flush directly
+        self.group_commit = GroupCommit(
+            self.flushed, queue.flush if self.commit_service is None else self._commit_and_flush)
+        # a sync put's wait (offset, arrived=False): GroupCommit.wait with the configured
+        # timeout, bound once (a partial adds no Python call of its own)
+        self.wait_flushed = functools.partial(self.group_commit.wait,
+                                              timeout_s=config.sync_flush_timeout_ms / 1000)
         self.services = [s for s in (self.commit_service, self.flush_service,
                                      self.logics_service, self.retention_service) if s is not None]
 
@@ -279,11 +310,8 @@ class FlushServices:
         self.committed.advance(self.queue.max_offset)
 
     def _commit_and_flush(self) -> int:
-        """A sync put's disk sync. Without the transient pool there is nothing to commit and
-        nobody waits for `committed` (`wait_committed` returns at once): the flush alone."""
+        """A sync put's disk sync with the transient pool: its buffers copied, then synced."""
         queue = self.queue
-        if self.commit_service is None:
-            return queue.flush()
         queue.commit()
         reached = queue.flush()
         self.committed.advance(queue.max_offset)
@@ -310,8 +338,3 @@ class FlushServices:
         self.commit_service.wakeup()
         self.committed.wait_for(offset, self.config.sync_flush_timeout_ms / 1000,
                                 self.commit_service)
-
-    def wait_flushed(self, offset: int, arrived: bool = False) -> None:
-        """Return once the CommitLog is on disk up to offset; `arrived`: the caller
-        announced itself with group_commit.arrive() before appending."""
-        self.group_commit.wait(offset, self.config.sync_flush_timeout_ms / 1000, arrived)
