@@ -53,7 +53,9 @@ def test_the_next_spark_test_has_a_working_session(spark):
 @pytest.mark.spark
 def test_a_spark_test_killed_by_its_timeout_leaves_the_next_one_a_working_session(tmp_path):
     pytest.importorskip("pyspark")
-    proc = inner_pytest(tmp_path, {"test_killed.py": KILLED_IN_PY4J}, "-n", "0", "-q")
+    # native tracebacks: the failure is formatted within the test's timeout, which is only
+    # 1.5 s after the kill (pytest's own style parses pyspark's sources: longer under load)
+    proc = inner_pytest(tmp_path, {"test_killed.py": KILLED_IN_PY4J}, "-n", "0", "-q", "--tb=native")
     out = proc.stdout + proc.stderr
     assert "near its 15 s timeout: its Spark JVM is killed" in out, out
     assert re.search(r"FAILED \S*test_killed.py::test_a_spark_job_outlives_its_timeout", out), out
