@@ -269,3 +269,11 @@ def test_a_damaged_compaction_unit_or_copy_fails_both_the_same_way_and_is_skippe
     assert errors[0] == errors[1]
     n = same_rows(spark, root, {"damagedRecords": "skip", "subscribe": "Compacted"})
     assert 0 < n < len(served)
+
+
+@pytest.mark.parametrize("options, columns", [({}, None), ({"shape": "kafka"}, ["offset", "value"])])
+def test_several_stores_of_both_kinds_read_the_same_both_ways(spark, batched, compacted, options, columns):
+    """A BatchCQ store and a compaction store as one read: each store's partitions (inner
+    batches, compaction copies) name their store."""
+    n = same_rows(spark, [batched[0], compacted[0]], options, columns)
+    assert n == same_rows(spark, batched[0], options, columns) + same_rows(spark, compacted[0], options, columns)
