@@ -27,6 +27,8 @@ UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 _UNIT = struct.Struct(">qiq")
 PRE_BLANK = (0, 0x7FFFFFFF, 0)
 TAIL_MAX = 4096  # bytes of units a queue holds in memory before they go to its files
+_TAIL_FIRST = 16 * UNIT_SIZE  # room a tail's first buffer has for single puts' units
+_NO_TAIL = bytearray()  # the buffer of an empty tail (never written: it has no room)
 _MAKING = threading.Lock()  # one MappedFileQueue per ConsumeQueue, whichever thread asks first
 
 
@@ -53,10 +55,12 @@ class ConsumeQueue:
         # the filler record repair left before a CommitLog offset, (offset, size) or None:
         # queue offsets of messages lost to damage point there, so none is given out again
         self.filler_before = filler_before
-        # units past the files' end, not written yet: (logical byte they start at, units).
-        # One immutable pair, replaced whole, so a read without the put lock sees a
-        # consistent tail; puts and write_out replace it under the store's put lock
-        self._tail: tuple[int, bytes] = (0, b"")
+        # units past the files' end, not written yet: (logical byte they start at, buffer,
+        # bytes of it used). One immutable triple, replaced whole, so a read without the put
+        # lock sees a consistent tail: the used bytes of a buffer never change, a put writes
+        # its unit past them (room kept, so a put copies 20 bytes, not the tail) and
+        # publishes the longer triple; puts and write_out replace it under the put lock
+        self._tail: tuple[int, bytearray, int] = (0, _NO_TAIL, 0)
         # the end this process left when it dropped the queue, taken up without reading its
         # files (`resume_at`): (end, first file's start, both bytes; newest message's time)
         self._resume: tuple[int, int, int] | None = None
@@ -102,13 +106,13 @@ class ConsumeQueue:
     @property
     def max_offset(self) -> int:
         """One past the last entry (buffered units included)."""
-        start, data = self._tail
-        return (start + len(data) if data else self._files_end(True)) // UNIT_SIZE
+        start, _, used = self._tail
+        return (start + used if used else self._files_end(True)) // UNIT_SIZE
 
     @property
     def buffered(self) -> int:
         """Bytes of units held in memory, not yet written to the files."""
-        return len(self._tail[1])
+        return self._tail[2]
 
     @property
     def min_offset(self) -> int:
@@ -138,7 +142,7 @@ class ConsumeQueue:
         """Before a put writes its record: when the tail and n more units would pass
         TAIL_MAX, write the tail out and reserve blocks for the n units now, so ENOSPC comes
         before the CommitLog is written rather than between the CommitLog and its unit."""
-        if len(self._tail[1]) + n * UNIT_SIZE <= TAIL_MAX:
+        if self._tail[2] + n * UNIT_SIZE <= TAIL_MAX:
             return
         self.write_out()
         files = self.queue.files
@@ -149,19 +153,19 @@ class ConsumeQueue:
 
     def takes(self, nbytes: int) -> bool:
         """Whether nbytes more units fit the tail as it is (`ensure_room` has nothing to do)."""
-        return len(self._tail[1]) + nbytes <= TAIL_MAX
+        return self._tail[2] + nbytes <= TAIL_MAX
 
     def write_out(self) -> int:
         """Write the tail into the files, rolling and creating them as needed (caller holds
         the store's put lock); the bytes written. A failure (ENOSPC) keeps the rest of the
         tail in memory, still served, for a later try."""
-        start, data = self._tail
-        if not data:
+        start, data, used = self._tail
+        if not used:
             return 0
         done = 0
-        view = memoryview(data)
+        view = memoryview(data)[:used]
         try:
-            while done < len(data):
+            while done < used:
                 files = self.queue.files
                 full = not files or files[-1].is_full()
                 end = (files[-1].file_from_offset + (self.file_size if full else files[-1].wrote_position)
@@ -173,24 +177,29 @@ class ConsumeQueue:
                 if full:  # a new file, made with its first units in the same open
                     done += self.queue.append_new_file(view[done : done + self.file_size]).wrote_position
                 else:
-                    take = min(len(data) - done, self.file_size - files[-1].wrote_position)
+                    take = min(used - done, self.file_size - files[-1].wrote_position)
                     files[-1].append(view[done : done + take])
                     done += take
         finally:
-            if done:
-                self._tail = (start + done, data[done:])
+            if done:  # a new buffer: a reader may still hold the old one's units
+                rest = used - done
+                self._tail = (start + done, bytearray(view[done:]) if rest else _NO_TAIL, rest)
         return done
 
     def put_buffered(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """A put's unit for queue_offset (caller holds the put lock): the next unit of the
         queue goes to the tail; anything else (a first unit above 0, a gap, an entry built
         already) through `put` once the tail is written."""
-        end = self._tail_end()
+        start, buf, used = self._tail
+        end = start + used if used else self._files_end()
         if queue_offset * UNIT_SIZE == end and commitlog_offset + size > self.max_physic_offset:
             if ARMED:
                 crash_point("cq.write")
-            self._to_tail(end, _UNIT.pack(commitlog_offset, size, tags_code),
-                          commitlog_offset + size, queue_offset + 1)
+            if used + UNIT_SIZE > len(buf):
+                buf = _grown(buf, used, used + UNIT_SIZE)
+            _UNIT.pack_into(buf, used, commitlog_offset, size, tags_code)  # past the used bytes
+            self._tail = (end - used, buf, used + UNIT_SIZE)
+            self._advance(commitlog_offset + size, queue_offset + 1)
             return True
         return self.put(commitlog_offset, size, tags_code, queue_offset)
 
@@ -199,7 +208,7 @@ class ConsumeQueue:
         written first). Idempotent: an entry already built is skipped. The common case (the
         next unit of a queue whose last file has room) is packed in place at once;
         everything else goes through `_put`."""
-        if self._tail[1]:
+        if self._tail[2]:
             self.write_out()
         files = self.queue.files
         if files and commitlog_offset + size > self.max_physic_offset:
@@ -228,14 +237,18 @@ class ConsumeQueue:
 
     def _tail_end(self) -> int:
         """Byte offset one past the queue's last unit, in the tail or the files."""
-        start, data = self._tail
-        return start + len(data) if data else self._files_end()
+        start, _, used = self._tail
+        return start + used if used else self._files_end()
 
     def _to_tail(self, end: int, raw: bytes, end_physic: int, next_offset: int) -> None:
         """The one way units reach the tail (a put's, a put_batch's, a fresh queue's first
         ones): `raw` continues the queue at byte offset `end` (the caller checked it)."""
-        start, data = self._tail
-        self._tail = (end - len(data), data + raw)
+        start, buf, used = self._tail
+        whole = used + len(raw)
+        if whole > len(buf):
+            buf = _grown(buf, used, whole)
+        buf[used:whole] = raw  # past the used bytes (same length: the buffer keeps its size)
+        self._tail = (end - used, buf, whole)
         self._advance(end_physic, next_offset)
 
     def _advance(self, end_physic: int, next_offset: int) -> None:
@@ -321,9 +334,9 @@ class ConsumeQueue:
         if queue_offset < self.min_offset or queue_offset >= self.max_offset:
             return None
         logical = queue_offset * UNIT_SIZE
-        start, data = self._tail
-        if data and logical >= start:
-            if logical - start >= len(data):
+        start, data, used = self._tail
+        if used and logical >= start:
+            if logical - start >= used:
                 return None
             return _UNIT.unpack_from(data, logical - start)
         mf = self.queue.find(logical)
@@ -334,10 +347,10 @@ class ConsumeQueue:
     def entries(self, queue_offset: int, n: int) -> np.ndarray:
         """Up to n consecutive units from queue_offset (may cross files and the tail)."""
         out = []
-        start, data = self._tail
+        start, data, used = self._tail
         offset = max(queue_offset, self.min_offset)
-        stop = min(queue_offset + n, (start + len(data)) // UNIT_SIZE if data else self.max_offset)
-        files_stop = min(stop, start // UNIT_SIZE) if data else stop
+        stop = min(queue_offset + n, (start + used) // UNIT_SIZE if used else self.max_offset)
+        files_stop = min(stop, start // UNIT_SIZE) if used else stop
         while offset < files_stop:
             logical = offset * UNIT_SIZE
             mf = self.queue.find(logical)
@@ -351,9 +364,9 @@ class ConsumeQueue:
             arr = np.frombuffer(mf.buffer(), dtype=UNIT_DTYPE, count=take, offset=first * UNIT_SIZE)
             out.append(arr)
             offset += take
-        if data and start // UNIT_SIZE <= offset < stop:  # bytes are immutable: no copy
-            out.append(np.frombuffer(data, dtype=UNIT_DTYPE, count=stop - offset,
-                                     offset=offset * UNIT_SIZE - start))
+        if used and start // UNIT_SIZE <= offset < stop:  # used bytes never change: no copy
+            out.append(np.frombuffer(memoryview(data).toreadonly(), dtype=UNIT_DTYPE,
+                                     count=stop - offset, offset=offset * UNIT_SIZE - start))
         if not out:
             return np.empty(0, dtype=UNIT_DTYPE)
         return out[0] if len(out) == 1 else np.concatenate(out)
@@ -410,7 +423,7 @@ class ConsumeQueue:
         """The newest message's store time given to `resume_at`, while the files are not
         loaded and nothing was put since (its last unit is then in no memory); else None."""
         resume = self._resume
-        return resume[2] if resume is not None and self._queue is None and not self._tail[1] else None
+        return resume[2] if resume is not None and self._queue is None and not self._tail[2] else None
 
     def _load_resumed(self, end: int, head: int) -> MappedFileQueue:
         """The files of a queue taken up unread (`resume_at`), listed and mapped, each
@@ -482,7 +495,7 @@ class ConsumeQueue:
             name = f"consumequeue-{self.topic}-{self.queue_id}-{os.path.basename(mf.path)}"
             moved.append(quarantine.move_file(root, mf.path, name))
         self.queue.files = []
-        self._tail = (0, b"")  # the rebuild puts its units back from the CommitLog
+        self._tail = (0, _NO_TAIL, 0)  # the rebuild puts its units back from the CommitLog
         self.queue.flushed_where = self.queue.committed_where = 0
         self.min_logic_offset = self.max_physic_offset = self.next_offset = 0
         self.hole = False
@@ -546,11 +559,21 @@ class ConsumeQueue:
     def settled(self) -> bool:
         """Every unit written is on disk: the object may be dropped and the queue opened
         again from its files (`QueueRegistry.trim`); never while units wait in the tail."""
-        return not self._tail[1] and (self._queue is None or self._queue.synced())
+        return not self._tail[2] and (self._queue is None or self._queue.synced())
 
     def close(self) -> None:
         if self._queue is not None:
             self._queue.close()
+
+
+def _grown(buf: bytearray, used: int, need: int) -> bytearray:
+    """A new tail buffer holding `buf`'s used bytes with room for `need` (four times the
+    room up to TAIL_MAX, so a hot queue copies its tail twice per TAIL_MAX, not per put;
+    a batch's first units get no spare room: a queue a batch made may get no more)."""
+    room = max(need, min(4 * len(buf), TAIL_MAX) if buf else (_TAIL_FIRST if need == UNIT_SIZE else need))
+    grown = bytearray(room)
+    grown[:used] = memoryview(buf)[:used]
+    return grown
 
 
 _CHUNK_UNITS = 4096  # units read at a time when looking for a queue's end from the back
