@@ -87,7 +87,13 @@ class StoreReads:
         if entry is None:
             raise NotFound(f"no message at {topic}/{queue_id}/{offset} "
                            f"(offsets {cq.min_offset}..{cq.max_offset - 1})")
-        msg = self._read(entry[0])
+        return self._served(entry[0], topic, queue_id, offset)
+
+    def _served(self, commitlog_offset: int, topic: str, queue_id: int, offset: int) -> StoredMessage:
+        """The record a unit of topic/queue_id at `offset` points at, as that queue's consumer
+        meets it; CorruptionError when the record is not that unit's (another queue's message
+        is never served under this queue's name)."""
+        msg = self._read(commitlog_offset)
         if not describes(msg.topic, msg.queue_id, msg.queue_offset, lambda: msg.properties,
                          topic, queue_id, offset):
             raise CorruptionError(f"ConsumeQueue {topic}/{queue_id} entry {offset} points at "
@@ -121,7 +127,7 @@ class StoreReads:
                 pick &= np.isin(units["tags"], codes) | (units["tags"] <= EXT_ADDRESS_MAX)  # ext: records decide
             units, queue_offsets = units[pick], queue_offsets[pick]
         def served(unit: tuple[int, int]) -> tuple[StoredMessage]:
-            return (served_as(self._read(unit[0]), topic, queue_id, unit[1]),)
+            return (self._served(unit[0], topic, queue_id, unit[1]),)
 
         return collect(zip(units["offset"].tolist(), queue_offsets.tolist()), served, wanted, skip_damaged, limit)
 

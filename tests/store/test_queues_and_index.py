@@ -330,3 +330,29 @@ def test_an_indexfile_moved_to_quarantine_is_in_the_recovery_report(tmp_path):
         assert len(moved) == 1 and os.path.exists(moved[0]), s.recovery.quarantined
         assert moved[0].startswith(os.path.join(root, "quarantine"))
         assert [m.body for m in s.query_key("k7")] == [b"m7"]  # indexed again
+
+
+def test_a_unit_pointing_at_another_queues_record_is_never_served_under_its_name(tmp_path):
+    """A ConsumeQueue unit changed after its queue was proven (a flipped bit, another writer)
+    that points at a valid record of another queue: a single read and a range read both
+    refuse it, and a listing that goes on past damage leaves it out, never serving B's
+    message as A's."""
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        for i in range(10):
+            s.put(Message(topic="A", queue_id=0, body=b"a%d" % i))
+            s.put(Message(topic="B", queue_id=0, body=b"b%d" % i))
+    with MessageStore(root, small_config(), create=False) as s:
+        assert [bytes(m.body) for m in s.get_range("A", 0, 0, 10)][3] == b"a3"  # A proven, open
+        cq_a, cq_b = (os.path.join(root, "consumequeue", t, "0") for t in "AB")
+        with open(os.path.join(cq_b, sorted(os.listdir(cq_b))[0]), "rb") as f:
+            unit_b3 = f.read()[3 * 20:4 * 20]
+        with open(os.path.join(cq_a, sorted(os.listdir(cq_a))[0]), "r+b") as f:
+            f.seek(3 * 20)
+            f.write(unit_b3)
+        with pytest.raises(CorruptionError, match="A/0 entry 3 points at B/0/3"):
+            s.get("A", 0, 3)
+        with pytest.raises(CorruptionError, match="A/0 entry 3 points at B/0/3"):
+            s.get_range("A", 0, 0, 10)
+        got = [(m.topic, m.queue_offset, bytes(m.body)) for m in s.get_range("A", 0, 0, 10, skip_damaged=True)]
+        assert got == [("A", i, b"a%d" % i) for i in range(10) if i != 3]
