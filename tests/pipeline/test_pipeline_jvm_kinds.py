@@ -1,6 +1,6 @@
 """The JVM reader against the Python reader on the record kinds it reads since issue 35's
 kinds: BatchCQ topics' inner batches (a row per packed message at its own queue offset, as a
-consumer unwraps it: store/format/batch.unwrap) on a broker-written layout and on
+consumer unwraps it: `unwrap` in store/format/batch.py) on a broker-written layout and on
 hypothesis-generated batches, damaged ones included (a batch that does not unwrap is a
 damaged record to both: the same failure, the same skips); and compaction topics, read as
 the broker serves them from compaction/ (pipeline/compacted.py, Compacted.java), with
