@@ -170,7 +170,8 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p) {
     if (p->body_len > c->max_message_size)
         goto done;
     p->body_obj = Py_NewRef(f[F_BODY]);
-    if (int_field(f[F_QUEUE_ID], 32, &p->queue_id) || p->queue_id < 0 ||
+    if (PyBool_Check(f[F_QUEUE_ID]) ||  /* True names queue 1 in the record, "True" on disk */
+            int_field(f[F_QUEUE_ID], 32, &p->queue_id) || p->queue_id < 0 ||
             int_field(f[F_FLAG], 32, &p->flag) || int_field(f[F_SYS_FLAG], 32, &p->sys_flag) ||
             int_field(f[F_BORN_TS], 64, &p->born_ts) || int_field(f[F_RECONSUME], 32, &p->reconsume) ||
             int_field(f[F_PREPARED], 64, &p->prepared))

@@ -191,8 +191,8 @@ class Encoder:
         if body_len > self.max_message_size:
             raise InvalidMessage(f"message body is {body_len} bytes, the limit is {self.max_message_size}")
         queue_id = msg.queue_id
-        if not 0 <= queue_id < QUEUE_ID_LIMIT:
-            raise InvalidMessage(f"queue id {queue_id} is out of range")
+        if not 0 <= queue_id < QUEUE_ID_LIMIT or queue_id.__class__ is bool:
+            raise InvalidMessage(_bad_queue_id(queue_id))
         topic = msg.topic
         tail = (self._topics.get(topic) or self._topic_part(topic)) + self._properties(msg.properties)
         born_raw, host_bits, head, ts_pos = self._born.get(msg.born_host) or self._hosts(msg.born_host)
@@ -241,6 +241,8 @@ class Encoder:
         if body_len.max() > self.max_message_size:
             raise InvalidMessage(f"message body is {body_len.max()} bytes, the limit is "
                                  f"{self.max_message_size}")
+        if any(isinstance(q, bool) for q in qids):
+            raise InvalidMessage(_bad_queue_id(True))
         queue_id = _int_column(qids, "queue id")
         if ((queue_id < 0) | (queue_id >= QUEUE_ID_LIMIT)).any():
             raise InvalidMessage(f"queue id {queue_id[(queue_id < 0) | (queue_id >= QUEUE_ID_LIMIT)][0]} "
@@ -302,6 +304,14 @@ class Encoder:
         if props_len.max(initial=0) > MAX_PROPERTIES_LEN:
             raise InvalidMessage(f"properties are {props_len.max()} bytes, the limit is {MAX_PROPERTIES_LEN}")
         return list(map(raw.__getitem__, map(slice, start.tolist(), stop.tolist()))), props_len
+
+
+def _bad_queue_id(queue_id: int) -> str:
+    """A bool is an int to Python but not a queue id: True would name queue 1 in the record
+    and a directory "True" on disk."""
+    if queue_id.__class__ is bool:
+        return f"queue id {queue_id} is not an integer"
+    return f"queue id {queue_id} is out of range"
 
 
 def _int_column(values: list[int], what: str, bits: int = 64) -> np.ndarray:

@@ -4,6 +4,7 @@ or the same results) and, when refused, a store left byte for byte as it was. Th
 declines what it does not encode exactly, so a refusal is always the Python codec's."""
 
 import array
+import os
 import types
 
 import pytest
@@ -101,3 +102,22 @@ def test_hostile_messages_meet_the_same_fate_in_c_and_python(tmp_path, monkeypat
     assert ways["c"] == ways["python"]
     refused = [o for o in ways["c"] if isinstance(o, tuple)]
     assert len(refused) > 100 and all(unchanged for *_, unchanged in refused)
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_a_bool_queue_id_is_refused_not_stored_as_queue_true(tmp_path, monkeypatch, way):
+    """True is an int to Python: it would be queue 1 in the record and consumequeue/T/True on
+    disk, a directory no broker reads. Both codecs refuse it, for a put and a batch."""
+    use_codec(monkeypatch, way)
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        s.put(_m())
+        s.flush()
+        before = _data(root)
+        with pytest.raises(ValueError, match="queue id True is not an integer"):
+            s.put(_m(queue_id=True))
+        with pytest.raises(ValueError, match="queue id True is not an integer"):
+            s.put_batch([_m(queue_id=1), _m(queue_id=True)])
+        s.flush()
+        assert _data(root) == before
+    assert not os.path.exists(os.path.join(root, "consumequeue", "T", "True"))
