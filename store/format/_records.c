@@ -283,6 +283,14 @@ static int write_record(const Codec *c, const Parts *p, char *out) {
 }
 
 /* Stamp QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP, then the trailer's digits. */
+/* Whether place_record may stamp a record of `total` bytes with its store timestamp at
+ * `ts_pos`: the offsets before it, the timestamp and (with record_crc) the trailer each
+ * inside the record and apart. place and place_run both ask this. */
+static int layout_ok(const Codec *c, Py_ssize_t total, Py_ssize_t ts_pos) {
+    return ts_pos >= QUEUE_OFFSET_POS + 16 && ts_pos + 8 <= total
+        && !(c->record_crc && total < ts_pos + 8 + RECORD_CRC_LEN);
+}
+
 static void place_record(const Codec *c, char *rec, Py_ssize_t total, Py_ssize_t ts_pos,
                          int64_t queue_offset, int64_t commitlog_offset, int64_t store_ts) {
     put64(rec + QUEUE_OFFSET_POS, queue_offset);
@@ -331,7 +339,7 @@ static PyObject *Codec_place(Codec *c, PyObject *const *args, Py_ssize_t nargs) 
     long long qo = PyLong_AsLongLong(args[2]), co = PyLong_AsLongLong(args[3]), ts = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred())
         return NULL;
-    if (ts_pos < QUEUE_OFFSET_POS + 16 || ts_pos + 8 > total || (c->record_crc && total < RECORD_CRC_LEN + ts_pos)) {
+    if (!layout_ok(c, total, ts_pos)) {
         PyErr_SetString(PyExc_ValueError, "not an encoded record");
         return NULL;
     }
@@ -452,8 +460,7 @@ static PyObject *Codec_place_run(Codec *c, PyObject *const *args, Py_ssize_t nar
     PyObject *out = Py_None;
     for (Py_ssize_t i = lo; i < hi; i++) {
         int64_t start = lay[3 * i], size = lay[3 * i + 1], ts_pos = lay[3 * i + 2];
-        if (start < 0 || size > len - start || ts_pos < QUEUE_OFFSET_POS + 16 || ts_pos + 8 > size
-                || (c->record_crc && size < ts_pos + 8 + RECORD_CRC_LEN)) {
+        if (start < 0 || size > len - start || !layout_ok(c, size, ts_pos)) {
             PyErr_SetString(PyExc_ValueError, "place_run: layout does not match the buffer");
             out = NULL;
             break;

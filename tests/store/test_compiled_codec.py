@@ -198,3 +198,24 @@ def test_a_missing_c_module_is_said_once_and_a_forced_python_codec_not_at_all(mo
     compiled.say_if_missing()
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "not built" in err[0] and "scripts/setup" in err[0]
+
+
+@needs_c
+@pytest.mark.parametrize("flavor", [ROCKETMQ, XXHASH])
+def test_place_and_place_run_refuse_the_same_layouts(flavor):
+    """A store timestamp whose 8 bytes would run into the whole-record checksum's trailer is
+    no encoded record: the single put's `place` refuses it as `place_run` (a batch's) does,
+    and nothing is written."""
+    _, c = _encoders(flavor, True, False)
+    rec, ts_pos = c.compiled.encode(Message("T", b"body"))
+    assert rec is not None
+    total = len(rec)
+    for bad in (total - 20 - 7, total - 20 - 1, total - 8 + 1, 8):
+        copy = bytearray(rec)
+        with pytest.raises(ValueError, match="not an encoded record"):
+            c.compiled.place(copy, bad, 1, 2, 3)
+        layout = np.array([0, total, bad], dtype=np.int64).tobytes()
+        with pytest.raises(ValueError, match="layout does not match"):
+            c.compiled.place_run(copy, layout, 0, 1, np.array([1]), np.array([2]), 3)
+        assert copy == rec
+    c.compiled.place(bytearray(rec), ts_pos, 1, 2, 3)  # the encoder's own layout is placed
