@@ -14,8 +14,8 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -61,6 +61,7 @@ from .message import (
     decode_properties,
     encode_host,
     encode_properties,
+    separator_refusal,
     validate_topic,
 )
 
@@ -279,17 +280,20 @@ class Encoder:
         their lengths: one text for the batch, checked and encoded once, then cut apart."""
         import numpy as np
 
-        counts = np.fromiter(map(len, props), dtype=np.int64, count=len(props))
-        if any(map(dict.__contains__, props, repeat(PROPERTY_CRC32))):
+        # one snapshot of every dict, counted and encoded: another thread or a name's hook
+        # may change them while this runs, and counts from another moment cut records wrong
+        snaps = [list(p.items()) for p in props]
+        counts = np.fromiter(map(len, snaps), dtype=np.int64, count=len(snaps))
+        pairs = list(chain.from_iterable(snaps))
+        if PROPERTY_CRC32 in set(map(itemgetter(0), pairs)):  # by hash, as a dict looks
             raise InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
         try:
-            items = list(map(NAME_VALUE_SEP.join, chain.from_iterable(map(dict.items, props))))
+            items = list(map(NAME_VALUE_SEP.join, pairs))
         except TypeError:  # a name or value that is not text: formatted as encode() does
-            items = [f"{k}{NAME_VALUE_SEP}{v}" for p in props for k, v in p.items()]
+            items = [f"{k}{NAME_VALUE_SEP}{v}" for k, v in pairs]
         text = PROPERTY_SEP.join(items) + PROPERTY_SEP if items else ""
         if text.count(NAME_VALUE_SEP) != len(items) or text.count(PROPERTY_SEP) != len(items):
-            for p in props:
-                encode_properties(p)  # raises, naming the property
+            raise separator_refusal(items, pairs)
         try:
             raw = text.encode("utf-8")
             item_len = np.fromiter(map(len, items if text.isascii() else map(str.encode, items)),
@@ -335,7 +339,10 @@ _FIELD_BITS = (("flag", "flag", 32), ("sys_flag", "sysflag", 32),
 
 
 def _bad_field(msg: Message) -> str:
-    """What is wrong with the header field of `msg` that did not pack."""
+    """What is wrong with the header field of `msg` that did not pack (or with its body, whose
+    checksum is packed with them)."""
+    if isinstance(msg.body, str):
+        return "message body must be bytes, not str"
     for attr, what, bits in _FIELD_BITS:
         value = getattr(msg, attr)
         if not isinstance(value, int) or not -(1 << bits - 1) <= value < 1 << bits - 1:

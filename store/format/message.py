@@ -122,25 +122,34 @@ def parse_host(text: str) -> tuple[str, int]:
 
 def encode_properties(props: dict[str, str]) -> bytes:
     """PROPERTIES as RocketMQ writes them; InvalidMessage for a name or value holding a
-    separator or text that is not valid UTF-8 (a lone surrogate)."""
-    n = len(props)
-    if not n:
+    separator or text that is not valid UTF-8 (a lone surrogate). Encodes one snapshot of
+    the items: another thread or a name's hook may change the dict while this runs."""
+    items = list(props.items())
+    if not items:
         return b""
     try:  # name SEP value, each item ended by the other SEP, joined in C
-        if n == 1:  # most puts (KEYS alone): a third cheaper than the join of a map
-            ((name, value),) = props.items()
-            text = name + NAME_VALUE_SEP + value + PROPERTY_SEP
+        if len(items) == 1:  # most puts (KEYS alone): a third cheaper than the join of a map
+            ((name, value),) = items
+            pieces = [name + NAME_VALUE_SEP + value]
         else:
-            text = PROPERTY_SEP.join(map(NAME_VALUE_SEP.join, props.items())) + PROPERTY_SEP
-    except TypeError:  # a name or value that is not text: formatted
-        text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
-    if text.count(NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
-        bad = [k for k, v in props.items() if set(f"{k}{v}") & {NAME_VALUE_SEP, PROPERTY_SEP}]
-        raise InvalidMessage(f"property {bad[0]!r} contains a \\x01 or \\x02 separator byte")
+            pieces = list(map(NAME_VALUE_SEP.join, items))
+    except TypeError:  # a name or value that is not text: formatted, once
+        pieces = [f"{k}{NAME_VALUE_SEP}{v}" for k, v in items]
+    text = PROPERTY_SEP.join(pieces) + PROPERTY_SEP
+    if text.count(NAME_VALUE_SEP) != len(pieces) or text.count(PROPERTY_SEP) != len(pieces):
+        raise separator_refusal(pieces, items)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
+
+
+def separator_refusal(pieces: list[str], items: list[tuple[str, str]]) -> InvalidMessage:
+    """The refusal naming the first item whose piece (name SEP value) holds a separator byte
+    of its own: sought in the very pieces whose text failed the count, so one is there."""
+    name = next(k for (k, _), piece in zip(items, pieces)
+                if piece.count(NAME_VALUE_SEP) != 1 or PROPERTY_SEP in piece)
+    return InvalidMessage(f"property {name!r} contains a \\x01 or \\x02 separator byte")
 
 
 def decode_properties(raw: bytes | memoryview, with_crc: bool = False) -> dict[str, str]:
