@@ -147,12 +147,16 @@ static PyObject *index_keys(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "index_keys takes 10 arguments");
         return NULL;
     }
-    int hash_kind = (int)PyLong_AsLong(args[5]);
+    long hash_kind = PyLong_AsLong(args[5]);
     PyObject *topic = args[6], *keys = args[7];
     long long phy = PyLong_AsLongLong(args[8]);
     long long store_ts = PyLong_AsLongLong(args[9]);
     if (PyErr_Occurred())
         return NULL;
+    if (hash_kind != HASH_JAVA && hash_kind != HASH_XXH32) {  /* not hashed as some other */
+        PyErr_Format(PyExc_ValueError, "unknown key hash kind %ld", hash_kind);
+        return NULL;
+    }
     if (!PyList_Check(keys)) {
         PyErr_SetString(PyExc_TypeError, "keys must be a list");
         return NULL;
@@ -162,7 +166,7 @@ static PyObject *index_keys(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (hashes == NULL)
         return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < n; i++) {
-        hashes[i] = key_hash(hash_kind, topic, PyList_GET_ITEM(keys, i));
+        hashes[i] = key_hash((int)hash_kind, topic, PyList_GET_ITEM(keys, i));
         if (hashes[i] < 0)
             goto fail;
     }

@@ -170,3 +170,13 @@ def test_a_geometry_whose_size_overflows_is_refused_not_written_through(slots, e
     with pytest.raises(ValueError, match="geometry"):
         compiled.dispatch.index_keys(buf, slots, entries, 1, 0, compiled.dispatch.HASH_XXH32, "T", ["k"], 0, 0)
     assert buf == bytearray(len(buf))
+
+
+@pytest.mark.parametrize("kind", [2, 7, -1, 1 << 32])
+def test_an_unknown_key_hash_kind_is_refused_not_hashed_as_another(kind):
+    """Only the two flavors' hashes exist: any other kind (1 << 32 would wrap to Java's as an
+    int) is a ValueError, with nothing written."""
+    buf = bytearray(40 + 4 * 4 + 20 * 4)
+    with pytest.raises(ValueError, match="unknown key hash kind"):
+        compiled.dispatch.index_keys(buf, 4, 4, 1, 0, kind, "T", ["k"], 0, 0)
+    assert buf == bytearray(len(buf))
