@@ -8,7 +8,6 @@ stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -122,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "IndexFiles (shows the plan, then asks)")
     r.add_argument("store", help="the store directory (not mounted)")
     r.add_argument("--yes", action="store_true", help="apply the plan without asking")
-    from .dump.command import add_parser as add_dump
+    from .dump.arguments import add_parser as add_dump
 
     add_dump(sub)
     from .group_command import add_parser as add_group
@@ -222,6 +221,8 @@ def cmd_info(a: argparse.Namespace) -> int:
     with MessageStore(root, StoreConfig(read_only=True, all_versions=a.all_versions),
                       create=False) as s:
         if a.json:
+            import json
+
             from .state import store_state
 
             sys.stdout.write(json.dumps(store_state(s, mounted_on(root)), indent=1) + "\n")
@@ -379,12 +380,13 @@ def _dispatch(argv: list[str]) -> int:
         args.store = os.path.realpath(args.store)  # resolved once; none is followed inside
     handler = {"mount": cmd_mount, "umount": cmd_umount, "init": cmd_init, "info": cmd_info,
                "verify": cmd_verify, "repair": cmd_repair, "dump": cmd_dump, "group": cmd_group}[args.command]
-    from mqfs.store.errors import StoreLocked
-
     try:
         return handler(args)
-    except StoreLocked as exc:
-        raise StoreLocked(f"{exc}; {_what_to_run(args.store)}") from None
+    except Exception as exc:
+        errors = sys.modules.get("mqfs.store.errors")  # loaded if a store error was raised:
+        if errors is not None and isinstance(exc, errors.StoreLocked):  # no subcommand's start
+            raise errors.StoreLocked(f"{exc}; {_what_to_run(args.store)}") from None  # imports it
+        raise
 
 
 def mounted_on(store: str) -> str | None:
@@ -421,11 +423,16 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def _store_error(exc: BaseException) -> bool:
+    """A StoreError, without importing the store to ask: a subcommand that never loaded
+    mqfs.store (umount, --help) cannot have raised one."""
+    errors = sys.modules.get("mqfs.store.errors")
+    return errors is not None and isinstance(exc, errors.StoreError)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Every failure ends as one `mqfs: ...` line on stderr and a non-zero exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    from mqfs.store.errors import StoreError
-
     try:
         code = _dispatch(argv)
         sys.stdout.flush()  # a closed pipe (`mqfs info | head -1`) shows here, not at exit
@@ -434,13 +441,16 @@ def main(argv: list[str] | None = None) -> int:
         # the reader went away: not an error worth a line, and exit quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except (StoreError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"mqfs: {_one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mqfs: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+        if _store_error(exc):
+            print(f"mqfs: {_one_line(exc)}", file=sys.stderr)
+            return 1
         print(f"mqfs: internal error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 70
 

@@ -1,4 +1,4 @@
-"""`mqfs dump STORE`: the command line, and where its messages come from for a selection."""
+"""`mqfs dump STORE`: running the command, and where its messages come from for a selection."""
 
 from __future__ import annotations
 
@@ -14,49 +14,19 @@ from mqfs.store.errors import StoreError
 from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, Features, recognise, topics_of
 from mqfs.store.offline.keys import key_candidates
 from mqfs.store.offline.located import layout_at
-from mqfs.store.offline.selection import TIMES, Selection, add_arguments, selection_of
+from mqfs.store.offline.selection import Selection, selection_of
 from mqfs.store.offline.store_files import StoreLayout
 
 from . import records
 from .compacted import served_messages, served_views
 from .picks import Damage, messages_at
 from .queue_spans import few_units, spans
-from .writer import FORMATS, Writer
+from .writer import Writer
 
 if TYPE_CHECKING:
     from . import source
 
 OUT_BUFFER = 1 << 16  # bytes of output per write(2)
-EPILOG = """\
-exit status: 0 when a message was selected, 1 when none was, 2 on an error (a store that
-cannot be read, a bad argument) or when a damaged record was skipped (each one named on
-stderr). """ + TIMES
-
-
-def add_parser(sub) -> None:
-    d = sub.add_parser("dump", help="print a store's messages as JSON lines, CSV or raw "
-                                    "bodies (reads the files: mounted or not, a broker's, "
-                                    "a live one; changes nothing)",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("store", help="the store directory, where it is mounted, or a path in "
-                                 "the mount (its whole store)")
-    add_arguments(d)
-    d.add_argument("-f", "--format", choices=FORMATS, default="json",
-                   help="json (default: one object per line), csv (with a header), raw "
-                        "(bodies, each ending in a newline), replay (lines append.jsonl "
-                        "publishes again: body, keys, tags, user properties, "
-                        "ORIGIN_MESSAGE_ID), offsets (TOPIC QUEUE OFFSET STORE_MS per line)")
-    d.add_argument("-n", "--max", type=int, metavar="N", help="stop after N messages")
-    d.add_argument("--each", type=int, metavar="N",
-                   help="at most N messages of each queue (--since T --each 1: where T "
-                        "falls on every queue)")
-    d.add_argument("-c", "--count", action="store_true",
-                   help="print only how many messages are selected")
-    d.add_argument("--all-versions", action="store_true",
-                   help="compaction topics with every version the CommitLog holds (default: "
-                        "the versions the broker serves, as consumers and a mount see them)")
-
-
 def selected(layout: StoreLayout, sel: Selection, damage: Damage,
              each: int | None = None, all_versions: bool = False) -> Iterator[StoredMessage]:
     """The messages a selection picks, reading as little as it lets: keys through the

@@ -13,7 +13,6 @@ import orjson
 from mqfs.store import StoredMessage
 from mqfs.store.format.jsonl import CSV_COLUMNS, EnvelopeLines, csv_row, replay_line
 
-FORMATS = ("json", "csv", "raw", "replay", "offsets")
 BATCH = 256  # JSON lines encoded and written at once
 
 

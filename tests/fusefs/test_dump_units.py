@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from mqfs.fusefs.dump import command, queue_spans
+from mqfs.fusefs.dump import arguments, command, queue_spans
 from mqfs.fusefs.dump.writer import Writer
 from mqfs.store import Message, MessageStore
 from mqfs.store.offline.located import layout_at
@@ -42,7 +42,7 @@ def _run(root: str, args: list[str], few: int, monkeypatch) -> tuple[bytes, list
     """(the JSON lines, the damage named) of a dump with this FEW (0: the columnar reader)."""
     monkeypatch.setattr(queue_spans, "FEW", few)
     p = argparse.ArgumentParser()
-    command.add_parser(p.add_subparsers())
+    arguments.add_parser(p.add_subparsers())
     a = p.parse_args(glued(["dump", root, *args]))
     from mqfs.store.offline.selection import selection_of
 
