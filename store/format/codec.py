@@ -177,8 +177,13 @@ class Encoder:
         if not props:
             return self._no_props
         if PROPERTY_CRC32 in props:
-            raise InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
-        raw = encode_properties(props) + self._crc_tail
+            raise _reserved_name()
+        raw = encode_properties(props)
+        # sought again in the text encoded (each of whose items holds one separator): a dict
+        # that hides the name, or a thread that adds it meanwhile, is refused too
+        if raw.startswith(_CRC_ITEM[1:]) or _CRC_ITEM in raw:
+            raise _reserved_name()
+        raw += self._crc_tail
         if len(raw) > MAX_PROPERTIES_LEN:
             raise InvalidMessage(f"properties are {len(raw)} bytes, the limit is {MAX_PROPERTIES_LEN}")
         return I16.pack(len(raw)) + raw
@@ -254,7 +259,13 @@ class Encoder:
         head["total"] = (HEADER_V4_SIZE + 2 + body_len + props_len
                          + np.fromiter(map(len, parts), dtype=np.int64, count=n))
         head["magic"] = MAGIC_V1
-        head["body_crc"] = np.fromiter(map(self.flavor.crc_unmasked, bodies), dtype=np.int64, count=n) & CRC_MASK
+        try:
+            crcs = np.fromiter(map(self.flavor.crc_unmasked, bodies), dtype=np.int64, count=n)
+        except TypeError:
+            if any(isinstance(b, str) for b in bodies):
+                raise InvalidMessage(_STR_BODY) from None
+            raise
+        head["body_crc"] = crcs & CRC_MASK
         head["queue_id"] = queue_id
         sys_flag = _int_column(sys_flags, "sysflag", 32) & ~HOST_V6_FLAGS
         head["sys_flag"] = sys_flag
@@ -286,7 +297,7 @@ class Encoder:
         counts = np.fromiter(map(len, snaps), dtype=np.int64, count=len(snaps))
         pairs = list(chain.from_iterable(snaps))
         if PROPERTY_CRC32 in set(map(itemgetter(0), pairs)):  # by hash, as a dict looks
-            raise InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
+            raise _reserved_name()
         try:
             items = list(map(NAME_VALUE_SEP.join, pairs))
         except TypeError:  # a name or value that is not text: formatted as encode() does
@@ -308,6 +319,15 @@ class Encoder:
         if props_len.max(initial=0) > MAX_PROPERTIES_LEN:
             raise InvalidMessage(f"properties are {props_len.max()} bytes, the limit is {MAX_PROPERTIES_LEN}")
         return list(map(raw.__getitem__, map(slice, start.tolist(), stop.tolist()))), props_len
+
+
+_STR_BODY = "message body must be bytes, not str"
+_CRC_ITEM = (PROPERTY_SEP + PROPERTY_CRC32 + NAME_VALUE_SEP).encode()  # the reserved name as an item
+
+
+def _reserved_name() -> InvalidMessage:
+    """The one refusal of a message that names the record's checksum property itself."""
+    return InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
 
 
 def _bad_queue_id(queue_id: int) -> str:
@@ -342,7 +362,7 @@ def _bad_field(msg: Message) -> str:
     """What is wrong with the header field of `msg` that did not pack (or with its body, whose
     checksum is packed with them)."""
     if isinstance(msg.body, str):
-        return "message body must be bytes, not str"
+        return _STR_BODY
     for attr, what, bits in _FIELD_BITS:
         value = getattr(msg, attr)
         if not isinstance(value, int) or not -(1 << bits - 1) <= value < 1 << bits - 1:

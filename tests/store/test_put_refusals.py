@@ -8,6 +8,7 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.errors import InvalidMessage
+from mqfs.store.writes import SMALL_BATCH
 from tests.store.helpers import small_config, use_codec
 
 
@@ -21,6 +22,13 @@ class Flicker:
     def __format__(self, spec: str) -> str:
         self.calls += 1
         return "v\x02" if self.calls == 1 else "v"
+
+
+class Hider(dict):
+    """Properties that deny holding the checksum's own name when asked."""
+
+    def __contains__(self, name: object) -> bool:
+        return False
 
 
 class Meddler:
@@ -40,8 +48,11 @@ def _m(props: dict) -> Message:
 
 
 def _puts(store: MessageStore):
-    """A put, a batch of one and a batch after a good message: each gives the last result."""
-    return (store.put, lambda m: store.put_batch([m])[-1], lambda m: store.put_batch([_m({"k": "v"}), m])[-1])
+    """A put, a batch of one, a few (encoded one by one) and many (encoded as one batch):
+    each gives the last message's result."""
+    return (store.put, lambda m: store.put_batch([m])[-1],
+            lambda m: store.put_batch([_m({"k": "v"}), m])[-1],
+            lambda m: store.put_batch([_m({"k": "v"}) for _ in range(SMALL_BATCH)] + [m])[-1])
 
 
 @pytest.mark.parametrize("way", ["c", "python"])
@@ -74,7 +85,7 @@ def test_properties_rewritten_by_another_thread_never_escape_as_another_error(tm
     """Only InvalidMessage or a put: the flips race the encoder, so what each put meets varies,
     but the outcome is one of the two every time."""
     use_codec(monkeypatch, way)
-    props = [{f"k{i}": "v", "KEYS": "a"} for i in range(8)]
+    props = [{f"k{i}": "v", "KEYS": "a"} for i in range(SMALL_BATCH + 8)]  # encoded as one batch
     stop = threading.Event()
 
     def meddle() -> None:
@@ -88,7 +99,7 @@ def test_properties_rewritten_by_another_thread_never_escape_as_another_error(tm
     outcomes = set()
     try:
         with MessageStore(str(tmp_path), small_config()) as s:
-            for _ in range(300):
+            for _ in range(200):
                 try:
                     s.put_batch([_m(p) for p in props])
                     s.put(_m(props[0]))
@@ -108,3 +119,13 @@ def test_a_str_body_is_refused_naming_the_body(tmp_path, monkeypatch, way):
         for put in _puts(s):
             with pytest.raises(InvalidMessage, match="^message body must be bytes, not str$"):
                 put(Message("T", "text", born_timestamp=1_700_000_000_000))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_the_checksum_property_is_refused_even_from_a_dict_that_hides_it(tmp_path, monkeypatch, way):
+    use_codec(monkeypatch, way)
+    with MessageStore(str(tmp_path), small_config()) as s:
+        for put in _puts(s):
+            for props in (Hider({"__CRC32#": "1"}), Hider({"a": "b", "__CRC32#": "1"})):
+                with pytest.raises(InvalidMessage, match="reserved for the checksum"):
+                    put(_m(props))
