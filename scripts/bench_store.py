@@ -209,12 +209,12 @@ def bench_put_batch(work: str, msgs: list[Message], plain: Timed, plain_n: int) 
 @contextlib.contextmanager
 def _pure_python() -> Iterator[None]:
     """Stores opened inside run without the C modules, as MQFS_PURE_PYTHON=1 makes them."""
-    saved = codec.compiled_records, compiled.dispatch
-    codec.compiled_records, compiled.dispatch = None, None
+    saved = codec.compiled_records, compiled.dispatch, compiled.PURE
+    codec.compiled_records, compiled.dispatch, compiled.PURE = None, None, True  # PURE: no "not built" line
     try:
         yield
     finally:
-        codec.compiled_records, compiled.dispatch = saved
+        codec.compiled_records, compiled.dispatch, compiled.PURE = saved
 
 
 def bench_puts(work: str, msgs: list[Message], cl: Timed, cl_n: int) -> str:
