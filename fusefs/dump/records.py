@@ -22,7 +22,7 @@ from mqfs.store.offline.store_files import StoreLayout, commitlog_files, map_rea
 from .picks import INNER_BATCHES, Damage, served
 from .queue_spans import CHUNK, Span
 
-_MAPS_KEPT = 16  # CommitLog files kept mapped at once (source's: a mapping holds a descriptor)
+_MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)
 NO_RECORD = "no record there (damaged or not yet written)"
 _OWN_HANDLING = INNER_BATCHES | COMPRESSED_FLAG  # records `served` handles its own way
 

@@ -14,12 +14,12 @@ from mqfs.store.format.layout import Records, fields, walk
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.selection import Selection
-from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, last_unit_offsets, map_readonly
+from mqfs.store.offline.views import QueueReader, StoreLayout, last_unit_offsets
 
 from .picks import Damage
 from .queue_spans import CHUNK, Span, tag_filtered
+from .records import Files
 
-_MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)
 
 @dataclass
 class Run:
@@ -33,25 +33,17 @@ class Run:
     queue: tuple[str, int, np.ndarray] | None = None
 
 
-class CommitLog:
-    """The store's CommitLog files, mapped read-only when first needed."""
+class CommitLog(Files):
+    """The store's CommitLog files, mapped read-only when first needed, read in runs."""
 
     def __init__(self, layout: StoreLayout) -> None:
-        self.files = commitlog_files(layout.root)
-        self.starts = np.array([s for s, _ in self.files], dtype=np.int64)
-        self._maps: dict[int, mmap.mmap] = {}
+        super().__init__(layout)
+        self.starts = np.array(self.starts, dtype=np.int64)  # type: ignore[assignment]
         self.flavor = layout.checked_flavor  # what a resync checks records with
         self.points = IndexPoints(layout.root, layout.index_slots)  # its witness: read only after a lost header
         self.layout = layout
         self._vouched: int | None = None
         self._end: int | None = None
-
-    def mapped(self, i: int) -> mmap.mmap:
-        mm = self._maps.pop(i, None) or map_readonly(self.files[i][1])
-        self._maps[i] = mm  # most recently used last
-        while len(self._maps) > _MAPS_KEPT:
-            del self._maps[next(iter(self._maps))]
-        return mm
 
     def runs_at(self, offsets: np.ndarray, damage: Damage, queue: QueueUnits | None = None
                 ) -> Iterator[Run]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,13 +119,9 @@ class QueueReader:
                 return None if unit["size"] == PRE_BLANK[1] else unit
         return None
 
-    def places(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """What read(start, end) gives, as native int64 arrays: the queue offsets, and the
-        units' CommitLog offsets and sizes (what a tiling of the CommitLog needs), without
-        copying whole units."""
-        offsets: list[np.ndarray] = []
-        ats: list[np.ndarray] = []
-        sizes: list[np.ndarray] = []
+    def _parts(self, start: int, end: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(queue offsets, units) of each file's written units in [start, end), pre-blank
+        units included: views of the mapped files, not copies."""
         for i, (fstart, _) in enumerate(self.files):
             base = fstart // UNIT_SIZE
             if base >= end or base + self.units_per_file <= start:
@@ -132,15 +129,23 @@ class QueueReader:
             _, units = self._units(i)
             lo, hi = max(start - base, 0), min(end - base, len(units))
             if hi > lo:
-                part = units[lo:hi]
-                size, at = part["size"].astype(np.int64), part["offset"].astype(np.int64)
-                offs = np.arange(base + lo, base + hi, dtype=np.int64)
-                keep = size != PRE_BLANK[1]
-                if not keep.all():
-                    size, at, offs = size[keep], at[keep], offs[keep]
-                offsets.append(offs)
-                ats.append(at)
-                sizes.append(size)
+                yield np.arange(base + lo, base + hi, dtype=np.int64), units[lo:hi]
+
+    def places(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What read(start, end) gives, as native int64 arrays: the queue offsets, and the
+        units' CommitLog offsets and sizes (what a tiling of the CommitLog needs), without
+        copying whole units."""
+        offsets: list[np.ndarray] = []
+        ats: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
+        for offs, part in self._parts(start, end):
+            size, at = part["size"].astype(np.int64), part["offset"].astype(np.int64)
+            keep = size != PRE_BLANK[1]
+            if not keep.all():
+                size, at, offs = size[keep], at[keep], offs[keep]
+            offsets.append(offs)
+            ats.append(at)
+            sizes.append(size)
         if not ats:
             return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
         if len(ats) == 1:
@@ -151,15 +156,9 @@ class QueueReader:
         """(queue offsets, units) for offsets in [start, end), pre-blank units left out."""
         offsets: list[np.ndarray] = []
         parts: list[np.ndarray] = []
-        for i, (fstart, _) in enumerate(self.files):
-            base = fstart // UNIT_SIZE
-            if base >= end or base + self.units_per_file <= start:
-                continue
-            _, units = self._units(i)
-            lo, hi = max(start - base, 0), min(end - base, len(units))
-            if hi > lo:
-                parts.append(units[lo:hi])
-                offsets.append(np.arange(base + lo, base + hi, dtype=np.int64))
+        for offs, part in self._parts(start, end):
+            offsets.append(offs)
+            parts.append(part)
         if not parts:
             return np.empty(0, np.int64), np.empty(0, UNIT_DTYPE)
         offs, units = np.concatenate(offsets), np.concatenate(parts)  # copies: the maps may go
