@@ -155,27 +155,25 @@ class GroupCommit:
     def depart(self) -> None:
         """An announced put will not wait after all (it failed)."""
         with self.lock:
-            self.arriving -= 1
-            self.departed += 1
-            if self.gate is not None:
-                self._open_gate()
+            self._departed()
 
-    def _open_gate(self) -> None:
+    def _departed(self) -> None:
+        """An announced put is in (caller holds the lock): the last one the leader gathers
+        for opens its gate."""
+        self.arriving -= 1
+        self.departed += 1
         if self.gate is not None and self.departed >= self.awaited:
             self.gate.release()  # every put the leader gathers for is in
             self.gate = None
 
     def wait(self, target: int, timeout_s: float, arrived: bool = False) -> None:
         """Return once the file is on disk up to target; `arrived`: the caller announced
-        itself with arrive() before appending. Every sync put's path, a lone one's in four
-        calls of Python (this, `_lead`, the flush, `_hand_over`): only a put that queues
-        reads the clock, and nothing is called that a lone put does not need."""
+        itself with arrive() before appending. Every sync put's path, a lone one's in five
+        calls of Python (this, `_departed`, `_lead`, the flush, `_hand_over`): only a put
+        that queues reads the clock."""
         with self.lock:
             if arrived:
-                self.arriving -= 1
-                self.departed += 1
-                if self.gate is not None:
-                    self._open_gate()
+                self._departed()
             if self.progress.value >= target:
                 return
             waiter = None
