@@ -25,7 +25,7 @@ import orjson
 
 from mqfs.store import InvalidMessage, Message
 from mqfs.store.format.jsonl import BodyTooLarge, decode_line, message_of
-from mqfs.store.format.message import PROPERTY_KEYS
+from mqfs.store.format.message import PROPERTY_KEYS, join_keys
 
 from .errors import FsError
 from .keynames import SURELY_FITS, check_key
@@ -261,16 +261,11 @@ def read_lines(text: bytes, topic: str, queue: int, limit: int) -> list[Message]
                     if len(data) <= limit:
                         add(Message(topic, data, queue, {}))
                         continue
-                elif len(obj) == 2 and type(keys := obj.get("keys")) is list and keys:
-                    try:
-                        joined = " ".join(keys)
-                    except TypeError:  # a key that is no text: message_of says so
-                        joined = ""
+                elif (len(obj) == 2 and type(keys := obj.get("keys")) is list and keys
+                        and all(type(k) is str for k in keys)):
                     data = body.encode()
-                    # no key empty or holding a space (join_keys' test), none that is no text
-                    if (len(data) <= limit and joined.count(" ") == len(keys) - 1
-                            and "" not in keys and joined):
-                        add(Message(topic, data, queue, {PROPERTY_KEYS: joined}))
+                    if len(data) <= limit:  # join_keys: InvalidMessage for an empty key or a space
+                        add(Message(topic, data, queue, {PROPERTY_KEYS: join_keys(keys)}))
                         continue
             add(message_of(obj, topic, queue, limit))
     except (ValueError, InvalidMessage):  # orjson.JSONDecodeError is a ValueError
