@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
-
-import xxhash
 
 from ..errors import CodecError, InvalidMessage
 from .compiled import records as compiled_records
@@ -128,7 +125,7 @@ class Encoder:
         # the C twin (store/format/_records.c), sharing the caches above; it declines (None)
         # whatever it does not encode exactly as this class does, which then runs
         self.compiled: Any = None
-        xx = {id(zlib.crc32): False, id(xxhash.xxh32_intdigest): True}.get(id(flavor.crc_unmasked))
+        xx = {"xxhash": True, "rocketmq": False}.get(flavor.name)  # its checksum, as the C dispatch picks its hash
         if compiled_records is not None and xx is not None:
             self.compiled = compiled_records.Codec(
                 self.store_host_raw, max_message_size, xx, flavor.record_crc, self._topics,
