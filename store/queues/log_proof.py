@@ -300,7 +300,12 @@ class LogProof:
         to quarantine/) under the put lock, so no put lands between the pass and the swap
         with an offset the pass did not see."""
         # no put lands in these queues meanwhile (`check_put` refuses them), so the walk
-        # needs no lock; the swaps take the put lock
+        # needs no lock; the swaps take the put lock. A put that passed `check_put` before
+        # they were marked short holds the put lock until its record is in the log: taking
+        # it once now waits for such a put, so the walk sees its record (else the swap finds
+        # the files a unit longer than the walk and leaves them as they are, unrebuilt)
+        with self.put_lock:
+            pass
         try:
             found = units_of(self.parts, self.tags, keys, self.limit, lambda: self._stop)
         except check.Halted:
@@ -333,7 +338,11 @@ class LogProof:
                 made = key in self.made
                 moved = swap_in(self.parts.root, queues, cq, units, keep_old=not made) \
                     if units is not None else []
-                if made and units is not None:
+                if units is None:
+                    text = (f"ConsumeQueue {key[0]}/{key[1]} holds units past the CommitLog's "
+                            "last record for it (offsets a repair kept): left as its files are, "
+                            f"not rebuilt; `mqfs verify {self.parts.root}` says what it lacks")
+                elif made:
                     text = (f"ConsumeQueue {key[0]}/{key[1]} had no files, and recovery gave it "
                             "only the records it re-dispatched: rebuilt from the CommitLog")
                 else:

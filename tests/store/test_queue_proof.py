@@ -454,3 +454,91 @@ def test_a_put_between_a_queues_end_and_its_head_being_walked_keeps_both(tmp_pat
             [b"old-%d" % i for i in range(100)] + [b"late", b"new"]
         assert any("T/0 did not hold every record" in n for n in s.recovery.notes)
     assert verify_store(root).ok
+
+
+class _Watched:
+    """A lock that says when someone asks for it (the proof's hold of the put lock)."""
+
+    def __init__(self, lock: threading.Lock, asked: threading.Event):
+        self.lock, self.asked = lock, asked
+
+    def __enter__(self):
+        self.asked.set()
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+
+def test_a_put_that_passed_its_check_just_before_its_queue_is_found_short_is_rebuilt_with_it(
+        tmp_path, monkeypatch):
+    """The narrower window left in session 14: a put passes `check_put` (T/0's end is proven
+    from the newest file), and before it writes its record the walk reaches T/0's head, finds
+    it missing and marks T/0 short; the rebuild's pass over the log then ran while the put
+    was stalled, so it did not see the put's record, and the swap (after the put, under the
+    put lock) found T/0's files one unit longer than the rebuild and left them as they were,
+    head missing. The put is stalled right after its check until either the rebuild's pass
+    is done (the window open) or the proof asks for the put lock before that pass (closed):
+    the rebuild must hold the head and the put either way."""
+    from mqfs.store.integrity import salvage
+
+    def workload(s: MessageStore) -> None:
+        for i in range(100):
+            s.put(Message.create("T", b"old-%d" % i, queue_id=0))
+        for i in range(OTHERS):
+            s.put(Message.create("U", b"u" * 300, queue_id=i % 4))
+        s.put(Message.create("T", b"late", queue_id=0))  # its end, in the newest file
+
+    root = str(tmp_path / "s")
+    broker_store(root, workload)
+    os.mkdir(os.path.join(root, "config"))
+    with open(os.path.join(root, "consumequeue", "T", "0", f"{0:020d}"), "r+b") as f:
+        f.write(struct.pack(">qiq", *PRE_BLANK) * 100)  # the head missing (see above)
+    monkeypatch.setattr(log_proof, "FOREGROUND", 0)
+    proofs: list[log_proof.LogProof] = []
+    go, checked = threading.Event(), threading.Event()
+    begin = log_proof.LogProof.begin
+
+    def watched(self):
+        proofs.append(self)
+        self.put_lock = _Watched(self.put_lock, go)
+        begin(self)
+
+    monkeypatch.setattr(log_proof.LogProof, "begin", watched)
+    units_of = log_proof.units_of
+
+    def scanned(*a, **k):
+        got = units_of(*a, **k)
+        go.set()  # the pass is over without the put's record: the put goes on now
+        return got
+
+    monkeypatch.setattr(log_proof, "units_of", scanned)
+    walk_file = salvage.walk_runs_of_file
+    files = [0]
+
+    def walk_held(*a, **k):
+        files[0] += 1
+        if files[0] == 2:  # the newest file walked: the older ones once the put is checked
+            assert checked.wait(180), "the test never put"
+        yield from walk_file(*a, **k)
+
+    monkeypatch.setattr(salvage, "walk_runs_of_file", walk_held)
+    with MessageStore(root, small_config(**BROKER), create=False) as s:
+        proof = eventually(lambda: proofs and proofs[0].decided(("T", 0)) and proofs[0],
+                           "the proof walked the newest file")
+        reserve = s.dispatcher.reserve
+
+        def stalled(msg):
+            got = reserve(msg)  # check_put passed
+            checked.set()
+            assert go.wait(180), "neither the rebuild's pass nor its wait for the put lock"
+            return got
+
+        s.dispatcher.reserve = stalled
+        assert s.put(Message.create("T", b"new", queue_id=0)).queue_offset == 101
+        del s.dispatcher.reserve
+        eventually(lambda: proof.settled, "the proof walked the log and rebuilt T/0", interval=0.02)
+        assert [bytes(m.body) for m in s.get_range("T", 0, 0, 200)] == \
+            [b"old-%d" % i for i in range(100)] + [b"late", b"new"]
+        assert any("T/0 did not hold every record" in n for n in s.recovery.notes)
+    assert verify_store(root).ok
