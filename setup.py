@@ -45,6 +45,9 @@ EXTENSIONS = [
     # IndexFile entries and bucket heads of a put and a batch (store/format/compiled.py too)
     Extension("mqfs.store.files._dispatch", ["store/files/_dispatch.c"], libraries=["xxhash"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
+    # JSON lines of the commonest shapes (store/format/jsonl.py's decode_lines loads it)
+    Extension("mqfs.store.format._jsonl", ["store/format/_jsonl.c"],
+              extra_compile_args=["-O2", "-Wall"], optional=True),
 ]
 
 setup(cmdclass={"build_py": BuildWithPth, "build_ext": OptionalExtensions}, ext_modules=EXTENSIONS)

@@ -26,6 +26,7 @@ def _load(name: str) -> ModuleType | None:
 
 records = _load("._records")  # CommitLog records (store/format/_records.c)
 dispatch = _load("..files._dispatch")  # IndexFile entries (store/files/_dispatch.c)
+jsonl = _load("._jsonl")  # JSON lines of the commonest shapes (store/format/_jsonl.c)
 
 
 def say_if_missing() -> None:
@@ -33,7 +34,8 @@ def say_if_missing() -> None:
     MQFS_PURE_PYTHON asked for the Python codec): puts still work, at about half the speed."""
     global _said
     missing = [name for name, module in (("mqfs.store.format._records", records),
-                                         ("mqfs.store.files._dispatch", dispatch)) if module is None]
+                                         ("mqfs.store.files._dispatch", dispatch),
+                                         ("mqfs.store.format._jsonl", jsonl)) if module is None]
     if missing and not PURE and not _said:
         _said = True
         print(f"mqfs: warning: the put path's C modules ({', '.join(missing)}) are not built: "

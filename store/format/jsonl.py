@@ -16,6 +16,7 @@ from collections.abc import Callable
 from itertools import chain, repeat
 
 from ..errors import InvalidMessage
+from . import compiled
 from .layout import decode_host, host_text
 from .message import PROPERTY_KEYS, PROPERTY_TAGS, Message, StoredMessage
 
@@ -50,6 +51,18 @@ def decode_line(line: bytes, topic: str, queue_id: int, limit: int) -> Message:
     except RecursionError:  # json's parser recurses once per level of nesting
         raise InvalidMessage("nested too deeply to be a message") from None
     return message_of(obj, topic, queue_id, limit)
+
+
+def decode_lines(text: bytes, topic: str, queue_id: int, limit: int) -> list[Message] | None:
+    """The messages of the lines in `text` (empty lines skipped; a last line needs no
+    newline) when every line is `{"body": "text"}`, optionally with `"keys": ["k", ...]`
+    (what producers and the bench write), decoded in C (store/format/_jsonl.c); else None,
+    and `decode_line` reads them. Whatever this returns is what decode_line makes of each
+    line (tests/store/test_jsonl_c.py holds it to that); None too without the C module."""
+    c = compiled.jsonl
+    if c is None:
+        return None
+    return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS)  # type: ignore[no-any-return]
 
 
 def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:

@@ -1,0 +1,401 @@
+/* JSON lines of the commonest shapes decoded in C: what a mount's append.jsonl spends per
+ * line is mostly this, for lines {"body": "text"} and {"body": "text", "keys": ["k", ...]}.
+ *
+ * The Python decoder (store/format/jsonl.py: decode_line, message_of) is the reference.
+ * `decode` either returns exactly the Messages it would make, or declines (returns None) for
+ * the whole text, and the Python decoder runs: every refusal keeps its errno and words. It
+ * declines anything it does not read itself: other fields, duplicate fields, escaped field
+ * names, keys given as one string or an empty list, an empty key or one holding a space,
+ * bytes that are not strict UTF-8 (Python's decoder: no surrogates, no overlong forms), lone
+ * surrogate escapes, control characters, a body over the limit, blank lines that are not
+ * empty, anything after the object.
+ *
+ * Two passes: the lines are read into spans without the GIL (bytes are immutable and held
+ * by the caller), then the objects are made with it, so a put in another thread runs meanwhile. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GIL_FREE_MIN 65536 /* texts shorter than this are read without letting the GIL go */
+
+typedef struct {
+    const unsigned char *body; /* into the text, or into the arena when it had escapes */
+    Py_ssize_t body_len;
+    const unsigned char *keys; /* the keys joined by spaces (arena), NULL when none */
+    Py_ssize_t keys_len;
+} Line;
+
+typedef struct {
+    const unsigned char *p, *end;
+    unsigned char *arena;  /* unescaped strings: never longer than their JSON text */
+    Py_ssize_t limit;
+} Reader;
+
+static inline void skip_ws(Reader *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\r'))
+        r->p++;
+}
+
+/* one strictly valid UTF-8 sequence of 2-4 bytes at p (lead byte >= 0x80): its length, or 0 */
+static inline int utf8_seq(const unsigned char *p, const unsigned char *end) {
+    unsigned char c = p[0];
+    Py_ssize_t room = end - p;
+    if (c >= 0xC2 && c <= 0xDF)
+        return room >= 2 && (p[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (room < 3 || (p[2] & 0xC0) != 0x80)
+            return 0;
+        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        return p[1] >= lo && p[1] <= hi ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (room < 4 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80)
+            return 0;
+        unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        return p[1] >= lo && p[1] <= hi ? 4 : 0;
+    }
+    return 0;
+}
+
+static inline int hex4(const unsigned char *p, const unsigned char *end, uint32_t *out) {
+    if (end - p < 4)
+        return 0;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (uint32_t)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static inline unsigned char *put_utf8(unsigned char *o, uint32_t cp) {
+    if (cp < 0x80) {
+        *o++ = (unsigned char)cp;
+    } else if (cp < 0x800) {
+        *o++ = (unsigned char)(0xC0 | (cp >> 6));
+        *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        *o++ = (unsigned char)(0xE0 | (cp >> 12));
+        *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+    } else {
+        *o++ = (unsigned char)(0xF0 | (cp >> 18));
+        *o++ = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+    }
+    return o;
+}
+
+#define ONES ((uint64_t)0x0101010101010101ULL)
+#define HIGHS ((uint64_t)0x8080808080808080ULL)
+
+/* eight bytes with none that needs a look: no quote, backslash, control byte or non-ASCII */
+static inline int plain8(const unsigned char *p) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\');
+    uint64_t special = ((q - ONES) & ~q) | ((b - ONES) & ~b) | (x - ONES * 0x20) | x;
+    return (special & HIGHS) == 0;
+}
+
+/* The string whose opening quote r->p is past: its UTF-8 bytes in *s and *n (into the text
+ * when it has no escapes, else unescaped into the arena, which advances). 0: not one to take. */
+static int read_string(Reader *r, const unsigned char **s, Py_ssize_t *n) {
+    const unsigned char *p = r->p, *end = r->end, *start = p;
+    for (;;) {
+        while (end - p >= 8 && plain8(p))
+            p += 8;
+        if (p >= end)
+            return 0;
+        unsigned char c = *p;
+        if (c == '"') {
+            *s = start;
+            *n = p - start;
+            r->p = p + 1;
+            return 1;
+        }
+        if (c == '\\')
+            break;
+        if (c < 0x20)
+            return 0;
+        if (c >= 0x80) {
+            int k = utf8_seq(p, end);
+            if (!k)
+                return 0;
+            p += k;
+        } else {
+            p++;
+        }
+    }
+    /* escapes: the plain part so far, then the rest unescaped */
+    unsigned char *out = r->arena, *o = out;
+    memcpy(o, start, (size_t)(p - start));
+    o += p - start;
+    while (p < end) {
+        unsigned char c = *p;
+        if (c == '"') {
+            *s = out;
+            *n = o - out;
+            r->arena = o;
+            r->p = p + 1;
+            return 1;
+        }
+        if (c < 0x20)
+            return 0;
+        if (c >= 0x80) {
+            int k = utf8_seq(p, end);
+            if (!k)
+                return 0;
+            memcpy(o, p, (size_t)k);
+            o += k;
+            p += k;
+            continue;
+        }
+        if (c != '\\') {
+            *o++ = c;
+            p++;
+            continue;
+        }
+        if (end - p < 2)
+            return 0;
+        switch (p[1]) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            uint32_t cp, lo;
+            if (!hex4(p + 2, end, &cp))
+                return 0;
+            if (cp >= 0xDC00 && cp <= 0xDFFF)
+                return 0; /* a lone low surrogate */
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || !hex4(p + 8, end, &lo)
+                        || lo < 0xDC00 || lo > 0xDFFF)
+                    return 0; /* a lone high surrogate */
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            }
+            o = put_utf8(o, cp);
+            p += 6;
+            continue;
+        }
+        default:
+            return 0;
+        }
+        p += 2;
+    }
+    return 0;
+}
+
+/* "keys": [ ... ] past its '[': the keys joined by spaces, into the arena. 0: not one to take. */
+static int read_keys(Reader *r, Line *line) {
+    unsigned char *joined = r->arena, *o = joined;
+    skip_ws(r);
+    if (r->p >= r->end || *r->p == ']')
+        return 0; /* an empty list: the Python decoder's */
+    for (;;) {
+        const unsigned char *s;
+        Py_ssize_t n;
+        if (r->p >= r->end || *r->p != '"')
+            return 0;
+        r->p++;
+        r->arena = o; /* a key with escapes is unescaped where it is joined */
+        if (!read_string(r, &s, &n) || n == 0 || memchr(s, ' ', (size_t)n))
+            return 0;
+        if (s != o)
+            memmove(o, s, (size_t)n);
+        o += n;
+        skip_ws(r);
+        if (r->p >= r->end)
+            return 0;
+        if (*r->p == ']') {
+            r->p++;
+            break;
+        }
+        if (*r->p != ',')
+            return 0;
+        r->p++;
+        skip_ws(r);
+        *o++ = ' '; /* room: the comma's */
+    }
+    line->keys = joined;
+    line->keys_len = o - joined;
+    r->arena = o;
+    return 1;
+}
+
+/* One line (no newline in it): 1 read into *line, 0 not one to take. */
+static int read_line(Reader *r, Line *line) {
+    int have_body = 0;
+    line->keys = NULL;
+    line->keys_len = 0;
+    skip_ws(r);
+    if (r->p >= r->end || *r->p != '{')
+        return 0;
+    r->p++;
+    skip_ws(r);
+    for (;;) {
+        if (r->end - r->p < 6 || r->p[0] != '"' || r->p[5] != '"')
+            return 0;
+        const unsigned char *name = r->p + 1;
+        r->p += 6;
+        skip_ws(r);
+        if (r->p >= r->end || *r->p != ':')
+            return 0;
+        r->p++;
+        skip_ws(r);
+        if (r->p >= r->end)
+            return 0;
+        if (memcmp(name, "body", 4) == 0) {
+            if (have_body || *r->p != '"')
+                return 0;
+            r->p++;
+            if (!read_string(r, &line->body, &line->body_len) || line->body_len > r->limit)
+                return 0;
+            have_body = 1;
+        } else if (memcmp(name, "keys", 4) == 0) {
+            if (line->keys || *r->p != '[')
+                return 0;
+            r->p++;
+            if (!read_keys(r, line))
+                return 0;
+        } else {
+            return 0;
+        }
+        skip_ws(r);
+        if (r->p >= r->end)
+            return 0;
+        if (*r->p == '}') {
+            r->p++;
+            break;
+        }
+        if (*r->p != ',')
+            return 0;
+        r->p++;
+        skip_ws(r);
+    }
+    skip_ws(r);
+    return have_body && r->p == r->end;
+}
+
+/* Every line of text into lines (room for one per newline, plus one): their count, or -1. */
+static Py_ssize_t read_all(const unsigned char *text, Py_ssize_t len, Py_ssize_t limit,
+                           unsigned char *arena, Line *lines) {
+    Reader r = {text, text, arena, limit};
+    const unsigned char *end = text + len;
+    Py_ssize_t count = 0;
+    while (r.p < end) {
+        const unsigned char *nl = memchr(r.p, '\n', (size_t)(end - r.p));
+        const unsigned char *stop = nl ? nl : end;
+        if (stop != r.p) { /* an empty line is skipped */
+            r.end = stop;
+            if (!read_line(&r, &lines[count]))
+                return -1;
+            count++;
+        }
+        r.p = nl ? nl + 1 : end;
+    }
+    return count;
+}
+
+static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, PyObject *queue,
+                               PyObject *message_type, PyObject *keys_name) {
+    PyObject *out = PyList_New(count);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *body = PyBytes_FromStringAndSize((const char *)lines[i].body, lines[i].body_len);
+        PyObject *props = PyDict_New();
+        PyObject *msg = NULL;
+        if (body && props && lines[i].keys) {
+            PyObject *keys = PyUnicode_DecodeUTF8((const char *)lines[i].keys, lines[i].keys_len,
+                                                  NULL);
+            if (!keys || PyDict_SetItem(props, keys_name, keys) < 0)
+                Py_CLEAR(props);
+            Py_XDECREF(keys);
+        }
+        if (body && props) {
+            PyObject *args[4] = {topic, body, queue, props};
+            msg = PyObject_Vectorcall(message_type, args, 4, NULL);
+        }
+        Py_XDECREF(body);
+        Py_XDECREF(props);
+        if (!msg) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, msg);
+    }
+    return out;
+}
+
+/* decode(text, topic, queue_id, limit, Message, KEYS) -> list of Message, or None */
+static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "decode(text, topic, queue_id, limit, Message, KEYS)");
+        return NULL;
+    }
+    PyObject *text = args[0];
+    if (!PyBytes_CheckExact(text) || !PyUnicode_CheckExact(args[1])
+            || !PyLong_CheckExact(args[2]) || !PyUnicode_CheckExact(args[5]))
+        Py_RETURN_NONE;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t len = PyBytes_GET_SIZE(text), newlines = 0;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(text);
+    for (const unsigned char *p = data; (p = memchr(p, '\n', (size_t)(data + len - p))); p++)
+        newlines++;
+    unsigned char *arena = PyMem_RawMalloc((size_t)len + 1);
+    Line *lines = PyMem_RawMalloc(sizeof(Line) * (size_t)(newlines + 1));
+    if (!arena || !lines) {
+        PyMem_RawFree(arena);
+        PyMem_RawFree(lines);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count;
+    if (len >= GIL_FREE_MIN) {
+        Py_BEGIN_ALLOW_THREADS
+        count = read_all(data, len, limit, arena, lines);
+        Py_END_ALLOW_THREADS
+    } else {
+        count = read_all(data, len, limit, arena, lines);
+    }
+    PyObject *out;
+    if (count < 0) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        out = make_messages(lines, count, args[1], args[2], args[4], args[5]);
+    }
+    PyMem_RawFree(arena);
+    PyMem_RawFree(lines);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
+     "decode(text, topic, queue_id, limit, Message, KEYS) -> the Messages of text's lines, or "
+     "None when a line is not of the shapes read here (the Python decoder then reads them)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jsonl",
+    "JSON lines of the commonest shapes decoded in C (store/format/jsonl.py is the reference)",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__jsonl(void) { return PyModule_Create(&module); }
