@@ -5,8 +5,13 @@ files cost neither a file descriptor, a mapping nor disk blocks each.
   until written) and blocks are reserved with fallocate GROW bytes at a time, ahead of the
   writes, so a full disk is still ENOSPC at a reservation, never SIGBUS on a store into the
   mapping. A queue of one message takes 32 KiB, not 6 MB.
-- No descriptor of its own is held: the file is opened to map it (or to sync, reserve or
-  seek) and closed at once.
+- No descriptor is held per file: the file is opened (through safefs) to map, write,
+  sync, reserve or seek it, and the descriptor then goes to one process-wide LRU of at most
+  `MAX_HELD`, so a queue written batch after batch opens its file once, not at every tail
+  write. A descriptor held is the file that was opened: one replaced under it (a planted
+  symlink) is not followed, and the next open, after eviction or close, goes through safefs
+  again. A descriptor in use is out of the LRU (eviction never closes one under a write);
+  `close()` closes the held one.
 - Mapped on first use and kept in one process-wide LRU of at most `MAX_MAPPED` mappings.
   Python's mmap keeps a duplicate descriptor for each mapping (3.13's trackfd=False would
   drop it), and the kernel allows about 65,000 mappings a process, so the LRU is what
@@ -35,13 +40,17 @@ from .mapped_file import MappedFile, pwrite_all
 
 GROW = 32 << 10  # blocks reserved at a time (with its directory, a queue takes about 40 KiB)
 MAX_MAPPED = 192  # mappings (each with a descriptor) kept at once by the whole process
+MAX_HELD = 64  # descriptors kept open between uses by the whole process
 
 _lru: OrderedDict[LazyMappedFile, None] = OrderedDict()
 _lru_lock = threading.Lock()
+_held: OrderedDict[LazyMappedFile, int] = OrderedDict()  # file -> its descriptor, oldest first
+_held_lock = threading.Lock()  # a leaf, as _lru_lock (taken inside it by `mm`)
 
 
 class LazyMappedFile(MappedFile):
-    """A MappedFile without a held descriptor or mapping, whose blocks grow with its data."""
+    """A MappedFile without a descriptor or mapping of its own (both are in bounded LRUs),
+    whose blocks grow with its data."""
 
     def __init__(self, path: str, file_size: int, file_from_offset: int = 0,
                  *, transient: bool = False, read_only: bool = False, zero_ahead: bool = False,
@@ -56,6 +65,7 @@ class LazyMappedFile(MappedFile):
         self.read_only = read_only
         self.fd = -1
         self._mm: mmap.mmap | None = None
+        self._closes = 0  # close() calls: a descriptor taken before one is not held after it
         exists = os.path.lexists(path)
         fd = safefs.open_file(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT)
         try:
@@ -75,7 +85,7 @@ class LazyMappedFile(MappedFile):
             if not exists and os.path.lexists(path):
                 safefs.unlink(path)
             raise
-        os.close(fd)
+        self._give_back(fd, 0)  # the next write (a put's units) needs it
         self.created = not exists
         self.write_buffer = None
         self.wrote_position = len(data)
@@ -107,12 +117,35 @@ class LazyMappedFile(MappedFile):
 
     @contextmanager
     def io_fd(self) -> Iterator[int]:
-        """The file opened for this one use (no descriptor is held between uses)."""
-        fd = safefs.open_file(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
+        """The file's descriptor for this use: the one held, or the file opened now."""
+        fd, closes = self._take_fd()
         try:
             yield fd
         finally:
-            os.close(fd)
+            self._give_back(fd, closes)
+
+    def _take_fd(self) -> tuple[int, int]:
+        """The held descriptor, out of the LRU while in use (or the file opened through
+        safefs), and the close() count it was taken at."""
+        with _held_lock:
+            fd = _held.pop(self, -1)
+            closes = self._closes
+        if fd < 0:
+            fd = safefs.open_file(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
+        return fd, closes
+
+    def _give_back(self, fd: int, closes: int) -> None:
+        """Hold a descriptor `_take_fd` gave, as the newest, evicting the oldest past
+        MAX_HELD; closed instead when the file was closed meanwhile or another thread's
+        descriptor of it is held already."""
+        with _held_lock:
+            if closes != self._closes or self in _held:
+                extra = fd
+            else:
+                _held[self] = fd
+                extra = _held.popitem(last=False)[1] if len(_held) > MAX_HELD else -1
+        if extra >= 0:
+            os.close(extra)
 
     # --- blocks ----------------------------------------------------------------------------
     def _fallocate(self, fd: int, end: int) -> None:
@@ -135,9 +168,12 @@ class LazyMappedFile(MappedFile):
         end = pos + len(data)
         if end > self.allocated:
             self.reserve(end)
-        with self.io_fd() as fd:  # not through the mapping: ext4's first store into a page of
-            pwrite_all(fd, data, pos)  # a fallocated extent waits for the journal (~6 ms a
-        self.wrote_position = end       # new queue); pwrite does not, and the mapping sees it
+        fd, closes = self._take_fd()  # io_fd without its context manager: once a queue a batch
+        try:
+            pwrite_all(fd, data, pos)  # not through the mapping: ext4's first store into a page
+        finally:                       # of a fallocated extent waits for the journal (~6 ms a
+            self._give_back(fd, closes)  # new queue); pwrite does not, and the mapping sees it
+        self.wrote_position = end
         return pos
 
     def flush(self) -> int:
@@ -152,17 +188,28 @@ class LazyMappedFile(MappedFile):
             return self.flushed_position
 
     def close(self) -> None:
-        """Drop this file's mapping from the LRU; it is unmapped once no reader holds it."""
+        """Drop this file's mapping from the LRU (it is unmapped once no reader holds it)
+        and close its held descriptor (one in use is closed when given back)."""
         with _lru_lock:
             _lru.pop(self, None)
             self._mm = None
+        with _held_lock:
+            self._closes += 1
+            fd = _held.pop(self, -1)
+        if fd >= 0:
+            os.close(fd)
 
 
 def close_under(directory: str) -> None:
-    """Drop the mappings of every file under a directory: those of queue objects a store
-    dropped without closing (readers may have held them), when the store closes."""
+    """Drop the mappings and close the held descriptors of every file under a directory:
+    those of queue objects a store dropped without closing (readers may have held them),
+    when the store closes."""
     prefix = os.path.join(directory, "")
     with _lru_lock:
         for mf in [mf for mf in _lru if mf.path.startswith(prefix)]:
             del _lru[mf]
             mf._mm = None
+    with _held_lock:
+        held = [mf for mf in _held if mf.path.startswith(prefix)]
+    for mf in held:
+        mf.close()
