@@ -234,11 +234,191 @@ done:
     return result;
 }
 
+/* Append (row, hash) of one index key to the growing columns; -1 with MemoryError set. */
+typedef struct {
+    int64_t *rows, *hashes;
+    Py_ssize_t n, cap;
+} KeyColumns;
+
+static int add_key(KeyColumns *out, Py_ssize_t row, long long hash) {
+    if (out->n == out->cap) {
+        Py_ssize_t cap = out->cap ? 2 * out->cap : 1024;
+        int64_t *rows = PyMem_Realloc(out->rows, (size_t)cap * sizeof *rows);
+        if (rows == NULL)
+            goto nomem;
+        out->rows = rows;
+        int64_t *hashes = PyMem_Realloc(out->hashes, (size_t)cap * sizeof *hashes);
+        if (hashes == NULL)
+            goto nomem;
+        out->hashes = hashes;
+        out->cap = cap;
+    }
+    out->rows[out->n] = row;
+    out->hashes[out->n++] = hash;
+    return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* key_hash of a batch's key, -1 with an error set also for text UTF-8 cannot hold (a lone
+ * surrogate), which Python's hash of either flavor refuses. */
+static long long batch_key_hash(int hash_kind, PyObject *topic, PyObject *key) {
+    if (hash_kind == HASH_JAVA
+        && ((!PyUnicode_IS_ASCII(topic) && PyUnicode_AsUTF8AndSize(topic, NULL) == NULL)
+            || (!PyUnicode_IS_ASCII(key) && PyUnicode_AsUTF8AndSize(key, NULL) == NULL)))
+        return -1;
+    return key_hash(hash_kind, topic, key);
+}
+
+/* 1: the message's keys (dispatcher.index_keys: UNIQ_KEY, then KEYS cut at spaces, empty
+ * tokens dropped) added when `indexed`; 0: a value that is not text (looked at in every
+ * message, as Python's path does), or a key the hash cannot take (Python's path decides
+ * then); -1: an error set. */
+static int message_keys(KeyColumns *out, Py_ssize_t row, int indexed, int hash_kind, PyObject *topic,
+                        PyObject *props, PyObject *keys_name, PyObject *uniq_name) {
+    if (!PyDict_Check(props) || !PyUnicode_Check(topic))
+        return 0;
+    int status = 0;
+    PyObject *uniq = PyDict_GetItemWithError(props, uniq_name);
+    Py_XINCREF(uniq);  /* owned: a lookup may run Python code (a key's __eq__) */
+    if (uniq == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *text = PyDict_GetItemWithError(props, keys_name);
+    Py_XINCREF(text);
+    PyObject *parts = NULL;
+    if (text == NULL && PyErr_Occurred()) {
+        status = -1;
+        goto done;
+    }
+    if ((uniq != NULL && !PyUnicode_Check(uniq)) || (text != NULL && !PyUnicode_Check(text)))
+        goto done;
+    if (!indexed) {
+        status = 1;
+        goto done;
+    }
+    if (uniq != NULL && PyUnicode_GET_LENGTH(uniq) > 0) {
+        long long h = batch_key_hash(hash_kind, topic, uniq);
+        if (h < 0 || add_key(out, row, h) < 0)
+            goto failed;
+    }
+    if (text == NULL || PyUnicode_GET_LENGTH(text) == 0) {
+        status = 1;
+        goto done;
+    }
+    Py_ssize_t space = PyUnicode_FindChar(text, ' ', 0, PyUnicode_GET_LENGTH(text), 1);
+    if (space == -2)
+        goto failed;
+    if (space == -1) {
+        long long h = batch_key_hash(hash_kind, topic, text);
+        if (h < 0 || add_key(out, row, h) < 0)
+            goto failed;
+        status = 1;
+        goto done;
+    }
+    PyObject *sep = PyUnicode_FromOrdinal(' ');
+    parts = sep == NULL ? NULL : PyUnicode_Split(text, sep, -1);
+    Py_XDECREF(sep);
+    if (parts == NULL)
+        goto failed;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+        PyObject *key = PyList_GET_ITEM(parts, i);  /* a new list of its own: no one else's */
+        if (PyUnicode_GET_LENGTH(key) == 0)
+            continue;
+        long long h = batch_key_hash(hash_kind, topic, key);
+        if (h < 0 || add_key(out, row, h) < 0)
+            goto failed;
+    }
+    status = 1;
+    goto done;
+failed:
+    /* a key the hash cannot take (UTF-8 of a lone surrogate): Python's path raises its own
+     * error for it; running out of memory stays an error */
+    status = PyErr_ExceptionMatches(PyExc_MemoryError) ? -1 : 0;
+    if (status == 0)
+        PyErr_Clear();
+done:
+    Py_XDECREF(parts);
+    Py_XDECREF(text);
+    Py_XDECREF(uniq);
+    return status;
+}
+
+/* batch_keys(hash_kind, topics, props, indexed, keys_name, uniq_name) -> (rows, hashes) as
+ * native int64 bytes, or None: Dispatcher._batch_keys for a batch, each indexed message's
+ * keys (`indexed`: one byte a message) as (its row, the flavor's key_hash of topic#key), in
+ * put order. None when a property value is not text or a key cannot be hashed, so the
+ * Python path runs and refuses as it does. */
+static PyObject *batch_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "batch_keys takes 6 arguments");
+        return NULL;
+    }
+    long hash_kind = PyLong_AsLong(args[0]);
+    if (hash_kind == -1 && PyErr_Occurred())
+        return NULL;
+    if (hash_kind != HASH_JAVA && hash_kind != HASH_XXH32) {
+        PyErr_Format(PyExc_ValueError, "unknown key hash kind %ld", hash_kind);
+        return NULL;
+    }
+    PyObject *topics = args[1], *props = args[2], *keys_name = args[4], *uniq_name = args[5];
+    if (!PyList_Check(topics) || !PyList_Check(props) || !PyUnicode_Check(keys_name)
+        || !PyUnicode_Check(uniq_name)) {
+        PyErr_SetString(PyExc_TypeError, "batch_keys takes lists of topics and properties and two names");
+        return NULL;
+    }
+    Py_buffer indexed;
+    if (PyObject_GetBuffer(args[3], &indexed, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    KeyColumns out = {NULL, NULL, 0, 0};
+    PyObject *result = NULL;
+    if (indexed.itemsize != 1 || indexed.len != PyList_GET_SIZE(topics)
+        || indexed.len != PyList_GET_SIZE(props)) {
+        PyErr_SetString(PyExc_ValueError, "batch_keys takes one topic, properties and flag a message");
+        goto done;
+    }
+    const unsigned char *flags = indexed.buf;
+    for (Py_ssize_t i = 0; i < indexed.len; i++) {
+        /* the lists may change while a lookup runs Python code: length checked, items owned */
+        if (i >= PyList_GET_SIZE(topics) || i >= PyList_GET_SIZE(props)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        PyObject *topic = Py_NewRef(PyList_GET_ITEM(topics, i));
+        PyObject *p = Py_NewRef(PyList_GET_ITEM(props, i));
+        int got = message_keys(&out, i, flags[i] != 0, (int)hash_kind, topic, p, keys_name, uniq_name);
+        Py_DECREF(topic);
+        Py_DECREF(p);
+        if (got < 0)
+            goto done;
+        if (got == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    {
+        PyObject *rows = PyBytes_FromStringAndSize((const char *)out.rows, out.n * 8);
+        PyObject *hashes = rows == NULL ? NULL : PyBytes_FromStringAndSize((const char *)out.hashes, out.n * 8);
+        if (hashes != NULL)
+            result = PyTuple_Pack(2, rows, hashes);
+        Py_XDECREF(rows);
+        Py_XDECREF(hashes);
+    }
+done:
+    PyMem_Free(out.rows);
+    PyMem_Free(out.hashes);
+    PyBuffer_Release(&indexed);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"index_keys", (PyCFunction)(void (*)(void))index_keys, METH_FASTCALL,
      "IndexFile entries for one record's keys, hashed here."},
     {"index_entries", (PyCFunction)(void (*)(void))index_entries, METH_FASTCALL,
      "IndexFile entries for columns of hashes, CommitLog offsets and store times."},
+    {"batch_keys", (PyCFunction)(void (*)(void))batch_keys, METH_FASTCALL,
+     "A batch's index keys as (rows, hashes), or None for Python's path."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -282,8 +282,11 @@ class Dispatcher:
     def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
         """The index keys of a batch as (row of each key's message, key hash), in put order;
-        rolled-back records have none. The common batch (one key a message, no UNIQ_KEY)
-        takes no Python step per message."""
+        rolled-back records have none. In C when it is built; else the common batch (one
+        key a message, no UNIQ_KEY) takes no Python step per message."""
+        found = self.index.batch_keys(topics, props, layout.indexed(sys_flags))
+        if found is not None:
+            return found
         n = len(topics)
         text = list(map(dict.get, props, repeat(message.PROPERTY_KEYS)))
         simple = not any(map(dict.__contains__, props, repeat(message.PROPERTY_UNIQ_KEY))) \

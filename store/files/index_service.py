@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 import numpy as np
@@ -34,6 +34,7 @@ from ..format import compiled
 from ..format.columns import KeySpans
 from ..format.flavor import Flavor
 from ..format.layout import indexed
+from ..format.message import PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 from . import quarantine, safefs
 from .index_file import IndexFile, Mend, index_file_size
 from .index_layout import build_key
@@ -361,6 +362,19 @@ class IndexService:
     def key_hashes(self, topics: Iterable[str], keys: Iterable[str], count: int) -> np.ndarray:
         """The hashes of `count` index keys (`build_key` of each topic and key)."""
         return self.flavor.key_hashes(map("#".join, zip(topics, keys)), count)  # build_key
+
+    def batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], indexed: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+        """A batch's index keys as (row of each key's message, key hash), in put order, each
+        indexed message's `index_keys`, found and hashed in C; None when the C dispatch is
+        absent or declines (a property value that is not text): the caller's Python path."""
+        if self.hash_kind is None or type(topics) is not list or type(props) is not list:
+            return None
+        found = compiled.dispatch.batch_keys(self.hash_kind, topics, props, indexed,  # type: ignore[union-attr]
+                                             PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
+        if found is None:
+            return None
+        return np.frombuffer(found[0], dtype=np.int64), np.frombuffer(found[1], dtype=np.int64)
 
     def put_entries(self, key_hashes: np.ndarray, commitlog_offsets: np.ndarray,
                     store_ts: np.ndarray) -> None:

@@ -180,3 +180,74 @@ def test_an_unknown_key_hash_kind_is_refused_not_hashed_as_another(kind):
     with pytest.raises(ValueError, match="unknown key hash kind"):
         compiled.dispatch.index_keys(buf, 4, 4, 1, 0, kind, "T", ["k"], 0, 0)
     assert buf == bytearray(len(buf))
+
+
+_KEY_TEXT = st.one_of(st.none(), st.sampled_from([5, b"k", ""]), st.lists(
+    st.sampled_from(["", " ", "k", "k2", "é", "\U0001f600", "\ud800", "a#b"]), max_size=4).map("".join))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flavor=st.sampled_from(["xxhash", "rocketmq"]), rows=st.lists(st.tuples(
+    st.sampled_from(["T", "t#2", "é"]), _KEY_TEXT, _KEY_TEXT, st.sampled_from([0, 0x4, 0x8, 0xC])),
+    max_size=12))
+def test_a_batchs_keys_found_in_c_are_pythons(tmp_path_factory, flavor, rows):
+    """batch_keys (a put_batch's keys found and hashed in C) against Dispatcher._batch_keys
+    in Python: UNIQ_KEY first, KEYS cut at spaces with empty tokens dropped, rolled-back
+    messages without keys, both flavors' hashes, any text; a value that is not text, or a
+    key UTF-8 cannot hold, sends the batch to Python (the same keys, or the same error)."""
+    import numpy as np
+
+    from mqfs.store.files.dispatcher import Dispatcher
+    from mqfs.store.files.index_service import IndexService
+    from mqfs.store.format.flavor import flavor_named
+
+    topics = [t for t, *_ in rows]
+    props = [{k: v for k, v in (("KEYS", keys), ("UNIQ_KEY", uniq)) if v is not None}
+             for _, keys, uniq, _ in rows]
+    flags = np.array([f for *_, f in rows], dtype=np.int64)
+    root = str(tmp_path_factory.mktemp("keys"))
+    found = []
+    for way in ("python", "c"):
+        index = IndexService(root, 8, 8, flavor_named(flavor))
+        if way == "python":
+            index.hash_kind = None
+        assert (index.hash_kind is None) == (way == "python")
+        dispatcher = Dispatcher.__new__(Dispatcher)
+        dispatcher.index = index
+        try:
+            keys = dispatcher._batch_keys(topics, props, flags)
+            found.append(("keys", keys[0].tolist(), keys[1].tolist()))
+        except Exception as exc:  # noqa: BLE001 - the same refusal both ways
+            found.append(("error", type(exc), str(exc)))
+    assert found[0] == found[1]
+
+
+def test_batch_keys_refuses_what_it_cannot_read_and_declines_lists_that_shrink():
+    """Arguments of the wrong shape are errors, not reads past a list; a properties dict
+    whose key's __eq__ empties the batch's lists meanwhile leaves C reading nothing freed."""
+    import numpy as np
+
+    c = compiled.dispatch
+    flags = np.ones(2, dtype=bool)
+    with pytest.raises(ValueError, match="one topic"):
+        c.batch_keys(c.HASH_XXH32, ["T"], [{}, {}], flags, "KEYS", "UNIQ_KEY")
+    with pytest.raises(ValueError, match="unknown key hash kind"):
+        c.batch_keys(9, ["T", "T"], [{}, {}], flags, "KEYS", "UNIQ_KEY")
+    with pytest.raises(TypeError):
+        c.batch_keys(c.HASH_XXH32, ("T", "T"), [{}, {}], flags, "KEYS", "UNIQ_KEY")
+    topics: list = ["T", "T"]
+    armed: list = []
+
+    class Clearing(str):  # a name whose hash is KEYS': looking KEYS up compares with it
+        def __hash__(self):
+            return hash("KEYS")
+
+        def __eq__(self, other):
+            if armed:
+                topics.clear()
+                props.clear()
+            return False
+
+    props = [{Clearing("x"): "v"}, {"KEYS": "k2"}]
+    armed.append(True)
+    assert c.batch_keys(c.HASH_XXH32, topics, props, flags, "KEYS", "UNIQ_KEY") is None
