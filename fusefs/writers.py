@@ -99,16 +99,21 @@ class JsonlWriter(Writer):
         self.lines = 0
 
     def write(self, data: bytes) -> list[Message]:
-        """Messages for the lines this write completes; all of them or (on error) none."""
+        """Messages for the lines this write completes; all of them or (on error) none.
+        The lines are read where they lie in `data` (a write is up to 1 MiB): only the line
+        an earlier write began is put together, from its start and this write's head."""
         self.check()
         cut = data.rfind(b"\n") + 1
         if not cut:
             self._hold(data)
             return []
-        complete = data[:cut] if not self.buf else bytes(self.buf) + data[:cut]
+        head, start = b"", 0
+        if self.buf:
+            start = data.index(b"\n") + 1
+            head = bytes(self.buf) + data[:start]
         self.budget.give(self.held)
         self.buf, self.held = bytearray(), 0
-        out = self._parse(complete)
+        out = self._parse(head, data, start, cut)
         if cut < len(data):
             self._hold(data[cut:])
         return out
@@ -118,7 +123,7 @@ class JsonlWriter(Writer):
         rest = bytes(self.buf)
         self.budget.give(self.held)
         self.buf, self.held = bytearray(), 0
-        return self._parse(rest)
+        return self._parse(b"", rest, 0, len(rest))
 
     def _hold(self, part: bytes) -> None:
         """Keep the start of a line until its newline comes."""
@@ -136,17 +141,23 @@ class JsonlWriter(Writer):
         self.buf, self.held = bytearray(), 0
         self.fail(err)
 
-    def _parse(self, text: bytes) -> list[Message]:
-        """The fast path takes every line at once; any line it leaves alone sends the whole
-        text line by line, which gives the errno and reason of the first bad line."""
-        out = read_lines(text, self.topic, self.queue, self.limit)
+    def _parse(self, head: bytes, data: bytes, start: int, end: int) -> list[Message]:
+        """The lines of `head` and then of `data[start:end]`. The fast paths take every line
+        at once (C in place, else orjson); any line they leave alone sends the whole text line
+        by line, which gives the errno and reason of the first bad line."""
+        out = decode_lines(data, self.topic, self.queue, self.limit, start, end)
+        if out is not None and head:
+            first = decode_lines(head, self.topic, self.queue, self.limit)
+            out = None if first is None else first + out
+        if out is None:
+            out = read_lines(head + data[start:end], self.topic, self.queue, self.limit)
         if out is not None:
             try:
                 self._check_all(out)
             except FsError:
                 out = None
         if out is None:
-            return self._parse_each(text.split(b"\n"))
+            return self._parse_each((head + data[start:end]).split(b"\n"))
         self.lines += len(out)
         return out
 
@@ -207,10 +218,10 @@ class LinesWriter(JsonlWriter):
         super().__init__(topic, queue, limit, budget, fits)
         self.line_limit = limit + 1  # a body and its newline
 
-    def _parse(self, text: bytes) -> list[Message]:
+    def _parse(self, head: bytes, data: bytes, start: int, end: int) -> list[Message]:
         """When no line is long enough to need a check (nearly always), the messages are
         made in one comprehension; else line by line, which finds the first too long."""
-        lines = text.split(b"\n")
+        lines = (head + data[start:end]).split(b"\n")
         longest = max(map(len, lines))  # split gives at least one
         if longest <= (self.limit if self.fits is None else self.limit // 2):
             topic, queue = self.topic, self.queue
@@ -248,11 +259,8 @@ def read_lines(text: bytes, topic: str, queue: int, limit: int) -> list[Message]
     The commonest lines (a text body, alone or with a list of keys: what producers and the
     bench write) are made into their Message here, a third cheaper than through message_of;
     every other line, and any of these with a check to fail, goes through message_of.
-    First of all, `decode_lines` (C) takes a text whose every line is of those shapes."""
-    out = decode_lines(text, topic, queue, limit)
-    if out is not None:
-        return out
-    out = []
+    (`decode_lines`, in C, reads a text whose every line is of those shapes before this.)"""
+    out: list[Message] = []
     add, loads = out.append, orjson.loads
     try:
         for line in io.BytesIO(text):  # lines with their newline, found with memchr

@@ -242,6 +242,7 @@ def put_batch_in_process(work: str, jsonl_file: str) -> tuple[float, float]:
     in this process in the chunks cat writes (1 MiB): what append.jsonl adds to it is the mount."""
     from mqfs.fusefs.writers import read_lines
     from mqfs.store import MessageStore
+    from mqfs.store.format.jsonl import decode_lines
 
     data = open(jsonl_file, "rb").read()
     with MessageStore(f"{work}/inproc") as s:
@@ -249,7 +250,9 @@ def put_batch_in_process(work: str, jsonl_file: str) -> tuple[float, float]:
         start, cpu, count, pos = time.perf_counter(), time.process_time(), 0, 0
         while pos < len(data):
             end = data.rfind(b"\n", pos, pos + (1 << 20)) + 1 or len(data)
-            msgs = read_lines(data[pos:end], "w", 0, 4 << 20) or []
+            msgs = decode_lines(data, "w", 0, 4 << 20, pos, end)  # as the mount reads them
+            if msgs is None:
+                msgs = read_lines(data[pos:end], "w", 0, 4 << 20) or []
             s.put_batch(msgs)
             count, pos = count + len(msgs), end
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu

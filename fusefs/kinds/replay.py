@@ -31,9 +31,9 @@ class ReplayWriter(JsonlWriter):
         self.parts = parts
         self.line_limit = 64  # an offset and its newline, with room for blanks
 
-    def _parse(self, text: bytes) -> list[Message]:
+    def _parse(self, head: bytes, data: bytes, start: int, end: int) -> list[Message]:
         out = []
-        for line in text.split(b"\n"):
+        for line in (head + data[start:end]).split(b"\n"):
             word = line.strip()
             if not word:
                 continue

@@ -53,15 +53,20 @@ def decode_line(line: bytes, topic: str, queue_id: int, limit: int) -> Message:
     return message_of(obj, topic, queue_id, limit)
 
 
-def decode_lines(text: bytes, topic: str, queue_id: int, limit: int) -> list[Message] | None:
-    """The messages of the lines in `text` (empty lines skipped; a last line needs no
-    newline) when every line is `{"body": "text"}`, optionally with `"keys": ["k", ...]`
-    (what producers and the bench write), decoded in C (store/format/_jsonl.c); else None,
-    and `decode_line` reads them. Whatever this returns is what decode_line makes of each
-    line (tests/store/test_jsonl_c.py holds it to that); None too without the C module."""
+def decode_lines(text: bytes, topic: str, queue_id: int, limit: int, start: int = 0,
+                 end: int | None = None) -> list[Message] | None:
+    """The messages of the lines in `text[start:end]` (empty lines skipped; a last line needs
+    no newline) when every line is `{"body": "text"}`, optionally with `"keys": ["k", ...]`
+    (what producers and the bench write), decoded in C (store/format/_jsonl.c) without a copy
+    of the text; else None, and `decode_line` reads them. Whatever this returns is what
+    decode_line makes of each line (tests/store/test_jsonl_c.py holds it to that); None too
+    without the C module."""
     c = compiled.jsonl
     if c is None:
         return None
+    if start or end is not None:
+        return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS,  # type: ignore[no-any-return]
+                        start, len(text) if end is None else end)
     return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS)  # type: ignore[no-any-return]
 
 

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mqfs.fusefs.errors import FsError
 from mqfs.fusefs.handles import Opening
@@ -34,6 +36,7 @@ from mqfs.fusefs.spool import SPILL_AT, Budget, Spool
 from mqfs.fusefs.writers import AppendWriter, JsonlWriter, LinesWriter, OffsetWriter
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.files.staging import Staging
+from mqfs.store.format.jsonl import decode_line
 
 
 def small() -> StoreConfig:
@@ -287,6 +290,34 @@ def test_jsonl_writer_takes_each_line_when_its_newline_arrives():
     [m2] = w.take()  # the last line needs no newline
     assert (m2.body, m2.keys) == (b"hi", ["x", "y"])
     assert w.take() == []
+
+
+_writer_lines = st.sampled_from([
+    b'{"body": "plain"}', b'{"body": "k\\u00e9y\\"s", "keys": ["a", "b\\u00e9"]}',  # C reads these
+    b'{"body": "' + b"x" * 90 + b'", "keys": ["k"]}', b'  {"keys":["z"],"body":""}\r',
+    b'{"body": "a", "keys": "x y"}', b'{"body_b64": "aGk=", "tags": "T"}',  # the Python decoder
+    b'{"body": "a", "properties": {"p": "v"}}', b'', b' ',
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_writer_lines, min_size=1, max_size=12), st.data())
+def test_jsonl_writes_cut_anywhere_store_what_each_line_says(lines, data):
+    """However the text is cut into writes, the lines read (in C in place, the line begun by
+    an earlier write put together) are decode_line's, in order, each when its newline comes."""
+    text = b"\n".join(lines)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+    w = JsonlWriter("t", 2, limit=100, budget=Budget())
+    got = []
+    for a, b in zip([0, *cuts], [*cuts, len(text)]):
+        new = w.write(text[a:b])
+        assert len(new) == len([x for x in text[:b].split(b"\n")[:-1] if x.strip()]) - len(got)
+        got += new
+    got += w.take()
+    want = [decode_line(x, "t", 2, 100) for x in lines if x.strip()]
+    assert [(m.topic, m.queue_id, m.body, m.properties) for m in got] == \
+        [(m.topic, m.queue_id, m.body, m.properties) for m in want]
+    assert w.budget.used == 0
 
 
 def test_jsonl_writer_fails_the_whole_write_and_stays_failed():
