@@ -82,14 +82,21 @@ static long long key_hash(int hash_kind, PyObject *topic, PyObject *key) {
     return h;
 }
 
+#define PREFETCH_AHEAD 16  /* a batch's keys whose bucket heads are fetched ahead of their entry */
+
+/* Where a hash's bucket head is (a Java hash of Integer.MIN_VALUE's kind is negative). */
+static unsigned char *slot_of(unsigned char *buf, long long slots, long long hash) {
+    long long slot = hash % slots;
+    if (slot < 0)
+        slot += slots;
+    return buf + HEADER_SIZE + slot * SLOT_SIZE;
+}
+
 /* One IndexFile entry as IndexFile.put_key writes it (the caller checked count < entries);
  * returns 1 when the key's slot had no live head (a new chain). */
 static int put_entry(unsigned char *buf, long long slots, long long count, long long begin,
                      long long hash, long long phy, long long store_ts) {
-    long long slot = hash % slots;
-    if (slot < 0)
-        slot += slots;
-    unsigned char *slot_at = buf + HEADER_SIZE + slot * SLOT_SIZE;
+    unsigned char *slot_at = slot_of(buf, slots, hash);
     long long prev = get_be32(slot_at);
     int fresh = 0;
     if (prev <= 0 || prev > count) {
@@ -221,6 +228,8 @@ static PyObject *index_entries(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_ssize_t i = 0;
     long long fresh = 0;
     for (; i < n && ix.count < ix.entries; i++) {
+        if (i + PREFETCH_AHEAD < n)  /* slots are far apart: their cache misses overlap */
+            __builtin_prefetch(slot_of(ix.buf.buf, ix.slots, hashes[i + PREFETCH_AHEAD]), 1, 0);
         fresh += put_entry(ix.buf.buf, ix.slots, ix.count, ix.begin, hashes[i], phys[i], stamps[i]);
         if (ix.count <= 1)
             ix.begin = stamps[i];
