@@ -110,6 +110,51 @@ def test_append_read_your_writes(live):
     assert out("ls", q).split() == ["0", "1", "2", "3", "append", "append.jsonl", "append.lines", "at", "tags", "tmp"]
 
 
+def _every_way_of_appending(m: str, src: str) -> None:
+    """One message per write path of a queue: `append`, `append.jsonl` (a short request
+    and one of 300 lines: the batch's columnar path), `append.lines`, `tmp/` renamed in."""
+    q = f"{m}/topics/audit/0"
+    sh(f"echo first > {q}/append")
+    sh(f"printf '%s\\n' '{{\"body\": \"j1\", \"keys\": [\"jk\"], \"tags\": \"T\"}}' "
+       f"'{{\"body_b64\": \"AAE=\", \"properties\": {{\"p\": \"v\"}}}}' > {q}/append.jsonl")
+    with open(src, "w") as f:
+        f.writelines(f'{{"body": "line {i} \\u00e9", "keys": ["k{i}", "both"], "tags": "t{i % 3}"}}\n'
+                     for i in range(300))
+    sh(f"cat {src} > {q}/append.jsonl && printf 'l1\\nl2\\n' > {q}/append.lines")
+    sh(f"printf staged > {q}/tmp/x && mv {q}/tmp/x {q}/append")
+
+
+def test_a_mount_without_the_c_modules_stores_what_the_c_path_stores(store, tmp_path, monkeypatch):
+    """The put path's C modules are held to the Python code by in-process tests; a mount
+    runs in its own process, so each write path of one is run here both ways
+    (MQFS_PURE_PYTHON=1 in the daemon's environment): the same messages at the same
+    offsets, and both stores verify. A C path called without its Python fallback fails
+    here, on a machine where every module is built."""
+    from mqfs.store.integrity.verify import verify_store
+
+    got = []
+    for way in ("c", "python"):
+        root, m = str(tmp_path / way), str(tmp_path / f"mnt-{way}")
+        shutil.copytree(store, root)
+        if way == "python":
+            monkeypatch.setenv("MQFS_PURE_PYTHON", "1")
+        with mounted(root, m, log=str(tmp_path / f"{way}.log")) as pid:
+            _every_way_of_appending(m, str(tmp_path / "src.jsonl"))
+            with open(f"/proc/{pid}/maps") as f:  # the daemon's C modules: loaded, or not
+                loaded = set(re.findall(r"/(_\w+)\.cpython-\d+[^/\s]*\.so$", f.read(), re.M))
+            assert loaded >= {"_records", "_dispatch", "_jsonl"} if way == "c" else \
+                not loaded & {"_records", "_dispatch", "_jsonl"}, loaded
+        monkeypatch.delenv("MQFS_PURE_PYTHON", raising=False)
+        assert "Traceback" not in (tmp_path / f"{way}.log").read_text()
+        assert verify_store(root).ok
+        with MessageStore(root) as s:
+            got.append([(r.queue_offset, bytes(r.body), r.tags, r.keys,
+                         {k: v for k, v in r.properties.items() if k == "p"})
+                        for r in s.get_range("audit", 0, 0, 1000)])
+    assert len(got[0]) == 306 and got[0][-1][1] == b"staged"
+    assert got[1] == got[0]
+
+
 def test_groups_commit_offsets(live, store):
     f = f"{live}/groups/readers/orders/1"
     assert open(f).read() == "0\n"  # never committed: where a new consumer starts
