@@ -41,9 +41,11 @@ class OptionalExtensions(build_ext):
 EXTENSIONS = [
     # CommitLog records: encode, stamp, seal, PutResults (store/format/compiled.py loads it)
     Extension("mqfs.store.format._records", ["store/format/_records.c"], libraries=["xxhash", "z"],
+              depends=["store/files/_index_entry.h"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
     # IndexFile entries and bucket heads of a put and a batch (store/format/compiled.py too)
     Extension("mqfs.store.files._dispatch", ["store/files/_dispatch.c"], libraries=["xxhash"],
+              depends=["store/files/_index_entry.h"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
     # JSON lines of the commonest shapes (store/format/jsonl.py's decode_lines loads it)
     Extension("mqfs.store.format._jsonl", ["store/format/_jsonl.c"],

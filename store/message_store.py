@@ -285,6 +285,7 @@ class MessageStore(StoreReads, StoreWrites):
                 (lambda: 0 if self._replaced() else self.retention.run_once())
                 if self.retention.enabled else None)
             self.flush_services.start()
+            self.start_hot_put()
             self._scrub = Scrub(parts, self.put_lock, self.tags_codes, cfg.scrub_share,
                                 cfg.scrub_interval_hours * 3600)
         if self._log_proof is not None:
@@ -468,6 +469,7 @@ class MessageStore(StoreReads, StoreWrites):
         if not self.is_open:
             return
         self.is_open = False
+        self.hot_put = None  # (it holds the store: no cycle left behind)
         if self._scrub is not None:
             self._scrub.halt()  # a pass run by `scrub` stops after its step: shut waits for it
         self.users.shut()

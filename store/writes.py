@@ -13,11 +13,15 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 
 from .config import StoreConfig
+from .crash_points import ARMED
 from .errors import ReadOnlyStore, StoreError
 from .files.commitlog import CommitLog
 from .files.compaction_log import CompactionViews
-from .files.consume_queue import ConsumeQueue
+from .files.consume_queue import TAIL_MAX, ConsumeQueue
 from .files.dispatcher import Dispatcher
+from .files.index_service import IndexService
+from .files.mapped_file import _PWRITE_MIN
+from .files.unit_flush import BUFFERED_MAX, UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
 from .format.compiled import records as compiled_records
@@ -70,6 +74,11 @@ class StoreWrites:
     put_lock: threading.Lock
     topic_table: TopicTable
     users: Users  # every public call below is one (a close waits for them)
+    index: IndexService
+    unit_flush: UnitFlush
+    # the common single put in one C call (`hot_put`), or None: it returns the PutResult, or
+    # None having written nothing, and `put` then takes the message as without it
+    hot_put: Callable[[Message], PutResult | None] | None = None
     _last_store_ts: int
     _dispatched_ts: int
 
@@ -108,6 +117,12 @@ class StoreWrites:
             self._writable()
         if self.compaction.topics:
             self._not_compacted([message])
+        hot = self.hot_put
+        if hot is not None and message.__class__ is Message:  # no Python code runs in its reads
+            with self.put_lock:
+                result = hot(message)
+            if result is not None:
+                return result
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
         self.commitlog.check_fits(size)
@@ -123,6 +138,18 @@ class StoreWrites:
         result = self._locked(lambda: self._append(message, rec, ts_pos), True)
         self.flush_services.wait_flushed(result.commitlog_offset + size, arrived=True)
         return result
+
+    def start_hot_put(self) -> None:
+        """Give puts the one-call C path (store/format/_records.c, `Put`) where it applies:
+        the C modules built, async flush without a transient pool (a put waits for nothing
+        once written), no crash points armed. Everything else stays with Python."""
+        compiled = self.encoder.compiled
+        if compiled is None or compiled_records is None or ARMED or self.config.flush_mode == "sync" \
+                or self.flush_services.commit_service is not None or self.index.hash_kind is None:
+            return
+        self.hot_put = compiled_records.Put(
+            compiled, self, self.commitlog.queue, self.consume_queues, self.unit_flush, self.index,
+            PutResult, self.index.hash_kind, TAIL_MAX, BUFFERED_MAX, _PWRITE_MIN)
 
     def _locked(self, write: Callable[[], T], sync: bool) -> T:
         """`write` under the put lock, announced to the group commit first when `sync` (so
@@ -160,6 +187,16 @@ class StoreWrites:
             self._not_compacted([message])
         if self.config.flush_mode == "sync" or self.flush_services.commit_service is not None:
             return None
+        hot = self.hot_put
+        if hot is not None and message.__class__ is Message:  # as `put`, never waiting
+            if not self.put_lock.acquire(blocking=False):
+                return None
+            try:
+                result = hot(message)
+            finally:
+                self.put_lock.release()
+            if result is not None:
+                return result
         rec, ts_pos = self.encoder.encode(message)
         if not self.put_lock.acquire(blocking=False):
             return None

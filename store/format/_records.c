@@ -598,6 +598,456 @@ static PyTypeObject CodecType = {
     .tp_methods = Codec_methods,
 };
 
+/* ---- The single put whole (StoreWrites.put's common case, in one call) ----------------------
+ * Put(...)(msg) encodes a message, stamps and seals it at the end of the CommitLog's current
+ * file, adds its ConsumeQueue unit to its queue's tail and its IndexFile entries, and returns
+ * its PutResult; or declines (None, having written and changed nothing) whenever the put is
+ * not the common case the Python path's `reserve_hot` and `_write` take (a new queue, a roll,
+ * a tail or index file without room, a transaction, the delay topic, ...): Python then puts
+ * the message exactly as without this module. The store's positions stay in the Python
+ * objects (one source of truth): they are read here and written back as Python writes them.
+ * The caller holds the put lock. Every check comes before the store clock is read; after it
+ * nothing can refuse. */
+#include "../files/_index_entry.h"
+
+#define UNIT_SIZE 20
+#define END_FILE_MIN_BLANK 8
+#define TRANSACTION_PREPARED 0x4  /* prepared and rolled-back transactions have it */
+#define MAX_KEYS 16               /* more index keys than this: Python's path */
+#define SCRATCH 4096
+
+enum { A_FILES, A_FILE_SIZE, A_WROTE, A_FROM, A_WRITE_BUFFER, A_ZEROED, A_MM, A_STORE_TIMESTAMP,
+       A_END_CHECK, A_OPEN, A_USED, A_TAIL, A_NEXT_OFFSET, A_MAX_PHYSIC, A_ADDED, A_TOUCHED,
+       A_INDEX_COUNT, A_END_PHY, A_BEGIN_TS, A_BEGIN_PHY, A_SLOT_COUNT, A_WRITTEN, A_END_TS,
+       A_ORDERED, A_NEWEST, A_MF, A_SLOTS, A_ENTRIES, A_CLOCK, A_LAST_TS, A_DISPATCHED_TS,
+       A_BORN_HOST, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
+static const char *NAMES[N_NAMES] = {
+    "files", "file_size", "wrote_position", "file_from_offset", "write_buffer", "zeroed", "mm",
+    "store_timestamp", "end_check", "_open", "_used", "_tail", "next_offset", "max_physic_offset",
+    "added", "touched", "index_count", "end_phy_offset", "begin_timestamp", "begin_phy_offset",
+    "hash_slot_count", "written", "end_timestamp", "_ordered_upto", "_newest_ts", "mf", "slots",
+    "entries", "clock", "_last_store_ts", "_dispatched_ts", "born_host", "KEYS", "UNIQ_KEY", "TAGS",
+    "SCHEDULE_TOPIC_XXXX", " "};
+static PyObject *names[N_NAMES];
+
+typedef struct {
+    PyObject_HEAD
+    Codec *codec;
+    PyObject *writes;     /* StoreWrites: clock, _last_store_ts, _dispatched_ts */
+    PyObject *log;        /* the CommitLog's MappedFileQueue */
+    PyObject *registry;   /* QueueRegistry */
+    PyObject *units;      /* UnitFlush */
+    PyObject *index;      /* IndexService */
+    PyObject *result;     /* PutResult (a tuple subclass of five fields) */
+    int hash_kind;
+    long long tail_max, buffered_max, pwrite_min;
+    Py_ssize_t taken;     /* puts this object wrote (tests see the path ran) */
+} Put;
+
+/* An int attribute as a long long; -1 with nothing set when it is missing or not an int. */
+static int attr_ll(PyObject *obj, int name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, names[name]);
+    if (v == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    int overflow = 0;
+    *out = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : -1;
+    int bad = !PyLong_Check(v) || overflow || PyErr_Occurred();
+    PyErr_Clear();
+    Py_DECREF(v);
+    return bad ? -1 : 0;
+}
+
+/* The last item of a list attribute (a new reference), or NULL (nothing set) when there is none. */
+static PyObject *last_of(PyObject *obj, int name) {
+    PyObject *list = PyObject_GetAttr(obj, names[name]);
+    PyObject *last = NULL;
+    if (list == NULL)
+        PyErr_Clear();
+    else if (PyList_CheckExact(list) && PyList_GET_SIZE(list) > 0)
+        last = Py_NewRef(PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1));
+    Py_XDECREF(list);
+    return last;
+}
+
+/* A writable buffer of obj's `mm` (an mmap); 0, or -1 with nothing set. */
+static int mapping(PyObject *obj, Py_buffer *view) {
+    PyObject *mm = PyObject_GetAttr(obj, names[A_MM]);
+    int r = mm == NULL ? -1 : PyObject_GetBuffer(mm, view, PyBUF_WRITABLE);
+    Py_XDECREF(mm);
+    if (r < 0)
+        PyErr_Clear();
+    return r;
+}
+
+static int set_ll(PyObject *obj, int name, long long v) {
+    PyObject *o = PyLong_FromLongLong(v);
+    int r = o == NULL ? -1 : PyObject_SetAttr(obj, names[name], o);
+    Py_XDECREF(o);
+    return r;
+}
+
+/* The tagsCode of a unit (TagsCodes.of for any topic but the delay topic): the flavor's hash
+ * of TAGS, 0 without one. */
+static long long tags_code(const Codec *c, PyObject *tags) {
+    if (tags == NULL || PyUnicode_GET_LENGTH(tags) == 0)
+        return 0;
+    if (!c->xx)
+        return (int32_t)java_hash(0, tags);
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(tags, &n);  /* measured already: cannot fail */
+    return s == NULL ? 0 : (long long)(int64_t)XXH64(s, (size_t)n, 0);
+}
+
+/* index_keys(props) hashed (UNIQ_KEY, then the KEYS tokens): how many, or -1 to decline. */
+static int key_hashes(const Put *s, PyObject *topic, PyObject *props, long long *out) {
+    int n = 0;
+    PyObject *uniq = PyDict_GetItemWithError(props, names[P_UNIQ]);
+    PyObject *text = uniq == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(props, names[P_KEYS]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (uniq != NULL && PyUnicode_GET_LENGTH(uniq) > 0 && (out[n++] = key_hash(s->hash_kind, topic, uniq)) < 0)
+        goto fail;
+    if (text == NULL || PyUnicode_GET_LENGTH(text) == 0)
+        return n;
+    if (PyUnicode_FindChar(text, ' ', 0, PyUnicode_GET_LENGTH(text), 1) == -1)
+        return (out[n++] = key_hash(s->hash_kind, topic, text)) < 0 ? (PyErr_Clear(), -1) : n;
+    PyObject *tokens = PyUnicode_Split(text, names[S_SPACE], -1);
+    if (tokens == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tokens); i++) {
+        PyObject *k = PyList_GET_ITEM(tokens, i);
+        if (PyUnicode_GET_LENGTH(k) == 0)
+            continue;
+        if (n == MAX_KEYS || (out[n++] = key_hash(s->hash_kind, topic, k)) < 0) {
+            Py_DECREF(tokens);
+            goto fail;
+        }
+    }
+    Py_DECREF(tokens);
+    return n;
+fail:
+    PyErr_Clear();
+    return -1;
+}
+
+/* Put(msg) -> PutResult | None (see above). */
+static PyObject *Put_call(Put *s, PyObject *args, PyObject *kwds) {
+    PyObject *msg;
+    if (kwds != NULL || !PyArg_UnpackTuple(args, "Put", 1, 1, &msg))
+        return NULL;
+    Codec *c = s->codec;
+    /* the put lock is held: no Python code of the caller's may run in here (a hash or a
+     * comparison of its own could put again and wait for the lock forever). A Message's
+     * fields are read from its __dict__ and checked to be exact types; the born host is
+     * looked up in the codec's cache by hash and comparison, so it must be (str, int). */
+    PyObject *host = PyObject_GetAttr(msg, names[A_BORN_HOST]);
+    int plain = host != NULL && PyTuple_CheckExact(host) && PyTuple_GET_SIZE(host) == 2
+        && PyUnicode_CheckExact(PyTuple_GET_ITEM(host, 0)) && PyLong_CheckExact(PyTuple_GET_ITEM(host, 1));
+    Py_XDECREF(host);
+    if (!plain) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Parts p;
+    int r = read_parts(c, msg, &p);
+    if (r <= 0)
+        return r < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *out = Py_None;  /* declined unless everything below holds */
+    PyObject *mf = NULL, *cq = NULL, *key = NULL, *tail = NULL, *buf = NULL, *ixf = NULL;
+    PyObject *now = NULL, *end_check = NULL, *opened = NULL;
+    Py_buffer log_view = {0}, ix_view = {0};
+    char stack[SCRATCH], *rec = stack;
+    long long hashes[MAX_KEYS];
+    long long size = p.total;
+
+    /* --- the checks: reserve_hot's and _write's common case, from memory --------------- */
+    if (p.sys_flag & TRANSACTION_PREPARED || size >= s->pwrite_min)
+        goto done;
+    if (PyUnicode_Compare(p.topic, names[S_SCHEDULE]) == 0)
+        goto done;  /* its units hold delivery times */
+    mf = last_of(s->log, A_FILES);
+    long long file_size, wrote, from, zeroed;
+    if (mf == NULL || attr_ll(mf, A_FILE_SIZE, &file_size) || attr_ll(mf, A_WROTE, &wrote)
+            || attr_ll(mf, A_FROM, &from) || attr_ll(mf, A_ZEROED, &zeroed))
+        goto done;
+    if (size + END_FILE_MIN_BLANK > file_size - wrote || wrote + size > zeroed)
+        goto done;  /* a roll (or a record too large: check_fits says so), zeros ahead */
+    PyObject *wb = PyObject_GetAttr(mf, names[A_WRITE_BUFFER]);
+    int transient = wb == NULL || wb != Py_None;
+    Py_XDECREF(wb);
+    PyErr_Clear();
+    if (transient || mapping(mf, &log_view) < 0)
+        goto done;
+    if (log_view.len < wrote + size)
+        goto done;
+    end_check = PyObject_GetAttr(s->registry, names[A_END_CHECK]);
+    if (end_check != Py_None)
+        goto done;
+    opened = PyObject_GetAttr(s->registry, names[A_OPEN]);
+    key = Py_BuildValue("(OL)", p.topic, (long long)p.queue_id);
+    if (opened == NULL || key == NULL || !PyDict_Check(opened))
+        goto done;
+    cq = Py_XNewRef(PyDict_GetItemWithError(opened, key));
+    if (cq == NULL)
+        goto done;  /* not open (or fresh): the registry opens it */
+    tail = PyObject_GetAttr(cq, names[A_TAIL]);
+    if (tail == NULL || !PyTuple_CheckExact(tail) || PyTuple_GET_SIZE(tail) != 3
+            || !PyByteArray_CheckExact(PyTuple_GET_ITEM(tail, 1)))
+        goto done;
+    long long start = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 0));
+    long long used = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 2));
+    long long next_offset, max_physic, added;
+    if (PyErr_Occurred() || used <= 0 || used + UNIT_SIZE > s->tail_max
+            || attr_ll(cq, A_NEXT_OFFSET, &next_offset) || attr_ll(cq, A_MAX_PHYSIC, &max_physic)
+            || next_offset < 0 || next_offset > INT64_MAX / UNIT_SIZE || next_offset * UNIT_SIZE != start + used)
+        goto done;  /* an empty tail (its end is in the files), a full one, a gap */
+    long long commitlog_offset = from + wrote;
+    if (commitlog_offset + size <= max_physic)
+        goto done;
+    if (attr_ll(s->units, A_ADDED, &added) || added + UNIT_SIZE > s->buffered_max)
+        goto done;
+    int n_keys = key_hashes(s, p.topic, p.props, hashes);
+    if (n_keys < 0)
+        goto done;
+    long long first = 0, slots = 0, entries = 0, end_phy = 0, begin_ts = 0;
+    if (n_keys > 0) {
+        ixf = last_of(s->index, A_FILES);
+        PyObject *ixmf = ixf == NULL ? NULL : PyObject_GetAttr(ixf, names[A_MF]);
+        int ok = ixmf != NULL && mapping(ixmf, &ix_view) == 0;
+        Py_XDECREF(ixmf);
+        PyErr_Clear();
+        if (!ok || attr_ll(ixf, A_INDEX_COUNT, &first) || attr_ll(ixf, A_END_PHY, &end_phy)
+                || attr_ll(ixf, A_SLOTS, &slots) || attr_ll(ixf, A_ENTRIES, &entries)
+                || attr_ll(ixf, A_BEGIN_TS, &begin_ts))
+            goto done;
+        if (entries - first < n_keys || commitlog_offset <= end_phy || first < 1 || slots <= 0
+                || slots > ix_view.len / SLOT_SIZE || entries > ix_view.len / ENTRY_SIZE
+                || ix_view.len < HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE)
+            goto done;
+    }
+    PyObject *tags = PyDict_GetItemWithError(p.props, names[P_TAGS]);
+    if (tags == NULL && PyErr_Occurred())
+        goto done;
+    long long tags_value = tags_code(c, tags);
+    /* the tail's buffer: the unit goes past its used bytes, in a grown copy when it has no
+     * room (consume_queue._grown: four times the room, up to TAIL_MAX) */
+    buf = Py_NewRef(PyTuple_GET_ITEM(tail, 1));
+    Py_ssize_t room = PyByteArray_GET_SIZE(buf);
+    if (used + UNIT_SIZE > room) {
+        Py_ssize_t grown = 4 * room < s->tail_max ? 4 * room : (Py_ssize_t)s->tail_max;
+        if (grown < used + UNIT_SIZE)
+            grown = used + UNIT_SIZE;
+        PyObject *bigger = PyByteArray_FromStringAndSize(NULL, grown);
+        if (bigger == NULL) {
+            out = NULL;
+            goto done;
+        }
+        memcpy(PyByteArray_AS_STRING(bigger), PyByteArray_AS_STRING(buf), used);
+        memset(PyByteArray_AS_STRING(bigger) + used, 0, grown - used);
+        Py_SETREF(buf, bigger);
+    }
+    if (size > SCRATCH && (rec = PyMem_Malloc(size)) == NULL) {
+        rec = stack;
+        out = PyErr_NoMemory();
+        goto done;
+    }
+    if (write_record(c, &p, rec) < 0)
+        goto done;  /* the properties changed since they were measured */
+
+    /* --- the store time (_store_timestamp), then the writes, nothing refused past here --- */
+    PyObject *clock = PyObject_GetAttr(s->writes, names[A_CLOCK]);
+    now = clock == NULL ? NULL : PyObject_CallNoArgs(clock);
+    Py_XDECREF(clock);
+    long long last_ts;
+    if (now == NULL || attr_ll(s->writes, A_LAST_TS, &last_ts) < 0) {
+        out = now == NULL ? NULL : Py_None;  /* the clock's error, as _store_timestamp raises it */
+        goto done;
+    }
+    int overflow = 0;
+    long long now_ms = PyLong_CheckExact(now) ? PyLong_AsLongLongAndOverflow(now, &overflow) : 0;
+    if (!PyLong_CheckExact(now) || overflow || PyErr_Occurred()) {
+        PyErr_Clear();
+        goto done;  /* a clock of another kind: Python's path takes what it gives */
+    }
+    long long store_ts = last_ts;
+    if (now_ms > last_ts) {
+        store_ts = now_ms;
+        if (PyObject_SetAttr(s->writes, names[A_LAST_TS], now) < 0) {
+            out = NULL;
+            goto done;
+        }
+    }
+    out = NULL;  /* from here a failure is the process's (MemoryError): raised */
+    place_record(c, rec, size, ts_pos_of(&p), next_offset, commitlog_offset, store_ts);
+    memcpy((char *)log_view.buf + wrote, rec, size);
+    if (set_ll(mf, A_WROTE, wrote + size) < 0 || set_ll(mf, A_STORE_TIMESTAMP, store_ts) < 0)
+        goto done;
+    /* the unit (ConsumeQueue.put_buffered), then the tail published whole */
+    unsigned char *u = (unsigned char *)PyByteArray_AS_STRING(buf) + used;
+    put_be64(u, (uint64_t)commitlog_offset);
+    put_be32(u + 8, (uint32_t)size);
+    put_be64(u + 12, (uint64_t)tags_value);
+    PyObject *new_tail = Py_BuildValue("(LOL)", start, buf, used + UNIT_SIZE);
+    if (new_tail == NULL || PyObject_SetAttr(cq, names[A_TAIL], new_tail) < 0) {
+        Py_XDECREF(new_tail);
+        goto done;
+    }
+    Py_DECREF(new_tail);
+    if (set_ll(cq, A_MAX_PHYSIC, commitlog_offset + size) < 0 || set_ll(cq, A_NEXT_OFFSET, next_offset + 1) < 0)
+        goto done;
+    /* UnitFlush.add and the registry's note of a queue found open (if_open) */
+    PyObject *touched = PyObject_GetAttr(s->units, names[A_TOUCHED]);
+    int bad = touched == NULL || PyDict_SetItem(touched, cq, Py_None) < 0 || set_ll(s->units, A_ADDED, added + UNIT_SIZE) < 0;
+    Py_XDECREF(touched);
+    PyObject *used_map = bad ? NULL : PyObject_GetAttr(s->registry, names[A_USED]);
+    bad = used_map == NULL || (PyDict_DelItem(used_map, key) < 0 && (PyErr_ExceptionMatches(PyExc_KeyError) ? (PyErr_Clear(), 0) : 1))
+        || PyDict_SetItem(used_map, key, Py_None) < 0;
+    Py_XDECREF(used_map);
+    if (bad)
+        goto done;
+    /* the IndexFile entries and the header as IndexFile.add_keys keeps it */
+    if (n_keys > 0) {
+        long long count = first, begin = begin_ts, fresh = 0, ordered, newest_ts, slot_count;
+        for (int i = 0; i < n_keys; i++) {
+            fresh += put_entry(ix_view.buf, slots, count, begin, hashes[i], commitlog_offset, store_ts);
+            if (count <= 1)
+                begin = store_ts;
+            count++;
+        }
+        if (attr_ll(ixf, A_ORDERED, &ordered) || attr_ll(ixf, A_NEWEST, &newest_ts)
+                || attr_ll(ixf, A_SLOT_COUNT, &slot_count)) {
+            PyErr_SetString(PyExc_SystemError, "IndexFile lost its header fields");
+            goto done;
+        }
+        if ((first <= 1 && (set_ll(ixf, A_BEGIN_PHY, commitlog_offset) < 0 || set_ll(ixf, A_BEGIN_TS, store_ts) < 0))
+                || set_ll(ixf, A_SLOT_COUNT, slot_count + fresh) < 0 || set_ll(ixf, A_INDEX_COUNT, count) < 0
+                || set_ll(ixf, A_WRITTEN, count) < 0 || set_ll(ixf, A_END_PHY, commitlog_offset) < 0
+                || set_ll(ixf, A_END_TS, store_ts) < 0
+                || (ordered == first && store_ts >= newest_ts
+                    && (set_ll(ixf, A_ORDERED, count) < 0 || set_ll(ixf, A_NEWEST, store_ts) < 0)))
+            goto done;
+    }
+    if (set_ll(s->writes, A_DISPATCHED_TS, store_ts) < 0)
+        goto done;
+    PyTypeObject *cls = (PyTypeObject *)s->result;
+    PyObject *t = cls->tp_alloc(cls, 5);
+    PyObject *f0 = PyLong_FromLongLong(commitlog_offset), *f1 = PyLong_FromLongLong(next_offset);
+    PyObject *f2 = PyLong_FromLongLong(store_ts), *f3 = PyLong_FromLongLong(size);
+    if (t == NULL || f0 == NULL || f1 == NULL || f2 == NULL || f3 == NULL) {
+        Py_XDECREF(t); Py_XDECREF(f0); Py_XDECREF(f1); Py_XDECREF(f2); Py_XDECREF(f3);
+        goto done;
+    }
+    PyTuple_SET_ITEM(t, 0, f0);
+    PyTuple_SET_ITEM(t, 1, f1);
+    PyTuple_SET_ITEM(t, 2, f2);
+    PyTuple_SET_ITEM(t, 3, f3);
+    PyTuple_SET_ITEM(t, 4, Py_NewRef(c->store_host));
+    out = t;
+    s->taken++;
+done:
+    if (out == Py_None) {
+        PyErr_Clear();
+        Py_INCREF(out);
+    }
+    if (rec != stack)
+        PyMem_Free(rec);
+    if (log_view.obj != NULL)
+        PyBuffer_Release(&log_view);
+    if (ix_view.obj != NULL)
+        PyBuffer_Release(&ix_view);
+    Py_XDECREF(mf); Py_XDECREF(cq); Py_XDECREF(key); Py_XDECREF(tail); Py_XDECREF(buf);
+    Py_XDECREF(ixf); Py_XDECREF(now); Py_XDECREF(end_check); Py_XDECREF(opened);
+    parts_clear(&p);
+    return out;
+}
+
+static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"codec", "writes", "log", "registry", "units", "index", "result",
+                         "hash_kind", "tail_max", "buffered_max", "pwrite_min", NULL};
+    PyObject *codec, *writes, *log, *registry, *units, *index, *result;
+    int hash_kind;
+    long long tail_max, buffered_max, pwrite_min;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOOO!iLLL", kw, &CodecType, &codec, &writes,
+                                     &log, &registry, &units, &index, &PyType_Type, &result,
+                                     &hash_kind, &tail_max, &buffered_max, &pwrite_min))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)result, &PyTuple_Type)
+            || (hash_kind != HASH_JAVA && hash_kind != HASH_XXH32)) {
+        PyErr_SetString(PyExc_ValueError, "Put: result must be a tuple subclass, hash_kind known");
+        return NULL;
+    }
+    Put *s = (Put *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        return NULL;
+    s->codec = (Codec *)Py_NewRef(codec);
+    s->writes = Py_NewRef(writes);
+    s->log = Py_NewRef(log);
+    s->registry = Py_NewRef(registry);
+    s->units = Py_NewRef(units);
+    s->index = Py_NewRef(index);
+    s->result = Py_NewRef(result);
+    s->hash_kind = hash_kind;
+    s->tail_max = tail_max;
+    s->buffered_max = buffered_max;
+    s->pwrite_min = pwrite_min;
+    return (PyObject *)s;
+}
+
+static int Put_traverse(Put *s, visitproc visit, void *arg) {
+    Py_VISIT(s->codec);
+    Py_VISIT(s->writes);
+    Py_VISIT(s->log);
+    Py_VISIT(s->registry);
+    Py_VISIT(s->units);
+    Py_VISIT(s->index);
+    Py_VISIT(s->result);
+    return 0;
+}
+
+static int Put_clear(Put *s) {
+    Py_CLEAR(s->codec);
+    Py_CLEAR(s->writes);
+    Py_CLEAR(s->log);
+    Py_CLEAR(s->registry);
+    Py_CLEAR(s->units);
+    Py_CLEAR(s->index);
+    Py_CLEAR(s->result);
+    return 0;
+}
+
+static void Put_dealloc(Put *s) {
+    PyObject_GC_UnTrack(s);
+    Put_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *Put_taken(Put *s, void *Py_UNUSED(closure)) {
+    return PyLong_FromSsize_t(s->taken);
+}
+
+static PyGetSetDef Put_getset[] = {
+    {"taken", (getter)Put_taken, NULL, "puts this object wrote (the others it declined)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PutType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mqfs.store.format._records.Put",
+    .tp_doc = "A store's single put in one call: StoreWrites.put's common case, or None",
+    .tp_basicsize = sizeof(Put),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Put_new,
+    .tp_call = (ternaryfunc)Put_call,
+    .tp_dealloc = (destructor)Put_dealloc,
+    .tp_traverse = (traverseproc)Put_traverse,
+    .tp_clear = (inquiry)Put_clear,
+    .tp_getset = Put_getset,
+};
+
 static PyMethodDef module_methods[] = {
     {"results", (PyCFunction)(void (*)(void))results, METH_FASTCALL,
      "results(cls, commitlog_offsets, queue_offsets, store_ts, layout, host) -> list of cls"},
@@ -618,12 +1068,18 @@ PyMODINIT_FUNC PyInit__records(void) {
         if (field_names[i] == NULL)
             return NULL;
     }
-    if (PyType_Ready(&CodecType) < 0)
+    for (int i = 0; i < N_NAMES; i++) {
+        names[i] = PyUnicode_InternFromString(NAMES[i]);
+        if (names[i] == NULL)
+            return NULL;
+    }
+    if (PyType_Ready(&CodecType) < 0 || PyType_Ready(&PutType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Codec", (PyObject *)&CodecType) < 0) {
+    if (PyModule_AddObjectRef(m, "Codec", (PyObject *)&CodecType) < 0
+            || PyModule_AddObjectRef(m, "Put", (PyObject *)&PutType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
