@@ -228,8 +228,9 @@ class StoreWrites:
         few = len(msgs) <= SMALL_BATCH
         batch = None if few else self.encoder.encode_batch(msgs)
         encoded = None if batch is not None else [self.encoder.encode(m) for m in msgs]
-        sizes = batch.sizes if batch is not None else [len(rec) for rec, _ in encoded or ()]
-        self.commitlog.check_fits(max(sizes))
+        sizes = batch.sizes if batch is not None else \
+            np.array([len(rec) for rec, _ in encoded or ()], dtype=np.int64)
+        self.commitlog.check_fits(int(sizes.max()))
         sync = self.config.flush_mode == "sync" and any(
             m.properties.get("WAIT") != "false" for m in msgs)
         results = self._locked(lambda: self._append_few(msgs, encoded or []) if few
@@ -241,7 +242,7 @@ class StoreWrites:
             self.flush_services.wait_committed(end)
         return results
 
-    def _append_batch(self, msgs: list[Message], sizes: list[int],
+    def _append_batch(self, msgs: list[Message], sizes: np.ndarray,
                       batch: codec.EncodedBatch | codec.CompiledBatch | None,
                       encoded: list[tuple[bytearray, int]] | None) -> list[PutResult]:
         """Write a validated batch (caller holds put_lock), given as `batch` or, for the
@@ -261,8 +262,7 @@ class StoreWrites:
         queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         commitlog = self.commitlog
-        size_arr = np.array(sizes, dtype=np.int64)
-        starts = self._roll_points(size_arr)
+        starts = self._roll_points(sizes)
         files = commitlog.queue.files
         commitlog_offset = np.empty(n, dtype=np.int64)
         rolls = set(starts)
@@ -270,8 +270,8 @@ class StoreWrites:
         done = 0
         try:
             for lo, hi in zip(bounds, bounds[1:]):
-                mf = commitlog.file_for(sizes[lo]) if lo in rolls else files[-1]
-                run = size_arr[lo:hi]
+                mf = commitlog.file_for(int(sizes[lo])) if lo in rolls else files[-1]
+                run = sizes[lo:hi]
                 commitlog_offset[lo:hi] = mf.file_from_offset + mf.wrote_position + np.cumsum(run) - run
                 data: bytes | bytearray | memoryview
                 if batch is not None:
@@ -284,13 +284,13 @@ class StoreWrites:
             # a roll that failed (disk full) leaves the records written so far: they are
             # dispatched all the same, so their queue offsets are taken, never given twice
             if done:
-                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, size_arr, store_ts)
+                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, sizes, store_ts)
                 self._dispatched_ts = store_ts
         host = self.encoder.store_host_raw
         if isinstance(batch, codec.CompiledBatch) and compiled_records is not None:
             return compiled_records.results(PutResult, commitlog_offset, queue_offsets, store_ts, batch.layout, host)
         return list(map(_new_tuple, repeat(PutResult), zip(  # PutResult(*row), built in C
-            commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes, repeat(host))))
+            commitlog_offset.tolist(), queue_offsets.tolist(), repeat(store_ts), sizes.tolist(), repeat(host))))
 
     def _append_few(self, msgs: list[Message], encoded: list[tuple[bytearray, int]]) -> list[PutResult]:
         """A small batch (caller holds put_lock): its queues and room first, as

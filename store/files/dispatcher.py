@@ -92,7 +92,8 @@ class TagsCodes:
         """tagsCodes of many records: one hash per distinct tag, then the delayed records'
         delivery times (`delays`: each record's DELAY; None when no record is delayed)."""
         codes = {t: self.flavor.tags_code(t) if t else 0 for t in set(tags)}
-        out = np.fromiter(map(codes.__getitem__, tags), dtype=np.int64, count=len(tags))
+        out = (np.full(len(tags), next(iter(codes.values())), dtype=np.int64) if len(codes) == 1
+               else np.array(list(map(codes.__getitem__, tags)), dtype=np.int64))
         if delays is not None:
             stamps = np.broadcast_to(np.asarray(store_ts, dtype=np.int64), out.shape)
             for i, (topic, delay) in enumerate(zip(topics, delays)):
@@ -227,8 +228,11 @@ class Dispatcher:
         message, and one short step per queue (found or created, room made), so a bad queue
         or a full disk refuses before anything is written and a batch over 80,000 queues
         costs little more than one into a single queue."""
-        names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
-        group = np.fromiter(map(names.__getitem__, topics), dtype=np.int64, count=len(topics)) << 32 | qids
+        if topics.count(topics[0]) == len(topics):  # one topic (the common batch): its queue ids
+            names, group = {topics[0]: 0}, np.asarray(qids, dtype=np.int64)
+        else:
+            names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+            group = np.array(list(map(names.__getitem__, topics)), dtype=np.int64) << 32 | qids
         order = np.argsort(group, kind="stable")
         ordered = group[order]
         firsts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))

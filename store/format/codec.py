@@ -392,8 +392,11 @@ class EncodedBatch:
     properties: list[dict[str, str]]
 
     @property
-    def sizes(self) -> list[int]:
-        return self.head["total"].tolist()
+    def sizes(self) -> np.ndarray:
+        """Each record's size (int64)."""
+        import numpy as np
+
+        return self.head["total"].astype(np.int64)
 
     def placed(self, lo: int, hi: int, queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
                store_ts: int) -> bytearray:
@@ -444,10 +447,11 @@ class CompiledBatch:
     place_run: Callable[..., None]
 
     @property
-    def sizes(self) -> list[int]:
+    def sizes(self) -> np.ndarray:
+        """Each record's size (int64, a copy: no Python int each)."""
         import numpy as np
 
-        return np.frombuffer(self.layout, dtype=np.int64)[1::3].tolist()
+        return np.frombuffer(self.layout, dtype=np.int64)[1::3].copy()
 
     def placed(self, lo: int, hi: int, queue_offsets: np.ndarray, commitlog_offsets: np.ndarray,
                store_ts: int) -> memoryview:

@@ -95,7 +95,7 @@ def test_a_batch_is_the_python_codecs_records(msgs, flavor, record_crc, store_v6
     batch = c.encode_batch(msgs)
     assert isinstance(batch, codec.CompiledBatch)
     sizes = [len(rec) for rec, _ in wants]
-    assert batch.sizes == sizes
+    assert batch.sizes.tolist() == sizes
     assert batch.topics == [m.topic for m in msgs] and batch.properties == [m.properties for m in msgs]
     assert batch.queue_id.tolist() == [m.queue_id for m in msgs]
     assert batch.sys_flag.tolist() == [m.sys_flag & ~0x30 for m in msgs]
