@@ -111,8 +111,9 @@ def test_append_read_your_writes(live):
 
 
 def _every_way_of_appending(m: str, src: str) -> None:
-    """One message per write path of a queue: `append`, `append.jsonl` (a short request
-    and one of 300 lines: the batch's columnar path), `append.lines`, `tmp/` renamed in."""
+    """One message per write path of a queue: `append`, `append.jsonl` (a short request,
+    one of 300 lines: the batch's columnar path, and lines cut across writes), `append.lines`,
+    `tmp/` renamed in; and lines `append.jsonl` refuses, none of them stored."""
     q = f"{m}/topics/audit/0"
     sh(f"echo first > {q}/append")
     sh(f"printf '%s\\n' '{{\"body\": \"j1\", \"keys\": [\"jk\"], \"tags\": \"T\"}}' "
@@ -122,6 +123,26 @@ def _every_way_of_appending(m: str, src: str) -> None:
                      for i in range(300))
     sh(f"cat {src} > {q}/append.jsonl && printf 'l1\\nl2\\n' > {q}/append.lines")
     sh(f"printf staged > {q}/tmp/x && mv {q}/tmp/x {q}/append")
+    text = "".join(f'{{"body": "split {i} \u00e9\U0001f600", "keys": ["s{i}"]}}\n'
+                   for i in range(40)).encode()
+    fd = os.open(f"{q}/append.jsonl", os.O_WRONLY)  # lines (and characters) cut across writes
+    try:
+        for at in range(0, len(text), 7):
+            os.write(fd, text[at:at + 7])
+    finally:
+        os.close(fd)
+    refused = []
+    for bad in (b'{"body": "\\ud800"}', b'{"body": "\xff"}', b'{"body": "k", "keys": ["a b"]}',
+                b'{"body": "x"} {}', b'{"body": "ok"}\n{"body": 5}'):
+        fd = os.open(f"{q}/append.jsonl", os.O_WRONLY)
+        try:
+            with pytest.raises(OSError) as err:
+                os.write(fd, bad + b"\n")
+            refused.append(err.value.errno)
+        finally:
+            with pytest.raises(OSError):  # the handle's failure, said again at close
+                os.close(fd)
+    assert refused == [errno.EINVAL] * 5
 
 
 def test_a_mount_without_the_c_modules_stores_what_the_c_path_stores(store, tmp_path, monkeypatch):
@@ -151,7 +172,7 @@ def test_a_mount_without_the_c_modules_stores_what_the_c_path_stores(store, tmp_
             got.append([(r.queue_offset, bytes(r.body), r.tags, r.keys,
                          {k: v for k, v in r.properties.items() if k == "p"})
                         for r in s.get_range("audit", 0, 0, 1000)])
-    assert len(got[0]) == 306 and got[0][-1][1] == b"staged"
+    assert len(got[0]) == 346 and got[0][305][1] == b"staged"
     assert got[1] == got[0]
 
 
