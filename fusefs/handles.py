@@ -11,6 +11,7 @@ it knows nothing of what each one is (docs/concurrency.md says which step runs w
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,19 @@ class Runner(Protocol):
 
     async def wait(self, arrival: trio.Event, seconds: float) -> None:
         """Until the arrival is set or the seconds have passed."""
+
+    def behind(self, fn: Callable[[], object]) -> Behind:
+        """In a worker thread, not waited for: the handle waits for it later."""
+        ...
+
+
+class Behind:
+    """Work started in a worker thread that its handle waits for later (`Runner.behind`):
+    done is set, on the loop, when it has ended; error is what it raised."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,10 +258,21 @@ class LinesHandle(SinkHandle):
     """`append.jsonl` and `append.lines`: each line a message, stored as its newline
     arrives. A small write (`echo '{...}' >> append.jsonl`: at most LOOP_LINES_MAX bytes) is
     decoded on the loop and its line put as `append`'s close puts (on the loop when the store
-    takes it without waiting); a larger one is decoded and stored in one worker-thread trip
-    (decoding a megabyte of lines would hold the loop as long as storing them)."""
+    takes it without waiting).
+
+    A larger write (`cat` writes 1 MiB) whose lines C reads (`JsonlWriter.write_now`: text
+    bodies, short keys) is decoded on the loop and answered while its put runs in a worker
+    thread (`behind`, async flush only): so the next write arrives and is decoded while the
+    store writes, and the two use both cores. Nothing of such a batch can be refused but
+    for the store's own failure (no room, an I/O error): that fails the next write or the
+    close, with its errno, and the handle refuses everything after it; a commit, fsync or
+    release waits for the put first. Any other write is decoded and stored in one
+    worker-thread trip before it is answered (decoding a megabyte in Python would hold the
+    loop as long as storing it), so its refusals are its own."""
 
     writer: JsonlWriter | None
+    write_behind: bool = False  # async flush: a write may be answered before its put ends
+    behind: Behind | None = None  # the put of the last write, when answered before it ended
 
     async def write(self, run: Runner, off: int, buf: bytes) -> int:
         writer = self.writer
@@ -255,10 +280,53 @@ class LinesHandle(SinkHandle):
             raise FsError(errno.EBADF)
         async with self.lane:
             if len(buf) <= LOOP_LINES_MAX:
+                await self._caught_up(run, writer)
                 await self._put(run, writer, writer.write(buf))
-            elif await run.thread(self._write_lines, writer, buf):
-                run.stored()
+                return len(buf)
+            messages = None
+            try:
+                if self.write_behind:
+                    messages = writer.write_now(buf)
+            finally:  # the previous write's put has ended first: its failure is this write's
+                await self._caught_up(run, writer)
+            if messages is None:
+                if await run.thread(self._write_lines, writer, buf):
+                    run.stored()
+            elif messages:
+                self.behind = run.behind(functools.partial(self.put, messages))
             return len(buf)
+
+    async def _caught_up(self, run: Runner, writer: JsonlWriter) -> None:
+        """The put of an earlier write, if one runs, ended: wake `follow` readers, or fail the
+        writer with its errno and raise it."""
+        behind = self.behind
+        if behind is None:
+            return
+        await behind.done.wait()
+        self.behind = None
+        error = behind.error
+        if error is not None:
+            err = errno_for(error)
+            writer.fail(err or errno.EIO)
+            if err is None:  # a bug: the adapter logs its traceback
+                raise error
+            raise FsError(err, f"the lines of an earlier write were not stored: {error}") from error
+        run.stored()
+
+    async def commit(self, run: Runner) -> None:
+        if self.behind is not None and self.writer is not None:
+            async with self.lane:
+                await self._caught_up(run, self.writer)
+        await super().commit(run)
+
+    async def release(self, run: Runner) -> None:
+        if self.behind is not None and self.writer is not None:
+            async with self.lane:
+                try:
+                    await self._caught_up(run, self.writer)
+                except Exception as exc:  # noqa: BLE001 - no one is left to tell but the log
+                    log.warning("lines written through a closed handle were not stored: %s", exc)
+        await super().release(run)
 
     def _write_lines(self, writer: JsonlWriter, buf: bytes) -> bool:
         """True when lines were stored."""

@@ -43,7 +43,7 @@ from pyfuse3 import (
 
 from .errors import FsError, errno_for
 from .forgetting import Forgetting
-from .handles import Handle, Handles, Opening
+from .handles import Behind, Handle, Handles, Opening
 from .inodes import NAME_MAX, Attr
 from .listings import Listing
 from .model import Model
@@ -178,6 +178,25 @@ class TrioRunner:
     async def wait(self, arrival: trio.Event, seconds: float) -> None:
         with trio.move_on_after(seconds):
             await arrival.wait()
+
+    def behind(self, fn: Callable[[], object]) -> Behind:
+        """fn in a cached worker thread (outside the limiter: one per handle at most), its
+        end reported on the loop."""
+        job = Behind()
+        token = trio.lowlevel.current_trio_token()
+
+        def ended(result: outcome.Outcome[object]) -> None:
+            token.run_sync_soon(settle, result)
+
+        def settle(result: outcome.Outcome[object]) -> None:
+            try:
+                result.unwrap()
+            except Exception as exc:  # noqa: BLE001 - the handle raises it where it waits
+                job.error = exc
+            job.done.set()
+
+        trio.lowlevel.start_thread_soon(fn, ended)
+        return job
 
 
 class Operations(pyfuse3.Operations):

@@ -89,6 +89,8 @@ class JsonlWriter(Writer):
     that would pass it fails with ENOMEM (lines are short; bodies go in `append` or tmp/).
     `fits(message)` gives the largest body the store takes for that message."""
 
+    c_lines = True  # `write_now` reads JSON lines in C (subclasses reading other lines: False)
+
     def __init__(self, topic: str, queue: int, limit: int, budget: Budget,
                  fits: Callable[[Message], int] | None = None):
         self.topic, self.queue, self.limit = topic, queue, limit
@@ -114,6 +116,34 @@ class JsonlWriter(Writer):
         self.budget.give(self.held)
         self.buf, self.held = bytearray(), 0
         out = self._parse(head, data, start, cut)
+        if cut < len(data):
+            self._hold(data[cut:])
+        return out
+
+    def write_now(self, data: bytes) -> list[Message] | None:
+        """`write`'s messages when C reads every line this write completes and they pass the
+        bulk checks (nearly every write of producers' lines, ~0.5 us a line, the GIL let go
+        while the text is read); None, with nothing changed, when a line needs the Python
+        decoder or a closer look, or none is complete: then `write`. A store takes what this
+        returns unless it cannot store at all (no room, an I/O error): the lines are plain
+        text bodies with short keys that fit."""
+        self.check()
+        cut = data.rfind(b"\n") + 1
+        if not (self.c_lines and cut):
+            return None
+        head, start = b"", 0
+        if self.buf:
+            start = data.index(b"\n") + 1
+            head = bytes(self.buf) + data[:start]
+        out = decode_lines(data, self.topic, self.queue, self.limit, start, cut)
+        if out is not None and head:
+            first = decode_lines(head, self.topic, self.queue, self.limit)
+            out = None if first is None else first + out
+        if out is None or not self._surely_fit(out):
+            return None
+        self.budget.give(self.held)
+        self.buf, self.held = bytearray(), 0
+        self.lines += len(out)
         if cut < len(data):
             self._hold(data[cut:])
         return out
@@ -177,15 +207,18 @@ class JsonlWriter(Writer):
         return out
 
     def _check_all(self, out: list[Message]) -> None:
-        """_check of each message. A batch whose bodies and KEYS texts are all short (nearly
-        every one) is known to pass from two passes of C-level calls, without a Python call
-        per message."""
-        if (max(map(len, map(_KEYS, map(_PROPERTIES, out))), default=0) <= SURELY_FITS
-                and (self.fits is None
-                     or max(map(len, map(_BODY, out)), default=0) <= self.limit // 2)):
+        """_check of each message, unless the batch surely fits (nearly every one)."""
+        if self._surely_fit(out):
             return
         for msg in out:
             self._check(msg)
+
+    def _surely_fit(self, out: list[Message]) -> bool:
+        """Whether every body and KEYS text is short enough to pass _check, found from two
+        passes of C-level calls, without a Python call per message."""
+        return (max(map(len, map(_KEYS, map(_PROPERTIES, out))), default=0) <= SURELY_FITS
+                and (self.fits is None
+                     or max(map(len, map(_BODY, out)), default=0) <= self.limit // 2))
 
     def _check(self, msg: Message) -> None:
         """EINVAL for a key no /keys name can hold, EFBIG for a body with no room in a record.
@@ -212,6 +245,8 @@ class LinesWriter(JsonlWriter):
     """`append.lines`: each line, its newline taken off, is one message's body (as `kcat -P`
     and kafka-console-producer make them), so `tail -F app.log > append.lines` stores one
     message per log line. Empty lines store nothing; the rest is append.jsonl's."""
+
+    c_lines = False
 
     def __init__(self, topic: str, queue: int, limit: int, budget: Budget,
                  fits: Callable[[Message], int] | None = None):

@@ -173,7 +173,8 @@ class Jsonl(Append):
             parts = self.parts
             writer = self.writer(node.topic, node.queue, parts.body_limit(node.topic, node.queue),
                                  parts.budget, parts.store.max_body_size)
-        return LinesHandle(node.ino, writer, self.parts.put, self.parts.put_now)
+        return LinesHandle(node.ino, writer, self.parts.put, self.parts.put_now,
+                           write_behind=self.parts.store.config.flush_mode == "async")
 
 
 class Lines(Jsonl):

@@ -26,6 +26,8 @@ class ReplayWriter(JsonlWriter):
     `tags/<tag>/` prints them); the messages of the lines one write completes are published
     together or (a line naming no message: ENOENT, no offset: EINVAL) not at all."""
 
+    c_lines = False
+
     def __init__(self, parts: Parts, topic: str, queue: int):
         super().__init__(topic, queue, 0, parts.budget)  # the limit is each copy's topic's
         self.parts = parts

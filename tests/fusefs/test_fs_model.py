@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqfs.fusefs.errors import FsError
-from mqfs.fusefs.handles import Opening
+from mqfs.fusefs.handles import Behind, Opening
 from mqfs.fusefs.inodes import (
     GROUPS_INO,
     KEYS_INO,
@@ -755,6 +755,16 @@ class InlineRunner:
     async def wait(self, arrival, seconds) -> None:
         pass
 
+    def behind(self, fn) -> Behind:
+        """At once, in the caller; the handle finds it ended."""
+        job = Behind()
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - raised where the handle waits
+            job.error = exc
+        job.done.set()
+        return job
+
 
 async def refused(call) -> int:
     with pytest.raises(FsError) as info:
@@ -859,8 +869,9 @@ def test_an_append_is_put_on_the_loop_unless_the_store_would_make_it_wait(model,
 
 def test_a_small_write_of_json_lines_is_put_on_the_loop(model, store):
     """`echo '{...}' >> append.jsonl`: its line decoded and put without a worker-thread trip;
-    two lines in one write are one batch (a trip), a megabyte of lines is decoded and stored
-    in one trip, and a bad line refuses its write (EINVAL) and the handle's later ones."""
+    two lines in one write are one batch (a trip), a megabyte of lines C reads is decoded on
+    the loop and put behind it (no trip), and a bad line refuses its write (EINVAL) and the
+    handle's later ones."""
     run = CountingRunner()
     q = walk(model, "topics", "orders", "1")
     jsonl = model.lookup(q, b"append.jsonl").ino
@@ -874,8 +885,9 @@ def test_a_small_write_of_json_lines_is_put_on_the_loop(model, store):
         big = b"".join(b'{"body": "n%d"}\n' % i for i in range(400))
         assert len(big) > 4096
         await h.write(run, 0, big)
-        assert run.trips == 2 and run.stores == 3
+        assert run.trips == 1 and run.stores == 2 and h.behind is not None
         assert await refused(h.write(run, 0, b'{"body": 1}\n')) == errno.EINVAL
+        assert run.stores == 3 and h.behind is None
         assert await refused(h.write(run, 0, b'{"body": "after"}\n')) == errno.EINVAL
         await h.release(run)
 
@@ -885,6 +897,53 @@ def test_a_small_write_of_json_lines_is_put_on_the_loop(model, store):
         [store.get("orders", 1, 3).commitlog_offset]
     assert store.max_offset("orders", 1) == 6 + 400  # nothing of the refused writes
     assert bytes(store.get("orders", 1, 405).body) == b"n399"
+
+
+def test_a_write_put_behind_reports_a_store_failure_at_the_next_write_or_the_close(model, store):
+    """A large write whose lines C reads is answered before its put ends; a failure of the
+    store there (no room: ENOSPC) fails the next write, or the commit, with its errno, and
+    the handle refuses everything after it. A write with a line only Python reads is stored
+    before it is answered (one trip), so its refusal is its own. Sync flush puts no write
+    behind."""
+    run = CountingRunner()
+    jsonl = model.lookup(walk(model, "topics", "orders", "1"), b"append.jsonl").ino
+    big = b"".join(b'{"body": "n%d", "keys": ["k%d"]}\n' % (i, i) for i in range(400))
+    real_put = store.put_batch
+    before = store.max_offset("orders", 1)
+
+    def no_room(messages):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    async def scenario() -> None:
+        for last in ("write", "commit"):
+            h = await model.open(run, jsonl, Opening(writing=True))
+            store.put_batch = no_room
+            try:
+                assert await h.write(run, 0, big) == len(big)  # answered; its put failed
+            finally:
+                store.put_batch = real_put
+            if last == "write":
+                assert await refused(h.write(run, 0, big)) == errno.ENOSPC
+            assert await refused(h.commit(run)) == errno.ENOSPC  # and stays refused
+            await h.release(run)
+        h = await model.open(run, jsonl, Opening(writing=True))
+        await h.write(run, 0, big[:-1] + b'\n{"body": "p", "tags": "T"}\n')  # Python's line
+        assert run.trips == 1 and h.behind is None and run.stores == 1
+        await h.write(run, 0, big)
+        await h.commit(run)
+        assert run.trips == 1 and h.behind is None and run.stores == 2
+        await h.release(run)
+        store.config.flush_mode = "sync"
+        try:
+            h = await model.open(run, jsonl, Opening(writing=True))
+            await h.write(run, 0, big)
+            assert run.trips == 2 and h.behind is None and run.stores == 3
+            await h.release(run)
+        finally:
+            store.config.flush_mode = "async"
+
+    trio.run(scenario)
+    assert store.max_offset("orders", 1) == before + 3 * 400 + 1
 
 
 def test_a_lane_is_taken_in_arrival_order_and_handed_over():
