@@ -58,7 +58,8 @@ class Runner(Protocol):
         """Until the arrival is set or the seconds have passed."""
 
     def behind(self, fn: Callable[[], object]) -> Behind:
-        """In a worker thread, not waited for: the handle waits for it later."""
+        """A put in a worker thread, not waited for (the handle waits for it later); its
+        success wakes `follow` readers when it ends."""
         ...
 
 
@@ -297,8 +298,8 @@ class LinesHandle(SinkHandle):
             return len(buf)
 
     async def _caught_up(self, run: Runner, writer: JsonlWriter) -> None:
-        """The put of an earlier write, if one runs, ended: wake `follow` readers, or fail the
-        writer with its errno and raise it."""
+        """The put of an earlier write, if one runs, ended; if it failed, the writer fails
+        with its errno, raised here."""
         behind = self.behind
         if behind is None:
             return
@@ -311,7 +312,6 @@ class LinesHandle(SinkHandle):
             if err is None:  # a bug: the adapter logs its traceback
                 raise error
             raise FsError(err, f"the lines of an earlier write were not stored: {error}") from error
-        run.stored()
 
     async def commit(self, run: Runner) -> None:
         if self.behind is not None and self.writer is not None:

@@ -180,19 +180,24 @@ class TrioRunner:
             await arrival.wait()
 
     def behind(self, fn: Callable[[], object]) -> Behind:
-        """fn in a cached worker thread (outside the limiter: one per handle at most), its
-        end reported on the loop."""
+        """fn (a put) in a cached worker thread (outside the limiter: one per handle at
+        most), its end reported on the loop, where `follow` readers are woken at once."""
         job = Behind()
         token = trio.lowlevel.current_trio_token()
 
         def ended(result: outcome.Outcome[object]) -> None:
-            token.run_sync_soon(settle, result)
+            try:
+                token.run_sync_soon(settle, result)
+            except trio.RunFinishedError:  # the mount ended: no handle is left to wait for it
+                pass
 
         def settle(result: outcome.Outcome[object]) -> None:
             try:
                 result.unwrap()
             except Exception as exc:  # noqa: BLE001 - the handle raises it where it waits
                 job.error = exc
+            else:
+                self.stored()
             job.done.set()
 
         trio.lowlevel.start_thread_soon(fn, ended)

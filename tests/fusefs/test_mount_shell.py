@@ -241,6 +241,32 @@ def test_cat_follow_prints_the_last_ten_then_waits_for_new_messages(live):
     assert not [e for e in json.load(open(f"{live}/status.json"))["recent_errors"] if "follow" in e["path"]]
 
 
+def test_a_large_write_of_json_lines_is_stored_and_followed_while_its_handle_stays_open(live):
+    """A write of plain lines over 4 KiB is answered while its put runs behind it: its lines
+    reach `follow` and the queue without another write or a close, and the close that
+    follows returns 0 with every line stored."""
+    q = f"{live}/topics/audit/0"
+    lines = b"".join(json.dumps({"body": f"line {i} " + "x" * 200, "keys": [f"w{i}"]}).encode()
+                     + b"\n" for i in range(300))
+    reader = subprocess.Popen(["cat", f"{q}/follow"], stdout=subprocess.PIPE)
+    try:
+        eventually(lambda: followers(live) == 1, "the follow reader")
+        fd = os.open(f"{q}/append.jsonl", os.O_WRONLY)
+        try:
+            assert os.write(fd, lines) == len(lines)
+            assert [reader.stdout.readline() for _ in range(300)] == \
+                [f"line {i} ".encode() + b"x" * 200 + b"\n" for i in range(300)]
+            assert max_offset(live, "audit/0") == 300
+        finally:
+            os.close(fd)
+        reader.terminate()
+        reader.wait(timeout=LIMIT)
+    finally:
+        reader.kill()
+        reader.stdout.close()
+    assert run("ls keys/w299", live).stdout.split() == [b"audit:0:299"]
+
+
 def test_tail_n_and_tail_f_of_follow_work_as_on_a_log_file(live):
     q = f"{live}/topics/audit/0"
     assert os.stat(f"{q}/follow").st_size == 0  # an empty queue: an empty file, whose end
