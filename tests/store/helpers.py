@@ -136,8 +136,11 @@ def use_codec(monkeypatch, which: str) -> None:
     from mqfs.store.format import codec, compiled
 
     if which == "python":
-        monkeypatch.setattr(codec, "compiled_records", None)
+        monkeypatch.setattr(codec, "compiled_records", None)  # (and so no one-call put: hot_put)
         monkeypatch.setattr(compiled, "dispatch", None)  # read by the index files as they open
+        monkeypatch.setattr(compiled, "jsonl", None)  # read by decode_lines at each call
+        monkeypatch.setattr(compiled, "PURE", True)  # asked for: no "not built" line on stderr
     elif not compiled.PURE:
         assert compiled.records is not None, "the C record encoder is not built: run scripts/setup"
         assert compiled.dispatch is not None, "the C dispatch is not built: run scripts/setup"
+        assert compiled.jsonl is not None, "the C JSON-lines decoder is not built: run scripts/setup"
