@@ -8,12 +8,14 @@ import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * Rows of the read schema (the columns the query needs, of the message shape in
  * pipeline/schema.py or Kafka's in pipeline/kafka.py, plus `store`), written column by column
- * into a reused batch: pipeline/scan.py's FileBatcher._columns and kafka.kafka_batch.
+ * into a reused batch: pipeline/scan.py's FileBatcher._columns and kafka.kafka_batch. A body
+ * column holds where each body lies (Bodies), copied out when Spark reads it.
  */
 final class Rows {
     static final int MAX_ROWS = 4096;
@@ -43,7 +45,8 @@ final class Rows {
 
     private final String[] names;
     private final Column[] kinds;
-    private final OnHeapColumnVector[] vectors;
+    private final WritableColumnVector[] vectors;  // null for a body column
+    private final Bodies[] bodies;  // a body column's, else null
     private final ColumnarBatch batch;
     private final byte[] store;
     private final boolean props;  // some column needs PROPERTIES
@@ -60,8 +63,17 @@ final class Rows {
         for (int c = 0; c < names.length; c++) {
             kinds[c] = Column.named(names[c]);
         }
-        vectors = OnHeapColumnVector.allocateColumns(MAX_ROWS, schema);
-        batch = new ColumnarBatch(vectors);
+        vectors = new WritableColumnVector[names.length];
+        bodies = new Bodies[names.length];
+        ColumnVector[] columns = new ColumnVector[names.length];
+        for (int c = 0; c < names.length; c++) {
+            if (kinds[c] == Column.BODY) {
+                columns[c] = bodies[c] = new Bodies(schema.fields()[c].dataType(), MAX_ROWS);
+            } else {
+                columns[c] = vectors[c] = new OnHeapColumnVector(MAX_ROWS, schema.fields()[c].dataType());
+            }
+        }
+        batch = new ColumnarBatch(columns);
         store = storeName == null ? new byte[0] : storeName.getBytes(StandardCharsets.UTF_8);
         boolean any = false;
         for (StructField f : schema.fields()) {
@@ -79,8 +91,12 @@ final class Rows {
     }
 
     void clear() {
-        for (OnHeapColumnVector v : vectors) {
-            v.reset();
+        for (int c = 0; c < names.length; c++) {
+            if (bodies[c] != null) {
+                bodies[c].reset(rows);
+            } else {
+                vectors[c].reset();
+            }
         }
         rows = 0;
         bytes = 0;
@@ -99,8 +115,12 @@ final class Rows {
         int row = rows;
         if (row >= capacity) {  // a record dispatched to many queues: past MAX_ROWS
             capacity *= 2;
-            for (OnHeapColumnVector v : vectors) {
-                v.reserve(capacity);
+            for (int c = 0; c < names.length; c++) {
+                if (bodies[c] != null) {
+                    bodies[c].reserve(capacity);
+                } else {
+                    vectors[c].reserve(capacity);
+                }
             }
         }
         byte[] raw = null;
@@ -139,12 +159,12 @@ final class Rows {
                 case SYS_FLAG -> v.putInt(row, inner != null ? r.sysFlag & ~Inner.COMPRESSION : r.sysFlag);
                 case BODY -> {
                     if (inner != null) {
-                        v.putByteArray(row, inner.raw(), inner.bodyAt(), inner.bodyLen());
+                        bodies[c].put(row, inner.raw(), inner.bodyAt(), inner.bodyLen());
                         bytes += inner.bodyLen();
                     } else if (inflated != null) {
-                        v.putByteArray(row, inflated);
-                    } else {  // one copy, from the mapping into the vector
-                        v.putByteArray(row, b, r.bodyPos, r.bodyLen);
+                        bodies[c].put(row, inflated, 0, inflated.length);
+                    } else {  // copied from the mapping when Spark reads it
+                        bodies[c].put(row, b, r.bodyPos, r.bodyLen);
                     }
                     bytes += r.bodyLen;
                 }

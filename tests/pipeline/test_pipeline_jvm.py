@@ -9,6 +9,7 @@ stores, Kafka's shape), and on a broker-written layout."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import struct
@@ -26,7 +27,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import TimestampType  # noqa: E402
 
-from mqfs.store import Message, StoreConfig  # noqa: E402
+from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
 from mqfs.store.format import codec, layout  # noqa: E402
 from mqfs.store.format.codec import Encoder  # noqa: E402
 from mqfs.store.format.compression import deflate  # noqa: E402
@@ -187,6 +188,21 @@ def test_pushed_filters_read_the_same_both_ways(spark, stores, where):
 ])
 def test_few_queue_reads_read_the_same_both_ways(spark, stores, options):
     assert same_rows(spark, stores[0], options) > 0
+
+
+def test_bodies_of_many_batches_read_the_same_both_ways(spark, tmp_path):
+    """A task reads several batches (each ends at 512 KiB of bodies) whose body column is
+    reused and copied out only when a row is read (Bodies.java): every row gets its own
+    record's body, whether Spark collects it or reads it inside an expression."""
+    root = str(tmp_path / "s")
+    bodies = [os.urandom(3000 + i % 7) for i in range(1500)]
+    with MessageStore(root, StoreConfig(commitlog_file_size=8 << 20)) as s:
+        s.put_batch([Message.create("t", b, queue_id=i % 3) for i, b in enumerate(bodies)])
+    df = spark.read.format("mqfs").load(root)
+    assert df.rdd.getNumPartitions() < len(bodies) * 3000 / (512 << 10) / 2  # batches per task
+    assert same_rows(spark, root, {}, ["commitlog_offset", "body"]) == len(bodies)
+    hashed = df.select(F.sha2("body", 256).alias("h"), F.length("body").alias("n")).collect()
+    assert sorted((r.h, r.n) for r in hashed) == sorted((hashlib.sha256(b).hexdigest(), len(b)) for b in bodies)
 
 
 def test_several_stores_read_the_same_both_ways(spark, stores):
