@@ -356,3 +356,25 @@ def test_a_unit_pointing_at_another_queues_record_is_never_served_under_its_name
             s.get_range("A", 0, 0, 10)
         got = [(m.topic, m.queue_offset, bytes(m.body)) for m in s.get_range("A", 0, 0, 10, skip_damaged=True)]
         assert got == [("A", i, b"a%d" % i) for i in range(10) if i != 3]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gaps=st.lists(st.integers(0, 3), max_size=40), probe=st.integers(-2, 130))
+def test_a_checkpoint_counts_the_entries_below_an_offset_as_a_search_of_the_column_does(
+        tmp_path_factory, gaps, probe):
+    """count_below (what a checkpoint vouches for) reads entries one at a time in a binary
+    search: the same count as numpy's search of the whole column, equal offsets included."""
+    from mqfs.store.files.index_file import ENTRY_DTYPE
+
+    f = IndexFile(str(tmp_path_factory.mktemp("ix") / "20250101000000000"), 7, 60)
+    phys = np.cumsum(np.array(gaps, dtype=np.int64))
+    for phy in phys.tolist():
+        f.put_key(phy * 31 + 5, phy, 1_700_000_000_000)
+    n = f.index_count
+    column = np.frombuffer(f.mf.buffer(), dtype=ENTRY_DTYPE, count=n - 1,
+                           offset=f._entries_at + ENTRY_DTYPE.itemsize)["phy"]
+    assert column.tolist() == phys.tolist()  # entries from 1 (0 is never used)
+    for k in range(0, n + 1):
+        assert f.count_below(k, probe) == (max(k, 1) if k <= 1 else
+                                           1 + int(np.searchsorted(column[:k - 1], probe, "left")))
+    f.mf.close()
