@@ -43,7 +43,7 @@ from pyfuse3 import (
 
 from .errors import FsError, errno_for
 from .forgetting import Forgetting
-from .handles import Behind, Handle, Handles, Opening
+from .handles import Behind, Handle, Handles, LinesHandle, Opening
 from .inodes import NAME_MAX, Attr
 from .listings import Listing
 from .model import Model
@@ -339,9 +339,18 @@ class Operations(pyfuse3.Operations):
     async def releasedir(self, fh: FileHandleT) -> None:
         self.dirs.table.pop(fh, None)
 
+    async def whole_store_flush(self) -> None:
+        """What fsync of any file or directory promises: the whole store on disk, the lines
+        of every write already answered included (a put some `append.jsonl` write left
+        running behind it is waited for first; its failure is its handle's to report)."""
+        for h in list(self.files.table.values()):
+            if isinstance(h, LinesHandle) and h.behind is not None:
+                await h.behind.done.wait()
+        await in_thread(self.model.flush)
+
     @guarded
     async def fsyncdir(self, fh: FileHandleT, datasync: bool) -> None:
-        await in_thread(self.model.flush)
+        await self.whole_store_flush()
 
     @guarded
     async def mkdir(self, parent_inode: InodeT, name: FileNameT, mode: ModeT,
@@ -407,7 +416,7 @@ class Operations(pyfuse3.Operations):
     @guarded
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
         await self.files.get(fh).commit(self.run)
-        await in_thread(self.model.flush)
+        await self.whole_store_flush()
 
     @guarded
     async def release(self, fh: FileHandleT) -> None:

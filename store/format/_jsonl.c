@@ -374,6 +374,8 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(text) + start;
     for (const unsigned char *p = data; (p = memchr(p, '\n', (size_t)(data + len - p))); p++)
         newlines++;
+    if ((size_t)newlines + 1 > PY_SSIZE_T_MAX / sizeof(Line))
+        return PyErr_NoMemory();
     unsigned char *arena = PyMem_RawMalloc((size_t)len + 1);
     Line *lines = PyMem_RawMalloc(sizeof(Line) * (size_t)(newlines + 1));
     if (!arena || !lines) {

@@ -948,6 +948,32 @@ def test_a_write_put_behind_reports_a_store_failure_at_the_next_write_or_the_clo
     assert store.max_offset("orders", 1) == before + 3 * 400 + 1
 
 
+def test_fsync_of_any_file_waits_for_the_puts_left_behind_by_answered_writes(model):
+    """fsync or fsyncdir of anything flushes the whole store: the lines of a write already
+    answered whose put still runs behind it are waited for before the flush."""
+    from mqfs.fusefs.handles import LinesHandle
+    from mqfs.fusefs.ops import Operations
+
+    ops = Operations(model)
+    flushes: list[str] = []
+    model.flush = lambda: flushes.append("flushed")  # type: ignore[method-assign]
+    handle = LinesHandle(1, None, model.put)
+    handle.behind = Behind()
+    ops.files.add(handle)
+
+    async def scenario() -> None:
+        behind = handle.behind
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ops.fsyncdir, 0, False)
+            while not (flushes or behind.done.statistics().tasks_waiting):  # one or the other
+                await trio.sleep(0.001)
+            assert flushes == []  # waiting for the put behind, not flushing
+            behind.done.set()
+        assert flushes == ["flushed"]
+
+    trio.run(scenario)
+
+
 def test_a_lane_is_taken_in_arrival_order_and_handed_over():
     """Writes and commits of one handle that wait take its Lane in the order they came, each
     after the one before left it (a cancelled waiter is skipped); free, it is taken at once."""
