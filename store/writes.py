@@ -8,7 +8,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from itertools import repeat
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -76,9 +76,10 @@ class StoreWrites:
     users: Users  # every public call below is one (a close waits for them)
     index: IndexService
     unit_flush: UnitFlush
-    # the common single put in one C call (`hot_put`), or None: it returns the PutResult, or
-    # None having written nothing, and `put` then takes the message as without it
-    hot_put: Callable[[Message], PutResult | None] | None = None
+    # the common single put in one C call (_records.Put, or None): `hot_put(msg)` and
+    # `hot_put.nowait(msg)` return the PutResult, or None having written nothing, and `put`
+    # then takes the message as without it
+    hot_put: Any = None
     _last_store_ts: int
     _dispatched_ts: int
 
@@ -109,20 +110,25 @@ class StoreWrites:
         for topic in {m.topic for m in msgs} & self.compaction.topics:
             self.check_writable(topic)
 
-    @in_use
     def put(self, message: Message) -> PutResult:
         """Append one message; when it returns it is readable and findable (and on disk in
-        sync mode). The lean path: one encode, one lock, units and entries written in place."""
+        sync mode). The common case is one C call (`hot_put`: a user of the store as @in_use
+        makes one, under the put lock); whatever it declines, `_put` takes."""
+        hot = self.hot_put
+        if hot is not None:
+            result = hot(message)
+            if result is not None:
+                return result
+        return self._put(message)
+
+    @in_use
+    def _put(self, message: Message) -> PutResult:
+        """`put` in Python. The lean path: one encode, one lock, units and entries written
+        in place."""
         if not self.is_open or self.config.read_only or self.stopped is not None:
             self._writable()
         if self.compaction.topics:
             self._not_compacted([message])
-        hot = self.hot_put
-        if hot is not None and message.__class__ is Message:  # no Python code runs in its reads
-            with self.put_lock:
-                result = hot(message)
-            if result is not None:
-                return result
         rec, ts_pos = self.encoder.encode(message)
         size = len(rec)
         self.commitlog.check_fits(size)
@@ -148,8 +154,9 @@ class StoreWrites:
                 or self.flush_services.commit_service is not None or self.index.hash_kind is None:
             return
         self.hot_put = compiled_records.Put(
-            compiled, self, self.commitlog.queue, self.consume_queues, self.unit_flush, self.index,
-            PutResult, self.index.hash_kind, TAIL_MAX, BUFFERED_MAX, _PWRITE_MIN)
+            compiled, Message, self.users, self.put_lock, self.compaction.topics, self, self.commitlog.queue,
+            self.consume_queues, self.unit_flush, self.index, PutResult, self.index.hash_kind, TAIL_MAX,
+            BUFFERED_MAX, _PWRITE_MIN)
 
     def _locked(self, write: Callable[[], T], sync: bool) -> T:
         """`write` under the put lock, announced to the group commit first when `sync` (so
@@ -188,14 +195,9 @@ class StoreWrites:
         if self.config.flush_mode == "sync" or self.flush_services.commit_service is not None:
             return None
         hot = self.hot_put
-        if hot is not None and message.__class__ is Message:  # as `put`, never waiting
-            if not self.put_lock.acquire(blocking=False):
-                return None
-            try:
-                result = hot(message)
-            finally:
-                self.put_lock.release()
-            if result is not None:
+        if hot is not None:
+            result = hot.nowait(message)  # as `put`, never waiting for the lock
+            if result is not None or self.put_lock.locked():
                 return result
         rec, ts_pos = self.encoder.encode(message)
         if not self.put_lock.acquire(blocking=False):

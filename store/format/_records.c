@@ -620,19 +620,26 @@ enum { A_FILES, A_FILE_SIZE, A_WROTE, A_FROM, A_WRITE_BUFFER, A_ZEROED, A_MM, A_
        A_END_CHECK, A_OPEN, A_USED, A_TAIL, A_NEXT_OFFSET, A_MAX_PHYSIC, A_ADDED, A_TOUCHED,
        A_INDEX_COUNT, A_END_PHY, A_BEGIN_TS, A_BEGIN_PHY, A_SLOT_COUNT, A_WRITTEN, A_END_TS,
        A_ORDERED, A_NEWEST, A_MF, A_SLOTS, A_ENTRIES, A_CLOCK, A_LAST_TS, A_DISPATCHED_TS,
-       A_BORN_HOST, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
+       A_BORN_HOST, A_CALLS, A_USERS_OPEN, A_IS_OPEN, A_STOPPED, M_ACQUIRE, M_RELEASE, M_REMOVE,
+       M_LEAVE, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
 static const char *NAMES[N_NAMES] = {
     "files", "file_size", "wrote_position", "file_from_offset", "write_buffer", "zeroed", "mm",
     "store_timestamp", "end_check", "_open", "_used", "_tail", "next_offset", "max_physic_offset",
     "added", "touched", "index_count", "end_phy_offset", "begin_timestamp", "begin_phy_offset",
     "hash_slot_count", "written", "end_timestamp", "_ordered_upto", "_newest_ts", "mf", "slots",
-    "entries", "clock", "_last_store_ts", "_dispatched_ts", "born_host", "KEYS", "UNIQ_KEY", "TAGS",
+    "entries", "clock", "_last_store_ts", "_dispatched_ts", "born_host", "_calls", "_open", "is_open",
+    "stopped", "acquire", "release", "remove", "leave", "KEYS", "UNIQ_KEY", "TAGS",
     "SCHEDULE_TOPIC_XXXX", " "};
 static PyObject *names[N_NAMES];
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;
     Codec *codec;
+    PyObject *message;    /* the Message class: the only type taken (no Python code in its reads) */
+    PyObject *users;      /* the store's Users: this call is one, as @in_use makes a Python one */
+    PyObject *lock;       /* the put lock */
+    PyObject *compacted;  /* frozenset: compaction topics (never written by mqfs) */
     PyObject *writes;     /* StoreWrites: clock, _last_store_ts, _dispatched_ts */
     PyObject *log;        /* the CommitLog's MappedFileQueue */
     PyObject *registry;   /* QueueRegistry */
@@ -734,11 +741,8 @@ fail:
     return -1;
 }
 
-/* Put(msg) -> PutResult | None (see above). */
-static PyObject *Put_call(Put *s, PyObject *args, PyObject *kwds) {
-    PyObject *msg;
-    if (kwds != NULL || !PyArg_UnpackTuple(args, "Put", 1, 1, &msg))
-        return NULL;
+/* The put with the put lock held: its PutResult, None, or NULL with an exception. */
+static PyObject *put_locked(Put *s, PyObject *msg) {
     Codec *c = s->codec;
     /* the put lock is held: no Python code of the caller's may run in here (a hash or a
      * comparison of its own could put again and wait for the lock forever). A Message's
@@ -965,15 +969,113 @@ done:
     return out;
 }
 
+/* A true attribute (is_open, Users._open), or 0. */
+static int attr_true(PyObject *obj, int name) {
+    PyObject *v = PyObject_GetAttr(obj, names[name]);
+    int r = v == Py_True;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return r;
+}
+
+/* Put(msg) -> PutResult | None: StoreWrites.put's common case whole. The call counts itself
+ * in and out of the store's users as @in_use does (a close waits for it) and takes the put
+ * lock; it declines, before anything, a store that is closing or stopped, a message of
+ * another class and a compaction topic's message: `put` then refuses or takes it in Python. */
+static PyObject *put_entered(Put *s, PyObject *msg, int wait) {
+    if ((PyObject *)Py_TYPE(msg) != s->message)
+        Py_RETURN_NONE;
+    PyObject *calls = PyObject_GetAttr(s->users, names[A_CALLS]);
+    PyObject *me = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    PyObject *out = NULL;
+    if (calls == NULL || me == NULL || !PyList_CheckExact(calls) || PyList_Append(calls, me) < 0) {
+        Py_XDECREF(calls);
+        Py_XDECREF(me);
+        return NULL;
+    }
+    /* in: Users.enter's door, then `put`'s own checks */
+    PyObject *stopped = PyObject_GetAttr(s->writes, names[A_STOPPED]);
+    PyObject *topic = stopped == NULL ? NULL : PyObject_GetAttr(msg, field_names[F_TOPIC]);
+    int go = stopped == Py_None && topic != NULL && attr_true(s->users, A_USERS_OPEN)
+        && attr_true(s->writes, A_IS_OPEN) && PyUnicode_CheckExact(topic);
+    if (go && PySet_GET_SIZE(s->compacted) > 0) {
+        int found = PySet_Contains(s->compacted, topic);
+        go = found == 0;
+    }
+    Py_XDECREF(stopped);
+    Py_XDECREF(topic);
+    PyErr_Clear();
+    if (go) {
+        /* waits (the GIL released) unless `wait` is 0: then None when another holds it */
+        PyObject *got = PyObject_CallMethodOneArg(s->lock, names[M_ACQUIRE], wait ? Py_True : Py_False);
+        if (got == Py_False)
+            out = Py_NewRef(Py_None);
+        else if (got != NULL) {
+            out = put_locked(s, msg);
+            PyObject *exc_type, *exc, *tb;
+            PyErr_Fetch(&exc_type, &exc, &tb);  /* put_locked's error, kept across the release */
+            PyObject *done = PyObject_CallMethodNoArgs(s->lock, names[M_RELEASE]);
+            if (done == NULL) {
+                Py_XDECREF(exc_type); Py_XDECREF(exc); Py_XDECREF(tb);
+                Py_CLEAR(out);
+            } else {
+                Py_DECREF(done);
+                PyErr_Restore(exc_type, exc, tb);
+            }
+        }
+        Py_XDECREF(got);
+    } else {
+        out = Py_NewRef(Py_None);
+    }
+    /* out: Users.leave (which also wakes a close waiting for the calls inside) */
+    PyObject *exc_type, *exc, *tb;
+    PyErr_Fetch(&exc_type, &exc, &tb);
+    PyObject *left = attr_true(s->users, A_USERS_OPEN)
+        ? PyObject_CallMethodOneArg(calls, names[M_REMOVE], me)
+        : PyObject_CallMethodOneArg(s->users, names[M_LEAVE], me);
+    if (left == NULL) {
+        Py_XDECREF(exc_type); Py_XDECREF(exc); Py_XDECREF(tb);
+        Py_CLEAR(out);
+    } else {
+        Py_DECREF(left);
+        PyErr_Restore(exc_type, exc, tb);
+    }
+    Py_DECREF(calls);
+    Py_DECREF(me);
+    return out;
+}
+
+static PyObject *Put_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Put takes one message");
+        return NULL;
+    }
+    return put_entered((Put *)self, args[0], 1);
+}
+
+/* Put.nowait(msg): the same, but None at once when the put lock is taken (put_nowait). */
+static PyObject *Put_nowait(Put *s, PyObject *msg) {
+    return put_entered(s, msg, 0);
+}
+
+static PyMethodDef Put_methods[] = {
+    {"nowait", (PyCFunction)Put_nowait, METH_O,
+     "nowait(msg) -> PutResult | None: never waits for the put lock (None when it is taken)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kw[] = {"codec", "writes", "log", "registry", "units", "index", "result",
-                         "hash_kind", "tail_max", "buffered_max", "pwrite_min", NULL};
-    PyObject *codec, *writes, *log, *registry, *units, *index, *result;
+    static char *kw[] = {"codec", "message", "users", "lock", "compacted", "writes", "log",
+                         "registry", "units", "index", "result", "hash_kind", "tail_max",
+                         "buffered_max", "pwrite_min", NULL};
+    PyObject *codec, *message, *users, *lock, *compacted, *writes, *log, *registry, *units, *index, *result;
     int hash_kind;
     long long tail_max, buffered_max, pwrite_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOOOO!iLLL", kw, &CodecType, &codec, &writes,
-                                     &log, &registry, &units, &index, &PyType_Type, &result,
-                                     &hash_kind, &tail_max, &buffered_max, &pwrite_min))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOO!iLLL", kw, &CodecType, &codec,
+                                     &PyType_Type, &message, &users, &lock, &PyFrozenSet_Type,
+                                     &compacted, &writes, &log, &registry, &units, &index,
+                                     &PyType_Type, &result, &hash_kind, &tail_max, &buffered_max,
+                                     &pwrite_min))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)result, &PyTuple_Type)
             || (hash_kind != HASH_JAVA && hash_kind != HASH_XXH32)) {
@@ -983,7 +1085,12 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Put *s = (Put *)type->tp_alloc(type, 0);
     if (s == NULL)
         return NULL;
+    s->vectorcall = Put_vectorcall;
     s->codec = (Codec *)Py_NewRef(codec);
+    s->message = Py_NewRef(message);
+    s->users = Py_NewRef(users);
+    s->lock = Py_NewRef(lock);
+    s->compacted = Py_NewRef(compacted);
     s->writes = Py_NewRef(writes);
     s->log = Py_NewRef(log);
     s->registry = Py_NewRef(registry);
@@ -999,6 +1106,10 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 
 static int Put_traverse(Put *s, visitproc visit, void *arg) {
     Py_VISIT(s->codec);
+    Py_VISIT(s->message);
+    Py_VISIT(s->users);
+    Py_VISIT(s->lock);
+    Py_VISIT(s->compacted);
     Py_VISIT(s->writes);
     Py_VISIT(s->log);
     Py_VISIT(s->registry);
@@ -1010,6 +1121,10 @@ static int Put_traverse(Put *s, visitproc visit, void *arg) {
 
 static int Put_clear(Put *s) {
     Py_CLEAR(s->codec);
+    Py_CLEAR(s->message);
+    Py_CLEAR(s->users);
+    Py_CLEAR(s->lock);
+    Py_CLEAR(s->compacted);
     Py_CLEAR(s->writes);
     Py_CLEAR(s->log);
     Py_CLEAR(s->registry);
@@ -1039,13 +1154,15 @@ static PyTypeObject PutType = {
     .tp_name = "mqfs.store.format._records.Put",
     .tp_doc = "A store's single put in one call: StoreWrites.put's common case, or None",
     .tp_basicsize = sizeof(Put),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = Put_new,
-    .tp_call = (ternaryfunc)Put_call,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Put, vectorcall),
     .tp_dealloc = (destructor)Put_dealloc,
     .tp_traverse = (traverseproc)Put_traverse,
     .tp_clear = (inquiry)Put_clear,
     .tp_getset = Put_getset,
+    .tp_methods = Put_methods,
 };
 
 static PyMethodDef module_methods[] = {
