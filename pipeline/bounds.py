@@ -9,6 +9,8 @@ from collections.abc import Iterable
 
 from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, offset_by_time
 
+from .recognised import queue_reader
+
 
 def first_kept(reader: QueueReader, lo: int, hi: int, log_start: int) -> int:
     """The first queue offset in [lo, hi) whose record starts at or after `log_start` (hi when
@@ -31,7 +33,7 @@ def kept_bounds(layout: StoreLayout, keys: Iterable[tuple[str, int]]) -> dict[tu
     start = files[0][0] if files else 1 << 62
     out = {}
     for topic, q in keys:
-        reader = QueueReader(layout.root, topic, q, layout.consume_queue_units)
+        reader = queue_reader(layout, topic, q)
         lo, hi = reader.bounds()
         out[(topic, q)] = (first_kept(reader, lo, hi, start), hi)
     return out

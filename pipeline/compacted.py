@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,7 @@ from mqfs.store.meta.features import COMPACTION, policies_unknown, topics_of
 from mqfs.store.offline.views import StoreLayout, map_readonly
 
 from .options import ReadOptions
-from .recognised import recognised
+from .recognised import compacted_queue, recognised
 from .scan import Checks, FileBatcher, RowFilter, warn
 
 
@@ -84,7 +85,7 @@ def plan(views: CompactionViews | None, flt: RowFilter, first_index: int) -> lis
         for q in views.queue_ids(topic):
             if flt.queues is not None and q not in flt.queues:
                 continue
-            units = views.queue(topic, q).units
+            units = compacted_queue(views.root, topic, q, partial(views.queue, topic, q)).units
             lo, hi = flt.queue_offsets
             ranges = [(a, b) for t, qq, a, b in flt.queue_ranges or () if (t, qq) == (topic, q)]
             if flt.queue_ranges is not None and not ranges:
@@ -140,9 +141,10 @@ def unit_files(layout: StoreLayout, part: CompactedPartition) -> tuple[list[dict
     """The planned units by compactionLog file, in queue order (path, file start, and per
     unit its position in the file, size, queue offset and store time, which the JVM reader
     checks each copy against: Compacted.java), and why each unit that points past the
-    files is damaged (CompactedQueue.read's words). Nothing is read but the listing."""
-    views = CompactionViews(layout.root, frozenset({part.topic}), layout.checked_flavor)
-    queue = views.queue(part.topic, part.queue_id)
+    files is damaged (CompactedQueue.read's words). Within the planning that planned it,
+    nothing is read again (`recognised.compacted_queue`: the queue its units came from)."""
+    queue = compacted_queue(layout.root, part.topic, part.queue_id, lambda: CompactionViews(
+        layout.root, frozenset({part.topic}), layout.checked_flavor).queue(part.topic, part.queue_id))
     files: dict[int, dict] = {}
     lost: list[str] = []
     for unit in part.units:

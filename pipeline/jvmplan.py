@@ -29,6 +29,7 @@ from mqfs.store.offline.views import StoreLayout
 from . import compacted
 from .locality import fingerprint
 from .options import ReadOptions
+from .recognised import planning
 from .scan import RowFilter
 from .stores import StorePartition, StoresReader, StoresStreamReader
 from .stream import MqfsStreamReader, QueueRange, units_by_file
@@ -143,15 +144,18 @@ class JvmPlanReader(DataSourceReader):
             r.slots = slots
 
     def partitions(self) -> list[InputPartition]:
+        """The plan and its description in one `planning()`: the units the plan selected are
+        described from the same reads, not read again."""
         prints: dict[str, str] = {}
-        if isinstance(self.reader, StoresReader):
-            roots = self.reader.roots
-            parts = [p for p in self.reader.partitions() if isinstance(p, StorePartition)]
-            plans = [(_describe(self.reader.readers[p.store], p.inner, roots[p.store], prints),
-                      self.hosts.get(roots[p.store])) for p in parts]
-        else:
-            host = self.hosts.get(self.reader.layout.root)
-            plans = [(_describe(self.reader, p, None, prints), host) for p in self.reader.partitions()]
+        with planning():
+            if isinstance(self.reader, StoresReader):
+                roots = self.reader.roots
+                parts = [p for p in self.reader.partitions() if isinstance(p, StorePartition)]
+                plans = [(_describe(self.reader.readers[p.store], p.inner, roots[p.store], prints),
+                          self.hosts.get(roots[p.store])) for p in parts]
+            else:
+                host = self.hosts.get(self.reader.layout.root)
+                plans = [(_describe(self.reader, p, None, prints), host) for p in self.reader.partitions()]
         return _jvm_partitions(plans) or [JvmPartition(0, "null")]  # "null": no rows
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

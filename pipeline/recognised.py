@@ -1,26 +1,48 @@
-"""A store's features (features.recognise: listings and config/topics.json) recognised once
-per planning: one DataFrame's planning asks several times (BatchCQ topics, compaction topics,
-their units), each recognition costing milliseconds. Within `planning()` the first answer per
-store is kept; outside it every call recognises again. A DataFrame's plans start from the
+"""What one planning reads of a store, read once: its features (features.recognise: listings
+and config/topics.json), each queue's ConsumeQueue reader (the units it validated) and its
+compaction topics' queues. One DataFrame's planning asks several times (bounds, unit
+selection, the JVM's unit positions; BatchCQ and compaction checks), each answer costing
+milliseconds. Within `planning()` the first answer is kept, so the plan also sees each file as
+it first saw it; outside it every call reads again. A DataFrame's plans start from the
 features its snapshot was pinned with (MqfsDataSource.schema, which also chose the reader by
 them), so a plan neither recognises the store again nor disagrees with that choice."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from mqfs.store.files.compaction_log import CompactedQueue
 from mqfs.store.meta.features import Features, recognise
+from mqfs.store.offline.views import QueueReader, StoreLayout
 
-_kept: ContextVar[dict[str, Features] | None] = ContextVar("mqfs_recognised", default=None)
+
+class _Kept:
+    """One planning's answers, by store root."""
+
+    def __init__(self) -> None:
+        self.features: dict[str, Features] = {}
+        self.queues: dict[tuple[str, str, int], QueueReader] = {}
+        self.compacted: dict[tuple[str, str, int], CompactedQueue] = {}
+
+
+_kept: ContextVar[_Kept | None] = ContextVar("mqfs_planning", default=None)
 
 
 @contextmanager
 def planning(known: Mapping[str, Features] | None = None) -> Iterator[None]:
-    """A scope in which each store is recognised at most once; `known`: stores whose
-    features are known already (the DataFrame's pinned ones)."""
-    token = _kept.set(dict(known or {}))
+    """A scope in which each store is recognised, and each queue's units read, at most once;
+    `known`: stores whose features are known already (the DataFrame's pinned ones). Inside
+    another planning, it adds `known` to that one's answers."""
+    outer = _kept.get()
+    if outer is not None:
+        outer.features.update(known or {})
+        yield
+        return
+    kept = _Kept()
+    kept.features.update(known or {})
+    token = _kept.set(kept)
     try:
         yield
     finally:
@@ -32,7 +54,33 @@ def recognised(root: str) -> Features:
     kept = _kept.get()
     if kept is None:
         return recognise(root)
-    found = kept.get(root)
+    found = kept.features.get(root)
     if found is None:
-        found = kept[root] = recognise(root)
+        found = kept.features[root] = recognise(root)
+    return found
+
+
+def queue_reader(layout: StoreLayout, topic: str, queue_id: int) -> QueueReader:
+    """The queue's QueueReader, kept for the rest of the enclosing `planning()` (each file's
+    units validated once however many bounds, searches and reads the plan makes)."""
+    kept = _kept.get()
+    if kept is None:
+        return QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+    key = (layout.root, topic, queue_id)
+    found = kept.queues.get(key)
+    if found is None:
+        found = kept.queues[key] = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+    return found
+
+
+def compacted_queue(root: str, topic: str, queue_id: int, make: Callable[[], CompactedQueue]) -> CompactedQueue:
+    """`make()` (a compaction topic's queue, its units read), kept for the rest of the
+    enclosing `planning()`: the plan and the JVM's description of it read them once."""
+    kept = _kept.get()
+    if kept is None:
+        return make()
+    key = (root, topic, queue_id)
+    found = kept.compacted.get(key)
+    if found is None:
+        found = kept.compacted[key] = make()
     return found

@@ -92,6 +92,7 @@ from .scoped import MARKER
 from .splits import Vouch, cut_points, split_points
 from .stores import StoresReader, StoresStreamReader, root_of, several, store_roots
 from .stream import MqfsStreamReader, RefusedStream
+from .tasks import even_tasks
 from .unit_rows import UnitRows, UnitRowsPlan, answerable, plan_unit_rows
 from .unit_rows import read as read_unit_rows
 from .units import UnitPlan, UnitRange, plan_units, read_units
@@ -107,9 +108,6 @@ HEADER_TASK_BYTES = 1 << 30
 # A task of the JVM reader (pipeline/jvmplan.py) starts in milliseconds: smaller tasks, so
 # every core reads
 JVM_TASK_BYTES = 64 << 20
-# Below this many bytes one task reads everything, as Spark's file sources do below their
-# spark.sql.files.openCostInBytes (4 MiB): a second task costs more than it saves there
-ONE_TASK_BYTES = 4 << 20
 _ALL = 1 << 62
 
 
@@ -139,14 +137,6 @@ class RangeGroup(InputPartition):
     def __init__(self, index: int, pieces: list[RangePartition]):
         super().__init__(index)
         self.pieces = pieces
-
-
-def even_tasks(total: int, task_bytes: int, slots: int) -> int:
-    """How many tasks of at most about task_bytes read `total` bytes on `slots` cores that
-    are all busy to the end: a multiple of the slots; one when the bytes are few."""
-    if total <= min(task_bytes, ONE_TASK_BYTES):
-        return 1
-    return slots * max(1, math.ceil(math.ceil(total / task_bytes) / slots))
 
 
 def group_ranges(parts: list[RangePartition], min_partitions: int | None,
@@ -414,9 +404,9 @@ class MqfsReader(DataSourceReader):
         views = compacted.compaction_views(self.layout, self.opts)
         flt = compacted.excluding(flt, views)
         # units point at queued records only: a read of every record walks the CommitLog
-        plan = UnitPlan(None) if flt.all_records else plan_units(
-            self.layout, flt, self.opts.min_partitions, self.end_offset)
         size = JVM_TASK_BYTES if self.jvm else HEADER_TASK_BYTES if self._header_only() else TASK_BYTES
+        plan = UnitPlan(None) if flt.all_records else plan_units(
+            self.layout, flt, self.opts.min_partitions, self.end_offset, (size, self.slots) if self.jvm else None)
         rows = self._unit_rows(flt) if plan.parts is None else None
         parts: list[InputPartition]
         if plan.parts is not None:
@@ -579,7 +569,8 @@ class MqfsDataSource(DataSource):
         same stores, when a glob names them)."""
         if getattr(self, "end_offsets", None) is None and (self.options.get("path") or self.options.get("paths")):
             self.roots = store_roots(self.options)
-            self.end_offsets = {r: commitlog_end(store_layout(r)) for r in self.roots}
+            self.layouts = {r: store_layout(r) for r in self.roots}
+            self.end_offsets = {r: commitlog_end(self.layouts[r]) for r in self.roots}
             self.features = {r: recognise(r) for r in self.roots}
             self.jvm_unread = {r: jvm_unread(r, self.features[r]) for r in self.roots}
         kafka, headers = shape(self.options)
@@ -599,7 +590,8 @@ class MqfsDataSource(DataSource):
         cls = PushdownReader if opts.push_filters else MqfsReader
         pinned = getattr(self, "end_offsets", None) or {}
         roots = self._stores()
-        readers = [cls(store_layout(r), opts, pinned.get(r)) for r in roots]
+        layouts = getattr(self, "layouts", None) or {}  # pinned with the snapshot: not read again
+        readers = [cls(layouts.get(r) or store_layout(r), opts, pinned.get(r)) for r in roots]
         features = getattr(self, "features", None) or {}
         for root, one in zip(roots, readers):
             one.features = features.get(root)

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
+from mqfs.store.offline.views import StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
 from .batch_cq import refuse_queue_offsets
 from .bounds import kept_bounds, start_by_time
@@ -34,6 +34,7 @@ from .compacted import refuse_streams
 from .kafka import shaped
 from .locality import checked, opened
 from .options import EARLIEST, LATEST, OFFSET_NAMES, ReadOptions
+from .recognised import queue_reader
 from .scan import Checks, FileBatcher, RowFilter, warn
 
 Offsets = dict[str, dict[str, int]]
@@ -208,8 +209,7 @@ def units_by_file(layout: StoreLayout, part: QueueRange, opts: ReadOptions) -> d
     """The CommitLog positions of queue entries [start, end), in queue order, per file
     ((its start offset, path) -> positions in it). Entries whose records retention already
     deleted are data loss: raised, or skipped with a warning under failOnDataLoss=false."""
-    qoffs, units = QueueReader(layout.root, part.topic, part.queue_id,
-                               layout.consume_queue_units).read(part.start, part.end)
+    qoffs, units = queue_reader(layout, part.topic, part.queue_id).read(part.start, part.end)
     if not len(units):
         return {}
     commitlog_offset = units["offset"].astype(np.int64)

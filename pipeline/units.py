@@ -23,17 +23,19 @@ import numpy as np
 import pyarrow as pa
 
 from mqfs.store.format.layout import fields
-from mqfs.store.offline.views import QueueReader, StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
+from mqfs.store.offline.views import StoreLayout, commitlog_files, map_readonly, offset_by_time, queues
 
 from .batch_cq import may_select
 from .bounds import kept_bounds
 from .options import ReadOptions
+from .recognised import queue_reader
 from .scan import RowFilter
 from .stream import QueueRange, read_queue_range
+from .tasks import even_tasks
 
 MAX_UNITS = 4_000_000  # larger selections are planned as byte ranges (no unit is read)
 SHARE = 0.25  # ... and so are selections of more than this share of the CommitLog's bytes
-SPLIT = 200_000  # units per task
+SPLIT = 200_000  # units per task (at most)
 
 
 class UnitRange(QueueRange):
@@ -116,7 +118,7 @@ def _ends_span(layout: StoreLayout, ranges: list[Range]) -> tuple[int | None, in
     lo: int | None = None
     hi: int | None = None
     for t, q, a, b in ranges:
-        reader = QueueReader(layout.root, t, q, layout.consume_queue_units)
+        reader = queue_reader(layout, t, q)
         _, first = reader.read(a, a + 1)
         _, last = reader.read(b - 1, b)
         if len(first):
@@ -127,10 +129,14 @@ def _ends_span(layout: StoreLayout, ranges: list[Range]) -> tuple[int | None, in
     return lo, hi
 
 
-def plan_units(layout: StoreLayout, flt: RowFilter, min_partitions: int | None, end_offset: int) -> UnitPlan:
+def plan_units(layout: StoreLayout, flt: RowFilter, min_partitions: int | None, end_offset: int,
+               even: tuple[int, int | None] | None = None) -> UnitPlan:
     """Partitions over the selected queues' units, or none when a byte-range scan is the
     cheaper plan (every queue selected, or too many or too large a share of the records);
-    with either, the CommitLog span that holds the selected records."""
+    with either, the CommitLog span that holds the selected records. `even`: (task bytes,
+    the session's cores) of a JVM read, whose units are cut into `tasks.even_tasks` of the
+    selected bytes (a selection of 10k records is two tasks on two cores, not one), as its
+    byte ranges are."""
     if flt.queue_ranges is None and may_select(layout.root, flt.topics):
         return UnitPlan(None)  # a BatchCQ topic: its units are not in consumequeue/
     selection = selected_ranges(layout, flt)
@@ -149,7 +155,7 @@ def plan_units(layout: StoreLayout, flt: RowFilter, min_partitions: int | None, 
     lo_at = hi_at = None
     clo, chi = flt.commitlog_offsets  # pushed CommitLog offset bounds; the pinned end too
     for t, q, lo, hi in ranges:
-        offsets, units = QueueReader(layout.root, t, q, layout.consume_queue_units).read(lo, hi)
+        offsets, units = queue_reader(layout, t, q).read(lo, hi)
         at = units["offset"].astype(np.int64)  # in queue order, so in CommitLog order too
         a = int(np.searchsorted(at, clo)) if clo is not None else 0
         b = int(np.searchsorted(at, min(end_offset, chi if chi is not None else end_offset)))
@@ -168,7 +174,13 @@ def plan_units(layout: StoreLayout, flt: RowFilter, min_partitions: int | None, 
     if size > SHARE * total:
         return UnitPlan(None, span)
     count = sum(hi - lo for _, _, lo, hi in chosen)
-    step = max(1, min(SPLIT, math.ceil(count / min_partitions) if min_partitions else SPLIT))
+    if min_partitions:
+        step = math.ceil(count / min_partitions)
+    elif even is not None and even[1]:
+        step = math.ceil(count / even_tasks(size, even[0], even[1]))
+    else:
+        step = SPLIT
+    step = max(1, min(SPLIT, step))
     return UnitPlan([UnitRange(t, q, s, min(s + step, hi), flt)
                      for t, q, lo, hi in chosen for s in range(lo, hi, step)], span)
 

@@ -154,6 +154,34 @@ def test_a_few_queues_are_read_through_their_consume_queues(spark, store):
     assert not any(isinstance(p, UnitRange) for p in everything)
 
 
+def test_a_jvm_read_of_one_queue_keeps_every_core_busy(store, monkeypatch):
+    """A JVM read's unit selection is cut as its byte ranges are (tasks.even_tasks of the
+    selected bytes over the session's cores): past ONE_TASK_BYTES, one queue's offsets are as
+    many tasks as cores, of one size, tiling the selection. Below it, and for the Python
+    reader (whose tasks cost a tenth of a second each), one task reads them all."""
+    from mqfs.pipeline import tasks
+
+    options = read_options({"subscribe": "Orders", "queue": "1"}, streaming=False)
+
+    def plan(jvm: bool, slots: int | None) -> list[tuple[int, int]]:
+        reader = MqfsReader(store_layout(store), options, None)
+        reader.jvm, reader.slots = jvm, slots
+        parts = reader.partitions()
+        assert all(isinstance(p, UnitRange) for p in parts)
+        return [(p.start, p.end) for p in parts]
+
+    whole = plan(False, None)
+    assert len(whole) == 1
+    assert plan(True, 2) == whole  # a few KiB
+    monkeypatch.setattr(tasks, "ONE_TASK_BYTES", 1)
+    halves = plan(True, 2)
+    assert [halves[0][0], halves[0][1], halves[1][1]] == [whole[0][0], halves[1][0], whole[0][1]]
+    assert abs((halves[0][1] - halves[0][0]) - (halves[1][1] - halves[1][0])) <= 1
+    thirds = plan(True, 3)
+    assert len(thirds) == 3 and thirds[0][0] == whole[0][0] and thirds[-1][1] == whole[0][1]
+    assert plan(False, None) == whole
+
+
 def test_min_partitions_is_honoured_on_a_small_store(spark, tmp_path):
     root = str(tmp_path / "small")
     build_store(root, 40, seed=23)

@@ -1,6 +1,8 @@
 """A plan recognises the store's features once (pipeline/recognised.py), however many of its
 checks ask (queue offsets of a BatchCQ topic, compaction topics), and the next plan
-recognises them again: a feature that appears between two plans is seen by the second."""
+recognises them again: a feature that appears between two plans is seen by the second. So
+too each queue's units: a JVM plan reads a selected queue's ConsumeQueue files, and a
+compaction queue's compactionCq files, once for its bounds, selection and description."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from mqfs.pipeline import recognised  # noqa: E402
+from mqfs.pipeline.jvmplan import JVM, SLOTS  # noqa: E402
 from mqfs.pipeline.options import read_options  # noqa: E402
 from mqfs.pipeline.source import MqfsReader  # noqa: E402
 from mqfs.store import Message, MessageStore  # noqa: E402
@@ -59,3 +62,60 @@ def test_a_dataframes_plans_take_the_features_pinned_with_its_snapshot(tmp_path,
     fresh = MqfsDataSource(options)
     with pytest.raises(ValueError, match="BatchCQ topic T"):
         fresh.reader(fresh.schema()).partitions()
+
+
+def _jvm_partitions(options: dict) -> list[dict]:
+    """A DataFrame's JVM plan as the JVM gets it (schema(), then reader() with the JVM key)."""
+    from pyspark.sql.types import StructField, StructType
+
+    from mqfs.pipeline.source import MqfsDataSource
+
+    source = MqfsDataSource(options)
+    schema = source.schema()
+    first = schema.fields[0]
+    asked = StructType([StructField(first.name, first.dataType, first.nullable, {JVM: "1", SLOTS: 2}),
+                        *schema.fields[1:]])
+    return [json.loads(p.text) for p in source.reader(asked).partitions()]
+
+
+def test_a_jvm_plan_reads_each_selected_queue_file_once(tmp_path, monkeypatch):
+    """Bounds, the unit selection and the JVM's unit positions share one reader per queue:
+    each of the queue's three ConsumeQueue files is validated once (three times each before)."""
+    from mqfs.store.offline import views
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        s.put_batch([Message.create("T", b"m%d" % i, queue_id=i % 8) for i in range(2000)])
+    checked: list[int] = []
+    real = views._valid_units
+    monkeypatch.setattr(views, "_valid_units", lambda mm: checked.append(len(mm)) or real(mm))
+    plans = _jvm_partitions({"path": root, "subscribe": "T", "queue": "0",
+                             "startingOffsets": json.dumps({"T": {"0": 10}}),
+                             "endingOffsets": json.dumps({"T": {"0": 240}})})
+    assert len(os.listdir(os.path.join(root, "consumequeue", "T", "0"))) == 3
+    assert len(checked) == 3
+    positions = [at for plan in plans for f in plan["units"] for at in f["at"]]
+    with MessageStore(root, small_config(read_only=True), create=False) as s:
+        wanted = [m.commitlog_offset for m in s.get_range("T", 0, 10, 230)]
+    starts = {f["path"]: f["from"] for plan in plans for f in plan["units"]}
+    assert sorted(starts.values()) == sorted(set(starts.values()))
+    assert [f["from"] + at for plan in plans for f in plan["units"] for at in f["at"]] == wanted
+    assert len(positions) == 230
+
+
+def test_a_jvm_plan_reads_each_compaction_queue_once(tmp_path, monkeypatch):
+    """A compaction queue's units are read for the plan, and described for the JVM from the
+    same read (each compactionCq file read once; twice before)."""
+    from mqfs.store.files import compaction_log
+    from tests.store.broker_guard_layouts import layout_compaction
+
+    root = str(tmp_path / "s")
+    served = layout_compaction(root)
+    read: list[str] = []
+    real = compaction_log._read_whole
+    monkeypatch.setattr(compaction_log, "_read_whole", lambda path, size: read.append(path) or real(path, size))
+    plans = _jvm_partitions({"path": root, "subscribe": "Compacted"})
+    assert read and len(read) == len(set(read))
+    copies = [plan["compacted"] for plan in plans if "compacted" in plan]
+    assert sorted((c["queue"], base) for c in copies for f in c["files"] for base in f["base"]) == \
+        sorted((q, o) for t, q, o in served)
