@@ -24,6 +24,7 @@ from mqfs.pipeline.units import UnitRange  # noqa: E402
 from mqfs.store import Message, MessageStore  # noqa: E402
 from mqfs.store.offline.views import commitlog_files, store_layout  # noqa: E402
 from tests.pipeline.helpers import build_store, expected_rows, make_messages, read_rows, small_store_config  # noqa: E402
+from tests.store.helpers import stamp_as_broker  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -293,9 +294,8 @@ def test_time_pruning_keeps_every_row_of_a_queue_whose_times_step_back(tmp_path)
     """The bisection alone lands on a crossing point in such a queue; the plan still holds
     every record stored in the window."""
     root = str(tmp_path / "stepped")
-    ticks = iter(STEPPED)
     with MessageStore(root, small_store_config()) as s:
-        s._store_timestamp = lambda: next(ticks)  # type: ignore[method-assign]
+        stamp_as_broker(s, STEPPED)
         for i in range(len(STEPPED)):
             s.put(Message.create("T", b"m%d" % i))
     edges = sorted({t + d for t in STEPPED for d in (-1, 0, 1)} | {BASE + 5000})

@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.format.message import StoredMessage
@@ -124,6 +125,15 @@ def stored_records(store: MessageStore) -> tuple[list[StoredMessage], list[Damag
     for item in walk(log.queue.files, store.flavor, log.file_size):
         (damages if isinstance(item, Damage) else records).append(item)
     return records, damages
+
+
+def stamp_as_broker(s: MessageStore, stamps: Iterable[int]) -> None:
+    """Stamp the store's next puts exactly `stamps`, as a broker whose clock steps back does
+    (mqfs itself never stamps a record before the last one): through Python's put, since the
+    one-call C put (`hot_put`) reads the clock itself."""
+    ticks = iter(stamps)
+    s._store_timestamp = lambda: next(ticks)  # type: ignore[method-assign]
+    s.hot_put = None
 
 
 CODECS = ["c", "python"]  # parametrize put tests over both encoders (store/format/compiled.py)

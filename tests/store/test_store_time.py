@@ -22,7 +22,7 @@ from mqfs.store.offline.views import store_layout
 from mqfs.store.repair import plan_repair
 from tests.crash.tiers import RECOVERY_LOGS, REPO
 from tests.fusefs.helpers import mounted, sh
-from tests.store.helpers import small_config
+from tests.store.helpers import small_config, stamp_as_broker
 
 pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 T1 = 1_700_000_000_000
@@ -59,7 +59,7 @@ def test_a_clock_stepped_back_after_a_crash_does_not_turn_store_time_back(tmp_pa
     records it dispatches."""
     root = str(tmp_path / "s")
     script = ("import os, sys\nfrom mqfs.store import Message, MessageStore\n"
-              "from tests.store.helpers import small_config\n"
+              "from tests.store.helpers import small_config, stamp_as_broker\n"
               "s = MessageStore(sys.argv[1], small_config()).open()\n"
               f"s.clock = lambda: {T1}\n"
               "s.put(Message.create('T', b'before the crash'))\ns.flush()\nos._exit(9)\n")
@@ -88,9 +88,8 @@ def test_an_index_file_whose_times_run_backwards_is_read_not_refused(tmp_path, s
 def _broker_session(root: str, stamps: list[int], key=lambda i: f"k{i}") -> None:
     """Puts stamped exactly `stamps`, as a broker whose store time follows a clock that steps
     back (mqfs itself never stamps a record before the last one)."""
-    ticks = iter(stamps)
     with MessageStore(root, small_config()) as s:
-        s._store_timestamp = lambda: next(ticks)  # type: ignore[method-assign]
+        stamp_as_broker(s, stamps)
         for i in range(len(stamps)):
             s.put(Message.create("T", b"m%d" % i, keys=[key(i)]))
 
