@@ -46,6 +46,7 @@ typedef struct {
     PyObject *born;        /* dict: born host tuple -> (born bytes, bits, struct, ts pos) */
     PyObject *topic_part;  /* Encoder._topic_part: validates and caches a topic */
     PyObject *hosts;       /* Encoder._hosts: likewise a born host */
+    int64_t batch_now;     /* encode_batch's one clock reading for BORNTIMESTAMP 0, or 0 */
 } Codec;
 
 /* One message's parts, read and checked before anything is written. */
@@ -143,6 +144,13 @@ static PyObject *cached(PyObject *cache, PyObject *validate, PyObject *key) {
     return v;
 }
 
+/* The clock in milliseconds, as the Python codec reads it for a BORNTIMESTAMP of 0. */
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Read and check one message into `p`: 1 ready, 0 declined, -1 error (MemoryError and
  * the like: a failure of the process, not of the message). */
 static int read_parts(Codec *c, PyObject *msg, Parts *p) {
@@ -201,11 +209,8 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p) {
     Py_DECREF(host);
     if (p->born_raw == NULL)
         goto done;
-    if (p->born_ts == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        p->born_ts = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    }
+    if (p->born_ts == 0)
+        p->born_ts = c->batch_now ? c->batch_now : now_ms();
     p->total = 72 + PyBytes_GET_SIZE(p->born_raw) + PyBytes_GET_SIZE(c->store_host) + p->body_len
         + PyBytes_GET_SIZE(p->part) + 2 + p->props_len;
     if (p->total > INT32_MAX)
@@ -359,6 +364,9 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
+    /* one reading for the batch, as the Python codec's (a thread encoding another batch
+     * meanwhile may replace or clear it: any reading of the clock is as right) */
+    c->batch_now = now_ms();
     Parts *parts = PyMem_Calloc(n ? n : 1, sizeof(Parts));
     PyObject *buf = NULL, *layout = NULL, *qids = NULL, *flags = NULL, *topics = NULL, *props = NULL;
     PyObject *out = NULL;
@@ -405,6 +413,7 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     }
     out = PyTuple_Pack(6, buf, layout, topics, qids, flags, props);
 done:
+    c->batch_now = 0;  /* single encodes and puts read the clock themselves */
     for (Py_ssize_t i = 0; i < got && parts != NULL; i++)
         parts_clear(&parts[i]);
     PyMem_Free(parts);

@@ -219,3 +219,24 @@ def test_place_and_place_run_refuse_the_same_layouts(flavor):
             c.compiled.place_run(copy, layout, 0, 1, np.array([1]), np.array([2]), 3)
         assert copy == rec
     c.compiled.place(bytearray(rec), ts_pos, 1, 2, 3)  # the encoder's own layout is placed
+
+
+def test_a_batch_without_born_times_is_stamped_with_one_reading_of_the_clock():
+    """BORNTIMESTAMP 0 means now: a batch reads the clock once (as the Python codec's batch
+    does) and a single encode after it reads the clock again."""
+    import struct
+    import time
+
+    py, c = _encoders(XXHASH, True, False)
+    msgs = [Message.create("T", b"m%d" % i, keys=[f"k{i}"]) for i in range(40)]
+    before = time.time_ns() // 1_000_000
+    batch = c.encode_batch(msgs)
+    after = time.time_ns() // 1_000_000
+    assert isinstance(batch, codec.CompiledBatch)
+    starts = np.frombuffer(batch.layout, dtype=np.int64)[0::3].tolist()
+    born = {struct.unpack_from(">q", batch.buf, at + 40)[0] for at in starts}  # BORNTIMESTAMP
+    assert len(born) == 1 and before <= born.pop() <= after
+    while time.time_ns() // 1_000_000 <= after:
+        pass  # the clock past the batch's reading: a single encode must read it again
+    rec, _ = c.encode(msgs[0])
+    assert struct.unpack_from(">q", rec, 40)[0] > after
