@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 import orjson
 
 from mqfs.store import InvalidMessage, Message
-from mqfs.store.format.jsonl import BodyTooLarge, decode_line, decode_lines, message_of
+from mqfs.store.format.jsonl import BodyTooLarge, decode_line, decode_lines, measured_lines, message_of
 from mqfs.store.format.message import PROPERTY_KEYS, join_keys
 
 from .errors import FsError
@@ -135,11 +135,15 @@ class JsonlWriter(Writer):
         if self.buf:
             start = data.index(b"\n") + 1
             head = bytes(self.buf) + data[:start]
-        out = decode_lines(data, self.topic, self.queue, self.limit, start, cut)
-        if out is not None and head:
-            first = decode_lines(head, self.topic, self.queue, self.limit)
-            out = None if first is None else first + out
-        if out is None or not self._surely_fit(out):
+        read = measured_lines(data, self.topic, self.queue, self.limit, start, cut)
+        if read is not None and head:
+            first = measured_lines(head, self.topic, self.queue, self.limit)
+            read = None if first is None else (first[0] + read[0], max(first[1], read[1]),
+                                               max(first[2], read[2]))
+        if read is None:
+            return None
+        out, longest_keys, longest_body = read
+        if not self._fit(longest_keys, longest_body):
             return None
         self.budget.give(self.held)
         self.buf, self.held = bytearray(), 0
@@ -216,9 +220,13 @@ class JsonlWriter(Writer):
     def _surely_fit(self, out: list[Message]) -> bool:
         """Whether every body and KEYS text is short enough to pass _check, found from two
         passes of C-level calls, without a Python call per message."""
-        return (max(map(len, map(_KEYS, map(_PROPERTIES, out))), default=0) <= SURELY_FITS
-                and (self.fits is None
-                     or max(map(len, map(_BODY, out)), default=0) <= self.limit // 2))
+        return self._fit(max(map(len, map(_KEYS, map(_PROPERTIES, out))), default=0),
+                         max(map(len, map(_BODY, out)), default=0))
+
+    def _fit(self, longest_keys: int, longest_body: int) -> bool:
+        """Whether messages whose longest KEYS text (characters) and body (bytes) are these
+        surely pass _check."""
+        return longest_keys <= SURELY_FITS and (self.fits is None or longest_body <= self.limit // 2)
 
     def _check(self, msg: Message) -> None:
         """EINVAL for a key no /keys name can hold, EFBIG for a body with no room in a record.

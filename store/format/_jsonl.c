@@ -310,18 +310,26 @@ static Py_ssize_t read_all(const unsigned char *text, Py_ssize_t len, Py_ssize_t
     return count;
 }
 
+/* The Messages; *longest_keys and *longest_body: the most characters of a KEYS text and
+ * bytes of a body among them (what a mount checks them by), found while they are made. */
 static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, PyObject *queue,
-                               PyObject *message_type, PyObject *keys_name) {
+                               PyObject *message_type, PyObject *keys_name,
+                               Py_ssize_t *longest_keys, Py_ssize_t *longest_body) {
     PyObject *out = PyList_New(count);
     if (!out)
         return NULL;
+    *longest_keys = *longest_body = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyBytes_FromStringAndSize((const char *)lines[i].body, lines[i].body_len);
         PyObject *props = PyDict_New();
         PyObject *msg = NULL;
+        if (lines[i].body_len > *longest_body)
+            *longest_body = lines[i].body_len;
         if (body && props && lines[i].keys) {
             PyObject *keys = PyUnicode_DecodeUTF8((const char *)lines[i].keys, lines[i].keys_len,
                                                   NULL);
+            if (keys && PyUnicode_GET_LENGTH(keys) > *longest_keys)
+                *longest_keys = PyUnicode_GET_LENGTH(keys);
             if (!keys || PyDict_SetItem(props, keys_name, keys) < 0)
                 Py_CLEAR(props);
             Py_XDECREF(keys);
@@ -341,14 +349,18 @@ static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, P
     return out;
 }
 
-/* decode(text, topic, queue_id, limit, Message, KEYS[, start, end]) -> list of Message, or
- * None: the lines of text[start:end], read in place (a mount's 1 MiB write is not copied). */
+/* decode(text, topic, queue_id, limit, Message, KEYS[, start, end[, measured]]) -> list of
+ * Message, or None: the lines of text[start:end], read in place (a mount's 1 MiB write is not
+ * copied). With measured true: (list, longest KEYS text in characters, longest body). */
 static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 && nargs != 8) {
+    if (nargs != 6 && nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "decode(text, topic, queue_id, limit, Message, KEYS[, start, end])");
+                        "decode(text, topic, queue_id, limit, Message, KEYS[, start, end[, measured]])");
         return NULL;
     }
+    int measured = 0;
+    if (nargs == 9 && (measured = PyObject_IsTrue(args[8])) < 0)
+        return NULL;
     PyObject *text = args[0];
     if (!PyBytes_CheckExact(text) || !PyUnicode_CheckExact(args[1])
             || !PyLong_CheckExact(args[2]) || !PyUnicode_CheckExact(args[5]))
@@ -357,7 +369,7 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (limit == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t start = 0, stop = PyBytes_GET_SIZE(text);
-    if (nargs == 8) {
+    if (nargs >= 8) {
         Py_ssize_t size = stop;
         start = PyLong_AsSsize_t(args[6]);
         if (start == -1 && PyErr_Occurred())
@@ -396,7 +408,14 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         out = Py_None;
         Py_INCREF(out);
     } else {
-        out = make_messages(lines, count, args[1], args[2], args[4], args[5]);
+        Py_ssize_t longest_keys, longest_body;
+        out = make_messages(lines, count, args[1], args[2], args[4], args[5], &longest_keys,
+                            &longest_body);
+        if (out && measured) {
+            PyObject *list = out;
+            out = Py_BuildValue("(Onn)", list, longest_keys, longest_body);
+            Py_DECREF(list);
+        }
     }
     PyMem_RawFree(arena);
     PyMem_RawFree(lines);
@@ -405,9 +424,10 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
-     "decode(text, topic, queue_id, limit, Message, KEYS[, start, end]) -> the Messages of the "
-     "lines of text[start:end], or None when a line is not of the shapes read here (the Python "
-     "decoder then reads them)"},
+     "decode(text, topic, queue_id, limit, Message, KEYS[, start, end[, measured]]) -> the "
+     "Messages of the lines of text[start:end] (measured: with the most characters of a KEYS "
+     "text and bytes of a body), or None when a line is not of the shapes read here (the "
+     "Python decoder then reads them)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -70,6 +70,17 @@ def decode_lines(text: bytes, topic: str, queue_id: int, limit: int, start: int 
     return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS)  # type: ignore[no-any-return]
 
 
+def measured_lines(text: bytes, topic: str, queue_id: int, limit: int, start: int = 0,
+                   end: int | None = None) -> tuple[list[Message], int, int] | None:
+    """`decode_lines` with what a reader checks the messages by, found while they are made:
+    (messages, the most characters of a KEYS text, the most bytes of a body)."""
+    c = compiled.jsonl
+    if c is None:
+        return None
+    return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS,  # type: ignore[no-any-return]
+                    start, len(text) if end is None else end, True)
+
+
 def message_of(obj: object, topic: str, queue_id: int, limit: int) -> Message:
     """The message a decoded line (any JSON value) stands for; InvalidMessage (BodyTooLarge)
     as decode_line. A reader that decodes lines its own faster way checks them here, so the

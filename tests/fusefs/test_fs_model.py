@@ -320,6 +320,35 @@ def test_jsonl_writes_cut_anywhere_store_what_each_line_says(lines, data):
     assert w.budget.used == 0
 
 
+@pytest.mark.parametrize("odd,err", [
+    (b'{"body": "a", "keys": ["' + b"k" * 22 + b'"]}', None),  # KEYS past what surely fits
+    (b'{"body": "a", "keys": ["\\u00e9' + b"k" * 21 + b'"]}', None),  # counted in characters
+    (b'{"body": "a", "keys": ["' + b"/" * 86 + b'"]}', errno.EINVAL),  # a 258-byte /keys name
+    (b'{"body": "' + b"x" * 51 + b'", "keys": ["k"]}', errno.EFBIG),  # over what fits says
+    (b'{"body": "a", "tags": "T"}', None),  # a line C does not read
+])
+@pytest.mark.parametrize("where", ["head", "rest"])
+def test_write_now_leaves_every_line_needing_a_closer_look_to_write(odd, err, where):
+    """write_now takes a write only when C reads every line and each surely fits (measured
+    as C makes them); else it changes nothing and write gives the messages or the refusal."""
+    short = b"".join(b'{"body": "b%d", "keys": ["k%d"]}\n' % (i, i) for i in range(50))
+    w = JsonlWriter("t", 0, limit=100, budget=Budget(), fits=lambda m: 50)
+    if where == "head":  # the odd line begun by an earlier write, ended by this one
+        assert w.write(odd[:5]) == []
+        data, count = odd[5:] + b"\n" + short, 51
+    else:
+        assert len(w.write_now(short)) == 50
+        data, count = short + odd + b"\n" + short, 101
+    held, lines = bytes(w.buf), w.lines
+    assert w.write_now(data) is None and (bytes(w.buf), w.lines) == (held, lines)
+    if err is None:
+        assert len(w.write(data)) == count
+    else:
+        with pytest.raises(FsError) as info:
+            w.write(data)
+        assert info.value.errno == err
+
+
 def test_jsonl_writer_fails_the_whole_write_and_stays_failed():
     w = JsonlWriter("t", 0, limit=100, budget=Budget())
     with pytest.raises(FsError) as info:

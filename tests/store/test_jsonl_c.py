@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from mqfs.store import InvalidMessage, Message
 from mqfs.store.format import compiled
-from mqfs.store.format.jsonl import decode_line, decode_lines
+from mqfs.store.format.jsonl import decode_line, decode_lines, measured_lines
 
 LIMIT = 64
 
@@ -37,11 +37,17 @@ def python_messages(text: bytes, limit: int = LIMIT) -> list[Message] | None:
 
 
 def check(text: bytes, limit: int = LIMIT) -> list[Message] | None:
+    """decode_lines against decode_line, and measured_lines against both: the same messages,
+    with the most characters of a KEYS text and bytes of a body among them."""
     got = decode_lines(text, "t", 3, limit)
-    if got is not None:
+    measured = measured_lines(text, "t", 3, limit)
+    assert (got is None) == (measured is None), text
+    if got is not None and measured is not None:
         want = python_messages(text, limit)
         assert want is not None, text
-        assert list(map(_exact, got)) == list(map(_exact, want)), text
+        assert list(map(_exact, got)) == list(map(_exact, want)) == list(map(_exact, measured[0]))
+        assert measured[1:] == (max((len(m.properties.get("KEYS", "")) for m in want), default=0),
+                                max((len(m.body) for m in want), default=0)), text
     return got
 
 
