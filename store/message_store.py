@@ -285,7 +285,7 @@ class MessageStore(StoreReads, StoreWrites):
                 (lambda: 0 if self._replaced() else self.retention.run_once())
                 if self.retention.enabled else None)
             self.flush_services.start()
-            self.start_hot_put()
+            self.start_hot_put(_now_ms)
             self._scrub = Scrub(parts, self.put_lock, self.tags_codes, cfg.scrub_share,
                                 cfg.scrub_interval_hours * 3600)
         if self._log_proof is not None:

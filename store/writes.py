@@ -145,18 +145,20 @@ class StoreWrites:
         self.flush_services.wait_flushed(result.commitlog_offset + size, arrived=True)
         return result
 
-    def start_hot_put(self) -> None:
+    def start_hot_put(self, wall_clock: Callable[[], int]) -> None:
         """Give puts the one-call C path (store/format/_records.c, `Put`) where it applies:
         the C modules built, async flush without a transient pool (a put waits for nothing
-        once written), no crash points armed. Everything else stays with Python."""
+        once written), no crash points armed. Everything else stays with Python.
+        `wall_clock`: the store's default clock, which the C call reads itself while it is
+        `clock` (time.time_ns() // 10**6); any other clock it calls."""
         compiled = self.encoder.compiled
         if compiled is None or compiled_records is None or ARMED or self.config.flush_mode == "sync" \
                 or self.flush_services.commit_service is not None or self.index.hash_kind is None:
             return
         self.hot_put = compiled_records.Put(
-            compiled, Message, self.users, self.put_lock, self.compaction.topics, self, self.commitlog.queue,
-            self.consume_queues, self.unit_flush, self.index, PutResult, self.index.hash_kind, TAIL_MAX,
-            BUFFERED_MAX, _PWRITE_MIN)
+            compiled, Message, self.users, self.put_lock, self.compaction.topics, wall_clock, self,
+            self.commitlog.queue, self.consume_queues, self.unit_flush, self.index, PutResult,
+            self.index.hash_kind, TAIL_MAX, BUFFERED_MAX, _PWRITE_MIN)
 
     def _locked(self, write: Callable[[], T], sync: bool) -> T:
         """`write` under the put lock, announced to the group commit first when `sync` (so

@@ -649,6 +649,7 @@ typedef struct {
     PyObject *users;      /* the store's Users: this call is one, as @in_use makes a Python one */
     PyObject *lock;       /* the put lock */
     PyObject *compacted;  /* frozenset: compaction topics (never written by mqfs) */
+    PyObject *wall_clock; /* the store's default clock (time.time_ns() // 10**6): read in C */
     PyObject *writes;     /* StoreWrites: clock, _last_store_ts, _dispatched_ts */
     PyObject *log;        /* the CommitLog's MappedFileQueue */
     PyObject *registry;   /* QueueRegistry */
@@ -841,6 +842,8 @@ static PyObject *put_locked(Put *s, PyObject *msg) {
                 || slots > ix_view.len / SLOT_SIZE || entries > ix_view.len / ENTRY_SIZE
                 || ix_view.len < HEADER_SIZE + slots * SLOT_SIZE + entries * ENTRY_SIZE)
             goto done;
+        for (int i = 0; i < n_keys; i++)  /* bucket heads lie far apart: their misses overlap the copy */
+            __builtin_prefetch(slot_of(ix_view.buf, slots, hashes[i]), 1, 0);
     }
     PyObject *tags = PyDict_GetItemWithError(p.props, names[P_TAGS]);
     if (tags == NULL && PyErr_Occurred())
@@ -873,7 +876,13 @@ static PyObject *put_locked(Put *s, PyObject *msg) {
 
     /* --- the store time (_store_timestamp), then the writes, nothing refused past here --- */
     PyObject *clock = PyObject_GetAttr(s->writes, names[A_CLOCK]);
-    now = clock == NULL ? NULL : PyObject_CallNoArgs(clock);
+    if (clock != NULL && clock == s->wall_clock) {  /* the store's own: time.time_ns() // 10**6 here */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now = PyLong_FromLongLong(((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1000000);
+    } else {
+        now = clock == NULL ? NULL : PyObject_CallNoArgs(clock);  /* a clock a test pinned */
+    }
     Py_XDECREF(clock);
     long long last_ts;
     if (now == NULL || attr_ll(s->writes, A_LAST_TS, &last_ts) < 0) {
@@ -1074,15 +1083,16 @@ static PyMethodDef Put_methods[] = {
 };
 
 static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kw[] = {"codec", "message", "users", "lock", "compacted", "writes", "log",
-                         "registry", "units", "index", "result", "hash_kind", "tail_max",
+    static char *kw[] = {"codec", "message", "users", "lock", "compacted", "wall_clock", "writes",
+                         "log", "registry", "units", "index", "result", "hash_kind", "tail_max",
                          "buffered_max", "pwrite_min", NULL};
-    PyObject *codec, *message, *users, *lock, *compacted, *writes, *log, *registry, *units, *index, *result;
+    PyObject *codec, *message, *users, *lock, *compacted, *wall_clock, *writes, *log, *registry, *units;
+    PyObject *index, *result;
     int hash_kind;
     long long tail_max, buffered_max, pwrite_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOO!iLLL", kw, &CodecType, &codec,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLL", kw, &CodecType, &codec,
                                      &PyType_Type, &message, &users, &lock, &PyFrozenSet_Type,
-                                     &compacted, &writes, &log, &registry, &units, &index,
+                                     &compacted, &wall_clock, &writes, &log, &registry, &units, &index,
                                      &PyType_Type, &result, &hash_kind, &tail_max, &buffered_max,
                                      &pwrite_min))
         return NULL;
@@ -1100,6 +1110,7 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     s->users = Py_NewRef(users);
     s->lock = Py_NewRef(lock);
     s->compacted = Py_NewRef(compacted);
+    s->wall_clock = Py_NewRef(wall_clock);
     s->writes = Py_NewRef(writes);
     s->log = Py_NewRef(log);
     s->registry = Py_NewRef(registry);
@@ -1119,6 +1130,7 @@ static int Put_traverse(Put *s, visitproc visit, void *arg) {
     Py_VISIT(s->users);
     Py_VISIT(s->lock);
     Py_VISIT(s->compacted);
+    Py_VISIT(s->wall_clock);
     Py_VISIT(s->writes);
     Py_VISIT(s->log);
     Py_VISIT(s->registry);
@@ -1134,6 +1146,7 @@ static int Put_clear(Put *s) {
     Py_CLEAR(s->users);
     Py_CLEAR(s->lock);
     Py_CLEAR(s->compacted);
+    Py_CLEAR(s->wall_clock);
     Py_CLEAR(s->writes);
     Py_CLEAR(s->log);
     Py_CLEAR(s->registry);

@@ -8,6 +8,7 @@ either path makes continues exactly where the other left off."""
 import os
 import random
 import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -249,3 +250,21 @@ def test_a_close_amid_c_puts_keeps_what_it_acknowledged(tmp_path, monkeypatch):
     with MessageStore(root, small_config(index_entries=5000)) as s:
         for body, r in acked:
             assert s.get_by_msgid(_msg_id(r)).body == body
+
+
+def test_the_store_clock_read_in_c_is_the_wall_clock_never_behind(tmp_path, monkeypatch):
+    """The C call reads the store's default clock itself (time.time_ns() // 10**6): a put's
+    store time is the wall clock's at the put, never behind the store's last one."""
+    use_codec(monkeypatch, "c")
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.put(Message.create("T", b"first"))  # the queue opened (Python's path)
+        taken = s.hot_put.taken
+        before = time.time_ns() // 1_000_000
+        r = s.put(Message.create("T", b"now"))
+        after = time.time_ns() // 1_000_000
+        assert s.hot_put.taken == taken + 1 and before <= r.store_timestamp <= after
+        ahead = after + 3_600_000  # a store time an earlier clock left ahead of this one
+        s._last_store_ts = ahead
+        r = s.put(Message.create("T", b"later"))
+        assert s.hot_put.taken == taken + 2 and r.store_timestamp == ahead
+        assert s.get("T", 0, r.queue_offset).store_timestamp == ahead
