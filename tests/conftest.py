@@ -13,7 +13,7 @@ import threading
 import pytest
 from _pytest.runner import runtestprotocol
 
-from tests import progress
+from tests import REPO, progress
 
 # Every JVM the suite starts (the shared sessions, the CLI's and the test drivers' sessions
 # through spark-submit, a standalone cluster's daemons) compiles with C1 alone, on the serial
@@ -40,7 +40,30 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    stale = [] if os.environ.get("MQFS_PURE_PYTHON", "") not in ("", "0") else stale_c_modules()
+    if stale:
+        raise pytest.UsageError(f"{', '.join(stale)} older than their C source: run scripts/setup "
+                                "(a stale module fails tests in ways that say nothing of it)")
     progress.pytest_configure(config)
+
+
+def stale_c_modules(repo: str = REPO) -> list[str]:
+    """The put path's C modules (store/**/_*.c, built in place) built before a change to
+    their source or a header it includes: a pull or rebase since scripts/setup."""
+    stale = []
+    for folder, _, names in os.walk(os.path.join(repo, "store")):
+        for name in sorted(n for n in names if n.startswith("_") and n.endswith(".c")):
+            src = os.path.join(folder, name)
+            built = [os.path.join(folder, n) for n in names
+                     if n.startswith(name[:-2] + ".cpython-") and n.endswith(".so")]
+            if not built:
+                continue  # not built here: the Python path runs (and the tests that need C say so)
+            with open(src) as f:
+                deps = [src] + [os.path.normpath(os.path.join(folder, h))
+                                for h in re.findall(r'^#include\s+"([^"]+)"', f.read(), re.M)]
+            if min(map(os.path.getmtime, built)) < max(map(os.path.getmtime, filter(os.path.exists, deps))):
+                stale.append(os.path.relpath(built[0], repo))
+    return stale
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

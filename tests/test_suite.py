@@ -157,3 +157,28 @@ def test_a_test_that_met_sparks_worker_timeout_runs_once_more_and_no_other_does(
     assert re.search(r"FAILED \S*::test_another_failure", out), out
     assert "2 failed, 1 passed" in out, out
     assert out.count("run again: the first run failed with Spark's") == 2, out
+
+
+def test_a_c_module_older_than_its_source_or_a_header_it_includes_is_named(tmp_path):
+    """After a pull or rebase without scripts/setup, a C module built from an older source
+    failed tests with errors that did not say so ("function takes at most 11 arguments"):
+    the run now refuses to start and names it."""
+    from tests.conftest import stale_c_modules
+
+    folder = tmp_path / "store" / "format"
+    folder.mkdir(parents=True)
+    (tmp_path / "store" / "files").mkdir()
+    src, header = folder / "_m.c", tmp_path / "store" / "files" / "_h.h"
+    src.write_text('#include <Python.h>\n#include "../files/_h.h"\n')
+    header.write_text("")
+    (folder / "_plain.c").write_text("")  # never built: not stale
+    built = folder / "_m.cpython-311-x86_64-linux-gnu.so"
+    built.write_bytes(b"")
+    for path, at in ((src, 100), (header, 100), (built, 200)):
+        os.utime(path, (at, at))
+    assert stale_c_modules(str(tmp_path)) == []
+    os.utime(header, (300, 300))
+    assert stale_c_modules(str(tmp_path)) == ["store/format/_m.cpython-311-x86_64-linux-gnu.so"]
+    os.utime(header, (100, 100))
+    os.utime(src, (300, 300))
+    assert stale_c_modules(str(tmp_path)) == ["store/format/_m.cpython-311-x86_64-linux-gnu.so"]
