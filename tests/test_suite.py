@@ -178,7 +178,8 @@ def test_a_c_module_older_than_its_source_or_a_header_it_includes_is_named(tmp_p
         os.utime(path, (at, at))
     assert stale_c_modules(str(tmp_path)) == []
     os.utime(header, (300, 300))
-    assert stale_c_modules(str(tmp_path)) == ["store/format/_m.cpython-311-x86_64-linux-gnu.so"]
+    named = [os.path.relpath(built, tmp_path)]
+    assert stale_c_modules(str(tmp_path)) == named
     os.utime(header, (100, 100))
     os.utime(src, (300, 300))
-    assert stale_c_modules(str(tmp_path)) == ["store/format/_m.cpython-311-x86_64-linux-gnu.so"]
+    assert stale_c_modules(str(tmp_path)) == named
