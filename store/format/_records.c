@@ -508,22 +508,29 @@ static PyObject *results(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
      * caller's objects (all of a batch's messages) and was most of this function's time */
     int gc_was = PyGC_Disable();
     PyObject *list = PyList_New(n);
+    PyObject *size = NULL;  /* the last size's int, shared by the runs of equal sizes */
     for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
         PyObject *t = cls->tp_alloc(cls, 5);
         PyObject *a = PyLong_FromLongLong(cl[i]), *b = PyLong_FromLongLong(q[i]);
-        PyObject *d = PyLong_FromLongLong(lay[3 * i + 1]);
-        if (t == NULL || a == NULL || b == NULL || d == NULL) {
-            Py_XDECREF(t); Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(d);
+        if (size == NULL || i == 0 || lay[3 * i + 1] != lay[3 * i - 2]) {
+            Py_XDECREF(size);
+            size = PyLong_FromLongLong(lay[3 * i + 1]);
+        }
+        if (t == NULL || a == NULL || b == NULL || size == NULL) {
+            Py_XDECREF(t); Py_XDECREF(a); Py_XDECREF(b);
             Py_CLEAR(list);
             break;
         }
         PyTuple_SET_ITEM(t, 0, a);
         PyTuple_SET_ITEM(t, 1, b);
         PyTuple_SET_ITEM(t, 2, Py_NewRef(args[3]));
-        PyTuple_SET_ITEM(t, 3, d);
+        PyTuple_SET_ITEM(t, 3, Py_NewRef(size));
         PyTuple_SET_ITEM(t, 4, Py_NewRef(args[5]));
+        /* ints and bytes only: no cycle through it, so no collection need look at it */
+        PyObject_GC_UnTrack(t);
         PyList_SET_ITEM(list, i, t);
     }
+    Py_XDECREF(size);
     if (gc_was)
         PyGC_Enable();
     PyBuffer_Release(&co);

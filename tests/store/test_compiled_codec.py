@@ -221,6 +221,7 @@ def test_place_and_place_run_refuse_the_same_layouts(flavor):
     c.compiled.place(bytearray(rec), ts_pos, 1, 2, 3)  # the encoder's own layout is placed
 
 
+@needs_c
 def test_a_batch_without_born_times_is_stamped_with_one_reading_of_the_clock():
     """BORNTIMESTAMP 0 means now: a batch reads the clock once (as the Python codec's batch
     does) and a single encode after it reads the clock again."""
@@ -240,3 +241,23 @@ def test_a_batch_without_born_times_is_stamped_with_one_reading_of_the_clock():
         pass  # the clock past the batch's reading: a single encode must read it again
     rec, _ = c.encode(msgs[0])
     assert struct.unpack_from(">q", rec, 40)[0] > after
+
+
+@needs_c
+def test_a_batchs_results_built_in_c_are_the_put_results_of_its_columns():
+    """results() against PutResult(*row) of the same columns: sizes in runs of equal ones
+    and alone, the store time and host shared; no collection tracks them (ints and bytes
+    cannot make a cycle)."""
+    from mqfs.store.writes import PutResult
+
+    sizes = [1100, 1100, 1100, 1101, 7, 1100, 1100, 1 << 40]
+    layout = np.zeros(3 * len(sizes), dtype=np.int64)
+    layout[1::3] = sizes
+    commitlog = np.cumsum([0, *sizes[:-1]]).astype(np.int64) + (1 << 33)
+    queue = np.arange(len(sizes), dtype=np.int64) * 3
+    host = b"\x0a\x00\x00\x07\x00\x00\x2a\x9f"
+    got = compiled.records.results(PutResult, commitlog, queue, 1_700_000_000_123, layout.tobytes(), host)
+    assert got == [PutResult(c, q, 1_700_000_000_123, s, host)
+                   for c, q, s in zip(commitlog.tolist(), queue.tolist(), sizes)]
+    assert all(type(r) is PutResult and not gc.is_tracked(r) for r in got)
+    assert compiled.records.results(PutResult, commitlog[:0], queue[:0], 0, b"", host) == []
