@@ -295,13 +295,15 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
      * taken (a record planted in a body stays a body); else, past it, the first record that
      * checks out and names its position (next_record_in) and that one of the store's indexes
      * points at (IndexPoints: a record planted in a body whose header the damage took is
-     * none of the store's). */
+     * none of the store's). The chain ends are the file's: where the one that checks out is
+     * at or past hi (this range's end), the range's walk stops (-1), as the whole file's walk
+     * would jump over the rest of the range. */
     private int resync(int pos, int hi) {
-        long[] ends = chainEnds(pos, hi);
+        long[] ends = chainEnds(pos, buf.capacity());
         for (int i = 0; i < 2; i++) {
             long at = ends[i];
-            if (at >= 0 && at < hi && (i == 0 || at != ends[0]) && (checksOut((int) at) || blankToEnd((int) at))) {
-                return (int) at;
+            if (at >= 0 && (i == 0 || at != ends[0]) && (checksOut((int) at) || blankToEnd((int) at))) {
+                return at < hi ? (int) at : -1;
             }
         }
         long lo = ends[0] >= 0 && ends[0] == ends[1] ? ends[0] : pos + 1;

@@ -126,11 +126,15 @@ def resync_in(buf, base: int, pos: int, hi: int, flavor: Flavor,
     (`next_record_in`: decodes, checksums hold, PHYSICALOFFSET names its position) and,
     given `pointed` (a CommitLog offset -> whether an index points at it or none reaches it:
     `index_points.IndexPoints`), that an index points at.
+    The chain ends are the file's, wherever `hi` is: a walk of part of a file (a Spark task's
+    byte range) whose chain goes on at or past `hi` stops there (None), as the whole file's walk
+    would jump over the rest of the part, and never takes a record inside a span the part's
+    end cut through.
     `regions(lo, hi)`: the parts of the file holding data (a preallocated tail unread)."""
-    by_size, by_parts = chain_ends(buf, pos, hi)
-    for at in dict.fromkeys(a for a in (by_size, by_parts) if a is not None and a < hi):
+    by_size, by_parts = chain_ends(buf, pos, len(buf))
+    for at in dict.fromkeys(a for a in (by_size, by_parts) if a is not None):
         if _decode_at(buf, at, base, flavor) is not None or _blank_to_end(buf, at):
-            return at
+            return at if at < hi else None
     lo = by_size if by_size is not None and by_size == by_parts else pos + 1
     while lo < hi:
         found = next_record_in(buf, base, lo, hi, flavor,

@@ -219,3 +219,48 @@ def test_the_end_holds_whatever_unit_the_queue_end_bisection_finds(tmp_path, att
             f.seek(50 * 20)
             f.write(struct.pack(">qiq", bogus[attack], 300, 0) * 50)
     assert commitlog_end(store_layout(root)) == end
+
+
+def _jvm_rows(plan: dict, tmp: str) -> list[int]:
+    """The commitlog_offset of each row the JVM reader gives for one partition's plan
+    (tests/pipeline/ReadPlan.java, compiled with pipeline/*.java as they are now)."""
+    import glob
+    import json
+    import subprocess
+
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+    here = os.path.dirname(os.path.abspath(__file__))
+    sources = [*sorted(glob.glob(os.path.join(here, "..", "..", "pipeline", "*.java"))),
+               os.path.join(here, "ReadPlan.java")]
+    subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", jars, *sources], check=True)
+    out = subprocess.run(["java", "-cp", f"{tmp}{os.pathsep}{jars}", "org.mqfs.spark.ReadPlan", json.dumps(plan)],
+                         check=True, capture_output=True, text=True).stdout
+    return [int(line) for line in out.split()]
+
+
+@pytest.mark.parametrize("where", ["totalsize", "bodylen"])
+def test_a_piece_that_ends_where_the_chain_goes_on_stops_there_both_ways(tmp_path, where):
+    """A piece that ends at B (where a cut after A is placed) with A's TOTALSIZE or BODYLEN one
+    off and no index at all (consumequeue/ and index/ deleted: nothing refuses P): the chain
+    ends are the file's, B checks out at the piece's end, so both readers' walks of the piece
+    stop there, as the whole file's walk jumps from A to B. Before, the piece's end clipped
+    A's chain ends, they no longer agreed, and both readers searched A's body and gave P."""
+    from mqfs.pipeline.jvmplan import _describe
+    from mqfs.pipeline.options import read_options
+    from mqfs.pipeline.source import MqfsReader, RangeGroup, RangePartition
+
+    p = _planted(tmp_path, False)
+    path = os.path.join(p.root, "commitlog", "0" * 20)
+    flip(path, p.a_at + layout.MAGIC_POS + 3, 0x01)  # A's magic back
+    flip(path, p.a_at + (3 if where == "totalsize" else layout.body_len_pos(8, 8) + 3), 0x01)
+    shutil.rmtree(os.path.join(p.root, "consumequeue"))
+    shutil.rmtree(os.path.join(p.root, "index"))
+    reader = MqfsReader(store_layout(p.root), read_options({"path": p.root, "damagedRecords": "skip"},
+                                                           streaming=False), None)
+    piece = RangeGroup(0, [RangePartition(0, 0, path, 0, p.b_at)])
+    python = [int(x) for batch in reader.read(piece) for x in batch.column("commitlog_offset").to_pylist()]
+    assert python == sorted(at for at in p.kept if at < p.a_at)
+    jvm = _jvm_rows(_describe(reader, piece, None, {}), str(tmp_path / "classes"))
+    assert jvm == python

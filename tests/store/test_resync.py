@@ -162,3 +162,33 @@ def test_the_spark_readers_walk_passes_over_a_planted_record_whose_outer_header_
               for x in np.asarray(run.starts)]
     assert p_at not in starts and b_at in starts
     assert [at for at, _ in checks.skipped] == [a_at]
+
+
+def _no_indexes(root: str) -> None:
+    """consumequeue/ and index/ deleted: no index reaches A or P, so rule (4) refuses nothing."""
+    shutil.rmtree(os.path.join(root, "consumequeue"))
+    shutil.rmtree(os.path.join(root, "index"))
+
+
+@pytest.mark.parametrize("where", sorted(WHERE))
+def test_a_walk_of_a_part_that_ends_where_the_chain_goes_on_stops_there(tmp_path, where):
+    """A Spark task's byte range that ends at B (a cut after A, as a cut is placed) walks A's
+    damage as the whole file's walk does: A's chain ends are the file's, and the one that
+    checks out (B) is at the part's end, so the part's walk stops there and nothing inside
+    A's span is taken, even with no index to refuse P. Before, the part's end clipped the
+    chain ends: with A's TOTALSIZE or BODYLEN one off they no longer agreed inside the part,
+    and the search from A + 1 took P."""
+    from mqfs.store.integrity.salvage import resync_in
+
+    root = str(tmp_path / "s")
+    a_at, p_at, b_at = _planted_store(root, str(tmp_path / "scratch"))
+    _flip(root, WHERE[where](a_at, p_at))
+    _no_indexes(root)
+    view = store_layout(root)
+    buf = map_readonly(os.path.join(root, "commitlog", "0" * 20))
+    assert resync_in(buf, 0, a_at, len(buf), view.checked_flavor) == b_at  # the whole file's walk
+    assert resync_in(buf, 0, a_at, b_at, view.checked_flavor) is None
+    checks = Checks(view.checked_flavor, skip=True, points=IndexPoints(root, view.index_slots))
+    starts = [int(x) for run in checked_runs(buf, 0, 0, b_at, checks, 1 << 10, 1 << 20)
+              for x in np.asarray(run.starts)]
+    assert starts == [0] and [at for at, _ in checks.skipped] == [a_at]
