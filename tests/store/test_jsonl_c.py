@@ -51,7 +51,7 @@ def check(text: bytes, limit: int = LIMIT) -> list[Message] | None:
     return got
 
 
-needs_c = pytest.mark.skipif(compiled.jsonl is None, reason="MQFS_PURE_PYTHON=1: no C decoder")
+needs_c = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C decoder")
 
 
 @needs_c
