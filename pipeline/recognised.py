@@ -27,6 +27,7 @@ class _Kept:
         self.compacted: dict[tuple[str, str, int], CompactedQueue] = {}
 
 
+KEPT_QUEUES = 1024  # QueueReaders one planning keeps (each holds its files' mappings)
 _kept: ContextVar[_Kept | None] = ContextVar("mqfs_planning", default=None)
 
 
@@ -62,14 +63,16 @@ def recognised(root: str) -> Features:
 
 def queue_reader(layout: StoreLayout, topic: str, queue_id: int) -> QueueReader:
     """The queue's QueueReader, kept for the rest of the enclosing `planning()` (each file's
-    units validated once however many bounds, searches and reads the plan makes)."""
+    units validated once however many bounds, searches and reads the plan makes). A reader
+    holds its files' mappings: past KEPT_QUEUES queues (a pattern over thousands), readers are
+    no longer kept, so a plan never holds more mappings than that many queues' at once."""
     kept = _kept.get()
-    if kept is None:
-        return QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
     key = (layout.root, topic, queue_id)
-    found = kept.queues.get(key)
+    found = None if kept is None else kept.queues.get(key)
     if found is None:
-        found = kept.queues[key] = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+        found = QueueReader(layout.root, topic, queue_id, layout.consume_queue_units)
+        if kept is not None and len(kept.queues) < KEPT_QUEUES:
+            kept.queues[key] = found
     return found
 
 

@@ -119,3 +119,23 @@ def test_a_jvm_plan_reads_each_compaction_queue_once(tmp_path, monkeypatch):
     copies = [plan["compacted"] for plan in plans if "compacted" in plan]
     assert sorted((c["queue"], base) for c in copies for f in c["files"] for base in f["base"]) == \
         sorted((q, o) for t, q, o in served)
+
+
+def test_past_kept_queues_a_plan_reads_queues_again_and_plans_the_same(tmp_path, monkeypatch):
+    """A plan keeps at most KEPT_QUEUES readers (each holds its files' mappings): past them
+    each use reads its queue again, and the plan is the same."""
+    from mqfs.store.offline import views
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        s.put_batch([Message.create("T", b"m%d" % i, queue_id=i % 8) for i in range(2000)])
+    options = {"path": root, "assign": json.dumps({"T": [0, 1]}),
+               "startingOffsets": json.dumps({"T": {"0": 10, "1": 20}})}
+    checked: list[int] = []
+    real = views._valid_units
+    monkeypatch.setattr(views, "_valid_units", lambda mm: checked.append(len(mm)) or real(mm))
+    kept = _jvm_partitions(options)
+    once = len(checked)
+    monkeypatch.setattr(recognised, "KEPT_QUEUES", 1)
+    assert _jvm_partitions(options) == kept
+    assert len(checked) - once > once == 6  # two queues of three files each, read once
