@@ -191,15 +191,15 @@ def test_few_queue_reads_read_the_same_both_ways(spark, stores, options):
 
 
 def test_bodies_of_many_batches_read_the_same_both_ways(spark, tmp_path):
-    """A task reads several batches (each ends at 512 KiB of bodies) whose body column is
-    reused and copied out only when a row is read (Bodies.java): every row gets its own
-    record's body, whether Spark collects it or reads it inside an expression."""
+    """A task reads several batches (each ends at 2 MiB of bodies: Rows.java) whose body
+    column is reused and copied out only when a row is read (Bodies.java): every row gets its
+    own record's body, whether Spark collects it or reads it inside an expression."""
     root = str(tmp_path / "s")
-    bodies = [os.urandom(3000 + i % 7) for i in range(1500)]
-    with MessageStore(root, StoreConfig(commitlog_file_size=8 << 20)) as s:
+    bodies = [os.urandom(6000 + i % 7) for i in range(3000)]
+    with MessageStore(root, StoreConfig(commitlog_file_size=32 << 20)) as s:
         s.put_batch([Message.create("t", b, queue_id=i % 3) for i, b in enumerate(bodies)])
     df = spark.read.format("mqfs").load(root)
-    assert df.rdd.getNumPartitions() < len(bodies) * 3000 / (512 << 10) / 2  # batches per task
+    assert df.rdd.getNumPartitions() < len(bodies) * 6000 / (2 << 20) / 2  # batches per task
     assert same_rows(spark, root, {}, ["commitlog_offset", "body"]) == len(bodies)
     hashed = df.select(F.sha2("body", 256).alias("h"), F.length("body").alias("n")).collect()
     assert sorted((r.h, r.n) for r in hashed) == sorted((hashlib.sha256(b).hexdigest(), len(b)) for b in bodies)
