@@ -316,11 +316,12 @@ class Dispatcher:
                   if SCHEDULE_TOPIC in topics else None)
         tags_codes = self.tags.column(topics, tags, delays, store_ts)
         self._batch_units(plan, done, commitlog_offset, sizes, tags_codes)
-        written = plan.key_rows < done
-        rows = plan.key_rows[written]
+        rows, hashes = plan.key_rows, plan.key_hashes
+        if done < len(commitlog_offset):  # a full disk stopped the batch: keys past it are out
+            written = rows < done
+            rows, hashes = rows[written], hashes[written]
         if len(rows):
-            self.index.put_entries(plan.key_hashes[written], commitlog_offset[rows],
-                                   np.full(len(rows), store_ts, dtype=np.int64))
+            self.index.put_entries(hashes, commitlog_offset[rows], np.full(len(rows), store_ts, dtype=np.int64))
 
     def _batch_units(self, plan: BatchPlan, done: int, commitlog_offset: np.ndarray,
                      sizes: np.ndarray, tags_codes: np.ndarray) -> None:

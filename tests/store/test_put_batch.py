@@ -146,6 +146,9 @@ def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path
         assert 1 < written < count + 1  # the records before the roll are in, and queued
         assert [bytes(s.get("T", 0, o).body) for o in range(1, written)] == [bytes(size)] * (
             written - 1)
+        # the keys of the records written are indexed, those past the failed roll are not
+        assert [m.queue_offset for m in s.query_key(f"k{written - 2}", "T")] == [written - 1]
+        assert s.query_key(f"k{written - 1}", "T") == []
         assert s.put(Message.create("T", b"next")).queue_offset == written  # never reused
     with MessageStore(root, small_config()) as s:
         assert s.max_offset("T", 0) == written + 1
