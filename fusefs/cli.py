@@ -49,15 +49,27 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The `mqfs` parser; with `only`, one subcommand's parser alone under it: what running
+    that subcommand needs (the others' take a few ms to build: most of a `mqfs dump -k`)."""
     p = OneLineParser(prog="mqfs", description="RocketMQ-format message store as a filesystem")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for name in COMMANDS:
+        if only is None or only == name:
+            _ADD[name](sub)
+    return p
 
+
+def _trust_parent() -> argparse.ArgumentParser:
     trust = OneLineParser(add_help=False)
     trust.add_argument("--trust-owner", metavar="USER", action="append", default=[],
                        help="also accept a store owned by USER (e.g. root serving a service "
                             "user's store); links inside it are still never followed")
-    m = sub.add_parser("mount", parents=[trust],
+    return trust
+
+
+def _add_mount(sub) -> None:
+    m = sub.add_parser("mount", parents=[_trust_parent()],
                        help="mount a store (returns once the mount is ready)")
     m.add_argument("store", help="the store directory (made by mqfs init)")
     m.add_argument("mountpoint", help="an empty directory")
@@ -81,11 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "STORE/logs/mqfs.log, rotated at 4 MiB, 3 kept; with -o ro "
                         "$XDG_STATE_HOME/mqfs/, never inside the store)")
 
+
+def _add_umount(sub) -> None:
     u = sub.add_parser("umount", help="flush, unmount and wait for the daemon to exit")
     u.add_argument("mountpoint", help="where the store is mounted")
     u.add_argument("--timeout", type=float, default=300.0,
                    help="seconds to wait for the daemon; then detach lazily and fail")
 
+
+def _add_init(sub) -> None:
     i = sub.add_parser("init", help="create an empty store")
     i.add_argument("store", help="a new or empty directory")
     i.add_argument("--flavor", choices=("xxhash", "rocketmq"), default="xxhash",
@@ -102,33 +118,55 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--index-entries", type=int, help="entries per IndexFile (xxhash: 2000000, "
                    "rocketmq: 20000000)")
 
-    for name, text in (("info", "summary of a store, mounted or not (changes nothing)"),
-                       ("verify", "check every record, ConsumeQueue and IndexFile entry "
-                                  "(changes nothing)")):
-        sub.add_parser(name, help=text, parents=[trust]).add_argument(
-            "store", help="the store directory" if name == "verify" else
-            "the store directory, where it is mounted, or a path in the mount")
-    sub.choices["info"].add_argument(
+
+def _add_info(sub) -> None:
+    i = sub.add_parser("info", help="summary of a store, mounted or not (changes nothing)",
+                       parents=[_trust_parent()])
+    i.add_argument("store", help="the store directory, where it is mounted, or a path in the mount")
+    i.add_argument(
         "--json", action="store_true",
         help="one JSON object for scripts and monitoring: per queue min/max offsets, count, "
              "time span and record bytes; per group and queue the committed offset and lag")
-    sub.choices["info"].add_argument(
+    i.add_argument(
         "--all-versions", action="store_true",
         help="count every version of a compaction topic the CommitLog holds (default: the "
              "versions the broker serves, as mqfs dump prints them)")
-    r = sub.add_parser("repair", parents=[trust], help="salvage a damaged store: keep every intact record, "
-                                      "quarantine damaged bytes, rebuild ConsumeQueues and "
-                                      "IndexFiles (shows the plan, then asks)")
+
+
+def _add_verify(sub) -> None:
+    sub.add_parser("verify", help="check every record, ConsumeQueue and IndexFile entry "
+                                  "(changes nothing)",
+                   parents=[_trust_parent()]).add_argument("store", help="the store directory")
+
+
+def _add_repair(sub) -> None:
+    r = sub.add_parser("repair", parents=[_trust_parent()],
+                       help="salvage a damaged store: keep every intact record, quarantine "
+                            "damaged bytes, rebuild ConsumeQueues and IndexFiles (shows the "
+                            "plan, then asks)")
     r.add_argument("store", help="the store directory (not mounted)")
     r.add_argument("--yes", action="store_true", help="apply the plan without asking")
-    from .dump.arguments import add_parser as add_dump
 
-    add_dump(sub)
-    from .group_command import add_parser as add_group
 
-    add_group(sub)
+def _add_dump(sub) -> None:
+    from .dump.arguments import add_parser
+
+    add_parser(sub)
+
+
+def _add_group(sub) -> None:
+    from .group_command import add_parser
+
+    add_parser(sub)
+
+
+def _add_pipeline(sub) -> None:
     sub.add_parser("pipeline", help="PySpark pipeline jobs (mqfs pipeline --help)", add_help=False)
-    return p
+
+
+_ADD = {"mount": _add_mount, "umount": _add_umount, "init": _add_init, "info": _add_info,
+        "verify": _add_verify, "repair": _add_repair, "dump": _add_dump, "group": _add_group,
+        "pipeline": _add_pipeline}
 
 
 def cmd_mount(a: argparse.Namespace) -> int:
@@ -348,6 +386,8 @@ def cmd_group(a: argparse.Namespace) -> int:
 
 
 def _trust(owners: list[str]) -> None:
+    if not owners:
+        return
     import pwd
 
     from mqfs.store.files.safefs import trust_owner
@@ -374,7 +414,7 @@ def _dispatch(argv: list[str]) -> int:
         from .group_command import glued as glued_to
 
         argv = glued_to(argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     _trust(getattr(args, "trust_owner", []))
     if getattr(args, "store", None):  # links on the way to a store are the administrator's:
         args.store = os.path.realpath(args.store)  # resolved once; none is followed inside

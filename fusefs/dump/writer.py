@@ -4,7 +4,6 @@ raw body."""
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import BinaryIO
 
@@ -22,11 +21,13 @@ class Writer:
     def __init__(self, out: BinaryIO, fmt: str) -> None:
         self.out = out
         self.fmt = fmt
-        self._text = io.StringIO()
-        self._csv = csv.writer(self._text, lineterminator="\n")
         self._envelopes = EnvelopeLines(orjson.dumps)
         self._lines: list[bytes] = []
-        if fmt == "csv":
+        if fmt == "csv":  # imported by the format that uses it: a selection's start is
+            import csv  # most of its cost
+
+            self._text = io.StringIO()
+            self._csv = csv.writer(self._text, lineterminator="\n")
             self._csv.writerow(CSV_COLUMNS)
             self._flush_text()
 

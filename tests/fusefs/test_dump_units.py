@@ -148,14 +148,17 @@ def test_a_broker_stores_delayed_and_transaction_records(tmp_path, monkeypatch):
         _same(root, args, monkeypatch)
 
 
-def test_a_tag_or_time_selection_starts_without_numpy(tmp_path):
-    """The point of the narrow reader: the process never imports numpy."""
+def test_a_tag_key_or_time_selection_starts_without_numpy(tmp_path):
+    """The point of the narrow reader: the process never imports numpy, for JSON lines or
+    a count."""
     root = str(tmp_path / "s")
     _store(root)
     code = ("import sys; from mqfs.fusefs.cli import main; rc = main(sys.argv[1:]); "
             "assert 'numpy' not in sys.modules, 'numpy imported'; sys.exit(rc)")
-    for args in (["--tag", "t1"], ["--since", str(T0 + 30 * 60_000), "--until", str(T0 + 40 * 60_000)]):
+    for args, lines in ((["--tag", "t1"], 125), (["-k", "o-7"], 1), (["--tag", "t2", "-c"], 1),
+                        (["--since", str(T0 + 30 * 60_000), "--until", str(T0 + 40 * 60_000)], 11)):
         proc = subprocess.run([sys.executable, "-c", code, "dump", root, *args], capture_output=True,
                               cwd=REPO, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.count(b"\n") > 5
+        assert proc.stdout.count(b"\n") == lines, (args, proc.stdout[-200:])
+        assert proc.stdout == b"125\n" if "-c" in args else b'"o-7"' in proc.stdout or "-k" not in args
