@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import UTC, datetime, timedelta
-from datetime import time as dt_time
+from typing import TYPE_CHECKING
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
+if TYPE_CHECKING:
+    from datetime import datetime
+
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000,
             "w": 604_800_000}
 _RELATIVE = re.compile(r"-(\d{1,12})(ms|s|m|h|d|w)")
@@ -38,6 +38,11 @@ def when(text: str, now: int | None = None) -> int:
         return now - int(relative.group(1)) * _UNIT_MS[relative.group(2)]
     if text == "now":
         return now
+    # calendar times: datetime is imported for them alone (epoch ms and offsets, what
+    # scripts pass, cost a dump's start nothing more)
+    from datetime import datetime, timedelta
+    from datetime import time as dt_time
+
     if text in ("today", "yesterday"):  # local midnight: 23 or 25 hours apart across DST
         day = datetime.fromtimestamp(now / 1000).date()
         if text == "yesterday":
@@ -60,5 +65,7 @@ def when(text: str, now: int | None = None) -> int:
 
 
 def _ms(moment: datetime) -> int:
-    micros = (moment - EPOCH) // _MICROSECOND
+    from datetime import UTC, datetime, timedelta
+
+    micros = (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
     return -(-micros // 1000)

@@ -403,6 +403,21 @@ def test_a_time_of_day_is_today():
         when("25:00", now)
 
 
+def test_calendar_times_are_read_and_epoch_ms_need_no_calendar():
+    """ISO-8601 with a zone is that instant (rounded up to the ms); epoch ms, offsets and
+    `now` are read without importing datetime (a dump's start)."""
+    from mqfs.fusefs.timenames import when
+
+    assert when("2026-11-22T10:00:00Z") == 1_795_341_600_000
+    assert when("2026-11-22T10:00:00.0005+00:00") == 1_795_341_600_001
+    assert when("1970-01-01T00:00:00Z") == 0
+    code = ("import sys; from mqfs.store.offline.timetext import when; "
+            "assert when('1790000000000') == 1790000000000 and when('-1h', 3_600_000) == 0; "
+            "when('now'); assert 'datetime' not in sys.modules, 'datetime imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
 def _plant(root: str, outside: str, what: str) -> list[str]:
     """A symbolic link in place of one of the store's own files or directories, pointing at
     the same kind of thing in another store; the dump arguments that would read it."""
