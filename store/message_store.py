@@ -645,6 +645,8 @@ class MessageStore(StoreReads, StoreWrites):
                 ends = self._ends.capture(self.consume_queues, at)
                 dropped = self.consume_queues.trim()
             self.consume_queues.read_dropped_times(dropped)
+            for _, cq in dropped:  # settled and out of the registry: no write will come
+                cq.release_descriptors()
             cp = self.checkpoint
             cp.commitlog_flushed_offset = cp.confirm_phy_offset = queue.flushed_where
             cp.physic_msg_timestamp = queue.store_timestamp or cp.physic_msg_timestamp

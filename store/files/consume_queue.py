@@ -18,6 +18,7 @@ import numpy as np
 from ..crash_points import ARMED, crash_point
 from ..errors import StoreError, StoreFormatError
 from . import quarantine
+from .lazy_mapped_file import LazyMappedFile
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .time_search import search_time
@@ -560,6 +561,14 @@ class ConsumeQueue:
         """Every unit written is on disk: the object may be dropped and the queue opened
         again from its files (`QueueRegistry.trim`); never while units wait in the tail."""
         return not self._tail[2] and (self._queue is None or self._queue.synced())
+
+    def release_descriptors(self) -> None:
+        """Close the descriptors held for this queue's files (a queue the registry dropped:
+        readers may still use its mappings)."""
+        if self._queue is not None:
+            for mf in list(self._queue.files):
+                if isinstance(mf, LazyMappedFile):
+                    mf.release_fd()
 
     def close(self) -> None:
         if self._queue is not None:

@@ -187,6 +187,14 @@ class LazyMappedFile(MappedFile):
                 self.flushed_position = target
             return self.flushed_position
 
+    def release_fd(self) -> None:
+        """Close the held descriptor, the mapping left as it is: a file no write will need
+        soon (its queue was dropped), whose descriptor would keep it on disk if deleted."""
+        with _held_lock:
+            fd = _held.pop(self, -1)
+        if fd >= 0:
+            os.close(fd)
+
     def close(self) -> None:
         """Drop this file's mapping from the LRU (it is unmapped once no reader holds it)
         and close its held descriptor (one in use is closed when given back)."""

@@ -111,3 +111,18 @@ def test_a_symlink_planted_over_a_held_queue_file_is_never_followed(tmp_path, mo
         assert s.max_offset("t", 0) == 510
         assert [bytes(m.body) for m in s.get_range("t", 0, 255, 10)] == \
             [b"b5", b"b6", b"b7", b"b8", b"b9", b"d0", b"d1", b"d2", b"d3", b"d4"]
+
+
+def test_queues_the_registry_drops_hold_no_descriptor(tmp_path):
+    """A queue dropped from the open ones (settled, past the registry's cache) keeps no
+    descriptor: one held would keep its files on disk after retention deletes them."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        s.consume_queues.cache = 4
+        s.put_batch([Message.create(f"t{i % 30}", b"m%d" % i) for i in range(300)])
+        s.flush()  # units written (descriptors taken), then the queues past the cache dropped
+        opened = {cq.directory for cq in s.consume_queues.opened().values()}
+        assert len(opened) == 4
+        held = {os.path.dirname(path) for path in _held_under(root)}
+        assert held and held <= opened
+        assert [bytes(m.body) for m in s.get_range("t7", 0, 0, 2)] == [b"m7", b"m37"]  # still read
