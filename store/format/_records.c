@@ -637,14 +637,14 @@ enum { A_FILES, A_FILE_SIZE, A_WROTE, A_FROM, A_WRITE_BUFFER, A_ZEROED, A_MM, A_
        A_INDEX_COUNT, A_END_PHY, A_BEGIN_TS, A_BEGIN_PHY, A_SLOT_COUNT, A_WRITTEN, A_END_TS,
        A_ORDERED, A_NEWEST, A_MF, A_SLOTS, A_ENTRIES, A_CLOCK, A_LAST_TS, A_DISPATCHED_TS,
        A_BORN_HOST, A_CALLS, A_USERS_OPEN, A_IS_OPEN, A_STOPPED, M_ACQUIRE, M_RELEASE, M_REMOVE,
-       M_LEAVE, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
+       M_LEAVE, M_FILES_END, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
 static const char *NAMES[N_NAMES] = {
     "files", "file_size", "wrote_position", "file_from_offset", "write_buffer", "zeroed", "mm",
     "store_timestamp", "end_check", "_open", "_used", "_tail", "next_offset", "max_physic_offset",
     "added", "touched", "index_count", "end_phy_offset", "begin_timestamp", "begin_phy_offset",
     "hash_slot_count", "written", "end_timestamp", "_ordered_upto", "_newest_ts", "mf", "slots",
     "entries", "clock", "_last_store_ts", "_dispatched_ts", "born_host", "_calls", "_open", "is_open",
-    "stopped", "acquire", "release", "remove", "leave", "KEYS", "UNIQ_KEY", "TAGS",
+    "stopped", "acquire", "release", "remove", "leave", "_files_end", "KEYS", "UNIQ_KEY", "TAGS",
     "SCHEDULE_TOPIC_XXXX", " "};
 static PyObject *names[N_NAMES];
 
@@ -664,7 +664,7 @@ typedef struct {
     PyObject *index;      /* IndexService */
     PyObject *result;     /* PutResult (a tuple subclass of five fields) */
     int hash_kind;
-    long long tail_max, buffered_max, pwrite_min;
+    long long tail_max, tail_first, buffered_max, pwrite_min;
     Py_ssize_t taken;     /* puts this object wrote (tests see the path ran) */
 } Put;
 
@@ -821,11 +821,16 @@ static PyObject *put_locked(Put *s, PyObject *msg) {
         goto done;
     long long start = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 0));
     long long used = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 2));
+    if (!PyErr_Occurred() && used == 0) {  /* an empty tail starts where the files end */
+        PyObject *end = PyObject_CallMethodNoArgs(cq, names[M_FILES_END]);
+        start = end == NULL ? -1 : PyLong_AsLongLong(end);
+        Py_XDECREF(end);
+    }
     long long next_offset, max_physic, added;
-    if (PyErr_Occurred() || used <= 0 || used + UNIT_SIZE > s->tail_max
+    if (PyErr_Occurred() || used < 0 || start < 0 || start > INT64_MAX / 2 || used + UNIT_SIZE > s->tail_max
             || attr_ll(cq, A_NEXT_OFFSET, &next_offset) || attr_ll(cq, A_MAX_PHYSIC, &max_physic)
             || next_offset < 0 || next_offset > INT64_MAX / UNIT_SIZE || next_offset * UNIT_SIZE != start + used)
-        goto done;  /* an empty tail (its end is in the files), a full one, a gap */
+        goto done;  /* a full tail, a gap */
     long long commitlog_offset = from + wrote;
     if (commitlog_offset + size <= max_physic)
         goto done;
@@ -857,11 +862,15 @@ static PyObject *put_locked(Put *s, PyObject *msg) {
         goto done;
     long long tags_value = tags_code(c, tags);
     /* the tail's buffer: the unit goes past its used bytes, in a grown copy when it has no
-     * room (consume_queue._grown: four times the room, up to TAIL_MAX) */
+     * room (consume_queue._grown: four times the room, up to TAIL_MAX; an empty tail's
+     * first buffer has room for TAIL_FIRST bytes) */
     buf = Py_NewRef(PyTuple_GET_ITEM(tail, 1));
     Py_ssize_t room = PyByteArray_GET_SIZE(buf);
+    if (used > room)
+        goto done;  /* not a tail any put left */
     if (used + UNIT_SIZE > room) {
-        Py_ssize_t grown = 4 * room < s->tail_max ? 4 * room : (Py_ssize_t)s->tail_max;
+        Py_ssize_t grown = room == 0 ? (Py_ssize_t)s->tail_first
+            : 4 * room < s->tail_max ? 4 * room : (Py_ssize_t)s->tail_max;
         if (grown < used + UNIT_SIZE)
             grown = used + UNIT_SIZE;
         PyObject *bigger = PyByteArray_FromStringAndSize(NULL, grown);
@@ -1092,15 +1101,15 @@ static PyMethodDef Put_methods[] = {
 static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"codec", "message", "users", "lock", "compacted", "wall_clock", "writes",
                          "log", "registry", "units", "index", "result", "hash_kind", "tail_max",
-                         "buffered_max", "pwrite_min", NULL};
+                         "tail_first", "buffered_max", "pwrite_min", NULL};
     PyObject *codec, *message, *users, *lock, *compacted, *wall_clock, *writes, *log, *registry, *units;
     PyObject *index, *result;
     int hash_kind;
-    long long tail_max, buffered_max, pwrite_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLL", kw, &CodecType, &codec,
+    long long tail_max, tail_first, buffered_max, pwrite_min;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLLL", kw, &CodecType, &codec,
                                      &PyType_Type, &message, &users, &lock, &PyFrozenSet_Type,
                                      &compacted, &wall_clock, &writes, &log, &registry, &units, &index,
-                                     &PyType_Type, &result, &hash_kind, &tail_max, &buffered_max,
+                                     &PyType_Type, &result, &hash_kind, &tail_max, &tail_first, &buffered_max,
                                      &pwrite_min))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)result, &PyTuple_Type)
@@ -1126,6 +1135,7 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     s->result = Py_NewRef(result);
     s->hash_kind = hash_kind;
     s->tail_max = tail_max;
+    s->tail_first = tail_first;
     s->buffered_max = buffered_max;
     s->pwrite_min = pwrite_min;
     return (PyObject *)s;

@@ -59,11 +59,13 @@ def _hostile():
         for v in (-1, 2**31, -(2**31) - 1, 2**63, -(2**63) - 1, 2**64, True, 1.0, "1", None, IntSub(7)):
             yield _m(**{name: v})
     for host in (("1.2.3.4", 70000), ("nonsense", 1), ("1.2.3.4",), "1.2.3.4:5", (b"1.2.3.4", 5), ("1.2.3.4", "5"),
-                 ["1.2.3.4", 5], ("::1", 5)):
+                 ["1.2.3.4", 5], ("::1", 5), (BadStr("127.0.0.1"), 0), ("127.0.0.1", IntSub(0))):
         yield _m(born_host=host)
     for props in (None, {"a": 1}, {1: "a"}, {"KEYS": "a\x01b"}, {"a": "\x02"}, {"a": "\udc80"}, {"\udc80": "a"},
                   {"__CRC32#": "1"}, {"a": "v" * 32760}, {"a": "v" * 40000}, {"KEYS": "\U0001F600 \udc80"},
-                  {"KEYS": "\U0001F600 k"}, {BadStr("a"): "b"}, {"a": BadStr("b")}, {"": ""}):
+                  {"KEYS": "\U0001F600 k"}, {BadStr("a"): "b"}, {"a": BadStr("b")}, {"": ""},
+                  {"KEYS": " ".join(f"k{i}" for i in range(40))}, {"KEYS": "   "}, {"UNIQ_KEY": ""},
+                  {"TAGS": ""}, {"TAGS": "\U0001F600"}, {"KEYS": "k", "UNIQ_KEY": "u", "TAGS": "t"}):
         yield _m(properties=props)
     yield RaisingFlag("T", b"b")
     yield types.SimpleNamespace(**vars(_m()))  # not a Message, but shaped like one
@@ -77,7 +79,8 @@ def _data(root: str) -> dict[str, str]:
             if k.split("/")[0] in ("commitlog", "consumequeue", "index") or k == "config/topics.json"}
 
 
-def _outcomes(root: str) -> list:
+def _outcomes(root: str, taken: list[int]) -> list:
+    """Each message's outcome; `taken` gets how many puts the one-call C put wrote."""
     out = []
     with MessageStore(root, small_config(max_message_size=4096)) as s:
         s.clock = iter(range(1_700_000_000_000, 1_800_000_000_000)).__next__
@@ -90,16 +93,19 @@ def _outcomes(root: str) -> list:
                 except (Boom, TypeError, ValueError, AttributeError) as e:
                     out.append((type(e).__name__, str(e), _data(root) == before))
         out.append(s.put_batch([]))
+        taken.append(s.hot_put.taken if s.hot_put is not None else 0)
     return out
 
 
 def test_hostile_messages_meet_the_same_fate_in_c_and_python(tmp_path, monkeypatch):
-    ways = {}
+    ways, taken = {}, {}
     for way in ("python", "c"):
         monkeypatch.undo()
         use_codec(monkeypatch, way)
-        ways[way] = _outcomes(str(tmp_path / way))
+        taken[way] = []
+        ways[way] = _outcomes(str(tmp_path / way), taken[way])
     assert ways["c"] == ways["python"]
+    assert taken["python"] == [0] and taken["c"][0] > 20  # the one-call C put had its share
     refused = [o for o in ways["c"] if isinstance(o, tuple)]
     assert len(refused) > 100 and all(unchanged for *_, unchanged in refused)
 
