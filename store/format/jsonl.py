@@ -162,8 +162,8 @@ def envelope(msg: StoredMessage) -> dict:
 # texts (body, properties, keys, tags) go through the caller's JSON encoder (orjson escapes
 # them in half json's time; `store` itself imports only the standard library).
 _LINE = (b'%s%d,"queue_offset":%d,"msgid":"%s%016X","keys":%s,"tags":%s,"born_timestamp":%d,'
-         b'"store_timestamp":%d,"born_host":%s,"store_host":%s,"commitlog_offset":%d,'
-         b'"record_size":%d,"flag":%d,"sys_flag":%d,"reconsume_times":%d,"properties":%s,%s}\n')
+         b'"store_timestamp":%d,"born_host":%s,"commitlog_offset":%d,"record_size":%d,'
+         b'"flag":%d,"sys_flag":%d,"reconsume_times":%d,"properties":%s,"%s":%s}\n')
 _U64 = (1 << 64) - 1  # msgid holds the offset as 8 bytes, two's complement
 
 
@@ -176,8 +176,8 @@ class EnvelopeLines:
     def __init__(self, dumps: Callable[[object], bytes]) -> None:
         self._dumps = dumps
         self._topics: dict[str, bytes] = {}  # topic -> b'{"topic":"T","queue_id":'
-        self._hosts: dict[bytes, bytes] = {}  # raw host -> b'"1.2.3.4:10911"'
-        self._ids: dict[bytes, bytes] = {}  # raw store host -> msgid's first hex digits
+        # (raw born host, raw store host) -> (msgid's first hex digits, both hosts' fields)
+        self._hosts: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
 
     def line(self, msg: StoredMessage) -> bytes:
         """One line, newline included."""
@@ -188,26 +188,25 @@ class EnvelopeLines:
         props = msg.properties
         keys = props.get(PROPERTY_KEYS)
         tags = props.get(PROPERTY_TAGS)
-        store_raw = msg.store_host_raw
-        id_head = self._ids.get(store_raw)
-        if id_head is None:
-            id_head = self._ids[store_raw] = store_raw.hex().upper().encode()
+        raw = (msg.born_host_raw, msg.store_host_raw)
+        hosts = self._hosts.get(raw)
+        if hosts is None:
+            hosts = self._hosts[raw] = self._hosts_of(*raw)
         try:
-            body = b'"body":' + dumps(str(msg.body, "utf-8"))
+            name, body = b"body", dumps(str(msg.body, "utf-8"))
         except UnicodeDecodeError:
-            body = b'"body_b64":"' + binascii.b2a_base64(msg.body, newline=False) + b'"'
+            name, body = b"body_b64", b'"' + binascii.b2a_base64(msg.body, newline=False) + b'"'
         return _LINE % (
-            head, msg.queue_id, msg.queue_offset, id_head, msg.commitlog_offset & _U64,
-            dumps([k for k in keys.split(" ") if k]) if keys else b"[]",
-            dumps(tags) if tags else b"null", msg.born_timestamp, msg.store_timestamp,
-            self._host(msg.born_host_raw), self._host(store_raw), msg.commitlog_offset,
-            msg.total_size, msg.flag, msg.sys_flag, msg.reconsume_times, dumps(props), body)
+            head, msg.queue_id, msg.queue_offset, hosts[0], msg.commitlog_offset & _U64,
+            (b"[]" if not keys else dumps([keys]) if " " not in keys
+             else dumps([k for k in keys.split(" ") if k])),
+            dumps(tags) if tags else b"null", msg.born_timestamp, msg.store_timestamp, hosts[1],
+            msg.commitlog_offset, msg.total_size, msg.flag, msg.sys_flag, msg.reconsume_times,
+            dumps(props), name, body)
 
-    def _host(self, raw: bytes) -> bytes:
-        text = self._hosts.get(raw)
-        if text is None:
-            text = self._hosts[raw] = self._dumps(host_text(*decode_host(raw)))
-        return text
+    def _hosts_of(self, born: bytes, store: bytes) -> tuple[bytes, bytes]:
+        return (store.hex().upper().encode(), self._dumps(host_text(*decode_host(born))) +
+                b',"store_host":' + self._dumps(host_text(*decode_host(store))))
 
 
 def csv_row(msg: StoredMessage) -> list:
