@@ -733,6 +733,10 @@ static int key_hashes(const Put *s, PyObject *topic, PyObject *props, long long 
         PyErr_Clear();
         return -1;
     }
+    /* str when measured, but Python code run since (a born host's validator, a finalizer)
+     * may have let another thread put anything there */
+    if ((uniq != NULL && !PyUnicode_CheckExact(uniq)) || (text != NULL && !PyUnicode_CheckExact(text)))
+        return -1;
     if (uniq != NULL && PyUnicode_GET_LENGTH(uniq) > 0 && (out[n++] = key_hash(s->hash_kind, topic, uniq)) < 0)
         goto fail;
     if (text == NULL || PyUnicode_GET_LENGTH(text) == 0)
@@ -858,8 +862,8 @@ static PyObject *put_locked(Put *s, PyObject *msg) {
             __builtin_prefetch(slot_of(ix_view.buf, slots, hashes[i]), 1, 0);
     }
     PyObject *tags = PyDict_GetItemWithError(p.props, names[P_TAGS]);
-    if (tags == NULL && PyErr_Occurred())
-        goto done;
+    if ((tags == NULL && PyErr_Occurred()) || (tags != NULL && !PyUnicode_CheckExact(tags)))
+        goto done;  /* (changed since measured, as the keys above) */
     long long tags_value = tags_code(c, tags);
     /* the tail's buffer: the unit goes past its used bytes, in a grown copy when it has no
      * room (consume_queue._grown: four times the room, up to TAIL_MAX; an empty tail's
