@@ -74,9 +74,9 @@ def written(mm: mmap.mmap) -> int:
             hi = mid
     first = lo
     for at in (0, 8):
-        k = _stride(mm, at, first).translate(_SIGN).find(1)
-        if k >= 0:
-            first = k
+        column = _stride(mm, at, first)
+        if not column.isascii():  # a sign bit set (isascii tests 8 bytes at a time)
+            first = column.translate(_SIGN).find(1)
     low = _stride(mm, 11, first)
     k = low.find(0)
     while k >= 0 and struct.unpack_from(">i", mm, k * UNIT_SIZE + 8)[0]:
