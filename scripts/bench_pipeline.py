@@ -7,7 +7,9 @@ messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to Parq
 times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
 count of sha2(body) (every body read and hashed), a full scan (every column materialised by the
 `noop` sink), count(), `select topic, queue_offset` (header-only: the query's columns are
-pruned, pipeline/pruning.py) and sum(length(body)); prints rows/s and the ratio to Parquet.
+pruned, pipeline/pruning.py) and sum(length(body)); prints rows/s and the ratio to Parquet,
+and (local masters) the session JVM's CPU per query, the least of the runs, beside Parquet's:
+the JVM reader's ratio by CPU, which holds up on a loaded machine where wall time does not.
 Then one queue's 10k offsets (options subscribe/queue/startingOffsets/endingOffsets, read
 through the ConsumeQueue), and the same as a filter Spark pushes down, timed next to the full
 scan of the same store (each after a run of its shape at other offsets, whose time is also
@@ -155,14 +157,32 @@ def planning(store: str, small: str, runs: int) -> None:
           f"{count_tenth:.3f} s")
 
 
-def best(run, runs: int) -> float:
-    """Fastest of `runs` timed calls, in seconds."""
+def best(run, runs: int, cpu=None) -> float:
+    """Fastest of `runs` timed calls, in seconds; with `cpu` (jvm_cpu), each call's CPU
+    seconds are appended to cpu.spent."""
     times = []
     for _ in range(runs):
-        started = time.perf_counter()
+        started, used = time.perf_counter(), cpu() if cpu else 0.0
         run()
         times.append(time.perf_counter() - started)
+        if cpu:
+            cpu.spent.append(cpu() - used)
     return min(times)
+
+
+def jvm_cpu(spark):
+    """The session JVM's CPU seconds so far (user + system), as a callable with a `spent`
+    list: in local mode the tasks run in that JVM, so a query's CPU holds up on a loaded
+    machine where its wall time does not (the Python reader's workers are not counted)."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+    cpu.spent = []  # type: ignore[attr-defined]
+    return cpu
 
 
 def main(argv: list[str]) -> int:
@@ -220,14 +240,22 @@ def main(argv: list[str]) -> int:
         print(f"pipeline queries, {n} messages x {a.body} B (distinct bodies), {a.master}, "
               f"{tasks} mqfs partitions, best of {a.runs}; ratios are to Parquet of the same rows "
               "in the same run (JVM reader, then the Python worker path: reader=python)")
+        local = a.master.startswith("local")
         print(f"  {'query':30} {'JVM rows/s':>12} {'Python rows/s':>14} {'Parquet rows/s':>15} "
-              f"{'JVM':>6} {'Python':>7}")
+              f"{'JVM':>6} {'Python':>7}"
+              + (f" {'JVM CPU s':>10} {'Parquet CPU s':>14} {'by CPU':>7}" if local else ""))
         nan = float("nan")
         for name, action in queries if "queries" in sections else []:
-            jvm = best(lambda action=action: action(mqfs()()), a.runs) if "jvm" in readers else nan
+            jvm_used, pt_used = (jvm_cpu(spark), jvm_cpu(spark)) if local else (None, None)
+            jvm = best(lambda action=action: action(mqfs()()), a.runs, jvm_used) if "jvm" in readers else nan
             py = best(lambda action=action: action(mqfs(reader="python")()), a.runs) if "python" in readers else nan
-            pt = best(lambda action=action: action(pq()), a.runs)
-            print(f"  {name:30} {n / jvm:12,.0f} {n / py:14,.0f} {n / pt:15,.0f} {pt / jvm:6.2f} {pt / py:7.2f}")
+            pt = best(lambda action=action: action(pq()), a.runs, pt_used)
+            by_cpu = ""
+            if jvm_used and pt_used:  # the least of the runs, as for wall time (the JIT warms up in the first)
+                jc, pc = min(jvm_used.spent), min(pt_used.spent)  # type: ignore[attr-defined]
+                by_cpu = f" {jc:10.2f} {pc:14.2f} {pc / jc:7.2f}"
+            print(f"  {name:30} {n / jvm:12,.0f} {n / py:14,.0f} {n / pt:15,.0f} {pt / jvm:6.2f} {pt / py:7.2f}"
+                  + by_cpu)
         for reader in readers if "one-queue" in sections else []:
             print(f"  {reader} reader:")
             one_queue(spark, lambda reader=reader, **o: mqfs(reader=reader, **o), n, a.runs)
