@@ -261,12 +261,17 @@ class StoreWrites:
             topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
             qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
             flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
-        with self.topic_table.batch():  # new queues of a batch declared in one append
-            plan = self.dispatcher.plan(topics, qids, flags, props)
-        queue_offsets = plan.queue_offsets
-        store_ts = self._store_timestamp()
         commitlog = self.commitlog
         starts = self._roll_points(sizes)
+        made = commitlog.queue.make_ahead(len(starts))  # a full disk refuses it before any byte
+        try:
+            with self.topic_table.batch():  # new queues of a batch declared in one append
+                plan = self.dispatcher.plan(topics, qids, flags, props)
+        except BaseException:
+            commitlog.queue.unmake(made)
+            raise
+        queue_offsets = plan.queue_offsets
+        store_ts = self._store_timestamp()
         files = commitlog.queue.files
         commitlog_offset = np.empty(n, dtype=np.int64)
         rolls = set(starts)
@@ -285,8 +290,9 @@ class StoreWrites:
                 commitlog.write_run(mf, data, store_ts)
                 done = hi
         finally:
-            # a roll that failed (disk full) leaves the records written so far: they are
-            # dispatched all the same, so their queue offsets are taken, never given twice
+            # a roll that failed after all (an I/O error; a full disk is met by make_ahead)
+            # leaves the records written so far: they are dispatched all the same, so their
+            # queue offsets are taken, never given twice
             if done:
                 self.dispatcher.batch(plan, done, topics, props, commitlog_offset, sizes, store_ts)
                 self._dispatched_ts = store_ts
@@ -300,9 +306,19 @@ class StoreWrites:
         """A small batch (caller holds put_lock): its queues and room first, as
         `_append_batch`'s plan; then each record written as `put` writes it, all with the
         batch's one store time: the same bytes as the columnar path, without its fixed cost.
-        A roll that fails (disk full) leaves the records written before it, dispatched."""
+        A roll that fails after all (an I/O error) leaves the records written before it,
+        dispatched."""
         dispatcher, commitlog, host = self.dispatcher, self.commitlog, self.encoder.store_host_raw
-        dispatcher.reserve_few(msgs)
+        sizes = [len(rec) for rec, _ in encoded]
+        files, made = commitlog.queue.files, []
+        if not files or sum(sizes) + layout.END_FILE_MIN_BLANK > files[-1].file_size - files[-1].wrote_position:
+            # the CommitLog files its rolls need, made before any byte as `_append_batch` does
+            made = commitlog.queue.make_ahead(len(self._roll_points(np.array(sizes))))
+        try:
+            dispatcher.reserve_few(msgs)
+        except BaseException:
+            commitlog.queue.unmake(made)
+            raise
         store_ts = self._store_timestamp()
         results: list[PutResult] = []
         try:

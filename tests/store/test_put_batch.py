@@ -1,5 +1,6 @@
 """put_batch against put: the same bytes on disk, all-or-nothing, read-your-writes."""
 
+import errno
 import gc
 import json
 import os
@@ -128,11 +129,16 @@ def test_one_invalid_message_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("count,size", [(60, 1500), (20, 4000)])  # columnar, and as puts
-def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path, count, size):
+def test_a_batch_whose_roll_meets_a_full_disk_is_refused_whole(tmp_path, count, size):
+    """The CommitLog files a batch rolls into are made before any of its bytes, so a full
+    disk refuses it whole (a writer retrying it stores each message once); the made files
+    are removed again and the store is byte for byte as before."""
     root = str(tmp_path)
     msgs = [Message.create("T", bytes(size), keys=[f"k{i}"]) for i in range(count)]  # 2 files
     with _pinned(root) as s:
         s.put(Message.create("T", b"first"))
+        s.flush()
+        before = file_hashes(root, skip=("checkpoint", "abort", "lock"))
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, hard))  # no new CommitLog file
@@ -142,17 +148,44 @@ def test_a_batch_whose_roll_fails_keeps_the_records_it_wrote_consistent(tmp_path
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
             signal.signal(signal.SIGXFSZ, old)
-        written = s.max_offset("T", 0)
-        assert 1 < written < count + 1  # the records before the roll are in, and queued
-        assert [bytes(s.get("T", 0, o).body) for o in range(1, written)] == [bytes(size)] * (
-            written - 1)
-        # the keys of the records written are indexed, those past the failed roll are not
-        assert [m.queue_offset for m in s.query_key(f"k{written - 2}", "T")] == [written - 1]
-        assert s.query_key(f"k{written - 1}", "T") == []
-        assert s.put(Message.create("T", b"next")).queue_offset == written  # never reused
+        s.flush()
+        assert file_hashes(root, skip=("checkpoint", "abort", "lock")) == before
+        assert s.max_offset("T", 0) == 1
+        assert s.query_key("k0", "T") == []
+        results = s.put_batch(msgs)  # room again: the retry stores each message once
+        assert [r.queue_offset for r in results] == list(range(1, count + 1))
     with MessageStore(root, small_config()) as s:
-        assert s.max_offset("T", 0) == written + 1
-        assert bytes(s.get("T", 0, written).body) == b"next"
+        assert s.max_offset("T", 0) == count + 1
+        assert [m.queue_offset for m in s.query_key(f"k{count - 1}", "T")] == [count]
+
+
+def test_a_batch_whose_second_roll_fails_removes_the_file_made_for_its_first(tmp_path, monkeypatch):
+    """Two rolls: the second file cannot be made, so the first, made for this batch, is
+    removed again and nothing of the batch is written."""
+    from mqfs.store.files import mapped_file
+    root = str(tmp_path)
+    msgs = [Message.create("T", bytes(1500)) for _ in range(90)]  # 3 files
+    with _pinned(root) as s:
+        s.put(Message.create("T", b"first"))
+        s.flush()
+        before = file_hashes(root, skip=("checkpoint", "abort", "lock"))
+        real, calls = mapped_file._allocate, []
+
+        def second_fails(fd: int, path: str, size: int) -> None:
+            calls.append(path)
+            if len(calls) == 2:
+                os.close(fd)
+                os.unlink(path)
+                raise OSError(errno.ENOSPC, "No space left on device", path)
+            real(fd, path, size)
+        monkeypatch.setattr(mapped_file, "_allocate", second_fails)
+        with pytest.raises(OSError):
+            s.put_batch(msgs)
+        monkeypatch.undo()
+        assert len(calls) == 2
+        s.flush()
+        assert file_hashes(root, skip=("checkpoint", "abort", "lock")) == before
+        assert s.max_offset("T", 0) == 1
 
 
 def test_a_batch_over_recorded_open_and_many_new_queues_gives_each_its_next_offsets(tmp_path):
