@@ -58,6 +58,7 @@ from .message import (
     decode_properties,
     encode_host,
     encode_properties,
+    not_text,
     separator_refusal,
     validate_topic,
 )
@@ -297,8 +298,8 @@ class Encoder:
             raise _reserved_name()
         try:
             items = list(map(NAME_VALUE_SEP.join, pairs))
-        except TypeError:  # a name or value that is not text: formatted as encode() does
-            items = [f"{k}{NAME_VALUE_SEP}{v}" for k, v in pairs]
+        except TypeError:  # a name or value that is not text: refused, as encode() does
+            raise not_text(pairs) from None
         text = PROPERTY_SEP.join(items) + PROPERTY_SEP if items else ""
         if text.count(NAME_VALUE_SEP) != len(items) or text.count(PROPERTY_SEP) != len(items):
             raise separator_refusal(items, pairs)

@@ -121,8 +121,8 @@ def parse_host(text: str) -> tuple[str, int]:
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
-    """PROPERTIES as RocketMQ writes them; InvalidMessage for a name or value holding a
-    separator or text that is not valid UTF-8 (a lone surrogate). Encodes one snapshot of
+    """PROPERTIES as RocketMQ writes them; InvalidMessage for a name or value that is not a
+    str, holds a separator or is not valid UTF-8 (a lone surrogate). Encodes one snapshot of
     the items: another thread or a name's hook may change the dict while this runs."""
     items = list(props.items())
     if not items:
@@ -133,8 +133,8 @@ def encode_properties(props: dict[str, str]) -> bytes:
             pieces = [name + NAME_VALUE_SEP + value]
         else:
             pieces = list(map(NAME_VALUE_SEP.join, items))
-    except TypeError:  # a name or value that is not text: formatted, once
-        pieces = [f"{k}{NAME_VALUE_SEP}{v}" for k, v in items]
+    except TypeError:  # refused before any byte: the indexes read KEYS, UNIQ_KEY and TAGS
+        raise not_text(items) from None  # as text after the record is written
     text = PROPERTY_SEP.join(pieces) + PROPERTY_SEP
     if text.count(NAME_VALUE_SEP) != len(pieces) or text.count(PROPERTY_SEP) != len(pieces):
         raise separator_refusal(pieces, items)
@@ -142,6 +142,15 @@ def encode_properties(props: dict[str, str]) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidMessage(f"a property is not valid text: {exc.reason}") from None
+
+
+def not_text(items: list[tuple[str, str]]) -> InvalidMessage:
+    """The refusal naming the first item whose name or value is not a str."""
+    name, value = next(((k, v) for k, v in items if not isinstance(k, str) or not isinstance(v, str)),
+                       items[0])  # (a str subclass whose + raises: named as the first item)
+    culprit = value if isinstance(name, str) else name
+    return InvalidMessage(f"property {name!r} is not text ({type(culprit).__name__}): "
+                          "names and values are str")
 
 
 def separator_refusal(pieces: list[str], items: list[tuple[str, str]]) -> InvalidMessage:

@@ -112,14 +112,18 @@ def test_a_batch_is_the_python_codecs_records(msgs, flavor, record_crc, store_v6
 
 @needs_c
 def test_what_the_c_encoder_leaves_to_python_still_encodes():
-    """Bodies and texts of other types than bytes and str: the C encoder declines them and
-    the Python codec, which takes them, encodes them (as it always has)."""
+    """A body of another type than bytes: the C encoder declines it and the Python codec,
+    which takes it, encodes it (as it always has); a property that is not text, declined
+    too, Python refuses."""
     py, c = _encoders(XXHASH, True, False)
     # (a born time given: one of 0 is the clock's at each encode, which may differ by a ms)
-    for msg in (Message("T", memoryview(b"abc"), born_timestamp=1),
-                Message("T", b"abc", properties={"a": 1}, born_timestamp=1)):  # type: ignore[dict-item]
-        assert c.compiled.encode(msg) is None
-        assert c.encode(msg) == _python(py, msg) is not None
+    msg = Message("T", memoryview(b"abc"), born_timestamp=1)
+    assert c.compiled.encode(msg) is None
+    assert c.encode(msg) == _python(py, msg) is not None
+    msg = Message("T", b"abc", properties={"a": 1}, born_timestamp=1)  # type: ignore[dict-item]
+    assert c.compiled.encode(msg) is None
+    with pytest.raises(InvalidMessage, match="is not text"):
+        c.encode(msg)
 
 
 class _Meddling(Message):
