@@ -199,6 +199,23 @@ static int read_string(Reader *r, const unsigned char **s, Py_ssize_t *n) {
     return 0;
 }
 
+/* After an item of an object or array: 1 when a comma and another item follow (the comma
+ * passed), 0 when `close` ends it (passed), -1 for anything else. */
+static int next_item(Reader *r, unsigned char close) {
+    skip_ws(r);
+    if (r->p >= r->end)
+        return -1;
+    if (*r->p == close) {
+        r->p++;
+        return 0;
+    }
+    if (*r->p != ',')
+        return -1;
+    r->p++;
+    skip_ws(r);
+    return 1;
+}
+
 /* "keys": [ ... ] past its '[': the keys joined by spaces, into the arena. 0: not one to take. */
 static int read_keys(Reader *r, Line *line) {
     unsigned char *joined = r->arena, *o = joined;
@@ -217,17 +234,12 @@ static int read_keys(Reader *r, Line *line) {
         if (s != o)
             memmove(o, s, (size_t)n);
         o += n;
-        skip_ws(r);
-        if (r->p >= r->end)
-            return 0;
-        if (*r->p == ']') {
-            r->p++;
+        int more = next_item(r, ']');
+        if (more <= 0) {
+            if (more < 0)
+                return 0;
             break;
         }
-        if (*r->p != ',')
-            return 0;
-        r->p++;
-        skip_ws(r);
         *o++ = ' '; /* room: the comma's */
     }
     line->keys = joined;
@@ -274,17 +286,12 @@ static int read_line(Reader *r, Line *line) {
         } else {
             return 0;
         }
-        skip_ws(r);
-        if (r->p >= r->end)
-            return 0;
-        if (*r->p == '}') {
-            r->p++;
+        int more = next_item(r, '}');
+        if (more <= 0) {
+            if (more < 0)
+                return 0;
             break;
         }
-        if (*r->p != ',')
-            return 0;
-        r->p++;
-        skip_ws(r);
     }
     skip_ws(r);
     return have_body && r->p == r->end;

@@ -13,18 +13,9 @@ from mqfs.store import Message, MessageStore
 from mqfs.store.files import lazy_mapped_file
 
 from .helpers import small_config
+from .test_held_descriptors import _queue_fds
 
 UNIT = struct.Struct(">qiq")
-
-
-def _queue_fds(root: str) -> int:
-    found = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            found += os.readlink(f"/proc/self/fd/{fd}").startswith(os.path.join(root, "consumequeue", ""))
-        except FileNotFoundError:
-            pass
-    return found
 
 
 def test_a_hard_link_swapped_in_for_a_held_queue_file_is_never_written(tmp_path):

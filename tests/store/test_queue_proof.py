@@ -404,16 +404,11 @@ def test_a_close_stops_the_proofs_first_walk_inside_a_file(tmp_path, monkeypatch
         assert log_proof.pending(root)  # owed: the next open proves again
 
 
-def test_a_put_between_a_queues_end_and_its_head_being_walked_keeps_both(tmp_path, monkeypatch):
-    """The race suspected in session 13: the background walk finds T/0's end in the newest
-    CommitLog file, a put lands in T/0 (its end is proven), and only then does the walk reach
-    T/0's head in an older file and find that its ConsumeQueue does not hold it.
-    (Its first use finds nothing wrong: the units of its head are blank, as a broker leaves
-    a queue that starts above 0.) The rebuild must hold the head and the put: had it read the log only up to the open's
-    end, T/0's files would hold one unit more than the rebuild and be left as they are, with
-    the head still missing. The walk is held after the newest file until the put is done."""
-    from mqfs.store.integrity import salvage
-
+def _a_broker_store_whose_queue_head_is_blank(tmp_path) -> str:
+    """A broker's store whose T/0 holds 100 old records in an older CommitLog file and its
+    end ("late") in the newest, with units 0..99 blanked (as a broker blanks the units of a
+    queue that starts above 0): its first use finds nothing wrong (its first file and last
+    units are sound), the proof's walk of the log does."""
     def workload(s: MessageStore) -> None:
         for i in range(100):  # ConsumeQueue file 0 of T/0 whole (100 units a file)
             s.put(Message.create("T", b"old-%d" % i, queue_id=0))
@@ -424,10 +419,22 @@ def test_a_put_between_a_queues_end_and_its_head_being_walked_keeps_both(tmp_pat
     root = str(tmp_path / "s")
     broker_store(root, workload)
     os.mkdir(os.path.join(root, "config"))
-    # units 0..99 blanked (as a broker blanks the units of a queue that starts above 0): its
-    # first use finds nothing wrong (its first file and last units are sound), the proof does
     with open(os.path.join(root, "consumequeue", "T", "0", f"{0:020d}"), "r+b") as f:
         f.write(struct.pack(">qiq", *PRE_BLANK) * 100)
+    return root
+
+
+def test_a_put_between_a_queues_end_and_its_head_being_walked_keeps_both(tmp_path, monkeypatch):
+    """The race suspected in session 13: the background walk finds T/0's end in the newest
+    CommitLog file, a put lands in T/0 (its end is proven), and only then does the walk reach
+    T/0's head in an older file and find that its ConsumeQueue does not hold it.
+    (Its first use finds nothing wrong: the units of its head are blank, as a broker leaves
+    a queue that starts above 0.) The rebuild must hold the head and the put: had it read the log only up to the open's
+    end, T/0's files would hold one unit more than the rebuild and be left as they are, with
+    the head still missing. The walk is held after the newest file until the put is done."""
+    from mqfs.store.integrity import salvage
+
+    root = _a_broker_store_whose_queue_head_is_blank(tmp_path)
     monkeypatch.setattr(log_proof, "FOREGROUND", 0)
     proofs: list[log_proof.LogProof] = []
     begin = log_proof.LogProof.begin
@@ -482,18 +489,7 @@ def test_a_put_that_passed_its_check_just_before_its_queue_is_found_short_is_reb
     the rebuild must hold the head and the put either way."""
     from mqfs.store.integrity import salvage
 
-    def workload(s: MessageStore) -> None:
-        for i in range(100):
-            s.put(Message.create("T", b"old-%d" % i, queue_id=0))
-        for i in range(OTHERS):
-            s.put(Message.create("U", b"u" * 300, queue_id=i % 4))
-        s.put(Message.create("T", b"late", queue_id=0))  # its end, in the newest file
-
-    root = str(tmp_path / "s")
-    broker_store(root, workload)
-    os.mkdir(os.path.join(root, "config"))
-    with open(os.path.join(root, "consumequeue", "T", "0", f"{0:020d}"), "r+b") as f:
-        f.write(struct.pack(">qiq", *PRE_BLANK) * 100)  # the head missing (see above)
+    root = _a_broker_store_whose_queue_head_is_blank(tmp_path)
     monkeypatch.setattr(log_proof, "FOREGROUND", 0)
     proofs: list[log_proof.LogProof] = []
     go, checked = threading.Event(), threading.Event()
