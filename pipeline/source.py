@@ -105,9 +105,11 @@ BATCH_BYTES = 32 << 20
 # header-only read (`scan.header_only`, several times less work per byte) HEADER_TASK_BYTES.
 TASK_BYTES = 256 << 20
 HEADER_TASK_BYTES = 1 << 30
-# A task of the JVM reader (pipeline/jvmplan.py) starts in milliseconds: smaller tasks, so
-# every core reads
-JVM_TASK_BYTES = 64 << 20
+# A task of the JVM reader (pipeline/jvmplan.py) starts in milliseconds, yet each costs its
+# core time beyond its CPU, so the same bytes in more, smaller tasks finish later: tasks as
+# large as a header-only read's, a store of up to this per core read in one task per core
+# (tasks.even_tasks keeps every core reading; issue 35)
+JVM_TASK_BYTES = 1 << 30
 _ALL = 1 << 62
 
 

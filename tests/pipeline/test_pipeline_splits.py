@@ -135,3 +135,27 @@ def test_tasks_for_every_core_are_of_one_size(big, slots):
         for batch in reader.read(g):
             out += batch.column("commitlog_offset").to_pylist()
     assert sorted(out) == sorted(expected_rows(root))
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_a_jvm_read_of_up_to_its_task_size_per_core_is_one_task_per_core(big, slots, monkeypatch):
+    """A JVM task costs its core time beyond its CPU, so the same bytes in more, smaller tasks
+    finish later (issue 35: 18 tasks where 2 would do took longer on 2 idle cores): a store of
+    up to JVM_TASK_BYTES per core is one task per core; a larger one is cut in tasks of about
+    JVM_TASK_BYTES, still a multiple of the cores."""
+    from mqfs.pipeline import source, tasks
+
+    root, _ = big
+    monkeypatch.setattr(tasks, "ONE_TASK_BYTES", 1)  # the store is a few MiB: more than one task
+
+    def planned() -> list:
+        reader = MqfsReader(store_layout(root), read_options({"path": root}, streaming=False), None)
+        reader.jvm, reader.slots = True, slots
+        return reader.partitions()
+
+    assert len(planned()) == slots
+    total = sum(p.end - p.start for g in planned() for p in g.pieces)
+    monkeypatch.setattr(source, "JVM_TASK_BYTES", total // (3 * slots) + 1)
+    parts = planned()
+    assert len(parts) == 3 * slots
+    assert sum(p.end - p.start for g in parts for p in g.pieces) == total
