@@ -263,13 +263,9 @@ class StoreWrites:
             flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
         commitlog = self.commitlog
         starts = self._roll_points(sizes)
-        made = commitlog.queue.make_ahead(len(starts))  # a full disk refuses it before any byte
-        try:
-            with self.topic_table.batch():  # new queues of a batch declared in one append
-                plan = self.dispatcher.plan(topics, qids, flags, props)
-        except BaseException:
-            commitlog.queue.unmake(made)
-            raise
+        # a full disk refuses it before any byte; new queues declared in one append
+        with commitlog.queue.made_ahead(len(starts)), self.topic_table.batch():
+            plan = self.dispatcher.plan(topics, qids, flags, props)
         queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         files = commitlog.queue.files
@@ -290,7 +286,7 @@ class StoreWrites:
                 commitlog.write_run(mf, data, store_ts)
                 done = hi
         finally:
-            # a roll that failed after all (an I/O error; a full disk is met by make_ahead)
+            # a roll that failed after all (an I/O error; a full disk is met by made_ahead)
             # leaves the records written so far: they are dispatched all the same, so their
             # queue offsets are taken, never given twice
             if done:
@@ -310,15 +306,11 @@ class StoreWrites:
         dispatched."""
         dispatcher, commitlog, host = self.dispatcher, self.commitlog, self.encoder.store_host_raw
         sizes = [len(rec) for rec, _ in encoded]
-        files, made = commitlog.queue.files, []
+        files, rolls = commitlog.queue.files, 0
         if not files or sum(sizes) + layout.END_FILE_MIN_BLANK > files[-1].file_size - files[-1].wrote_position:
-            # the CommitLog files its rolls need, made before any byte as `_append_batch` does
-            made = commitlog.queue.make_ahead(len(self._roll_points(np.array(sizes))))
-        try:
+            rolls = len(self._roll_points(np.array(sizes)))
+        with commitlog.queue.made_ahead(rolls):  # the files its rolls need, as `_append_batch`
             dispatcher.reserve_few(msgs)
-        except BaseException:
-            commitlog.queue.unmake(made)
-            raise
         store_ts = self._store_timestamp()
         results: list[PutResult] = []
         try:

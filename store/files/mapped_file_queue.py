@@ -10,6 +10,8 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -169,33 +171,31 @@ class MappedFileQueue:
             start = 0 if last is None else last.file_from_offset + self.file_size
             return self._create(start)
 
-    def make_ahead(self, count: int) -> list[str]:
-        """Create the next `count` files on disk now, their blocks reserved, without adding
+    @contextmanager
+    def made_ahead(self, count: int) -> Iterator[None]:
+        """The next `count` files created on disk now, their blocks reserved, without adding
         them: each is opened and added at its roll (`ensure_next_file`). A batch that rolls
-        thus meets a full disk before it writes any byte. On a failure the files made here
-        are removed again (`unmake`), so nothing has changed. Returns the paths made."""
-        with self._lock:
-            last = self.last_file()
-            start = 0 if last is None else last.file_from_offset + self.file_size
-            made: list[str] = []
-            try:
+        thus meets a full disk before it writes any byte. When the block (or making the
+        files) fails, the files made here that no roll added are removed again, so nothing
+        has changed."""
+        made: list[str] = []
+        try:
+            with self._lock:
+                last = self.last_file()
+                start = 0 if last is None else last.file_from_offset + self.file_size
                 for offset in range(start, start + count * self.file_size, self.file_size):
                     path = os.path.join(self.directory, offset_to_name(offset))
                     if not os.path.lexists(path):
                         safefs.makedirs(self.directory)
                         self.file_class(path, self.file_size, offset).close()
                         made.append(path)
-            except BaseException:
-                self.unmake(made)
-                raise
-            return made
-
-    def unmake(self, made: list[str]) -> None:
-        """Remove files `make_ahead` made that no roll has added (a batch refused after)."""
-        added = {mf.path for mf in self.files}
-        for path in made:
-            if path not in added:
-                safefs.unlink(path)
+            yield
+        except BaseException:
+            added = {mf.path for mf in self.files}
+            for path in made:
+                if path not in added:
+                    safefs.unlink(path)
+            raise
 
     def append_new_file(self, data: bytes | memoryview) -> MappedFile:
         """A ConsumeQueue's next file (its first at offset 0), created with `data` at its
