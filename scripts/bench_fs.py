@@ -30,7 +30,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLKSIZE = 128 * 1024
 LARGE = 4 << 20
 JSONL_BODY = 1024
-SHELL_ROUNDS = 3  # shell appends alternate between the filesystems this often; medians printed
+# The writing workloads run in rounds, the filesystems taking turns in an order reversed
+# every round (no one always follows another); each ratio is the median of the rounds' own
+# ratios, each of two figures taken moments apart, and its range is printed beside it
+SHELL_ROUNDS = 7
+JSONL_ROUNDS = 3
 
 
 def sizes(quick: bool) -> dict[str, int]:
@@ -237,27 +241,37 @@ def mqfs_daemon(mountpoint: str) -> int:
     raise SystemExit(f"bench: no mqfs daemon serves {mountpoint}")
 
 
-def put_batch_in_process(work: str, jsonl_file: str) -> tuple[float, float]:
-    """(messages/s, CPU us/message) of the store's own put_batch of the JSON lines, decoded
-    in this process in the chunks cat writes (1 MiB): what append.jsonl adds to it is the mount."""
-    from mqfs.fusefs.writers import read_lines
-    from mqfs.store import MessageStore
-    from mqfs.store.format.jsonl import decode_lines
+class InProcess:
+    """The store's own put_batch of the JSON lines, decoded in this process in the chunks cat
+    writes (1 MiB) as the mount reads them: what append.jsonl adds to it is the mount. One
+    store for every round, as the mount's."""
 
-    data = open(jsonl_file, "rb").read()
-    with MessageStore(f"{work}/inproc") as s:
-        s.create_topic("w", 1)
+    def __init__(self, path: str, jsonl_file: str) -> None:
+        from mqfs.store import MessageStore
+
+        self.data = open(jsonl_file, "rb").read()
+        self.store = MessageStore(path).open()
+        self.store.create_topic("w", 1)
+
+    def run(self) -> dict[str, float]:
+        """One round: messages/s and CPU us/message."""
+        from mqfs.fusefs.writers import read_lines
+        from mqfs.store.format.jsonl import decode_lines
+
+        data, s = self.data, self.store
         start, cpu, count, pos = time.perf_counter(), time.process_time(), 0, 0
         while pos < len(data):
             end = data.rfind(b"\n", pos, pos + (1 << 20)) + 1 or len(data)
-            msgs = decode_lines(data, "w", 0, 4 << 20, pos, end)  # as the mount reads them
+            msgs = decode_lines(data, "w", 0, 4 << 20, pos, end)
             if msgs is None:
                 msgs = read_lines(data[pos:end], "w", 0, 4 << 20) or []
             s.put_batch(msgs)
             count, pos = count + len(msgs), end
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    shutil.rmtree(f"{work}/inproc", ignore_errors=True)
-    return count / wall, cpu / count * 1e6
+        return {"jsonl": count / wall, "jsonl_daemon": cpu / count * 1e6}
+
+    def close(self) -> None:
+        self.store.close()
 
 
 def run_reads(base: dict[str, str], n: dict[str, int]) -> dict:
@@ -298,6 +312,20 @@ def medians(rounds: list[dict]) -> dict:
     return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
 
 
+def ratios(tops: list[dict], bottoms: list[dict], key: str, cpu: tuple[str, ...] = ()) -> list[float]:
+    """Each round's ratio of two figures: rates (tops[i][key] / bottoms[i][key]), or with
+    `cpu`, CPU per message summed over those sides (bottom's / top's: above 1 is cheaper)."""
+    if cpu:
+        return [sum(b[f"{key}_{c}"] for c in cpu) / sum(t[f"{key}_{c}"] for c in cpu)
+                for t, b in zip(tops, bottoms)]
+    return [t[key] / b[key] for t, b in zip(tops, bottoms)]
+
+
+def spread(values: list[float]) -> str:
+    """A median with its rounds' range: `0.82 (0.71-0.95)`."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller counts")
@@ -316,8 +344,9 @@ def main() -> int:
     if writes_only:  # nothing to read: no store or tree of messages to build
         n.update(small=0, large=0, big=0)
     work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-")
-    mq_store, mq_mnt, native, triv = (f"{work}/{x}" for x in ("store", "mnt", "native", "trivial"))
-    for d in (mq_mnt, triv):
+    mq_store, mq_mnt, native, triv, triv2 = (f"{work}/{x}" for x in ("store", "mnt", "native",
+                                                                     "trivial", "trivial2"))
+    for d in (mq_mnt, triv, triv2):
         os.makedirs(d, exist_ok=True)
     jsonl_file = f"{work}/lines.jsonl"
     write_jsonl(jsonl_file, n["jsonl"])
@@ -328,7 +357,7 @@ def main() -> int:
     print(f"bench: set up in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 
     mqfs = [sys.executable, "-m", "mqfs.fusefs"]
-    trivial_proc = None
+    trivial_proc = control_proc = None
     q = lambda t: f"{mq_mnt}/topics/{t}/0"  # noqa: E731
     bases = {
         "trivial": {"small": f"{triv}/small", "large": f"{triv}/large", "big": f"{triv}/big",
@@ -343,32 +372,49 @@ def main() -> int:
         trivial_proc = subprocess.Popen([sys.executable, __file__, "--serve-trivial", triv,
                                          str(n["small"]), str(n["large"]), str(n["big"])])
         wait_mounted(triv, trivial_proc)
+        # a second trivial fs, the control: its shell appends against the first's measure
+        # the noise of the measurement itself, whatever the daemon under test does
+        control_proc = subprocess.Popen([sys.executable, __file__, "--serve-trivial", triv2,
+                                         "0", "0", "0"])
+        wait_mounted(triv2, control_proc)
         if not writes_only:  # the trivial fs's reads before mqfs is mounted, as mqfs's alone
             results["trivial"] = run_reads(bases["trivial"], n)
         subprocess.run([*mqfs, "mount", mq_store, mq_mnt], check=True)
-        daemons = {"trivial": trivial_proc.pid, "mqfs": mqfs_daemon(mq_mnt), "native": None}
+        daemons = {"trivial": trivial_proc.pid, "mqfs": mqfs_daemon(mq_mnt), "native": None,
+                   "control": control_proc.pid}
+        control = {"w": f"{triv2}/w", "append": "append"}
         if not writes_only:
             for fs in ("mqfs", "native"):
                 results[fs] = run_reads(bases[fs], n)
-        # shell appends are short and sensitive to the moment: the filesystems take turns,
-        # and each figure is the median of its rounds
-        rounds: dict[str, list[dict]] = {fs: [] for fs in bases}
-        for _ in range(SHELL_ROUNDS):
-            for fs in bases:
+        shell: dict[str, list[dict]] = {fs: [] for fs in (*bases, "control")}
+        for i in range(SHELL_ROUNDS):
+            for fs in (list(shell) if i % 2 == 0 else list(reversed(shell))):
                 if fs == "native":  # each round creates its files, as the first did
                     shutil.rmtree(bases[fs]["w"])
                     os.makedirs(bases[fs]["w"])
-                rounds[fs].append(run_shell(bases[fs], n, daemons[fs]))
+                shell[fs].append(run_shell(bases.get(fs, control), n, daemons[fs]))
+        inproc = InProcess(f"{work}/inproc", jsonl_file)
+        try:
+            jsonl: dict[str, list[dict]] = {fs: [] for fs in (*bases, "put_batch")}
+            for i in range(JSONL_ROUNDS):
+                for fs in (list(jsonl) if i % 2 == 0 else list(reversed(jsonl))):
+                    os.sync()  # the last round's 200 MB are not written back during this one
+                    jsonl[fs].append(inproc.run() if fs == "put_batch" else
+                                     run_jsonl(bases[fs], n, jsonl_file, daemons[fs]))
+        finally:
+            inproc.close()
         for fs in bases:
-            results[fs].update(medians(rounds[fs]))
-            results[fs].update(run_jsonl(bases[fs], n, jsonl_file, daemons[fs]))
-        inproc_rate, inproc_cpu = put_batch_in_process(work, jsonl_file)
+            results[fs].update(medians(shell[fs]))
+            results[fs].update(medians(jsonl[fs]))
     finally:
         if os.path.ismount(mq_mnt):
             subprocess.run([*mqfs, "umount", mq_mnt])
         if trivial_proc is not None:
             subprocess.run(["fusermount3", "-u", triv])
             trivial_proc.wait(timeout=60)
+        if control_proc is not None:
+            subprocess.run(["fusermount3", "-u", triv2])
+            control_proc.wait(timeout=60)
         if not a.dir:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -377,15 +423,33 @@ def main() -> int:
             ("read", f"sequential read of {n['large']} x 4 MiB messages", "MB/s"),
             ("ls", f"ls of a queue with {n['big']} messages", "entries/s"),
             ("ls_l", f"ls -l of a queue with {n['big']} messages", "entries/s")]
-    rows += [("shell", f"{n['shell']} shell appends (echo > append), median of {SHELL_ROUNDS}", "msgs/s"),
-            ("jsonl", f"{n['jsonl']} JSON lines (1 KiB body, 1 key) via cat", "msgs/s")]
+    rows += [("shell", f"{n['shell']} shell appends (echo > append)", "msgs/s"),
+             ("jsonl", f"{n['jsonl']} JSON lines (1 KiB body, 1 key) via cat", "msgs/s")]
+    paired = {"shell": shell, "jsonl": jsonl}  # rounds: ratios paired within each round
     print(f"\n{'workload':<48}{'unit':>10}{'mqfs':>12}{'native':>12}{'trivial':>12}"
           f"{'mqfs/native':>13}{'mqfs/trivial':>14}")
     for key, label, unit in rows:
         m, nat, tr = (results[fs][key] for fs in ("mqfs", "native", "trivial"))
+        if key in paired:
+            by_native = statistics.median(ratios(paired[key]["mqfs"], paired[key]["native"], key))
+            by_trivial = statistics.median(ratios(paired[key]["mqfs"], paired[key]["trivial"], key))
+        else:
+            by_native, by_trivial = m / nat, m / tr
         print(f"{label:<48}{unit:>10}{m:>12,.0f}{nat:>12,.0f}{tr:>12,.0f}"
-              f"{m / nat:>13.2f}{m / tr:>14.2f}")
+              f"{by_native:>13.2f}{by_trivial:>14.2f}")
+    print(f"\nWrites: figures are medians of rounds ({SHELL_ROUNDS} of shell appends, "
+          f"{JSONL_ROUNDS} of JSON lines), the filesystems taking turns; each ratio is the "
+          f"median of the rounds' own ratios (their range in brackets)")
     m, tr = results["mqfs"], results["trivial"]
+    for key, label in (("shell", "shell appends"), ("jsonl", "JSON lines via cat")):
+        rounds = paired[key]
+        rate = spread(ratios(rounds["mqfs"], rounds["trivial"], key))
+        cpu = spread(ratios(rounds["mqfs"], rounds["trivial"], key, ("daemon", "client")))
+        print(f"{label + ', mqfs/trivial by rate':<56}{rate:>20}")
+        print(f"{label + ', trivial/mqfs by CPU (daemon + writer)':<56}{cpu:>20}")
+        if key == "shell":
+            noise = spread(ratios(shell["control"], shell["trivial"], key))
+            print(f"{label + ', trivial/trivial by rate (the noise)':<56}{noise:>20}")
     print(f"\nCPU per message of the writing workloads (us; daemon = the process serving the "
           f"mount, writer = the shell or cat)\n{'workload':<48}{'mqfs':>12}{'trivial':>12}"
           f"{'trivial/mqfs':>14}")
@@ -395,11 +459,13 @@ def main() -> int:
             a, b = m[f"{key}_{side}"], tr[f"{key}_{side}"]
             print(f"{label + ', ' + who:<48}{a:>12,.1f}{b:>12,.1f}{b / a if a else float('nan'):>14.2f}")
     label = f"{n['jsonl']} JSON lines, mount vs in-process put_batch"
-    print(f"\n{'':<48}{'mount':>12}{'put_batch':>12}{'mount/put_batch':>16}")
-    print(f"{label + ' (msgs/s)':<48}{m['jsonl']:>12,.0f}{inproc_rate:>12,.0f}"
-          f"{m['jsonl'] / inproc_rate:>16.2f}")
-    print(f"{label + ' (CPU us/msg)':<48}{m['jsonl_daemon']:>12,.1f}{inproc_cpu:>12,.1f}"
-          f"{inproc_cpu / m['jsonl_daemon'] if m['jsonl_daemon'] else float('nan'):>16.2f}")
+    inproc_rate, inproc_cpu = (statistics.median(r[k] for r in jsonl["put_batch"])
+                               for k in ("jsonl", "jsonl_daemon"))
+    print(f"\n{'':<64}{'mount':>12}{'put_batch':>12}{'mount/put_batch':>20}")
+    print(f"{label + ' (msgs/s)':<64}{m['jsonl']:>12,.0f}{inproc_rate:>12,.0f}"
+          f"{spread(ratios(jsonl['mqfs'], jsonl['put_batch'], 'jsonl')):>20}")
+    print(f"{label + ' (CPU us/msg)':<64}{m['jsonl_daemon']:>12,.1f}{inproc_cpu:>12,.1f}"
+          f"{spread(ratios(jsonl['mqfs'], jsonl['put_batch'], 'jsonl', ('daemon',))):>20}")
     if not writes_only:
         print(f"\nls -l on mqfs takes {m['ls'] / m['ls_l']:.2f}x the time of ls "
               f"(trivial: {results['trivial']['ls'] / results['trivial']['ls_l']:.2f}x)")
