@@ -3,22 +3,25 @@
 
 Each query runs with the JVM reader (pipeline/RecordScan.java, the default where the jar is
 installed) and with the Python worker path (option reader=python). Builds a store of N
-messages with distinct 1 KiB bodies (MessageStore.put_batch), exports it to Parquet, then
-times, on the same SparkSession with a fresh DataFrame per run (best of --runs):
-count of sha2(body) (every body read and hashed), a full scan (every column materialised by the
-`noop` sink), count(), `select topic, queue_offset` (header-only: the query's columns are
-pruned, pipeline/pruning.py) and sum(length(body)); prints rows/s and the ratio to Parquet,
-and (local masters) the session JVM's CPU per query, the least of the runs, beside Parquet's:
-the JVM reader's ratio by CPU, which holds up on a loaded machine where wall time does not.
-Then one queue's 10k offsets (options subscribe/queue/startingOffsets/endingOffsets, read
-through the ConsumeQueue), and the same as a filter Spark pushes down, timed next to the full
-scan of the same store (each after a run of its shape at other offsets, whose time is also
-shown), and the driver's planning of cuts inside CommitLog files next to
-reading every ConsumeQueue unit, and of a count() answered from the units (its serial cost).
-Also Spark's own floor for a Python data source: a source that yields batches built before
-the query (the same rows' first batch, over and over,
-of the columns the pruned mqfs read builds: no reader work at all) timed on the same queries, so
-the share of a figure that no reader can remove is visible.
+messages with distinct 1 KiB bodies (MessageStore.put_batch) of each kind (bench_bodies.py:
+`events`, independently drawn JSON events, on which the aims are judged, and `windowed`, the
+older bodies that Snappy compresses ~10x across rows), exports each to Parquet (its size on
+disk next to the bodies' is printed), then times, on each kind, on the same SparkSession with
+a fresh DataFrame per run (best of --runs): count of sha2(body) (every body read and hashed), a
+full scan (every column materialised by the `noop` sink), count(), `select topic,
+queue_offset` (header-only: the query's columns are pruned, pipeline/pruning.py) and
+sum(length(body)); prints rows/s and the ratio to Parquet, and (local masters) the session
+JVM's CPU per query, the least of the runs, beside Parquet's: the JVM reader's ratio by CPU,
+which holds up on a loaded machine where wall time does not.
+Then, on the first kind of --bodies: one queue's 10k offsets (options
+subscribe/queue/startingOffsets/endingOffsets, read through the ConsumeQueue), and the same as
+a filter Spark pushes down, timed next to the full scan of the same store (each after a run of
+its shape at other offsets, whose time is also shown), and the driver's planning of cuts
+inside CommitLog files next to reading every ConsumeQueue unit, and of a count() answered from
+the units (its serial cost). Also Spark's own floor for a Python data source: a source that
+yields batches built before the query (the same rows' first batch, over and over, of the
+columns the pruned mqfs read builds: no reader work at all) timed on the same queries, so the
+share of a figure that no reader can remove is visible.
 Run as `scripts/bench pipeline`.
 """
 
@@ -32,18 +35,49 @@ import sys
 import tempfile
 import time
 
-from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
+from bench_bodies import KINDS, Bodies, bodies
+from pyspark.sql import functions as F
+
+from mqfs.store import Message, MessageStore, StoreConfig
+
+BODIES_VERSION = 1  # bumped when a kind's bodies change, so a --dir's stores are rebuilt
 
 
-def build(root: str, n: int, body: int, file_size: int) -> float:
+def build(root: str, make: Bodies, n: int, file_size: int) -> float:
     started = time.perf_counter()
-    payload = os.urandom(body + 2000)
     with MessageStore(root, StoreConfig(commitlog_file_size=file_size)) as s:
         for i in range(0, n, 2000):
-            s.put_batch([Message.create(f"topic{j % 4}", j.to_bytes(8, "big") + payload[j % 2000:][:body - 8],
-                                        queue_id=j % 8, keys=[f"k{j}"], tags=f"tag{j % 3}")
-                         for j in range(i, min(n, i + 2000))])
+            s.put_batch([Message.create(f"topic{j % 4}", body, queue_id=j % 8, keys=[f"k{j}"], tags=f"tag{j % 3}")
+                         for j, body in enumerate(make(i, min(n, i + 2000) - i), i)])
     return time.perf_counter() - started
+
+
+def prepared(spark, work: str, kind: str, n: int, body: int, file_size: int) -> tuple[str, str]:
+    """The store of n bodies of `kind` under work/kind and its Parquet copy, built unless a
+    finished build of the same shape is there (a stamp written last says so; anything else
+    there is removed first, so an interrupted or other-shaped build is never read)."""
+    here = os.path.join(work, kind)
+    store, parquet, stamp = (os.path.join(here, name) for name in ("store", "parquet", "built.json"))
+    shape = {"kind": kind, "messages": n, "body": body, "file_size": file_size, "bodies": BODIES_VERSION}
+    try:
+        with open(stamp) as f:
+            if json.load(f) == shape:
+                return store, parquet
+    except (OSError, ValueError):
+        pass
+    shutil.rmtree(here, ignore_errors=True)
+    os.makedirs(here)
+    print(f"building a store of {n} messages of {body} bytes ({kind}) ...", file=sys.stderr)
+    secs = build(store, bodies(kind, body), n, file_size)
+    print(f"store built in {secs:.1f} s ({n / secs:,.0f} msg/s with put_batch)", file=sys.stderr)
+    spark.read.format("mqfs").load(store).write.parquet(parquet)
+    with open(stamp, "w") as f:
+        json.dump(shape, f)
+    return store, parquet
+
+
+def on_disk(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def floor_source(spark, store: str, n: int) -> None:
@@ -185,6 +219,49 @@ def jvm_cpu(spark):
     return cpu
 
 
+QUERIES = [
+    ("count of sha2(body)", lambda df: df.select(F.sha2("body", 256).alias("h")).where("h is not null").count()),
+    ("sum(length(body))", lambda df: df.agg(F.sum(F.length("body"))).collect()),
+    ("full scan (noop sink)", lambda df: df.write.format("noop").mode("overwrite").save()),
+    ("count()", lambda df: df.count()),
+    ("select topic, queue_offset", lambda df: df.select("topic", "queue_offset").write.format("noop")
+     .mode("overwrite").save()),
+]
+DESCRIBED = {"events": "JSON events, each drawn on its own", "windowed": "a counter and a window of one payload"}
+
+
+def table(spark, kind: str, store: str, parquet: str, n: int, a, readers: list[str]) -> None:
+    """The queries on one kind of bodies: rows/s of each reader and of Parquet, the ratios,
+    and (local masters) the session JVM's CPU per query."""
+    def mqfs(**options):
+        return spark.read.format("mqfs").options(**options).load(store)
+
+    tasks = mqfs().rdd.getNumPartitions()
+    raw, packed = n * a.body, on_disk(parquet)
+    print(f"pipeline queries, {n} messages x {a.body} B, bodies: {kind} ({DESCRIBED[kind]}), {a.master}, "
+          f"{tasks} mqfs partitions, best of {a.runs}; ratios are to Parquet of the same rows in the same run "
+          "(JVM reader, then the Python worker path: reader=python)")
+    print(f"  Parquet (Snappy): {packed / 2**20:,.0f} MiB on disk for {raw / 2**20:,.0f} MiB of bodies: "
+          f"x{raw / packed:.2f} (the store holds the bodies as given)")
+    local = a.master.startswith("local")
+    print(f"  {'query':30} {'JVM rows/s':>12} {'Python rows/s':>14} {'Parquet rows/s':>15} "
+          f"{'JVM':>6} {'Python':>7}"
+          + (f" {'JVM CPU s':>10} {'Parquet CPU s':>14} {'by CPU':>7}" if local else ""))
+    nan = float("nan")
+    for df in (mqfs(), spark.read.parquet(parquet)):  # untimed: the first query on a source pays the JIT's
+        QUERIES[0][1](df)  # warm-up of Spark's shared paths, which whichever source ran first got
+    for name, action in QUERIES:
+        jvm_used, pt_used = (jvm_cpu(spark), jvm_cpu(spark)) if local else (None, None)
+        jvm = best(lambda action=action: action(mqfs()), a.runs, jvm_used) if "jvm" in readers else nan
+        py = best(lambda action=action: action(mqfs(reader="python")), a.runs) if "python" in readers else nan
+        pt = best(lambda action=action: action(spark.read.parquet(parquet)), a.runs, pt_used)
+        by_cpu = ""
+        if jvm_used and pt_used and jvm_used.spent:  # the least of the runs, as for wall time (JIT warm-up)
+            jc, pc = min(jvm_used.spent), min(pt_used.spent)  # type: ignore[attr-defined]
+            by_cpu = f" {jc:10.2f} {pc:14.2f} {pc / jc:7.2f}"
+        print(f"  {name:30} {n / jvm:12,.0f} {n / py:14,.0f} {n / pt:15,.0f} {pt / jvm:6.2f} {pt / py:7.2f}" + by_cpu)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="100 000 messages instead of 1 000 000")
@@ -194,33 +271,32 @@ def main(argv: list[str]) -> int:
     p.add_argument("--file-size", type=int, default=128 << 20, help="CommitLog file size")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", help="work directory (default: a temporary one, removed after); a store and "
-                   "Parquet copy already there are read again, not rebuilt")
+                   "Parquet copy of the same shape already there are read again, not rebuilt")
     p.add_argument("--readers", default="jvm,python",
                    help="mqfs readers timed, comma-separated: jvm, python (both by default)")
+    p.add_argument("--bodies", default=",".join(KINDS),
+                   help="kinds of bodies the queries run on, comma-separated: events (independently drawn "
+                   "JSON events, the aims' figures), windowed (a counter and a window of one random payload, "
+                   "the older bodies); both by default; the other sections use the first")
     p.add_argument("--sections", default="queries,one-queue,floor,planning",
                    help="which parts run: queries, one-queue, floor, planning")
     a = p.parse_args(argv)
-    readers, sections = a.readers.split(","), a.sections.split(",")
-    for given, known, what in ((readers, {"jvm", "python"}, "--readers"),
+    readers, kinds, sections = a.readers.split(","), a.bodies.split(","), a.sections.split(",")
+    for given, known, what in ((readers, {"jvm", "python"}, "--readers"), (kinds, set(KINDS), "--bodies"),
                                (sections, {"queries", "one-queue", "floor", "planning"}, "--sections")):
         if not set(given) <= known:  # before minutes of building a store, not after
             p.error(f"{what}: {', '.join(sorted(set(given) - known))} is not one of {', '.join(sorted(known))}")
     n = a.messages or (100_000 if a.quick else 1_000_000)
     work = a.dir or tempfile.mkdtemp(prefix="mqfs-bench-pipeline-")
-    store, parquet = os.path.join(work, "store"), os.path.join(work, "parquet")
     try:
-        if not os.path.exists(store):
-            print(f"building a store of {n} messages of {a.body} bytes ...", file=sys.stderr)
-            secs = build(store, n, a.body, a.file_size)
-            print(f"store built in {secs:.1f} s ({n / secs:,.0f} msg/s with put_batch)", file=sys.stderr)
-        from pyspark.sql import functions as F
-
         from mqfs.pipeline.spark import session
         spark = session(a.master, app="mqfs-bench")
-        if not os.path.exists(parquet):
-            spark.read.format("mqfs").load(store).write.parquet(parquet)
-        assert spark.read.parquet(parquet).count() == n
-        tasks = spark.read.format("mqfs").load(store).rdd.getNumPartitions()
+        built = {kind: prepared(spark, work, kind, n, a.body, a.file_size) for kind in kinds}
+        for _, parquet in built.values():
+            assert spark.read.parquet(parquet).count() == n
+        for kind, (store, parquet) in built.items() if "queries" in sections else ():
+            table(spark, kind, store, parquet, n, a, readers)
+        store, parquet = built[kinds[0]]
 
         def mqfs(**options):
             return lambda: spark.read.format("mqfs").options(**options).load(store)
@@ -228,46 +304,19 @@ def main(argv: list[str]) -> int:
         def pq():
             return spark.read.parquet(parquet)
 
-        queries = [
-            ("count of sha2(body)", lambda df: df.select(F.sha2("body", 256).alias("h"))
-             .where("h is not null").count()),
-            ("sum(length(body))", lambda df: df.agg(F.sum(F.length("body"))).collect()),
-            ("full scan (noop sink)", lambda df: df.write.format("noop").mode("overwrite").save()),
-            ("count()", lambda df: df.count()),
-            ("select topic, queue_offset", lambda df: df.select("topic", "queue_offset").write
-             .format("noop").mode("overwrite").save()),
-        ]
-        print(f"pipeline queries, {n} messages x {a.body} B (distinct bodies), {a.master}, "
-              f"{tasks} mqfs partitions, best of {a.runs}; ratios are to Parquet of the same rows "
-              "in the same run (JVM reader, then the Python worker path: reader=python)")
-        local = a.master.startswith("local")
-        print(f"  {'query':30} {'JVM rows/s':>12} {'Python rows/s':>14} {'Parquet rows/s':>15} "
-              f"{'JVM':>6} {'Python':>7}"
-              + (f" {'JVM CPU s':>10} {'Parquet CPU s':>14} {'by CPU':>7}" if local else ""))
-        nan = float("nan")
-        if "queries" in sections:  # untimed: the session's first query pays the JIT's warm-up of
-            for df in (mqfs()(), pq()):  # Spark's shared paths, which whichever source ran first got
-                queries[0][1](df)
-        for name, action in queries if "queries" in sections else []:
-            jvm_used, pt_used = (jvm_cpu(spark), jvm_cpu(spark)) if local else (None, None)
-            jvm = best(lambda action=action: action(mqfs()()), a.runs, jvm_used) if "jvm" in readers else nan
-            py = best(lambda action=action: action(mqfs(reader="python")()), a.runs) if "python" in readers else nan
-            pt = best(lambda action=action: action(pq()), a.runs, pt_used)
-            by_cpu = ""
-            if jvm_used and pt_used:  # the least of the runs, as for wall time (the JIT warms up in the first)
-                jc, pc = min(jvm_used.spent), min(pt_used.spent)  # type: ignore[attr-defined]
-                by_cpu = f" {jc:10.2f} {pc:14.2f} {pc / jc:7.2f}"
-            print(f"  {name:30} {n / jvm:12,.0f} {n / py:14,.0f} {n / pt:15,.0f} {pt / jvm:6.2f} {pt / py:7.2f}"
-                  + by_cpu)
+        if set(sections) - {"queries"}:
+            print(f"on the {kinds[0]} bodies:")
         for reader in readers if "one-queue" in sections else []:
             print(f"  {reader} reader:")
             one_queue(spark, lambda reader=reader, **o: mqfs(reader=reader, **o), n, a.runs)
         if "floor" in sections:
-            floor(spark, store, n, queries, mqfs, pq, a.runs)
+            floor(spark, store, n, QUERIES, mqfs, pq, a.runs)
         if "planning" in sections:
-            small = os.path.join(work, "tenth")
+            small = os.path.join(work, kinds[0], "tenth")  # removed with its kind's store
             if not os.path.exists(small):
-                build(small, n // 10, a.body, a.file_size)
+                shutil.rmtree(small + ".partial", ignore_errors=True)
+                build(small + ".partial", bodies(kinds[0], a.body), n // 10, a.file_size)
+                os.rename(small + ".partial", small)
             planning(store, small, a.runs)
         spark.stop()
     finally:
