@@ -269,34 +269,46 @@ def bench_reads(root: str, work: str, n: int, lookups: int) -> None:
 
 
 def bench_sync_puts(work: str, body: bytes, seconds: float, turns: int = 7) -> None:
-    """mqfs and SQLite take `turns` short turns each, alternating (and alternating which goes
-    first), each turn on fresh files in the same directory after a warm-up of 100 writes that
-    is not timed. A turn's ratio is mqfs's rate over the SQLite turn beside it; the row gives
-    the median ratio and its spread (lowest to highest), so a burst of the disk's other work
-    moves one pair of turns, not the figure. Rates and CPU are the medians of the turns."""
+    """mqfs and SQLite take `turns` short turns each, alternating (which goes first rotates),
+    each turn on fresh files in the same directory after a warm-up of 100 writes that is not
+    timed. A turn's ratio is mqfs's rate over the SQLite turn beside it; the row gives the
+    median ratio and its spread (lowest to highest), so a burst of the disk's other work moves
+    one turn's ratio, not the figure. Rates and CPU are the medians of the turns. On one
+    thread (the aim's row) a second SQLite run takes each turn too: its ratio to the first is
+    the measurement's own noise."""
     print(f"Sync-flush puts (group commit), 1 KiB, {turns} alternating turns of {seconds:g} s "
           "each on fresh files; ratio: median of the turns' (lowest-highest)")
+    base = "SQLite WAL synchronous=FULL"
     for threads in (1, 4, 16):
-        ours, groups, lite = [], [], []
+        ours, groups, lite, control = [], [], [], []
+        sides = ("mqfs", "sqlite", "control") if threads == 1 else ("mqfs", "sqlite")
         for r in range(turns):
-            for side in ((0, 1) if r % 2 == 0 else (1, 0)):
-                if side == 0:
+            for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+                if side == "mqfs":
                     rate, group = sync_puts(os.path.join(work, f"sync{threads}-{r}"), threads,
                                             seconds, body)
                     ours.append(rate)
                     groups.append(group)
                 else:
-                    lite.append(sqlite_full_inserts(os.path.join(work, f"sync{threads}-{r}.db"),
-                                                    threads, seconds, body))
+                    (lite if side == "sqlite" else control).append(sqlite_full_inserts(
+                        os.path.join(work, f"sync{threads}-{r}-{side}.db"), threads, seconds, body))
         label = f"mqfs sync put, {threads} threads, {statistics.median(groups):.1f}/sync"
-        base = "SQLite WAL synchronous=FULL"
-        for k, (unit, fmt, higher) in enumerate((("msg/s", ",.0f", True), ("us/msg", ",.2f", False))):
-            a = statistics.median(o[k] for o in ours)
-            b = statistics.median(x[k] for x in lite)
-            ratios = sorted((o[k] / x[k]) if higher else (x[k] / o[k]) for o, x in zip(ours, lite))
-            name = label if higher else label + " (CPU)"
-            print(f"  {name:<44} {a:>13{fmt}} {unit:<8} {base:<30} {b:>13{fmt}}"
-                  f"  x{statistics.median(ratios):.2f} (x{ratios[0]:.2f}-x{ratios[-1]:.2f})")
+        sync_row(label, ours, base, lite)
+        if control:
+            sync_row("control: the same SQLite run again", control, base, lite)
+
+
+def sync_row(label: str, ours: list[tuple[float, float]], base: str,
+             theirs: list[tuple[float, float]]) -> None:
+    """Rate and CPU rows of paired turns: medians of each side, and the median of the turns'
+    own ratios with (lowest-highest)."""
+    for k, (unit, fmt, higher) in enumerate((("msg/s", ",.0f", True), ("us/msg", ",.2f", False))):
+        a = statistics.median(o[k] for o in ours)
+        b = statistics.median(x[k] for x in theirs)
+        ratios = sorted((o[k] / x[k]) if higher else (x[k] / o[k]) for o, x in zip(ours, theirs))
+        name = label if higher else label + " (CPU)"
+        print(f"  {name:<44} {a:>13{fmt}} {unit:<8} {base:<30} {b:>13{fmt}}"
+              f"  x{statistics.median(ratios):.2f} (x{ratios[0]:.2f}-x{ratios[-1]:.2f})")
 
 
 def sync_puts(root: str, threads: int, seconds: float, body: bytes
