@@ -617,10 +617,12 @@ static PyTypeObject CodecType = {
 /* ---- The single put whole (StoreWrites.put's common case, in one call) ----------------------
  * Put(...)(msg) encodes a message, stamps and seals it at the end of the CommitLog's current
  * file, adds its ConsumeQueue unit to its queue's tail and its IndexFile entries, and returns
- * its PutResult; or declines (None, having written and changed nothing) whenever the put is
- * not the common case the Python path's `reserve_hot` and `_write` take (a new queue, a roll,
- * a tail or index file without room, a transaction, the delay topic, ...): Python then puts
- * the message exactly as without this module. The store's positions stay in the Python
+ * its PutResult; or declines (None, having written nothing of the message) whenever the put
+ * is not the common case the Python path's `reserve_hot` and `_write` take (a new queue, a
+ * roll, an index file without room, a transaction, the delay topic, ...): Python then puts
+ * the message exactly as without this module. A queue's full tail is written out first by
+ * the queue's own `ensure_room`, the call Python's `reserve` makes at that point (Put.nowait
+ * declines it instead: no I/O). The store's positions stay in the Python
  * objects (one source of truth): they are read here and written back as Python writes them.
  * The caller holds the put lock. Every check comes before the store clock is read; after it
  * nothing can refuse. */
@@ -637,14 +639,14 @@ enum { A_FILES, A_FILE_SIZE, A_WROTE, A_FROM, A_WRITE_BUFFER, A_ZEROED, A_MM, A_
        A_INDEX_COUNT, A_END_PHY, A_BEGIN_TS, A_BEGIN_PHY, A_SLOT_COUNT, A_WRITTEN, A_END_TS,
        A_ORDERED, A_NEWEST, A_MF, A_SLOTS, A_ENTRIES, A_CLOCK, A_LAST_TS, A_DISPATCHED_TS,
        A_BORN_HOST, A_CALLS, A_USERS_OPEN, A_IS_OPEN, A_STOPPED, M_ACQUIRE, M_RELEASE, M_REMOVE,
-       M_LEAVE, M_FILES_END, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
+       M_LEAVE, M_FILES_END, M_ENSURE_ROOM, P_KEYS, P_UNIQ, P_TAGS, S_SCHEDULE, S_SPACE, N_NAMES };
 static const char *NAMES[N_NAMES] = {
     "files", "file_size", "wrote_position", "file_from_offset", "write_buffer", "zeroed", "mm",
     "store_timestamp", "end_check", "_open", "_used", "_tail", "next_offset", "max_physic_offset",
     "added", "touched", "index_count", "end_phy_offset", "begin_timestamp", "begin_phy_offset",
     "hash_slot_count", "written", "end_timestamp", "_ordered_upto", "_newest_ts", "mf", "slots",
     "entries", "clock", "_last_store_ts", "_dispatched_ts", "born_host", "_calls", "_open", "is_open",
-    "stopped", "acquire", "release", "remove", "leave", "_files_end", "KEYS", "UNIQ_KEY", "TAGS",
+    "stopped", "acquire", "release", "remove", "leave", "_files_end", "ensure_room", "KEYS", "UNIQ_KEY", "TAGS",
     "SCHEDULE_TOPIC_XXXX", " "};
 static PyObject *names[N_NAMES];
 
@@ -762,8 +764,31 @@ fail:
     return -1;
 }
 
+/* A queue's tail (start, buffer, used bytes), as a new reference in *tail, with where it
+ * starts (an empty one where the files end); 0, or -1 with nothing set. */
+static int read_tail(PyObject *cq, PyObject **tail, long long *start, long long *used) {
+    *tail = PyObject_GetAttr(cq, names[A_TAIL]);
+    if (*tail == NULL || !PyTuple_CheckExact(*tail) || PyTuple_GET_SIZE(*tail) != 3
+            || !PyByteArray_CheckExact(PyTuple_GET_ITEM(*tail, 1))) {
+        PyErr_Clear();
+        return -1;
+    }
+    *start = PyLong_AsLongLong(PyTuple_GET_ITEM(*tail, 0));
+    *used = PyLong_AsLongLong(PyTuple_GET_ITEM(*tail, 2));
+    if (!PyErr_Occurred() && *used == 0) {  /* an empty tail starts where the files end */
+        PyObject *end = PyObject_CallMethodNoArgs(cq, names[M_FILES_END]);
+        *start = end == NULL ? -1 : PyLong_AsLongLong(end);
+        Py_XDECREF(end);
+    }
+    if (PyErr_Occurred() || *used < 0 || *start < 0 || *start > INT64_MAX / 2) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
 /* The put with the put lock held: its PutResult, None, or NULL with an exception. */
-static PyObject *put_locked(Put *s, PyObject *msg) {
+static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     Codec *c = s->codec;
     /* the put lock is held: no Python code of the caller's may run in here (a hash or a
      * comparison of its own could put again and wait for the lock forever). A Message's
@@ -819,26 +844,28 @@ static PyObject *put_locked(Put *s, PyObject *msg) {
     cq = Py_XNewRef(PyDict_GetItemWithError(opened, key));
     if (cq == NULL)
         goto done;  /* not open (or fresh): the registry opens it */
-    tail = PyObject_GetAttr(cq, names[A_TAIL]);
-    if (tail == NULL || !PyTuple_CheckExact(tail) || PyTuple_GET_SIZE(tail) != 3
-            || !PyByteArray_CheckExact(PyTuple_GET_ITEM(tail, 1)))
+    long long start, used, next_offset, max_physic, added;
+    if (attr_ll(s->units, A_ADDED, &added) || added + UNIT_SIZE > s->buffered_max)
+        goto done;  /* (reserve would write out every queue's tail first) */
+    if (read_tail(cq, &tail, &start, &used) < 0)
         goto done;
-    long long start = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 0));
-    long long used = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 2));
-    if (!PyErr_Occurred() && used == 0) {  /* an empty tail starts where the files end */
-        PyObject *end = PyObject_CallMethodNoArgs(cq, names[M_FILES_END]);
-        start = end == NULL ? -1 : PyLong_AsLongLong(end);
-        Py_XDECREF(end);
+    if (used + UNIT_SIZE > s->tail_max) {
+        if (!wait)
+            goto done;  /* put_nowait: no I/O */
+        /* a full tail: written out into the queue's files first, as reserve's ensure_room
+         * does (the same call; a failure, ENOSPC, leaves it to Python's path, which meets it
+         * again and refuses the put before any byte) */
+        PyObject *made = PyObject_CallMethodNoArgs(cq, names[M_ENSURE_ROOM]);
+        Py_XDECREF(made);
+        Py_CLEAR(tail);
+        if (made == NULL || read_tail(cq, &tail, &start, &used) < 0 || used + UNIT_SIZE > s->tail_max)
+            goto done;
     }
-    long long next_offset, max_physic, added;
-    if (PyErr_Occurred() || used < 0 || start < 0 || start > INT64_MAX / 2 || used + UNIT_SIZE > s->tail_max
-            || attr_ll(cq, A_NEXT_OFFSET, &next_offset) || attr_ll(cq, A_MAX_PHYSIC, &max_physic)
+    if (attr_ll(cq, A_NEXT_OFFSET, &next_offset) || attr_ll(cq, A_MAX_PHYSIC, &max_physic)
             || next_offset < 0 || next_offset > INT64_MAX / UNIT_SIZE || next_offset * UNIT_SIZE != start + used)
-        goto done;  /* a full tail, a gap */
+        goto done;  /* a gap */
     long long commitlog_offset = from + wrote;
     if (commitlog_offset + size <= max_physic)
-        goto done;
-    if (attr_ll(s->units, A_ADDED, &added) || added + UNIT_SIZE > s->buffered_max)
         goto done;
     int n_keys = key_hashes(s, p.topic, p.props, hashes);
     if (n_keys < 0)
@@ -1049,7 +1076,7 @@ static PyObject *put_entered(Put *s, PyObject *msg, int wait) {
         if (got == Py_False)
             out = Py_NewRef(Py_None);
         else if (got != NULL) {
-            out = put_locked(s, msg);
+            out = put_locked(s, msg, wait);
             PyObject *exc_type, *exc, *tb;
             PyErr_Fetch(&exc_type, &exc, &tb);  /* put_locked's error, kept across the release */
             PyObject *done = PyObject_CallMethodNoArgs(s->lock, names[M_RELEASE]);

@@ -5,6 +5,7 @@ reads and the same files byte for byte with the C modules and with the Python co
 flavors, with and without the record checksum. Python and C keep one set of positions: a put
 either path makes continues exactly where the other left off."""
 
+import errno
 import os
 import random
 import threading
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from mqfs.store import Message, MessageStore, writes
 from mqfs.store.errors import NotFound, StoreError
+from mqfs.store.files.consume_queue import TAIL_MAX, UNIT_SIZE, ConsumeQueue
 from mqfs.store.format import compiled
 from tests.store.helpers import small_config, use_codec
 
@@ -148,13 +150,74 @@ def test_c_puts_write_what_python_puts_write(tmp_path, monkeypatch, flavor, reco
 
 
 def test_the_common_put_is_taken_in_one_call(tmp_path, monkeypatch):
-    """Puts into open queues with room: all but those after a tail was written out."""
+    """Puts into open queues: all but each queue's first (which opens it), the puts whose
+    full tail goes to the files first among them (1000 puts to 2 queues fill 4 tails)."""
     use_codec(monkeypatch, "c")
-    config = small_config(index_entries=100_000, flush_cq_interval_ms=3_600_000)  # no tail written out by time
+    config = small_config(index_entries=100_000, flush_cq_interval_ms=3_600_000,  # no tail written out by time
+                          commitlog_file_size=1 << 20)  # (no roll)
     with MessageStore(str(tmp_path), config) as s:
         for i in range(1000):
             s.put(Message.create("T", b"x" * 20, queue_id=i % 2, keys=[f"k{i}"], tags="t"))
-        assert s.hot_put is not None and s.hot_put.taken > 950
+        assert s.hot_put is not None and s.hot_put.taken == 998
+        for q in range(2):
+            cq = s.consume_queues.if_open(("T", q))
+            assert cq is not None and cq._tail[0] == 2 * (TAIL_MAX // UNIT_SIZE) * UNIT_SIZE  # written out twice
+            assert [s.get("T", q, i).body for i in (0, 203, 204, 499)] == [b"x" * 20] * 4
+
+
+def _tail_full(s: MessageStore, topic: str) -> ConsumeQueue:
+    """Puts into (topic, 0) until its tail has no room for one more unit."""
+    for i in range(TAIL_MAX // UNIT_SIZE):
+        s.put(Message.create(topic, b"fill %d" % i, keys=[f"f{i}"]))
+    cq = s.consume_queues.if_open((topic, 0))
+    assert cq is not None and not cq.takes(UNIT_SIZE)
+    return cq
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_a_full_tail_that_cannot_be_written_out_refuses_the_put_before_any_byte(tmp_path, monkeypatch, way):
+    """The C call writes a full tail out with the queue's own ensure_room; when that fails
+    (no room on the disk) the put is refused with its error as in Python, nothing of the
+    message is written, and the next put, once there is room, goes on where the queue was."""
+    use_codec(monkeypatch, way)
+    root = str(tmp_path)
+    with MessageStore(root, small_config(index_entries=5000, flush_cq_interval_ms=3_600_000)) as s:
+        cq = _tail_full(s, "T")
+        ensure_room = ConsumeQueue.ensure_room
+        calls = []
+
+        def full_disk(self, n=1):
+            calls.append(n)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(ConsumeQueue, "ensure_room", full_disk)
+        before, end, tail = _files(root), s.commitlog.max_offset, cq._tail
+        taken = s.hot_put.taken if s.hot_put is not None else 0
+        with pytest.raises(OSError) as refused:
+            s.put(Message.create("T", b"refused", keys=["refused"]))
+        assert refused.value.errno == errno.ENOSPC and calls == ([1, 1] if way == "c" else [1])
+        assert (s.commitlog.max_offset, cq._tail, s.max_offset("T", 0)) == (end, tail, TAIL_MAX // UNIT_SIZE)
+        assert _files(root) == before and s.query_key("refused", "T") == []
+        monkeypatch.setattr(ConsumeQueue, "ensure_room", ensure_room)
+        r = s.put(Message.create("T", b"taken", keys=["taken"]))
+        assert r.queue_offset == TAIL_MAX // UNIT_SIZE and r.commitlog_offset == end
+        assert s.get("T", 0, r.queue_offset).body == b"taken"
+        assert [h.commitlog_offset for h in s.query_key("taken", "T")] == [end]
+        if way == "c":
+            assert s.hot_put.taken == taken + 1 and cq._tail[2] == UNIT_SIZE
+
+
+def test_put_nowait_declines_a_full_tail_without_writing_it_out(tmp_path, monkeypatch):
+    """put_nowait never does I/O: a full tail makes its C call decline (the Python check
+    after it declines as well), and `put` then writes the tail out and the message."""
+    use_codec(monkeypatch, "c")
+    with MessageStore(str(tmp_path), small_config(index_entries=5000, flush_cq_interval_ms=3_600_000)) as s:
+        cq = _tail_full(s, "T")
+        tail, taken = cq._tail, s.hot_put.taken
+        msg = Message.create("T", b"later")
+        assert s.put_nowait(msg) is None
+        assert cq._tail is tail and s.hot_put.taken == taken and s.max_offset("T", 0) == TAIL_MAX // UNIT_SIZE
+        assert s.put(msg).queue_offset == TAIL_MAX // UNIT_SIZE and s.hot_put.taken == taken + 1
 
 
 @settings(max_examples=15, deadline=None)
