@@ -11,9 +11,15 @@
  * empty, anything after the object.
  *
  * Two passes: the lines are read into spans without the GIL (bytes are immutable and held
- * by the caller), then the objects are made with it, so a put in another thread runs meanwhile. */
+ * by the caller), then the objects are made with it, so a put in another thread runs meanwhile.
+ *
+ * A Message is made from a prototype (a Message of the default fields): when its class keeps
+ * every field in a slot (`__slots__`, no `__dict__`), the new one is the prototype's slots
+ * copied with topic, body, queue_id and properties set, as `__init__` would store them, without
+ * running it; any other class is called with the four fields. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -317,11 +323,113 @@ static Py_ssize_t read_all(const unsigned char *text, Py_ssize_t len, Py_ssize_t
     return count;
 }
 
+/* Where a prototype's class keeps the fields set here: the offsets of its topic, body, queue_id
+ * and properties slots, and how many object slots follow the object's header. */
+typedef struct {
+    Py_ssize_t topic, body, queue, props;
+    Py_ssize_t slots;
+} Layout;
+
+/* The offset of the slot `name` names in type (a member descriptor of an object slot that may
+ * be set), or -1. */
+static Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
+    PyObject *d = PyObject_GetAttrString((PyObject *)type, name); /* on a class: the descriptor */
+    Py_ssize_t off = -1;
+    if (!d) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)
+                && PyType_IsSubtype(type, ((PyDescrObject *)d)->d_type))
+            off = m->offset;
+    }
+    Py_DECREF(d);
+    return off;
+}
+
+/* 1 with *lay filled when every byte of a `type` object past its header is an object slot its
+ * Python classes declare (`__slots__` down to object: no __dict__, no weak references, no C base
+ * with fields of its own) and the four fields are such slots; else 0 (the class is called). */
+static int plain_slots(PyTypeObject *type, Layout *lay) {
+    Py_ssize_t header = (Py_ssize_t)sizeof(PyObject), size = type->tp_basicsize;
+    if (type->tp_itemsize || type->tp_dictoffset || type->tp_weaklistoffset
+#ifdef Py_TPFLAGS_MANAGED_DICT
+            || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)
+#endif
+#ifdef Py_TPFLAGS_MANAGED_WEAKREF
+            || (type->tp_flags & Py_TPFLAGS_MANAGED_WEAKREF)
+#endif
+            || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_alloc != PyType_GenericAlloc
+            || size <= header || (size - header) % (Py_ssize_t)sizeof(PyObject *))
+        return 0;
+    Py_ssize_t declared = 0;
+    PyObject *mro = type->tp_mro;
+    if (!mro || !PyTuple_Check(mro))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (base == &PyBaseObject_Type)
+            continue;
+        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_itemsize)
+            return 0;
+        for (PyMemberDef *m = base->tp_members; m && m->name; m++) {
+            if (m->type != T_OBJECT_EX || m->offset < header || m->offset >= size
+                    || (m->offset - header) % (Py_ssize_t)sizeof(PyObject *))
+                return 0;
+            declared++;
+        }
+    }
+    lay->slots = (size - header) / (Py_ssize_t)sizeof(PyObject *);
+    if (declared != lay->slots) /* a slot each, each in its own place (no two share one) */
+        return 0;
+    lay->topic = slot_offset(type, "topic");
+    lay->body = slot_offset(type, "body");
+    lay->queue = slot_offset(type, "queue_id");
+    lay->props = slot_offset(type, "properties");
+    return lay->topic >= 0 && lay->body >= 0 && lay->queue >= 0 && lay->props >= 0;
+}
+
+static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
+    PyObject **slot = (PyObject **)((char *)obj + offset);
+    PyObject *old = *slot;
+    Py_INCREF(value);
+    *slot = value;
+    Py_XDECREF(old);
+}
+
+/* A Message of these fields: the prototype's slots copied (lay), or its class called. */
+static PyObject *new_message(PyObject *proto, const Layout *lay, PyObject *topic, PyObject *body,
+                             PyObject *queue, PyObject *props) {
+    if (!lay) {
+        PyObject *args[4] = {topic, body, queue, props};
+        return PyObject_Vectorcall((PyObject *)Py_TYPE(proto), args, 4, NULL);
+    }
+    PyTypeObject *type = Py_TYPE(proto);
+    PyObject *msg = type->tp_alloc(type, 0); /* zeroed slots; tracked by the GC */
+    if (!msg)
+        return NULL;
+    PyObject **from = (PyObject **)((char *)proto + sizeof(PyObject));
+    PyObject **to = (PyObject **)((char *)msg + sizeof(PyObject));
+    for (Py_ssize_t i = 0; i < lay->slots; i++) {
+        Py_XINCREF(from[i]);
+        to[i] = from[i];
+    }
+    set_slot(msg, lay->topic, topic);
+    set_slot(msg, lay->body, body);
+    set_slot(msg, lay->queue, queue);
+    set_slot(msg, lay->props, props);
+    return msg;
+}
+
 /* The Messages; *longest_keys and *longest_body: the most characters of a KEYS text and
  * bytes of a body among them (what a mount checks them by), found while they are made. */
 static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, PyObject *queue,
-                               PyObject *message_type, PyObject *keys_name,
+                               PyObject *proto, PyObject *keys_name,
                                Py_ssize_t *longest_keys, Py_ssize_t *longest_body) {
+    Layout layout;
+    const Layout *lay = plain_slots(Py_TYPE(proto), &layout) ? &layout : NULL;
     PyObject *out = PyList_New(count);
     if (!out)
         return NULL;
@@ -341,10 +449,8 @@ static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, P
                 Py_CLEAR(props);
             Py_XDECREF(keys);
         }
-        if (body && props) {
-            PyObject *args[4] = {topic, body, queue, props};
-            msg = PyObject_Vectorcall(message_type, args, 4, NULL);
-        }
+        if (body && props)
+            msg = new_message(proto, lay, topic, body, queue, props);
         Py_XDECREF(body);
         Py_XDECREF(props);
         if (!msg) {
@@ -356,13 +462,14 @@ static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, P
     return out;
 }
 
-/* decode(text, topic, queue_id, limit, Message, KEYS[, start, end[, measured]]) -> list of
+/* decode(text, topic, queue_id, limit, prototype, KEYS[, start, end[, measured]]) -> list of
  * Message, or None: the lines of text[start:end], read in place (a mount's 1 MiB write is not
- * copied). With measured true: (list, longest KEYS text in characters, longest body). */
+ * copied). The prototype is a Message of the default fields (new_message). With measured
+ * true: (list, longest KEYS text in characters, longest body). */
 static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 && nargs != 8 && nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "decode(text, topic, queue_id, limit, Message, KEYS[, start, end[, measured]])");
+                        "decode(text, topic, queue_id, limit, prototype, KEYS[, start, end[, measured]])");
         return NULL;
     }
     int measured = 0;
@@ -431,10 +538,10 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL,
-     "decode(text, topic, queue_id, limit, Message, KEYS[, start, end[, measured]]) -> the "
-     "Messages of the lines of text[start:end] (measured: with the most characters of a KEYS "
-     "text and bytes of a body), or None when a line is not of the shapes read here (the "
-     "Python decoder then reads them)"},
+     "decode(text, topic, queue_id, limit, prototype, KEYS[, start, end[, measured]]) -> the "
+     "Messages of the lines of text[start:end], made like the prototype (measured: with the "
+     "most characters of a KEYS text and bytes of a body), or None when a line is not of the "
+     "shapes read here (the Python decoder then reads them)"},
     {NULL, NULL, 0, NULL},
 };
 

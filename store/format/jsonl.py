@@ -24,6 +24,8 @@ FIELDS = frozenset({"body", "body_b64", "keys", "tags", "properties"})
 _NO_KEYS: list[str] = []  # defaults for absent fields: read, never changed
 _NO_PROPERTIES: dict[str, str] = {}
 _STR = repeat(str)  # isinstance's second argument, for map
+# what the C decoder makes its Messages like (the default fields): never changed
+_PROTOTYPE = Message("", b"", 0, {})
 
 
 class BodyTooLarge(InvalidMessage):
@@ -65,9 +67,9 @@ def decode_lines(text: bytes, topic: str, queue_id: int, limit: int, start: int 
     if c is None:
         return None
     if start or end is not None:
-        return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS,  # type: ignore[no-any-return]
+        return c.decode(text, topic, queue_id, limit, _PROTOTYPE, PROPERTY_KEYS,  # type: ignore[no-any-return]
                         start, len(text) if end is None else end)
-    return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS)  # type: ignore[no-any-return]
+    return c.decode(text, topic, queue_id, limit, _PROTOTYPE, PROPERTY_KEYS)  # type: ignore[no-any-return]
 
 
 def measured_lines(text: bytes, topic: str, queue_id: int, limit: int, start: int = 0,
@@ -77,7 +79,7 @@ def measured_lines(text: bytes, topic: str, queue_id: int, limit: int, start: in
     c = compiled.jsonl
     if c is None:
         return None
-    return c.decode(text, topic, queue_id, limit, Message, PROPERTY_KEYS,  # type: ignore[no-any-return]
+    return c.decode(text, topic, queue_id, limit, _PROTOTYPE, PROPERTY_KEYS,  # type: ignore[no-any-return]
                     start, len(text) if end is None else end, True)
 
 
