@@ -4,7 +4,6 @@ when its put returns. MessageStore owns the files, the locks and their lifecycle
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from itertools import repeat
@@ -358,7 +357,7 @@ class StoreWrites:
         """The largest body `message` (its topic and properties as they are) can carry and
         still be accepted by put: the message size limit, or what fits in one CommitLog file
         when that is smaller. Lets a writer refuse a body as soon as it grows too large."""
-        rec, _ = self.encoder.encode(dataclasses.replace(message, body=b""))
+        rec, _ = self.encoder.encode(message.replace(body=b""))
         room = self.commitlog.file_size - layout.END_FILE_MIN_BLANK - len(rec)
         return max(0, min(self.config.max_message_size, room))
 

@@ -67,11 +67,11 @@ def test_store_imports_no_layer_above_it():
 
 # store's floors, lowest first: a module imports only from its own floor or below. The
 # sub-packages are the floors; the few modules directly in store/ sit at the bottom (errors,
-# config, crash points) or the top (the engine, its read and write sides, and repair, which
+# config, crash points, value classes) or the top (the engine, its read and write sides, and repair, which
 # opens the engine); the services (the threads of an open store) sit just below the engine. Imports
 # under `if TYPE_CHECKING:` name types for annotations only and load nothing, so they may
 # look up (but no module, through them or not, imports itself: test_no_import_circle).
-STORE_FLOORS = {"errors": 0, "config": 0, "crash_points": 0, "format": 1, "files": 2, "meta": 3,
+STORE_FLOORS = {"errors": 0, "config": 0, "crash_points": 0, "slotted": 0, "format": 1, "files": 2, "meta": 3,
                 "offline": 4, "integrity": 4, "queues": 4, "services": 5, "message_store": 6, "reads": 6,
                 "batch_reads": 6, "range_reads": 6, "writes": 6, "in_use": 6, "repair": 6,
                 "group_offsets": 6,

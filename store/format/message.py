@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..errors import CodecError, InvalidMessage
+from ..slotted import Slotted
 from .compression import COMPRESSED_FLAG, inflate
 from .layout import (
     decode_host,
@@ -231,20 +231,31 @@ class _WellKnownProperties:
         return keys_to_index(self.properties.get(PROPERTY_UNIQ_KEY), self.keys)
 
 
-@dataclass
-class Message(_WellKnownProperties):
-    """A message as a producer hands it to the store."""
+_NEW: dict[str, str] = {}  # stands for "not given": each such message gets a dict of its own
 
-    topic: str
-    body: bytes
-    queue_id: int = 0
-    properties: dict[str, str] = field(default_factory=dict)
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[str, int] = ("127.0.0.1", 0)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
+
+class Message(_WellKnownProperties, Slotted):
+    """A message as a producer hands it to the store. Slots, not a dataclass (a selection's
+    start imports no dataclasses; C reads the fields of a put); `replace` makes a changed copy."""
+
+    __slots__ = __match_args__ = (
+        "topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp",
+        "born_host", "reconsume_times", "prepared_transaction_offset")
+
+    def __init__(self, topic: str, body: bytes, queue_id: int = 0,
+                 properties: dict[str, str] = _NEW, flag: int = 0, sys_flag: int = 0,
+                 born_timestamp: int = 0, born_host: tuple[str, int] = ("127.0.0.1", 0),
+                 reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.properties = {} if properties is _NEW else properties
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
 
     @classmethod
     def create(

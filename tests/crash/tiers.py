@@ -4,7 +4,6 @@ Every case returns a CaseResult whose label carries the seed and crash site to r
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import shutil
@@ -550,7 +549,7 @@ def _config_of_another_store(root: str, rng: random.Random, seed: int, max_body:
         with MessageStore(other, crash_config(**_T4_CONFIG)) as s:
             for _ in range(n):
                 m = expected_message(seed, 0, seq, max_body)
-                s.put(dataclasses.replace(m, topic="Other" + m.topic[5:]))
+                s.put(m.replace(topic="Other" + m.topic[5:]))
                 seq += 1
     ends = [Checkpoint.load(os.path.join(r, "checkpoint")).commitlog_flushed_offset
             for r in (root, other)]

@@ -16,7 +16,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -102,7 +101,7 @@ def dispatching(draw):
     topic = draw(st.sampled_from([msg.topic, msg.topic, "%RETRY%g", "rmq_sys_x", "SCHEDULE_TOPIC_XXXX"]))
     props = {**msg.properties, "INNER_MULTI_DISPATCH": ",".join(names),
              "INNER_MULTI_QUEUE_OFFSET": ",".join(offsets)}
-    return replace(msg, topic=topic, properties={k: v for k, v in props.items() if v})
+    return msg.replace(topic=topic, properties={k: v for k, v in props.items() if v})
 
 
 @st.composite

@@ -68,7 +68,8 @@ def _hostile():
                   {"TAGS": ""}, {"TAGS": "\U0001F600"}, {"KEYS": "k", "UNIQ_KEY": "u", "TAGS": "t"}):
         yield _m(properties=props)
     yield RaisingFlag("T", b"b")
-    yield types.SimpleNamespace(**vars(_m()))  # not a Message, but shaped like one
+    m = _m()  # not a Message, but shaped like one:
+    yield types.SimpleNamespace(**{name: getattr(m, name) for name in Message.__match_args__})
     yield 42
 
 
