@@ -11,6 +11,7 @@
 #include "_index_entry.h"
 
 #define PREFETCH_AHEAD 16  /* a batch's keys whose bucket heads are fetched ahead of their entry */
+#define RELEASE_MIN_ENTRIES 256  /* a batch's entries written without the GIL from this many */
 
 typedef struct {
     Py_buffer buf;
@@ -122,6 +123,11 @@ static PyObject *index_entries(PyObject *self, PyObject *const *args, Py_ssize_t
     const int64_t *hashes = cols[0].buf, *phys = cols[1].buf, *stamps = cols[2].buf;
     Py_ssize_t i = 0;
     long long fresh = 0;
+    /* the entries are memory work alone (mostly the page faults of a new file): without the
+     * GIL when they are many. The buffers are exported (none can be closed, resized or freed
+     * meanwhile); the caller holds the index lock, which IndexService.query takes too, so no
+     * reader sees a bucket head before the header counts its entry */
+    PyThreadState *released = n >= RELEASE_MIN_ENTRIES ? PyEval_SaveThread() : NULL;
     for (; i < n && ix.count < ix.entries; i++) {
         if (i + PREFETCH_AHEAD < n)  /* slots are far apart: their cache misses overlap */
             __builtin_prefetch(slot_of(ix.buf.buf, ix.slots, hashes[i + PREFETCH_AHEAD]), 1, 0);
@@ -130,6 +136,8 @@ static PyObject *index_entries(PyObject *self, PyObject *const *args, Py_ssize_t
             ix.begin = stamps[i];
         ix.count++;
     }
+    if (released != NULL)
+        PyEval_RestoreThread(released);
     result = Py_BuildValue("(nL)", i, fresh);
 done:
     while (got-- > 0)

@@ -380,7 +380,8 @@ class IndexService:
                     store_ts: np.ndarray) -> None:
         """Entries for new records (past every file's end), in bulk, rolling files as they
         fill: a batch put's keys, whose room `ensure_room` made before the CommitLog was
-        written."""
+        written. Under the lock `query` reads with: the C module writes many entries
+        without the GIL, their bucket heads ahead of the header's count."""
         with self.lock:
             done = 0
             while done < len(key_hashes):
@@ -393,15 +394,16 @@ class IndexService:
         """CommitLog offsets that may hold topic#key (hash hits; callers check the keys)."""
         h = self.flavor.key_hash(build_key(topic, key))
         found: list[int] = []
+        # under the lock a batch writes its entries with (without the GIL: see put_entries):
+        # a bucket head is never read before the header counts the entry it points at
         with self.lock:
-            files = list(self.files)
-        for f in reversed(files):
-            # no stop at a file begun before `begin`: after a clock stepped back an older
-            # file may hold later times; the header check skips each file that cannot match
-            if f.is_time_matched(begin - 999, end):
-                found.extend(f.select(h, begin, end, max_n - len(found)))
-            if len(found) >= max_n:
-                break
+            for f in reversed(self.files):
+                # no stop at a file begun before `begin`: after a clock stepped back an older
+                # file may hold later times; the header check skips each file that cannot match
+                if f.is_time_matched(begin - 999, end):
+                    found.extend(f.select(h, begin, end, max_n - len(found)))
+                if len(found) >= max_n:
+                    break
         return found
 
     def truncate_from_physical(self, commitlog_offset: int) -> bool:

@@ -25,6 +25,9 @@
 #define MAX_TOPIC_LEN 127
 static const char CRC_TRAILER[RECORD_CRC_LEN] = "__CRC32#\x01" "0000000000" "\x02";
 static const char RESERVED_NAME[] = "__CRC32#";
+/* a batch releases the GIL around its pure memory work from this many bytes (below, the
+ * release and the wait to take the GIL back cost more than another thread gains) */
+#define RELEASE_MIN (16 << 10)
 
 /* the message fields, in Message's order */
 enum { F_TOPIC, F_BODY, F_QUEUE_ID, F_PROPERTIES, F_FLAG, F_SYS_FLAG, F_BORN_TS, F_BORN_HOST,
@@ -54,6 +57,7 @@ typedef struct {
     PyObject *topic, *body_obj, *part, *born_raw, *props;  /* owned references */
     Py_ssize_t body_len, props_len, total;
     int64_t queue_id, flag, sys_flag, born_ts, reconsume, prepared;
+    char *body_at;  /* a batch's record whose BODYCRC and BODY are still to write (write_body) */
 } Parts;
 
 static void parts_clear(Parts *p) {
@@ -64,10 +68,16 @@ static void parts_clear(Parts *p) {
     Py_CLEAR(p->props);
 }
 
-static uint32_t checksum(const Codec *c, const void *data, size_t len) {
-    if (c->xx)
+/* The flavor's checksum (xx: xxh32, else CRC-32); no Python object is touched, so callers
+ * may run it without the GIL on memory they own. */
+static uint32_t checksum_of(int xx, const void *data, size_t len) {
+    if (xx)
         return (uint32_t)XXH32(data, len, 0);
     return (uint32_t)crc32_z(0, (const Bytef *)data, len);
+}
+
+static uint32_t checksum(const Codec *c, const void *data, size_t len) {
+    return checksum_of(c->xx, data, len);
 }
 
 static inline void put32(char *p, int64_t v) {
@@ -152,8 +162,11 @@ static int64_t now_ms(void) {
 }
 
 /* Read and check one message into `p`: 1 ready, 0 declined, -1 error (MemoryError and
- * the like: a failure of the process, not of the message). */
-static int read_parts(Codec *c, PyObject *msg, Parts *p) {
+ * the like: a failure of the process, not of the message). With `own_props`, p->props is a
+ * copy of the message's properties taken first, which the record and the batch's dispatch
+ * (its keys, tags and delays, read later under the put lock) then both read: another
+ * thread that changes the message's dict meanwhile changes neither. */
+static int read_parts(Codec *c, PyObject *msg, Parts *p, int own_props) {
     PyObject *f[N_FIELDS] = {NULL};
     int ok = 0;
     memset(p, 0, sizeof(*p));
@@ -186,10 +199,14 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p) {
         goto done;
     if (!PyDict_CheckExact(f[F_PROPERTIES]))
         goto done;
-    p->props_len = props_length(c, f[F_PROPERTIES]);
+    p->props = own_props ? PyDict_Copy(f[F_PROPERTIES]) : Py_NewRef(f[F_PROPERTIES]);
+    if (p->props == NULL) {
+        ok = -1;
+        goto done;
+    }
+    p->props_len = props_length(c, p->props);
     if (p->props_len < 0)
         goto done;
-    p->props = Py_NewRef(f[F_PROPERTIES]);
     /* born host: (bytes, SYSFLAG bits, ...) from the cache */
     if (!PyTuple_CheckExact(f[F_BORN_HOST]))
         goto done;
@@ -219,14 +236,23 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p) {
 done:
     for (int i = 0; i < N_FIELDS; i++)
         Py_XDECREF(f[i]);
-    if (!ok)
+    if (ok != 1)
         parts_clear(p);
     return ok;
 }
 
+/* BODYCRC and BODY of a record laid out at `rec` (its body at `at`): the one part of a
+ * record that is pure memory work, which a batch does without the GIL for bytes bodies. */
+static void write_body(int xx, char *rec, char *at, const char *body, Py_ssize_t len) {
+    put32(rec + 8, checksum_of(xx, body, (size_t)len) & CRC_MASK);
+    memcpy(at, body, (size_t)len);
+}
+
 /* Lay out the record at `out` (p->total bytes): offsets and store time zero, the trailer's
- * digits zero. 0, or -1 when the properties changed since they were measured (declined). */
-static int write_record(const Codec *c, const Parts *p, char *out) {
+ * digits zero. 0, or -1 when the properties changed since they were measured (declined).
+ * With `body_at` (a bytes body only), BODYCRC and BODY are left for the caller's
+ * write_body and *body_at says where the body goes. */
+static int write_record(const Codec *c, const Parts *p, char *out, char **body_at) {
     Py_ssize_t born_len = PyBytes_GET_SIZE(p->born_raw), store_len = PyBytes_GET_SIZE(c->store_host);
     Py_ssize_t part_len = PyBytes_GET_SIZE(p->part);
     /* a bytearray body may have been resized by another thread since it was measured
@@ -235,10 +261,11 @@ static int write_record(const Codec *c, const Parts *p, char *out) {
                                                        : PyByteArray_AS_STRING(p->body_obj);
     if (Py_SIZE(p->body_obj) != p->body_len)
         return -1;
+    if (body_at != NULL && !PyBytes_CheckExact(p->body_obj))
+        body_at = NULL;  /* a bytearray's bytes may move once the GIL is released: copied now */
     char *w = out;
     put32(w, p->total);
     put32(w + 4, part_len > MAX_TOPIC_LEN + 1 ? MAGIC_V2 : MAGIC_V1);
-    put32(w + 8, checksum(c, body, (size_t)p->body_len) & CRC_MASK);
     put32(w + 12, p->queue_id);
     put32(w + 16, p->flag);
     memset(w + 20, 0, 16);
@@ -255,7 +282,10 @@ static int write_record(const Codec *c, const Parts *p, char *out) {
     put64(w + 4, p->prepared);
     put32(w + 12, p->body_len);
     w += 16;
-    memcpy(w, body, p->body_len);
+    if (body_at != NULL)
+        *body_at = w;
+    else
+        write_body(c->xx, out, w, body, p->body_len);
     w += p->body_len;
     memcpy(w, PyBytes_AS_STRING(p->part), part_len);
     w += part_len;
@@ -316,13 +346,13 @@ static Py_ssize_t ts_pos_of(const Parts *p) {
 /* Codec.encode(msg) -> (bytearray, STORETIMESTAMP position) | None */
 static PyObject *Codec_encode(Codec *c, PyObject *msg) {
     Parts p;
-    int r = read_parts(c, msg, &p);
+    int r = read_parts(c, msg, &p, 0);
     if (r <= 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *rec = PyByteArray_FromStringAndSize(NULL, p.total);
     PyObject *out = NULL;
     if (rec != NULL) {
-        if (write_record(c, &p, PyByteArray_AS_STRING(rec)) == 0)
+        if (write_record(c, &p, PyByteArray_AS_STRING(rec), NULL) == 0)
             out = Py_BuildValue("(Nn)", rec, ts_pos_of(&p));
         else {
             Py_DECREF(rec);
@@ -376,7 +406,7 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
         goto done;
     }
     for (; got < n; got++) {
-        int r = read_parts(c, items[got], &parts[got]);
+        int r = read_parts(c, items[got], &parts[got], 1);
         if (r <= 0) {
             if (r == 0)
                 out = Py_NewRef(Py_None);
@@ -395,13 +425,15 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     char *w = PyByteArray_AS_STRING(buf);
     int64_t *lay = (int64_t *)PyBytes_AS_STRING(layout);
     int64_t *qid = (int64_t *)PyBytes_AS_STRING(qids), *flag = (int64_t *)PyBytes_AS_STRING(flags);
-    Py_ssize_t at = 0;
+    Py_ssize_t at = 0, bodies = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Parts *p = &parts[i];
-        if (write_record(c, p, w + at) < 0) {
+        if (write_record(c, p, w + at, &p->body_at) < 0) {
             out = Py_NewRef(Py_None);
             goto done;
         }
+        if (p->body_at != NULL)
+            bodies += p->body_len;
         lay[3 * i] = at;
         lay[3 * i + 1] = p->total;
         lay[3 * i + 2] = ts_pos_of(p);
@@ -411,6 +443,18 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
         PyList_SET_ITEM(topics, i, Py_NewRef(p->topic));
         PyList_SET_ITEM(props, i, Py_NewRef(p->props));
     }
+    /* the bytes bodies' checksums and copies, the bulk of the work, without the GIL when
+     * they are many: `parts` owns each body (bytes: immutable) and `buf` is no one else's
+     * yet, so no Python object changes or goes meanwhile (another thread may drop or
+     * change the messages) */
+    int xx = c->xx;
+    PyThreadState *released = bodies >= RELEASE_MIN ? PyEval_SaveThread() : NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (parts[i].body_at != NULL)
+            write_body(xx, w + lay[3 * i], parts[i].body_at, PyBytes_AS_STRING(parts[i].body_obj),
+                       parts[i].body_len);
+    if (released != NULL)
+        PyEval_RestoreThread(released);
     out = PyTuple_Pack(6, buf, layout, topics, qids, flags, props);
 done:
     c->batch_now = 0;  /* single encodes and puts read the clock themselves */
@@ -462,20 +506,38 @@ static PyObject *Codec_place_run(Codec *c, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&qo);
         return NULL;
     }
+    /* an export of its own: the buffer can be neither resized nor freed while the GIL is
+     * released below (`layout` is bytes, held by the caller) */
+    Py_buffer bv;
+    if (PyObject_GetBuffer(args[0], &bv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&qo);
+        PyBuffer_Release(&co);
+        return NULL;
+    }
     const int64_t *lay = (const int64_t *)PyBytes_AS_STRING(args[1]);
-    char *buf = PyByteArray_AS_STRING(args[0]);
-    Py_ssize_t len = PyByteArray_GET_SIZE(args[0]);
+    char *buf = bv.buf;
+    Py_ssize_t len = bv.len, bytes = 0;
     const int64_t *q = qo.buf, *cl = co.buf;
     PyObject *out = Py_None;
-    for (Py_ssize_t i = lo; i < hi; i++) {
+    for (Py_ssize_t i = lo; i < hi; i++) {  /* every record checked before any is stamped */
         int64_t start = lay[3 * i], size = lay[3 * i + 1], ts_pos = lay[3 * i + 2];
         if (start < 0 || size > len - start || !layout_ok(c, size, ts_pos)) {
             PyErr_SetString(PyExc_ValueError, "place_run: layout does not match the buffer");
             out = NULL;
             break;
         }
-        place_record(c, buf + start, size, ts_pos, q[i], cl[i], store_ts);
+        bytes += size;
     }
+    if (out != NULL) {
+        /* stamps and record checksums: memory of the caller's own buffers alone, so without
+         * the GIL when there is much of it (the put lock still orders the batches) */
+        PyThreadState *released = bytes >= RELEASE_MIN ? PyEval_SaveThread() : NULL;
+        for (Py_ssize_t i = lo; i < hi; i++)
+            place_record(c, buf + lay[3 * i], lay[3 * i + 1], lay[3 * i + 2], q[i], cl[i], store_ts);
+        if (released != NULL)
+            PyEval_RestoreThread(released);
+    }
+    PyBuffer_Release(&bv);
     PyBuffer_Release(&qo);
     PyBuffer_Release(&co);
     return Py_XNewRef(out);
@@ -803,7 +865,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         Py_RETURN_NONE;
     }
     Parts p;
-    int r = read_parts(c, msg, &p);
+    int r = read_parts(c, msg, &p, 0);
     if (r <= 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *out = Py_None;  /* declined unless everything below holds */
@@ -918,7 +980,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         out = PyErr_NoMemory();
         goto done;
     }
-    if (write_record(c, &p, rec) < 0)
+    if (write_record(c, &p, rec, NULL) < 0)
         goto done;  /* the properties changed since they were measured */
 
     /* --- the store time (_store_timestamp), then the writes, nothing refused past here --- */

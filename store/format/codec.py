@@ -251,7 +251,7 @@ class Encoder:
         if ((queue_id < 0) | (queue_id >= QUEUE_ID_LIMIT)).any():
             raise InvalidMessage(f"queue id {queue_id[(queue_id < 0) | (queue_id >= QUEUE_ID_LIMIT)][0]} "
                                  "is out of range")
-        props_raw, props_len = self._batch_properties(props)
+        props_raw, props_len, props = self._batch_properties(props)
         parts = list(map(topic_parts.__getitem__, topics))
         head = np.zeros(n, dtype=HEADER_V4)
         head["total"] = (HEADER_V4_SIZE + 2 + body_len + props_len
@@ -284,9 +284,12 @@ class Encoder:
         return EncodedBatch(head, list(bodies), list(map(bytes.__add__, parts, lens)), props_raw,
                             self._crc_tail, self.flavor, topics, queue_id, sys_flag, props)
 
-    def _batch_properties(self, props: list[dict[str, str]]) -> tuple[list[bytes], np.ndarray]:
-        """PROPERTIES of every message (each with the checksum trailer the flavor wants) and
-        their lengths: one text for the batch, checked and encoded once, then cut apart."""
+    def _batch_properties(self, props: list[dict[str, str]]
+                          ) -> tuple[list[bytes], np.ndarray, list[dict[str, str]]]:
+        """PROPERTIES of every message (each with the checksum trailer the flavor wants),
+        their lengths and the properties they were encoded from (copies: dispatch reads the
+        keys and tags the records hold): one text for the batch, checked and encoded once,
+        then cut apart."""
         import numpy as np
 
         # one snapshot of every dict, counted and encoded: another thread or a name's hook
@@ -316,7 +319,8 @@ class Encoder:
         props_len = stop - start + len(self._crc_tail)
         if props_len.max(initial=0) > MAX_PROPERTIES_LEN:
             raise InvalidMessage(f"properties are {props_len.max()} bytes, the limit is {MAX_PROPERTIES_LEN}")
-        return list(map(raw.__getitem__, map(slice, start.tolist(), stop.tolist()))), props_len
+        return list(map(raw.__getitem__, map(slice, start.tolist(), stop.tolist()))), props_len, \
+            list(map(dict, snaps))
 
 
 _STR_BODY = "message body must be bytes, not str"
