@@ -473,6 +473,8 @@ class MessageStore(StoreReads, StoreWrites):
         if self._scrub is not None:
             self._scrub.halt()  # a pass run by `scrub` stops after its step: shut waits for it
         self.users.shut()
+        if self.prefault is not None:
+            self.prefault.close()  # (no put is running: its thread's mapping is free to close)
         if self.config.read_only:
             if self._log_proof is not None:
                 self._log_proof.stop()

@@ -20,6 +20,7 @@ from .files.consume_queue import _TAIL_FIRST, TAIL_MAX, ConsumeQueue
 from .files.dispatcher import Dispatcher
 from .files.index_service import IndexService
 from .files.mapped_file import _PWRITE_MIN
+from .files.prefault import Prefault
 from .files.unit_flush import BUFFERED_MAX, UnitFlush
 from .format import codec, layout, message
 from .format.codec import Encoder
@@ -79,6 +80,7 @@ class StoreWrites:
     # `hot_put.nowait(msg)` return the PutResult, or None having written nothing, and `put`
     # then takes the message as without it
     hot_put: Any = None
+    prefault: Prefault | None = None  # the CommitLog's pages read in ahead of the C put's appends
     _last_store_ts: int
     _dispatched_ts: int
 
@@ -149,15 +151,17 @@ class StoreWrites:
         the C modules built, async flush without a transient pool (a put waits for nothing
         once written), no crash points armed. Everything else stays with Python.
         `wall_clock`: the store's default clock, which the C call reads itself while it is
-        `clock` (time.time_ns() // 10**6); any other clock it calls."""
+        `clock` (time.time_ns() // 10**6); any other clock it calls. Its appends are followed
+        by `prefault`, which reads the CommitLog's pages in ahead of them."""
         compiled = self.encoder.compiled
         if compiled is None or compiled_records is None or ARMED or self.config.flush_mode == "sync" \
                 or self.flush_services.commit_service is not None or self.index.hash_kind is None:
             return
+        self.prefault = Prefault(compiled_records.populate)
         self.hot_put = compiled_records.Put(
             compiled, Message, self.users, self.put_lock, self.compaction.topics, wall_clock, self,
             self.commitlog.queue, self.consume_queues, self.unit_flush, self.index, PutResult,
-            self.index.hash_kind, TAIL_MAX, _TAIL_FIRST, BUFFERED_MAX, _PWRITE_MIN)
+            self.index.hash_kind, TAIL_MAX, _TAIL_FIRST, BUFFERED_MAX, _PWRITE_MIN, self.prefault.note)
 
     def _locked(self, write: Callable[[], T], sync: bool) -> T:
         """`write` under the put lock, announced to the group commit first when `sync` (so

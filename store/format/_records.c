@@ -10,7 +10,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 #include <zlib.h>
 
@@ -719,6 +721,7 @@ typedef struct {
     PyObject *message;    /* the Message class: the only type taken (no Python code in its reads) */
     PyObject *users;      /* the store's Users: this call is one, as @in_use makes a Python one */
     PyObject *lock;       /* the put lock */
+    PyObject *acquire, *release;  /* its methods, looked up once */
     PyObject *compacted;  /* frozenset: compaction topics (never written by mqfs) */
     PyObject *wall_clock; /* the store's default clock (time.time_ns() // 10**6): read in C */
     PyObject *writes;     /* StoreWrites: clock, _last_store_ts, _dispatched_ts */
@@ -727,6 +730,9 @@ typedef struct {
     PyObject *units;      /* UnitFlush */
     PyObject *index;      /* IndexService */
     PyObject *result;     /* PutResult (a tuple subclass of five fields) */
+    PyObject *ahead;      /* None, or ahead(mf, end) -> CommitLog offset: told where the appends
+                           * reached once they pass that offset (store/files/prefault.py) */
+    long long ahead_at;   /* (a hint, not store state: a new Put starts at 0) */
     int hash_kind;
     long long tail_max, tail_first, buffered_max, pwrite_min;
     Py_ssize_t taken;     /* puts this object wrote (tests see the path ran) */
@@ -826,6 +832,21 @@ fail:
     return -1;
 }
 
+/* (a, b) or (a, b, c) (c NULL: two), taking the references given; NULL if any is NULL. */
+static PyObject *tuple_of(PyObject *a, PyObject *b, PyObject *c) {
+    Py_ssize_t n = c == NULL ? 2 : 3;
+    PyObject *t = a == NULL || b == NULL ? NULL : PyTuple_New(n);
+    if (t == NULL) {
+        Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, a);
+    PyTuple_SET_ITEM(t, 1, b);
+    if (c != NULL)
+        PyTuple_SET_ITEM(t, 2, c);
+    return t;
+}
+
 /* A queue's tail (start, buffer, used bytes), as a new reference in *tail, with where it
  * starts (an empty one where the files end); 0, or -1 with nothing set. */
 static int read_tail(PyObject *cq, PyObject **tail, long long *start, long long *used) {
@@ -847,6 +868,19 @@ static int read_tail(PyObject *cq, PyObject **tail, long long *start, long long 
         return -1;
     }
     return 0;
+}
+
+/* Tell `ahead` the appends reached `end` in `mf` (a written put's last step): it answers the
+ * CommitLog offset past which to tell it again. Its failure is only a hint lost: it is not
+ * told again, and the put stands. */
+static void tell_ahead(Put *s, PyObject *mf, long long end) {
+    PyObject *e = PyLong_FromLongLong(end);
+    PyObject *next = e == NULL ? NULL : PyObject_CallFunctionObjArgs(s->ahead, mf, e, NULL);
+    long long at = next != NULL && PyLong_CheckExact(next) ? PyLong_AsLongLong(next) : -1;
+    s->ahead_at = at < 0 || PyErr_Occurred() ? LLONG_MAX : at;
+    PyErr_Clear();
+    Py_XDECREF(next);
+    Py_XDECREF(e);
 }
 
 /* The put with the put lock held: its PutResult, None, or NULL with an exception. */
@@ -900,7 +934,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     if (end_check != Py_None)
         goto done;
     opened = PyObject_GetAttr(s->registry, names[A_OPEN]);
-    key = Py_BuildValue("(OL)", p.topic, (long long)p.queue_id);
+    key = tuple_of(Py_NewRef(p.topic), PyLong_FromLongLong(p.queue_id), NULL);
     if (opened == NULL || key == NULL || !PyDict_Check(opened))
         goto done;
     cq = Py_XNewRef(PyDict_GetItemWithError(opened, key));
@@ -1022,7 +1056,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     put_be64(u, (uint64_t)commitlog_offset);
     put_be32(u + 8, (uint32_t)size);
     put_be64(u + 12, (uint64_t)tags_value);
-    PyObject *new_tail = Py_BuildValue("(LOL)", start, buf, used + UNIT_SIZE);
+    PyObject *new_tail = tuple_of(PyLong_FromLongLong(start), Py_NewRef(buf), PyLong_FromLongLong(used + UNIT_SIZE));
     if (new_tail == NULL || PyObject_SetAttr(cq, names[A_TAIL], new_tail) < 0) {
         Py_XDECREF(new_tail);
         goto done;
@@ -1079,6 +1113,8 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     PyTuple_SET_ITEM(t, 4, Py_NewRef(c->store_host));
     out = t;
     s->taken++;
+    if (s->ahead != Py_None && commitlog_offset + size >= s->ahead_at)
+        tell_ahead(s, mf, wrote + size);
 done:
     if (out == Py_None) {
         PyErr_Clear();
@@ -1134,14 +1170,14 @@ static PyObject *put_entered(Put *s, PyObject *msg, int wait) {
     PyErr_Clear();
     if (go) {
         /* waits (the GIL released) unless `wait` is 0: then None when another holds it */
-        PyObject *got = PyObject_CallMethodOneArg(s->lock, names[M_ACQUIRE], wait ? Py_True : Py_False);
+        PyObject *got = PyObject_CallOneArg(s->acquire, wait ? Py_True : Py_False);
         if (got == Py_False)
             out = Py_NewRef(Py_None);
         else if (got != NULL) {
             out = put_locked(s, msg, wait);
             PyObject *exc_type, *exc, *tb;
             PyErr_Fetch(&exc_type, &exc, &tb);  /* put_locked's error, kept across the release */
-            PyObject *done = PyObject_CallMethodNoArgs(s->lock, names[M_RELEASE]);
+            PyObject *done = PyObject_CallNoArgs(s->release);
             if (done == NULL) {
                 Py_XDECREF(exc_type); Py_XDECREF(exc); Py_XDECREF(tb);
                 Py_CLEAR(out);
@@ -1194,16 +1230,16 @@ static PyMethodDef Put_methods[] = {
 static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"codec", "message", "users", "lock", "compacted", "wall_clock", "writes",
                          "log", "registry", "units", "index", "result", "hash_kind", "tail_max",
-                         "tail_first", "buffered_max", "pwrite_min", NULL};
+                         "tail_first", "buffered_max", "pwrite_min", "ahead", NULL};
     PyObject *codec, *message, *users, *lock, *compacted, *wall_clock, *writes, *log, *registry, *units;
-    PyObject *index, *result;
+    PyObject *index, *result, *ahead = Py_None;
     int hash_kind;
     long long tail_max, tail_first, buffered_max, pwrite_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLLL", kw, &CodecType, &codec,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLLL|O", kw, &CodecType, &codec,
                                      &PyType_Type, &message, &users, &lock, &PyFrozenSet_Type,
                                      &compacted, &wall_clock, &writes, &log, &registry, &units, &index,
                                      &PyType_Type, &result, &hash_kind, &tail_max, &tail_first, &buffered_max,
-                                     &pwrite_min))
+                                     &pwrite_min, &ahead))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)result, &PyTuple_Type)
             || (hash_kind != HASH_JAVA && hash_kind != HASH_XXH32)) {
@@ -1218,6 +1254,12 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     s->message = Py_NewRef(message);
     s->users = Py_NewRef(users);
     s->lock = Py_NewRef(lock);
+    s->acquire = PyObject_GetAttr(lock, names[M_ACQUIRE]);
+    s->release = PyObject_GetAttr(lock, names[M_RELEASE]);
+    if (s->acquire == NULL || s->release == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
     s->compacted = Py_NewRef(compacted);
     s->wall_clock = Py_NewRef(wall_clock);
     s->writes = Py_NewRef(writes);
@@ -1226,6 +1268,7 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     s->units = Py_NewRef(units);
     s->index = Py_NewRef(index);
     s->result = Py_NewRef(result);
+    s->ahead = Py_NewRef(ahead);
     s->hash_kind = hash_kind;
     s->tail_max = tail_max;
     s->tail_first = tail_first;
@@ -1239,6 +1282,8 @@ static int Put_traverse(Put *s, visitproc visit, void *arg) {
     Py_VISIT(s->message);
     Py_VISIT(s->users);
     Py_VISIT(s->lock);
+    Py_VISIT(s->acquire);
+    Py_VISIT(s->release);
     Py_VISIT(s->compacted);
     Py_VISIT(s->wall_clock);
     Py_VISIT(s->writes);
@@ -1247,6 +1292,7 @@ static int Put_traverse(Put *s, visitproc visit, void *arg) {
     Py_VISIT(s->units);
     Py_VISIT(s->index);
     Py_VISIT(s->result);
+    Py_VISIT(s->ahead);
     return 0;
 }
 
@@ -1255,6 +1301,8 @@ static int Put_clear(Put *s) {
     Py_CLEAR(s->message);
     Py_CLEAR(s->users);
     Py_CLEAR(s->lock);
+    Py_CLEAR(s->acquire);
+    Py_CLEAR(s->release);
     Py_CLEAR(s->compacted);
     Py_CLEAR(s->wall_clock);
     Py_CLEAR(s->writes);
@@ -1263,6 +1311,7 @@ static int Put_clear(Put *s) {
     Py_CLEAR(s->units);
     Py_CLEAR(s->index);
     Py_CLEAR(s->result);
+    Py_CLEAR(s->ahead);
     return 0;
 }
 
@@ -1297,7 +1346,49 @@ static PyTypeObject PutType = {
     .tp_methods = Put_methods,
 };
 
+/* populate(mm, start, end) -> bool: the pages holding mm's bytes [start, end) read into the
+ * page cache and mapped (MADV_POPULATE_READ), so writes there later find them in place rather
+ * than each faulting a page in (allocated and zeroed: most of a put's kernel time). Nothing
+ * is written or dirtied. The GIL is released around the call alone, on the mapping this
+ * call holds exported (a close meanwhile leaves it mapped until the export is given back).
+ * False when the kernel does not do it (before 5.14) or the range is not mapped: only speed
+ * is lost. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+static PyObject *populate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "populate(mm, start, end)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();  /* closed meanwhile */
+        Py_RETURN_FALSE;
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), base = (uintptr_t)view.buf;
+    if (start < 0)
+        start = 0;
+    if (end > view.len)
+        end = view.len;
+    int r = -1;
+    if (start < end && page > 0 && base % page == 0) {
+        uintptr_t lo = (base + (uintptr_t)start) & ~(page - 1);
+        size_t len = base + (uintptr_t)end - lo;
+        Py_BEGIN_ALLOW_THREADS
+        r = madvise((void *)lo, len, MADV_POPULATE_READ);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(r == 0);
+}
+
 static PyMethodDef module_methods[] = {
+    {"populate", (PyCFunction)(void (*)(void))populate, METH_FASTCALL,
+     "populate(mm, start, end) -> bool: mm's pages there read in and mapped ahead of writes"},
     {"results", (PyCFunction)(void (*)(void))results, METH_FASTCALL,
      "results(cls, commitlog_offsets, queue_offsets, store_ts, layout, host) -> list of cls"},
     {NULL, NULL, 0, NULL},
