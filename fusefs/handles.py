@@ -57,19 +57,24 @@ class Runner(Protocol):
     async def wait(self, arrival: trio.Event, seconds: float) -> None:
         """Until the arrival is set or the seconds have passed."""
 
-    def behind(self, fn: Callable[[], object]) -> Behind:
+    def behind(self, fn: Callable[[], object], held: object = None) -> Behind:
         """A put in a worker thread, not waited for (the handle waits for it later); its
-        success wakes `follow` readers when it ends."""
+        success wakes `follow` readers when it ends. `held` stays referenced by the Behind
+        (the put's messages: see Behind)."""
         ...
 
 
 class Behind:
     """Work started in a worker thread that its handle waits for later (`Runner.behind`):
-    done is set, on the loop, when it has ended; error is what it raised."""
+    done is set, on the loop, when it has ended; error is what it raised. `held`: what the
+    work was given, let go on the loop when the handle is done with it (freeing a write's
+    thousand messages is then the loop's work, not the worker's, whose puts are the
+    slower half of a stream of writes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, held: object = None) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
+        self.held = held
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,25 +289,27 @@ class LinesHandle(SinkHandle):
                 await self._caught_up(run, writer)
                 await self._put(run, writer, writer.write(buf))
                 return len(buf)
-            messages = None
+            messages = ended = None
             try:
                 if self.write_behind:
                     messages = writer.write_now(buf)
             finally:  # the previous write's put has ended first: its failure is this write's
-                await self._caught_up(run, writer)
+                ended = await self._caught_up(run, writer)
             if messages is None:
                 if await run.thread(self._write_lines, writer, buf):
                     run.stored()
             elif messages:
-                self.behind = run.behind(functools.partial(self.put, messages))
+                self.behind = run.behind(functools.partial(self.put, messages), messages)
+            del ended  # the earlier write's messages are freed here, while this one's put runs
             return len(buf)
 
-    async def _caught_up(self, run: Runner, writer: JsonlWriter) -> None:
-        """The put of an earlier write, if one runs, ended; if it failed, the writer fails
-        with its errno, raised here."""
+    async def _caught_up(self, run: Runner, writer: JsonlWriter) -> Behind | None:
+        """The put of an earlier write, if one runs, ended (returned: what it held is freed
+        when the caller lets it go); if it failed, the writer fails with its errno, raised
+        here."""
         behind = self.behind
         if behind is None:
-            return
+            return None
         await behind.done.wait()
         self.behind = None
         error = behind.error
@@ -312,6 +319,7 @@ class LinesHandle(SinkHandle):
             if err is None:  # a bug: the adapter logs its traceback
                 raise error
             raise FsError(err, f"the lines of an earlier write were not stored: {error}") from error
+        return behind
 
     async def commit(self, run: Runner) -> None:
         if self.behind is not None and self.writer is not None:

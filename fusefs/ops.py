@@ -179,10 +179,10 @@ class TrioRunner:
         with trio.move_on_after(seconds):
             await arrival.wait()
 
-    def behind(self, fn: Callable[[], object]) -> Behind:
+    def behind(self, fn: Callable[[], object], held: object = None) -> Behind:
         """fn (a put) in a cached worker thread (outside the limiter: one per handle at
         most), its end reported on the loop, where `follow` readers are woken at once."""
-        job = Behind()
+        job = Behind(held)
         token = trio.lowlevel.current_trio_token()
 
         def ended(result: outcome.Outcome[object]) -> None:

@@ -790,9 +790,9 @@ class InlineRunner:
     async def wait(self, arrival, seconds) -> None:
         pass
 
-    def behind(self, fn) -> Behind:
+    def behind(self, fn, held=None) -> Behind:
         """At once, in the caller; the handle finds it ended."""
-        job = Behind()
+        job = Behind(held)
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - raised where the handle waits
@@ -926,6 +926,9 @@ def test_a_small_write_of_json_lines_is_put_on_the_loop(model, store):
             assert run.trips == 2 and run.stores == 3 and h.behind is None
         else:
             assert run.trips == 1 and run.stores == 3 and h.behind is not None
+            # the put's messages stay held until the handle lets them go on the loop
+            held = h.behind.held
+            assert [bytes(m.body) for m in held] == [b"n%d" % i for i in range(400)]
         assert await refused(h.write(run, 0, b'{"body": 1}\n')) == errno.EINVAL
         assert h.behind is None
         assert await refused(h.write(run, 0, b'{"body": "after"}\n')) == errno.EINVAL
