@@ -18,6 +18,7 @@ from .files.commitlog import CommitLog
 from .files.compaction_log import CompactionViews
 from .files.consume_queue import _TAIL_FIRST, TAIL_MAX, ConsumeQueue
 from .files.dispatcher import Dispatcher
+from .files.index_file import IndexFile
 from .files.index_service import IndexService
 from .files.mapped_file import _PWRITE_MIN
 from .files.prefault import Prefault
@@ -161,7 +162,8 @@ class StoreWrites:
         self.hot_put = compiled_records.Put(
             compiled, Message, self.users, self.put_lock, self.compaction.topics, wall_clock, self,
             self.commitlog.queue, self.consume_queues, self.unit_flush, self.index, PutResult,
-            self.index.hash_kind, TAIL_MAX, _TAIL_FIRST, BUFFERED_MAX, _PWRITE_MIN, self.prefault.note)
+            self.index.hash_kind, TAIL_MAX, _TAIL_FIRST, BUFFERED_MAX, _PWRITE_MIN, self.prefault.note,
+            IndexFile)
 
     def _locked(self, write: Callable[[], T], sync: bool) -> T:
         """`write` under the put lock, announced to the group commit first when `sync` (so

@@ -71,6 +71,12 @@ def written_count(buf, slots: int, entries: int,
 
 
 class IndexFile:
+    # its fields are slots: the C put (store/format/_records.c) reads and writes the header's
+    # counters where Python keeps them, not through attribute lookups
+    __slots__ = ("path", "slots", "entries", "mf", "_c", "_entries_at", "begin_timestamp",
+                 "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
+                 "index_count", "written", "_ordered_upto", "_newest_ts")
+
     def __init__(self, path: str, slots: int, entries: int, *, read_only: bool = False,
                  end_phy_offset: int = 0, end_timestamp: int = 0, blank: bool = False):
         """Open or create the file; `blank` says an existing file is an unused reservation

@@ -8,6 +8,7 @@
  * libxxhash (linked, never copied). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -730,6 +731,8 @@ typedef struct {
     PyObject *units;      /* UnitFlush */
     PyObject *index;      /* IndexService */
     PyObject *result;     /* PutResult (a tuple subclass of five fields) */
+    PyTypeObject *ix_type;          /* IndexFile, when its fields are slots (else NULL) */
+    Py_ssize_t ix_off[N_NAMES];     /* where an IndexFile keeps each field it has a slot for */
     PyObject *ahead;      /* None, or ahead(mf, end) -> CommitLog offset: told where the appends
                            * reached once they pass that offset (store/files/prefault.py) */
     long long ahead_at;   /* (a hint, not store state: a new Put starts at 0) */
@@ -780,6 +783,37 @@ static int set_ll(PyObject *obj, int name, long long v) {
     int r = o == NULL ? -1 : PyObject_SetAttr(obj, names[name], o);
     Py_XDECREF(o);
     return r;
+}
+
+/* An IndexFile's field `name` where its class keeps it (a slot: the attribute itself, which
+ * Python reads and writes there too), or NULL: then it is read and written as an attribute. */
+static PyObject **ix_slot(const Put *s, PyObject *ixf, int name) {
+    return s->ix_type != NULL && Py_IS_TYPE(ixf, s->ix_type) && s->ix_off[name] > 0
+        ? (PyObject **)((char *)ixf + s->ix_off[name]) : NULL;
+}
+
+/* attr_ll and set_ll for an IndexFile's fields, at their slots. */
+static int ix_ll(const Put *s, PyObject *ixf, int name, long long *out) {
+    PyObject **at = ix_slot(s, ixf, name);
+    if (at == NULL)
+        return attr_ll(ixf, name, out);
+    int overflow = 0;
+    *out = *at != NULL && PyLong_Check(*at) ? PyLong_AsLongLongAndOverflow(*at, &overflow) : -1;
+    int bad = *at == NULL || !PyLong_Check(*at) || overflow || PyErr_Occurred();
+    PyErr_Clear();
+    return bad ? -1 : 0;
+}
+
+static int ix_set(const Put *s, PyObject *ixf, int name, long long v) {
+    PyObject **at = ix_slot(s, ixf, name);
+    if (at == NULL)
+        return set_ll(ixf, name, v);
+    PyObject *o = PyLong_FromLongLong(v), *old = *at;
+    if (o == NULL)
+        return -1;
+    *at = o;
+    Py_XDECREF(old);
+    return 0;
 }
 
 /* The tagsCode of a unit (TagsCodes.of for any topic but the delay topic): the flavor's hash
@@ -969,13 +1003,14 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     long long first = 0, slots = 0, entries = 0, end_phy = 0, begin_ts = 0;
     if (n_keys > 0) {
         ixf = last_of(s->index, A_FILES);
-        PyObject *ixmf = ixf == NULL ? NULL : PyObject_GetAttr(ixf, names[A_MF]);
+        PyObject **at = ixf == NULL ? NULL : ix_slot(s, ixf, A_MF);
+        PyObject *ixmf = ixf == NULL ? NULL : at != NULL ? Py_XNewRef(*at) : PyObject_GetAttr(ixf, names[A_MF]);
         int ok = ixmf != NULL && mapping(ixmf, &ix_view) == 0;
         Py_XDECREF(ixmf);
         PyErr_Clear();
-        if (!ok || attr_ll(ixf, A_INDEX_COUNT, &first) || attr_ll(ixf, A_END_PHY, &end_phy)
-                || attr_ll(ixf, A_SLOTS, &slots) || attr_ll(ixf, A_ENTRIES, &entries)
-                || attr_ll(ixf, A_BEGIN_TS, &begin_ts))
+        if (!ok || ix_ll(s, ixf, A_INDEX_COUNT, &first) || ix_ll(s, ixf, A_END_PHY, &end_phy)
+                || ix_ll(s, ixf, A_SLOTS, &slots) || ix_ll(s, ixf, A_ENTRIES, &entries)
+                || ix_ll(s, ixf, A_BEGIN_TS, &begin_ts))
             goto done;
         if (entries - first < n_keys || commitlog_offset <= end_phy || first < 1 || slots <= 0
                 || slots > ix_view.len / SLOT_SIZE || entries > ix_view.len / ENTRY_SIZE
@@ -1083,17 +1118,17 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
                 begin = store_ts;
             count++;
         }
-        if (attr_ll(ixf, A_ORDERED, &ordered) || attr_ll(ixf, A_NEWEST, &newest_ts)
-                || attr_ll(ixf, A_SLOT_COUNT, &slot_count)) {
+        if (ix_ll(s, ixf, A_ORDERED, &ordered) || ix_ll(s, ixf, A_NEWEST, &newest_ts)
+                || ix_ll(s, ixf, A_SLOT_COUNT, &slot_count)) {
             PyErr_SetString(PyExc_SystemError, "IndexFile lost its header fields");
             goto done;
         }
-        if ((first <= 1 && (set_ll(ixf, A_BEGIN_PHY, commitlog_offset) < 0 || set_ll(ixf, A_BEGIN_TS, store_ts) < 0))
-                || set_ll(ixf, A_SLOT_COUNT, slot_count + fresh) < 0 || set_ll(ixf, A_INDEX_COUNT, count) < 0
-                || set_ll(ixf, A_WRITTEN, count) < 0 || set_ll(ixf, A_END_PHY, commitlog_offset) < 0
-                || set_ll(ixf, A_END_TS, store_ts) < 0
+        if ((first <= 1 && (ix_set(s, ixf, A_BEGIN_PHY, commitlog_offset) < 0 || ix_set(s, ixf, A_BEGIN_TS, store_ts) < 0))
+                || ix_set(s, ixf, A_SLOT_COUNT, slot_count + fresh) < 0 || ix_set(s, ixf, A_INDEX_COUNT, count) < 0
+                || ix_set(s, ixf, A_WRITTEN, count) < 0 || ix_set(s, ixf, A_END_PHY, commitlog_offset) < 0
+                || ix_set(s, ixf, A_END_TS, store_ts) < 0
                 || (ordered == first && store_ts >= newest_ts
-                    && (set_ll(ixf, A_ORDERED, count) < 0 || set_ll(ixf, A_NEWEST, store_ts) < 0)))
+                    && (ix_set(s, ixf, A_ORDERED, count) < 0 || ix_set(s, ixf, A_NEWEST, store_ts) < 0)))
             goto done;
     }
     if (set_ll(s->writes, A_DISPATCHED_TS, store_ts) < 0)
@@ -1227,19 +1262,39 @@ static PyMethodDef Put_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Where `cls` (IndexFile) keeps the fields the put reads and writes: each must be a slot
+ * holding any object (__slots__), or none is read there (they are attributes then). */
+static void index_slots(Put *s, PyTypeObject *cls) {
+    static const int fields[] = {A_MF, A_INDEX_COUNT, A_END_PHY, A_SLOTS, A_ENTRIES, A_BEGIN_TS,
+                                 A_BEGIN_PHY, A_SLOT_COUNT, A_WRITTEN, A_END_TS, A_ORDERED, A_NEWEST};
+    Py_ssize_t off[N_NAMES] = {0};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        PyObject *d = _PyType_Lookup(cls, names[fields[i]]);  /* borrowed */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset < (Py_ssize_t)sizeof(PyObject)
+                || m->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize)
+            return;
+        off[fields[i]] = m->offset;
+    }
+    memcpy(s->ix_off, off, sizeof(off));
+    s->ix_type = (PyTypeObject *)Py_NewRef(cls);
+}
+
 static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"codec", "message", "users", "lock", "compacted", "wall_clock", "writes",
                          "log", "registry", "units", "index", "result", "hash_kind", "tail_max",
-                         "tail_first", "buffered_max", "pwrite_min", "ahead", NULL};
+                         "tail_first", "buffered_max", "pwrite_min", "ahead", "index_file", NULL};
     PyObject *codec, *message, *users, *lock, *compacted, *wall_clock, *writes, *log, *registry, *units;
-    PyObject *index, *result, *ahead = Py_None;
+    PyObject *index, *result, *ahead = Py_None, *index_file = Py_None;
     int hash_kind;
     long long tail_max, tail_first, buffered_max, pwrite_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLLL|O", kw, &CodecType, &codec,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OOO!OOOOOOO!iLLLL|OO", kw, &CodecType, &codec,
                                      &PyType_Type, &message, &users, &lock, &PyFrozenSet_Type,
                                      &compacted, &wall_clock, &writes, &log, &registry, &units, &index,
                                      &PyType_Type, &result, &hash_kind, &tail_max, &tail_first, &buffered_max,
-                                     &pwrite_min, &ahead))
+                                     &pwrite_min, &ahead, &index_file))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)result, &PyTuple_Type)
             || (hash_kind != HASH_JAVA && hash_kind != HASH_XXH32)) {
@@ -1269,6 +1324,8 @@ static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     s->index = Py_NewRef(index);
     s->result = Py_NewRef(result);
     s->ahead = Py_NewRef(ahead);
+    if (PyType_Check(index_file))
+        index_slots(s, (PyTypeObject *)index_file);
     s->hash_kind = hash_kind;
     s->tail_max = tail_max;
     s->tail_first = tail_first;
@@ -1293,6 +1350,7 @@ static int Put_traverse(Put *s, visitproc visit, void *arg) {
     Py_VISIT(s->index);
     Py_VISIT(s->result);
     Py_VISIT(s->ahead);
+    Py_VISIT(s->ix_type);
     return 0;
 }
 
@@ -1312,6 +1370,7 @@ static int Put_clear(Put *s) {
     Py_CLEAR(s->index);
     Py_CLEAR(s->result);
     Py_CLEAR(s->ahead);
+    Py_CLEAR(s->ix_type);
     return 0;
 }
 
