@@ -53,6 +53,11 @@ typedef struct {
     PyObject *topic_part;  /* Encoder._topic_part: validates and caches a topic */
     PyObject *hosts;       /* Encoder._hosts: likewise a born host */
     int64_t batch_now;     /* encode_batch's one clock reading for BORNTIMESTAMP 0, or 0 */
+    /* a class whose fields are all object slots (Message): their offsets, valid while the
+     * class keeps this version tag (any change to it or a base clears the tag) */
+    PyTypeObject *slots_type;
+    unsigned int slots_tag;
+    Py_ssize_t slot_at[N_FIELDS];
 } Codec;
 
 /* One message's parts, read and checked before anything is written. */
@@ -164,6 +169,36 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether msg's class keeps every field in an object slot read as getattr reads it (the
+ * generic getattr, each name a member descriptor): the offsets are found once per class
+ * and version tag, and a message of any other class (or of its class changed since) is read
+ * with getattr. Finds no attribute by running Python code. */
+static int slotted(Codec *c, PyObject *msg) {
+    PyTypeObject *type = Py_TYPE(msg);
+    if (type == c->slots_type && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+            && type->tp_version_tag == c->slots_tag)
+        return 1;
+    if (type->tp_getattro != PyObject_GenericGetAttr)
+        return 0;
+    Py_ssize_t at[N_FIELDS];
+    for (int i = 0; i < N_FIELDS; i++) {
+        PyObject *d = _PyType_Lookup(type, field_names[i]);  /* borrowed; sets no error */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return 0;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || !PyType_IsSubtype(type, ((PyDescrObject *)d)->d_type)
+                || m->offset < (Py_ssize_t)sizeof(PyObject) || m->offset + (Py_ssize_t)sizeof(PyObject *) > type->tp_basicsize)
+            return 0;
+        at[i] = m->offset;
+    }
+    if (!(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+        return 0;  /* (the lookups give it one; without, nothing would say it changed) */
+    Py_XSETREF(c->slots_type, (PyTypeObject *)Py_NewRef(type));
+    c->slots_tag = type->tp_version_tag;
+    memcpy(c->slot_at, at, sizeof at);
+    return 1;
+}
+
 /* Read and check one message into `p`: 1 ready, 0 declined, -1 error (MemoryError and
  * the like: a failure of the process, not of the message). With `own_props`, p->props is a
  * copy of the message's properties taken first, which the record and the batch's dispatch
@@ -173,11 +208,17 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p, int own_props) {
     PyObject *f[N_FIELDS] = {NULL};
     int ok = 0;
     memset(p, 0, sizeof(*p));
-    for (int i = 0; i < N_FIELDS; i++) {
-        f[i] = PyObject_GetAttr(msg, field_names[i]);
-        if (f[i] == NULL) {
-            PyErr_Clear();
-            goto done;
+    if (slotted(c, msg)) {  /* the slots themselves: what getattr would return, or unset */
+        for (int i = 0; i < N_FIELDS; i++)
+            if ((f[i] = Py_XNewRef(*(PyObject **)((char *)msg + c->slot_at[i]))) == NULL)
+                goto done;
+    } else {
+        for (int i = 0; i < N_FIELDS; i++) {
+            f[i] = PyObject_GetAttr(msg, field_names[i]);
+            if (f[i] == NULL) {
+                PyErr_Clear();
+                goto done;
+            }
         }
     }
     /* topic: a validated str (v2 magic when its part has a two-byte length) */
@@ -632,6 +673,7 @@ static PyObject *Codec_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 
 static int Codec_traverse(Codec *c, visitproc visit, void *arg) {
+    Py_VISIT(c->slots_type);
     Py_VISIT(c->topics);
     Py_VISIT(c->born);
     Py_VISIT(c->topic_part);
@@ -640,6 +682,7 @@ static int Codec_traverse(Codec *c, visitproc visit, void *arg) {
 }
 
 static int Codec_clear(Codec *c) {
+    Py_CLEAR(c->slots_type);
     Py_CLEAR(c->store_host);
     Py_CLEAR(c->topics);
     Py_CLEAR(c->born);

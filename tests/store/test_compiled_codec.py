@@ -269,3 +269,35 @@ def test_a_batchs_results_built_in_c_are_the_put_results_of_its_columns():
                    for c, q, s in zip(commitlog.tolist(), queue.tolist(), sizes)]
     assert all(type(r) is PutResult and not gc.is_tracked(r) for r in got)
     assert compiled.records.results(PutResult, commitlog[:0], queue[:0], 0, b"", host) == []
+
+
+@needs_c
+def test_a_batch_reads_slots_as_getattr_does_even_after_the_class_changes():
+    """Message's fields are read from its slots (offsets found once per class version): a
+    class that later shadows a field with a property, an unset slot and a subclass's own
+    property all read as getattr reads them."""
+    py, c = _encoders(XXHASH, True, False)
+
+    class Sub(Message):
+        __slots__ = ()
+
+    def batch(cls: type) -> list[Message]:
+        return [cls("T", bytes([i]) * 50, properties={"k": "v"}, born_timestamp=5) for i in range(3)]
+
+    def python(msgs: list[Message]) -> bytes:
+        return b"".join(bytes(_python(py, m)[0]) for m in msgs)
+
+    first = batch(Sub)
+    assert bytes(c.encode_batch(first).buf) == python(first)  # slots read (and their offsets kept)
+    second = batch(Sub)
+    Sub.body = property(lambda self: b"from a property")  # type: ignore[assignment,method-assign]
+    try:
+        found = c.encode_batch(second)
+        assert bytes(found.buf) == python(second) and b"from a property" in found.buf
+    finally:
+        del Sub.body
+    third = batch(Sub)
+    del third[1].flag  # an unset slot: getattr raises, so C declines and Python raises it
+    assert c.compiled.encode_batch(third) is None
+    with pytest.raises(AttributeError):
+        Encoder.encode(py, third[1])
