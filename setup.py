@@ -50,6 +50,9 @@ EXTENSIONS = [
     # JSON lines of the commonest shapes (store/format/jsonl.py's decode_lines loads it)
     Extension("mqfs.store.format._jsonl", ["store/format/_jsonl.c"],
               extra_compile_args=["-O2", "-Wall"], optional=True),
+    # mqfs dump's common record decoded, checked and printed (store/offline/dump_lines.py)
+    Extension("mqfs.store.offline._dump", ["store/offline/_dump.c"], libraries=["xxhash", "z"],
+              extra_compile_args=["-O2", "-Wall"], optional=True),
 ]
 
 setup(cmdclass={"build_py": BuildWithPth, "build_ext": OptionalExtensions}, ext_modules=EXTENSIONS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import mmap
 from collections.abc import Iterator
+from typing import Any
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import CodecError, CorruptionError
@@ -69,11 +70,14 @@ def _kept(msg: StoredMessage, sel: Selection, literals: list[list[bytes]]) -> bo
 
 
 def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]]],
-             sel: Selection, flavor: Flavor, damage: Damage) -> Iterator[StoredMessage]:
+             sel: Selection, flavor: Flavor, damage: Damage, lines: Any = None
+             ) -> Iterator[StoredMessage | bytes]:
     """The selected messages of these units, queue by queue; within a chunk of a queue's
     offsets, file by file (as runs_at reads them), a file's units without a record first.
     A record that is its unit's own queue's message and neither packs nor compresses
-    messages is `served` without a generator of its own (most of a selection's records)."""
+    messages is `served` without a generator of its own (most of a selection's records).
+    With `lines` (store.offline.dump_lines), such a record comes as its JSON line (bytes),
+    made in C; what C declines is read here as without it."""
     log = Files(layout)
     literals = sel.property_literals()
     holds = sel.holds
@@ -93,8 +97,14 @@ def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]
                 continue
             buf = log.mapped(i)
             base = log.starts[i]
-            found = []
+            found: list[tuple[int, int, StoredMessage] | bytes] = []
             for qo, at in group:
+                if lines is not None:
+                    line = lines.line(buf, at - base, at, topic, q, qo)
+                    if line is not None:  # its JSON line, or False: not selected
+                        if line:
+                            found.append(line)
+                        continue
                 try:
                     msg = decode(buf, at - base)
                 except CodecError:
@@ -103,7 +113,11 @@ def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]
                     damage(at, NO_RECORD)
                 else:
                     found.append((qo, at, msg))
-            for qo, at, msg in found:
+            for item in found:
+                if isinstance(item, bytes):
+                    yield item
+                    continue
+                qo, at, msg = item
                 if not _kept(msg, sel, literals):
                     continue
                 try:

@@ -31,8 +31,13 @@ class Writer:
             self._csv.writerow(CSV_COLUMNS)
             self._flush_text()
 
-    def write(self, msg: StoredMessage) -> None:
-        if self.fmt == "json":
+    def write(self, msg: StoredMessage | bytes) -> None:
+        """One message, or a JSON line made for it already (command.selected's `json_lines`)."""
+        if isinstance(msg, bytes):
+            self._lines.append(msg)
+            if len(self._lines) >= BATCH:
+                self.flush()
+        elif self.fmt == "json":
             self._lines.append(self._envelopes.line(msg))
             if len(self._lines) >= BATCH:
                 self.flush()

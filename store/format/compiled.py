@@ -27,6 +27,7 @@ def _load(name: str) -> ModuleType | None:
 records = _load("._records")  # CommitLog records (store/format/_records.c)
 dispatch = _load("..files._dispatch")  # IndexFile entries (store/files/_dispatch.c)
 jsonl = _load("._jsonl")  # JSON lines of the commonest shapes (store/format/_jsonl.c)
+dump = _load("..offline._dump")  # mqfs dump's common records (store/offline/_dump.c)
 
 
 def say_if_missing() -> None:

@@ -193,7 +193,7 @@ class EnvelopeLines:
         raw = (msg.born_host_raw, msg.store_host_raw)
         hosts = self._hosts.get(raw)
         if hosts is None:
-            hosts = self._hosts[raw] = self._hosts_of(*raw)
+            hosts = self._hosts[raw] = self.hosts_of(*raw)
         try:
             name, body = b"body", dumps(str(msg.body, "utf-8"))
         except UnicodeDecodeError:
@@ -206,7 +206,8 @@ class EnvelopeLines:
             msg.commitlog_offset, msg.total_size, msg.flag, msg.sys_flag, msg.reconsume_times,
             dumps(props), name, body)
 
-    def _hosts_of(self, born: bytes, store: bytes) -> tuple[bytes, bytes]:
+    def hosts_of(self, born: bytes, store: bytes) -> tuple[bytes, bytes]:
+        """(msgid's first hex digits, both hosts' fields) of a record's raw hosts."""
         return (store.hex().upper().encode(), self._dumps(host_text(*decode_host(born))) +
                 b',"store_host":' + self._dumps(host_text(*decode_host(store))))
 
