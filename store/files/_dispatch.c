@@ -324,7 +324,122 @@ done:
     return result;
 }
 
+static int compare_int64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* group_rows(group, taken) -> (values, counts, rows, ranks) as native int64 bytes: a batch's
+ * rows grouped by queue (Dispatcher._group_rows, the numpy reference): the distinct `group`
+ * values ascending, how many `taken` rows each has, the taken rows in group order (each
+ * group's in row order) and each one's rank within its group. One pass with a hash of the
+ * distinct values (a batch has few), then a sort of those alone. */
+static PyObject *group_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "group_rows takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer gv, tv;
+    if (PyObject_GetBuffer(args[0], &gv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &tv, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&gv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = gv.len / 8, cap = 16, k = 0, m = 0;
+    const char *f = gv.format;
+    if (gv.itemsize != 8 || f == NULL || strchr("qlQL", f[f[0] == '<' || f[0] == '=' || f[0] == '@']) == NULL
+            || tv.itemsize != 1 || tv.len != n) {
+        PyErr_SetString(PyExc_ValueError, "group_rows takes native int64 groups and a byte a row");
+        goto release;
+    }
+    while (cap < 2 * n)
+        cap *= 2;
+    const int64_t *group = gv.buf;
+    const unsigned char *taken = tv.buf;
+    /* slot -> 1 + id of the value (ids in order of first appearance); per id: value, taken
+     * count, then its first row in `rows` */
+    Py_ssize_t *table = PyMem_Calloc((size_t)cap, sizeof *table);
+    Py_ssize_t *id_of = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *id_of);
+    int64_t *values = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *values);
+    int64_t *sorted = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    int64_t *counts = PyMem_Calloc((size_t)(n ? n : 1), sizeof *counts);
+    int64_t *start = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *start);
+    PyObject *o_values = NULL, *o_counts = NULL, *o_rows = NULL, *o_ranks = NULL;
+    if (!table || !id_of || !values || !sorted || !counts || !start) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h = (uint64_t)group[i] * 0x9E3779B97F4A7C15ull;
+        Py_ssize_t at = (Py_ssize_t)(h >> 32) & (cap - 1);
+        while (table[at] && values[table[at] - 1] != group[i])
+            at = (at + 1) & (cap - 1);
+        if (!table[at]) {
+            values[k] = group[i];
+            table[at] = ++k;
+        }
+        id_of[i] = table[at] - 1;
+        if (taken[i]) {
+            counts[id_of[i]]++;
+            m++;
+        }
+    }
+    /* the ids in value order: sorted[j] is the j-th smallest value; start[id] its rows' first
+     * place, reached through a search of the sorted values (k log k, k is small) */
+    memcpy(sorted, values, (size_t)k * sizeof *sorted);
+    qsort(sorted, (size_t)k, sizeof *sorted, compare_int64);
+    o_values = PyBytes_FromStringAndSize((const char *)sorted, k * 8);
+    o_counts = PyBytes_FromStringAndSize(NULL, k * 8);
+    o_rows = PyBytes_FromStringAndSize(NULL, m * 8);
+    o_ranks = PyBytes_FromStringAndSize(NULL, m * 8);
+    if (!o_values || !o_counts || !o_rows || !o_ranks)
+        goto done;
+    int64_t *out_counts = (int64_t *)PyBytes_AS_STRING(o_counts);
+    Py_ssize_t *pos = table;  /* reused: the sorted place of each id */
+    for (Py_ssize_t id = 0; id < k; id++) {
+        int64_t *hit = bsearch(&values[id], sorted, (size_t)k, sizeof *sorted, compare_int64);
+        pos[id] = hit - sorted;
+    }
+    for (Py_ssize_t id = 0; id < k; id++)
+        out_counts[pos[id]] = counts[id];
+    int64_t *first = sorted;  /* (copied out already) each group's first place in `rows` */
+    for (Py_ssize_t j = 0, next = 0; j < k; j++) {
+        first[j] = start[j] = next;
+        next += out_counts[j];
+    }
+    int64_t *rows = (int64_t *)PyBytes_AS_STRING(o_rows), *ranks = (int64_t *)PyBytes_AS_STRING(o_ranks);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (taken[i]) {
+            Py_ssize_t j = pos[id_of[i]];
+            int64_t at = start[j]++;
+            rows[at] = i;
+            ranks[at] = at - first[j];
+        }
+    }
+    result = PyTuple_Pack(4, o_values, o_counts, o_rows, o_ranks);
+done:
+    Py_XDECREF(o_values);
+    Py_XDECREF(o_counts);
+    Py_XDECREF(o_rows);
+    Py_XDECREF(o_ranks);
+    PyMem_Free(table);
+    PyMem_Free(id_of);
+    PyMem_Free(values);
+    PyMem_Free(sorted);
+    PyMem_Free(counts);
+    PyMem_Free(start);
+release:
+    PyBuffer_Release(&gv);
+    PyBuffer_Release(&tv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"group_rows", (PyCFunction)(void (*)(void))group_rows, METH_FASTCALL,
+     "A batch's rows grouped by queue: (values, counts, rows, ranks), as Dispatcher._group_rows."},
     {"index_keys", (PyCFunction)(void (*)(void))index_keys, METH_FASTCALL,
      "IndexFile entries for one record's keys, hashed here."},
     {"index_entries", (PyCFunction)(void (*)(void))index_entries, METH_FASTCALL,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from ..crash_points import crash_point
-from ..format import codec, layout, message
+from ..format import codec, compiled, layout, message
 from ..format.columns import RecordRun
 from ..format.flavor import Flavor
 from ..format.layout import TRANSACTION_PREPARED
@@ -106,6 +106,26 @@ class TagsCodes:
         """Whether a queue's units can be picked by a tag's hash: not the delay topic's,
         whose units hold times."""
         return topic != SCHEDULE_TOPIC
+
+
+def group_rows(group: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's rows by queue (`group`: a number per queue, int64): the distinct groups
+    ascending, how many `taken` rows each has, the taken rows in group order (each group's
+    in row order) and each one's rank in its group. In C when it is built (one pass and a
+    sort of the distinct groups: a batch has few), else with numpy: the reference."""
+    c = compiled.dispatch
+    if c is not None:
+        found = c.group_rows(np.ascontiguousarray(group, dtype=np.int64), np.ascontiguousarray(taken, dtype=bool))
+        return cast(tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+                    tuple(np.frombuffer(b, dtype=np.int64) for b in found))
+    order = np.argsort(group, kind="stable")
+    ordered = group[order]
+    firsts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1])) if len(order) else order
+    in_order = taken[order]
+    counts = np.add.reduceat(in_order.astype(np.int64), firsts) if len(order) else order
+    seen = np.cumsum(in_order)
+    before = np.repeat((seen - in_order)[firsts], np.diff(np.append(firsts, len(order))))
+    return ordered[firsts], counts, order[in_order], (seen - before - 1)[in_order]
 
 
 @dataclass
@@ -233,14 +253,10 @@ class Dispatcher:
         else:
             names = {t: i for i, t in enumerate(dict.fromkeys(topics))}
             group = np.array(list(map(names.__getitem__, topics)), dtype=np.int64) << 32 | qids
-        order = np.argsort(group, kind="stable")
-        ordered = group[order]
-        firsts = np.flatnonzero(np.append(True, ordered[1:] != ordered[:-1]))
-        taken = layout.in_queue(sys_flags)[order]
-        counts = np.add.reduceat(taken.astype(np.int64), firsts)
-        self.units.make_room(int(counts.sum()) * UNIT_SIZE)
+        values, counts, rows, ranks = group_rows(group, layout.in_queue(sys_flags))
+        self.units.make_room(len(rows) * UNIT_SIZE)
         topic_of = list(names)
-        keys = [(topic_of[g >> 32], g & 0xFFFFFFFF) for g in ordered[firsts].tolist()]
+        keys = [(topic_of[g >> 32], g & 0xFFFFFFFF) for g in values.tolist()]
         check = self.consume_queues.end_check
         if check is not None:  # before their first use (see `reserve`)
             for key, n in zip(keys, counts.tolist()):
@@ -261,11 +277,8 @@ class Dispatcher:
                 cq.ensure_room(n_of[i])
             bases[i] = cq.next_offset
         # a taken row's offset: its queue's next offset + the taken rows before it in its queue
-        seen = np.cumsum(taken)
-        before = np.repeat((seen - taken)[firsts], np.diff(np.append(firsts, len(order))))
-        rows = order[taken]
         queue_offsets = np.zeros(len(topics), dtype=np.int64)
-        queue_offsets[rows] = np.repeat(np.array(bases, dtype=np.int64), counts) + (seen - before - 1)[taken]
+        queue_offsets[rows] = np.repeat(np.array(bases, dtype=np.int64), counts) + ranks
         key_rows, key_hashes = self._batch_keys(topics, props, sys_flags)
         self.index.ensure_room(len(key_rows))
         return BatchPlan(keys, queues, fresh, counts, rows, queue_offsets, key_rows, key_hashes)

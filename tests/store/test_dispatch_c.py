@@ -251,3 +251,22 @@ def test_batch_keys_refuses_what_it_cannot_read_and_declines_lists_that_shrink()
     props = [{Clearing("x"): "v"}, {"KEYS": "k2"}]
     armed.append(True)
     assert c.batch_keys(c.HASH_XXH32, topics, props, flags, "KEYS", "UNIQ_KEY") is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.booleans()), max_size=80),
+       wide=st.booleans())
+def test_a_batchs_rows_are_grouped_by_queue_as_numpy_groups_them(groups, wide, monkeypatch):
+    """group_rows in C (one pass, a hash of the groups) against its numpy reference: the
+    groups ascending, the taken rows' counts, the rows in group order and their ranks."""
+    import numpy as np
+
+    from mqfs.store.files import dispatcher
+
+    group = np.array([(t << 32 | q) if wide else q for t, q, _ in groups], dtype=np.int64)
+    taken = np.array([k for _, _, k in groups], dtype=bool)
+    found = dispatcher.group_rows(group, taken)
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "dispatch", None)
+        reference = dispatcher.group_rows(group, taken)
+    assert [a.tolist() for a in found] == [a.tolist() for a in reference]
