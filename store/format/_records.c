@@ -776,6 +776,7 @@ typedef struct {
     PyObject *result;     /* PutResult (a tuple subclass of five fields) */
     PyTypeObject *ix_type;          /* IndexFile, when its fields are slots (else NULL) */
     Py_ssize_t ix_off[N_NAMES];     /* where an IndexFile keeps each field it has a slot for */
+    unsigned int ix_tag;            /* ix_type's version tag then: any change to it clears it */
     PyObject *ahead;      /* None, or ahead(mf, end) -> CommitLog offset: told where the appends
                            * reached once they pass that offset (store/files/prefault.py) */
     long long ahead_at;   /* (a hint, not store state: a new Put starts at 0) */
@@ -793,8 +794,9 @@ static int attr_ll(PyObject *obj, int name, long long *out) {
     }
     int overflow = 0;
     *out = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : -1;
-    int bad = !PyLong_Check(v) || overflow || PyErr_Occurred();
-    PyErr_Clear();
+    int bad = !PyLong_Check(v) || overflow || (*out == -1 && PyErr_Occurred());
+    if (bad)
+        PyErr_Clear();
     Py_DECREF(v);
     return bad ? -1 : 0;
 }
@@ -829,9 +831,12 @@ static int set_ll(PyObject *obj, int name, long long v) {
 }
 
 /* An IndexFile's field `name` where its class keeps it (a slot: the attribute itself, which
- * Python reads and writes there too), or NULL: then it is read and written as an attribute. */
+ * Python reads and writes there too), or NULL: then it is read and written as an attribute
+ * (a file of another class, or of its class changed since the Put was made). */
 static PyObject **ix_slot(const Put *s, PyObject *ixf, int name) {
-    return s->ix_type != NULL && Py_IS_TYPE(ixf, s->ix_type) && s->ix_off[name] > 0
+    PyTypeObject *t = s->ix_type;
+    return t != NULL && Py_IS_TYPE(ixf, t) && (t->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+        && t->tp_version_tag == s->ix_tag && s->ix_off[name] > 0
         ? (PyObject **)((char *)ixf + s->ix_off[name]) : NULL;
 }
 
@@ -842,21 +847,27 @@ static int ix_ll(const Put *s, PyObject *ixf, int name, long long *out) {
         return attr_ll(ixf, name, out);
     int overflow = 0;
     *out = *at != NULL && PyLong_Check(*at) ? PyLong_AsLongLongAndOverflow(*at, &overflow) : -1;
-    int bad = *at == NULL || !PyLong_Check(*at) || overflow || PyErr_Occurred();
-    PyErr_Clear();
+    int bad = *at == NULL || !PyLong_Check(*at) || overflow || (*out == -1 && PyErr_Occurred());
+    if (bad)
+        PyErr_Clear();
     return bad ? -1 : 0;
 }
 
-static int ix_set(const Put *s, PyObject *ixf, int name, long long v) {
+static int ix_put(const Put *s, PyObject *ixf, int name, PyObject *v) {
     PyObject **at = ix_slot(s, ixf, name);
     if (at == NULL)
-        return set_ll(ixf, name, v);
-    PyObject *o = PyLong_FromLongLong(v), *old = *at;
-    if (o == NULL)
-        return -1;
-    *at = o;
+        return PyObject_SetAttr(ixf, names[name], v);
+    PyObject *old = *at;
+    *at = Py_NewRef(v);
     Py_XDECREF(old);
     return 0;
+}
+
+static int ix_set(const Put *s, PyObject *ixf, int name, long long v) {
+    PyObject *o = PyLong_FromLongLong(v);
+    int r = o == NULL ? -1 : ix_put(s, ixf, name, o);
+    Py_XDECREF(o);
+    return r;
 }
 
 /* The tagsCode of a unit (TagsCodes.of for any topic but the delay topic): the flavor's hash
@@ -965,9 +976,10 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     Codec *c = s->codec;
     /* the put lock is held: no Python code of the caller's may run in here (a hash or a
      * comparison of its own could put again and wait for the lock forever). A Message's
-     * fields are read from its __dict__ and checked to be exact types; the born host is
+     * fields are read from its slots (or __dict__) and checked to be exact types; the born host is
      * looked up in the codec's cache by hash and comparison, so it must be (str, int). */
-    PyObject *host = PyObject_GetAttr(msg, names[A_BORN_HOST]);
+    PyObject *host = slotted(c, msg) ? Py_XNewRef(*(PyObject **)((char *)msg + c->slot_at[F_BORN_HOST]))
+        : PyObject_GetAttr(msg, names[A_BORN_HOST]);
     int plain = host != NULL && PyTuple_CheckExact(host) && PyTuple_GET_SIZE(host) == 2
         && PyUnicode_CheckExact(PyTuple_GET_ITEM(host, 0)) && PyLong_CheckExact(PyTuple_GET_ITEM(host, 1));
     Py_XDECREF(host);
@@ -981,7 +993,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         return r < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *out = Py_None;  /* declined unless everything below holds */
     PyObject *mf = NULL, *cq = NULL, *key = NULL, *tail = NULL, *buf = NULL, *ixf = NULL;
-    PyObject *now = NULL, *end_check = NULL, *opened = NULL;
+    PyObject *now = NULL, *end_check = NULL, *opened = NULL, *ts_o = NULL, *off_o = NULL;
     Py_buffer log_view = {0}, ix_view = {0};
     char stack[SCRATCH], *rec = stack;
     long long hashes[MAX_KEYS];
@@ -1125,9 +1137,14 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         }
     }
     out = NULL;  /* from here a failure is the process's (MemoryError): raised */
+    /* the store time and the record's offset, one int each wherever they are kept */
+    ts_o = store_ts == now_ms ? Py_NewRef(now) : PyLong_FromLongLong(store_ts);
+    off_o = PyLong_FromLongLong(commitlog_offset);
+    if (ts_o == NULL || off_o == NULL)
+        goto done;
     place_record(c, rec, size, ts_pos_of(&p), next_offset, commitlog_offset, store_ts);
     memcpy((char *)log_view.buf + wrote, rec, size);
-    if (set_ll(mf, A_WROTE, wrote + size) < 0 || set_ll(mf, A_STORE_TIMESTAMP, store_ts) < 0)
+    if (set_ll(mf, A_WROTE, wrote + size) < 0 || PyObject_SetAttr(mf, names[A_STORE_TIMESTAMP], ts_o) < 0)
         goto done;
     /* the unit (ConsumeQueue.put_buffered), then the tail published whole */
     unsigned char *u = (unsigned char *)PyByteArray_AS_STRING(buf) + used;
@@ -1166,20 +1183,24 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
             PyErr_SetString(PyExc_SystemError, "IndexFile lost its header fields");
             goto done;
         }
-        if ((first <= 1 && (ix_set(s, ixf, A_BEGIN_PHY, commitlog_offset) < 0 || ix_set(s, ixf, A_BEGIN_TS, store_ts) < 0))
-                || ix_set(s, ixf, A_SLOT_COUNT, slot_count + fresh) < 0 || ix_set(s, ixf, A_INDEX_COUNT, count) < 0
-                || ix_set(s, ixf, A_WRITTEN, count) < 0 || ix_set(s, ixf, A_END_PHY, commitlog_offset) < 0
-                || ix_set(s, ixf, A_END_TS, store_ts) < 0
-                || (ordered == first && store_ts >= newest_ts
-                    && (ix_set(s, ixf, A_ORDERED, count) < 0 || ix_set(s, ixf, A_NEWEST, store_ts) < 0)))
+        PyObject *count_o = PyLong_FromLongLong(count);
+        int bad = count_o == NULL
+            || (first <= 1 && (ix_put(s, ixf, A_BEGIN_PHY, off_o) < 0 || ix_put(s, ixf, A_BEGIN_TS, ts_o) < 0))
+            || ix_set(s, ixf, A_SLOT_COUNT, slot_count + fresh) < 0 || ix_put(s, ixf, A_INDEX_COUNT, count_o) < 0
+            || ix_put(s, ixf, A_WRITTEN, count_o) < 0 || ix_put(s, ixf, A_END_PHY, off_o) < 0
+            || ix_put(s, ixf, A_END_TS, ts_o) < 0
+            || (ordered == first && store_ts >= newest_ts
+                && (ix_put(s, ixf, A_ORDERED, count_o) < 0 || ix_put(s, ixf, A_NEWEST, ts_o) < 0));
+        Py_XDECREF(count_o);
+        if (bad)
             goto done;
     }
-    if (set_ll(s->writes, A_DISPATCHED_TS, store_ts) < 0)
+    if (PyObject_SetAttr(s->writes, names[A_DISPATCHED_TS], ts_o) < 0)
         goto done;
     PyTypeObject *cls = (PyTypeObject *)s->result;
     PyObject *t = cls->tp_alloc(cls, 5);
-    PyObject *f0 = PyLong_FromLongLong(commitlog_offset), *f1 = PyLong_FromLongLong(next_offset);
-    PyObject *f2 = PyLong_FromLongLong(store_ts), *f3 = PyLong_FromLongLong(size);
+    PyObject *f0 = Py_NewRef(off_o), *f1 = PyLong_FromLongLong(next_offset);
+    PyObject *f2 = Py_NewRef(ts_o), *f3 = PyLong_FromLongLong(size);
     if (t == NULL || f0 == NULL || f1 == NULL || f2 == NULL || f3 == NULL) {
         Py_XDECREF(t); Py_XDECREF(f0); Py_XDECREF(f1); Py_XDECREF(f2); Py_XDECREF(f3);
         goto done;
@@ -1206,6 +1227,7 @@ done:
         PyBuffer_Release(&ix_view);
     Py_XDECREF(mf); Py_XDECREF(cq); Py_XDECREF(key); Py_XDECREF(tail); Py_XDECREF(buf);
     Py_XDECREF(ixf); Py_XDECREF(now); Py_XDECREF(end_check); Py_XDECREF(opened);
+    Py_XDECREF(ts_o); Py_XDECREF(off_o);
     parts_clear(&p);
     return out;
 }
@@ -1236,7 +1258,8 @@ static PyObject *put_entered(Put *s, PyObject *msg, int wait) {
     }
     /* in: Users.enter's door, then `put`'s own checks */
     PyObject *stopped = PyObject_GetAttr(s->writes, names[A_STOPPED]);
-    PyObject *topic = stopped == NULL ? NULL : PyObject_GetAttr(msg, field_names[F_TOPIC]);
+    PyObject *topic = stopped == NULL ? NULL : slotted(s->codec, msg)
+        ? Py_XNewRef(*(PyObject **)((char *)msg + s->codec->slot_at[F_TOPIC])) : PyObject_GetAttr(msg, field_names[F_TOPIC]);
     int go = stopped == Py_None && topic != NULL && attr_true(s->users, A_USERS_OPEN)
         && attr_true(s->writes, A_IS_OPEN) && PyUnicode_CheckExact(topic);
     if (go && PySet_GET_SIZE(s->compacted) > 0) {
@@ -1305,24 +1328,41 @@ static PyMethodDef Put_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* Where `cls` (IndexFile) keeps the fields the put reads and writes: each must be a slot
- * holding any object (__slots__), or none is read there (they are attributes then). */
+/* Where `cls` keeps each of the n attributes `attrs`: 1 with out[] set, when each is a slot
+ * holding any object (__slots__), which C may read and write in place of the attribute;
+ * else 0 (they are read and written as attributes then). */
+static int slot_offsets(PyTypeObject *cls, PyObject *const *attrs, int n, Py_ssize_t *out) {
+    if (cls->tp_getattro != PyObject_GenericGetAttr)
+        return 0;  /* (a __getattr__ or __getattribute__ of its own: attributes are its answer) */
+    for (int i = 0; i < n; i++) {
+        PyObject *d = _PyType_Lookup(cls, attrs[i]);  /* borrowed */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return 0;
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || !PyType_IsSubtype(cls, ((PyDescrObject *)d)->d_type)
+                || m->offset < (Py_ssize_t)sizeof(PyObject)
+                || m->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize)
+            return 0;
+        out[i] = m->offset;
+    }
+    return 1;
+}
+
+/* IndexFile's slots for the fields the put reads and writes (ix_off, by name). */
 static void index_slots(Put *s, PyTypeObject *cls) {
     static const int fields[] = {A_MF, A_INDEX_COUNT, A_END_PHY, A_SLOTS, A_ENTRIES, A_BEGIN_TS,
                                  A_BEGIN_PHY, A_SLOT_COUNT, A_WRITTEN, A_END_TS, A_ORDERED, A_NEWEST};
-    Py_ssize_t off[N_NAMES] = {0};
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        PyObject *d = _PyType_Lookup(cls, names[fields[i]]);  /* borrowed */
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
-            return;
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset < (Py_ssize_t)sizeof(PyObject)
-                || m->offset + (Py_ssize_t)sizeof(PyObject *) > cls->tp_basicsize)
-            return;
-        off[fields[i]] = m->offset;
-    }
-    memcpy(s->ix_off, off, sizeof(off));
+    enum { N = sizeof(fields) / sizeof(fields[0]) };
+    PyObject *attrs[N];
+    Py_ssize_t off[N];
+    for (int i = 0; i < N; i++)
+        attrs[i] = names[fields[i]];
+    if (!slot_offsets(cls, attrs, N, off) || !(cls->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+        return;  /* (the lookups give it a version tag; without, nothing would say it changed) */
+    for (int i = 0; i < N; i++)
+        s->ix_off[fields[i]] = off[i];
     s->ix_type = (PyTypeObject *)Py_NewRef(cls);
+    s->ix_tag = cls->tp_version_tag;
 }
 
 static PyObject *Put_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from mqfs.store import Message, MessageStore, writes
 from mqfs.store.errors import NotFound, StoreError
 from mqfs.store.files.consume_queue import TAIL_MAX, UNIT_SIZE, ConsumeQueue
+from mqfs.store.files.index_file import IndexFile
 from mqfs.store.format import compiled
 from tests.store.helpers import small_config, use_codec
 
@@ -331,3 +332,22 @@ def test_the_store_clock_read_in_c_is_the_wall_clock_never_behind(tmp_path, monk
         r = s.put(Message.create("T", b"later"))
         assert s.hot_put.taken == taken + 2 and r.store_timestamp == ahead
         assert s.get("T", 0, r.queue_offset).store_timestamp == ahead
+
+
+def test_an_index_file_class_changed_since_is_read_through_its_attributes(tmp_path, monkeypatch):
+    """The C put reads and writes an IndexFile's counters at their slots only while its
+    class is as it was when the store opened: a field made a property since is read and
+    written through it (by C and Python alike), and the put still lands whole."""
+    use_codec(monkeypatch, "c")
+    with MessageStore(str(tmp_path), small_config(index_entries=5000)) as s:
+        s.put(Message.create("T", b"first", keys=["k0"]))  # (the queue opened by Python's path)
+        s.put(Message.create("T", b"slots", keys=["k1"]))
+        assert s.hot_put.taken == 1
+        seen = []
+        slot = IndexFile.__dict__["_newest_ts"]
+        monkeypatch.setattr(IndexFile, "_newest_ts", property(
+            lambda f: seen.append("get") or slot.__get__(f), lambda f, v: seen.append("set") or slot.__set__(f, v)))
+        r = s.put(Message.create("T", b"attributes", keys=["k2"]))
+        assert s.hot_put.taken == 2 and seen == ["get", "set"]
+        assert [h.commitlog_offset for h in s.query_key("k2", "T")] == [r.commitlog_offset]
+        assert s.index.files[-1]._newest_ts == r.store_timestamp
