@@ -242,7 +242,7 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
     cfg = StoreConfig(flush_mode=opts.flush_mode, transient_pool=opts.transient,
                       read_only=opts.read_only, retention_hours=opts.retention_hours,
                       retention_bytes=opts.retention_bytes,
-                      message_delay_level=opts.message_delay_level or StoreConfig.message_delay_level,
+                      message_delay_level=opts.message_delay_level or StoreConfig().message_delay_level,
                       live_refresh_ms=LIVE_REFRESH_MS if opts.read_only else 0,
                       all_versions=opts.all_versions)
     crashed = os.path.exists(os.path.join(store_root, "abort"))

@@ -13,7 +13,7 @@ messages stay taken (they read as damaged, EIO), so no offset is ever given out 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import xxhash
@@ -157,7 +157,7 @@ def finish_interrupted(root: str) -> list[str]:
     if not repair_journal.pending(root):
         return []
     added = _cover_new_damage(root)
-    with MessageStore(root, replace(inspect(root).config, read_only=False), create=False) as s:
+    with MessageStore(root, inspect(root).config.replace(read_only=False), create=False) as s:
         end = s.commitlog.max_offset
     return [*(f"added to the interrupted repair: quarantine and replace {d}" for d in added),
             f"finished an interrupted repair (its journal {repair_journal.NAME}); the CommitLog "
@@ -330,7 +330,7 @@ def apply_repair(plan: RepairPlan) -> list[str]:
     finally:
         lock.release()
     done = [line for line in plan.lines()[len(plan.finished):-1]]
-    with MessageStore(root, replace(cfg, read_only=False), create=False) as store:
+    with MessageStore(root, cfg.replace(read_only=False), create=False) as store:
         done.append(f"rebuilt {len(store.consume_queues)} ConsumeQueues and the IndexFiles; "
                     f"the CommitLog ends at {store.commitlog.max_offset}")
     return done

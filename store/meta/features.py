@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
 
 from ..errors import CodecError, StoreError
 from ..files import safefs
 from ..files.json_file import parse_text
 from ..format import codec
 from ..format.layout import MIN_RECORD_SIZE, RECORD_MAGICS
+from ..slotted import Frozen
 
 LMQ = "lmq"
 BATCH_CQ = "batch-cq"
@@ -91,14 +91,18 @@ _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
 _ROCKSDB_SUFFIXES = (".sst", ".log", ".blob")
 
 
-@dataclass(frozen=True)
-class Feature:
+class Feature(Frozen):
     """One feature a store uses: what showed it and what of the store it owns."""
 
+    __slots__ = __match_args__ = ("name", "seen", "paths", "topics")
     name: str
     seen: str  # what showed it, for the user ("batchconsumequeue/", "topics.json: ...")
-    paths: tuple[str, ...] = ()  # store-root-relative paths it owns: never written by mqfs
-    topics: tuple[str, ...] = ()  # the topics or queues it concerns, where it is per topic
+    paths: tuple[str, ...]  # store-root-relative paths it owns: never written by mqfs
+    topics: tuple[str, ...]  # the topics or queues it concerns, where it is per topic
+
+    def __init__(self, name: str, seen: str, paths: tuple[str, ...] = (),
+                 topics: tuple[str, ...] = ()) -> None:
+        self._set(name=name, seen=seen, paths=paths, topics=topics)
 
     @property
     def writable(self) -> bool:
@@ -106,12 +110,15 @@ class Feature:
         return self.name not in _WHY_NOT_WRITABLE
 
 
-@dataclass(frozen=True)
-class Features:
+class Features(Frozen):
     """The features recognised in one store directory."""
 
+    __slots__ = __match_args__ = ("root", "found")
     root: str
-    found: tuple[Feature, ...] = ()
+    found: tuple[Feature, ...]
+
+    def __init__(self, root: str, found: tuple[Feature, ...] = ()) -> None:
+        self._set(root=root, found=found)
 
     def __contains__(self, name: object) -> bool:
         return any(f.name == name for f in self.found)

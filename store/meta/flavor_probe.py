@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
 
 from ..errors import CodecError
 from ..files import safefs
 from ..format import codec
 from ..format.flavor import FLAVORS
 from ..format.layout import MIN_RECORD_SIZE, RECORD_MAGICS
+from ..slotted import Slotted
 
 SAMPLE = 8  # records per sampled file
 _MAX_RECORD = 64 << 20
 
 
-@dataclass
-class Probe:
-    sampled: int = 0  # structurally whole records looked at
-    matches: dict[str, int] = field(default_factory=dict)  # flavor name -> checksums that held
-    with_trailer: int = 0  # records carrying a `__CRC32#` trailer
+class Probe(Slotted):
+    __slots__ = __match_args__ = ("sampled", "matches", "with_trailer")
+
+    def __init__(self, sampled: int = 0, matches: dict[str, int] | None = None,
+                 with_trailer: int = 0) -> None:
+        self.sampled = sampled  # structurally whole records looked at
+        self.matches = {} if matches is None else matches  # flavor name -> checksums that held
+        self.with_trailer = with_trailer  # records carrying a `__CRC32#` trailer
 
     @property
     def flavor(self) -> str | None:

@@ -12,12 +12,12 @@ intact records look corrupt (and get cut); a read-write open refuses instead, wi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 
 from ..config import StoreConfig
 from ..errors import StoreFormatError
 from ..files.index_layout import index_file_size
 from ..files.json_file import read_json, write_json
+from ..slotted import Slotted
 from .flavor_probe import probe
 
 FORMAT_VERSION = 1
@@ -34,12 +34,15 @@ def is_store(root: str) -> bool:
     return os.path.exists(manifest_path(root)) or os.path.isdir(os.path.join(root, "commitlog"))
 
 
-@dataclass
-class StoreFormat:
-    config: StoreConfig  # what to read the store with (the records' flavor where they tell)
-    problem: str | None = None  # why a read-write open must refuse; None when all agrees
-    rewrite: bool = False  # the manifest is damaged or wrong: `repair` writes it again
-    store_id: str | None = None  # None: a broker's store, or one an older mqfs made
+class StoreFormat(Slotted):
+    __slots__ = __match_args__ = ("config", "problem", "rewrite", "store_id")
+
+    def __init__(self, config: StoreConfig, problem: str | None = None, rewrite: bool = False,
+                 store_id: str | None = None) -> None:
+        self.config = config  # what to read the store with (the records' flavor where they tell)
+        self.problem = problem  # why a read-write open must refuse; None when all agrees
+        self.rewrite = rewrite  # the manifest is damaged or wrong: `repair` writes it again
+        self.store_id = store_id  # None: a broker's store, or one an older mqfs made
 
 
 def new_store_id() -> str:
@@ -86,7 +89,7 @@ def _parse_manifest(path: str, config: StoreConfig) -> tuple[StoreConfig, str | 
         found_id = checked_store_id(data.get("store_id"))
     except ValueError as exc:
         raise StoreFormatError(f"field 'store_id' {exc}") from None
-    return replace(config, flavor=flavor, record_crc=record_crc, **fields), found_id
+    return config.replace(flavor=flavor, record_crc=record_crc, **fields), found_id
 
 
 def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
@@ -107,7 +110,7 @@ def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
                            f"(the records say flavor {inferred.flavor})", rewrite=True)
     if found.contradicts(parsed.flavor):
         return StoreFormat(
-            replace(parsed, flavor=found.flavor or parsed.flavor, record_crc=found.record_crc),
+            parsed.replace(flavor=found.flavor or parsed.flavor, record_crc=found.record_crc),
             f"{path} says flavor {parsed.flavor}, but the checksums of {found.sampled} CommitLog "
             f"records are {found.flavor}; nothing was changed: restore the manifest, or run "
             f"`mqfs repair {root}` to write it again from the records", rewrite=True,
@@ -162,7 +165,7 @@ def _infer_broker_config(root: str, config: StoreConfig, flavor: str | None,
     if index is not None and (index - 40) % 84 == 0:
         found["index_slots"] = (index - 40) // 84
         found["index_entries"] = 4 * found["index_slots"]
-    return replace(config, **found)
+    return config.replace(**found)
 
 
 def write_manifest(root: str, config: StoreConfig, store_id: str | None) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..config import StoreConfig, parse_delay_levels
+from ..config import MESSAGE_DELAY_LEVEL, parse_delay_levels
 from ..errors import CodecError
 from ..files import safefs
 from ..files.checkpoint import Checkpoint
@@ -97,7 +97,7 @@ def _private_copy(src: str, dst: str) -> None:
 
 def write_queue(layout: StoreLayout, out: str, topic: str, queue_id: int,
                 units: Iterable[tuple[int, int, int, str | None]],
-                message_delay_level: str = StoreConfig.message_delay_level) -> int:
+                message_delay_level: str = MESSAGE_DELAY_LEVEL) -> int:
     """Write one queue's units, (queue offset, CommitLog offset, size, tags) in queue-offset
     order; returns how many were written. Units get the tagsCode the broker gives them
     (`TagsCodes`): on the delay topic a record's delivery time, so there each record is read

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from ..slotted import Slotted
 from .timetext import FORMS, when
+
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 
 if TYPE_CHECKING:
     from ..format.message import StoredMessage
@@ -20,18 +21,26 @@ _CONTEXT = re.compile(rb"\^|\$|\\[AZbB]|\(\?<?[=!]")
 VALUED = ("--since", "--until", "-e", "--regex")  # values that may start with "-" (-1h)
 
 
-@dataclass
-class Selection:
-    topics: list[str] = field(default_factory=list)  # any of (none: every topic)
-    queues: list[int] = field(default_factory=list)  # any of (none: every queue)
-    first_offset: int | None = None  # queue offsets, both inclusive
-    last_offset: int | None = None
-    since: int | None = None  # store times in ms, both inclusive
-    until: int | None = None
-    keys: list[str] = field(default_factory=list)  # any of
-    tags: list[str] = field(default_factory=list)  # any of
-    properties: list[tuple[str, str | None]] = field(default_factory=list)  # all of; None: set
-    body: re.Pattern[bytes] | None = None
+class Selection(Slotted):
+    __slots__ = __match_args__ = ("topics", "queues", "first_offset", "last_offset", "since",
+                                  "until", "keys", "tags", "properties", "body")
+
+    def __init__(self, topics: list[str] | None = None, queues: list[int] | None = None,
+                 first_offset: int | None = None, last_offset: int | None = None,
+                 since: int | None = None, until: int | None = None,
+                 keys: list[str] | None = None, tags: list[str] | None = None,
+                 properties: list[tuple[str, str | None]] | None = None,
+                 body: re.Pattern[bytes] | None = None) -> None:
+        self.topics = [] if topics is None else topics  # any of (none: every topic)
+        self.queues = [] if queues is None else queues  # any of (none: every queue)
+        self.first_offset = first_offset  # queue offsets, both inclusive
+        self.last_offset = last_offset
+        self.since = since  # store times in ms, both inclusive
+        self.until = until
+        self.keys = [] if keys is None else keys  # any of
+        self.tags = [] if tags is None else tags  # any of
+        self.properties = [] if properties is None else properties  # all of; None: set
+        self.body = body
 
     @property
     def by_queue(self) -> bool:

@@ -9,25 +9,32 @@ from __future__ import annotations
 
 import mmap
 import os
-from dataclasses import dataclass
 
 from ..errors import StoreFormatError, UntrustedStore
 from ..files import safefs
 from ..format.flavor import Flavor, flavor_named
 from ..meta.manifest import is_store, read_manifest
+from ..slotted import Frozen
 
 
-@dataclass(frozen=True)
-class StoreLayout:
+class StoreLayout(Frozen):
     """What a reader needs to know about a store: where it is, its flavor and file sizes."""
 
+    __slots__ = __match_args__ = ("root", "flavor", "commitlog_file_size", "consume_queue_units",
+                                  "index_slots", "index_entries", "record_crc")
     root: str
     flavor: str
     commitlog_file_size: int
     consume_queue_units: int
     index_slots: int
     index_entries: int
-    record_crc: bool = False  # every record carries the whole-record checksum
+    record_crc: bool  # every record carries the whole-record checksum
+
+    def __init__(self, root: str, flavor: str, commitlog_file_size: int, consume_queue_units: int,
+                 index_slots: int, index_entries: int, record_crc: bool = False) -> None:
+        self._set(root=root, flavor=flavor, commitlog_file_size=commitlog_file_size,
+                  consume_queue_units=consume_queue_units, index_slots=index_slots,
+                  index_entries=index_entries, record_crc=record_crc)
 
     @property
     def checked_flavor(self) -> Flavor:

@@ -1,7 +1,6 @@
 """ConsumeQueue, IndexFile and dispatch: consistency after random puts, RocketMQ's index facts,
 time search, reopen, consumer offsets and bad input."""
 
-import dataclasses
 import os
 import random
 import shutil
@@ -192,7 +191,7 @@ def test_get_range_and_tag_filter(tmp_path):
 def test_tag_filter_leaves_out_hash_collisions(tmp_path):
     """RocketMQ's tagsCode is Java's String.hashCode, where "Aa" and "BB" collide: the
     ConsumeQueue picks both, the record decides."""
-    cfg = dataclasses.replace(small_config(), flavor="rocketmq")
+    cfg = small_config().replace(flavor="rocketmq")
     with MessageStore(str(tmp_path), cfg) as s:
         for i in range(6):
             s.put(Message.create("t", b"%d" % i, tags="Aa" if i % 2 else "BB"))

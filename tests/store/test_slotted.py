@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import inspect
 import pickle
+import re
 
 import pytest
 
@@ -140,3 +141,68 @@ def test_keys_and_tags_read_the_properties():
 
 def test_frozen_error_is_an_attribute_error():
     assert issubclass(FrozenError, AttributeError)
+
+
+def _values() -> list:
+    """One value of each class converted from a dataclass (batches aside: numpy fields)."""
+    from mqfs.store import StoreConfig
+    from mqfs.store.format.flavor import flavor_named
+    from mqfs.store.meta.features import Feature, Features
+    from mqfs.store.meta.flavor_probe import Probe
+    from mqfs.store.meta.manifest import StoreFormat
+    from mqfs.store.offline.selection import Selection
+    from mqfs.store.offline.store_files import StoreLayout
+
+    feature = Feature("lmq", "consumequeue/%LMQ%x", ("consumequeue",), ("%LMQ%x",))
+    return [StoreConfig(), StoreConfig(flavor="rocketmq", retention_hours=1.5),
+            Selection(["T"], [1], 2, 3, 4, 5, ["k"], ["t"], [("a", None)], re.compile(b"x+", re.I)),
+            Selection(), flavor_named("xxhash", True), flavor_named("rocketmq", False), feature,
+            Features("/store", (feature,)), Probe(3, {"xxhash": 2}, 1),
+            StoreFormat(StoreConfig(), "why", True, "ab" * 16),
+            StoreLayout("/store", "xxhash", 1 << 30, 300_000, 10, 40, True)]
+
+
+FROZEN = ("Flavor", "Feature", "Features", "StoreLayout")  # frozen dataclasses they were
+
+
+@pytest.mark.parametrize("value", _values(), ids=lambda v: type(v).__name__)
+def test_each_value_class_keeps_what_its_dataclass_gave(value):
+    cls, names = type(value), type(value).__match_args__
+    assert not hasattr(value, "__dict__") and tuple(cls.__slots__) == names
+    assert repr(value) == f"{cls.__qualname__}(" + ", ".join(
+        f"{n}={getattr(value, n)!r}" for n in names) + ")"
+    assert value == value.replace() and value.replace() is not value
+    assert value != value.replace(**{names[0]: object()})
+    for back in (pickle.loads(pickle.dumps(value)), copy.deepcopy(value), copy.copy(value)):
+        assert back == value and type(back) is cls
+    try:  # what Spark sends its workers with (pipeline export's selection)
+        from pyspark import cloudpickle
+    except ImportError:
+        pass
+    else:
+        assert cloudpickle.loads(cloudpickle.dumps(value)) == value
+    if cls.__name__ in FROZEN:
+        assert hash(value) == hash(value.replace())
+        with pytest.raises(FrozenError):
+            setattr(value, names[0], None)
+        with pytest.raises(FrozenError):
+            delattr(value, names[0])
+        with pytest.raises(AttributeError):
+            value.other = 1
+    else:
+        with pytest.raises(TypeError):
+            hash(value)
+        setattr(value, names[-1], getattr(value, names[-1]))
+
+
+def test_defaults_made_per_value_are_not_shared():
+    from mqfs.store.meta.flavor_probe import Probe
+    from mqfs.store.offline.selection import Selection
+
+    a, b = Selection(), Selection()
+    a.topics.append("T")
+    a.properties.append(("p", None))
+    assert (b.topics, b.properties) == ([], [])
+    p = Probe()
+    p.matches["x"] = 1
+    assert Probe().matches == {}
