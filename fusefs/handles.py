@@ -66,15 +66,18 @@ class Runner(Protocol):
 
 class Behind:
     """Work started in a worker thread that its handle waits for later (`Runner.behind`):
-    done is set, on the loop, when it has ended; error is what it raised. `held`: what the
-    work was given, let go on the loop when the handle is done with it (freeing a write's
-    thousand messages is then the loop's work, not the worker's, whose puts are the
-    slower half of a stream of writes)."""
+    done is set, on the loop, when it has ended; error is what it raised.
+
+    `held`: what the work was given (a write's thousand messages), freed on the loop, not in
+    the worker, whose puts are the slower half of a stream of writes: when the work ends, or,
+    when a write of the handle already waits for it (`awaited`), once that write has started
+    the next put. So an idle handle holds no batch."""
 
     def __init__(self, held: object = None) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
         self.held = held
+        self.awaited = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +303,8 @@ class LinesHandle(SinkHandle):
                     run.stored()
             elif messages:
                 self.behind = run.behind(functools.partial(self.put, messages), messages)
-            del ended  # the earlier write's messages are freed here, while this one's put runs
+            if ended is not None:  # the earlier write's messages, freed while this one's put runs
+                ended.held = None
             return len(buf)
 
     async def _caught_up(self, run: Runner, writer: JsonlWriter) -> Behind | None:
@@ -310,6 +314,7 @@ class LinesHandle(SinkHandle):
         behind = self.behind
         if behind is None:
             return None
+        behind.awaited = True
         await behind.done.wait()
         self.behind = None
         error = behind.error

@@ -198,6 +198,8 @@ class TrioRunner:
                 job.error = exc
             else:
                 self.stored()
+            if not job.awaited:  # no write waits to start the next put: freed now
+                job.held = None
             job.done.set()
 
         trio.lowlevel.start_thread_soon(fn, ended)
