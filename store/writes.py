@@ -295,7 +295,8 @@ class StoreWrites:
             # leaves the records written so far: they are dispatched all the same, so their
             # queue offsets are taken, never given twice
             if done:
-                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, sizes, store_ts)
+                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, sizes, store_ts,
+                                      batch.tags if isinstance(batch, codec.CompiledBatch) else None)
                 self._dispatched_ts = store_ts
         host = self.encoder.store_host_raw
         if isinstance(batch, codec.CompiledBatch) and compiled_records is not None:

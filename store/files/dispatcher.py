@@ -322,9 +322,11 @@ class Dispatcher:
         return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
 
     def batch(self, plan: BatchPlan, done: int, topics: Sequence[str], props: Sequence[dict[str, str]],
-              commitlog_offset: np.ndarray, sizes: np.ndarray, store_ts: int) -> None:
-        """ConsumeQueue units and IndexFile entries of the first `done` records of a batch."""
-        tags = list(map(dict.get, props[:done], repeat(message.PROPERTY_TAGS)))
+              commitlog_offset: np.ndarray, sizes: np.ndarray, store_ts: int,
+              tags: Sequence[str | None] | None = None) -> None:
+        """ConsumeQueue units and IndexFile entries of the first `done` records of a batch
+        (`tags`: each message's TAGS when the encoder read them, else read from `props`)."""
+        tags = tags[:done] if tags is not None else list(map(dict.get, props[:done], repeat(message.PROPERTY_TAGS)))
         delays = (list(map(dict.get, props[:done], repeat(PROPERTY_DELAY)))
                   if SCHEDULE_TOPIC in topics else None)
         tags_codes = self.tags.column(topics, tags, delays, store_ts)

@@ -39,6 +39,7 @@ static const char *FIELD_NAMES[N_FIELDS] = {
     "topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp",
     "born_host", "reconsume_times", "prepared_transaction_offset"};
 static PyObject *field_names[N_FIELDS];
+static PyObject *tags_name;  /* "TAGS": a batch gives each message's for its units' tagsCodes */
 
 /* A store's fixed encoding choices plus the Python Encoder's caches of validated topics and
  * hosts (shared: a topic validated by either path is not validated again). */
@@ -448,7 +449,7 @@ static inline void prefetch_ahead(const Codec *c, PyObject **items, Py_ssize_t i
     }
 }
 
-/* Codec.encode_batch(msgs) -> None | (buf, layout, topics, queue_ids, sys_flags, properties):
+/* Codec.encode_batch(msgs) -> None | (buf, layout, topics, queue_ids, sys_flags, properties, tags):
  * every record laid out back to back in one bytearray; `layout` packs (start, size,
  * STORETIMESTAMP position) per record and queue_ids/sys_flags one value each, as native int64
  * (numpy.frombuffer reads them); sys_flags without the host bits, as dispatch wants them. */
@@ -465,6 +466,7 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     c->batch_now = now_ms();
     Parts *parts = PyMem_Calloc(n ? n : 1, sizeof(Parts));
     PyObject *buf = NULL, *layout = NULL, *qids = NULL, *flags = NULL, *topics = NULL, *props = NULL;
+    PyObject *tags = NULL;
     PyObject *out = NULL;
     Py_ssize_t got = 0, size = 0;
     if (parts == NULL) {
@@ -487,7 +489,8 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     flags = PyBytes_FromStringAndSize(NULL, n * 8);
     topics = PyList_New(n);
     props = PyList_New(n);
-    if (!buf || !layout || !qids || !flags || !topics || !props)
+    tags = PyList_New(n);
+    if (!buf || !layout || !qids || !flags || !topics || !props || !tags)
         goto done;
     char *w = PyByteArray_AS_STRING(buf);
     int64_t *lay = (int64_t *)PyBytes_AS_STRING(layout);
@@ -509,6 +512,11 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
         at += p->total;
         PyList_SET_ITEM(topics, i, Py_NewRef(p->topic));
         PyList_SET_ITEM(props, i, Py_NewRef(p->props));
+        /* the batch's own copy, its keys exact str (props_length): the lookup runs no code */
+        PyObject *tag = PyDict_GetItemWithError(p->props, tags_name);
+        if (tag == NULL && PyErr_Occurred())
+            goto done;
+        PyList_SET_ITEM(tags, i, Py_NewRef(tag != NULL ? tag : Py_None));
     }
     /* the bytes bodies' checksums and copies, the bulk of the work, without the GIL when
      * they are many: `parts` owns each body (bytes: immutable) and `buf` is no one else's
@@ -522,7 +530,7 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
                        parts[i].body_len);
     if (released != NULL)
         PyEval_RestoreThread(released);
-    out = PyTuple_Pack(6, buf, layout, topics, qids, flags, props);
+    out = PyTuple_Pack(7, buf, layout, topics, qids, flags, props, tags);
 done:
     c->batch_now = 0;  /* single encodes and puts read the clock themselves */
     for (Py_ssize_t i = 0; i < got && parts != NULL; i++)
@@ -534,6 +542,7 @@ done:
     Py_XDECREF(flags);
     Py_XDECREF(topics);
     Py_XDECREF(props);
+    Py_XDECREF(tags);
     Py_DECREF(seq);
     return out;
 }
@@ -724,7 +733,7 @@ static PyMethodDef Codec_methods[] = {
     {"encode", (PyCFunction)Codec_encode, METH_O,
      "encode(msg) -> (bytearray, STORETIMESTAMP position), or None to leave msg to codec.Encoder"},
     {"encode_batch", (PyCFunction)Codec_encode_batch, METH_O,
-     "encode_batch(msgs) -> (buf, layout, topics, queue_ids, sys_flags, properties), or None"},
+     "encode_batch(msgs) -> (buf, layout, topics, queue_ids, sys_flags, properties, tags), or None"},
     {"place", (PyCFunction)(void (*)(void))Codec_place, METH_FASTCALL,
      "place(rec, ts_pos, queue_offset, commitlog_offset, store_ts): stamp and seal one record"},
     {"place_run", (PyCFunction)(void (*)(void))Codec_place_run, METH_FASTCALL,
@@ -1573,6 +1582,8 @@ PyMODINIT_FUNC PyInit__records(void) {
         if (field_names[i] == NULL)
             return NULL;
     }
+    if ((tags_name = PyUnicode_InternFromString("TAGS")) == NULL)
+        return NULL;
     for (int i = 0; i < N_NAMES; i++) {
         names[i] = PyUnicode_InternFromString(NAMES[i]);
         if (names[i] == NULL)

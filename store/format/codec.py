@@ -230,9 +230,10 @@ class Encoder:
         if self.compiled is not None:
             found = self.compiled.encode_batch(msgs)
             if found is not None:
-                buf, layout, topics, queue_ids, sys_flags, props = found
+                buf, layout, topics, queue_ids, sys_flags, props, tags = found
                 return CompiledBatch(buf, layout, topics, np.frombuffer(queue_ids, dtype=np.int64),
-                                     np.frombuffer(sys_flags, dtype=np.int64), props, self.compiled.place_run)
+                                     np.frombuffer(sys_flags, dtype=np.int64), props, tags,
+                                     self.compiled.place_run)
         if self.store_v6:
             return None
         n = len(msgs)
@@ -448,13 +449,14 @@ class EncodedBatch(Slotted):
 class CompiledBatch(Slotted):
     """Records of a batch the C encoder laid out back to back in `buf`, with `layout`
     (start, size, STORETIMESTAMP position of each, native int64): EncodedBatch's interface
-    for the store, stamped and sealed in C too. The columns come along for dispatch."""
+    for the store, stamped and sealed in C too. The columns come along for dispatch, with
+    each message's TAGS (None without), read in C from its properties."""
 
     __slots__ = __match_args__ = ("buf", "layout", "topics", "queue_id", "sys_flag",
-                                  "properties", "place_run")
+                                  "properties", "tags", "place_run")
 
     def __init__(self, buf: bytearray, layout: bytes, topics: list[str], queue_id: np.ndarray,
-                 sys_flag: np.ndarray, properties: list[dict[str, str]],
+                 sys_flag: np.ndarray, properties: list[dict[str, str]], tags: list[str | None],
                  place_run: Callable[..., None]) -> None:
         self.buf = buf
         self.layout = layout
@@ -462,6 +464,7 @@ class CompiledBatch(Slotted):
         self.queue_id = queue_id
         self.sys_flag = sys_flag
         self.properties = properties
+        self.tags = tags
         self.place_run = place_run
 
     @property

@@ -270,3 +270,16 @@ def test_a_batchs_rows_are_grouped_by_queue_as_numpy_groups_them(groups, wide, m
         m.setattr(compiled, "dispatch", None)
         reference = dispatcher.group_rows(group, taken)
     assert [a.tolist() for a in found] == [a.tolist() for a in reference]
+
+
+def test_group_rows_refuses_columns_that_do_not_match():
+    import numpy as np
+
+    group_rows = compiled.dispatch.group_rows  # type: ignore[union-attr]
+    with pytest.raises(ValueError):
+        group_rows(np.zeros(3, dtype=np.int64), np.zeros(2, dtype=bool))  # a flag short
+    with pytest.raises(ValueError):
+        group_rows(np.zeros(3, dtype=np.int32), np.zeros(3, dtype=bool))  # not int64
+    with pytest.raises(ValueError):
+        group_rows(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64))  # not a byte a row
+    assert [bytes(b) for b in group_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))] == [b""] * 4
