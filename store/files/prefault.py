@@ -60,3 +60,4 @@ class Prefault:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        self.read_to = (None, 0)

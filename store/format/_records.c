@@ -992,15 +992,19 @@ static int read_tail(PyObject *cq, PyObject **tail, long long *start, long long 
 
 /* Tell `ahead` the appends reached `end` in `mf` (a written put's last step): it answers the
  * CommitLog offset past which to tell it again. Its failure is only a hint lost: it is not
- * told again, and the put stands. */
-static void tell_ahead(Put *s, PyObject *mf, long long end) {
+ * told again, and the put stands; but a KeyboardInterrupt or SystemExit met meanwhile is
+ * kept (-1), raised by the put as by Python code interrupted after its write. */
+static int tell_ahead(Put *s, PyObject *mf, long long end) {
     PyObject *e = PyLong_FromLongLong(end);
     PyObject *next = e == NULL ? NULL : PyObject_CallFunctionObjArgs(s->ahead, mf, e, NULL);
     long long at = next != NULL && PyLong_CheckExact(next) ? PyLong_AsLongLong(next) : -1;
     s->ahead_at = at < 0 || PyErr_Occurred() ? LLONG_MAX : at;
-    PyErr_Clear();
     Py_XDECREF(next);
     Py_XDECREF(e);
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyErr_Clear();
+    return 0;
 }
 
 /* The put with the put lock held: its PutResult, None, or NULL with an exception. */
@@ -1075,6 +1079,10 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         PyObject *made = PyObject_CallMethodNoArgs(cq, names[M_ENSURE_ROOM]);
         Py_XDECREF(made);
         Py_CLEAR(tail);
+        if (made == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
+            out = NULL;  /* a KeyboardInterrupt, SystemExit: raised, nothing of the message written */
+            goto done;
+        }
         if (made == NULL || read_tail(cq, &tail, &start, &used) < 0 || used + UNIT_SIZE > s->tail_max)
             goto done;
     }
@@ -1244,8 +1252,8 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
     PyTuple_SET_ITEM(t, 4, Py_NewRef(c->store_host));
     out = t;
     s->taken++;
-    if (s->ahead != Py_None && commitlog_offset + size >= s->ahead_at)
-        tell_ahead(s, mf, wrote + size);
+    if (s->ahead != Py_None && commitlog_offset + size >= s->ahead_at && tell_ahead(s, mf, wrote + size) < 0)
+        Py_CLEAR(out);
 done:
     if (out == Py_None) {
         PyErr_Clear();

@@ -126,3 +126,20 @@ def test_a_hint_that_fails_is_dropped_and_the_put_stands(tmp_path, monkeypatch):
             assert s.hot_put.taken == 20 and len(calls) == round + 1
             assert [s.get("T", 0, r.queue_offset).body for r in results] == [b"%d" % i for i in range(20)]
             assert s.prefault._thread is None
+
+
+def test_an_interrupt_while_told_is_raised_after_the_put_is_stored(tmp_path, monkeypatch):
+    """A KeyboardInterrupt met in `note` (after the put is written) is raised by the put, as
+    Python code interrupted after its write would; the message is stored, and later puts go on."""
+    use_codec(monkeypatch, "c")
+
+    def interrupted(self, mf, end):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Prefault, "note", interrupted)
+    with MessageStore(str(tmp_path), small_config()) as s:
+        s.put(Message.create("T", b"first"))
+        with pytest.raises(KeyboardInterrupt):
+            s.put(Message.create("T", b"stored"))
+        assert s.hot_put.taken == 1 and s.get("T", 0, 1).body == b"stored"
+        assert s.put(Message.create("T", b"next")).queue_offset == 2 and s.hot_put.taken == 2

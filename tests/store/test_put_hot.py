@@ -351,3 +351,20 @@ def test_an_index_file_class_changed_since_is_read_through_its_attributes(tmp_pa
         assert s.hot_put.taken == 2 and seen == ["get", "set"]
         assert [h.commitlog_offset for h in s.query_key("k2", "T")] == [r.commitlog_offset]
         assert s.index.files[-1]._newest_ts == r.store_timestamp
+
+
+def test_a_keyboard_interrupt_while_a_full_tail_is_written_out_is_raised(tmp_path, monkeypatch):
+    """An interrupt (KeyboardInterrupt, SystemExit) raised while the C call writes a full tail
+    out is not taken for a refusal: the put raises it, nothing of the message written."""
+    use_codec(monkeypatch, "c")
+    with MessageStore(str(tmp_path), small_config(index_entries=5000, flush_cq_interval_ms=3_600_000)) as s:
+        _tail_full(s, "T")
+        end = s.commitlog.max_offset
+
+        def interrupted(self, n=1):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(ConsumeQueue, "ensure_room", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            s.put(Message.create("T", b"interrupted"))
+        assert s.commitlog.max_offset == end and s.max_offset("T", 0) == TAIL_MAX // UNIT_SIZE
