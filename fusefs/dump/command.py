@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import TYPE_CHECKING, cast
 
-import orjson
-
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError
 from mqfs.store.format.jsonl import EnvelopeLines
@@ -25,7 +23,7 @@ from . import records
 from .compacted import served_messages, served_views
 from .picks import Damage, messages_at
 from .queue_spans import few_units, spans
-from .writer import Writer
+from .writer import Writer, plain_json
 
 if TYPE_CHECKING:
     from . import source
@@ -75,7 +73,7 @@ def _selected(layout: StoreLayout, features: Features, sel: Selection, damage: D
     if found is not None:
         picked = few_units(found, sel, flavor.tags_code)
         if picked is not None:  # a tag, an hour: a record at a time, without numpy
-            lines = envelope_lines(flavor, sel, EnvelopeLines(orjson.dumps).hosts_of) if json_lines else None
+            lines = envelope_lines(flavor, sel, EnvelopeLines(plain_json).hosts_of) if json_lines else None
             return records.messages(layout, picked, sel, flavor, damage, lines)
     # the columnar readers: numpy, imported only here
     from . import source

@@ -6,7 +6,6 @@ hour picks a few thousand units, and importing numpy would cost more than readin
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from mqfs.store.format.message import SCHEDULE_TOPIC
 from mqfs.store.offline.selection import Selection
@@ -17,13 +16,16 @@ FEW = 20_000  # units up to which one record at a time beats the columnar reader
 CHUNK = 1 << 16  # units of a queue read at once: bounds memory whatever the store's size
 
 
-@dataclass
 class Span:
-    """The units [lo, hi) of one selected queue."""
+    """The units [lo, hi) of one selected queue (a plain class: importing dataclasses would
+    cost a tag or an hour more than its records)."""
 
-    units: Units
-    lo: int
-    hi: int
+    __slots__ = ("units", "lo", "hi")
+
+    def __init__(self, units: Units, lo: int, hi: int) -> None:
+        self.units = units
+        self.lo = lo
+        self.hi = hi
 
 
 def spans(layout: StoreLayout, sel: Selection, each: int | None = None) -> list[Span]:

@@ -5,14 +5,24 @@ raw body."""
 from __future__ import annotations
 
 import io
+import json
+from collections.abc import Callable
 from typing import BinaryIO
-
-import orjson
 
 from mqfs.store import StoredMessage
 from mqfs.store.format.jsonl import CSV_COLUMNS, EnvelopeLines, csv_row, replay_line
 
 BATCH = 256  # JSON lines encoded and written at once
+# JSON lines Python prints with json, the reference, before it takes orjson: importing orjson
+# (and the dataclasses, uuid and datetime it imports) costs what json's escaping of ~1,000
+# bodies of 1 KiB does more than orjson's, and a key selection prints a line or two
+ORJSON_AFTER = 256
+
+
+def plain_json(obj: object) -> bytes:
+    """Compact JSON as EnvelopeLines is held to write it (json.dumps), without importing
+    orjson: for a few lines, and what is written once a run (a pair of hosts' texts)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class Writer:
@@ -21,7 +31,9 @@ class Writer:
     def __init__(self, out: BinaryIO, fmt: str) -> None:
         self.out = out
         self.fmt = fmt
-        self._envelopes = EnvelopeLines(orjson.dumps)
+        self._dumps: Callable[[object], bytes] = plain_json
+        self._envelopes = EnvelopeLines(plain_json)
+        self._printed = 0  # JSON lines Python printed (not those C made)
         self._lines: list[bytes] = []
         if fmt == "csv":  # imported by the format that uses it: a selection's start is
             import csv  # most of its cost
@@ -39,6 +51,7 @@ class Writer:
                 self.flush()
         elif self.fmt == "json":
             self._lines.append(self._envelopes.line(msg))
+            self._printed_one()
             if len(self._lines) >= BATCH:
                 self.flush()
         elif self.fmt == "raw":  # bodies as `follow` prints them: each ends in a newline
@@ -49,10 +62,19 @@ class Writer:
             self.out.write(b"%s %d %d %d\n" % (msg.topic.encode(), msg.queue_id,
                                                 msg.queue_offset, msg.store_timestamp))
         elif self.fmt == "replay":
-            self.out.write(orjson.dumps(replay_line(msg)) + b"\n")
+            self.out.write(self._dumps(replay_line(msg)) + b"\n")
+            self._printed_one()
         else:
             self._csv.writerow(csv_row(msg))
             self._flush_text()
+
+    def _printed_one(self) -> None:
+        self._printed += 1
+        if self._printed == ORJSON_AFTER:  # the same bytes, sooner from here on
+            import orjson
+
+            self._dumps = orjson.dumps
+            self._envelopes = EnvelopeLines(orjson.dumps)
 
     def flush(self) -> None:
         """Write out the lines held back (JSON lines go out a batch at a time)."""
