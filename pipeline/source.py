@@ -96,6 +96,7 @@ from .tasks import even_tasks
 from .unit_rows import UnitRows, UnitRowsPlan, answerable, plan_unit_rows
 from .unit_rows import read as read_unit_rows
 from .units import UnitPlan, UnitRange, plan_units, read_units
+from .worker_gc import settle
 from .writer import MqfsStreamWriter, MqfsWriter
 
 BATCH_RECORDS = 16384
@@ -668,3 +669,5 @@ class MqfsDataSource(DataSource):
         """`writeStream.format("mqfs")`, output mode append (a store cannot take rows back)."""
         return MqfsStreamWriter(self._write_root(overwrite), schema, self.options)
 
+
+settle()  # a reused Spark worker that imported this source: its imports' objects frozen (worker_gc)
