@@ -3,7 +3,7 @@
 Imports only the standard library, numpy and xxhash; never fusefs or pipeline.
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
 from .config import StoreConfig
 from .errors import (
@@ -22,7 +22,10 @@ from .errors import (
 )
 from .format.message import Message, StoredMessage
 
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 if TYPE_CHECKING:
+    from typing import Any
+
     from .message_store import MessageStore, PutResult
 
 

@@ -5,7 +5,6 @@ the CommitLog holds (`--all-versions`), as a mount shows them unless `-o all_ver
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import CorruptionError
@@ -15,6 +14,7 @@ from mqfs.store.offline.store_files import StoreLayout
 
 from .picks import Damage
 
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 if TYPE_CHECKING:
     from mqfs.store.files.compaction_log import CompactionViews
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import mmap
 from collections.abc import Iterator
-from typing import Any
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import CodecError, CorruptionError
@@ -22,6 +21,10 @@ from mqfs.store.offline.store_files import StoreLayout, commitlog_files, map_rea
 
 from .picks import INNER_BATCHES, Damage, served
 from .queue_spans import CHUNK, Span
+
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
+if TYPE_CHECKING:
+    from typing import Any
 
 _MAPS_KEPT = 16  # CommitLog files kept mapped at once (a mapping holds a descriptor)
 NO_RECORD = "no record there (damaged or not yet written)"

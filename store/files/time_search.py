@@ -9,8 +9,8 @@ before and at its answer; only when they show disorder, scan the times in chunks
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 if TYPE_CHECKING:
     import numpy as np
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .message import SCHEDULE_TOPIC
 
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 if TYPE_CHECKING:
     from .message import StoredMessage
 

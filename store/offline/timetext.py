@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 if TYPE_CHECKING:
     from datetime import datetime
 

@@ -1,5 +1,5 @@
 """What `mqfs dump` loads before its first record: a key, a tag or an hour imports none of
-dataclasses, orjson, numpy, inspect or ast (each a share of what such a selection costs), as
+dataclasses, orjson, numpy, inspect, ast or typing (each a share of what such a selection costs), as
 the command runs it (a process of its own, `-X importtime`); JSON lines Python prints take
 orjson only after ORJSON_AFTER of them, the bytes the same on both sides of the switch; and
 the other subcommands still run."""
@@ -19,7 +19,8 @@ from mqfs.store.format.jsonl import envelope, replay_line
 from tests.fusefs.test_dump import T0
 from tests.store.helpers import small_config
 
-HEAVY = {"dataclasses", "orjson", "numpy", "inspect", "ast"}
+HEAVY = {"dataclasses", "orjson", "numpy", "inspect", "ast", "typing"}  # typing: modules on
+# dump's path import it under `TYPE_CHECKING = False` (mypy reads it; the command does not)
 N = 700
 # bodies JSON escapes, or does not, or cannot hold as text (base64)
 BODIES = [b'say "hi"\\\t\n\x00\x1f\x7f \xc3\xa9 \xe2\x80\xa8 \xf0\x9f\x98\x80', b"plain order", b"\xff\xfe"]
