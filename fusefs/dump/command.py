@@ -10,7 +10,7 @@ from itertools import chain
 
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError
-from mqfs.store.format.jsonl import EnvelopeLines
+from mqfs.store.format.jsonl import envelope_hosts
 from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, Features, recognise, topics_of
 from mqfs.store.offline.dump_lines import envelope_lines
 from mqfs.store.offline.keys import key_candidates
@@ -22,7 +22,7 @@ from . import records
 from .compacted import served_messages, served_views
 from .picks import Damage, messages_at
 from .queue_spans import few_units, spans
-from .writer import Writer, plain_json
+from .writer import Writer
 
 TYPE_CHECKING = False  # mypy alone reads these: importing typing is ~6% of a tag selection
 if TYPE_CHECKING:
@@ -37,8 +37,9 @@ def selected(layout: StoreLayout, sel: Selection, damage: Damage,
     CommitLog in store order (always when a BatchCQ topic may be selected, or the
     ConsumeQueues are a RocksDB database); with `each`, at most that many of each queue. A
     compaction topic is its versions the broker serves (after the rest), unless
-    `all_versions`. With `json_lines`, a message may come as its JSON line already made
-    (bytes: EnvelopeLines.line's, made in C for the common record of a few units)."""
+    `all_versions`. With `json_lines`, messages may come as their JSON lines already made
+    (bytes: one or more of EnvelopeLines.line's, made in C for the common records of a few
+    units)."""
     features = recognise(layout.root)
     views = None if all_versions else served_views(layout, features, sel)
     if json_lines and each is None and views is None:  # nothing below reads a line's fields
@@ -74,7 +75,7 @@ def _selected(layout: StoreLayout, features: Features, sel: Selection, damage: D
     if found is not None:
         picked = few_units(found, sel, flavor.tags_code)
         if picked is not None:  # a tag, an hour: a record at a time, without numpy
-            lines = envelope_lines(flavor, sel, EnvelopeLines(plain_json).hosts_of) if json_lines else None
+            lines = envelope_lines(flavor, sel, envelope_hosts) if json_lines else None
             return records.messages(layout, picked, sel, flavor, damage, lines)
     # the columnar readers: numpy, imported only here
     from . import source
@@ -94,6 +95,14 @@ def _selected(layout: StoreLayout, features: Features, sel: Selection, damage: D
 
         return messages(runs, sel, flavor, in_flight_or)
     return messages(runs, sel, flavor, damage)
+
+
+def _line_ends(text: bytes, k: int) -> int:
+    """Where the first k lines of `text` end."""
+    end = 0
+    for _ in range(k):
+        end = text.index(b"\n", end) + 1
+    return end
 
 
 def cmd_dump(a: argparse.Namespace) -> int:
@@ -117,7 +126,15 @@ def cmd_dump(a: argparse.Namespace) -> int:
         for msg in selected(layout, sel, damage, a.each, a.all_versions, a.format == "json" and not a.count):
             if a.max is not None and n >= a.max:
                 break
-            n += 1
+            if isinstance(msg, bytes):  # JSON lines made already, each ending in its only newline
+                if a.max is None:  # (not --count): only whether any was selected is told
+                    n += 1
+                else:
+                    k = min(msg.count(b"\n"), a.max - n)
+                    msg = msg[:_line_ends(msg, k)]
+                    n += k
+            else:
+                n += 1
             if writer is not None:
                 writer.write(msg)
         if writer is not None:

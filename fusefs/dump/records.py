@@ -79,8 +79,9 @@ def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]
     offsets, file by file (as runs_at reads them), a file's units without a record first.
     A record that is its unit's own queue's message and neither packs nor compresses
     messages is `served` without a generator of its own (most of a selection's records).
-    With `lines` (store.offline.dump_lines), such a record comes as its JSON line (bytes),
-    made in C; what C declines is read here as without it."""
+    With `lines` (store.offline.dump_lines), such records come as their JSON lines (bytes,
+    the lines of a whole group of units at once where C takes each), made in C; what C
+    declines is read here as without it."""
     log = Files(layout)
     literals = sel.property_literals()
     holds = sel.holds
@@ -100,6 +101,12 @@ def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]
                 continue
             buf = log.mapped(i)
             base = log.starts[i]
+            if lines is not None:
+                text = lines.lines(buf, base, group, topic, q)
+                if text is not None:
+                    if text:
+                        yield text
+                    continue
             found: list[tuple[int, int, StoredMessage] | bytes] = []
             for qo, at in group:
                 if lines is not None:

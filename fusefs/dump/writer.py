@@ -24,7 +24,7 @@ ORJSON_AFTER = 256
 
 def plain_json(obj: object) -> bytes:
     """Compact JSON as EnvelopeLines is held to write it (json.dumps), without importing
-    orjson: for a few lines, and what is written once a run (a pair of hosts' texts)."""
+    orjson: for a few lines."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -47,11 +47,10 @@ class Writer:
             self._flush_text()
 
     def write(self, msg: StoredMessage | bytes) -> None:
-        """One message, or a JSON line made for it already (command.selected's `json_lines`)."""
-        if isinstance(msg, bytes):
-            self._lines.append(msg)
-            if len(self._lines) >= BATCH:
-                self.flush()
+        """One message, or JSON lines made already (command.selected's `json_lines`)."""
+        if isinstance(msg, bytes):  # (many lines at once: written as they are, not joined)
+            self.flush()
+            self.out.write(msg)
         elif self.fmt == "json":
             self._lines.append(self._envelopes.line(msg))
             self._printed_one()

@@ -193,7 +193,7 @@ class EnvelopeLines:
         raw = (msg.born_host_raw, msg.store_host_raw)
         hosts = self._hosts.get(raw)
         if hosts is None:
-            hosts = self._hosts[raw] = self.hosts_of(*raw)
+            hosts = self._hosts[raw] = envelope_hosts(*raw)
         try:
             name, body = b"body", dumps(str(msg.body, "utf-8"))
         except UnicodeDecodeError:
@@ -206,10 +206,12 @@ class EnvelopeLines:
             msg.commitlog_offset, msg.total_size, msg.flag, msg.sys_flag, msg.reconsume_times,
             dumps(props), name, body)
 
-    def hosts_of(self, born: bytes, store: bytes) -> tuple[bytes, bytes]:
-        """(msgid's first hex digits, both hosts' fields) of a record's raw hosts."""
-        return (store.hex().upper().encode(), self._dumps(host_text(*decode_host(born))) +
-                b',"store_host":' + self._dumps(host_text(*decode_host(store))))
+
+def envelope_hosts(born: bytes, store: bytes) -> tuple[bytes, bytes]:
+    """(msgid's first hex digits, both hosts' fields) of a record's raw hosts. A host's text
+    (digits, dots, hex digits, colons, brackets) is its JSON string between quotes."""
+    return (store.hex().upper().encode(), b'"%s","store_host":"%s"' % (
+        host_text(*decode_host(born)).encode(), host_text(*decode_host(store)).encode()))
 
 
 def csv_row(msg: StoredMessage) -> list:

@@ -9,13 +9,18 @@
  * range, without a wanted property's bytes, another tag), or None, declining, for anything
  * else: a record that does not decode or check out (Python names the damage), an inner
  * batch, a compressed body, a unit that is not the record's own, properties that are not
- * UTF-8 or name one property twice. Python then reads that record as it always did. */
+ * UTF-8 or name one property twice. Python then reads that record as it always did.
+ * `Lines.lines` does a run of units of one file in one call, declining the whole run when
+ * it would decline one of them. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 #include <xxhash.h>
 #include <zlib.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
@@ -49,8 +54,9 @@ typedef struct {
     unsigned char born[20], store[20];
     Py_ssize_t born_len, store_len; /* the hosts of `head`/`fields`; 0: none yet */
     PyObject *head, *fields;   /* bytes, for the hosts above */
-    char *out;                 /* the line being written */
+    char *out;                 /* the lines being written */
     Py_ssize_t cap;
+    int busy;                  /* in a call: hosts_of calling back in would move `out` */
 } Lines;
 
 static inline uint32_t be32(const unsigned char *p) {
@@ -64,6 +70,12 @@ static inline int64_t be64(const unsigned char *p) {
 static int valid_utf8(const unsigned char *p, Py_ssize_t n) {
     const unsigned char *end = p + n;
     while (p < end) {
+#ifdef __SSE2__
+        if (end - p >= 16 && !_mm_movemask_epi8(_mm_loadu_si128((const __m128i *)p))) {
+            p += 16;
+            continue;
+        }
+#endif
         if (end - p >= 8) {
             uint64_t x;
             memcpy(&x, p, 8);
@@ -109,7 +121,24 @@ static char *put_string(char *o, const unsigned char *s, Py_ssize_t n) {
     static const char HEX[] = "0123456789abcdef";
     const unsigned char *end = s + n, *run = s;
     *o++ = '"';
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1F);
+#endif
     while (s < end) {
+#ifdef __SSE2__
+        if (end - s >= 16) { /* sixteen bytes at once: to the first that needs an escape */
+            __m128i v = _mm_loadu_si128((const __m128i *)s);
+            __m128i special = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                _mm_cmpeq_epi8(_mm_max_epu8(v, control), control));
+            int mask = _mm_movemask_epi8(special);
+            if (!mask) {
+                s += 16;
+                continue;
+            }
+            s += __builtin_ctz((unsigned)mask);
+        }
+#endif
         if (end - s >= 8) { /* eight bytes at once while none needs an escape */
             uint64_t x;
             memcpy(&x, s, 8);
@@ -312,46 +341,21 @@ static int hosts(Lines *self, const unsigned char *born, Py_ssize_t bl, const un
     return 0;
 }
 
-static PyObject *decline(Py_buffer *view) {
-    PyBuffer_Release(view);
-    Py_RETURN_NONE;
-}
+enum { FAILED = -2, DECLINED = -1, RULED_OUT = 0, WRITTEN = 1 };
 
-static PyObject *ruled_out(Py_buffer *view) {
-    PyBuffer_Release(view);
-    Py_RETURN_FALSE;
-}
-
-/* line(buf, pos, at, topic, queue_id, queue_offset): the record at `pos` of `buf` (the
- * CommitLog file mapped), at CommitLog offset `at`, read through unit `queue_offset` of queue
- * (topic, queue_id): its JSON line (bytes), False, or None (see the top of this file). */
-static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "line takes 6 arguments");
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    long long at = PyLong_AsLongLong(args[2]);
-    long qid = PyLong_AsLong(args[4]);
-    long long qo = PyLong_AsLongLong(args[5]);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_ssize_t want_topic_len;
-    const char *want_topic = PyUnicode_AsUTF8AndSize(args[3], &want_topic_len);
-    if (!want_topic)
-        return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    const unsigned char *buf = view.buf;
-    Py_ssize_t len = view.len;
+/* The record at `pos` of buf[0:len] (at CommitLog offset `at`), read through unit `qo` of
+ * queue (want_topic, qid): WRITTEN (its line appended at self->out + *used, *used moved on),
+ * RULED_OUT, DECLINED, or FAILED (an exception is set). */
+static int one(Lines *self, const unsigned char *buf, Py_ssize_t len, Py_ssize_t pos, int64_t at,
+               const char *want_topic, Py_ssize_t want_topic_len, long qid, int64_t qo,
+               Py_ssize_t *used) {
     /* codec.decode's checks: a whole, well-formed v1/v2 record */
     if (pos < 0 || pos > len || len - pos < BORN_HOST_POS)
-        return decline(&view);
+        return DECLINED;
     const unsigned char *rec = buf + pos;
     int32_t total = (int32_t)be32(rec), magic = (int32_t)be32(rec + 4);
     if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD || total > len - pos)
-        return decline(&view);
+        return DECLINED;
     int32_t body_crc = (int32_t)be32(rec + 8), queue_id = (int32_t)be32(rec + 12);
     int32_t flag = (int32_t)be32(rec + 16);
     int64_t queue_offset = be64(rec + 20), commitlog_offset = be64(rec + 28);
@@ -363,7 +367,7 @@ static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs
     p += bl;
     Py_ssize_t fixed_end = p + 8 + sl + 16;
     if (fixed_end > total)
-        return decline(&view);
+        return DECLINED;
     int64_t store_ts = be64(rec + p);
     p += 8;
     const unsigned char *store = rec + p;
@@ -372,55 +376,55 @@ static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs
     int32_t body_len = (int32_t)be32(rec + p + 12);
     p += 16;
     if (body_len < 0 || p + body_len > total)
-        return decline(&view);
+        return DECLINED;
     const unsigned char *body = rec + p;
     p += body_len;
     Py_ssize_t topic_len;
     if (magic == MAGIC_V2) {
-        if (p + 2 > total) return decline(&view);
+        if (p + 2 > total) return DECLINED;
         topic_len = (int16_t)((rec[p] << 8) | rec[p + 1]);
         p += 2;
     } else {
-        if (p + 1 > total) return decline(&view);
+        if (p + 1 > total) return DECLINED;
         topic_len = rec[p];
         p += 1;
     }
     if (topic_len <= 0 || p + topic_len > total)
-        return decline(&view);
+        return DECLINED;
     const unsigned char *topic = rec + p;
     for (Py_ssize_t i = 0; i < topic_len; i++)
         if (topic[i] >= 0x80)
-            return decline(&view);
+            return DECLINED;
     p += topic_len;
     if (p + 2 > total)
-        return decline(&view);
+        return DECLINED;
     Py_ssize_t props_len = (int16_t)((rec[p] << 8) | rec[p + 1]);
     p += 2;
     if (props_len < 0 || p + props_len != total)
-        return decline(&view);
+        return DECLINED;
     const unsigned char *raw_props = rec + p;
     if (commitlog_offset != at)
-        return decline(&view);
+        return DECLINED;
     /* records._kept: what rules a record out before it is checked */
     if (sys_flag & PREPARED)
-        return ruled_out(&view);
+        return RULED_OUT;
     if ((self->has_since && store_ts < self->since) || (self->has_until && store_ts > self->until))
-        return ruled_out(&view);
+        return RULED_OUT;
     if ((sys_flag & INNER_BATCHES) == INNER_BATCHES)
-        return decline(&view);
+        return DECLINED;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->literals); i++)
         if (!holds_one(raw_props, props_len, PyTuple_GET_ITEM(self->literals, i)))
-            return ruled_out(&view);
+            return RULED_OUT;
     /* codec.verify, then the record as its unit's own queue's message */
     if (!checks_out(self, rec, total, body, body_len, body_crc) || !valid_utf8(raw_props, props_len))
-        return decline(&view);
+        return DECLINED;
     if (sys_flag & OWN_HANDLING || queue_offset != qo || queue_id != qid
             || topic_len != want_topic_len || memcmp(topic, want_topic, (size_t)topic_len) != 0)
-        return decline(&view);
+        return DECLINED;
     Prop props[MAX_PROPS];
     int n_props = properties(raw_props, props_len, props);
     if (n_props < 0)
-        return decline(&view);
+        return DECLINED;
     const Prop *tags = prop_named(props, n_props, "TAGS", 4);
     if (self->tags) { /* Selection.holds: the record's TAGS (or "") is one of them */
         const unsigned char *t = tags ? tags->value : (const unsigned char *)"";
@@ -431,14 +435,12 @@ static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs
             found = PyBytes_GET_SIZE(w) == tl && memcmp(PyBytes_AS_STRING(w), t, (size_t)tl) == 0;
         }
         if (!found)
-            return ruled_out(&view);
+            return RULED_OUT;
     }
     const Prop *keys = prop_named(props, n_props, "KEYS", 4);
     int text = valid_utf8(body, body_len);
-    if (hosts(self, born, bl, store, sl) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    if (hosts(self, born, bl, store, sl) < 0)
+        return FAILED;
     /* EnvelopeLines.line */
     Py_ssize_t need = 1024 + PyBytes_GET_SIZE(self->head) + PyBytes_GET_SIZE(self->fields)
                       + 6 * (topic_len + props_len) + 12 * n_props
@@ -447,11 +449,9 @@ static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs
         need += 6 * keys->value_len + 3 * keys->value_len;
     if (tags)
         need += 6 * tags->value_len;
-    if (reserve(self, need) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    char *o = self->out;
+    if (reserve(self, *used + need) < 0)
+        return FAILED;
+    char *o = self->out + *used;
     o = put_lit(o, "{\"topic\":");
     o = put_string(o, topic, topic_len);
     o = put_lit(o, ",\"queue_id\":");
@@ -517,8 +517,110 @@ static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs
         *o++ = '"';
     }
     o = put_lit(o, "}\n");
+    *used = o - self->out;
+    return WRITTEN;
+}
+
+static int unit_args(PyObject *topic_obj, PyObject *q_obj, const char **topic, Py_ssize_t *topic_len,
+                     long *qid) {
+    *qid = PyLong_AsLong(q_obj);
+    if (*qid == -1 && PyErr_Occurred())
+        return -1;
+    *topic = PyUnicode_AsUTF8AndSize(topic_obj, topic_len);
+    return *topic ? 0 : -1;
+}
+
+/* line(buf, pos, at, topic, queue_id, queue_offset): the record at `pos` of `buf` (the
+ * CommitLog file mapped), at CommitLog offset `at`, read through unit `queue_offset` of queue
+ * (topic, queue_id): its JSON line (bytes), False, or None (see the top of this file). */
+static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "line takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long at = PyLong_AsLongLong(args[2]);
+    long long qo = PyLong_AsLongLong(args[5]);
+    const char *topic;
+    Py_ssize_t topic_len, used = 0;
+    long qid;
+    if (PyErr_Occurred() || unit_args(args[3], args[4], &topic, &topic_len, &qid) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (self->busy) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "Lines called from within itself");
+        return NULL;
+    }
+    self->busy = 1;
+    int got = one(self, view.buf, view.len, pos, at, topic, topic_len, qid, qo, &used);
+    self->busy = 0;
     PyBuffer_Release(&view);
-    return PyBytes_FromStringAndSize(self->out, o - self->out);
+    if (got == FAILED)
+        return NULL;
+    if (got == DECLINED)
+        Py_RETURN_NONE;
+    if (got == RULED_OUT)
+        Py_RETURN_FALSE;
+    return PyBytes_FromStringAndSize(self->out, used);
+}
+
+/* lines(buf, base, units, topic, queue_id): `line` for each unit (queue offset, CommitLog
+ * offset) of a list, the records in the file mapped as `buf` starting at CommitLog offset
+ * `base`: the lines of those selected, joined (bytes), or None as soon as one is declined
+ * (the caller reads the units one by one then: Python names damage in its own order). */
+static PyObject *Lines_lines(Lines *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "lines(buf, base, units: list, topic, queue_id)");
+        return NULL;
+    }
+    long long base = PyLong_AsLongLong(args[1]);
+    const char *topic;
+    Py_ssize_t topic_len, used = 0;
+    long qid;
+    if ((base == -1 && PyErr_Occurred()) || unit_args(args[3], args[4], &topic, &topic_len, &qid) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (self->busy) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_RuntimeError, "Lines called from within itself");
+        return NULL;
+    }
+    self->busy = 1;
+    PyObject *units = args[2];
+    int got = RULED_OUT;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(units); i++) {
+        PyObject *unit = PyList_GET_ITEM(units, i);
+        long long qo, at;
+        if (!PyTuple_Check(unit) || PyTuple_GET_SIZE(unit) != 2) {
+            got = DECLINED;
+            break;
+        }
+        qo = PyLong_AsLongLong(PyTuple_GET_ITEM(unit, 0));
+        at = PyLong_AsLongLong(PyTuple_GET_ITEM(unit, 1));
+        if (PyErr_Occurred()) {
+            got = FAILED;
+            break;
+        }
+        if (at < base || at - base > (long long)PY_SSIZE_T_MAX) {
+            got = DECLINED;
+            break;
+        }
+        got = one(self, view.buf, view.len, (Py_ssize_t)(at - base), at, topic, topic_len, qid, qo, &used);
+        if (got < 0)
+            break;
+    }
+    self->busy = 0;
+    PyBuffer_Release(&view);
+    if (got == FAILED)
+        return NULL;
+    if (got == DECLINED)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(self->out, used);
 }
 
 static int tuple_of_bytes(PyObject *t) {
@@ -590,6 +692,9 @@ static PyMethodDef Lines_methods[] = {
     {"line", (PyCFunction)(void (*)(void))Lines_line, METH_FASTCALL,
      "line(buf, pos, at, topic, queue_id, queue_offset): the record's JSON line, False (not "
      "selected) or None (declined: Python reads it)"},
+    {"lines", (PyCFunction)(void (*)(void))Lines_lines, METH_FASTCALL,
+     "lines(buf, base, units, topic, queue_id): the selected units' lines joined, or None "
+     "when one is declined"},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject LinesType = {

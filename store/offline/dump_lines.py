@@ -24,7 +24,9 @@ def envelope_lines(flavor: Flavor, sel: Selection,
     """A `Lines` whose `line(buf, pos, at, topic, queue_id, queue_offset)` gives the JSON
     line of the record at `pos` of a mapped CommitLog file (at CommitLog offset `at`) read
     through that unit, False for one the selection rules out, None for one Python must read;
-    `hosts_of` is `EnvelopeLines.hosts_of`. None when C cannot take the selection: keys,
+    `lines(buf, base, units, topic, queue_id)` the lines of a list of units (queue offset,
+    CommitLog offset) of the file starting at `base`, joined, or None when it would decline
+    one; `hosts_of` is `jsonl.envelope_hosts`. None when C cannot take the selection: keys,
     properties or a body pattern (Python checks those), or without the C module
     (MQFS_PURE_PYTHON=1)."""
     c = compiled.dump

@@ -28,7 +28,7 @@ from mqfs.store.errors import CodecError, CorruptionError
 from mqfs.store.format import codec, compiled
 from mqfs.store.format.codec import decode, verify
 from mqfs.store.format.flavor import ROCKETMQ, XXHASH, Flavor
-from mqfs.store.format.jsonl import EnvelopeLines
+from mqfs.store.format.jsonl import EnvelopeLines, envelope_hosts
 from mqfs.store.offline.dump_lines import envelope_lines
 from mqfs.store.offline.located import layout_at
 from mqfs.store.offline.selection import Selection, glued, selection_of
@@ -158,7 +158,7 @@ def test_one_record_c_gives_pythons_line_rules_out_as_python_or_declines(
     unit = ("Other" if mischief == "other unit" else topic.decode("latin-1"), fields[0], fields[2])
     sel = Selection(since=since, until=until, tags=tags)
     want = _python(buf, len(pad), unit_at, unit, sel, flavor)
-    lines = envelope_lines(flavor, sel, EnvelopeLines(orjson.dumps).hosts_of)
+    lines = envelope_lines(flavor, sel, envelope_hosts)
     assert lines is not None
     got = lines.line(buf, len(pad), unit_at, *unit)
     assert got == lines.line(buf, len(pad), unit_at, *unit)  # the hosts' cache: the same
@@ -185,7 +185,7 @@ def test_the_common_record_is_written_in_c_not_declined():
                               born=born + b"\0\0\0\1", store=store + b"\0\0\0\2", sys_flag=0, at=77,
                               fields=(1, 0, 5, 1, 2, 0, 0), v2=len(topic) > 127)
                 sel = Selection(tags=["t"])
-                lines = envelope_lines(flavor, sel, EnvelopeLines(orjson.dumps).hosts_of)
+                lines = envelope_lines(flavor, sel, envelope_hosts)
                 got = lines.line(bytes(rec), 0, 77, topic.decode(), 1, 5)
                 assert got is not None and got == _python(bytes(rec), 0, 77, (topic.decode(), 1, 5), sel, flavor)
 
@@ -193,7 +193,7 @@ def test_the_common_record_is_written_in_c_not_declined():
 def test_no_c_for_what_python_checks_or_without_the_module(monkeypatch):
     """Keys, properties and a body pattern are Python's to check; a tag that is no text,
     times past 64 bits and MQFS_PURE_PYTHON (no module) leave the selection to Python."""
-    hosts = EnvelopeLines(orjson.dumps).hosts_of
+    hosts = envelope_hosts
     import re
 
     for sel in (Selection(keys=["k"]), Selection(properties=[("a", None)]), Selection(body=re.compile(b"x")),
@@ -318,3 +318,28 @@ def test_broker_stores_print_the_same_with_c_and_pure_python(tmp_path, kind):
     runs = [["--since", str(stamps[len(stamps) // 2])], ["--until", str(stamps[len(stamps) // 2])],
             *(["--tag", t.strip(b'"').decode()] for t in tags[:2])]
     _every_way(root, runs)
+
+
+@needs_c
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(recs=st.lists(st.tuples(st.binary(max_size=40) | texts.map(str.encode), property_bytes(),
+                               st.sampled_from(["none"] * 8 + ["flip", "other offset", "other unit"]),
+                               st.integers(0, 10**6)), min_size=1, max_size=8),
+       flavor=st.sampled_from(FLAVORS), base=st.integers(0, 1 << 40), tags=st.lists(texts, max_size=1))
+def test_a_run_of_units_is_each_units_line_joined_or_declined_whole(recs, flavor, base, tags):
+    """`lines` over a file's units: the lines `line` gives each, joined, or None when `line`
+    declines one (the caller then reads them one by one)."""
+    buf, units = bytearray(), []
+    for i, (body, props, mischief, where) in enumerate(recs):
+        at = base + len(buf)
+        rec = _record(b"Orders", body, props, flavor, trailer=flavor.record_crc, born=bytes(8),
+                      store=bytes(8), sys_flag=0, at=at, fields=(1, 0, i, 0, 5, 0, 0), v2=False)
+        if mischief == "flip":
+            rec[where % len(rec)] ^= 0x40
+        buf += rec
+        units.append((i if mischief != "other unit" else i + 1, at + (mischief == "other offset")))
+    sel = Selection(tags=tags)
+    lines = envelope_lines(flavor, sel, envelope_hosts)
+    each = [lines.line(bytes(buf), at - base, at, "Orders", 1, qo) for qo, at in units]
+    got = lines.lines(bytes(buf), base, units, "Orders", 1)
+    assert got == (None if None in each else b"".join(x for x in each if x))
