@@ -27,6 +27,9 @@ def version() -> str:
         return "unknown (not installed: run scripts/setup)"
 
 
+_UNMEASURED_WIDTH = 1 << 12  # wide enough that nothing wraps
+
+
 class _Version(argparse._VersionAction):
     """--version, read when asked: the package metadata's parse is a tenth of a second, more
     than a `mqfs dump -k` spends on its work."""
@@ -38,12 +41,36 @@ class _Version(argparse._VersionAction):
 
 class OneLineParser(argparse.ArgumentParser):
     """Usage errors as one line (`mqfs: ...`), like every other error of the command; every
-    command and subcommand takes --version."""
+    command and subcommand takes --version. Only help, usage and errors measure the terminal:
+    the formatter argparse makes for each argument added (to check its metavar) and for a
+    subcommand's prog (`mqfs`) take a fixed width, so a subcommand's start does not import
+    shutil and ask the terminal its size once per argument."""
+
+    _unmeasured = 0  # > 0 while adding arguments or subcommands
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.add_help:
             self.add_argument("--version", action=_Version, help="show the version and exit")
+
+    def add_argument(self, *args, **kwargs):
+        self._unmeasured += 1
+        try:
+            return super().add_argument(*args, **kwargs)
+        finally:
+            self._unmeasured -= 1
+
+    def add_subparsers(self, **kwargs):
+        self._unmeasured += 1
+        try:
+            return super().add_subparsers(**kwargs)
+        finally:
+            self._unmeasured -= 1
+
+    def _get_formatter(self):
+        if self._unmeasured:
+            return self.formatter_class(prog=self.prog, width=_UNMEASURED_WIDTH)
+        return super()._get_formatter()
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -16,7 +16,6 @@ not by any record's QUEUEOFFSET (which is the parent queue's).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from .message import SCHEDULE_TOPIC
@@ -81,6 +80,8 @@ def served_as(msg: StoredMessage, topic: str, queue_id: int, queue_offset: int) 
     (its own fields are its parent queue's; its properties name both)."""
     if (msg.topic, msg.queue_id, msg.queue_offset) == (topic, queue_id, queue_offset):
         return msg
+    import copy  # here: a dump of a few records need not load it (nor weakref)
+
     served = copy.copy(msg)
     served.topic, served.queue_id, served.queue_offset = topic, queue_id, queue_offset
     return served
