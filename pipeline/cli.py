@@ -114,8 +114,11 @@ def check_inputs(args: argparse.Namespace) -> str | None:
     from mqfs.store.meta.manifest import is_store
 
     for store in [p.strip() for p in args.store.split(",") if p.strip()] or [args.store]:
-        if not is_store(store):
-            return f"{store} holds no store (no mqfs.json and no commitlog/)"
+        try:
+            if not is_store(store):
+                return f"{store} holds no store (no mqfs.json and no commitlog/)"
+        except PermissionError as exc:
+            return f"{store}: {exc.strerror}"
     out = getattr(args, "out", None)
     if out is None or not os.path.exists(out):
         return None

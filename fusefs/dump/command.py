@@ -145,6 +145,9 @@ def cmd_dump(a: argparse.Namespace) -> int:
     except BrokenPipeError:
         raise
     except (StoreError, OSError, ValueError) as exc:
-        print(f"mqfs: {' '.join(str(exc).split())}", file=sys.stderr)
+        text = " ".join(str(exc).split())
+        if isinstance(exc, OSError) and exc.strerror and exc.filename:
+            text = f"{exc.filename}: {exc.strerror}"  # as every other subcommand says it
+        print(f"mqfs: {text}", file=sys.stderr)
         return 2
     return 2 if skipped else (0 if n else 1)

@@ -11,7 +11,9 @@ intact records look corrupt (and get cut); a read-write open refuses instead, wi
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 
 from ..config import StoreConfig
 from ..errors import StoreFormatError
@@ -31,7 +33,20 @@ def manifest_path(root: str) -> str:
 
 
 def is_store(root: str) -> bool:
-    return os.path.exists(manifest_path(root)) or os.path.isdir(os.path.join(root, "commitlog"))
+    """Whether `root` holds a store: mqfs.json, or a commitlog/ directory (a broker's).
+    PermissionError when this user may not look inside `root`: a store another user keeps
+    is not "no store" (whose advice, `mqfs init`, would be wrong)."""
+    for path, want_dir in ((manifest_path(root), False), (os.path.join(root, "commitlog"), True)):
+        try:
+            st = os.stat(path)
+        except PermissionError:
+            raise PermissionError(errno.EACCES, "permission denied: this user may not read "
+                                  "the store's directory", root) from None
+        except OSError:
+            continue
+        if not want_dir or stat.S_ISDIR(st.st_mode):
+            return True
+    return False
 
 
 class StoreFormat(Slotted):

@@ -209,3 +209,28 @@ def test_a_mount_that_recovers_shows_progress_and_what_it_did_on_a_terminal(mult
     assert states and states[-1] == 100 and states == sorted(states), screen
     assert re.search(r"mqfs: recovered after an unclean shutdown; CommitLog ends at offset \d+; "
                      r"\d+ records? indexed again \(\d+\.\d s\)", screen), screen
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_a_store_this_user_may_not_read_is_said_so_not_called_no_store(tmp_path):
+    """A 0700 store run against as another user: every command says permission denied in
+    one line (not "holds no store; create one with mqfs init"), and nothing is changed."""
+    top = tmp_path / "top"
+    top.mkdir()
+    top.chmod(0o755)
+    tmp_path.chmod(0o755)
+    store = str(top / "store")
+    with MessageStore(store, StoreConfig(), create=True) as s:
+        s.put(Message.create("t", b"kept"))
+    os.chmod(store, 0o700)
+    before = sorted((p, os.stat(os.path.join(d, p)).st_mtime_ns) for d, _, fs in os.walk(store) for p in fs)
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    for args in (["dump", "-c"], ["info"], ["info", "--json"], ["verify"], ["pipeline", "audit"]):
+        r = subprocess.run([*nobody, *MQFS, *args, store], capture_output=True, text=True,
+                           timeout=LIMIT, cwd="/")
+        assert r.returncode != 0, (args, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "permission denied" in lines[0] and store in lines[0], (args, r.stderr)
+        assert "no store" not in r.stderr and "mqfs init" not in r.stderr
+    after = sorted((p, os.stat(os.path.join(d, p)).st_mtime_ns) for d, _, fs in os.walk(store) for p in fs)
+    assert after == before
