@@ -530,6 +530,34 @@ static int unit_args(PyObject *topic_obj, PyObject *q_obj, const char **topic, P
     return *topic ? 0 : -1;
 }
 
+/* The output buffer is the object's own: a call from within a call (the hosts callback) would
+ * move it under the outer one. `enter` takes the mapping's buffer and marks the object busy;
+ * `leave` undoes both and gives the result: NULL (an error), None (declined), False (ruled
+ * out, where `ruled_out_false`), else the lines written. */
+static int enter(Lines *self, PyObject *buf, Py_buffer *view) {
+    if (PyObject_GetBuffer(buf, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (self->busy) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_RuntimeError, "Lines called from within itself");
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+static PyObject *leave(Lines *self, Py_buffer *view, int got, Py_ssize_t used, int ruled_out_false) {
+    self->busy = 0;
+    PyBuffer_Release(view);
+    if (got == FAILED)
+        return NULL;
+    if (got == DECLINED)
+        Py_RETURN_NONE;
+    if (got == RULED_OUT && ruled_out_false)
+        Py_RETURN_FALSE;
+    return PyBytes_FromStringAndSize(self->out, used);
+}
+
 /* line(buf, pos, at, topic, queue_id, queue_offset): the record at `pos` of `buf` (the
  * CommitLog file mapped), at CommitLog offset `at`, read through unit `queue_offset` of queue
  * (topic, queue_id): its JSON line (bytes), False, or None (see the top of this file). */
@@ -547,24 +575,10 @@ static PyObject *Lines_line(Lines *self, PyObject *const *args, Py_ssize_t nargs
     if (PyErr_Occurred() || unit_args(args[3], args[4], &topic, &topic_len, &qid) < 0)
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (enter(self, args[0], &view) < 0)
         return NULL;
-    if (self->busy) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_RuntimeError, "Lines called from within itself");
-        return NULL;
-    }
-    self->busy = 1;
     int got = one(self, view.buf, view.len, pos, at, topic, topic_len, qid, qo, &used);
-    self->busy = 0;
-    PyBuffer_Release(&view);
-    if (got == FAILED)
-        return NULL;
-    if (got == DECLINED)
-        Py_RETURN_NONE;
-    if (got == RULED_OUT)
-        Py_RETURN_FALSE;
-    return PyBytes_FromStringAndSize(self->out, used);
+    return leave(self, &view, got, used, 1);
 }
 
 /* lines(buf, base, units, topic, queue_id): `line` for each unit (queue offset, CommitLog
@@ -583,14 +597,8 @@ static PyObject *Lines_lines(Lines *self, PyObject *const *args, Py_ssize_t narg
     if ((base == -1 && PyErr_Occurred()) || unit_args(args[3], args[4], &topic, &topic_len, &qid) < 0)
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (enter(self, args[0], &view) < 0)
         return NULL;
-    if (self->busy) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_RuntimeError, "Lines called from within itself");
-        return NULL;
-    }
-    self->busy = 1;
     PyObject *units = args[2];
     int got = RULED_OUT;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(units); i++) {
@@ -614,13 +622,7 @@ static PyObject *Lines_lines(Lines *self, PyObject *const *args, Py_ssize_t narg
         if (got < 0)
             break;
     }
-    self->busy = 0;
-    PyBuffer_Release(&view);
-    if (got == FAILED)
-        return NULL;
-    if (got == DECLINED)
-        Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize(self->out, used);
+    return leave(self, &view, got, used, 0);
 }
 
 static int tuple_of_bytes(PyObject *t) {

@@ -8,8 +8,6 @@ same bytes and exit status in every format, on generated and broker-written stor
 
 from __future__ import annotations
 
-import argparse
-import io
 import os
 import random
 import struct
@@ -21,8 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mqfs.fusefs.dump import arguments, command, queue_spans, records
-from mqfs.fusefs.dump.writer import Writer
+from mqfs.fusefs.dump import records
 from mqfs.store import Message, MessageStore
 from mqfs.store.errors import CodecError, CorruptionError
 from mqfs.store.format import codec, compiled
@@ -30,10 +27,10 @@ from mqfs.store.format.codec import decode, verify
 from mqfs.store.format.flavor import ROCKETMQ, XXHASH, Flavor
 from mqfs.store.format.jsonl import EnvelopeLines, envelope_hosts
 from mqfs.store.offline.dump_lines import envelope_lines
-from mqfs.store.offline.located import layout_at
-from mqfs.store.offline.selection import Selection, glued, selection_of
+from mqfs.store.offline.selection import Selection
 from tests.fusefs.helpers import MQFS
 from tests.fusefs.test_dump import T0, _broker_kinds
+from tests.fusefs.test_dump_units import _run
 from tests.store.helpers import small_config
 
 needs_c = pytest.mark.skipif(compiled.dump is None, reason="the C module is not built (MQFS_PURE_PYTHON=1?)")
@@ -206,19 +203,9 @@ def test_no_c_for_what_python_checks_or_without_the_module(monkeypatch):
 # --- whole stores: C and Python through command.selected ------------------------------------
 
 def _selected(root: str, args: list[str], c: bool, monkeypatch) -> tuple[bytes, list]:
-    """(JSON lines, damage named) of a selection, with C's lines or Python's alone."""
-    monkeypatch.setattr(queue_spans, "FEW", 10**9)  # every selection a record at a time
-    p = argparse.ArgumentParser()
-    arguments.add_parser(p.add_subparsers())
-    a = p.parse_args(glued(["dump", root, *args]))
-    damage: list = []
-    out = io.BytesIO()
-    w = Writer(out, "json")
-    for msg in command.selected(layout_at(root), selection_of(a), lambda o, what: damage.append((o, what)),
-                                a.each, a.all_versions, json_lines=c):
-        w.write(msg)
-    w.flush()
-    return out.getvalue(), damage
+    """(JSON lines, damage named) of a selection, with C's lines or Python's alone (every
+    selection a record at a time)."""
+    return _run(root, args, 10**9, monkeypatch, json_lines=c)
 
 
 message = st.builds(

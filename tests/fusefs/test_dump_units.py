@@ -38,8 +38,10 @@ def _store(root: str, n: int = 500) -> None:
             clock[0] += 60_000
 
 
-def _run(root: str, args: list[str], few: int, monkeypatch) -> tuple[bytes, list]:
-    """(the JSON lines, the damage named) of a dump with this FEW (0: the columnar reader)."""
+def _run(root: str, args: list[str], few: int, monkeypatch, json_lines: bool = False
+         ) -> tuple[bytes, list]:
+    """(the JSON lines, the damage named) of a dump with this FEW (0: the columnar reader);
+    `json_lines`: C writes the lines it can (test_dump_c), as `mqfs dump -f json` does."""
     monkeypatch.setattr(queue_spans, "FEW", few)
     p = argparse.ArgumentParser()
     arguments.add_parser(p.add_subparsers())
@@ -50,7 +52,7 @@ def _run(root: str, args: list[str], few: int, monkeypatch) -> tuple[bytes, list
     out = io.BytesIO()
     w = Writer(out, "json")
     for msg in command.selected(layout_at(root), selection_of(a), lambda o, what: damage.append((o, what)),
-                                a.each, a.all_versions):
+                                a.each, a.all_versions, json_lines=json_lines):
         w.write(msg)
     w.flush()
     return out.getvalue(), damage
