@@ -187,6 +187,33 @@ def test_the_common_record_is_written_in_c_not_declined():
                 assert got is not None and got == _python(bytes(rec), 0, 77, (topic.decode(), 1, 5), sel, flavor)
 
 
+@needs_c
+def test_a_call_from_within_a_call_is_refused_and_the_outer_one_still_writes_its_line():
+    """The hosts callback runs inside `line` while C writes into its own output buffer: a
+    call made from there (which would move that buffer) raises, and the outer call's line
+    is still Python's, byte for byte; the object is usable after."""
+    flavor = FLAVORS[0]
+    rec = bytes(_record(b"Orders", b"body", b"TAGS\x01t\x02", flavor, trailer=flavor.record_crc,
+                        born=bytes(4) + b"\0\0\0\1", store=bytes(4) + b"\0\0\0\2", sys_flag=0,
+                        at=77, fields=(1, 0, 5, 1, 2, 0, 0), v2=False))
+    refused: list[str] = []
+
+    def hosts(born: bytes, store: bytes) -> tuple[bytes, bytes]:
+        for inner in (lambda: lines.line(rec, 0, 77, "Orders", 1, 5),
+                      lambda: lines.lines(rec, 77, [(5, 77)], "Orders", 1)):
+            with pytest.raises(RuntimeError, match="from within itself") as err:
+                inner()
+            refused.append(str(err.value))
+        return envelope_hosts(born, store)
+
+    sel = Selection(tags=["t"])
+    lines = envelope_lines(flavor, sel, hosts)
+    want = _python(rec, 0, 77, ("Orders", 1, 5), sel, flavor)
+    assert lines.line(rec, 0, 77, "Orders", 1, 5) == want
+    assert len(refused) == 2
+    assert lines.lines(rec, 77, [(5, 77)], "Orders", 1) == want
+
+
 def test_no_c_for_what_python_checks_or_without_the_module(monkeypatch):
     """Keys, properties and a body pattern are Python's to check; a tag that is no text,
     times past 64 bits and MQFS_PURE_PYTHON (no module) leave the selection to Python."""
