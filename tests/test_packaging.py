@@ -58,8 +58,9 @@ def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp
                            capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     (wheel,) = glob.glob(str(dist / "mqfs-*.whl"))
-    with zipfile.ZipFile(wheel) as whl:  # the put path's C modules, built for this platform
-        for module in ("mqfs/store/format/_records.", "mqfs/store/files/_dispatch."):
+    with zipfile.ZipFile(wheel) as whl:  # every C module (put, dispatch, JSON lines, dump), built for this platform
+        for module in ("mqfs/store/format/_records.", "mqfs/store/files/_dispatch.",
+                       "mqfs/store/format/_jsonl.", "mqfs/store/offline/_dump."):
             assert [n for n in whl.namelist() if n.startswith(module) and n.endswith(".so")], module
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -5,7 +5,6 @@ fails costs nothing but the hint."""
 
 import ctypes
 import os
-import threading
 
 import pytest
 
@@ -102,8 +101,7 @@ def test_a_store_reads_ahead_of_its_c_puts_and_stops_with_it(tmp_path, monkeypat
             s.put(Message.create("T", b"y" * 1000))
         eventually(lambda: s.prefault.read_to[1] > STEP + WINDOW, "the next window read in")
         thread = s.prefault._thread
-    assert not thread.is_alive()
-    assert "mqfs-prefault" not in [t.name for t in threading.enumerate()]
+    assert not thread.is_alive()  # (this store's: a store another test left open keeps its own)
 
 
 def test_a_hint_that_fails_is_dropped_and_the_put_stands(tmp_path, monkeypatch):
