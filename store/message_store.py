@@ -219,6 +219,7 @@ class MessageStore(StoreReads, StoreWrites):
         self._cuts_saved = 0  # the registry's `discharged` when the cuts were last saved
         vouched: dispatch_state.Vouched | None = None
         cuts: queue_cuts.Cuts = {}
+        self._closed_at = 0  # (`StoreParts.closed_at`)
         if read_only:
             clean = self._register_read_only(last_exit_ok)
         else:
@@ -232,7 +233,8 @@ class MessageStore(StoreReads, StoreWrites):
                                      self.unit_flush)
         self.parts = StoreParts(root, cfg, self.flavor, self.commitlog, self.consume_queues,
                                 self.index, self.checkpoint, self.dispatch, self.flush_logics,
-                                self._queue_object, self._loaded_queue, vouched, cuts)
+                                self._queue_object, self._loaded_queue, vouched, cuts,
+                                self._closed_at)
         return clean
 
     def _register_read_only(self, last_exit_ok: bool) -> bool:
@@ -266,6 +268,7 @@ class MessageStore(StoreReads, StoreWrites):
             log.warning("no abort file, but the checkpoint is not the one the last clean close "
                         "left: recovering as after a crash")
             last_exit_ok = False
+            self._closed_at = dispatch_state.flushed_at_close(saved, self.commitlog)
         self._kept = kept_ends.read(self.root)
         vouched, cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, saved if last_exit_ok else None,

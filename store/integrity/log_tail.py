@@ -29,10 +29,14 @@ def _file_name_at(parts: StoreParts, offset: int) -> str:
     return os.path.basename(mf.path) if mf is not None else f"(no file holds offset {offset})"
 
 
-def refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> str | None:
+def refusal(parts: StoreParts, end: int, flushed: int, reason: str | None,
+            clean: bool = False) -> str | None:
     """Why the CommitLog may not be cut at `end`: it may cut only a torn tail, bytes after
     the offset the checkpoint says were flushed (or, with no such offset, after which no
-    valid record follows)."""
+    valid record follows). `clean`: the end is where the last clean close left the log,
+    which flushed everything; a valid record past it was written after that close (an
+    older copy of the store restored over a newer one), never a torn tail: cut, its queue
+    offset would be given out again."""
     name = _file_name_at(parts, end)
     what = reason or "no record"
     tail = (f"run `mqfs verify {parts.root}` to see the damage and `mqfs repair {parts.root}` "
@@ -40,9 +44,16 @@ def refusal(parts: StoreParts, end: int, flushed: int, reason: str | None) -> st
     if end < flushed:
         return (f"damaged record at CommitLog offset {end} (file {name}) inside flushed data "
                 f"(flushed up to {flushed}): {what}; nothing was changed: {tail}")
-    if flushed == 0:
+    if flushed == 0 or clean:
         files = parts.commitlog.queue.files
         found = _valid_record_in(parts, end, files[-1].file_from_offset + files[-1].file_size)
+        if found is not None and clean and flushed > 0:
+            return (f"records follow the CommitLog's end at {end} (file {name}), where the "
+                    f"last clean close left it: a valid one at {found} (file "
+                    f"{_file_name_at(parts, found)}) was written after that close (an older "
+                    f"copy of the store restored over a newer one?); nothing was changed: run "
+                    f"`mqfs verify {parts.root}` to see them and `mqfs repair {parts.root}` "
+                    "to keep them, with every queue offset they took")
         if found is not None:
             return (f"damaged record at CommitLog offset {end} (file {name}): {what}, and a "
                     f"valid record follows at {found}; nothing was changed: {tail}")

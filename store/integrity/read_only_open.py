@@ -56,6 +56,10 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
     elif reason is not None and crashed:
         report.notes.append(f"a read-write open would cut a torn tail at CommitLog offset {end} "
                             f"({reason}), keeping a copy in quarantine/")
+    elif reason is not None:  # records after a clean close's end: an older copy restored?
+        why = refusal(parts, end, flushed, reason, clean=True)
+        if why is not None:
+            report.notes.append(f"a read-write open would refuse: {why}")
     lowest = parts.checkpoint.cq_flushed_offset
     if crashed and lowest < end:
         report.notes.append(f"a read-write open would index records from CommitLog offset "

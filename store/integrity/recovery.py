@@ -175,7 +175,7 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
                 "restore them from a copy")
         plan.empty = True
         return plan
-    flushed = cp.commitlog_flushed_offset
+    flushed = max(cp.commitlog_flushed_offset, parts.closed_at)
     plan.damaged = queue_check.damaged_queues(parts, NOWHERE if last_exit_ok else cp.cq_flushed_offset)
     bad = {(cq.topic, cq.queue_id) for cq, _, _ in plan.damaged}
     plan.lost_heads = [k for k in dispatch_state.lost_heads(parts.root, parts.consume_queues.opened(),
@@ -202,7 +202,7 @@ def decide(parts: StoreParts, last_exit_ok: bool, progress: Progress | None) -> 
                                         NOWHERE, parts.dispatch, progress, keep=plan.kept)
     plan.reason = plan.reason or log_tail.bytes_past(parts, plan.end)
     if plan.reason is not None or plan.end < flushed:
-        refusal = log_tail.refusal(parts, plan.end, flushed, plan.reason)
+        refusal = log_tail.refusal(parts, plan.end, flushed, plan.reason, last_exit_ok)
         if refusal is not None:
             raise CorruptionError(refusal)
     if not last_exit_ok and parts.consume_queues.waiting() and not _open_touched(parts, plan) or \

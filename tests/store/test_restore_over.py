@@ -1,0 +1,97 @@
+"""An older copy of a store restored over the store itself (`cp -a backup/. store/`, a tar
+or rsync without --delete): the copy's files replace theirs, the files written after the
+copy was taken stay. The copy's checkpoint and records then say the log ends where the copy
+ended, while records a later session gave offsets to lie past it. An open must not take
+those for a torn tail: cut, their queue offsets would be given out again (and a group that
+consumed them would skip the new messages). It refuses, changing nothing; `mqfs repair`
+keeps every record either copy left and every offset taken."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from mqfs.store import CorruptionError, Message, MessageStore
+from tests.crash.tiers import RECOVERY_LOGS
+from tests.fusefs.helpers import MQFS, mounted, mqfs, needs_fuse, sh
+from tests.store.helpers import small_config, store_state
+
+pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
+
+OLD, NEW = 40, 160  # messages on T/0 before the copy, and after it (rolling CommitLog files)
+
+
+def _restored(tmp_path, what: str) -> str:
+    """A store that had OLD + NEW messages on T/0 (a group committed them all), with the copy
+    taken after OLD restored over it: `what` is "all" (the whole copy) or "data" (its
+    commitlog/, consumequeue/, index/ and checkpoint; config/ stays the newer one)."""
+    root, copy = str(tmp_path / "s"), str(tmp_path / "copy")
+    with MessageStore(root, small_config()) as s:
+        for i in range(OLD):
+            s.put(Message.create("T", b"old-%d-" % i + b"o" * 1000, queue_id=0, keys=[f"k{i}"]))
+    shutil.copytree(root, copy, symlinks=True)
+    with MessageStore(root, small_config()) as s:
+        for i in range(OLD, OLD + NEW):
+            s.put(Message.create("T", b"new-%d-" % i + b"n" * 1000, queue_id=0, keys=[f"k{i}"]))
+        s.commit_offset("g", "T", 0, OLD + NEW)
+    assert len(os.listdir(os.path.join(root, "commitlog"))) > 2
+    parts = ["."] if what == "all" else ["commitlog/.", "consumequeue/.", "index/.", "checkpoint"]
+    for part in parts:
+        target = os.path.join(root, part.rstrip("/."))
+        sh(f"cp -a {os.path.join(copy, part)} {target if part == 'checkpoint' else target + '/'}")
+    return root
+
+
+@pytest.mark.parametrize("what", ["all", "data"])
+def test_an_older_copy_restored_over_a_store_is_refused_not_cut(tmp_path, what):
+    """The read-write open refuses in one line and changes nothing: the newer session's
+    records past the copy's end are no torn tail (a clean close flushed everything; a
+    record of this log vouches for them)."""
+    root = _restored(tmp_path, what)
+    before = store_state(root)
+    with pytest.raises(CorruptionError, match="nothing was changed") as refused:
+        MessageStore(root, small_config()).open()
+    assert "\n" not in str(refused.value)
+    assert store_state(root) == before
+    # a read-only open still serves the copy's messages and changes nothing
+    with MessageStore(root, small_config(read_only=True)) as s:
+        assert bytes(s.get("T", 0, OLD - 1).body).startswith(b"old-%d-" % (OLD - 1))
+    assert store_state(root) == before
+
+
+@pytest.mark.parametrize("what", ["all", "data"])
+def test_repair_after_a_restore_over_keeps_both_copies_and_every_offset_taken(tmp_path, what):
+    """The advice the refusal gives: `mqfs repair --yes` keeps the copy's messages and the
+    newer ones still in the log, at their offsets; the next put takes an offset no session
+    gave out before."""
+    root = _restored(tmp_path, what)
+    mqfs("repair", "--yes", root)
+    with MessageStore(root, small_config()) as s:
+        assert bytes(s.get("T", 0, 0).body).startswith(b"old-0-")
+        last = s.get("T", 0, OLD + NEW - 1)
+        assert bytes(last.body).startswith(b"new-%d-" % (OLD + NEW - 1))
+        assert s.put(Message.create("T", b"after", queue_id=0)).queue_offset == OLD + NEW
+
+
+@needs_fuse
+def test_mounting_a_store_an_older_copy_was_restored_over(tmp_path):
+    """As an operator meets it: `mqfs info` says a read-write open would refuse and why;
+    `mqfs mount` refuses in one line, changing nothing; `-o ro` shows the copy's messages."""
+    root = _restored(tmp_path, "all")
+    before = store_state(root)
+    info = mqfs("info", root).stdout
+    assert "a read-write open would refuse: records follow the CommitLog's end" in info
+    mnt = str(tmp_path / "mnt")
+    os.makedirs(mnt)
+    refused = subprocess.run([*MQFS, "mount", root, mnt], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "written after that close" in refused.stderr and not os.path.ismount(mnt)
+    assert store_state(root) == before
+    with mounted(root, mnt, "-o", "ro"):
+        out = sh(f"cat {mnt}/topics/T/0/{OLD - 1}; ls {mnt}/topics/T/0/{OLD}", check=False)
+        assert out.stdout.startswith(b"old-%d-" % (OLD - 1)) and out.returncode != 0
+    assert store_state(root) == before
