@@ -30,7 +30,14 @@ log = logging.getLogger("mqfs")
 
 R = TypeVar("R")
 T = TypeVar("T")
-Put = Callable[[list[Message]], list[PutResult]]
+
+
+class Put(Protocol):
+    def __call__(self, messages: list[Message], one_queue: bool = False, /) -> list[PutResult]:
+        """Store the messages (all or none); `one_queue`: they are all for one queue."""
+        ...
+
+
 PutNow = Callable[[list[Message]], list[PutResult] | None]
 LOOP_LINES_MAX = 4096  # bytes of one write to append.jsonl/.lines decoded on the loop (~2 us a line)
 
@@ -57,10 +64,13 @@ class Runner(Protocol):
     async def wait(self, arrival: trio.Event, seconds: float) -> None:
         """Until the arrival is set or the seconds have passed."""
 
-    def behind(self, fn: Callable[[], object], held: object = None) -> Behind:
+    def behind(self, fn: Callable[[], object], held: object = None,
+               after: Behind | None = None) -> Behind:
         """A put in a worker thread, not waited for (the handle waits for it later); its
         success wakes `follow` readers when it ends. `held` stays referenced by the Behind
-        (the put's messages: see Behind)."""
+        (the put's messages: see Behind). With `after` (the handle's earlier put, not
+        waited for), it starts once that one has ended, and not at all (failing with its
+        error) when that one failed."""
         ...
 
 
@@ -68,16 +78,21 @@ class Behind:
     """Work started in a worker thread that its handle waits for later (`Runner.behind`):
     done is set, on the loop, when it has ended; error is what it raised.
 
-    `held`: what the work was given (a write's thousand messages), freed on the loop, not in
-    the worker, whose puts are the slower half of a stream of writes: when the work ends, or,
-    when a write of the handle already waits for it (`awaited`), once that write has started
-    the next put. So an idle handle holds no batch."""
+    `held`: what the work was given (a write's thousand messages), freed on the loop when
+    the work ends, not in the worker, whose puts are the slower half of a stream of writes.
+    So an idle handle holds no batch.
+
+    `running`, `then` and `failure` are the worker threads' side, under `ops.CHAINS`: the
+    work has not ended yet; the work to run in the same thread once it has; what it
+    raised."""
 
     def __init__(self, held: object = None) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
         self.held = held
-        self.awaited = False
+        self.running = False
+        self.then: tuple[Callable[[], object], Behind] | None = None
+        self.failure: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +287,9 @@ class LinesHandle(SinkHandle):
     A larger write (`cat` writes 1 MiB) whose lines C reads (`JsonlWriter.write_now`: text
     bodies, short keys) is decoded on the loop and answered while its put runs in a worker
     thread (`behind`, async flush only): so the next write arrives and is decoded while the
-    store writes, and the two use both cores. Nothing of such a batch can be refused but
+    store writes, and the two use both cores; its put is queued behind the earlier one (the
+    worker goes on to it without a trip through the loop) and it is answered when that one
+    has ended. Nothing of such a batch can be refused but
     for the store's own failure (no room, an I/O error): that fails the next write or the
     close, with its errno, and the handle refuses everything after it; a commit, fsync or
     release waits for the put first. Any other write is decoded and stored in one
@@ -289,56 +306,60 @@ class LinesHandle(SinkHandle):
             raise FsError(errno.EBADF)
         async with self.lane:
             if len(buf) <= LOOP_LINES_MAX:
-                await self._caught_up(run, writer)
+                await self._caught_up(writer)
                 await self._put(run, writer, writer.write(buf))
                 return len(buf)
-            messages = ended = None
-            try:
-                if self.write_behind:
-                    messages = writer.write_now(buf)
-            finally:  # the previous write's put has ended first: its failure is this write's
-                ended = await self._caught_up(run, writer)
-            if messages is None:
-                if await run.thread(self._write_lines, writer, buf):
-                    run.stored()
-            elif messages:
-                self.behind = run.behind(functools.partial(self.put, messages), messages)
-            if ended is not None:  # the earlier write's messages, freed while this one's put runs
-                ended.held = None
+            messages = writer.write_now(buf) if self.write_behind else None
+            if messages:
+                # queued behind the earlier write's put, which this write then waits for: the
+                # worker goes on to this put as that one ends, with no trip through the loop
+                earlier = self.behind
+                self.behind = run.behind(functools.partial(self.put, messages, True),
+                                         messages, earlier)
+                if earlier is not None:
+                    await self._ended(writer, earlier)
+                return len(buf)
+            await self._caught_up(writer)
+            if messages is None and await run.thread(self._write_lines, writer, buf):
+                run.stored()
             return len(buf)
 
-    async def _caught_up(self, run: Runner, writer: JsonlWriter) -> Behind | None:
-        """The put of an earlier write, if one runs, ended (returned: what it held is freed
-        when the caller lets it go); if it failed, the writer fails with its errno, raised
-        here."""
+    async def _caught_up(self, writer: JsonlWriter) -> None:
+        """The handle's puts left behind, if any, ended (`_ended`)."""
         behind = self.behind
-        if behind is None:
-            return None
-        behind.awaited = True
+        if behind is not None:
+            await self._ended(writer, behind)
+            if self.behind is behind:
+                self.behind = None
+
+    async def _ended(self, writer: JsonlWriter, behind: Behind) -> None:
+        """Once the put behind has ended; if it failed, the writer fails with its errno,
+        raised here (a put skipped after a failure already reported: the writer's repeat)."""
         await behind.done.wait()
-        self.behind = None
         error = behind.error
         if error is not None:
+            writer.check()
             err = errno_for(error)
             writer.fail(err or errno.EIO)
             if err is None:  # a bug: the adapter logs its traceback
                 raise error
             raise FsError(err, f"the lines of an earlier write were not stored: {error}") from error
-        return behind
 
     async def commit(self, run: Runner) -> None:
         if self.behind is not None and self.writer is not None:
             async with self.lane:
-                await self._caught_up(run, self.writer)
+                await self._caught_up(self.writer)
         await super().commit(run)
 
     async def release(self, run: Runner) -> None:
         if self.behind is not None and self.writer is not None:
             async with self.lane:
                 try:
-                    await self._caught_up(run, self.writer)
+                    await self._caught_up(self.writer)
                 except Exception as exc:  # noqa: BLE001 - no one is left to tell but the log
-                    log.warning("lines written through a closed handle were not stored: %s", exc)
+                    if not getattr(exc, "repeat", False):
+                        log.warning("lines written through a closed handle were not stored: %s",
+                                    exc)
         await super().release(run)
 
     def _write_lines(self, writer: JsonlWriter, buf: bytes) -> bool:

@@ -322,9 +322,10 @@ class Model:
                     raise
         await self.queue_dir.publish(run, self.nodes.get(new_parent), entry)
 
-    def put(self, messages: list[Message]) -> list[PutResult]:
+    def put(self, messages: list[Message], one_queue: bool = False, /) -> list[PutResult]:
         """Store messages (all or none) and move the times of their queues; a refusal for
-        size is EFBIG with the limit that applied."""
+        size is EFBIG with the limit that applied. `one_queue`: they are all for one queue
+        (a write's lines), whose time the last one gives, not a pass over the batch."""
         try:
             results = self.store.put_batch(messages)
         except Exception as exc:
@@ -334,7 +335,8 @@ class Model:
                     raise FsError(errno.EFBIG, f"body is {len(msg.body)} bytes, the limit here "
                                                f"is {room}") from exc
             raise
-        moved = self.times.note_puts(messages, results)
+        moved = (self.times.note_puts(messages[-1:], results[-1:]) if one_queue else
+                 self.times.note_puts(messages, results))
         if moved:
             self.forget_attrs(moved)
         return results

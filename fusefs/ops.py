@@ -21,9 +21,11 @@ import errno
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+import outcome  # trio's
 import pyfuse3
 import trio
 from pyfuse3 import (
@@ -48,15 +50,14 @@ from .inodes import NAME_MAX, Attr
 from .listings import Listing
 from .model import Model
 
-if TYPE_CHECKING:
-    import outcome  # trio's
-
 log = logging.getLogger("mqfs")
 
 # answers too common to be worth a log line, and EINTR: a reader the user interrupted
 # (Ctrl-C, `timeout cat follow`) is no failure to list among status.json's recent errors
 QUIET = (errno.ENOENT, errno.ENODATA, errno.EINTR)
 READDIR_SLOW_BATCH = 64  # entries of a slow listing (tags/, keys/) built per worker-thread trip
+
+CHAINS = threading.Lock()  # a Behind's running, then and failure (`TrioRunner.behind`)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -179,31 +180,62 @@ class TrioRunner:
         with trio.move_on_after(seconds):
             await arrival.wait()
 
-    def behind(self, fn: Callable[[], object], held: object = None) -> Behind:
+    def behind(self, fn: Callable[[], object], held: object = None,
+               after: Behind | None = None) -> Behind:
         """fn (a put) in a cached worker thread (outside the limiter: one per handle at
-        most), its end reported on the loop, where `follow` readers are woken at once."""
+        most), its end reported on the loop, where `follow` readers are woken at once and
+        `held` is freed. `after`, an earlier put of the same handle: fn runs once it has
+        ended, in its thread when it still runs (so the store goes on from one write's put
+        to the next without a trip through the loop), and not at all when it failed (the
+        job fails with its error): a handle's lines are stored in order, none after a
+        failure."""
         job = Behind(held)
-        token = trio.lowlevel.current_trio_token()
-
-        def ended(result: outcome.Outcome[object]) -> None:
-            try:
-                token.run_sync_soon(settle, result)
-            except trio.RunFinishedError:  # the mount ended: no handle is left to wait for it
-                pass
-
-        def settle(result: outcome.Outcome[object]) -> None:
-            try:
-                result.unwrap()
-            except Exception as exc:  # noqa: BLE001 - the handle raises it where it waits
-                job.error = exc
-            else:
-                self.stored()
-            if not job.awaited:  # no write waits to start the next put: freed now
-                job.held = None
-            job.done.set()
-
-        trio.lowlevel.start_thread_soon(fn, ended)
+        with CHAINS:
+            if after is not None and after.running:
+                after.then = (fn, job)
+                job.running = True
+                return job
+            job.running = True
+        first = [fn, job, after]  # emptied by the thread: it must not keep the messages alive
+        trio.lowlevel.start_thread_soon(
+            functools.partial(self._chain, first, trio.lowlevel.current_trio_token()), ignore)
         return job
+
+    def _chain(self, first: list[Any], token: trio.lowlevel.TrioToken) -> None:
+        """In a worker thread: each put of a handle's chain in turn (`behind`), each end
+        reported on the loop in order."""
+        fn, job, after = first
+        first.clear()
+        while True:
+            failure = None if after is None else after.failure
+            result = outcome.capture(fn) if failure is None else outcome.Error(failure)
+            fn = after = None  # the put's messages are freed on the loop (Behind.held)
+            with CHAINS:
+                job.running = False
+                if isinstance(result, outcome.Error):
+                    job.failure = result.error
+                then, job.then = job.then, None
+                try:  # under the lock: a put started after this one ended settles after it
+                    token.run_sync_soon(self._settle, job, result)
+                except trio.RunFinishedError:  # the mount ended: no handle is left to wait
+                    pass
+            if then is None:
+                return
+            after, (fn, job) = job, then
+
+    def _settle(self, job: Behind, result: outcome.Outcome[object]) -> None:
+        try:
+            result.unwrap()
+        except Exception as exc:  # noqa: BLE001 - the handle raises it where it waits
+            job.error = exc
+        else:
+            self.stored()
+        job.held = None
+        job.done.set()
+
+
+def ignore(_: object) -> None:
+    """A chain's own outcome: each put's was reported on the loop."""
 
 
 class Operations(pyfuse3.Operations):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from mqfs.store import Message, MessageStore, PutResult
 
 from .following import Follows
+from .handles import Put
 from .inodes import Attr, Node, NodeTable
 from .messages import Messages
 from .recent import Recent
@@ -39,5 +40,5 @@ class Parts:
     node_attr: Callable[[Node], Attr]
     body_limit: Callable[[str, int], int]  # the largest plain body a queue takes
     spool: Callable[[], Spool]  # a new write buffer (memory, then staging)
-    put: Callable[[list[Message]], list[PutResult]]  # store messages, moving the times
+    put: Put  # store messages, moving the times
     put_now: Callable[[list[Message]], list[PutResult] | None]  # `put` on the loop, or None

@@ -792,10 +792,12 @@ class InlineRunner:
     async def wait(self, arrival, seconds) -> None:
         pass
 
-    def behind(self, fn, held=None) -> Behind:
-        """At once, in the caller; the handle finds it ended."""
+    def behind(self, fn, held=None, after=None) -> Behind:
+        """At once, in the caller (not after a failed one); the handle finds it ended."""
         job = Behind(held)
         try:
+            if after is not None and after.error is not None:
+                raise after.error
             fn()
         except Exception as exc:  # noqa: BLE001 - raised where the handle waits
             job.error = exc

@@ -1,17 +1,20 @@
 """A write to append.jsonl put behind its answer, on the adapter's real places (TrioRunner:
-the trio loop and a worker thread, no kernel): where the put's messages are freed. The
-worker's puts are the slower half of a stream of writes, so the loop frees them; and a
-handle that is not written again holds no batch (a thousand idle handles would otherwise
-keep a thousand megabytes of messages)."""
+the trio loop and a worker thread, no kernel): where the put's messages are freed, and how
+one write's put follows the last. The worker's puts are the slower half of a stream of
+writes, so the loop frees them, and the worker goes on to the next put without a trip
+through the loop; a handle that is not written again holds no batch (a thousand idle
+handles would otherwise keep a thousand megabytes of messages)."""
 
 from __future__ import annotations
 
+import errno
 import threading
 import weakref
 
 import pytest
 import trio
 
+from mqfs.fusefs.errors import FsError
 from mqfs.fusefs.handles import LinesHandle
 from mqfs.fusefs.ops import TrioRunner
 from mqfs.fusefs.spool import Budget
@@ -29,20 +32,25 @@ class Tag:
 
 class Puts:
     """A put that remembers each batch (weakly, by a Tag: it must not keep them alive) and
-    the thread it ran in, and holds the first batch until `gate` is set."""
+    the thread it ran in, and holds the first batch until `gate` is set; with `refuse`, the
+    first fails with ENOSPC once let go."""
 
-    def __init__(self) -> None:
+    def __init__(self, refuse: bool = False) -> None:
         self.batches: list[weakref.ref] = []
         self.threads: list[int] = []
         self.gate = threading.Event()
+        self.refuse = refuse
 
-    def __call__(self, messages: list) -> list:
+    def __call__(self, messages: list, one_queue: bool = False) -> list:
+        assert one_queue  # a write's lines: the times move from its last result
         tag = Tag()
         messages.append(tag)
         self.batches.append(weakref.ref(tag))
         self.threads.append(threading.get_ident())
         if len(self.batches) == 1:
             self.gate.wait()
+            if self.refuse:
+                raise OSError(errno.ENOSPC, "No space left on device")
         return []
 
 
@@ -73,7 +81,10 @@ def test_a_handle_not_written_again_holds_no_batch_once_its_put_ends():
     trio.run(scenario)
 
 
-def test_a_batch_a_write_waits_for_is_freed_by_that_write_after_the_next_put_starts():
+def test_the_next_write_queues_its_put_behind_the_last_and_the_worker_goes_on_to_it():
+    """Two writes: the second's put waits behind the first's (not run while it runs), and
+    is run by the same worker thread as it ends, without a trip through the loop; the second
+    write is answered once the first put has ended, whose batch the loop then frees."""
     puts = Puts()
 
     async def scenario() -> None:
@@ -82,14 +93,51 @@ def test_a_batch_a_write_waits_for_is_freed_by_that_write_after_the_next_put_sta
         first = h.behind
         async with trio.open_nursery() as nursery:
             nursery.start_soon(h.write, run, 0, LINES)
-            await until(lambda: first.awaited)  # the second write waits for the first put
-            assert first.held is not None
+            await until(lambda: h.behind is not first)  # the second put is queued
+            second = h.behind
+            assert first.held is not None and not first.done.is_set()
+            await trio.sleep(0.05)
+            assert len(puts.batches) == 1  # not run beside the first
             puts.gate.set()
-        # the second write started its put, then let the first batch go, on the loop
-        assert puts.batches[0]() is None
-        await until(lambda: len(puts.batches) == 2)
-        await h.behind.done.wait()
-        assert h.behind.held is None  # not written again: freed when its put ended
+        assert first.done.is_set() and first.held is None and puts.batches[0]() is None
+        await second.done.wait()
+        assert second.held is None and puts.batches[1]() is None
+        assert puts.threads[0] == puts.threads[1]  # the worker went on to it
         await h.release(run)
+
+    trio.run(scenario)
+
+
+def test_a_put_queued_behind_a_failed_one_is_not_run_and_the_next_write_fails():
+    """The first put fails (ENOSPC) while the second write's put waits behind it: that put
+    never runs, the second write fails with ENOSPC, and the handle refuses the rest (its
+    close says so once, as the repeat of that refusal)."""
+    puts = Puts(refuse=True)
+
+    async def scenario() -> None:
+        run, h = TrioRunner(), handle(puts)
+        await h.write(run, 0, LINES)
+        first = h.behind
+
+        async def second_write() -> None:
+            with pytest.raises(FsError) as info:
+                await h.write(run, 0, LINES)
+            assert info.value.errno == errno.ENOSPC and not info.value.repeat
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second_write)
+            await until(lambda: h.behind is not first)
+            second = h.behind
+            puts.gate.set()
+        await second.done.wait()
+        assert len(puts.batches) == 1 and isinstance(second.error, OSError)
+        with pytest.raises(FsError) as info:
+            await h.write(run, 0, LINES)
+        assert info.value.errno == errno.ENOSPC and info.value.repeat
+        with pytest.raises(FsError) as info:
+            await h.commit(run)
+        assert info.value.errno == errno.ENOSPC and info.value.repeat
+        await h.release(run)
+        assert len(puts.batches) == 1
 
     trio.run(scenario)
