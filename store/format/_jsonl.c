@@ -11,7 +11,8 @@
  * empty, anything after the object.
  *
  * Two passes: the lines are read into spans without the GIL (bytes are immutable and held
- * by the caller), then the objects are made with it, so a put in another thread runs meanwhile.
+ * by the caller), then the objects are made with it, so a put in another thread runs
+ * meanwhile; the bodies' bytes are copied into their objects without it too.
  *
  * A Message is made from a prototype (a Message of the default fields): when its class keeps
  * every field in a slot (`__slots__`, no `__dict__`), the new one is the prototype's slots
@@ -23,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define GIL_FREE_MIN 65536 /* texts shorter than this are read without letting the GIL go */
+#define GIL_FREE_MIN 65536 /* texts (and bodies together) shorter than this are read (copied) with the GIL held */
 
 typedef struct {
     const unsigned char *body; /* into the text, or into the arena when it had escapes */
@@ -423,6 +424,39 @@ static PyObject *new_message(PyObject *proto, const Layout *lay, PyObject *topic
     return msg;
 }
 
+/* The bodies of lines, as bytes objects: made with the GIL, filled without it when they are
+ * long together (a mount's 1 MiB write: a megabyte's copy the loop need not hold the GIL
+ * for). No other thread can reach them meanwhile: bytes are not tracked by the GC, and
+ * nothing refers to them but the array. NULL (an exception set) on failure. */
+static PyObject **make_bodies(const Line *lines, Py_ssize_t count) {
+    PyObject **bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(count ? count : 1));
+    if (!bodies) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        bodies[i] = PyBytes_FromStringAndSize(NULL, lines[i].body_len);
+        if (!bodies[i]) {
+            while (i--)
+                Py_DECREF(bodies[i]);
+            PyMem_Free(bodies);
+            return NULL;
+        }
+        total += lines[i].body_len;
+    }
+    if (total >= GIL_FREE_MIN) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < count; i++)
+            memcpy(PyBytes_AS_STRING(bodies[i]), lines[i].body, (size_t)lines[i].body_len);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (Py_ssize_t i = 0; i < count; i++)
+            memcpy(PyBytes_AS_STRING(bodies[i]), lines[i].body, (size_t)lines[i].body_len);
+    }
+    return bodies;
+}
+
 /* The Messages; *longest_keys and *longest_body: the most characters of a KEYS text and
  * bytes of a body among them (what a mount checks them by), found while they are made. */
 static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, PyObject *queue,
@@ -430,17 +464,18 @@ static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, P
                                Py_ssize_t *longest_keys, Py_ssize_t *longest_body) {
     Layout layout;
     const Layout *lay = plain_slots(Py_TYPE(proto), &layout) ? &layout : NULL;
-    PyObject *out = PyList_New(count);
-    if (!out)
+    PyObject **bodies = make_bodies(lines, count);
+    if (!bodies)
         return NULL;
+    PyObject *out = PyList_New(count);
     *longest_keys = *longest_body = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *body = PyBytes_FromStringAndSize((const char *)lines[i].body, lines[i].body_len);
+    for (Py_ssize_t i = 0; out && i < count; i++) {
+        PyObject *body = bodies[i];
         PyObject *props = PyDict_New();
         PyObject *msg = NULL;
         if (lines[i].body_len > *longest_body)
             *longest_body = lines[i].body_len;
-        if (body && props && lines[i].keys) {
+        if (props && lines[i].keys) {
             PyObject *keys = PyUnicode_DecodeUTF8((const char *)lines[i].keys, lines[i].keys_len,
                                                   NULL);
             if (keys && PyUnicode_GET_LENGTH(keys) > *longest_keys)
@@ -449,16 +484,17 @@ static PyObject *make_messages(Line *lines, Py_ssize_t count, PyObject *topic, P
                 Py_CLEAR(props);
             Py_XDECREF(keys);
         }
-        if (body && props)
+        if (props)
             msg = new_message(proto, lay, topic, body, queue, props);
-        Py_XDECREF(body);
         Py_XDECREF(props);
-        if (!msg) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, msg);
+        if (!msg)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, msg);
     }
+    for (Py_ssize_t i = 0; i < count; i++) /* each Message holds its own reference */
+        Py_DECREF(bodies[i]);
+    PyMem_Free(bodies);
     return out;
 }
 

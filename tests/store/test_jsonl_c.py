@@ -178,12 +178,15 @@ def test_every_line_of_the_shapes_is_read_in_c(rows, ascii_only):
 
 @needs_c
 def test_a_megabyte_of_lines_is_read_with_the_gil_let_go():
-    """Texts over 64 KiB are read without the GIL: the same messages as the Python decoder."""
-    lines = [json.dumps({"body": f"{i} " + "x\u00e9\"" * 100, "keys": [f"k{i}", "\u00e9"]}).encode()
+    """Texts over 64 KiB are read, and their bodies copied, without the GIL: the same messages
+    as the Python decoder, bodies read in place (plain), unescaped (escapes) or empty."""
+    bodies = [lambda i: f"{i} " + "x\u00e9\"" * 100, lambda i: f"{i} " + "y" * 700, lambda i: ""]
+    lines = [json.dumps({"body": bodies[i % 3](i), "keys": [f"k{i}", "\u00e9"]}).encode()
              for i in range(2000)]
     text = b"\n".join(lines) + b"\n"
     got = check(text, limit=1 << 20)
     assert got is not None and len(got) == 2000 and got[1999].keys == ["k1999", "\u00e9"]
+    assert [bytes(m.body) for m in got[:3]] == [bodies[i](i).encode() for i in range(3)]
 
 
 @needs_c
