@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -58,28 +60,37 @@ def cluster(tmp_path_factory) -> Iterator[str]:
             p.wait(30)
 
 
-def run_cli(args: list[str]) -> subprocess.CompletedProcess:
+def run_jobs(master: str, work, *jobs: list[str]) -> list[tuple[int, str, str]]:
+    """Each job's (exit code, stdout, stderr): `mqfs pipeline --master MASTER ...` run in one
+    driver (cluster_driver.py), one application on the cluster for all of them."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    return subprocess.run([sys.executable, "-m", "mqfs.pipeline.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=REPO)
+    out = work / "jobs"
+    out.mkdir()
+    driver = os.path.join(os.path.dirname(__file__), "cluster_driver.py")
+    proc = subprocess.run([sys.executable, driver, master, str(out),
+                           *(json.dumps(["--master", master, *job]) for job in jobs)],
+                          capture_output=True, text=True, env=env, timeout=1200, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]  # the driver's JVM's too
+    return [(int((out / f"{i}.rc").read_text()), (out / f"{i}.out").read_text(), (out / f"{i}.err").read_text())
+            for i in range(len(jobs))]
 
 
-@pytest.mark.timeout(1500)  # three jobs; ~90 s on an idle machine, 265 s seen on a loaded one
+@pytest.mark.timeout(1500)  # three jobs; ~60 s on an idle machine, 265 s seen on a loaded one
 def test_audit_and_export_run_on_a_standalone_cluster(cluster, tmp_path):
-    store = str(tmp_path / "store")
+    store, damaged = str(tmp_path / "store"), str(tmp_path / "damaged")
     build_store(store, 600, seed=21)
-    r = run_cli(["--master", cluster, "audit", store])
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "audit: 600 ConsumeQueue units" in r.stdout and ", 0 problems" in r.stdout
-    out = str(tmp_path / "parquet")
-    r = run_cli(["--master", cluster, "export", store, out])
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "exported 600 messages of 3 topics" in r.stdout
-    path, pos, commitlog_offset = flip_body_byte(store)  # fails in an executor's task
-    r = run_cli(["--master", cluster, "export", store, str(tmp_path / "again")])
-    assert r.returncode == 1
-    assert r.stderr.strip().splitlines()[-1] == (
+    shutil.copytree(store, damaged)
+    path, pos, commitlog_offset = flip_body_byte(damaged)  # fails in an executor's task
+    audit, export, failed = run_jobs(cluster, tmp_path, ["audit", store], ["export", store, str(tmp_path / "parquet")],
+                                     ["export", damaged, str(tmp_path / "again")])
+    assert audit[0] == 0, audit[2][-2000:]
+    assert "audit: 600 ConsumeQueue units" in audit[1] and ", 0 problems" in audit[1]
+    assert export[0] == 0, export[2][-2000:]
+    assert "exported 600 messages of 3 topics" in export[1]
+    assert failed[0] == 1
+    assert failed[2].strip().splitlines()[-1] == (
         f"mqfs pipeline export: damaged record at CommitLog offset {commitlog_offset} ({path} at byte {pos}): "
         "checksum mismatch; read with option damagedRecords=skip to skip it, `mqfs verify` "
         "for details")
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in failed[2]
