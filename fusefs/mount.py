@@ -62,6 +62,12 @@ LOG_KEEP = 3
 
 
 LIVE_REFRESH_MS = 200  # how often an -o ro mount takes in what a broker or daemon wrote
+# objects made (net of those freed) before a young garbage collection: a write to append.jsonl
+# makes a Message a line and its put a PutResult (a 1 MiB write of 1 KiB lines: ~2,000 objects,
+# freed two writes later), so at the default 700 each write ran two or three collections that
+# walked its batch, holding the GIL (~0.1-0.2 us a line); at this many, a stream's batches are
+# freed before any collection sees them
+GC_YOUNG = 20_000
 
 
 def default_log(store_root: str, read_only: bool) -> str:
@@ -270,8 +276,10 @@ def serve(store_root: str, mountpoint: str, opts: MountOptions,
         pyfuse3.init(ops, mountpoint, opts.fuse_options(store.root))
         # a full garbage collection stops the event loop too, for as long as it takes to
         # walk every object: what open built (modules, the loaded store) lives as long as
-        # the mount, so it is left out of those walks
+        # the mount, so it is left out of those walks; and a young collection waits for
+        # GC_YOUNG new objects, not 700
         gc.freeze()
+        gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
         try:
             trio.run(_main_loop, ops)
             clean = True
