@@ -610,7 +610,7 @@ class MessageStore(StoreReads, StoreWrites):
         self._writable()
         if not 0 <= queues <= 1024:
             raise InvalidMessage(f"a topic has 0 to 1024 queues, not {queues}")
-        message.validate_topic(topic)  # a new topic: what a broker accepts from a producer
+        message.validate_new_topic(topic)  # a new topic: what a broker accepts from a producer
         self.topic_table.ensure(topic, queues - 1)
 
     @in_use
@@ -619,7 +619,7 @@ class MessageStore(StoreReads, StoreWrites):
         if not 0 <= queue_id < 1024:
             raise InvalidMessage(f"queue id {queue_id} is not in 0..1023")
         if topic not in self.topic_table.queues:
-            message.validate_topic(topic)
+            message.validate_new_topic(topic)
         self.topic_table.ensure(topic, queue_id)
 
     # --- flushing --------------------------------------------------------------------------

@@ -122,11 +122,11 @@ class Topics(MovingDir):
             raise FsError(errno.ENAMETOOLONG, f"topic names are at most {limit} characters")
         try:
             validate_topic(topic)
+            if self.parts.store.has_topic(topic):
+                raise FsError(errno.EEXIST)
+            self.parts.store.create_topic(topic, 0)  # (refuses a topic a broker keeps)
         except InvalidMessage as exc:
             raise FsError(errno.EINVAL, str(exc)) from None
-        if self.parts.store.has_topic(topic):
-            raise FsError(errno.EEXIST)
-        self.parts.store.create_topic(topic, 0)
         return self.parts.node_attr(self.parts.nodes.topic(topic))
 
 

@@ -86,6 +86,26 @@ def validate_topic(topic: str) -> None:
         raise InvalidMessage(f"topic name is {len(topic)} characters, the limit is {limit}")
 
 
+# Topics a broker keeps for itself, which no producer may make: those it refuses sends to
+# (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET), its system topics (rmq_sys_..., the timer's
+# among them) and LMQ queues (%LMQ%..., made by multi-dispatch alone). Made by hand, their
+# messages would be taken for the broker's own (delayed, half, timer messages), and the
+# store for a broker's that uses those features (read-only to mqfs: store/meta/features.py).
+_BROKER_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+_BROKER_PREFIXES = ("rmq_sys_", "%LMQ%")  # TopicValidator.SYSTEM_TOPIC_PREFIX, MixAll.LMQ_PREFIX
+
+
+def validate_new_topic(topic: str) -> None:
+    """Refuse what `validate_topic` refuses, and the topics a broker keeps for itself, for
+    a topic made by hand (create_topic, add_queue, mkdir): puts to a broker's own topics,
+    found in its store, are not refused here."""
+    validate_topic(topic)
+    if topic in _BROKER_TOPICS or topic.startswith(_BROKER_PREFIXES):
+        raise InvalidMessage(f"topic {topic!r} is one a broker keeps for itself: a producer "
+                             "may not make it")
+
+
 def validate_stored_topic(topic: str) -> None:
     """Refuse a topic name no broker writes: bad characters (the broker checks them on every
     put) or longer than a v2 record's TOPICLEN holds. A broker configured for longer topics
