@@ -259,18 +259,24 @@ class StoreWrites:
         first, so a refusal or a full disk comes before any byte; then each CommitLog file
         gets its run of stamped, sealed records in one copy, and the ConsumeQueue units and
         IndexFile entries of what was written go in bulk."""
-        n = len(msgs)
-        if batch is not None:
-            topics, qids, flags, props = batch.topics, batch.queue_id, batch.sys_flag, batch.properties
+        n, dispatcher = len(msgs), self.dispatcher
+        props: list[dict[str, str]] = []
+        if isinstance(batch, codec.CompiledBatch):  # what dispatch reads, read with the records
+            topics, qids, flags = batch.topics, batch.queue_id, batch.sys_flag
+            keys = batch.key_rows, batch.key_hashes
         else:
-            topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
-            qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
-            flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
+            if batch is not None:
+                topics, qids, flags, props = batch.topics, batch.queue_id, batch.sys_flag, batch.properties
+            else:
+                topics, props = [m.topic for m in msgs], [m.properties for m in msgs]
+                qids = np.fromiter((m.queue_id for m in msgs), dtype=np.int64, count=n)
+                flags = np.fromiter((m.sys_flag for m in msgs), dtype=np.int64, count=n)
+            keys = dispatcher.batch_keys(topics, props, flags)
         commitlog = self.commitlog
         starts = self._roll_points(sizes)
         # a full disk refuses it before any byte; new queues declared in one append
         with commitlog.queue.made_ahead(len(starts)), self.topic_table.batch():
-            plan = self.dispatcher.plan(topics, qids, flags, props)
+            plan = dispatcher.plan(topics, qids, flags, keys)
         queue_offsets = plan.queue_offsets
         store_ts = self._store_timestamp()
         files = commitlog.queue.files
@@ -295,8 +301,10 @@ class StoreWrites:
             # leaves the records written so far: they are dispatched all the same, so their
             # queue offsets are taken, never given twice
             if done:
-                self.dispatcher.batch(plan, done, topics, props, commitlog_offset, sizes, store_ts,
-                                      batch.tags if isinstance(batch, codec.CompiledBatch) else None)
+                tags_codes = (dispatcher.tags.delayed(batch.tags_codes, topics, batch.delays, store_ts)
+                              if isinstance(batch, codec.CompiledBatch) else
+                              dispatcher.tags_codes(topics, props, store_ts))
+                dispatcher.batch(plan, done, commitlog_offset, sizes, store_ts, tags_codes)
                 self._dispatched_ts = store_ts
         host = self.encoder.store_host_raw
         if isinstance(batch, codec.CompiledBatch) and compiled_records is not None:

@@ -146,33 +146,6 @@ done:
     return result;
 }
 
-/* Append (row, hash) of one index key to the growing columns; -1 with MemoryError set. */
-typedef struct {
-    int64_t *rows, *hashes;
-    Py_ssize_t n, cap;
-} KeyColumns;
-
-static int add_key(KeyColumns *out, Py_ssize_t row, long long hash) {
-    if (out->n == out->cap) {
-        Py_ssize_t cap = out->cap ? 2 * out->cap : 1024;
-        int64_t *rows = PyMem_Realloc(out->rows, (size_t)cap * sizeof *rows);
-        if (rows == NULL)
-            goto nomem;
-        out->rows = rows;
-        int64_t *hashes = PyMem_Realloc(out->hashes, (size_t)cap * sizeof *hashes);
-        if (hashes == NULL)
-            goto nomem;
-        out->hashes = hashes;
-        out->cap = cap;
-    }
-    out->rows[out->n] = row;
-    out->hashes[out->n++] = hash;
-    return 0;
-nomem:
-    PyErr_NoMemory();
-    return -1;
-}
-
 /* key_hash of a batch's key, -1 with an error set also for text UTF-8 cannot hold (a lone
  * surrogate), which Python's hash of either flavor refuses. */
 static long long batch_key_hash(int hash_kind, PyObject *topic, PyObject *key) {
@@ -309,14 +282,7 @@ static PyObject *batch_keys(PyObject *self, PyObject *const *args, Py_ssize_t na
             goto done;
         }
     }
-    {
-        PyObject *rows = PyBytes_FromStringAndSize((const char *)out.rows, out.n * 8);
-        PyObject *hashes = rows == NULL ? NULL : PyBytes_FromStringAndSize((const char *)out.hashes, out.n * 8);
-        if (hashes != NULL)
-            result = PyTuple_Pack(2, rows, hashes);
-        Py_XDECREF(rows);
-        Py_XDECREF(hashes);
-    }
+    result = key_columns_pair(&out);
 done:
     PyMem_Free(out.rows);
     PyMem_Free(out.hashes);

@@ -1,5 +1,6 @@
 /* An IndexFile entry and its key hash, shared by the C modules that write entries:
- * _dispatch.c (a put's keys, a batch's hashes) and format/_records.c (the single put whole).
+ * _dispatch.c (a put's keys, a batch's hashes) and format/_records.c (the single put whole,
+ * a batch's keys found as it is encoded).
  * Static functions only: each module gets its own copy from this one source. */
 #ifndef MQFS_INDEX_ENTRY_H
 #define MQFS_INDEX_ENTRY_H
@@ -113,6 +114,45 @@ static inline int put_entry(unsigned char *buf, long long slots, long long count
     put_be32(e + 16, (uint32_t)prev);
     put_be32(slot_at, (uint32_t)count);
     return fresh;
+}
+
+/* A batch's index keys as growing columns: the row of each key's message and its hash. */
+typedef struct {
+    int64_t *rows, *hashes;
+    Py_ssize_t n, cap;
+} KeyColumns;
+
+/* Append (row, hash) of one index key to the columns; -1 with MemoryError set. */
+static inline int add_key(KeyColumns *out, Py_ssize_t row, long long hash) {
+    if (out->n == out->cap) {
+        Py_ssize_t cap = out->cap ? 2 * out->cap : 1024;
+        int64_t *rows = PyMem_Realloc(out->rows, (size_t)cap * sizeof *rows);
+        if (rows == NULL)
+            goto nomem;
+        out->rows = rows;
+        int64_t *hashes = PyMem_Realloc(out->hashes, (size_t)cap * sizeof *hashes);
+        if (hashes == NULL)
+            goto nomem;
+        out->hashes = hashes;
+        out->cap = cap;
+    }
+    out->rows[out->n] = row;
+    out->hashes[out->n++] = hash;
+    return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* The columns as (rows, hashes), native int64 bytes each (numpy.frombuffer reads them); NULL
+ * with an error set. The columns stay the caller's to free. */
+static inline PyObject *key_columns_pair(const KeyColumns *k) {
+    PyObject *rows = PyBytes_FromStringAndSize((const char *)k->rows, k->n * 8);
+    PyObject *hashes = rows == NULL ? NULL : PyBytes_FromStringAndSize((const char *)k->hashes, k->n * 8);
+    PyObject *pair = hashes == NULL ? NULL : PyTuple_Pack(2, rows, hashes);
+    Py_XDECREF(rows);
+    Py_XDECREF(hashes);
+    return pair;
 }
 
 #endif

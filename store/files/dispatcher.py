@@ -94,12 +94,20 @@ class TagsCodes:
         codes = {t: self.flavor.tags_code(t) if t else 0 for t in set(tags)}
         out = (np.full(len(tags), next(iter(codes.values())), dtype=np.int64) if len(codes) == 1
                else np.array(list(map(codes.__getitem__, tags)), dtype=np.int64))
-        if delays is not None:
-            stamps = np.broadcast_to(np.asarray(store_ts, dtype=np.int64), out.shape)
-            for i, (topic, delay) in enumerate(zip(topics, delays)):
-                due = self.delivery_time(delay, int(stamps[i])) if delay and topic == SCHEDULE_TOPIC else None
-                if due is not None:
-                    out[i] = due
+        return self.delayed(out, topics, delays, store_ts)
+
+    def delayed(self, codes: np.ndarray, topics: Sequence[str], delays: Sequence[str | None] | None,
+                store_ts: np.ndarray | int) -> np.ndarray:
+        """The tagsCodes of TAGS (`codes`) with the delayed records' delivery times in their
+        place (`delays` as `column`'s): a copy when any is replaced."""
+        if delays is None:
+            return codes
+        out = codes.copy()
+        stamps = np.broadcast_to(np.asarray(store_ts, dtype=np.int64), out.shape)
+        for i, (topic, delay) in enumerate(zip(topics, delays)):
+            due = self.delivery_time(delay, int(stamps[i])) if delay and topic == SCHEDULE_TOPIC else None
+            if due is not None:
+                out[i] = due
         return out
 
     def by_tag(self, topic: str) -> bool:
@@ -243,11 +251,13 @@ class Dispatcher:
 
     # --- a batch --------------------------------------------------------------------------
     def plan(self, topics: Sequence[str], qids: np.ndarray, sys_flags: np.ndarray,
-             props: Sequence[dict[str, str]]) -> BatchPlan:
-        """`reserve` for a batch: queue offsets found by sorting rather than a step per
-        message, and one short step per queue (found or created, room made), so a bad queue
-        or a full disk refuses before anything is written and a batch over 80,000 queues
-        costs little more than one into a single queue."""
+             key_columns: tuple[np.ndarray, np.ndarray]) -> BatchPlan:
+        """`reserve` for a batch with its index keys as (rows, hashes) (`batch_keys`, or the
+        encoder's):
+        queue offsets found by sorting rather than a step per message, and one short step
+        per queue (found or created, room made), so a bad queue or a full disk refuses
+        before anything is written and a batch over 80,000 queues costs little more than
+        one into a single queue."""
         if topics.count(topics[0]) == len(topics):  # one topic (the common batch): its queue ids
             names, group = {topics[0]: 0}, np.asarray(qids, dtype=np.int64)
         else:
@@ -279,9 +289,8 @@ class Dispatcher:
         # a taken row's offset: its queue's next offset + the taken rows before it in its queue
         queue_offsets = np.zeros(len(topics), dtype=np.int64)
         queue_offsets[rows] = np.repeat(np.array(bases, dtype=np.int64), counts) + ranks
-        key_rows, key_hashes = self._batch_keys(topics, props, sys_flags)
-        self.index.ensure_room(len(key_rows))
-        return BatchPlan(keys, queues, fresh, counts, rows, queue_offsets, key_rows, key_hashes)
+        self.index.ensure_room(len(key_columns[0]))
+        return BatchPlan(keys, queues, fresh, counts, rows, queue_offsets, *key_columns)
 
     def _register_new(self, keys: list[Key], queues: list[ConsumeQueue | None], fresh: np.ndarray,
                       counts: np.ndarray) -> None:
@@ -296,8 +305,8 @@ class Dispatcher:
         for i, cq in zip(heavy, self.consume_queues.add_new([keys[i] for i in heavy])):
             queues[i] = cq
 
-    def _batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+    def batch_keys(self, topics: Sequence[str], props: Sequence[dict[str, str]], sys_flags: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
         """The index keys of a batch as (row of each key's message, key hash), in put order;
         rolled-back records have none. In C when it is built; else the common batch (one
         key a message, no UNIQ_KEY) takes no Python step per message."""
@@ -321,15 +330,17 @@ class Dispatcher:
         topic_at: Callable[[int], str] = topics.__getitem__
         return rows, self.index.key_hashes(map(topic_at, pick), keys, len(keys))
 
-    def batch(self, plan: BatchPlan, done: int, topics: Sequence[str], props: Sequence[dict[str, str]],
-              commitlog_offset: np.ndarray, sizes: np.ndarray, store_ts: int,
-              tags: Sequence[str | None] | None = None) -> None:
+    def tags_codes(self, topics: Sequence[str], props: Sequence[dict[str, str]], store_ts: int) -> np.ndarray:
+        """The tagsCodes of a batch's units read from its messages' properties (the C
+        encoder reads them with the records)."""
+        tags = list(map(dict.get, props, repeat(message.PROPERTY_TAGS)))
+        delays = list(map(dict.get, props, repeat(PROPERTY_DELAY))) if SCHEDULE_TOPIC in topics else None
+        return self.tags.column(topics, tags, delays, store_ts)
+
+    def batch(self, plan: BatchPlan, done: int, commitlog_offset: np.ndarray, sizes: np.ndarray,
+              store_ts: int, tags_codes: np.ndarray) -> None:
         """ConsumeQueue units and IndexFile entries of the first `done` records of a batch
-        (`tags`: each message's TAGS when the encoder read them, else read from `props`)."""
-        tags = tags[:done] if tags is not None else list(map(dict.get, props[:done], repeat(message.PROPERTY_TAGS)))
-        delays = (list(map(dict.get, props[:done], repeat(PROPERTY_DELAY)))
-                  if SCHEDULE_TOPIC in topics else None)
-        tags_codes = self.tags.column(topics, tags, delays, store_ts)
+        (`tags_codes`: each record's unit's)."""
         self._batch_units(plan, done, commitlog_offset, sizes, tags_codes)
         rows, hashes = plan.key_rows, plan.key_hashes
         if done < len(commitlog_offset):  # a full disk stopped the batch: keys past it are out

@@ -17,6 +17,8 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "../files/_index_entry.h"
+
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
 #define HOST_V6_FLAGS 0x30
@@ -26,6 +28,8 @@
 #define RECORD_CRC_LEN 20
 #define MAX_PROPERTIES_LEN 32767
 #define MAX_TOPIC_LEN 127
+#define TRANSACTION_MASK 0xC
+#define TRANSACTION_ROLLBACK 0xC  /* a rolled-back record's keys are not indexed */
 static const char CRC_TRAILER[RECORD_CRC_LEN] = "__CRC32#\x01" "0000000000" "\x02";
 static const char RESERVED_NAME[] = "__CRC32#";
 /* a batch releases the GIL around its pure memory work from this many bytes (below, the
@@ -39,7 +43,7 @@ static const char *FIELD_NAMES[N_FIELDS] = {
     "topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp",
     "born_host", "reconsume_times", "prepared_transaction_offset"};
 static PyObject *field_names[N_FIELDS];
-static PyObject *tags_name;  /* "TAGS": a batch gives each message's for its units' tagsCodes */
+static const char SCHEDULE_TOPIC[] = "SCHEDULE_TOPIC_XXXX";  /* a unit there holds a delivery time */
 
 /* A store's fixed encoding choices plus the Python Encoder's caches of validated topics and
  * hosts (shared: a topic validated by either path is not validated again). */
@@ -61,11 +65,13 @@ typedef struct {
     Py_ssize_t slot_at[N_FIELDS];
 } Codec;
 
-/* One message's parts, read and checked before anything is written. */
+/* One message's parts, read and checked before anything is written. A batch's message has
+ * no `props`: its PROPERTIES were written out as they were read (Saved, at props_at), with
+ * its unit's tagsCode and its DELAY (kept only there). */
 typedef struct {
-    PyObject *topic, *body_obj, *part, *born_raw, *props;  /* owned references */
-    Py_ssize_t body_len, props_len, total;
-    int64_t queue_id, flag, sys_flag, born_ts, reconsume, prepared;
+    PyObject *topic, *body_obj, *part, *born_raw, *props, *delay;  /* owned references */
+    Py_ssize_t body_len, props_len, total, props_at;
+    int64_t queue_id, flag, sys_flag, born_ts, reconsume, prepared, tags_code;
     char *body_at;  /* a batch's record whose BODYCRC and BODY are still to write (write_body) */
 } Parts;
 
@@ -75,6 +81,22 @@ static void parts_clear(Parts *p) {
     Py_CLEAR(p->part);
     Py_CLEAR(p->born_raw);
     Py_CLEAR(p->props);
+    Py_CLEAR(p->delay);
+}
+
+/* What a batch keeps of its messages' properties as it reads each dict, once: their
+ * PROPERTIES back to back (what the records hold) and their index keys by row (what
+ * dispatch indexes), so both come from the same reading and no dict is copied. */
+typedef struct {
+    char *raw;
+    Py_ssize_t len, cap;
+    KeyColumns keys;
+} Saved;
+
+static void saved_free(Saved *s) {
+    PyMem_Free(s->raw);
+    PyMem_Free(s->keys.rows);
+    PyMem_Free(s->keys.hashes);
 }
 
 /* The flavor's checksum (xx: xxh32, else CRC-32); no Python object is touched, so callers
@@ -147,6 +169,119 @@ static Py_ssize_t props_length(const Codec *c, PyObject *props) {
     return len > MAX_PROPERTIES_LEN ? -1 : len;
 }
 
+/* The tagsCode of a unit (TagsCodes.of for any topic but the delay topic): the flavor's hash
+ * of TAGS, 0 without one. */
+static long long tags_code(const Codec *c, PyObject *tags) {
+    if (tags == NULL || PyUnicode_GET_LENGTH(tags) == 0)
+        return 0;
+    if (!c->xx)
+        return (int32_t)java_hash(0, tags);
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(tags, &n);  /* measured already: cannot fail */
+    return s == NULL ? 0 : (long long)(int64_t)XXH64(s, (size_t)n, 0);
+}
+
+/* The names whose values dispatch reads, in the order props_save finds them. */
+enum { K_KEYS, K_UNIQ, K_TAGS, K_DELAY, N_KEPT };
+
+static int kept_name(const char *ks, Py_ssize_t kl) {
+    switch (kl) {
+    case 4: return memcmp(ks, "KEYS", 4) == 0 ? K_KEYS : memcmp(ks, "TAGS", 4) == 0 ? K_TAGS : -1;
+    case 5: return memcmp(ks, "DELAY", 5) == 0 ? K_DELAY : -1;
+    case 8: return memcmp(ks, "UNIQ_KEY", 8) == 0 ? K_UNIQ : -1;
+    default: return -1;
+    }
+}
+
+/* props_length for a batch's message, reading the dict once: its PROPERTIES appended to
+ * s->raw (at *at) and the values of KEYS, UNIQ_KEY, TAGS and DELAY in kept[] (new
+ * references, NULL when absent). The length with the trailer; -1 to decline, -2 with
+ * MemoryError set. The loop runs no Python code (exact str names and values, no object
+ * made), so the dict cannot change under it. */
+static Py_ssize_t props_save(const Codec *c, PyObject *props, Saved *s, Py_ssize_t *at, PyObject **kept) {
+    Py_ssize_t pos = 0, len = 0;
+    PyObject *k, *v;
+    PyObject *found[N_KEPT] = {NULL};
+    *at = s->len;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        Py_ssize_t kl, vl;
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+            goto decline;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kl);
+        const char *vs = ks == NULL ? NULL : PyUnicode_AsUTF8AndSize(v, &vl);
+        if (vs == NULL) {
+            PyErr_Clear();
+            goto decline;
+        }
+        if (!property_ok(ks, kl, vs, vl) || (len += kl + vl + 2) > MAX_PROPERTIES_LEN)
+            goto decline;
+        if (s->len + kl + vl + 2 > s->cap) {
+            Py_ssize_t cap = s->cap ? 2 * s->cap : 4096;
+            while (cap < s->len + kl + vl + 2)
+                cap *= 2;
+            char *raw = PyMem_Realloc(s->raw, (size_t)cap);
+            if (raw == NULL) {
+                PyErr_NoMemory();
+                s->len = *at;
+                return -2;
+            }
+            s->raw = raw;
+            s->cap = cap;
+        }
+        char *w = s->raw + s->len;
+        memcpy(w, ks, kl);
+        w[kl] = 1;
+        memcpy(w + kl + 1, vs, vl);
+        w[kl + 1 + vl] = 2;
+        s->len += kl + vl + 2;
+        int kept_at = kept_name(ks, kl);
+        if (kept_at >= 0)
+            found[kept_at] = v;
+    }
+    if (c->record_crc)
+        len += RECORD_CRC_LEN;
+    if (len > MAX_PROPERTIES_LEN)
+        goto decline;
+    for (int i = 0; i < N_KEPT; i++)
+        kept[i] = Py_XNewRef(found[i]);
+    return len;
+decline:
+    s->len = *at;
+    return -1;
+}
+
+/* Dispatcher.index_keys of a batch's message (UNIQ_KEY, then KEYS cut at spaces, empty
+ * tokens dropped), each hashed as the flavor hashes topic#key, added to `out` under `row`.
+ * 0, or -1 with an error set. */
+static int saved_keys(const Codec *c, PyObject *topic, PyObject *uniq, PyObject *text, Py_ssize_t row,
+                      KeyColumns *out) {
+    int kind = c->xx ? HASH_XXH32 : HASH_JAVA;
+    long long h;
+    if (uniq != NULL && PyUnicode_GET_LENGTH(uniq) > 0
+            && ((h = key_hash(kind, topic, uniq)) < 0 || add_key(out, row, h) < 0))
+        return -1;
+    if (text == NULL || PyUnicode_GET_LENGTH(text) == 0)
+        return 0;
+    Py_ssize_t space = PyUnicode_FindChar(text, ' ', 0, PyUnicode_GET_LENGTH(text), 1);
+    if (space == -2)
+        return -1;
+    if (space == -1)
+        return (h = key_hash(kind, topic, text)) < 0 || add_key(out, row, h) < 0 ? -1 : 0;
+    PyObject *sep = PyUnicode_FromOrdinal(' ');
+    PyObject *tokens = sep == NULL ? NULL : PyUnicode_Split(text, sep, -1);
+    Py_XDECREF(sep);
+    if (tokens == NULL)
+        return -1;
+    int r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(tokens); i++) {
+        PyObject *key = PyList_GET_ITEM(tokens, i);  /* a new list of its own: no one else's */
+        if (PyUnicode_GET_LENGTH(key) > 0)
+            r = (h = key_hash(kind, topic, key)) < 0 || add_key(out, row, h) < 0 ? -1 : 0;
+    }
+    Py_DECREF(tokens);
+    return r;
+}
+
 /* A cached part, or the Python validator's (which caches it); NULL with no exception to
  * decline (the validator refused: the Python path raises its error). */
 static PyObject *cached(PyObject *cache, PyObject *validate, PyObject *key) {
@@ -201,11 +336,11 @@ static int slotted(Codec *c, PyObject *msg) {
 }
 
 /* Read and check one message into `p`: 1 ready, 0 declined, -1 error (MemoryError and
- * the like: a failure of the process, not of the message). With `own_props`, p->props is a
- * copy of the message's properties taken first, which the record and the batch's dispatch
- * (its keys, tags and delays, read later under the put lock) then both read: another
- * thread that changes the message's dict meanwhile changes neither. */
-static int read_parts(Codec *c, PyObject *msg, Parts *p, int own_props) {
+ * the like: a failure of the process, not of the message). With `saved` (a batch's, the
+ * message its row `row`), the properties are read once, there: the record's PROPERTIES and
+ * what the batch's dispatch reads (index keys, tagsCode, DELAY) come from that one reading,
+ * so another thread that changes the message's dict afterwards changes neither. */
+static int read_parts(Codec *c, PyObject *msg, Parts *p, Saved *saved, Py_ssize_t row) {
     PyObject *f[N_FIELDS] = {NULL};
     int ok = 0;
     memset(p, 0, sizeof(*p));
@@ -244,14 +379,30 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p, int own_props) {
         goto done;
     if (!PyDict_CheckExact(f[F_PROPERTIES]))
         goto done;
-    p->props = own_props ? PyDict_Copy(f[F_PROPERTIES]) : Py_NewRef(f[F_PROPERTIES]);
-    if (p->props == NULL) {
-        ok = -1;
-        goto done;
+    if (saved != NULL) {
+        PyObject *kept[N_KEPT];
+        p->props_len = props_save(c, f[F_PROPERTIES], saved, &p->props_at, kept);
+        if (p->props_len < 0) {
+            ok = p->props_len == -2 ? -1 : 0;
+            goto done;
+        }
+        p->tags_code = tags_code(c, kept[K_TAGS]);
+        p->delay = kept[K_DELAY];
+        int indexed = (p->sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK;
+        int r = indexed ? saved_keys(c, p->topic, kept[K_UNIQ], kept[K_KEYS], row, &saved->keys) : 0;
+        Py_XDECREF(kept[K_KEYS]);
+        Py_XDECREF(kept[K_UNIQ]);
+        Py_XDECREF(kept[K_TAGS]);
+        if (r < 0) {
+            ok = -1;
+            goto done;
+        }
+    } else {
+        p->props = Py_NewRef(f[F_PROPERTIES]);
+        p->props_len = props_length(c, p->props);
+        if (p->props_len < 0)
+            goto done;
     }
-    p->props_len = props_length(c, p->props);
-    if (p->props_len < 0)
-        goto done;
     /* born host: (bytes, SYSFLAG bits, ...) from the cache */
     if (!PyTuple_CheckExact(f[F_BORN_HOST]))
         goto done;
@@ -295,9 +446,10 @@ static void write_body(int xx, char *rec, char *at, const char *body, Py_ssize_t
 
 /* Lay out the record at `out` (p->total bytes): offsets and store time zero, the trailer's
  * digits zero. 0, or -1 when the properties changed since they were measured (declined).
+ * A batch's message takes its PROPERTIES from `saved`, where they were written as read.
  * With `body_at` (a bytes body only), BODYCRC and BODY are left for the caller's
  * write_body and *body_at says where the body goes. */
-static int write_record(const Codec *c, const Parts *p, char *out, char **body_at) {
+static int write_record(const Codec *c, const Parts *p, const Saved *saved, char *out, char **body_at) {
     Py_ssize_t born_len = PyBytes_GET_SIZE(p->born_raw), store_len = PyBytes_GET_SIZE(c->store_host);
     Py_ssize_t part_len = PyBytes_GET_SIZE(p->part);
     /* a bytearray body may have been resized by another thread since it was measured
@@ -338,9 +490,13 @@ static int write_record(const Codec *c, const Parts *p, char *out, char **body_a
     w[1] = (char)p->props_len;
     w += 2;
     char *props_end = out + p->total - (c->record_crc ? RECORD_CRC_LEN : 0);
+    if (p->props == NULL) {
+        memcpy(w, saved->raw + p->props_at, (size_t)(props_end - w));
+        w = props_end;
+    }
     Py_ssize_t pos = 0;
     PyObject *k, *v;
-    while (PyDict_Next(p->props, &pos, &k, &v)) {
+    while (p->props != NULL && PyDict_Next(p->props, &pos, &k, &v)) {
         Py_ssize_t kl, vl;
         const char *ks = PyUnicode_CheckExact(k) ? PyUnicode_AsUTF8AndSize(k, &kl) : NULL;
         const char *vs = PyUnicode_CheckExact(v) ? PyUnicode_AsUTF8AndSize(v, &vl) : NULL;
@@ -391,13 +547,13 @@ static Py_ssize_t ts_pos_of(const Parts *p) {
 /* Codec.encode(msg) -> (bytearray, STORETIMESTAMP position) | None */
 static PyObject *Codec_encode(Codec *c, PyObject *msg) {
     Parts p;
-    int r = read_parts(c, msg, &p, 0);
+    int r = read_parts(c, msg, &p, NULL, 0);
     if (r <= 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *rec = PyByteArray_FromStringAndSize(NULL, p.total);
     PyObject *out = NULL;
     if (rec != NULL) {
-        if (write_record(c, &p, PyByteArray_AS_STRING(rec), NULL) == 0)
+        if (write_record(c, &p, NULL, PyByteArray_AS_STRING(rec), NULL) == 0)
             out = Py_BuildValue("(Nn)", rec, ts_pos_of(&p));
         else {
             Py_DECREF(rec);
@@ -449,10 +605,14 @@ static inline void prefetch_ahead(const Codec *c, PyObject **items, Py_ssize_t i
     }
 }
 
-/* Codec.encode_batch(msgs) -> None | (buf, layout, topics, queue_ids, sys_flags, properties, tags):
- * every record laid out back to back in one bytearray; `layout` packs (start, size,
- * STORETIMESTAMP position) per record and queue_ids/sys_flags one value each, as native int64
- * (numpy.frombuffer reads them); sys_flags without the host bits, as dispatch wants them. */
+/* Codec.encode_batch(msgs) -> None | (buf, layout, topics, queue_ids, sys_flags, tags_codes,
+ * key_rows, key_hashes, delays): every record laid out back to back in one bytearray;
+ * `layout` packs (start, size, STORETIMESTAMP position) per record and queue_ids/sys_flags/
+ * tags_codes one value each, as native int64 (numpy.frombuffer reads them); sys_flags without
+ * the host bits, as dispatch wants them. What dispatch needs of the properties comes read
+ * with the records: each unit's tagsCode (the flavor's hash of TAGS), the index keys as
+ * (row, hash of topic#key) in put order, and for a batch with a record of the delay topic
+ * each message's DELAY (None elsewhere: `delays` is None without one). */
 static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     /* a tuple of its own: Python code run while a message is read (a property, another
      * thread) may empty the caller's list, which must not free what is being read */
@@ -464,9 +624,10 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     /* one reading for the batch, as the Python codec's (a thread encoding another batch
      * meanwhile may replace or clear it: any reading of the clock is as right) */
     c->batch_now = now_ms();
-    Parts *parts = PyMem_Calloc(n ? n : 1, sizeof(Parts));
-    PyObject *buf = NULL, *layout = NULL, *qids = NULL, *flags = NULL, *topics = NULL, *props = NULL;
-    PyObject *tags = NULL;
+    Parts *parts = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Parts));
+    Saved saved = {NULL, 0, 0, {NULL, NULL, 0, 0}};
+    PyObject *buf = NULL, *layout = NULL, *qids = NULL, *flags = NULL, *topics = NULL, *codes = NULL;
+    PyObject *keys = NULL, *delays = NULL;
     PyObject *out = NULL;
     Py_ssize_t got = 0, size = 0;
     if (parts == NULL) {
@@ -475,7 +636,7 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     }
     for (; got < n; got++) {
         prefetch_ahead(c, items, got, n);
-        int r = read_parts(c, items[got], &parts[got], 1);
+        int r = read_parts(c, items[got], &parts[got], &saved, got);
         if (r <= 0) {
             if (r == 0)
                 out = Py_NewRef(Py_None);
@@ -487,18 +648,19 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
     layout = PyBytes_FromStringAndSize(NULL, n * 3 * 8);
     qids = PyBytes_FromStringAndSize(NULL, n * 8);
     flags = PyBytes_FromStringAndSize(NULL, n * 8);
+    codes = PyBytes_FromStringAndSize(NULL, n * 8);
     topics = PyList_New(n);
-    props = PyList_New(n);
-    tags = PyList_New(n);
-    if (!buf || !layout || !qids || !flags || !topics || !props || !tags)
+    keys = key_columns_pair(&saved.keys);
+    if (!buf || !layout || !qids || !flags || !codes || !topics || !keys)
         goto done;
     char *w = PyByteArray_AS_STRING(buf);
-    int64_t *lay = (int64_t *)PyBytes_AS_STRING(layout);
+    int64_t *lay = (int64_t *)PyBytes_AS_STRING(layout), *code = (int64_t *)PyBytes_AS_STRING(codes);
     int64_t *qid = (int64_t *)PyBytes_AS_STRING(qids), *flag = (int64_t *)PyBytes_AS_STRING(flags);
     Py_ssize_t at = 0, bodies = 0;
+    PyObject *plain = NULL;  /* the last topic found not to be the delay topic */
     for (Py_ssize_t i = 0; i < n; i++) {
         Parts *p = &parts[i];
-        if (write_record(c, p, w + at, &p->body_at) < 0) {
+        if (write_record(c, p, &saved, w + at, &p->body_at) < 0) {
             out = Py_NewRef(Py_None);
             goto done;
         }
@@ -509,15 +671,18 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
         lay[3 * i + 2] = ts_pos_of(p);
         qid[i] = p->queue_id;
         flag[i] = p->sys_flag & ~HOST_V6_FLAGS;
+        code[i] = p->tags_code;
         at += p->total;
         PyList_SET_ITEM(topics, i, Py_NewRef(p->topic));
-        PyList_SET_ITEM(props, i, Py_NewRef(p->props));
-        /* the batch's own copy, its keys exact str (props_length): the lookup runs no code */
-        PyObject *tag = PyDict_GetItemWithError(p->props, tags_name);
-        if (tag == NULL && PyErr_Occurred())
-            goto done;
-        PyList_SET_ITEM(tags, i, Py_NewRef(tag != NULL ? tag : Py_None));
+        if (p->topic != plain) {
+            if (PyUnicode_CompareWithASCIIString(p->topic, SCHEDULE_TOPIC) != 0)
+                plain = p->topic;
+            else if (delays == NULL && (delays = PyList_New(n)) == NULL)
+                goto done;
+        }
     }
+    for (Py_ssize_t i = 0; delays != NULL && i < n; i++)
+        PyList_SET_ITEM(delays, i, Py_NewRef(parts[i].delay != NULL ? parts[i].delay : Py_None));
     /* the bytes bodies' checksums and copies, the bulk of the work, without the GIL when
      * they are many: `parts` owns each body (bytes: immutable) and `buf` is no one else's
      * yet, so no Python object changes or goes meanwhile (another thread may drop or
@@ -530,19 +695,22 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
                        parts[i].body_len);
     if (released != NULL)
         PyEval_RestoreThread(released);
-    out = PyTuple_Pack(7, buf, layout, topics, qids, flags, props, tags);
+    out = Py_BuildValue("(OOOOOOOOO)", buf, layout, topics, qids, flags, codes, PyTuple_GET_ITEM(keys, 0),
+                        PyTuple_GET_ITEM(keys, 1), delays != NULL ? delays : Py_None);
 done:
     c->batch_now = 0;  /* single encodes and puts read the clock themselves */
     for (Py_ssize_t i = 0; i < got && parts != NULL; i++)
         parts_clear(&parts[i]);
     PyMem_Free(parts);
+    saved_free(&saved);
     Py_XDECREF(buf);
     Py_XDECREF(layout);
     Py_XDECREF(qids);
     Py_XDECREF(flags);
+    Py_XDECREF(codes);
     Py_XDECREF(topics);
-    Py_XDECREF(props);
-    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(delays);
     Py_DECREF(seq);
     return out;
 }
@@ -766,7 +934,6 @@ static PyTypeObject CodecType = {
  * objects (one source of truth): they are read here and written back as Python writes them.
  * The caller holds the put lock. Every check comes before the store clock is read; after it
  * nothing can refuse. */
-#include "../files/_index_entry.h"
 
 #define UNIT_SIZE 20
 #define END_FILE_MIN_BLANK 8
@@ -902,18 +1069,6 @@ static int ix_set(const Put *s, PyObject *ixf, int name, long long v) {
     return r;
 }
 
-/* The tagsCode of a unit (TagsCodes.of for any topic but the delay topic): the flavor's hash
- * of TAGS, 0 without one. */
-static long long tags_code(const Codec *c, PyObject *tags) {
-    if (tags == NULL || PyUnicode_GET_LENGTH(tags) == 0)
-        return 0;
-    if (!c->xx)
-        return (int32_t)java_hash(0, tags);
-    Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(tags, &n);  /* measured already: cannot fail */
-    return s == NULL ? 0 : (long long)(int64_t)XXH64(s, (size_t)n, 0);
-}
-
 /* index_keys(props) hashed (UNIQ_KEY, then the KEYS tokens): how many, or -1 to decline. */
 static int key_hashes(const Put *s, PyObject *topic, PyObject *props, long long *out) {
     int n = 0;
@@ -1024,7 +1179,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         Py_RETURN_NONE;
     }
     Parts p;
-    int r = read_parts(c, msg, &p, 0);
+    int r = read_parts(c, msg, &p, NULL, 0);
     if (r <= 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *out = Py_None;  /* declined unless everything below holds */
@@ -1144,7 +1299,7 @@ static PyObject *put_locked(Put *s, PyObject *msg, int wait) {
         out = PyErr_NoMemory();
         goto done;
     }
-    if (write_record(c, &p, rec, NULL) < 0)
+    if (write_record(c, &p, NULL, rec, NULL) < 0)
         goto done;  /* the properties changed since they were measured */
 
     /* --- the store time (_store_timestamp), then the writes, nothing refused past here --- */
@@ -1590,8 +1745,6 @@ PyMODINIT_FUNC PyInit__records(void) {
         if (field_names[i] == NULL)
             return NULL;
     }
-    if ((tags_name = PyUnicode_InternFromString("TAGS")) == NULL)
-        return NULL;
     for (int i = 0; i < N_NAMES; i++) {
         names[i] = PyUnicode_InternFromString(NAMES[i]);
         if (names[i] == NULL)

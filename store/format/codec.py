@@ -230,10 +230,11 @@ class Encoder:
         if self.compiled is not None:
             found = self.compiled.encode_batch(msgs)
             if found is not None:
-                buf, layout, topics, queue_ids, sys_flags, props, tags = found
-                return CompiledBatch(buf, layout, topics, np.frombuffer(queue_ids, dtype=np.int64),
-                                     np.frombuffer(sys_flags, dtype=np.int64), props, tags,
-                                     self.compiled.place_run)
+                buf, layout, topics, *columns, delays = found
+                queue_id, sys_flag, tags_codes, key_rows, key_hashes = (
+                    np.frombuffer(c, dtype=np.int64) for c in columns)
+                return CompiledBatch(buf, layout, topics, queue_id, sys_flag, tags_codes, key_rows,
+                                     key_hashes, delays, self.compiled.place_run)
         if self.store_v6:
             return None
         n = len(msgs)
@@ -450,21 +451,26 @@ class CompiledBatch(Slotted):
     """Records of a batch the C encoder laid out back to back in `buf`, with `layout`
     (start, size, STORETIMESTAMP position of each, native int64): EncodedBatch's interface
     for the store, stamped and sealed in C too. The columns come along for dispatch, with
-    each message's TAGS (None without), read in C from its properties."""
+    what it needs of the properties, read in C with the records (no dict is kept): each
+    unit's tagsCode from TAGS, the index keys as (`key_rows`, `key_hashes`) in put order,
+    and `delays`, each message's DELAY when a record is of the delay topic (else None)."""
 
-    __slots__ = __match_args__ = ("buf", "layout", "topics", "queue_id", "sys_flag",
-                                  "properties", "tags", "place_run")
+    __slots__ = __match_args__ = ("buf", "layout", "topics", "queue_id", "sys_flag", "tags_codes",
+                                  "key_rows", "key_hashes", "delays", "place_run")
 
     def __init__(self, buf: bytearray, layout: bytes, topics: list[str], queue_id: np.ndarray,
-                 sys_flag: np.ndarray, properties: list[dict[str, str]], tags: list[str | None],
+                 sys_flag: np.ndarray, tags_codes: np.ndarray, key_rows: np.ndarray,
+                 key_hashes: np.ndarray, delays: list[str | None] | None,
                  place_run: Callable[..., None]) -> None:
         self.buf = buf
         self.layout = layout
         self.topics = topics
         self.queue_id = queue_id
         self.sys_flag = sys_flag
-        self.properties = properties
-        self.tags = tags
+        self.tags_codes = tags_codes
+        self.key_rows = key_rows
+        self.key_hashes = key_hashes
+        self.delays = delays
         self.place_run = place_run
 
     @property

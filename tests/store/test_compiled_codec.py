@@ -11,10 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqfs.store.errors import InvalidMessage
-from mqfs.store.format import codec, compiled
+from mqfs.store.files.dispatcher import index_keys
+from mqfs.store.files.index_layout import build_key
+from mqfs.store.format import codec, compiled, layout
 from mqfs.store.format.codec import Encoder
-from mqfs.store.format.flavor import ROCKETMQ, XXHASH
-from mqfs.store.format.message import Message
+from mqfs.store.format.flavor import ROCKETMQ, XXHASH, Flavor
+from mqfs.store.format.message import PROPERTY_DELAY, PROPERTY_TAGS, SCHEDULE_TOPIC, Message
 
 needs_c = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C encoder to compare")
 
@@ -23,6 +25,10 @@ I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 HOSTS = st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)).map(str)
 TOPIC_CHARS = "abcXYZ019_-%|"
 TEXT = st.text(max_size=12)
+# the names dispatch reads (keys, tags, a delay), with values that cut into several keys
+READ_NAMES = st.sampled_from(["KEYS", "UNIQ_KEY", "TAGS", "DELAY"])
+READ_VALUES = st.one_of(TEXT, st.lists(st.sampled_from(["", "k", "é", "k2"]), max_size=4).map(" ".join),
+                        st.sampled_from(["1", "3", "99", "-1", "x"]))
 
 
 def _field(valid, invalid):
@@ -32,10 +38,12 @@ def _field(valid, invalid):
 
 MESSAGES = st.builds(
     Message,
-    topic=_field(st.text(TOPIC_CHARS, min_size=1, max_size=140), st.sampled_from(["", "bad topic", "%DAMAGED"])),
+    topic=_field(st.one_of(st.text(TOPIC_CHARS, min_size=1, max_size=140), st.just(SCHEDULE_TOPIC)),
+                 st.sampled_from(["", "bad topic", "%DAMAGED"])),
     body=_field(st.binary(max_size=300), st.just(b"x" * 2000)),
     queue_id=_field(st.integers(0, (1 << 31) - 1), st.sampled_from([-1, 1 << 31])),
-    properties=st.dictionaries(_field(TEXT, st.just("__CRC32#")), TEXT, max_size=4),
+    properties=st.one_of(st.dictionaries(_field(TEXT, st.just("__CRC32#")), TEXT, max_size=4),
+                         st.dictionaries(READ_NAMES, READ_VALUES, max_size=4)),
     flag=_field(I32, st.just(1 << 31)),
     sys_flag=_field(I32, st.just(-(1 << 31) - 1)),
     born_timestamp=_field(I64.filter(bool), st.just(1 << 63)),
@@ -60,6 +68,26 @@ def _python(enc: Encoder, msg: Message) -> tuple[bytearray, int] | None:
 
 
 FLAVORS = st.sampled_from([ROCKETMQ, XXHASH])
+
+
+def _dispatch_reads(msgs: list[Message], flavor: Flavor) -> tuple[list, list, list, list | None]:
+    """What dispatch reads of a batch's properties, by the Python rules: each unit's
+    tagsCode of TAGS, the index keys as rows and hashes (rolled-back records have none),
+    and each message's DELAY when a record is of the delay topic."""
+    rows, hashes = [], []
+    for i, m in enumerate(msgs):
+        if layout.indexed(m.sys_flag):
+            for key in index_keys(m.properties):
+                rows.append(i)
+                hashes.append(flavor.key_hash(build_key(m.topic, key)))
+    codes = [flavor.tags_code(t) if (t := m.properties.get(PROPERTY_TAGS)) else 0 for m in msgs]
+    delays = [m.properties.get(PROPERTY_DELAY) for m in msgs] if any(m.topic == SCHEDULE_TOPIC for m in msgs) \
+        else None
+    return codes, rows, hashes, delays
+
+
+def _batch_reads(batch: codec.CompiledBatch) -> tuple[list, list, list, list | None]:
+    return batch.tags_codes.tolist(), batch.key_rows.tolist(), batch.key_hashes.tolist(), batch.delays
 
 
 @needs_c
@@ -96,7 +124,7 @@ def test_a_batch_is_the_python_codecs_records(msgs, flavor, record_crc, store_v6
     assert isinstance(batch, codec.CompiledBatch)
     sizes = [len(rec) for rec, _ in wants]
     assert batch.sizes.tolist() == sizes
-    assert batch.topics == [m.topic for m in msgs] and batch.properties == [m.properties for m in msgs]
+    assert batch.topics == [m.topic for m in msgs] and _batch_reads(batch) == _dispatch_reads(msgs, flavor)
     assert batch.queue_id.tolist() == [m.queue_id for m in msgs]
     assert batch.sys_flag.tolist() == [m.sys_flag & ~0x30 for m in msgs]
     queue_offsets = np.array(data.draw(st.lists(I64, min_size=len(msgs), max_size=len(msgs))), dtype=np.int64)
@@ -157,13 +185,13 @@ def test_a_bytearray_body_changed_while_a_batch_is_read_is_declined_not_misread(
 @needs_c
 @pytest.mark.parametrize("now", [{"b": "2" * 100}, {"a\x01": "c"}, {"ab": "\x02"}, {"__CRC32#": "x"}])
 def test_properties_changed_after_a_batch_read_them_are_not_what_it_stores(now):
-    """A batch reads each message's properties once, into a copy: Python code run while the
-    rest is read (here a property; in a daemon another thread) that changes the dict, even to
-    what Python refuses (a separator byte, the reserved name), changes neither the record
-    nor the properties its dispatch reads (keys, tags)."""
+    """A batch reads each message's properties once, the record's PROPERTIES and what its
+    dispatch reads (keys, tags) together: Python code run while the rest is read (here a
+    property; in a daemon another thread) that changes the dict, even to what Python refuses
+    (a separator byte, the reserved name), changes neither."""
     py, c = _encoders(XXHASH, False, False)
     (name, value), = now.items()
-    was = {"ab": "c" * max(1, len(name) + len(value) - 2), "KEYS": "k"}
+    was = {"ab": "c" * max(1, len(name) + len(value) - 2), "KEYS": "k", "TAGS": "t"}
     first = Message("T", b"body", properties=dict(was), born_timestamp=5)
     expected = bytes(_python(py, first)[0])
 
@@ -173,7 +201,8 @@ def test_properties_changed_after_a_batch_read_them_are_not_what_it_stores(now):
 
     batch = c.encode_batch([first, _Meddling("T", b"x", meddle=meddle)])
     assert isinstance(batch, codec.CompiledBatch) and first.properties == now
-    assert bytes(batch.buf[:len(expected)]) == expected and batch.properties[0] == was
+    assert bytes(batch.buf[:len(expected)]) == expected
+    assert _batch_reads(batch) == _dispatch_reads([Message("T", b"", properties=was), Message("T", b"x")], XXHASH)
 
 
 @needs_c
@@ -189,10 +218,11 @@ def test_a_batch_list_emptied_while_it_is_read_neither_crashes_nor_reads_freed_m
         gc.collect()
 
     msgs.extend([_Meddling("T", b"x", meddle=meddle)] +
-                [Message("T", bytes(100 + i), properties={"k": "v" * i}) for i in range(50)])
+                [Message("T", bytes(100 + i), properties={"KEYS": "v" * i}) for i in range(1, 51)])
     batch = c.encode_batch(msgs)
     assert isinstance(batch, codec.CompiledBatch) and len(batch.sizes) == 51 and msgs == []
-    assert batch.properties[50] == {"k": "v" * 49}
+    assert batch.key_rows.tolist() == list(range(1, 51))
+    assert batch.key_hashes[-1] == XXHASH.key_hash(build_key("T", "v" * 50))
 
 
 def test_a_missing_c_module_is_said_once_and_a_forced_python_codec_not_at_all(monkeypatch, capsys):

@@ -191,7 +191,7 @@ _KEY_TEXT = st.one_of(st.none(), st.sampled_from([5, b"k", ""]), st.lists(
     st.sampled_from(["T", "t#2", "é"]), _KEY_TEXT, _KEY_TEXT, st.sampled_from([0, 0x4, 0x8, 0xC])),
     max_size=12))
 def test_a_batchs_keys_found_in_c_are_pythons(tmp_path_factory, flavor, rows):
-    """batch_keys (a put_batch's keys found and hashed in C) against Dispatcher._batch_keys
+    """batch_keys (a put_batch's keys found and hashed in C) against Dispatcher.batch_keys
     in Python: UNIQ_KEY first, KEYS cut at spaces with empty tokens dropped, rolled-back
     messages without keys, both flavors' hashes, any text; a value that is not text, or a
     key UTF-8 cannot hold, sends the batch to Python (the same keys, or the same error)."""
@@ -215,7 +215,7 @@ def test_a_batchs_keys_found_in_c_are_pythons(tmp_path_factory, flavor, rows):
         dispatcher = Dispatcher.__new__(Dispatcher)
         dispatcher.index = index
         try:
-            keys = dispatcher._batch_keys(topics, props, flags)
+            keys = dispatcher.batch_keys(topics, props, flags)
             found.append(("keys", keys[0].tolist(), keys[1].tolist()))
         except Exception as exc:  # noqa: BLE001 - the same refusal both ways
             found.append(("error", type(exc), str(exc)))
