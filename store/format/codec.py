@@ -485,6 +485,8 @@ class CompiledBatch(Slotted):
         """Records lo..hi-1 stamped (offsets indexed like the batch) and sealed, as one view."""
         import numpy as np
 
+        if lo == hi:  # no record (a roll's empty run): no bytes
+            return memoryview(self.buf)[:0]
         self.place_run(self.buf, self.layout, lo, hi, np.ascontiguousarray(queue_offsets, dtype=np.int64),
                        np.ascontiguousarray(commitlog_offsets, dtype=np.int64), store_ts)
         at = np.frombuffer(self.layout, dtype=np.int64)
