@@ -19,6 +19,8 @@ pytest.importorskip("pyspark")
 
 from tests.pipeline.helpers import build_store  # noqa: E402
 
+pytestmark = pytest.mark.spark
+
 PROGRAM = r"""
 import json, re, sys
 from pyspark.sql import SparkSession, functions as F
