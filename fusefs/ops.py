@@ -219,6 +219,7 @@ class TrioRunner:
                     token.run_sync_soon(self._settle, job, result)
                 except trio.RunFinishedError:  # the mount ended: no handle is left to wait
                     pass
+                result = None  # its PutResults too are the loop's to free
             if then is None:
                 return
             after, (fn, job) = job, then
