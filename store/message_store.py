@@ -32,7 +32,7 @@ from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.unit_flush import UnitFlush
 from .format import compiled, message
-from .format.codec import Encoder
+from .format.codec import Encoder, filler_record
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import parse_host
@@ -569,16 +569,27 @@ class MessageStore(StoreReads, StoreWrites):
         pointing at the last filler record, so they are never given out again. Returns
         the queues it extended, for `kept_ends.add`."""
         with self.put_lock:
-            if not self._fillers:
-                return {}
-            wanted = {key: (end, self._fillers[-1]) for key, end in ends.items() if end}
-            extended = {key: value for key, value in wanted.items()
-                        if (cq := self.consume_queues.open_queue(key)) is None or
-                        cq.max_offset < value[0]}
+            short = {key: end for key, end in ends.items() if end and (
+                (cq := self.consume_queues.open_queue(key)) is None or cq.max_offset < end)}
+            if short and not self._fillers:  # nothing was damaged: no filler to point at yet
+                self._append_filler()
+            extended = {key: (end, self._fillers[-1]) for key, end in short.items()}
             kept_ends.extend(extended, self.consume_queues, self._create_queue,
                              self.commitlog.max_offset)
         self.flush_logics()
         return extended
+
+    def _append_filler(self) -> None:
+        """A filler record at the CommitLog's end, for units that keep offsets taken whose
+        messages no damaged range held (a record of the last clean close counted them, the
+        log lost them whole): readers skip it; flushed with the units that point at it."""
+        size = 128 if self.flavor.record_crc else 108
+        mf = self.commitlog.file_for(size)
+        at = mf.file_from_offset + mf.wrote_position
+        ts = self._store_timestamp()
+        mf.append(filler_record(size, at, ts, self.encoder.store_host_raw, self.flavor))
+        mf.store_timestamp = ts
+        self._fillers.append((at, size))
 
     def _filler_before(self, commitlog_offset: int) -> tuple[int, int] | None:
         """The last filler record dispatched before a CommitLog offset."""

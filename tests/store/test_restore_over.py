@@ -24,9 +24,9 @@ pytestmark = pytest.mark.allow_logs(*RECOVERY_LOGS)
 OLD, NEW = 40, 160  # messages on T/0 before the copy, and after it (rolling CommitLog files)
 
 
-def _restored(tmp_path, what: str) -> str:
-    """A store that had OLD + NEW messages on T/0 (a group committed them all), with the copy
-    taken after OLD restored over it: `what` is "all" (the whole copy) or "data" (its
+def _restored(tmp_path, what: str, new: int = NEW) -> str:
+    """A store that had OLD + `new` messages on T/0 (a group committed them all), with the
+    copy taken after OLD restored over it: `what` is "all" (the whole copy) or "data" (its
     commitlog/, consumequeue/, index/ and checkpoint; config/ stays the newer one)."""
     root, copy = str(tmp_path / "s"), str(tmp_path / "copy")
     with MessageStore(root, small_config()) as s:
@@ -34,10 +34,10 @@ def _restored(tmp_path, what: str) -> str:
             s.put(Message.create("T", b"old-%d-" % i + b"o" * 1000, queue_id=0, keys=[f"k{i}"]))
     shutil.copytree(root, copy, symlinks=True)
     with MessageStore(root, small_config()) as s:
-        for i in range(OLD, OLD + NEW):
+        for i in range(OLD, OLD + new):
             s.put(Message.create("T", b"new-%d-" % i + b"n" * 1000, queue_id=0, keys=[f"k{i}"]))
-        s.commit_offset("g", "T", 0, OLD + NEW)
-    assert len(os.listdir(os.path.join(root, "commitlog"))) > 2
+        s.commit_offset("g", "T", 0, OLD + new)
+    assert (len(os.listdir(os.path.join(root, "commitlog"))) > 2) == (new == NEW)
     parts = ["."] if what == "all" else ["commitlog/.", "consumequeue/.", "index/.", "checkpoint"]
     for part in parts:
         target = os.path.join(root, part.rstrip("/."))
@@ -74,6 +74,25 @@ def test_repair_after_a_restore_over_keeps_both_copies_and_every_offset_taken(tm
         last = s.get("T", 0, OLD + NEW - 1)
         assert bytes(last.body).startswith(b"new-%d-" % (OLD + NEW - 1))
         assert s.put(Message.create("T", b"after", queue_id=0)).queue_offset == OLD + NEW
+
+
+def test_repair_keeps_the_offsets_a_restore_took_back_with_no_damage_to_fill(tmp_path):
+    """The copy's CommitLog file replaced the one that held the newer messages (no later
+    file is left): nothing in the log is damaged, but the last clean close's record (config/
+    was not restored) counts OLD + 10 offsets given out, and group g committed them all.
+    `mqfs repair` keeps those offsets taken, as it does for messages lost to damage: before,
+    with no damaged range it had no filler record for their units and silently kept none,
+    so the next put took offset OLD again and g skipped the new messages."""
+    root = _restored(tmp_path, "data", new=10)
+    assert "repair" in mqfs("verify", root, check=False).stdout
+    mqfs("repair", "--yes", root)
+    with MessageStore(root, small_config()) as s:
+        assert bytes(s.get("T", 0, OLD - 1).body).startswith(b"old-%d-" % (OLD - 1))
+        with pytest.raises(CorruptionError):
+            s.get("T", 0, OLD)  # lost with the file the copy replaced: EIO, never another message
+        assert s.put(Message.create("T", b"after", queue_id=0)).queue_offset == OLD + 10
+        assert s.committed_offset("g", "T", 0) == OLD + 10
+    assert "OK" in mqfs("verify", root).stdout.splitlines()
 
 
 @needs_fuse
