@@ -8,7 +8,9 @@ handles would otherwise keep a thousand megabytes of messages)."""
 from __future__ import annotations
 
 import errno
+import random
 import threading
+import time
 import weakref
 
 import pytest
@@ -141,3 +143,76 @@ def test_a_put_queued_behind_a_failed_one_is_not_run_and_the_next_write_fails():
         assert len(puts.batches) == 1
 
     trio.run(scenario)
+
+
+class Store:
+    """A put that takes a little while (in its thread), stores each batch's first line, and
+    refuses batch `fail_at` (ENOSPC)."""
+
+    def __init__(self, seed: int, fail_at: int | None) -> None:
+        self.rng = random.Random(seed)
+        self.fail_at = fail_at
+        self.stored: list[bytes] = []
+        self.calls = 0
+        self.running = 0
+
+    def __call__(self, messages: list, one_queue: bool = False) -> list:
+        self.running += 1
+        assert self.running == 1  # a handle's puts never run beside each other
+        try:
+            time.sleep(self.rng.random() * 0.003)
+            self.calls += 1
+            if self.calls - 1 == self.fail_at:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.stored.append(bytes(messages[0].body))
+            return []
+        finally:
+            self.running -= 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_stream_of_writes_stores_a_prefix_in_order_and_fails_at_the_next_write(seed):
+    """Writes answered while their puts run behind, some puts slow, one refused: what is
+    stored is the writes before the refused one, in order; the write after it (or the commit)
+    is the first to fail, with ENOSPC; nothing is stored after it. An fsync-style wait for
+    the handle's put behind returns only once every answered write's put has ended."""
+    rng = random.Random(seed)
+    writes = 12
+    fail_at = rng.choice([None, 0, rng.randrange(1, writes - 1), writes - 1])
+    store = Store(seed, fail_at)
+    texts = [b"".join(b'{"body": "w%d l%d"}\n' % (w, i) for i in range(600)) for w in range(writes)]
+
+    async def scenario() -> None:
+        run = TrioRunner()
+        h = LinesHandle(1, JsonlWriter("t", 0, 1 << 20, Budget()), store, write_behind=True)
+        failed_at = None
+        for w, text in enumerate(texts):
+            try:
+                await h.write(run, 0, text)
+            except FsError as exc:
+                failed_at = w
+                assert exc.errno == errno.ENOSPC
+                break
+            if rng.random() < 0.3:  # fsync: every answered write's put has ended after it
+                behind = h.behind
+                if behind is not None:
+                    await behind.done.wait()
+                assert store.calls == w + 1 or (fail_at is not None and fail_at < w)
+        try:
+            await h.commit(run)
+            committed = True
+        except FsError as exc:
+            assert exc.errno == errno.ENOSPC
+            committed = False
+        await h.release(run)
+        return failed_at, committed
+
+    failed_at, committed = trio.run(scenario)
+    if fail_at is None:
+        assert failed_at is None and committed
+        assert store.stored == [b"w%d l0" % w for w in range(writes)]
+    else:
+        assert store.stored == [b"w%d l0" % w for w in range(fail_at)]  # a prefix, in order
+        assert failed_at == (fail_at + 1 if fail_at + 1 < writes else None)
+        assert not committed
+        assert store.calls == fail_at + 1  # nothing put after the refusal
