@@ -1,0 +1,13 @@
+package io.opentelemetry.api.metrics;
+
+import io.opentelemetry.api.common.Attributes;
+import io.opentelemetry.context.Context;
+
+/** Stub of an OpenTelemetry type: signatures only; the store's metrics are never initialised here. */
+public interface LongCounter {
+    void add(long value);
+
+    void add(long value, Attributes attributes);
+
+    void add(long value, Attributes attributes, Context context);
+}

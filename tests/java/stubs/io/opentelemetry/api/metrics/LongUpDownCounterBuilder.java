@@ -1,0 +1,10 @@
+package io.opentelemetry.api.metrics;
+
+/** Stub of an OpenTelemetry type: signatures only; the store's metrics are never initialised here. */
+public interface LongUpDownCounterBuilder {
+    LongUpDownCounterBuilder setDescription(String description);
+
+    LongUpDownCounterBuilder setUnit(String unit);
+
+    LongUpDownCounter build();
+}

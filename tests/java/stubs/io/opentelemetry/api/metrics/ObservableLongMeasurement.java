@@ -1,0 +1,8 @@
+package io.opentelemetry.api.metrics;
+
+import io.opentelemetry.api.common.Attributes;
+
+/** Stub of an OpenTelemetry type: signatures only; the store's metrics are never initialised here. */
+public interface ObservableLongMeasurement {
+    void record(long value, Attributes attributes);
+}

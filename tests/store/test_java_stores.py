@@ -1,0 +1,89 @@
+"""Stores RocketMQ 5's own Java store wrote (tests/store/java_stores.py): every queue offset
+read with MessageStore as the broker's getMessage answered it, every key as its queryMessage
+found it, and no byte of the broker's files changed by reading them."""
+
+import pytest
+
+from mqfs.store import MessageStore, StoreConfig
+from mqfs.store.errors import UnsupportedFeature
+from tests.store.java_stores import DELAY_LEVELS, KINDS, answers, consumer_view, snapshot, unpack
+
+COMPRESSED = 0x1  # SYSFLAG: the body is stored compressed
+
+
+def read_only() -> StoreConfig:
+    return StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS)
+
+
+def seen_by_mqfs(m) -> dict:
+    """A StoredMessage in the shape of Java's answer (tests/java/BrokerStoreWriter.java, `message`)."""
+    return dict(offset=m.queue_offset, topic=m.topic, queue=m.queue_id, commitlog=m.commitlog_offset,
+                size=m.total_size, sysflag=m.sys_flag, flag=m.flag, born=m.born_timestamp,
+                stored=m.store_timestamp, offsetmsgid=m.msg_id, properties=dict(m.properties),
+                body=bytes(m.body))
+
+
+def expected(queue: dict, answer: dict, m) -> dict:
+    """Java's answer in mqfs's terms. mqfs's msg_id is the record's offset id (a consumer's
+    getOffsetMsgId); its sys_flag is the record's, where Java's decode clears COMPRESSED after
+    inflating; an inner batch's message has its record's size, where Java's unwrap leaves 0."""
+    seen = consumer_view(queue, answer)
+    if seen["offsetmsgid"] is None:  # Java's unwrap sets none: the record's, from its offset
+        seen["offsetmsgid"] = f"7F00000100002A9F{seen['commitlog']:016X}"
+    if bytes(m.stored_body) != seen["body"]:
+        seen["sysflag"] |= COMPRESSED
+    if seen["size"] == 0:
+        seen["size"] = m.total_size
+    return {k: seen[k] for k in seen_by_mqfs(m)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_offset_reads_as_the_broker_served_it(tmp_path, kind):
+    root = unpack(kind, str(tmp_path))
+    before = snapshot(root)
+    java = answers(kind)
+    with MessageStore(root, read_only(), create=False) as s:
+        assert {q["topic"] for q in java["queues"]} <= set(s.topics())
+        for queue in java["queues"]:
+            topic, q = queue["topic"], queue["queue"]
+            assert (s.min_offset(topic, q), s.max_offset(topic, q)) == (queue["min"], queue["max"]), (topic, q)
+            assert len(queue["messages"]) == queue["max"] - queue["min"]
+            for answer in queue["messages"]:
+                m = s.get(topic, q, answer["at"])
+                assert seen_by_mqfs(m) == expected(queue, answer, m), (topic, q, answer["at"])
+            ranged = s.get_range(topic, q, queue["min"], queue["max"] - queue["min"])
+            assert [bytes(m.body) for m in ranged] == [consumer_view(queue, a)["body"] for a in queue["messages"]]
+    assert snapshot(root) == before
+
+
+def inner_num(java: dict, commitlog_offset: int) -> int:
+    """How many messages Java's getMessage served from the record at that CommitLog offset (a
+    prepared record, which no queue serves, is one)."""
+    return max(1, len({(a["topic"], a["offset"]) for q in java["queues"] if not q["topic"].startswith("%LMQ%")
+                for a in q["messages"] if a["commitlog"] == commitlog_offset}))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_key_finds_what_the_brokers_query_found(tmp_path, kind):
+    """queryMessage's hits by topic and key (a delayed or half message is indexed under its
+    record's topic, so its real topic finds nothing in either)."""
+    root = unpack(kind, str(tmp_path))
+    java = answers(kind)
+    with MessageStore(root, read_only(), create=False) as s:
+        for key in java["keys"]:
+            found = s.query_key(key["key"], topic=key["topic"])
+            # the records found; an inner batch's own key (its UNIQ_KEY) finds all its messages
+            assert sorted({m.commitlog_offset for m in found}) == sorted(key["commitlog"]), key
+            assert len(found) == sum(inner_num(java, offset) for offset in key["commitlog"]), key
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_read_write_open_of_a_brokers_store_refuses_and_changes_nothing(tmp_path, kind):
+    """The store has a BatchCQ topic, which mqfs cannot keep whole when writing: refused."""
+    root = unpack(kind, str(tmp_path))
+    before = snapshot(root)
+    with pytest.raises(UnsupportedFeature, match="batch-cq") as refused, \
+            MessageStore(root, StoreConfig(message_delay_level=DELAY_LEVELS), create=False):
+        pass
+    assert "\n" not in str(refused.value)
+    assert snapshot(root) == before
