@@ -222,29 +222,36 @@ class StoreReads:
         if not key or max_n <= 0:
             return []
         topics = [topic] if topic is not None else sorted(self.topic_table.counts())
-        hits: dict[int, StoredMessage] = {}
+        hits: dict[int, list[StoredMessage]] = {}
         for t in topics:
             for commitlog_offset in self.index.query(t, key, begin, end, max_n * 2):
                 if commitlog_offset in hits:
                     continue
                 try:
                     msg = self._read(commitlog_offset)
+                    if msg.topic == t and key in msg.index_keys() and \
+                            begin <= msg.store_timestamp <= end and \
+                            (not queued or takes_unit(msg.topic, msg.sys_flag)):
+                        hits[commitlog_offset] = self._found(msg, queued)
                 except (NotFound, CorruptionError):
                     continue
-                if msg.topic == t and key in msg.index_keys() and \
-                        begin <= msg.store_timestamp <= end and \
-                        (not queued or takes_unit(msg.topic, msg.sys_flag)) and \
-                        not (self._bq(t, msg.queue_id) is not None and batch.is_inner_batch(msg.sys_flag)):
-                    # an inner batch's own keys are no consumer's
-                    served = self._as_served(msg) if queued else msg
-                    if served is not None:
-                        hits[commitlog_offset] = served
         # by the CommitLog offset of the record found (a compaction copy's own is elsewhere)
-        found = [m for _, m in sorted(hits.items(), key=lambda hit: hit[0], reverse=True)]
+        found = [m for _, ms in sorted(hits.items(), key=lambda hit: hit[0], reverse=True) for m in ms]
         if self.batch is not None:  # inner messages: the IndexFile holds not their keys
-            inner = self.batch.query_key(key, topic, begin, end)
+            seen = {(m.commitlog_offset, m.queue_offset) for m in found}
+            inner = [m for m in self.batch.query_key(key, topic, begin, end)
+                     if (m.commitlog_offset, m.queue_offset) not in seen]
             found = sorted(found + inner, key=lambda m: (m.commitlog_offset, m.queue_offset), reverse=True)
         return found[:max_n]
+
+    def _found(self, msg: StoredMessage, queued: bool) -> list[StoredMessage]:
+        """What a key's hit on a record shows: a BatchCQ inner batch's own key (its UNIQ_KEY, the
+        producer's batchUniqId, which the broker's queryMessage finds) its messages, as a
+        consumer gets them; any other record as it is, or as its queue serves it (`queued`)."""
+        if self._bq(msg.topic, msg.queue_id) is not None and batch.is_inner_batch(msg.sys_flag):
+            return batch.unwrap(msg)
+        served = self._as_served(msg) if queued else msg
+        return [] if served is None else [served]
 
     def _as_served(self, msg: StoredMessage) -> StoredMessage | None:
         """A CommitLog record as its queue serves it: a compaction topic's from compaction/

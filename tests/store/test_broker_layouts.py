@@ -354,7 +354,8 @@ def _batch_store(root: str):
 def test_a_batch_cq_topic_reads_as_its_consumers_get_it(tmp_path):
     """Every message of every inner batch at its own offset, with its own body, keys and tags;
     tag filters, key queries (the inner messages' keys, which the broker's IndexFile lacks)
-    and time searches; the batch record's own UNIQ_KEY is no consumer's message."""
+    and time searches; the batch record's own UNIQ_KEY (the producer's SendResult msgId) finds
+    the batch's messages, as the broker's queryMessage finds the record."""
     root = str(tmp_path)
     w = _batch_store(root)
     with MessageStore(root, small_config(read_only=True), create=False) as s:
@@ -377,7 +378,8 @@ def test_a_batch_cq_topic_reads_as_its_consumers_get_it(tmp_path):
         for key, where in (("bk-1-3", (1, 3)), ("bk-0-0", (0, 0)), ("U00000010", (0, 10))):
             hits = s.query_key(key, queued=True)
             assert [(m.queue_id, m.queue_offset) for m in hits] == [where], key
-        assert s.query_key("B00000001", queued=True) == []  # the batch's own key
+        hits = s.query_key("B00000001", queued=True)  # the batch's own key: its three messages
+        assert [(m.queue_id, m.queue_offset, m.keys) for m in hits] == [(0, o, [f"bk-0-{o}"]) for o in (3, 2, 1)]
         with pytest.raises(NotFound):
             s.get(w.topic, 0, 11)
 
@@ -465,7 +467,7 @@ def test_a_read_only_mount_shows_batch_cq_queues_as_consumers_get_them(tmp_path)
         assert sh(f"grep -rl 'inner 7 of queue 0' {top}").stdout == f"{top}/0/7\n".encode()
         assert sh(f"ls {mnt}/keys/bk-1-3").stdout == f"{w.topic}:1:3\n".encode()
         assert sh(f"cat {mnt}/keys/bk-0-6/{w.topic}:0:6").stdout == b"inner 6 of queue 0"
-        assert sh(f"ls {mnt}/keys/B00000005", check=False).returncode != 0  # the batch's own key
+        assert sh(f"ls {mnt}/keys/B00000005").stdout.decode().split() == [f"{w.topic}:0:{o}" for o in (5, 6, 7, 8)]
         assert sh(f"ls {top}/0/tags/Tag1").stdout.split() == [b"1", b"2", b"3", b"5", b"6", b"7", b"8"]
         at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((BATCH_T0 + 3 * 60_000) // 1000))
         assert sh(f"readlink {top}/0/at/{at}Z").stdout == b"../5\n"
