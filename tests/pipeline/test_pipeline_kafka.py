@@ -271,7 +271,7 @@ def test_available_now_finishes_after_a_crash(spark, store, tmp_path):
         seen.append(batch_id)
 
     def run():
-        q = (spark.readStream.format("mqfs").options(startingOffsets="earliest", maxOffsetsPerTrigger="200").load(store)
+        q = (spark.readStream.format("mqfs").options(startingOffsets="earliest", maxOffsetsPerTrigger="500").load(store)
              .writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
              .trigger(availableNow=True).start())
         try:

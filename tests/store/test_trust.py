@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 
@@ -40,14 +41,23 @@ def chown_tree(path: str, owner: int) -> None:
     os.chown(path, owner, owner)
 
 
-@pytest.fixture
-def store(tmp_path, uid) -> str:
-    """A store with a message, a topics.json and a logs/ directory, owned by USER."""
-    root = str(tmp_path / "store")
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> str:
+    """A store with a message, a topics.json and a logs/ directory, made through a mount once
+    for the module: each test attacks a copy of it."""
+    work = tmp_path_factory.mktemp("made")
+    root = str(work / "store")
     mqfs("init", root, *SMALL)
-    with mounted(root, str(tmp_path / "setup-mnt")) as _:
-        sh(f"mkdir -p {tmp_path}/setup-mnt/topics/orders/0 && "
-           f"printf hello > {tmp_path}/setup-mnt/topics/orders/0/append")
+    with mounted(root, str(work / "mnt")) as _:
+        sh(f"mkdir -p {work}/mnt/topics/orders/0 && printf hello > {work}/mnt/topics/orders/0/append")
+    return root
+
+
+@pytest.fixture
+def store(made, tmp_path, uid) -> str:
+    """A copy of the made store (modes and times kept), owned by USER."""
+    root = str(tmp_path / "store")
+    shutil.copytree(made, root, symlinks=True)
     chown_tree(root, uid)
     return root
 
