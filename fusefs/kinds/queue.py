@@ -152,9 +152,17 @@ class Append(QueueFile):
     blksize = SINK_BLKSIZE
     takes_writes = True
 
+    async def usable(self, run: Runner, node: Node) -> None:
+        """Open for writing: the queue's first use made now (in a worker thread: it reads its
+        files), so a queue it refuses (the log does not hold every offset it gave out) fails
+        the open, which a shell reports, not the close it never checks."""
+        if self.parts.store.needs_first_use(node.topic, node.queue):
+            await run.thread(self.parts.store.get_range, node.topic, node.queue, 0, 0)
+
     async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
         writer = None
         if how.writing:
+            await self.usable(run, node)
             writer = AppendWriter(node.topic, node.queue,
                                   self.parts.body_limit(node.topic, node.queue), self.parts.spool())
         return AppendHandle(node.ino, writer, self.parts.put, self.parts.put_now)
@@ -170,6 +178,7 @@ class Jsonl(Append):
     async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
         writer = None
         if how.writing:
+            await self.usable(run, node)
             parts = self.parts
             writer = self.writer(node.topic, node.queue, parts.body_limit(node.topic, node.queue),
                                  parts.budget, parts.store.max_body_size)
