@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import StoreFormatError
+from ..errors import CorruptionError, StoreFormatError
 from ..files.consume_queue import ConsumeQueue
 from ..files.json_file import read_json, write_json
 from ..files.mapped_file import offset_to_name
@@ -224,8 +224,13 @@ class Scrub:
                     self.unit = lo + len(units)
         if budget <= 0:
             return True
-        if parts.consume_queues.open_queue((topic, int(qid))) is None:
-            self.queue, self.unit = self.queue + "\0", 0  # gone meanwhile
+        try:
+            opened = parts.consume_queues.open_queue((topic, int(qid)))
+        except CorruptionError as exc:  # its use refused until a repair: said, passed by
+            self._found(str(exc))
+            opened = None
+        if opened is None:  # (or gone meanwhile)
+            self.queue, self.unit = self.queue + "\0", 0
         return self._queue_step(budget)
 
     def _rebuild(self, cq: ConsumeQueue, bad: int, why: str) -> None:

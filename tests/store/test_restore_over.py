@@ -114,3 +114,55 @@ def test_mounting_a_store_an_older_copy_was_restored_over(tmp_path):
         out = sh(f"cat {mnt}/topics/T/0/{OLD - 1}; ls {mnt}/topics/T/0/{OLD}", check=False)
         assert out.stdout.startswith(b"old-%d-" % (OLD - 1)) and out.returncode != 0
     assert store_state(root) == before
+
+
+@needs_fuse
+def test_an_append_to_a_queue_refused_at_its_first_use_fails_where_a_shell_sees_it(tmp_path):
+    """The copy's commitlog/ and consumequeue/ restored under the newer config/ and
+    checkpoint: T/0 counts OLD + NEW at the last clean close, its files and the log hold less,
+    and its first use refuses (verify, then repair). `echo > append` used to report that at
+    close, which a shell never checks: the command said 0 and stored nothing. The open of an
+    append file now proves the queue first and fails (EIO), so the shell says so."""
+    root, copy = str(tmp_path / "s"), str(tmp_path / "copy")
+    config = small_config(consume_queue_units=20000)  # T/0's units in one file
+    with MessageStore(root, config) as s:
+        for i in range(OLD):
+            s.put(Message.create("T", b"old-%d" % i, queue_id=0))
+    shutil.copytree(root, copy, symlinks=True)
+    with MessageStore(root, config) as s:
+        for i in range(OLD, OLD + 9000):  # past the clean open's 8 MiB check of the log's tail
+            s.put(Message.create("T", b"new-%d-" % i + b"n" * 1000, queue_id=0))
+    for part in ("commitlog", "consumequeue"):
+        sh(f"cp -a {copy}/{part}/. {root}/{part}/")
+    mnt = str(tmp_path / "mnt")
+    with mounted(root, mnt):
+        for name, line in (("append", "hi"), ("append.jsonl", '{"body": "hi"}'),
+                           ("append.lines", "hi")):
+            out = sh(f"echo '{line}' > {mnt}/topics/T/0/{name}", check=False)
+            assert out.returncode != 0 and b"Input/output error" in out.stderr, (name, out)
+    with MessageStore(root, small_config(consume_queue_units=20000, read_only=True)) as s:
+        assert s.max_offset("T", 0) == OLD + 9000  # nothing was put
+
+
+def test_the_scrub_passes_a_queue_whose_use_is_refused_and_checks_the_rest(tmp_path):
+    """The scrub met T/0's refused first use as an exception and stopped for good ("scrub:
+    stopped"): no other queue, record or IndexFile entry was checked again while mounted. It
+    now names the queue among its findings and goes on to the end of its pass."""
+    root, copy = str(tmp_path / "s"), str(tmp_path / "copy")
+    config = small_config(consume_queue_units=20000)
+    with MessageStore(root, config) as s:
+        for i in range(OLD):
+            s.put(Message.create("T", b"old-%d" % i, queue_id=0))
+        s.put(Message.create("U", b"other", queue_id=0))
+    shutil.copytree(root, copy, symlinks=True)
+    with MessageStore(root, config) as s:
+        for i in range(OLD, OLD + 9000):
+            s.put(Message.create("T", b"new-%d-" % i + b"n" * 1000, queue_id=0))
+    for part in ("commitlog", "consumequeue"):
+        sh(f"cp -a {copy}/{part}/. {root}/{part}/")
+    with MessageStore(root, config) as s:
+        s.scrub()
+        status = s.scrub_status()
+        assert status is not None and status["passes"] == 1, status
+        assert any("T/0" in f and "does not hold every message" in f for f in status["findings"])
+        assert bytes(s.get("U", 0, 0).body) == b"other"
