@@ -299,6 +299,7 @@ class LinesHandle(SinkHandle):
     writer: JsonlWriter | None
     write_behind: bool = False  # async flush: a write may be answered before its put ends
     behind: Behind | None = None  # the put of the last write, when answered before it ended
+    reported: BaseException | None = None  # a put's failure this handle raised already
 
     async def write(self, run: Runner, off: int, buf: bytes) -> int:
         writer = self.writer
@@ -338,7 +339,9 @@ class LinesHandle(SinkHandle):
         await behind.done.wait()
         error = behind.error
         if error is not None:
-            writer.check()
+            if error is self.reported:  # a skipped put fails with the error of the one before
+                writer.check()
+            self.reported = error
             err = errno_for(error)
             writer.fail(err or errno.EIO)
             if err is None:  # a bug: the adapter logs its traceback

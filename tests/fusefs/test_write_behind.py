@@ -216,3 +216,30 @@ def test_a_stream_of_writes_stores_a_prefix_in_order_and_fails_at_the_next_write
         assert failed_at == (fail_at + 1 if fail_at + 1 < writes else None)
         assert not committed
         assert store.calls == fail_at + 1  # nothing put after the refusal
+
+
+def test_a_put_that_fails_after_the_next_write_failed_on_its_own_is_still_reported():
+    """The first write's put is refused (ENOSPC) while the next write fails on its own (a
+    line longer than the handle takes: EFBIG): the close reports the lost lines (ENOSPC),
+    not a repeat of the EFBIG, which said nothing of them."""
+    puts = Puts(refuse=True)
+
+    async def scenario() -> None:
+        run = TrioRunner()
+        h = LinesHandle(1, JsonlWriter("t", 0, 1000, Budget()), puts, write_behind=True)
+        await h.write(run, 0, LINES)
+        too_long = LINES + b'{"body": "' + b"x" * 70_000
+        with pytest.raises(FsError) as info:
+            await h.write(run, 0, too_long)
+        assert info.value.errno == errno.EFBIG
+        puts.gate.set()
+        with pytest.raises(FsError) as info:
+            await h.commit(run)
+        assert info.value.errno == errno.ENOSPC and not info.value.repeat
+        with pytest.raises(FsError) as info:
+            await h.commit(run)
+        assert info.value.repeat
+        await h.release(run)
+        assert len(puts.batches) == 1
+
+    trio.run(scenario)
