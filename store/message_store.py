@@ -268,7 +268,7 @@ class MessageStore(StoreReads, StoreWrites):
             log.warning("no abort file, but the checkpoint is not the one the last clean close "
                         "left: recovering as after a crash")
             last_exit_ok = False
-            self._closed_at = dispatch_state.flushed_at_close(saved, self.commitlog)
+            self._closed_at = dispatch_state.flushed_at_close(saved)
         self._kept = kept_ends.read(self.root)
         vouched, cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, saved if last_exit_ok else None,

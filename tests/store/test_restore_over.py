@@ -45,12 +45,15 @@ def _restored(tmp_path, what: str, new: int = NEW) -> str:
     return root
 
 
-@pytest.mark.parametrize("what", ["all", "data"])
-def test_an_older_copy_restored_over_a_store_is_refused_not_cut(tmp_path, what):
+@pytest.mark.parametrize("what, new", [("all", NEW), ("data", NEW), ("data", 10)],
+                         ids=["all", "data", "data-one-file"])
+def test_an_older_copy_restored_over_a_store_is_refused_not_cut(tmp_path, what, new):
     """The read-write open refuses in one line and changes nothing: the newer session's
     records past the copy's end are no torn tail (a clean close flushed everything; a
-    record of this log vouches for them)."""
-    root = _restored(tmp_path, what)
+    record of this store vouches for them). With "data-one-file" the copy's file replaced
+    the one that held them: none is left, but the last clean close's record says the log
+    was flushed past where it now ends, and its queue offsets were given out."""
+    root = _restored(tmp_path, what, new)
     before = store_state(root)
     with pytest.raises(CorruptionError, match="nothing was changed") as refused:
         MessageStore(root, small_config()).open()
