@@ -4,6 +4,7 @@ the editable install scripts/setup makes shows the same names."""
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import subprocess
@@ -19,6 +20,26 @@ from tests.waits import LIMIT
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = {"store": "mqfs.store", "fusefs": "mqfs.fusefs", "pipeline": "mqfs.pipeline",
            "pyspark_mqfs": "pyspark_mqfs"}
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> str:
+    """This checkout's wheel, built once for the run: the xdist workers share it (through a
+    lock in their common temporary directory). pip builds a source directory in place
+    (build/, mqfs.egg-info): two builds at once in two workers would write the same files,
+    and each compiles the four C modules."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    dist = shared / "wheel"
+    with open(shared / "wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not glob.glob(str(dist / "mqfs-*.whl")):
+            build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), ROOT],
+                                   capture_output=True, text=True, timeout=LIMIT * 3)
+            assert build.returncode == 0, build.stderr
+    (found,) = glob.glob(str(dist / "mqfs-*.whl"))
+    return found
 
 
 def test_every_package_folder_is_listed_in_pyproject():
@@ -52,12 +73,7 @@ def test_the_editable_install_names_only_mqfs():
 
 @pytest.mark.spark
 @pytest.mark.timeout(1800)  # a wheel build, a venv and a Spark JVM: minutes on a loaded machine
-def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(tmp_path):
-    dist = tmp_path / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), ROOT],
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
-    (wheel,) = glob.glob(str(dist / "mqfs-*.whl"))
+def test_the_wheel_installs_one_top_level_package_and_spark_finds_the_format(wheel, tmp_path):
     with zipfile.ZipFile(wheel) as whl:  # every C module (put, dispatch, JSON lines, dump), built for this platform
         for module in ("mqfs/store/format/_records.", "mqfs/store/files/_dispatch.",
                        "mqfs/store/format/_jsonl.", "mqfs/store/offline/_dump."):
@@ -137,13 +153,8 @@ def test_a_plain_session_of_the_editable_install_finds_the_format(tmp_path):
     assert f"workers {sys.executable}" in proc.stdout and "rows 120" in proc.stdout
 
 
-def test_pip_install_of_the_wheel_brings_the_licence_manual_completions_and_units(tmp_path):
+def test_pip_install_of_the_wheel_brings_the_licence_manual_completions_and_units(wheel, tmp_path):
     """What `pip install mqfs` gives a user beside the code, seen through pip and man."""
-    dist = tmp_path / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), ROOT],
-                           capture_output=True, text=True, timeout=LIMIT)
-    assert build.returncode == 0, build.stderr
-    (wheel,) = glob.glob(str(dist / "mqfs-*.whl"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=LIMIT)
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
