@@ -111,7 +111,8 @@ class MessageStore(StoreReads, StoreWrites):
             raise StoreError(f"{self.root} holds no store; create one with `mqfs init {self.root}`")
         if fresh:
             safefs.makedirs(self.root)
-        safefs.check_store(self.root)  # before a byte is read or written
+        # before a byte is read or written (a reader reads files with a second name)
+        safefs.check_store(self.root, write=not read_only or self._writers_out)
         self.features = features.recognise(self.root)  # what of the store is the broker's alone
         refusal = None if read_only or fresh else self.features.refusal()
         if refusal is not None:

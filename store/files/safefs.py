@@ -391,11 +391,14 @@ def refuse_links(root: str) -> None:
             os.close(fd)
 
 
-def check_store(root: str) -> None:
+def check_store(root: str, write: bool = True) -> None:
     """Refuse, before anything is written, a store another user could turn against this
     process: the directory, its top-level entries and the files of commitlog/, index/,
     config/ and logs/ must be owned by a trusted user, not writable by group or
-    others, and not links (symbolic or hard: mqfs gives no file of a store a second name)."""
+    others, and not links (symbolic or hard: mqfs gives no file of a store a second name).
+    `write` False (an open that writes nothing in the store): a file with a second name is
+    read as it is (a hard-link snapshot, `cp -al`, gives every file one); only a writer
+    could change what the other name shows."""
     with directory(root):
         pass  # the store directory itself
     for sub in _LISTED:
@@ -413,5 +416,5 @@ def check_store(root: str) -> None:
             if stat.S_ISLNK(st.st_mode):
                 raise _refuse_link(path)
             check(st, path)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            if write and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 raise _refuse_hard_link(path, st.st_nlink)
