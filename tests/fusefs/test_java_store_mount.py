@@ -1,0 +1,95 @@
+"""A store RocketMQ 5's own Java store wrote (tests/store/java_stores.py), mounted and read with
+shell tools and the CLI as its consumers would: every offset `cat` gives the body the broker's
+getMessage gave, `ls keys/` finds what its queryMessage found, `dump -f json` prints Java's
+messages, `info --json` and `verify` pass, and no byte of the broker's files changes. A
+read-write mount, which would leave a store the broker cannot load, refuses in one line."""
+
+import base64
+import hashlib
+import json
+import os
+import shlex
+
+import pytest
+
+from tests.fusefs.helpers import mounted, mqfs, needs_fuse, sh
+from tests.store.java_stores import KINDS, answers, consumer_view, is_lmq, snapshot, unpack
+
+COMPRESSED = 0x1
+COMPRESSION_TYPE = 0x700  # SYSFLAG bits of the producer's compressor, which Java's decode keeps
+
+
+def index_keys(answer: dict) -> set[str]:
+    """The keys RocketMQ indexes for a message: its KEYS tokens and its UNIQ_KEY."""
+    props = answer["properties"]
+    return {k for k in props.get("KEYS", "").split(" ") if k} | ({props["UNIQ_KEY"]} if "UNIQ_KEY" in props else set())
+
+
+def expected_key_listing(java: dict, key: str) -> set[str]:
+    """keys/<key>: every message a consumer gets (topic:queue:offset, LMQ queues aside) that
+    holds the key, or whose record the broker's queryMessage found by it (a batch's own key)."""
+    records = {c for k in java["keys"] if k["key"] == key for c in k["commitlog"]}
+    return {f"{q['topic']}:{q['queue']}:{a['at']}" for q in java["queues"] if not is_lmq(q["topic"])
+            for a in q["messages"] if key in index_keys(a) or a["commitlog"] in records}
+
+
+def check_dump(java: dict, lines: list[str]) -> None:
+    """`dump -f json` lines against Java's answers: one line per queue offset, same message."""
+    want = {(q["topic"], q["queue"], a["at"]): (q, a) for q in java["queues"] for a in q["messages"]}
+    got = {}
+    for line in lines:
+        d = json.loads(line)
+        got[(d["topic"], d["queue_id"], d["queue_offset"])] = d
+    assert got.keys() == want.keys()
+    for where, d in got.items():
+        queue, answer = want[where]
+        seen = consumer_view(queue, answer)
+        body = d["body"].encode() if "body" in d else base64.b64decode(d["body_b64"])
+        assert body == seen["body"], where
+        assert d["properties"] == seen["properties"], where
+        assert (d["commitlog_offset"], d["born_timestamp"], d["store_timestamp"], d["flag"]) == \
+            (seen["commitlog"], seen["born"], seen["stored"], seen["flag"]), where
+        assert d["msgid"] == seen["offsetmsgid"] or (seen["offsetmsgid"] is None and d["msgid"].endswith(
+            f"{seen['commitlog']:016X}")), where
+        assert d["tags"] == seen["tags"] and d["keys"] == (seen["keys"].split(" ") if seen["keys"] else []), where
+        # the record's SYSFLAG: Java's decode clears COMPRESSED once it has inflated the body
+        assert d["sys_flag"] == seen["sysflag"] | (COMPRESSED if seen["sysflag"] & COMPRESSION_TYPE else 0), where
+
+
+@needs_fuse
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_read_only_mount_serves_every_offset_as_the_broker_did(tmp_path, kind):
+    root, mnt = unpack(kind, str(tmp_path)), str(tmp_path / "mnt")
+    before = snapshot(root)
+    java = answers(kind)
+    with mounted(root, mnt, "-o", "ro"):
+        for q in java["queues"]:
+            top = f"{mnt}/topics/{q['topic']}/{q['queue']}"
+            listed = sh(f"ls {shlex.quote(top)}").stdout.decode().split()
+            assert sorted(int(n) for n in listed if n.isdigit()) == list(range(q["min"], q["max"])), top
+            files = " ".join(shlex.quote(f"{top}/{a['at']}") for a in q["messages"])
+            sums = [line.split()[0] for line in sh(f"sha256sum {files}").stdout.decode().splitlines()]
+            assert sums == [hashlib.sha256(consumer_view(q, a)["body"]).hexdigest() for a in q["messages"]], top
+        for key in sorted({k["key"] for k in java["keys"]}):
+            listing = sh(f"ls {shlex.quote(f'{mnt}/keys/{key}')}", check=False)
+            assert set(listing.stdout.decode().split()) == expected_key_listing(java, key), key
+        check_dump(java, mqfs("dump", "-f", "json", mnt).stdout.splitlines())
+    check_dump(java, mqfs("dump", "-f", "json", root).stdout.splitlines())
+    info = json.loads(mqfs("info", "--json", root).stdout)
+    assert info["damage"] is None and info["clean_close"] == (kind == "clean")
+    assert mqfs("verify", root).stdout.splitlines()[-2:-1] == ["OK"]
+    assert snapshot(root) == before
+
+
+@needs_fuse
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_read_write_mount_refuses_in_one_line_and_changes_nothing(tmp_path, kind):
+    """BatchCQ topic: mqfs would write consumequeue/ for it, and the broker would not load the store."""
+    root, mnt = unpack(kind, str(tmp_path)), str(tmp_path / "mnt")
+    os.makedirs(mnt)
+    before = snapshot(root)
+    refused = mqfs("mount", root, mnt, check=False)
+    assert refused.returncode != 0 and not os.path.ismount(mnt)
+    assert len(refused.stderr.strip().splitlines()) == 1 and "batch-cq" in refused.stderr and "-o ro" in refused.stderr
+    assert snapshot(root) == before
+
