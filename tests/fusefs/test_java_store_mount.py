@@ -12,8 +12,9 @@ import shlex
 
 import pytest
 
+from mqfs.store import MessageStore, StoreConfig
 from tests.fusefs.helpers import mounted, mqfs, needs_fuse, sh
-from tests.store.java_stores import KINDS, answers, consumer_view, is_lmq, snapshot, unpack
+from tests.store.java_stores import DELAY_LEVELS, KINDS, answers, consumer_view, is_lmq, snapshot, unpack
 
 COMPRESSED = 0x1
 COMPRESSION_TYPE = 0x700  # SYSFLAG bits of the producer's compressor, which Java's decode keeps
@@ -93,3 +94,45 @@ def test_a_read_write_mount_refuses_in_one_line_and_changes_nothing(tmp_path, ki
     assert len(refused.stderr.strip().splitlines()) == 1 and "batch-cq" in refused.stderr and "-o ro" in refused.stderr
     assert snapshot(root) == before
 
+
+
+# what a read-write mount may write in a broker's store: the records and their units, index
+# entries, the checkpoint, a new topic in topics.json; and its own files beside them
+WRITTEN = ("commitlog/", "consumequeue/Orders/", "consumequeue/NewTopic", "index/", "checkpoint",
+           "config/topics.json")
+MQFS_OWN = ("config/dispatchState.json", "config/mqfs.lock", "config/queueEnds.log", "config/scrub.json",
+            "logs", "staging")
+
+
+@needs_fuse
+def test_a_read_write_mount_of_a_brokers_store_changes_only_what_it_writes(tmp_path):
+    """The `writable` store (no LMQ or BatchCQ, which mqfs refuses to write beside) owned by
+    another user, as a broker's: appends through a read-write mount and a new topic change the
+    records' files, the index, the checkpoint and topics.json, keep every file's mode and
+    owner, leave every other file of the broker (timer wheel and log, timer checkpoint and
+    metrics, lock, abort.bak, compaction/) byte for byte; the broker's messages still read as
+    it served them and the new ones follow."""
+    root, mnt = unpack("writable", str(tmp_path)), str(tmp_path / "mnt")
+    sh(f"chown -R 65534:65534 {shlex.quote(root)}")
+    before = snapshot(root)
+    java = answers("writable")
+    with mounted(root, mnt, "--trust-owner", "nobody"):  # as root, the broker's user trusted
+        sh(f"printf 'from mqfs' > {mnt}/topics/Orders/0/append")
+        line = '{"body": "a line", "keys": ["mqfs-k1"], "tags": "M"}'
+        sh(f"echo {shlex.quote(line)} > {mnt}/topics/Orders/1/append.jsonl")
+        sh(f"mkdir {mnt}/topics/NewTopic")
+    after = snapshot(root)
+    changed = {p for p in before if after.get(p) != before[p]}
+    assert {p for p in changed if not p.startswith(WRITTEN) and p not in ("", "config", ".")} <= \
+        {p for p in changed if before[p][3].startswith("dir:")}  # a directory's listing: new entries
+    assert {p for p in after if p not in before} <= {p for p in after if p.startswith(WRITTEN + MQFS_OWN)}
+    assert [p for p in before if p in after and after[p][:3] != before[p][:3]] == []  # modes, owners
+    sh(f"chown -R 0:0 {shlex.quote(root)}")  # read below by root, who trusts no other owner
+    with MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS), create=False) as s:
+        for q in java["queues"]:
+            got = [bytes(m.body) for m in s.get_range(q["topic"], q["queue"], q["min"], q["max"] - q["min"])]
+            assert got == [consumer_view(q, a)["body"] for a in q["messages"]], q["topic"]
+        orders = {q["queue"]: q["max"] for q in java["queues"] if q["topic"] == "Orders"}
+        assert bytes(s.get("Orders", 0, orders[0]).body) == b"from mqfs"
+        assert s.get("Orders", 1, orders[1]).keys == ["mqfs-k1"]
+        assert "NewTopic" in s.topics()

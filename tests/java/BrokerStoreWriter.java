@@ -3,9 +3,12 @@
  * and prints what the store's getMessage (and queryMessage) answered, as JSON, so tests can
  * compare mqfs's reading of the files with the broker's own. Built by scripts/java-broker-store.
  *
- * Usage: BrokerStoreWriter <storeDir> <clean|killed> <answers.json>
+ * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|read> <answers.json>
  *   clean: the broker shuts down cleanly (no abort file);
- *   killed: the JVM halts after dispatch, as after a kill -9 (abort file left, checkpoint stale).
+ *   killed: the JVM halts after dispatch, as after a kill -9 (abort file left, checkpoint stale);
+ *   writable: as clean, without the features mqfs refuses to write beside (LMQ, BatchCQ);
+ *   read: writes nothing: loads the store as a restarting broker does and answers for every
+ *     queue on disk (what the broker makes of a store mqfs wrote to).
  * What the broker itself does before the store (delay and timer topics, transaction half and op
  * topics, inner batches, the producer's compression) is done here the way the broker's and the
  * client's code do it, since only the store module is compiled.
@@ -67,13 +70,30 @@ public final class BrokerStoreWriter {
     private final List<String> keys = new ArrayList<>();
     private int seq;
 
-    private BrokerStoreWriter(DefaultMessageStore store) {
+    private final boolean refusedFeatures;
+
+    private BrokerStoreWriter(DefaultMessageStore store, boolean refusedFeatures) {
         this.store = store;
+        this.refusedFeatures = refusedFeatures;
+    }
+
+    /** Every queue of consumequeue/ and batchconsumequeue/, to answer for. */
+    void queuesOnDisk(String root) {
+        for (String kind : new String[] {"consumequeue", "batchconsumequeue"}) {
+            File[] topicDirs = new File(root, kind).listFiles();
+            for (File t : topicDirs == null ? new File[0] : topicDirs) {
+                File[] queueDirs = t.listFiles();
+                for (File q : queueDirs == null ? new File[0] : queueDirs) {
+                    queues.put(t.getName() + "\u0000" + Integer.parseInt(q.getName()), 1);
+                }
+            }
+        }
     }
 
     public static void main(String[] args) throws Exception {
         String root = args[0];
-        boolean killed = "killed".equals(args[1]);
+        String mode = args[1];
+        boolean refusedFeatures = "clean".equals(mode) || "killed".equals(mode);
         MessageStoreConfig cfg = new MessageStoreConfig();
         cfg.setStorePathRootDir(root);
         cfg.setStorePathCommitLog(root + File.separator + "commitlog");
@@ -97,7 +117,9 @@ public final class BrokerStoreWriter {
         Map<String, String> attributes = new HashMap<>();
         attributes.put(TopicAttributes.QUEUE_TYPE_ATTRIBUTE.getName(), CQType.BatchCQ.toString());
         batched.setAttributes(attributes);
-        topics.put(BATCHED, batched);
+        if (refusedFeatures) {
+            topics.put(BATCHED, batched);
+        }
 
         DefaultMessageStore store = new DefaultMessageStore(cfg, new BrokerStatsManager("mqfs", true),
             (topic, queueId, logicOffset, tagsCode, msgStoreTime, filterBitMap, properties) -> { }, new BrokerConfig(), topics);
@@ -110,11 +132,15 @@ public final class BrokerStoreWriter {
         store.start();
         timer.start(true);
 
-        BrokerStoreWriter w = new BrokerStoreWriter(store);
+        BrokerStoreWriter w = new BrokerStoreWriter(store, refusedFeatures);
         try {
-            w.write();
+            if ("read".equals(mode)) {
+                w.queuesOnDisk(root);
+            } else {
+                w.write();
+                writeTopicsJson(root, topics);
+            }
             w.waitDispatched();
-            writeTopicsJson(root, topics);
             try (Writer out = new OutputStreamWriter(new FileOutputStream(args[2]), StandardCharsets.UTF_8)) {
                 out.write(w.answers());
             }
@@ -122,7 +148,7 @@ public final class BrokerStoreWriter {
             e.printStackTrace();
             Runtime.getRuntime().halt(1);
         }
-        if (killed) {
+        if ("killed".equals(mode)) {
             Runtime.getRuntime().halt(0);
         }
         timer.shutdown();
@@ -158,12 +184,13 @@ public final class BrokerStoreWriter {
         return m;
     }
 
-    void put(MessageExtBrokerInner m) {
+    PutMessageResult put(MessageExtBrokerInner m) {
         m.setPropertiesString(MessageDecoder.messageProperties2String(m.getProperties()));
         m.setTagsCode(MessageExtBrokerInner.tagsString2tagsCode(m.getTags()));
         PutMessageResult r = store.putMessage(m);
         check(r.isOk(), "put " + m.getTopic() + ": " + r.getPutMessageStatus());
         queues.put(m.getTopic() + "\u0000" + m.getQueueId(), 1);
+        return r;
     }
 
     /** DefaultMQProducerImpl.tryToCompressMessage: bodies over 4 KiB, with the type's flag. */
@@ -224,8 +251,7 @@ public final class BrokerStoreWriter {
             m.setSysFlag(MessageSysFlag.resetTransactionValue(m.getSysFlag(), MessageSysFlag.TRANSACTION_NOT_TYPE));
             m.setTopic(TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC);
             m.setQueueId(0);
-            put(m);
-            halfOffsets.add(store.getMaxOffsetInQueue(TopicValidator.RMQ_SYS_TRANS_HALF_TOPIC, 0) - 1);
+            halfOffsets.add(put(m).getAppendMessageResult().getLogicsOffset());
         }
         for (long off : halfOffsets.subList(0, 2)) {
             MessageExtBrokerInner op = message(TopicValidator.RMQ_SYS_TRANS_OP_HALF_TOPIC, 0,
@@ -259,7 +285,7 @@ public final class BrokerStoreWriter {
         check(store.putMessages(mb).isOk(), "putMessages");
         queues.put("Bulk\u00001", 1);
         // LMQ / multi-dispatch: one record, units in its topic's queue and in each LMQ queue.
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < (refusedFeatures ? 6 : 0); i++) {
             MessageExtBrokerInner m = message("Chat", 0, ("lmq " + i).getBytes(StandardCharsets.UTF_8), "L", "chat-" + i);
             String lmqs = i % 2 == 0 ? "%LMQ%room1,%LMQ%room2" : "%LMQ%room2";
             MessageAccessor.putProperty(m, MessageConst.PROPERTY_INNER_MULTI_DISPATCH, lmqs);
@@ -269,7 +295,7 @@ public final class BrokerStoreWriter {
             }
         }
         // BatchCQ topic: plain records and inner batches (SendMessageProcessor with a uniq id).
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < (refusedFeatures ? 3 : 0); i++) {
             put(message(BATCHED, 0, ("single " + i).getBytes(StandardCharsets.UTF_8), "S", "single-" + i));
             List<Message> inner = new ArrayList<>();
             for (int j = 0; j < 4; j++) {
@@ -412,7 +438,7 @@ public final class BrokerStoreWriter {
     }
 
     static String message(MessageExt m) {
-        Map<String, String> props = new TreeMap<>(m.getProperties());
+        Map<String, String> props = m.getProperties() == null ? new TreeMap<>() : new TreeMap<>(m.getProperties());
         StringBuilder b = new StringBuilder("{\"offset\": ").append(m.getQueueOffset())
             .append(", \"topic\": ").append(str(m.getTopic()))
             .append(", \"queue\": ").append(m.getQueueId())

@@ -46,10 +46,11 @@ def consumer_view(queue: dict, answer: dict) -> dict:
     return seen
 
 
-def snapshot(root: str) -> dict[str, tuple[int, str]]:
-    """Every entry under root: its mode and its bytes' sha256 (a directory: its entries' names),
-    so "nothing changed" covers new, removed, rewritten and re-permissioned files."""
-    out: dict[str, tuple[int, str]] = {}
+def snapshot(root: str) -> dict[str, tuple[int, int, int, str]]:
+    """Every entry under root: its mode, owner, group and its bytes' sha256 (a directory: its
+    entries' names), so "nothing changed" covers new, removed, rewritten, re-permissioned and
+    re-owned files."""
+    out: dict[str, tuple[int, int, int, str]] = {}
     for top, dirs, names in os.walk(root):
         for name in dirs + names:
             path = os.path.join(top, name)
@@ -59,5 +60,5 @@ def snapshot(root: str) -> dict[str, tuple[int, str]]:
             else:
                 with open(path, "rb") as f:
                     digest = hashlib.sha256(f.read()).hexdigest()
-            out[os.path.relpath(path, root)] = (st.st_mode, digest)
+            out[os.path.relpath(path, root)] = (st.st_mode, st.st_uid, st.st_gid, digest)
     return out
