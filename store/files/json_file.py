@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 
 from ..errors import StoreFormatError
@@ -97,11 +98,18 @@ def write_json(path: str, data: Any, *, sort_keys: bool = True, backup: bool = T
 
 
 def write_text(path: str, text: str, *, backup: bool = True) -> None:
-    """`write_json`'s steps for a text already made (a broker's file changed in place)."""
+    """`write_json`'s steps for a text already made (a broker's file changed in place). The
+    new version keeps the permissions of the one it replaces (a broker's 0644 topics.json
+    stays readable by its other users); a new file is private."""
     directory = os.path.dirname(path) or "."
     safefs.makedirs(directory)
     tmp, bak = path + ".tmp", path + ".bak"
-    safefs.write_new(tmp, text.encode())
+    try:
+        st = os.lstat(path)
+        mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else safefs.FILE_MODE
+    except FileNotFoundError:
+        mode = safefs.FILE_MODE
+    safefs.write_new(tmp, text.encode(), mode=mode)
     if backup and os.path.lexists(path):
         safefs.rename(path, bak)
     safefs.rename(tmp, path)

@@ -238,10 +238,13 @@ def read_bytes(path: str) -> bytes:
         os.close(fd)
 
 
-def write_new(path: str, data: bytes | memoryview, *, sync: bool = True) -> None:
-    """Create (or truncate) `path` with `data`, synced: a private file."""
+def write_new(path: str, data: bytes | memoryview, *, sync: bool = True, mode: int = FILE_MODE) -> None:
+    """Create (or truncate) `path` with `data`, synced: a private file, or `mode` (without
+    group or other write, which `check` refuses) for one that replaces a broker's file."""
     fd = open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
+        if mode != FILE_MODE:
+            os.fchmod(fd, mode & 0o755)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
