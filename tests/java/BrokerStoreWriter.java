@@ -30,6 +30,7 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentMap;
+import org.apache.rocketmq.common.BoundaryType;
 import org.apache.rocketmq.common.BrokerConfig;
 import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicAttributes;
@@ -404,6 +405,23 @@ public final class BrokerStoreWriter {
                 r.release();
                 b.append(msep).append("{\"at\": ").append(offset).append(", ").append(message(got).substring(1));
                 msep = ",\n";
+            }
+            b.append("], \"bytime\": [");
+            // getOffsetInQueueByTime either side of and at every store time the queue holds
+            TreeMap<Long, Boolean> times = new TreeMap<>();
+            for (long offset = min; offset < max; offset++) {
+                GetMessageResult r = store.getMessage("mqfs", topic, queueId, offset, 1, null);
+                times.put(MessageDecoder.decode(r.getMessageBufferList().get(0), false, false, false).getStoreTimestamp(), true);
+                r.release();
+            }
+            String tsep = "";
+            for (long t : times.keySet()) {
+                for (long ts = t - 1; ts <= t + 1; ts++) {
+                    b.append(tsep).append("[").append(ts).append(", ")
+                        .append(store.getOffsetInQueueByTime(topic, queueId, ts, BoundaryType.LOWER)).append(", ")
+                        .append(store.getOffsetInQueueByTime(topic, queueId, ts, BoundaryType.UPPER)).append("]");
+                    tsep = ", ";
+                }
             }
             b.append("]}");
         }

@@ -9,6 +9,7 @@ from mqfs.store.errors import UnsupportedFeature
 from tests.store.java_stores import DELAY_LEVELS, KINDS, answers, consumer_view, snapshot, unpack
 
 COMPRESSED = 0x1  # SYSFLAG: the body is stored compressed
+BATCHED = "Batched"  # the writer's BatchCQ topic
 
 
 def read_only() -> StoreConfig:
@@ -87,3 +88,24 @@ def test_a_read_write_open_of_a_brokers_store_refuses_and_changes_nothing(tmp_pa
         pass
     assert "\n" not in str(refused.value)
     assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_offset_by_time_answers_as_the_brokers_search(tmp_path, kind):
+    """getOffsetInQueueByTime (LOWER, UPPER) either side of and at every store time a queue
+    holds. A BatchCQ queue differs on purpose: the broker's BatchConsumeQueue answers a batch's
+    first offset, and for any time at or past its last unit's that unit's, whatever the
+    boundary; mqfs answers per message, as for a ConsumeQueue: the first stored at or after
+    the time, the last at or before it (checked against the store times Java served)."""
+    root = unpack(kind, str(tmp_path))
+    java = answers(kind)
+    with MessageStore(root, read_only(), create=False) as s:
+        for queue in java["queues"]:
+            topic, q = queue["topic"], queue["queue"]
+            stored = [(a["at"], a["stored"]) for a in queue["messages"]]
+            for ts, lower, upper in queue["bytime"]:
+                got = (s.offset_by_time(topic, q, ts), s.offset_by_time(topic, q, ts, upper=True))
+                if topic == BATCHED:
+                    lower = min((o for o, t in stored if t >= ts), default=queue["max"])
+                    upper = max((o for o, t in stored if t <= ts), default=queue["min"])
+                assert got == (lower, upper), (topic, q, ts)
