@@ -72,6 +72,7 @@ public final class BrokerStoreWriter {
     private int seq;
 
     private final boolean refusedFeatures;
+    private boolean collectKeys;
 
     private BrokerStoreWriter(DefaultMessageStore store, boolean refusedFeatures) {
         this.store = store;
@@ -118,8 +119,8 @@ public final class BrokerStoreWriter {
         Map<String, String> attributes = new HashMap<>();
         attributes.put(TopicAttributes.QUEUE_TYPE_ATTRIBUTE.getName(), CQType.BatchCQ.toString());
         batched.setAttributes(attributes);
-        if (refusedFeatures) {
-            topics.put(BATCHED, batched);
+        if (refusedFeatures || new File(root, "batchconsumequeue" + File.separator + BATCHED).isDirectory()) {
+            topics.put(BATCHED, batched);  // what the broker's topics.json says, before it loads the store
         }
 
         DefaultMessageStore store = new DefaultMessageStore(cfg, new BrokerStatsManager("mqfs", true),
@@ -403,6 +404,15 @@ public final class BrokerStoreWriter {
                     }
                 }
                 r.release();
+                if (keys.isEmpty() || collectKeys) {
+                    collectKeys = true;  // read mode: the keys of what the store holds
+                    String uniq = got.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX);
+                    for (String k : ((got.getKeys() == null ? "" : got.getKeys()) + " " + (uniq == null ? "" : uniq)).split(" ")) {
+                        if (!k.isEmpty() && !keys.contains(got.getTopic() + "\u0000" + k)) {
+                            keys.add(got.getTopic() + "\u0000" + k);
+                        }
+                    }
+                }
                 b.append(msep).append("{\"at\": ").append(offset).append(", ").append(message(got).substring(1));
                 msep = ",\n";
             }
