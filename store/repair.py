@@ -85,9 +85,10 @@ class RepairPlan:
             out.append(f"quarantine and replace {d}")
         damaged = sum(d.end - d.start for d in self.damages)
         count = sum(map(len, self.lost.values()))
-        out.append(f"keep {self.kept} records; {count} message{'' if count == 1 else 's'} the "
-                   f"ConsumeQueues name lost in {len(self.damages)} damaged ranges ({damaged} "
-                   "bytes, copied to quarantine/); rebuild every ConsumeQueue and IndexFile "
+        lost = (f"; {count} message{'' if count == 1 else 's'} the ConsumeQueues name lost in "
+                f"{len(self.damages)} damaged range{'' if len(self.damages) == 1 else 's'} "
+                f"({damaged} bytes, copied to quarantine/)") if self.damages else ""
+        out.append(f"keep {self.kept} records{lost}; rebuild every ConsumeQueue and IndexFile "
                    "from the CommitLog")
         out.extend(f"lose {topic}/{queue} {_offsets(offsets)}"
                    for (topic, queue), offsets in sorted(self.lost.items()))

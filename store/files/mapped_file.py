@@ -256,6 +256,8 @@ def load_files(directory: str, file_size: int, read_only: bool = False) -> list[
     for i, name in enumerate(names):
         path = os.path.join(directory, name)
         size = safefs.size(path)
+        if os.path.islink(path):  # its size is the link's own: not a wrong file size
+            raise safefs.refuse_link(path)
         if size == 0 and i == len(names) - 1:
             if not read_only:
                 safefs.unlink(path)

@@ -84,7 +84,7 @@ def _refuse_hard_link(path: str, links: int) -> UntrustedStore:
                           "remove its other names")
 
 
-def _refuse_link(path: str) -> UntrustedStore:
+def refuse_link(path: str) -> UntrustedStore:
     return UntrustedStore(f"{path} is a symbolic link (or not what the store keeps there): "
                           "mqfs never follows links inside a store; replace it with the real "
                           "file or directory")
@@ -95,7 +95,7 @@ def _step(fd: int, name: str, path: str) -> int:
         return os.open(name, _DIR, dir_fd=fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _refuse_link(path) from None
+            raise refuse_link(path) from None
         raise OSError(exc.errno, exc.strerror, path) from None
 
 
@@ -118,7 +118,7 @@ def _openat2(path: str, flags: int = _DIR) -> int | None:
         _openat2_works[0] = False
         return None
     if err in (errno.ELOOP, errno.ENOTDIR):
-        raise _refuse_link(path)
+        raise refuse_link(path)
     raise OSError(err, os.strerror(err), path)
 
 
@@ -199,7 +199,7 @@ def open_file(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse_link(path)
+            raise refuse_link(path)
         if write:
             check(st, path)
             if st.st_nlink > 1:  # a hard link: the same file may have a name outside the store
@@ -223,7 +223,7 @@ def _open_at(dfd: int, name: str, flags: int, mode: int, path: str) -> tuple[int
         return os.open(name, flags, mode, dir_fd=dfd), made
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise _refuse_link(path) from None
+            raise refuse_link(path) from None
         raise OSError(exc.errno, exc.strerror, path) from None
 
 
@@ -302,7 +302,7 @@ def subdirs(path: str) -> list[str]:
     with directory(path, write=False) as fd:
         for entry in os.scandir(fd):
             if entry.is_symlink():
-                raise _refuse_link(os.path.join(path, entry.name))
+                raise refuse_link(os.path.join(path, entry.name))
             if entry.is_dir(follow_symlinks=False):
                 out.append(entry.name)
     return out
@@ -315,7 +315,7 @@ def is_dir(path: str) -> bool:
     except OSError:
         return False
     if stat.S_ISLNK(mode):
-        raise _refuse_link(path)
+        raise refuse_link(path)
     return stat.S_ISDIR(mode)
 
 
@@ -389,7 +389,7 @@ def refuse_links(root: str) -> None:
         try:
             for entry in os.scandir(fd):
                 if entry.is_symlink():
-                    raise _refuse_link(os.path.join(base, entry.name))
+                    raise refuse_link(os.path.join(base, entry.name))
         finally:
             os.close(fd)
 
@@ -417,7 +417,7 @@ def check_store(root: str, write: bool = True) -> None:
             except FileNotFoundError:  # removed since listed (a writer closing: abort, lock)
                 continue
             if stat.S_ISLNK(st.st_mode):
-                raise _refuse_link(path)
+                raise refuse_link(path)
             check(st, path)
             if write and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 raise _refuse_hard_link(path, st.st_nlink)

@@ -523,3 +523,29 @@ def test_a_refusal_after_the_steps_names_every_change_they_made(tmp_path, monkey
     assert filled in changed and any(p.startswith("quarantine/") and "damaged" in p
                                      for p in changed)
     _serves_all(root, results, lost={25})  # the disk has room again: the next open finishes
+
+
+def test_a_plan_with_no_damaged_range_says_no_bytes_go_to_quarantine(tmp_path):
+    """A repair that only accepts a lost oldest file copies no CommitLog bytes: its plan
+    said '0 messages ... in 0 damaged ranges (0 bytes, copied to quarantine/)'."""
+    root = str(tmp_path / "s")
+    _store(root)
+    _oldest_file_lost(root)
+    plan = plan_repair(root)
+    assert plan.needed and not plan.damages
+    lines = plan.lines()
+    assert not any("quarantine" in line or "damaged range" in line for line in lines), lines
+    assert any(line.startswith("keep ") and "rebuild every ConsumeQueue" in line for line in lines), lines
+
+
+def test_a_symbolic_link_for_a_consume_queue_file_is_refused_as_one(tmp_path):
+    """A ConsumeQueue file replaced by a symbolic link: repair refused it as '... is 7 bytes
+    but this store's files are N bytes; check the file sizes in mqfs.json' (the link's own
+    size), sending its owner to a config that is right."""
+    root = str(tmp_path / "s")
+    _store(root)
+    qdir = os.path.join(root, "consumequeue", "T", "0")
+    name = sorted(os.listdir(qdir))[0]
+    os.rename(os.path.join(qdir, name), os.path.join(root, "elsewhere"))
+    os.symlink("../../../elsewhere", os.path.join(qdir, name))
+    repair_refuses(root, f"{os.path.join(qdir, name)} is a symbolic link")
