@@ -169,3 +169,41 @@ def test_the_scrub_passes_a_queue_whose_use_is_refused_and_checks_the_rest(tmp_p
         assert status is not None and status["passes"] == 1, status
         assert any("T/0" in f and "does not hold every message" in f for f in status["findings"])
         assert bytes(s.get("U", 0, 0).body) == b"other"
+
+
+@pytest.mark.parametrize("new", [5, NEW])
+def test_a_store_a_broker_wrote_to_after_a_clean_close_is_not_taken_for_a_restore(tmp_path, new):
+    """What the refusal above must never meet: mqfs closed the store cleanly, then a broker
+    loaded it and wrote more records (here laid out by a second mqfs session), leaving the
+    files it does not know (mqfs's config/ records) as mqfs's close left them and rewriting
+    only the checkpoint's five RocketMQ fields (bytes 0-40, mqfs's extension after them
+    kept). Records past the clean close's end are the broker's, not a restore's: a
+    read-write and a read-only open serve them all, and `mqfs info` foresees no refusal."""
+    root, before = str(tmp_path / "s"), str(tmp_path / "before")
+    with MessageStore(root, small_config()) as s:
+        for i in range(OLD):
+            s.put(Message.create("T", b"mqfs-%d" % i, queue_id=0))
+    shutil.copytree(root, before, symlinks=True)
+    with MessageStore(root, small_config(), create=False) as s:
+        for i in range(OLD, OLD + new):
+            s.put(Message.create("T", b"broker-%d" % i + b"b" * 1000, queue_id=0))
+    config, old_config = os.path.join(root, "config"), os.path.join(before, "config")
+    for name in os.listdir(config):
+        if name != "topics.json":  # the broker's own (it rewrites it); the rest is mqfs's
+            os.unlink(os.path.join(config, name))
+    for name in os.listdir(old_config):
+        if name != "topics.json":
+            shutil.copy2(os.path.join(old_config, name), os.path.join(config, name))
+    with open(os.path.join(root, "checkpoint"), "rb") as f:
+        fields = f.read(40)
+    with open(os.path.join(before, "checkpoint"), "rb") as f:
+        mqfs_ext = f.read()[40:]
+    with open(os.path.join(root, "checkpoint"), "wb") as f:
+        f.write(fields + mqfs_ext)
+    info = subprocess.run([*MQFS, "info", root], capture_output=True, text=True)
+    assert info.returncode == 0 and "refuse" not in info.stdout, info.stdout + info.stderr
+    for read_only in (True, False):
+        with MessageStore(root, small_config(read_only=read_only), create=False) as s:
+            assert s.max_offset("T", 0) == OLD + new
+            assert [bytes(s.get("T", 0, i).body)[:len(b"broker-%d" % i)] for i in (OLD - 1, OLD + new - 1)] == \
+                [b"mqfs-%d" % (OLD - 1), b"broker-%d" % (OLD + new - 1)]
