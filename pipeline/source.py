@@ -218,13 +218,20 @@ def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
 
 
 def commitlog_end(layout: StoreLayout) -> int:
-    """The CommitLog offset where records end now (0 for an empty log)."""
+    """The CommitLog offset where records end now (0 for an empty log): in the newest file
+    that holds any, as a broker makes its next file ahead (zeros; a killed RocketMQ leaves
+    it), and then the log ends in the file before it."""
     files = commitlog_files(layout.root)
-    if not files:
-        return 0
-    start, path = files[-1]
-    return start + records_end(map_readonly(path), start, last_unit_offsets(layout), layout.checked_flavor,
-                               IndexPoints(layout.root, layout.index_slots))
+    known = last_unit_offsets(layout) if files else np.zeros(0, np.int64)
+
+    def end_in(start: int, path: str) -> int:
+        return start + records_end(map_readonly(path), start, known, layout.checked_flavor,
+                                   IndexPoints(layout.root, layout.index_slots)) if os.path.getsize(path) else start
+
+    for start, path in reversed(files[1:]):
+        if (end := end_in(start, path)) > start:
+            return end
+    return end_in(*files[0]) if files else 0
 
 
 def plan_partitions(layout: StoreLayout, min_partitions: int | None, fail_on_data_loss: bool,

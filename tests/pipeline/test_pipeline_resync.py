@@ -264,3 +264,28 @@ def test_a_piece_that_ends_where_the_chain_goes_on_stops_there_both_ways(tmp_pat
     assert python == sorted(at for at in p.kept if at < p.a_at)
     jvm = _jvm_rows(_describe(reader, piece, None, {}), str(tmp_path / "classes"))
     assert jvm == python
+
+
+@pytest.mark.parametrize("damage", ["none", "first_header", "units_past_end"])
+def test_the_next_file_a_broker_made_ahead_is_no_part_of_the_log(tmp_path, damage):
+    """RocketMQ makes its next CommitLog file ahead (all zeros); a killed broker leaves it
+    (tests/store/java_stores `killed`). The end is in the file before it: it was that file's
+    start, so the read took the zeros after the last record for a broken header and failed.
+    A newest file is still read where a unit vouches for a record in it though its first
+    header is lost, and a unit pointing into the zeros does not make them the end."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, _config(False).replace(commitlog_file_size=4096)) as s:
+        last = [s.put(Message.create("T", b"z" * 300, keys=[f"k{i}"])) for i in range(20)][-1]
+    end = last.commitlog_offset + last.size
+    size = 4096
+    ahead = os.path.join(root, "commitlog", f"{(end // size + 1) * size:020d}")
+    with open(ahead, "wb") as f:
+        f.write(bytes(size))
+    if damage == "first_header":
+        newest = os.path.join(root, "commitlog", f"{end // size * size:020d}")
+        with open(newest, "r+b") as f:
+            f.write(bytes(8))
+    elif damage == "units_past_end":
+        with open(os.path.join(root, "consumequeue", "T", "0", "0" * 20), "ab") as f:
+            f.write(struct.pack(">qiq", (end // size + 1) * size, 300, 0))
+    assert commitlog_end(store_layout(root)) == end
