@@ -56,6 +56,21 @@ _new_tuple = tuple.__new__  # PutResult(*row) without its Python __new__: half t
 # batches of up to this many messages are written as that many puts under one lock: the
 # columnar path's fixed cost (~300 us of numpy calls) pays for itself from about 40 on
 SMALL_BATCH = 32
+_FIELDS = Message.__match_args__
+_PROPERTIES = _FIELDS.index("properties")
+
+
+def _as_read(msg: Message) -> Message:
+    """A plain Message of `msg`'s fields read once, its properties a copy: the Python
+    paths encode the record from it and then dispatch it (queue, index keys, tagsCode)
+    from it again, so another thread that changes the message or its dict meanwhile
+    cannot give the record one topic, keys or tags and its unit and entries others (the
+    C paths read each message once)."""
+    values = [getattr(msg, name) for name in _FIELDS]
+    props = values[_PROPERTIES]
+    if isinstance(props, dict):  # anything else: the codec's refusal, as before
+        values[_PROPERTIES] = dict(props)
+    return Message(*values)
 
 
 class StoreWrites:
@@ -129,6 +144,7 @@ class StoreWrites:
         in place."""
         if not self.is_open or self.config.read_only or self.stopped is not None:
             self._writable()
+        message = _as_read(message)
         if self.compaction.topics:
             self._not_compacted([message])
         rec, ts_pos = self.encoder.encode(message)
@@ -206,6 +222,7 @@ class StoreWrites:
             result = hot.nowait(message)  # as `put`, never waiting for the lock
             if result is not None or self.put_lock.locked():
                 return result
+        message = _as_read(message)
         rec, ts_pos = self.encoder.encode(message)
         if not self.put_lock.acquire(blocking=False):
             return None
@@ -236,6 +253,8 @@ class StoreWrites:
             return [self.put(msgs[0])] if msgs else []
         few = len(msgs) <= SMALL_BATCH
         batch = None if few else self.encoder.encode_batch(msgs)
+        if batch is None:
+            msgs = list(map(_as_read, msgs))
         encoded = None if batch is not None else [self.encoder.encode(m) for m in msgs]
         sizes = batch.sizes if batch is not None else \
             np.array([len(rec) for rec, _ in encoded or ()], dtype=np.int64)
