@@ -365,6 +365,8 @@ class StoreWrites:
         files = self.commitlog.queue.files
         room = files[-1].file_size - files[-1].wrote_position if files else -1
         ends = np.cumsum(sizes)
+        if int(ends[-1]) <= room - layout.END_FILE_MIN_BLANK:  # the common batch: no roll
+            return []
         starts: list[int] = []
         used = 0  # bytes of the records before the current file's first
         while True:

@@ -11,6 +11,7 @@
 #include "_index_entry.h"
 
 #define PREFETCH_AHEAD 16  /* a batch's keys whose bucket heads are fetched ahead of their entry */
+#define UNIT_SIZE 20  /* a ConsumeQueue unit */
 #define RELEASE_MIN_ENTRIES 256  /* a batch's entries written without the GIL from this many */
 
 typedef struct {
@@ -403,6 +404,66 @@ release:
     return result;
 }
 
+/* The native int64 buffer `obj` as `view`; -1 with an error set. */
+static int int64_column(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    const char *f = view->format;
+    char code = f == NULL ? '\0' : f[f[0] == '<' || f[0] == '=' || f[0] == '@'];
+    if (view->itemsize != 8 || code == '\0' || strchr("qlQL", code) == NULL) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "pack_units: %s must be native int64 values", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* pack_units(rows, commitlog_offsets, sizes, tags_codes) -> bytes: the ConsumeQueue units
+ * (big-endian offset int64, size int32, tagsCode int64: consume_queue.UNIT_DTYPE) of a
+ * batch's rows `rows`, in that order, each from its row's values in the three columns
+ * (Dispatcher._batch_units' numpy reference, without a structured array). */
+static PyObject *pack_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "pack_units takes 4 arguments");
+        return NULL;
+    }
+    Py_buffer rv, cols[3];
+    int got = 0;
+    PyObject *out = NULL;
+    if (int64_column(args[0], &rv, "rows") < 0)
+        return NULL;
+    Py_ssize_t m = rv.len / 8, n = -1;
+    static const char *what[3] = {"commitlog_offsets", "sizes", "tags_codes"};
+    for (; got < 3; got++) {
+        if (int64_column(args[1 + got], &cols[got], what[got]) < 0)
+            goto done;
+        if (n < 0 || cols[got].len / 8 < n)
+            n = cols[got].len / 8;
+    }
+    const int64_t *rows = rv.buf, *offsets = cols[0].buf, *sizes = cols[1].buf, *tags = cols[2].buf;
+    for (Py_ssize_t i = 0; i < m; i++)
+        if (rows[i] < 0 || rows[i] >= n) {
+            PyErr_SetString(PyExc_IndexError, "pack_units: a row past the columns");
+            goto done;
+        }
+    out = PyBytes_FromStringAndSize(NULL, m * UNIT_SIZE);
+    if (out == NULL)
+        goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < m; i++, w += UNIT_SIZE) {
+        int64_t r = rows[i];
+        put_be64(w, (uint64_t)offsets[r]);
+        put_be32(w + 8, (uint32_t)sizes[r]);
+        put_be64(w + 12, (uint64_t)tags[r]);
+    }
+done:
+    while (got-- > 0)
+        PyBuffer_Release(&cols[got]);
+    PyBuffer_Release(&rv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"group_rows", (PyCFunction)(void (*)(void))group_rows, METH_FASTCALL,
      "A batch's rows grouped by queue: (values, counts, rows, ranks), as Dispatcher._group_rows."},
@@ -412,6 +473,8 @@ static PyMethodDef methods[] = {
      "IndexFile entries for columns of hashes, CommitLog offsets and store times."},
     {"batch_keys", (PyCFunction)(void (*)(void))batch_keys, METH_FASTCALL,
      "A batch's index keys as (rows, hashes), or None for Python's path."},
+    {"pack_units", (PyCFunction)(void (*)(void))pack_units, METH_FASTCALL,
+     "A batch's ConsumeQueue units of the given rows, packed as one bytes."},
     {NULL, NULL, 0, NULL},
 };
 

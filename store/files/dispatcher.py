@@ -136,6 +136,19 @@ def group_rows(group: np.ndarray, taken: np.ndarray) -> tuple[np.ndarray, np.nda
     return ordered[firsts], counts, order[in_order], (seen - before - 1)[in_order]
 
 
+def pack_units(rows: np.ndarray, commitlog_offset: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray) -> bytes:
+    """The ConsumeQueue units of a batch's `rows`, in that order, from its columns (int64, by
+    row), as the bytes a queue holds. In C when it is built (no structured array, ~30 numpy
+    steps' fixed cost a batch), else with numpy: the reference."""
+    c = compiled.dispatch
+    if c is not None:
+        return cast(bytes, c.pack_units(np.ascontiguousarray(rows, dtype=np.int64), commitlog_offset,
+                                         sizes, tags_codes))
+    units = np.empty(len(rows), dtype=UNIT_DTYPE)
+    units["offset"], units["size"], units["tags"] = commitlog_offset[rows], sizes[rows], tags_codes[rows]
+    return units.tobytes()
+
+
 @dataclass
 class BatchPlan:
     """Where a batch goes before any byte is written: each message's queue offset (0 for
@@ -359,9 +372,7 @@ class Dispatcher:
             ends = np.cumsum(counts)
             counts = written[ends] - written[ends - counts]
             rows = rows[rows < done]
-        units = np.empty(len(rows), dtype=UNIT_DTYPE)
-        units["offset"], units["size"], units["tags"] = commitlog_offset[rows], sizes[rows], tags_codes[rows]
-        raw = units.tobytes()
+        raw = pack_units(rows, commitlog_offset, sizes, tags_codes)
         ends = np.cumsum(counts)
         nonempty = np.flatnonzero(counts)
         ends = ends[nonempty]

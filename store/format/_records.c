@@ -91,13 +91,27 @@ typedef struct {
     char *raw;
     Py_ssize_t len, cap;
     KeyColumns keys;
+    /* the last message's topic, born host and int fields (owned), with what was found for
+     * them: a batch's messages mostly share these objects (a producer's, a write's lines),
+     * and an object the last message had is not looked up or converted again */
+    PyObject *topic, *part, *host, *born_raw;
+    long bits;
+    PyObject *ints[N_FIELDS];
+    int64_t values[N_FIELDS];
 } Saved;
 
 static void saved_free(Saved *s) {
     PyMem_Free(s->raw);
     PyMem_Free(s->keys.rows);
     PyMem_Free(s->keys.hashes);
+    Py_CLEAR(s->topic);
+    Py_CLEAR(s->part);
+    Py_CLEAR(s->host);
+    Py_CLEAR(s->born_raw);
+    for (int i = 0; i < N_FIELDS; i++)
+        Py_CLEAR(s->ints[i]);
 }
+
 
 /* The flavor's checksum (xx: xxh32, else CRC-32); no Python object is touched, so callers
  * may run it without the GIL on memory they own. */
@@ -134,6 +148,22 @@ static int int_field(PyObject *v, int bits, int64_t *out) {
     if (bits == 32 && (x < INT32_MIN || x > INT32_MAX))
         return -1;
     *out = x;
+    return 0;
+}
+
+/* int_field for field `i` of a batch's message, the last message's value when it is the
+ * same object (an int is immutable). */
+static int saved_int(Saved *s, PyObject *const *f, int i, int bits, int64_t *out) {
+    if (s != NULL && f[i] == s->ints[i]) {
+        *out = s->values[i];
+        return 0;
+    }
+    if (int_field(f[i], bits, out))
+        return -1;
+    if (s != NULL) {
+        Py_XSETREF(s->ints[i], Py_NewRef(f[i]));
+        s->values[i] = *out;
+    }
     return 0;
 }
 
@@ -361,9 +391,17 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p, Saved *saved, Py_ssize_
     if (!PyUnicode_CheckExact(f[F_TOPIC]))
         goto done;
     p->topic = Py_NewRef(f[F_TOPIC]);
-    p->part = cached(c->topics, c->topic_part, f[F_TOPIC]);
-    if (p->part == NULL || !PyBytes_CheckExact(p->part))
-        goto done;
+    if (saved != NULL && f[F_TOPIC] == saved->topic)
+        p->part = Py_NewRef(saved->part);
+    else {
+        p->part = cached(c->topics, c->topic_part, f[F_TOPIC]);
+        if (p->part == NULL || !PyBytes_CheckExact(p->part))
+            goto done;
+        if (saved != NULL) {
+            Py_XSETREF(saved->topic, Py_NewRef(f[F_TOPIC]));
+            Py_XSETREF(saved->part, Py_NewRef(p->part));
+        }
+    }
     /* body: bytes or bytearray (Python's path takes any buffer: it handles the rest) */
     if (!PyBytes_CheckExact(f[F_BODY]) && !PyByteArray_CheckExact(f[F_BODY]))
         goto done;
@@ -372,10 +410,10 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p, Saved *saved, Py_ssize_
         goto done;
     p->body_obj = Py_NewRef(f[F_BODY]);
     if (PyBool_Check(f[F_QUEUE_ID]) ||  /* True names queue 1 in the record, "True" on disk */
-            int_field(f[F_QUEUE_ID], 32, &p->queue_id) || p->queue_id < 0 ||
-            int_field(f[F_FLAG], 32, &p->flag) || int_field(f[F_SYS_FLAG], 32, &p->sys_flag) ||
-            int_field(f[F_BORN_TS], 64, &p->born_ts) || int_field(f[F_RECONSUME], 32, &p->reconsume) ||
-            int_field(f[F_PREPARED], 64, &p->prepared))
+            saved_int(saved, f, F_QUEUE_ID, 32, &p->queue_id) || p->queue_id < 0 ||
+            saved_int(saved, f, F_FLAG, 32, &p->flag) || saved_int(saved, f, F_SYS_FLAG, 32, &p->sys_flag) ||
+            saved_int(saved, f, F_BORN_TS, 64, &p->born_ts) || saved_int(saved, f, F_RECONSUME, 32, &p->reconsume) ||
+            saved_int(saved, f, F_PREPARED, 64, &p->prepared))
         goto done;
     if (!PyDict_CheckExact(f[F_PROPERTIES]))
         goto done;
@@ -406,22 +444,35 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p, Saved *saved, Py_ssize_
     /* born host: (bytes, SYSFLAG bits, ...) from the cache */
     if (!PyTuple_CheckExact(f[F_BORN_HOST]))
         goto done;
-    PyObject *host = cached(c->born, c->hosts, f[F_BORN_HOST]);
-    if (host == NULL)
-        goto done;
-    if (PyTuple_Check(host) && PyTuple_GET_SIZE(host) >= 2 && PyBytes_CheckExact(PyTuple_GET_ITEM(host, 0))) {
-        p->born_raw = Py_NewRef(PyTuple_GET_ITEM(host, 0));
-        long bits = PyLong_AsLong(PyTuple_GET_ITEM(host, 1));
-        if (bits == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            Py_DECREF(host);
+    long bits = 0;
+    if (saved != NULL && f[F_BORN_HOST] == saved->host) {
+        p->born_raw = Py_NewRef(saved->born_raw);
+        bits = saved->bits;
+    } else {
+        PyObject *host = cached(c->born, c->hosts, f[F_BORN_HOST]);
+        if (host == NULL)
             goto done;
+        if (PyTuple_Check(host) && PyTuple_GET_SIZE(host) >= 2 && PyBytes_CheckExact(PyTuple_GET_ITEM(host, 0))) {
+            p->born_raw = Py_NewRef(PyTuple_GET_ITEM(host, 0));
+            bits = PyLong_AsLong(PyTuple_GET_ITEM(host, 1));
+            if (bits == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                Py_DECREF(host);
+                goto done;
+            }
         }
-        p->sys_flag = (p->sys_flag & ~HOST_V6_FLAGS) | bits;
+        Py_DECREF(host);
+        if (p->born_raw == NULL)
+            goto done;
+        PyObject *t = f[F_BORN_HOST];  /* kept only as (str, int): nothing in it can change */
+        if (saved != NULL && PyTuple_GET_SIZE(t) == 2 && PyUnicode_CheckExact(PyTuple_GET_ITEM(t, 0))
+                && PyLong_CheckExact(PyTuple_GET_ITEM(t, 1))) {
+            Py_XSETREF(saved->host, Py_NewRef(t));
+            Py_XSETREF(saved->born_raw, Py_NewRef(p->born_raw));
+            saved->bits = bits;
+        }
     }
-    Py_DECREF(host);
-    if (p->born_raw == NULL)
-        goto done;
+    p->sys_flag = (p->sys_flag & ~HOST_V6_FLAGS) | bits;
     if (p->born_ts == 0)
         p->born_ts = c->batch_now ? c->batch_now : now_ms();
     p->total = 72 + PyBytes_GET_SIZE(p->born_raw) + PyBytes_GET_SIZE(c->store_host) + p->body_len
@@ -625,7 +676,8 @@ static PyObject *Codec_encode_batch(Codec *c, PyObject *arg) {
      * meanwhile may replace or clear it: any reading of the clock is as right) */
     c->batch_now = now_ms();
     Parts *parts = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Parts));
-    Saved saved = {NULL, 0, 0, {NULL, NULL, 0, 0}};
+    Saved saved;
+    memset(&saved, 0, sizeof saved);
     PyObject *buf = NULL, *layout = NULL, *qids = NULL, *flags = NULL, *topics = NULL, *codes = NULL;
     PyObject *keys = NULL, *delays = NULL;
     PyObject *out = NULL;

@@ -138,6 +138,42 @@ def test_a_batch_is_the_python_codecs_records(msgs, flavor, record_crc, store_v6
     assert got == b"".join(rec for rec, _ in wants)
 
 
+# field objects messages share, as a write's lines share their template's: ints past the
+# small ones Python caches, so only the same object is the same int; one host the codec
+# refuses (a port out of range) and one it keeps no memo of (a port that is a bool)
+_SHARED = dict(
+    topic=["T", "Other", SCHEDULE_TOPIC],
+    born_host=[("10.0.0.1", 5000), ("::1", 6000), ("10.0.0.1", 1 << 17), ("10.0.0.2", True)],
+    born_timestamp=[int("1700000000001"), int("1700000000002")],
+    flag=[int("1000"), int("-1000"), int("5000000000")],
+    queue_id=[int("300"), int("301")],
+)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(picks=st.lists(st.fixed_dictionaries({k: st.integers(0, len(v) - 1) for k, v in _SHARED.items()}),
+                      min_size=1, max_size=10),
+       flavor=FLAVORS, record_crc=st.booleans())
+def test_a_batch_whose_messages_share_field_objects_is_the_python_codecs_records(picks, flavor, record_crc):
+    """The C encoder takes what it found for the last message's topic, born host and int
+    objects when the next message has the same objects (no lookup, no conversion): any
+    sequence of shared and changing objects gives the Python codec's records, and a batch
+    with a message the codec refuses is declined."""
+    py, c = _encoders(flavor, record_crc, False)
+    msgs = [Message(body=b"b%d" % i, properties={"KEYS": f"k{i}"},
+                    **{k: _SHARED[k][j] for k, j in pick.items()}) for i, pick in enumerate(picks)]
+    wants = [_python(py, m) for m in msgs]
+    if None in wants:
+        assert c.compiled.encode_batch(msgs) is None
+        return
+    batch = c.encode_batch(msgs)
+    assert isinstance(batch, codec.CompiledBatch)
+    assert bytes(batch.buf) == b"".join(bytes(rec) for rec, _ in wants)
+    assert batch.queue_id.tolist() == [m.queue_id for m in msgs]
+    assert _batch_reads(batch) == _dispatch_reads(msgs, flavor)
+
+
 @needs_c
 def test_what_the_c_encoder_leaves_to_python_still_encodes():
     """A body of another type than bytes: the C encoder declines it and the Python codec,

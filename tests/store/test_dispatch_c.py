@@ -283,3 +283,41 @@ def test_group_rows_refuses_columns_that_do_not_match():
     with pytest.raises(ValueError):
         group_rows(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64))  # not a byte a row
     assert [bytes(b) for b in group_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))] == [b""] * 4
+
+
+I64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(columns=st.lists(st.tuples(I64, st.integers(-(1 << 31), (1 << 31) - 1), I64), max_size=40),
+       data=st.data())
+def test_a_batchs_units_packed_in_c_are_numpys(columns, data, monkeypatch):
+    """pack_units in C (a put_batch's ConsumeQueue units of its rows, in the rows' order)
+    against its numpy reference: every row of any value, rows repeated or left out."""
+    import numpy as np
+
+    from mqfs.store.files import dispatcher
+
+    offsets, sizes, tags = (np.array([c[i] for c in columns], dtype=np.int64) for i in range(3))
+    rows = np.array(data.draw(st.lists(st.integers(0, len(columns) - 1), max_size=60)) if columns else [],
+                    dtype=np.int64)
+    found = dispatcher.pack_units(rows, offsets, sizes, tags)
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "dispatch", None)
+        assert found == dispatcher.pack_units(rows, offsets, sizes, tags)
+
+
+def test_pack_units_refuses_rows_past_its_columns_and_columns_not_int64():
+    import numpy as np
+
+    pack = compiled.dispatch.pack_units  # type: ignore[union-attr]
+    three = np.arange(3, dtype=np.int64)
+    for rows in ([3], [-1], [0, 1 << 40]):
+        with pytest.raises(IndexError):
+            pack(np.array(rows, dtype=np.int64), three, three, three)
+    with pytest.raises(IndexError):  # a column shorter than the rows need
+        pack(np.array([2], dtype=np.int64), three, three[:2], three)
+    for bad in (three.astype(np.int32), three.astype(">i8"), b"\0" * 24):
+        with pytest.raises(ValueError):
+            pack(np.array([0], dtype=np.int64), three, bad, three)
+    assert pack(np.zeros(0, dtype=np.int64), three, three, three) == b""
