@@ -38,12 +38,13 @@ class _Swapping(Message):
 
 @pytest.mark.parametrize("codec", ["c", "python"])
 @pytest.mark.parametrize("how", ["put", "a few", "a batch"])
+@pytest.mark.parametrize("body", [b"odd", memoryview(b"odd")], ids=["bytes", "memoryview"])
 def test_a_dict_changed_while_its_message_is_put_gives_the_record_and_its_dispatch_one_reading(
-        tmp_path, monkeypatch, codec, how):
+        tmp_path, monkeypatch, codec, how, body):
     use_codec(monkeypatch, codec)
     root = str(tmp_path / "s")
-    # a memoryview body: the C encoder declines it, the Python codec takes it
-    odd = _Swapping("T", memoryview(b"odd"), properties={"KEYS": "before", "TAGS": "before"})
+    # (a memoryview body: the C encoder declines it, the Python codec takes it)
+    odd = _Swapping("T", body, properties={"KEYS": "before", "TAGS": "before"})
     with MessageStore(root, small_config()) as s:
         if how == "put":
             s.put(odd)
