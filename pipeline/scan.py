@@ -205,7 +205,9 @@ class FileBatcher:
     would become a row passes `checks` first."""
 
     def __init__(self, buf, file_from: int, checks: Checks, unwrap: bool = True):
-        self.unwrap = unwrap  # an inner batch gives its messages' rows (else the record's own)
+        # a row per message a consumer gets: an inner batch's messages, a multi-dispatched
+        # record's rows in its other queues (else each record's own row alone, as audit checks)
+        self.unwrap = unwrap
         self.mv = memoryview(buf)
         self.arr = np.frombuffer(buf, np.uint8)
         self.file_from = file_from
@@ -272,7 +274,8 @@ class FileBatcher:
         keep &= self._keep(starts, f, flt)
         if keep.any() and not checked:
             self._check(starts, f, keep)
-        parts = [self._rows(starts, f, keep, columns), self._dispatched_rows(starts, f, flt, columns, checked)]
+        parts = [self._rows(starts, f, keep, columns),
+                 self._dispatched_rows(starts, f, flt, columns, checked) if self.unwrap else None]
         if batches.any():
             parts.append(self._inner_rows(starts, f, unwrapped, flt, columns, checked))
         found = [b for b in parts if b is not None]

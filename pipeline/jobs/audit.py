@@ -7,7 +7,8 @@ are not counted again. Missing CommitLog and ConsumeQueue files are named with t
 held, and a queue short of units lists the queue offsets that have none.
 
 A CQ unit must point at a whole record of its size whose topic, queue id and queue offset are
-the unit's, with its tagsCode (the broker's rule: TAGS, or a delayed record's delivery time).
+the unit's (or that is multi-dispatched to the unit's queue at that offset: LMQ), with its
+tagsCode (the broker's rule: TAGS, or a delayed record's delivery time).
 An IndexFile entry must point at a record one of whose index keys (UNIQ_KEY, KEYS tokens)
 hashes to the entry's hash, with a timeDiff that
 matches its store time and a chain link to an older entry in the same slot; every slot must
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from pyspark.sql import SparkSession
@@ -39,6 +41,7 @@ from mqfs.store.format.layout import (
     gather,
 )
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.format.multi_dispatch import describes
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.verify import store_problems
 from mqfs.store.offline.views import (
@@ -191,7 +194,8 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
         r = rows.get(off)
         if r is None:
             continue
-        if (r["topic"], r["queue_id"], r["queue_offset"]) != (topic, queue_id, qo):
+        if not describes(r["topic"], r["queue_id"], r["queue_offset"], partial(dict, r["properties"]),
+                         topic, queue_id, qo):
             f.bad(f"unit {qo} points at offset {off}, a record of {r['topic']}/{r['queue_id']} "
                   f"at queue offset {r['queue_offset']}")
         elif tags_code != (want := codes.of(r["topic"], dict(r["properties"]),
@@ -327,7 +331,8 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
         indexed = indexed.where(F.col("commitlog_offset") <= max(
             (f_.last_offset for f_ in findings if f_.what.startswith("index")), default=-1))
     packed = F.col("sys_flag").bitwiseAND(INNER_BATCHES) == INNER_BATCHES  # rows of inner messages
-    expected = indexed.filter(~packed).select(
+    # a multi-dispatched record is also a row of each queue it is dispatched to: its keys once
+    expected = indexed.filter(~packed).dropDuplicates(["commitlog_offset"]).select(
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).collect()[0][0] or 0
     expected += _batch_record_keys(layout, indexed.filter(packed))

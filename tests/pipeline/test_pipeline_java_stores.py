@@ -1,9 +1,16 @@
 """The pipeline on stores RocketMQ 5's own Java DefaultMessageStore wrote
 (tests/store/java_stores.py): `format("mqfs")` through both readers, and `shape=kafka`, gives
 every message a consumer of the broker got, row for row and column for column against Java's
-getMessage answers (consumer_view); no byte of the broker's files changes."""
+getMessage answers (consumer_view), `mqfs pipeline audit` finds nothing wrong and `export`
+writes what `mqfs dump` prints; no byte of the broker's files changes."""
 
 from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+import subprocess
 
 import pytest
 
@@ -11,7 +18,10 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import functions as F  # noqa: E402
 
+from mqfs.pipeline import cli  # noqa: E402
+from mqfs.pipeline.jobs import audit  # noqa: E402
 from mqfs.store import MessageStore  # noqa: E402
+from tests.fusefs.helpers import MQFS  # noqa: E402
 from tests.pipeline.helpers import host  # noqa: E402
 from tests.store.java_stores import KINDS, answers, consumer_view, snapshot, unpack  # noqa: E402
 from tests.store.test_java_stores import expected, read_only  # noqa: E402
@@ -79,3 +89,36 @@ def test_kafkas_shape_gives_what_the_brokers_consumers_got(spark, stores, reader
             assert len(r.headers) == len(java["properties"])
         assert snapshot(root) == before
 
+
+def test_audit_finds_nothing_and_export_writes_what_dump_prints(spark, stores, tmp_path):
+    for kind, (root, before, want) in stores.items():
+        assert audit.run(spark, root)["problems"] == 0, kind
+        out = str(tmp_path / kind)
+        assert cli.main(["export", root, out, "-f", "jsonl"]) == 0
+        lines = []
+        for name in sorted(n for n in os.listdir(out) if not n.startswith(("_", "."))):
+            with open(os.path.join(out, name), "rb") as f:
+                lines += f.read().splitlines()
+        dumped = subprocess.run([*MQFS, "dump", root, "-f", "json"], capture_output=True, timeout=300)
+        assert dumped.returncode == 0, dumped.stderr
+        assert sorted(lines) == sorted(dumped.stdout.splitlines())
+        bodies = [base64.b64decode(j["body_b64"]) if "body_b64" in j else j["body"].encode()
+                  for j in map(json.loads, lines)]
+        assert sorted(bodies) == sorted(java["body"] for java, _ in want.values())
+        assert snapshot(root) == before
+
+
+def test_audit_finds_an_lmq_unit_pointing_at_a_record_not_dispatched_there(spark, tmp_path):
+    """LMQ units are checked against the records' dispatch (INNER_MULTI_DISPATCH and its
+    offsets), not passed: %LMQ%room1's unit 1 pointed at a Chat record dispatched to room2 alone."""
+    root = unpack("clean", str(tmp_path))
+    java = {(q["topic"], a["at"]): a for q in answers("clean")["queues"] if q["topic"].startswith("%LMQ%")
+            for a in q["messages"]}
+    other = java[("%LMQ%room2", 1)]
+    assert other["commitlog"] not in {a["commitlog"] for (t, _), a in java.items() if t == "%LMQ%room1"}
+    with open(os.path.join(root, "consumequeue", "%LMQ%room1", "0", "0" * 20), "r+b") as f:
+        f.seek(20)
+        f.write(struct.pack(">qi", other["commitlog"], other["size"]))
+    found = audit.run(spark, root)
+    assert found["shown"][0] == (f"consumequeue %LMQ%room1/0: unit 1 points at offset {other['commitlog']}, "
+                                 "a record of Chat/0 at queue offset 1"), found
