@@ -74,6 +74,28 @@ def test_every_message_is_a_row_as_the_broker_served_it(spark, stores, kind, rea
     assert snapshot(root) == before
 
 
+
+SELECTIONS = [  # (options, where): few-queue reads through the units, LMQ, BatchCQ, pushed filters
+    ({"subscribe": "%LMQ%room1"}, None),
+    ({"assign": '{"Events": [1], "%LMQ%room2": [0]}'}, None),
+    ({"subscribe": "Orders", "startingOffsets": '{"Orders": {"0": 5, "1": 7}}',
+      "endingOffsets": '{"Orders": {"0": 9}}'}, None),
+    ({"subscribe": "Batched"}, "queue_offset >= 3 AND queue_offset < 12"),
+    ({}, "topic = '%LMQ%room2' AND queue_offset >= 2 OR topic IN ('Packed', 'Timed')"),
+]
+
+
+@pytest.mark.parametrize("reader", ["jvm", "python"])
+def test_selections_give_the_brokers_messages_of_the_queues_selected(spark, stores, reader):
+    root, before, want = stores["clean"]
+    for options, where in SELECTIONS:
+        df = spark.read.format("mqfs").options(**options, reader=reader).load(root)
+        got = {(r.topic, r.queue_id, r.queue_offset): r for r in (df.where(where) if where else df).collect()}
+        assert got, (options, where)
+        for key, r in got.items():
+            assert as_java(r) == want[key][0], (options, where, key)
+    assert snapshot(root) == before
+
 @pytest.mark.parametrize("reader", ["jvm", "python"])
 def test_kafkas_shape_gives_what_the_brokers_consumers_got(spark, stores, reader):
     for root, before, want in stores.values():
