@@ -541,7 +541,7 @@ static int write_record(const Codec *c, const Parts *p, const Saved *saved, char
     w[1] = (char)p->props_len;
     w += 2;
     char *props_end = out + p->total - (c->record_crc ? RECORD_CRC_LEN : 0);
-    if (p->props == NULL) {
+    if (p->props == NULL && props_end > w) {  /* (none saved: no buffer at all) */
         memcpy(w, saved->raw + p->props_at, (size_t)(props_end - w));
         w = props_end;
     }
