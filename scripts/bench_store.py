@@ -173,7 +173,8 @@ def format_floor(work: str, msgs: list[Message]) -> Timed:
 
 def bench_put_batch(work: str, msgs: list[Message], plain: Timed, plain_n: int) -> None:
     """put_batch(1000) vs file.write of the same records (the floor of any append), vs the
-    format's own work in Python (`format_floor`) and SQLite."""
+    format's own work in Python (`format_floor`) and SQLite; then batches of 100 and 10
+    (CPU per message against the same plain write)."""
     n = len(msgs)
     with MessageStore(os.path.join(work, "batch"), StoreConfig()) as s, Timed() as ours:
         for i in range(0, n, 1000):
@@ -204,6 +205,14 @@ def bench_put_batch(work: str, msgs: list[Message], plain: Timed, plain_n: int) 
     row(label, n / ours.wall, "msg/s", "LMDB, key index, 1k/txn", n / lm)
     if pure is not None:
         row_cpu(label, n, ours, "the same in Python (MQFS_PURE_PYTHON)", pure)
+    small_n = min(n, 200_000)  # smaller batches (a mount's smaller writes): CPU per message
+    for size in (100, 10):
+        with MessageStore(os.path.join(work, f"batch{size}"), StoreConfig()) as s, Timed() as small:
+            for i in range(0, small_n, size):
+                s.put_batch(msgs[i:i + size])
+        per_small = Timed()
+        per_small.wall, per_small.cpu = plain.wall * small_n / plain_n, plain.cpu * small_n / plain_n
+        row_cpu(f"mqfs MessageStore.put_batch({size})", small_n, small, "plain file.write", per_small)
 
 
 @contextlib.contextmanager
@@ -470,7 +479,7 @@ def main() -> int:
     ap.add_argument("--sync-only", action="store_true",
                     help="only the sync-flush puts against SQLite synchronous=FULL")
     ap.add_argument("--batch-only", action="store_true",
-                    help="only put_batch(1000) and its baselines (and the CommitLog appends they need)")
+                    help="only put_batch(1000), (100), (10) and their baselines (and the CommitLog appends they need)")
     args = ap.parse_args()
     n = 50_000 if args.quick else 1_000_000
     work = tempfile.mkdtemp(prefix="mqfs-bench-", dir=args.dir or os.getcwd())
