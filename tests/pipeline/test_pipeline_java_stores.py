@@ -144,3 +144,17 @@ def test_audit_finds_an_lmq_unit_pointing_at_a_record_not_dispatched_there(spark
     found = audit.run(spark, root)
     assert found["shown"][0] == (f"consumequeue %LMQ%room1/0: unit 1 points at offset {other['commitlog']}, "
                                  "a record of Chat/0 at queue offset 1"), found
+
+
+def test_rebuild_refuses_a_store_with_a_batch_cq_topic_in_one_line_writing_nothing(spark, stores, tmp_path, capsys):
+    """Rebuild writes consumequeue/ units only: on the Java store it failed partway ('queue
+    Batched/0: no record carries queue offset 2 ... run `mqfs verify`', which finds nothing),
+    leaving OUT half made."""
+    root, before, _ = stores["clean"]
+    out = str(tmp_path / "out")
+    assert cli.main(["rebuild", root, out]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("mqfs pipeline rebuild: BatchCQ topic Batched (its queues live in batchconsumequeue/) "
+                   "cannot be rebuilt yet; nothing was written"), err
+    assert not os.path.exists(out)
+    assert snapshot(root) == before
