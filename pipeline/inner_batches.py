@@ -49,14 +49,21 @@ def rows(buf, file_from: int, starts: list[int], passes: Passes, reject: Reject,
                 continue
             row = {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
                    "commitlog_offset": offset, "size": m.total_size,
-                   "store_timestamp": m.store_timestamp * 1000, "born_timestamp": m.born_timestamp * 1000,
-                   "flag": m.flag, "sys_flag": m.sys_flag}
+                   "store_timestamp": _long(m.store_timestamp * 1000),
+                   "born_timestamp": _long(m.born_timestamp * 1000), "flag": m.flag, "sys_flag": m.sys_flag}
             for name, column in values.items():
                 column.append(row[name] if name in row else _lazy(name, m))
     if not next(iter(values.values()), []):
         return None
     schema = arrow_schema(columns)
     return pa.RecordBatch.from_arrays([pa.array(values[f.name], f.type) for f in schema], schema=schema)
+
+
+def _long(n: int) -> int:
+    """n as a 64-bit signed integer, wrapping as the plain rows' numpy columns and the JVM
+    reader's longs do: a damaged time (ms x 1000 past 2**63 microseconds) gives its row, not
+    an OverflowError that fails the read."""
+    return (n + (1 << 63)) % (1 << 64) - (1 << 63)
 
 
 def _lazy(name: str, m) -> object:

@@ -139,11 +139,11 @@ def test_generated_inner_batches_read_the_same_both_ways(spark, logs, shape):
     same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
 
 
-def _one_batch(body: bytes, num: str) -> tuple[object, bytes]:
+def _one_batch(body: bytes, num: str, stamped: int = T0) -> tuple[object, bytes]:
     flavor = _FLAVORS[0]
     encoder = Encoder(flavor, _HOSTS[0], 4 << 20)
     rec, ts_pos = encoder.encode(Message("Batched", body, 0, {"INNER_NUM": num, "INNER_BASE": "0"}, sys_flag=INNER))
-    codec.stamp(rec, ts_pos, 0, 0, T0)
+    codec.stamp(rec, ts_pos, 0, 0, stamped)
     if flavor.record_crc:
         codec.seal(rec, flavor)
     good, _ = encoder.encode(Message.create("Plain", b"after", queue_id=0))
@@ -171,6 +171,15 @@ def test_a_batch_that_does_not_unwrap_fails_both_the_same_way_and_is_skipped_the
         errors.append(found.group(0))
     assert errors[0] == errors[1] and reason in errors[0]
     assert same_rows(spark, root, {"damagedRecords": "skip"}) == 1  # the plain record after it
+
+
+def test_an_inner_batch_with_a_time_past_a_long_of_microseconds_reads_the_same_both_ways(spark):
+    """A damaged store time (its ms x 1000 past 2**63 microseconds) wraps as the JVM's longs
+    and the plain rows' numpy columns do; the Python reader failed the read with pyarrow's
+    OverflowError instead (found by the generated batches above)."""
+    body = encode_inner([(0, b"a", {}), (0, b"b", {})])
+    root = commitlog_store(*_one_batch(body, "2", stamped=1 << 62))
+    assert same_rows(spark, root, {}) == 3  # the batch's two messages and the plain record
 
 
 def test_a_header_only_count_of_inner_batches_is_the_same_both_ways(spark, batched):
