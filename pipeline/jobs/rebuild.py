@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from mqfs.store.format.layout import IN_QUEUE_TYPES, TRANSACTION_MASK
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
+from mqfs.store.format.multi_dispatch import PROPERTY_INNER_MULTI_DISPATCH
 from mqfs.store.offline.rebuild import IndexWriter, copy_store, finish, write_queue
 from mqfs.store.offline.views import commitlog_files, store_layout
 
@@ -48,8 +49,11 @@ def run(spark: SparkSession, store: str, out: str) -> dict:
                .partitionBy(max(1, len(keys)), lambda k: slot[k])
                .mapPartitions(write_queues).collect()) if keys else []
 
-    indexed = (df.select("commitlog_offset", "topic", F.unix_millis("store_timestamp").alias("ts"),
-                         "sys_flag", "keys", F.col("properties")[PROPERTY_UNIQ_KEY].alias("uniq"))
+    # a multi-dispatched record is also a row of each queue it is dispatched to: index its own
+    dispatched = F.array_contains(F.split(F.col("properties")[PROPERTY_INNER_MULTI_DISPATCH], ","), F.col("topic"))
+    indexed = (df.filter(~F.coalesce(dispatched, F.lit(False)))
+               .select("commitlog_offset", "topic", F.unix_millis("store_timestamp").alias("ts"),
+                       "sys_flag", "keys", F.col("properties")[PROPERTY_UNIQ_KEY].alias("uniq"))
                .coalesce(1).sortWithinPartitions("commitlog_offset"))
 
     def write_index(rows) -> list[tuple[int, int]]:
