@@ -78,7 +78,7 @@ def refusal(path: str, found: str, planned: str) -> str:
 
 class Checked(InputPartition):
     """A partition a Python worker reads, with the fingerprints of the CommitLog files it reads
-    (a byte range's; any other kind's, its store's newest file, which retention never deletes),
+    (a byte range's; any other kind's, its store's newest begun file, which retention never deletes),
     checked by the task first (`opened`), and the host of its store, which the jar's scans name
     (Locality.hosted). It pickles as `_checked(host, prints, inner pickle)`, so the JVM learns the
     host without knowing the inner partition's class."""
@@ -106,14 +106,24 @@ def checked(parts: list[InputPartition], root_of: Callable[[InputPartition], str
         paths = sorted({x.path for x in getattr(getattr(p, "inner", p), "pieces", None) or ()})
         if not paths:
             if root not in newest:
-                files = commitlog_files(root)
-                newest[root] = [files[-1][1]] if files else []
+                newest[root] = _newest_begun(commitlog_files(root))
             paths = newest[root]
         for path in paths:
             if path not in prints:
                 prints[path] = fingerprint(path)
         out.append(Checked(p, {path: prints[path] for path in paths}, hosts.get(root)))
     return out
+
+
+def _newest_begun(files: list[tuple[int, str]]) -> list[str]:
+    """The newest CommitLog file a record was begun in: a broker makes its next file ahead (all
+    zeros), whose fingerprint changes when its first record arrives, which is no other store."""
+    for _, path in reversed(files[1:]):
+        if os.path.getsize(path) >= 8:
+            with map_readonly(path) as m:
+                if any(m[:8]):
+                    return [path]
+    return [files[0][1]] if files else []
 
 
 def opened(partition: InputPartition) -> InputPartition:

@@ -139,3 +139,25 @@ def test_without_the_jar_hosts_is_refused_in_one_line(stores):
     source = MqfsDataSource({"path": stores[2], "hosts": "h1"})
     with pytest.raises(ValueError, match="the hosts option needs mqfs-spark.jar on Spark's class path"):
         source.reader(source.schema())
+
+
+def test_a_next_file_made_ahead_is_not_what_a_task_checks_its_store_by(tmp_path):
+    """A partition that names no CommitLog range (a queue range's) is checked by its store's
+    newest file: that was the next file a broker makes ahead (all zeros; the Java store
+    `killed` has one), whose first bytes change when the broker rolls over into it, so a task
+    run after the roll-over refused its own store as another one."""
+    from pyspark.sql.datasource import InputPartition
+
+    from mqfs.pipeline.locality import checked, opened
+
+    root = str(tmp_path / "s")
+    build_store(root, 300)
+    files = sorted(os.listdir(os.path.join(root, "commitlog")))
+    size = os.path.getsize(os.path.join(root, "commitlog", files[-1]))
+    ahead = os.path.join(root, "commitlog", f"{int(files[-1]) + size:020d}")
+    with open(ahead, "wb") as f:
+        f.write(bytes(size))
+    [part] = checked([InputPartition(7)], lambda p: root, {})
+    with open(ahead, "r+b") as f:  # the broker's first record in it
+        f.write(b"\x00\x00\x01\x00\xda\xa3\x20\xa7")
+    assert opened(part).value == 7
