@@ -25,7 +25,7 @@ from tests.store.helpers import small_config
 
 pytestmark = pytest.mark.skipif(compiled.PURE, reason="MQFS_PURE_PYTHON=1: no C steps release the GIL")
 
-ATTEMPTS = 50  # a release the other thread missed (not scheduled in time) is tried again
+ATTEMPTS = 200  # a release the other thread missed (not scheduled in time on a busy machine) is tried again
 
 
 @contextlib.contextmanager
@@ -80,10 +80,11 @@ def _meddled(call: Callable[[], object], steps: list[Callable[[], None]]) -> tup
     return result, len(ran)
 
 
-def _messages(n: int, body_size: int, seed: int) -> list[Message]:
+def _messages(n: int, body_size: int, seed: int, keys: int = 1) -> list[Message]:
     """Messages whose bodies nothing else refers to (dropping a message frees its body)."""
     rng = random.Random(seed)
-    return [Message.create("T", rng.randbytes(body_size), queue_id=i % 3, keys=[f"k{seed}-{i}"],
+    return [Message.create("T", rng.randbytes(body_size), queue_id=i % 3,
+                           keys=[f"k{seed}-{i}"] + [f"k{seed}-{i}-{j}" for j in range(1, keys)],
                            tags="t", born_timestamp=1_700_000_000_000 + i) for i in range(n)]
 
 
@@ -117,11 +118,13 @@ def test_a_store_queried_closed_and_its_messages_changed_while_a_batch_runs_with
     """The batch's releases of the GIL let the other thread spoil and drop its messages,
     then find a key an earlier batch stored (a reader meets entries being written: it waits
     for them), then close the store: which waits for the batch, stored whole as read."""
-    config = small_config(commitlog_file_size=16 << 20, index_entries=4096, index_slots=512,
+    config = small_config(commitlog_file_size=32 << 20, index_entries=8192, index_slots=1024,
                           consume_queue_units=1000)
     for attempt in range(ATTEMPTS):
         root = str(tmp_path / f"s{attempt}")
-        earlier, msgs = _messages(300, 1024, 1000 + attempt), _messages(300, 4 << 10, attempt)  # 300 keys: over 256
+        # 2,400 keys (over 256: entries written without the GIL) and 16 KiB bodies: releases
+        # long enough for the other thread to be scheduled in on a busy machine
+        earlier, msgs = _messages(300, 1024, 1000 + attempt), _messages(300, 16 << 10, attempt, keys=8)
         wanted = [(m.queue_id, m.body, m.keys[0]) for m in msgs]
         with MessageStore(root, config) as s:
             s.put_batch(earlier)
