@@ -7,10 +7,11 @@ import java.util.List;
 
 /**
  * The messages a consumer gets from an inner-batch record of a BatchCQ topic (docs/format.md,
- * "BatchCQ"), as store/format/batch.unwrap gives them: the parts of its stored body, which
- * must tile it exactly and number INNER_NUM, each with its own flag, body and properties
- * (UTF-8, as pipeline/inner_batches.py decodes them) at queue offset QUEUEOFFSET + i. A batch
- * that does not unwrap is a damaged record, never other rows.
+ * "BatchCQ"), as store/format/batch.unwrap gives them: the parts of its body (inflated first
+ * when compressed), which must tile it exactly and number INNER_NUM, each with its own flag,
+ * body and properties (UTF-8, as pipeline/inner_batches.py decodes them) at queue offset
+ * QUEUEOFFSET + i. A batch whose body does not inflate or unwrap is a damaged record, never
+ * other rows.
  */
 final class Inner {
     static final int FLAGS = 0x40 | 0x80;  // NEED_UNWRAP | INNER_BATCH (record_layout.py)
@@ -34,11 +35,10 @@ final class Inner {
         return (r.sysFlag & FLAGS) == FLAGS;
     }
 
-    /** The messages of the well-formed inner-batch record r (its stored body). */
-    static List<Message> of(Record r, ByteBuffer b, long offset) throws Damaged {
+    /** The messages of the well-formed inner-batch record r in b, whose body (inflated when
+     * compressed, as a consumer unwraps it) is `raw`. */
+    static List<Message> of(Record r, ByteBuffer b, byte[] raw, long offset) throws Damaged {
         String where = "the inner batch at CommitLog offset " + offset;
-        byte[] raw = new byte[r.bodyLen];
-        b.get(r.bodyPos, raw);
         ByteBuffer v = ByteBuffer.wrap(raw);
         List<Message> out = new ArrayList<>();
         int pos = 0;

@@ -252,14 +252,22 @@ final class RecordReader implements PartitionReader<ColumnarBatch> {
         for (Dispatch.Served q : served) {
             rows.add(r, buf, fileFrom, inflated, q, null);
         }
-        if (own && inner) {  // the batch's stored body, as a consumer unwraps it (never inflated)
+        if (own && inner) {  // a consumer inflates a compressed batch, then unwraps it (docs/format.md)
             try {
-                for (Inner.Message m : Inner.of(r, buf, offset)) {
+                byte[] body = inflated;
+                if (body == null) {
+                    body = new byte[r.bodyLen];
+                    buf.get(r.bodyPos, body);
+                    if ((r.sysFlag & 0x1) != 0) {
+                        body = Inflate.body(body, r.sysFlag, offset);
+                    }
+                }
+                for (Inner.Message m : Inner.of(r, buf, body, offset)) {
                     if (selection.keeps(r, buf, offset, r.queueOffset + m.index(), false)) {
                         rows.add(r, buf, fileFrom, null, null, m);
                     }
                 }
-            } catch (Inner.Damaged e) {
+            } catch (Inflate.Damaged | Inner.Damaged e) {
                 reject(r.start, e.getMessage());
             }
         }

@@ -22,6 +22,7 @@ from mqfs.store import Message  # noqa: E402
 from mqfs.store.format import codec  # noqa: E402
 from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, encode_inner  # noqa: E402
 from mqfs.store.format.codec import Encoder  # noqa: E402
+from mqfs.store.format.compression import compression_flags, deflate  # noqa: E402
 from tests.pipeline.test_pipeline_jvm import FILE, SHAPES, T0, both, commitlog_store, same_rows  # noqa: E402
 from tests.store.broker_guard_layouts import layout_batch_cq, layout_compaction  # noqa: E402
 from tests.store.test_layout import _FLAVORS, _HOSTS  # noqa: E402
@@ -139,10 +140,11 @@ def test_generated_inner_batches_read_the_same_both_ways(spark, logs, shape):
     same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
 
 
-def _one_batch(body: bytes, num: str, stamped: int = T0) -> tuple[object, bytes]:
+def _one_batch(body: bytes, num: str, stamped: int = T0, sys_flag: int = INNER) -> tuple[object, bytes]:
     flavor = _FLAVORS[0]
     encoder = Encoder(flavor, _HOSTS[0], 4 << 20)
-    rec, ts_pos = encoder.encode(Message("Batched", body, 0, {"INNER_NUM": num, "INNER_BASE": "0"}, sys_flag=INNER))
+    rec, ts_pos = encoder.encode(Message("Batched", body, 0, {"INNER_NUM": num, "INNER_BASE": "0"},
+                                         sys_flag=sys_flag))
     codec.stamp(rec, ts_pos, 0, 0, stamped)
     if flavor.record_crc:
         codec.seal(rec, flavor)
@@ -170,6 +172,37 @@ def test_a_batch_that_does_not_unwrap_fails_both_the_same_way_and_is_skipped_the
         assert found, str(err.value)[-2000:]
         errors.append(found.group(0))
     assert errors[0] == errors[1] and reason in errors[0]
+    assert same_rows(spark, root, {"damagedRecords": "skip"}) == 1  # the plain record after it
+
+
+@pytest.mark.parametrize("kind", ["zlib", "lz4", "zstd"])
+def test_a_compressed_inner_batch_is_inflated_then_unwrapped_both_ways(spark, kind):
+    """A consumer inflates a compressed batch before it unwraps it (docs/format.md, "BatchCQ");
+    the JVM reader unwrapped the stored bytes instead, so a good one failed the read."""
+    msgs = [(1, b"first", {"KEYS": "k"}), (2, b"second" * 50, {})]
+    root = commitlog_store(*_one_batch(deflate(encode_inner(msgs), kind), "2",
+                                       sys_flag=INNER | compression_flags(kind)))
+    assert same_rows(spark, root, {}) == 3  # the batch's two messages and the plain record
+    rows = spark.read.format("mqfs").option("reader", "jvm").load(root).select("topic", "body").collect()
+    assert {bytes(r.body) for r in rows if r.topic == "Batched"} == {b"first", b"second" * 50}
+
+
+def test_a_compressed_inner_batch_that_does_not_inflate_is_damaged_both_ways(spark):
+    """A batch flagged zlib whose stored body is a plain batch (as guard's full run generated:
+    SYSFLAG 0xC1, INNER_NUM 1) does not inflate: a damaged record to both readers, never the
+    row the JVM reader gave by unwrapping the stored bytes."""
+    root = commitlog_store(*_one_batch(encode_inner([(0, b"a", {})]), "1",
+                                       sys_flag=INNER | compression_flags("zlib")))
+    errors = []
+    for reader in ("jvm", "python"):
+        with pytest.raises(Exception) as err:
+            spark.read.format("mqfs").option("reader", reader).load(root).select("topic").collect()
+        # the same record and why, up to the codec's own words (zlib's or java.util.zip's)
+        found = re.search(r"damaged record at CommitLog offset \d+ \([^)]*\): [^;]*?does not inflate",
+                          str(err.value))
+        assert found, str(err.value)[-2000:]
+        errors.append(found.group(0))
+    assert errors[0] == errors[1] and "the zlib body of the record at CommitLog offset 0" in errors[0]
     assert same_rows(spark, root, {"damagedRecords": "skip"}) == 1  # the plain record after it
 
 
