@@ -32,7 +32,7 @@ from .files.lock import StoreLock
 from .files.mapped_file import fsync_dir
 from .files.unit_flush import UnitFlush
 from .format import compiled, message
-from .format.codec import Encoder, filler_record
+from .format.codec import Encoder, filler_record, smallest_filler
 from .format.columns import RecordRun
 from .format.flavor import flavor_named
 from .format.message import parse_host
@@ -269,7 +269,10 @@ class MessageStore(StoreReads, StoreWrites):
             log.warning("no abort file, but the checkpoint is not the one the last clean close "
                         "left: recovering as after a crash")
             last_exit_ok = False
-            self._closed_at = dispatch_state.flushed_at_close(saved)
+            # a close writes its checkpoint before its record: a checkpoint short of the
+            # record's end was restored from a copy; the log was flushed up to there all the
+            # same, and its queue offsets given out (`StoreParts.closed_at`)
+            self._closed_at = dispatch_state.clean_close_at(saved) or 0
         self._kept = kept_ends.read(self.root)
         vouched, cuts, self._ends_found = registration.read_write(
             self.root, self.consume_queues, saved if last_exit_ok else None,
@@ -584,7 +587,7 @@ class MessageStore(StoreReads, StoreWrites):
         """A filler record at the CommitLog's end, for units that keep offsets taken whose
         messages no damaged range held (a record of the last clean close counted them, the
         log lost them whole): readers skip it; flushed with the units that point at it."""
-        size = 128 if self.flavor.record_crc else 108
+        size = smallest_filler(self.encoder.store_host_raw, self.flavor)
         mf = self.commitlog.file_for(size)
         at = mf.file_from_offset + mf.wrote_position
         ts = self._store_timestamp()

@@ -620,14 +620,23 @@ def is_filler(topic: str, sys_flag: int) -> bool:
             and FILLER_TOPIC.startswith(topic))
 
 
+def _filler_fixed(store_host: bytes, flavor: Flavor) -> int:
+    """A filler record's bytes but its topic and body (v1, IPv4 born host)."""
+    return body_pos(IPV4_HOST_LEN, len(store_host)) + 1 + 2 + len(_CRC_PLACEHOLDER if flavor.record_crc else b"")
+
+
+def smallest_filler(store_host: bytes, flavor: Flavor) -> int:
+    """The fewest bytes a filler record takes: a one-letter topic, no body."""
+    return _filler_fixed(store_host, flavor) + 1
+
+
 def filler_record(size: int, commitlog_offset: int, store_ts: int, store_host: bytes, flavor: Flavor
                   ) -> bytearray:
     """A record of exactly `size` bytes at `commitlog_offset` to stand where damaged bytes were: a
     rolled-back transaction on the reserved topic, body of zeros. The topic is cut short for
     a small range (the smallest record repair meets is a one-letter topic with no body)."""
     props = _CRC_PLACEHOLDER if flavor.record_crc else b""
-    # v1, IPv4 born host
-    fixed = body_pos(IPV4_HOST_LEN, len(store_host)) + 1 + 2 + len(props)
+    fixed = _filler_fixed(store_host, flavor)
     topic = FILLER_TOPIC[: max(1, min(len(FILLER_TOPIC), size - fixed))].encode("ascii")
     body_len = size - fixed - len(topic)
     if body_len < 0:

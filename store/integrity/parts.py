@@ -45,7 +45,7 @@ class StoreParts:
     # cuts earlier crashes' recoveries left queues (config/queueCuts.json)
     cuts: dict[tuple[str, int], int] = field(default_factory=dict)
     # how far the last clean close's record says the log was flushed, when the checkpoint
-    # is older than that record (restored from a copy: `dispatch_state.flushed_at_close`)
+    # is older than that record (restored from a copy: `dispatch_state.clean_close_at`)
     closed_at: int = 0
 
     @property

@@ -543,7 +543,7 @@ def filler_bytes(cfg: StoreConfig, d: Damage, lo: int) -> tuple[int, bytes]:
     size = cfg.commitlog_file_size
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     host = message.encode_host(*message.parse_host(cfg.store_host))[0]
-    smallest = 112 if flavor.record_crc else 92
+    smallest = codec.smallest_filler(host, flavor)
     hi = d.end - (d.start - lo)
     if d.to_file_end and hi < size:  # the newest file: only zeros follow the range
         hi = max(hi, lo + smallest)

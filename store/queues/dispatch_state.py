@@ -186,16 +186,6 @@ def clean_close_at(found: Saved | None) -> int | None:
     return end if isinstance(end, int) and not isinstance(end, bool) else None
 
 
-def flushed_at_close(found: Saved | None) -> int:
-    """The CommitLog offset this store's last clean close flushed up to, by its record (0:
-    none). A close writes its checkpoint before its record, so a checkpoint short of it is
-    older than the record: restored from a copy. The log was flushed up to there all the
-    same, and its queue offsets given out: a record lying below it is no torn tail, and a
-    log that ends below it lost flushed data (the copy's file put over the one that held
-    them: the record's fingerprint no longer matches, which is why it is not asked for)."""
-    return clean_close_at(found) or 0
-
-
 def _queue_numbers(data: Any, field: str, what: str) -> dict[tuple[str, int], int]:
     """A {topic: {queue id: number}} member of the state, checked."""
     out: dict[tuple[str, int], int] = {}

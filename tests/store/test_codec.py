@@ -248,3 +248,17 @@ def test_filler_records_have_the_exact_size_and_are_skipped(flavor, size):
     m = codec.decode(bytes(rec), 0, flavor)
     assert (m.total_size, m.commitlog_offset) == (size, 4096)
     assert codec.is_filler(m.topic, m.sys_flag)
+
+
+@pytest.mark.parametrize("flavor", [ROCKETMQ, XXHASH.with_record_crc(True)])
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_smallest_filler_is_the_fewest_bytes_a_filler_takes(flavor, host):
+    """Repair and the kept-offsets filler size fillers by it: with an IPv6 store host a
+    filler needs 12 bytes more than with IPv4 (repair assumed IPv4's smallest)."""
+    raw = message.encode_host(host, 10911)[0]
+    n = codec.smallest_filler(raw, flavor)
+    assert n == (92 if len(raw) == 8 else 104) + (20 if flavor.record_crc else 0)
+    m = codec.decode(bytes(codec.filler_record(n, 0, 1, raw, flavor)), 0, flavor)
+    assert codec.is_filler(m.topic, m.sys_flag)
+    with pytest.raises(InvalidMessage):
+        codec.filler_record(n - 1, 0, 1, raw, flavor)
