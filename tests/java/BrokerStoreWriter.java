@@ -3,10 +3,14 @@
  * and prints what the store's getMessage (and queryMessage) answered, as JSON, so tests can
  * compare mqfs's reading of the files with the broker's own. Built by scripts/java-broker-store.
  *
- * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|read> <answers.json>
+ * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|rocksdb|rocksdb-killed|read> <answers.json>
  *   clean: the broker shuts down cleanly (no abort file);
  *   killed: the JVM halts after dispatch, as after a kill -9 (abort file left, checkpoint stale);
  *   writable: as clean, without the features mqfs refuses to write beside (LMQ, BatchCQ);
+ *   rocksdb: as writable, by RocksDBMessageStore (storeType=defaultRocksDB: the ConsumeQueue is a
+ *     RocksDB database in consumequeue/), with the topics in RocksDB (config/topics/) and a
+ *     topics.json that lacks some of them, as a broker's old export;
+ *   rocksdb-killed: as rocksdb, the broker having deleted its oldest CommitLog file, then halted;
  *   read: writes nothing: loads the store as a restarting broker does and answers for every
  *     queue on disk (what the broker makes of a store mqfs wrote to).
  * What the broker itself does before the store (delay and timer topics, transaction half and op
@@ -38,6 +42,7 @@ import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.attribute.CQType;
 import org.apache.rocketmq.common.compression.CompressionType;
 import org.apache.rocketmq.common.compression.CompressorFactory;
+import org.apache.rocketmq.common.config.ConfigRocksDBStorage;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageAccessor;
 import org.apache.rocketmq.common.message.MessageClientExt;
@@ -53,6 +58,8 @@ import org.apache.rocketmq.store.DefaultMessageStore;
 import org.apache.rocketmq.store.GetMessageResult;
 import org.apache.rocketmq.store.PutMessageResult;
 import org.apache.rocketmq.store.QueryMessageResult;
+import org.apache.rocketmq.store.RocksDBMessageStore;
+import org.apache.rocketmq.store.StoreType;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 import org.apache.rocketmq.store.stats.BrokerStatsManager;
@@ -96,10 +103,14 @@ public final class BrokerStoreWriter {
         String root = args[0];
         String mode = args[1];
         boolean refusedFeatures = "clean".equals(mode) || "killed".equals(mode);
+        boolean rocks = mode.startsWith("rocksdb");
         MessageStoreConfig cfg = new MessageStoreConfig();
+        if (rocks) {
+            cfg.setStoreType(StoreType.DEFAULT_ROCKSDB.getStoreType());
+        }
         cfg.setStorePathRootDir(root);
         cfg.setStorePathCommitLog(root + File.separator + "commitlog");
-        cfg.setMappedFileSizeCommitLog(64 * 1024);
+        cfg.setMappedFileSizeCommitLog(rocks ? 32 * 1024 : 64 * 1024);  // rocksdb-killed deletes the oldest of four
         cfg.setMappedFileSizeConsumeQueue(64 * 20);
         cfg.setMapperFileSizeBatchConsumeQueue(16 * 46);
         cfg.setMaxHashSlotNum(64);
@@ -123,8 +134,12 @@ public final class BrokerStoreWriter {
             topics.put(BATCHED, batched);  // what the broker's topics.json says, before it loads the store
         }
 
-        DefaultMessageStore store = new DefaultMessageStore(cfg, new BrokerStatsManager("mqfs", true),
-            (topic, queueId, logicOffset, tagsCode, msgStoreTime, filterBitMap, properties) -> { }, new BrokerConfig(), topics);
+        BrokerStatsManager stats = new BrokerStatsManager("mqfs", true);
+        DefaultMessageStore store = rocks
+            ? new RocksDBMessageStore(cfg, stats, (topic, queueId, logicOffset, tagsCode, msgStoreTime, filterBitMap, properties) -> { },
+                new BrokerConfig(), topics)
+            : new DefaultMessageStore(cfg, stats, (topic, queueId, logicOffset, tagsCode, msgStoreTime, filterBitMap, properties) -> { },
+                new BrokerConfig(), topics);
         TimerCheckpoint timerCheckpoint = new TimerCheckpoint(root + File.separator + "config" + File.separator + "timercheck");
         TimerMetrics timerMetrics = new TimerMetrics(root + File.separator + "config" + File.separator + "timermetrics");
         TimerMessageStore timer = new TimerMessageStore(store, cfg, timerCheckpoint, timerMetrics, null);
@@ -140,9 +155,16 @@ public final class BrokerStoreWriter {
                 w.queuesOnDisk(root);
             } else {
                 w.write();
+                if (rocks) {
+                    w.writeRocksDBTopics(root, topics);
+                }
                 writeTopicsJson(root, topics);
             }
             w.waitDispatched();
+            if ("rocksdb-killed".equals(mode)) {
+                // CleanCommitLogService's delete at its time, one file a run (deleteCommitLogFilesInterval)
+                check(store.getCommitLog().deleteExpiredFile(0, 0, 0, true, 1) == 1, "delete the oldest CommitLog file");
+            }
             try (Writer out = new OutputStreamWriter(new FileOutputStream(args[2]), StandardCharsets.UTF_8)) {
                 out.write(w.answers());
             }
@@ -150,7 +172,7 @@ public final class BrokerStoreWriter {
             e.printStackTrace();
             Runtime.getRuntime().halt(1);
         }
-        if ("killed".equals(mode)) {
+        if (mode.endsWith("killed")) {
             Runtime.getRuntime().halt(0);
         }
         timer.shutdown();
@@ -351,6 +373,28 @@ public final class BrokerStoreWriter {
             Thread.sleep(20);
         }
         store.getCommitLog().flush();
+    }
+
+    /**
+     * RocksDBTopicConfigManager's config/topics/: every topic the store holds, keyed by name, the
+     * value TopicConfig as JSON. topics.json keeps only the first, as an export made before the rest.
+     */
+    void writeRocksDBTopics(String root, Map<String, TopicConfig> topics) throws Exception {
+        ConfigRocksDBStorage db = new ConfigRocksDBStorage(root + File.separator + "config" + File.separator + "topics" + File.separator);
+        check(db.start(), "config RocksDB");
+        boolean first = true;
+        for (String q : queues.keySet()) {
+            String topic = q.substring(0, q.indexOf('\u0000'));
+            if (first) {
+                topics.put(topic, new TopicConfig(topic, 4, 4));
+                first = false;
+            }
+            byte[] key = topic.getBytes(StandardCharsets.UTF_8);
+            db.put(key, key.length, com.alibaba.fastjson.JSON.toJSONString(new TopicConfig(topic, 4, 4)).getBytes(StandardCharsets.UTF_8));
+        }
+        db.updateKvDataVersion("{\"counter\":2,\"stateVersion\":0,\"timestamp\":1790000000000}".getBytes(StandardCharsets.UTF_8));
+        db.flushWAL();
+        check(db.shutdown(), "config RocksDB shutdown");
     }
 
     /** The broker's config/topics.json for the BatchCQ topic, in TopicConfigManager's shape. */

@@ -1,7 +1,12 @@
 """Stores written by RocketMQ 5's own DefaultMessageStore (scripts/java-broker-store runs
 tests/java/BrokerStoreWriter.java), with what the broker's getMessage and queryMessage answered
 for every queue offset and key: the fixtures that show how a consumer sees a real broker's
-store. `clean` was shut down cleanly; `killed` halted after dispatch, abort file left."""
+store. `clean` was shut down cleanly; `killed` halted after dispatch, abort file left;
+`writable` lacks the features mqfs refuses to write beside (LMQ, BatchCQ). `rocksdb` and
+`rocksdb-killed` were written by RocksDBMessageStore (storeType=defaultRocksDB): the ConsumeQueue
+and the topics are RocksDB databases (consumequeue/, config/topics/) and topics.json is an old
+export lacking most topics; `rocksdb-killed`'s broker deleted its oldest CommitLog file (and
+with it the head of most queues) before it halted."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import subprocess
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "java_stores")
 KINDS = ("clean", "killed")
+ROCKSDB = ("rocksdb", "rocksdb-killed")
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # the writer's
 
 
@@ -32,6 +38,12 @@ def answers(kind: str) -> dict:
 
 def is_lmq(topic: str) -> bool:
     return topic.startswith("%LMQ%")
+
+
+def lost_with_its_records(kind: str, queue: dict) -> bool:
+    """A queue whose every record the broker deleted with its CommitLog files: only RocksDB
+    remembers it (empty, at its last offset); mqfs reads no RocksDB, so it has no such queue."""
+    return kind in ROCKSDB and queue["min"] == queue["max"] and queue["min"] > 0
 
 
 def consumer_view(queue: dict, answer: dict) -> dict:
