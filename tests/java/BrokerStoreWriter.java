@@ -3,7 +3,7 @@
  * and prints what the store's getMessage (and queryMessage) answered, as JSON, so tests can
  * compare mqfs's reading of the files with the broker's own. Built by scripts/java-broker-store.
  *
- * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|rocksdb|rocksdb-killed|read> <answers.json>
+ * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|rocksdb|rocksdb-killed|dledger|dledger-killed|read> <answers.json>
  *   clean: the broker shuts down cleanly (no abort file);
  *   killed: the JVM halts after dispatch, as after a kill -9 (abort file left, checkpoint stale);
  *   writable: as clean, without the features mqfs refuses to write beside (LMQ, BatchCQ);
@@ -11,6 +11,8 @@
  *     RocksDB database in consumequeue/), with the topics in RocksDB (config/topics/) and a
  *     topics.json that lacks some of them, as a broker's old export;
  *   rocksdb-killed: as rocksdb, the broker having deleted its oldest CommitLog file, then halted;
+ *   dledger, dledger-killed: as writable and as killed, the CommitLog on DLedger
+ *     (enableDLegerCommitLog, a one-node Raft group that elects itself);
  *   read: writes nothing: loads the store as a restarting broker does and answers for every
  *     queue on disk (what the broker makes of a store mqfs wrote to).
  * What the broker itself does before the store (delay and timer topics, transaction half and op
@@ -62,6 +64,7 @@ import org.apache.rocketmq.store.RocksDBMessageStore;
 import org.apache.rocketmq.store.StoreType;
 import org.apache.rocketmq.store.config.FlushDiskType;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
+import org.apache.rocketmq.store.dledger.DLedgerCommitLog;
 import org.apache.rocketmq.store.stats.BrokerStatsManager;
 import org.apache.rocketmq.store.timer.TimerCheckpoint;
 import org.apache.rocketmq.store.timer.TimerMessageStore;
@@ -104,6 +107,7 @@ public final class BrokerStoreWriter {
         String mode = args[1];
         boolean refusedFeatures = "clean".equals(mode) || "killed".equals(mode);
         boolean rocks = mode.startsWith("rocksdb");
+        boolean dledger = mode.startsWith("dledger");
         MessageStoreConfig cfg = new MessageStoreConfig();
         if (rocks) {
             cfg.setStoreType(StoreType.DEFAULT_ROCKSDB.getStoreType());
@@ -124,6 +128,14 @@ public final class BrokerStoreWriter {
         cfg.setTimerMaxDelaySec(60);
         cfg.setMappedFileSizeTimerLog(64 * 1024);
         cfg.setMessageDelayLevel("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h");
+        if (dledger || new File(root, "dledger-n0").isDirectory()) {
+            cfg.setEnableDLegerCommitLog(true);
+            cfg.setdLegerGroup("mqfs");
+            cfg.setdLegerSelfId("n0");
+            try (java.net.ServerSocket free = new java.net.ServerSocket(0)) {
+                cfg.setdLegerPeers("n0-127.0.0.1:" + free.getLocalPort());
+            }
+        }
 
         ConcurrentMap<String, TopicConfig> topics = new ConcurrentHashMap<>();
         TopicConfig batched = new TopicConfig(BATCHED, 1, 1);
@@ -147,6 +159,13 @@ public final class BrokerStoreWriter {
         check(store.load(), "load");
         check(timer.load(), "timer load");
         store.start();
+        if (cfg.isEnableDLegerCommitLog()) {  // puts need the group's leader: a group of one elects itself
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (!((DLedgerCommitLog) store.getCommitLog()).getdLedgerServer().getMemberState().isLeader()) {
+                check(System.currentTimeMillis() < deadline, "DLedger leader");
+                Thread.sleep(20);
+            }
+        }
         timer.start(true);
 
         BrokerStoreWriter w = new BrokerStoreWriter(store, refusedFeatures);

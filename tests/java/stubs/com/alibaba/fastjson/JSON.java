@@ -43,6 +43,10 @@ public final class JSON {
         return toJSONString(obj);
     }
 
+    public static byte[] toJSONBytes(Object obj, SerializerFeature... features) {
+        return toJSONString(obj).getBytes(StandardCharsets.UTF_8);
+    }
+
     public static void writeJSONString(Writer writer, Object obj, SerializerFeature... features) {
         try {
             writer.write(toJSONString(obj));
