@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 
 from pyspark.sql.datasource import InputPartition
 
-from mqfs.store.offline.views import commitlog_files, map_readonly
+from mqfs.store.offline.views import map_readonly, newest_begun_file
 
 PRINT_BYTES = 256  # at most this much of a file's first record is fingerprinted
 
@@ -106,24 +106,14 @@ def checked(parts: list[InputPartition], root_of: Callable[[InputPartition], str
         paths = sorted({x.path for x in getattr(getattr(p, "inner", p), "pieces", None) or ()})
         if not paths:
             if root not in newest:
-                newest[root] = _newest_begun(commitlog_files(root))
+                found = newest_begun_file(root)  # retention never deletes it; a made-ahead file
+                newest[root] = [found[1]] if found else []  # of zeros gets a record: no other store
             paths = newest[root]
         for path in paths:
             if path not in prints:
                 prints[path] = fingerprint(path)
         out.append(Checked(p, {path: prints[path] for path in paths}, hosts.get(root)))
     return out
-
-
-def _newest_begun(files: list[tuple[int, str]]) -> list[str]:
-    """The newest CommitLog file a record was begun in: a broker makes its next file ahead (all
-    zeros), whose fingerprint changes when its first record arrives, which is no other store."""
-    for _, path in reversed(files[1:]):
-        if os.path.getsize(path) >= 8:
-            with map_readonly(path) as m:
-                if any(m[:8]):
-                    return [path]
-    return [files[0][1]] if files else []
 
 
 def opened(partition: InputPartition) -> InputPartition:

@@ -220,7 +220,8 @@ def _check_continuity(files: list[tuple[int, str]], fail: bool) -> None:
 def commitlog_end(layout: StoreLayout) -> int:
     """The CommitLog offset where records end now (0 for an empty log): in the newest file
     that holds any, as a broker makes its next file ahead (zeros; a killed RocketMQ leaves
-    it), and then the log ends in the file before it."""
+    it), and then the log ends in the file before it. Not `newest_begun`'s first bytes alone:
+    a ConsumeQueue unit vouches for records past a newest file's lost (zeroed) first header."""
     files = commitlog_files(layout.root)
     known = last_unit_offsets(layout) if files else np.zeros(0, np.int64)
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..format import layout
 from ..format.columns import RecordRun
+from ..offline.store_files import newest_begun
 from .log_tail import bytes_past, refusal
 from .parts import StoreParts
 from .recovery import RecoveryReport
@@ -17,13 +18,11 @@ from .scanner import NOWHERE, file_start, scan_end
 
 
 def _newest_begun(parts: StoreParts) -> int:
-    """Start of the newest CommitLog file with a record begun at its start: a broker creates
-    its next file ahead (zeros), and the log ends in the file before it, not at its start."""
+    """Start of the CommitLog file the log ends in (`newest_begun`: not a broker's made-ahead
+    file of zeros), where the scan for the log's end begins at the latest."""
     files = parts.commitlog.queue.files
-    for mf in reversed(files[1:]):
-        if bytes(mf.buffer()[:8]) != bytes(8):
-            return mf.file_from_offset
-    return files[0].file_from_offset
+    found = newest_begun(files, lambda mf: mf.buffer()[:8])
+    return found.file_from_offset if found is not None else 0
 
 
 def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = None) -> RecoveryReport:

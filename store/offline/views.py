@@ -30,6 +30,8 @@ from .store_files import StoreLayout as StoreLayout
 from .store_files import commitlog_files as commitlog_files
 from .store_files import index_files as index_files
 from .store_files import map_readonly as map_readonly
+from .store_files import newest_begun as newest_begun
+from .store_files import newest_begun_file as newest_begun_file
 from .store_files import numbered_files as numbered_files
 from .store_files import queues as queues
 from .store_files import store_layout as store_layout

@@ -15,7 +15,9 @@ import pytest
 
 from mqfs.store import Message, MessageStore
 from mqfs.store.files.checkpoint import Checkpoint
+from mqfs.store.format.layout import MAGIC_V1
 from mqfs.store.integrity.verify import verify_store
+from mqfs.store.offline.store_files import commitlog_files, newest_begun, newest_begun_file
 from mqfs.store.queues import clean_open
 from tests.fusefs.helpers import mounted, needs_fuse, sh
 from tests.store.helpers import small_config
@@ -200,3 +202,22 @@ def test_verify_takes_the_file_a_broker_made_ahead_for_no_damage(tmp_path):
     report = verify_store(root)
     assert not report.ok
     assert any("without a BLANK" in line for line in report.lines), report.lines
+
+
+def test_the_log_ends_in_the_newest_file_begun_for_every_reader_that_asks(tmp_path):
+    """One rule (store_files.newest_begun) for where the CommitLog ends by its files: the
+    newest file whose first 8 bytes are not all zero. A broker's made-ahead file of zeros is
+    not it, whichever reader asks (the read-only open, the pipeline's locality); once a
+    record is begun in it, it is."""
+    assert newest_begun([], bytes) is None
+    assert newest_begun([b"\0" * 8, b"\0" * 8], bytes) == b"\0" * 8  # none begun: the oldest
+    assert newest_begun([b"a", b"\0\0\0\1", b"", b"\0" * 8], lambda f: f) == b"\0\0\0\1"
+    root, size = broker_store(str(tmp_path / "s"))
+    (before, _), (ahead_start, ahead) = commitlog_files(root)[-2:]
+    assert newest_begun_file(root) == (before, os.path.join(root, "commitlog", f"{before:020d}"))
+    with MessageStore(root, small_config(**CFG, read_only=True), create=False) as s:
+        end = s.recovery.end_offset
+    assert before < end < ahead_start
+    with open(ahead, "r+b") as f:  # a record begun in it: its TOTALSIZE and MAGIC
+        f.write(struct.pack(">ii", 200, MAGIC_V1))
+    assert newest_begun_file(root) == (ahead_start, ahead)
