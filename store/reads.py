@@ -76,6 +76,14 @@ class StoreReads:
         return self.consume_queues.first_use_pending((topic, queue_id))
 
     @in_use
+    def use_queue(self, topic: str, queue_id: int) -> None:
+        """The queue's first use made now when `needs_first_use` (opened, its end proven),
+        raising what a read would (NotFound, CorruptionError, QueueNotProven, ...): a writer
+        proves a queue before it accepts a write, which a put would find only later."""
+        if self._bq(topic, queue_id) is None and self._compacted(topic, queue_id) is None:
+            self._cq(topic, queue_id)
+
+    @in_use
     def get(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
         if (bq := self._bq(topic, queue_id)) is not None and self.batch is not None:
             return self.batch.get(bq, offset)

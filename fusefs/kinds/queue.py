@@ -157,7 +157,7 @@ class Append(QueueFile):
         files), so a queue it refuses (the log does not hold every offset it gave out) fails
         the open, which a shell reports, not the close it never checks."""
         if self.parts.store.needs_first_use(node.topic, node.queue):
-            await run.thread(self.parts.store.get_range, node.topic, node.queue, 0, 0)
+            await run.thread(self.parts.store.use_queue, node.topic, node.queue)
 
     async def open(self, run: Runner, node: Node, how: Opening) -> Handle:
         writer = None

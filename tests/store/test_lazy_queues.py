@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from mqfs.store import CorruptionError, Message, MessageStore, StoreFormatError
+from mqfs.store import CorruptionError, Message, MessageStore, NotFound, StoreFormatError
 from mqfs.store.queues import first_use
 from tests.store.helpers import small_config
 from tests.waits import eventually
@@ -42,6 +42,27 @@ def test_a_clean_open_touches_no_queue_file_and_the_first_use_does(tmp_path):
         with pytest.raises(StoreFormatError, match="is 7 bytes"):
             s.get("t3", 2, 0)
         assert not s.consume_queues.opened()
+
+
+def test_use_queue_makes_the_first_use_a_read_would_and_raises_what_it_would(tmp_path):
+    """`use_queue` (the mount's append proves its queue before it takes a write): the
+    queue's first use now, nothing when it is made already; a queue file the first use
+    refuses raises as a read would, an unknown queue is NotFound, a declared one is none."""
+    root = str(tmp_path / "s")
+    _fill(root)
+    os.truncate(_queue_file(root, "t3", 2), 7)
+    with MessageStore(root, small_config(), create=False) as s:
+        assert s.needs_first_use("t1", 0)
+        s.use_queue("t1", 0)
+        assert not s.needs_first_use("t1", 0) and list(s.consume_queues.opened()) == [("t1", 0)]
+        s.use_queue("t1", 0)
+        with pytest.raises(StoreFormatError, match="is 7 bytes"):
+            s.use_queue("t3", 2)
+        with pytest.raises(NotFound):
+            s.use_queue("nosuch", 0)
+        s.add_queue("t0", 9)
+        s.use_queue("t0", 9)
+        assert s.max_offset("t0", 9) == 0
 
 
 def test_a_damaged_queue_tail_is_found_at_its_first_use_and_rebuilt(tmp_path):
