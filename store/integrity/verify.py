@@ -34,7 +34,7 @@ from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import cuts as queue_cuts
 from ..queues import dispatch_state, ownership
-from . import batch_check, repair_journal, salvage
+from . import batch_check, committed, repair_journal, salvage
 from .compaction_check import check_compaction
 from .index_points import IndexPoints
 from .salvage import Damage
@@ -50,6 +50,8 @@ class VerifyReport:
     crashed: bool = False  # the abort file is there: recovery has yet to run
     pending: int = 0  # ConsumeQueue/IndexFile mismatches recovery will rebuild (crashed)
     brokers_problems: int = 0  # of `problems`: in files only the broker writes
+    findings: int = 0  # evidence of what a crash lost that no repair can mend (committed.py):
+                       # listed, but not a problem
 
     @property
     def ok(self) -> bool:
@@ -77,6 +79,11 @@ class VerifyReport:
         self.problems += 1
         if self.problems <= MAX_LISTED:
             self.lines.append("PROBLEM " + text)
+
+    def finding(self, text: str) -> None:
+        self.findings += 1
+        if self.findings <= MAX_LISTED:
+            self.lines.append("FINDING " + text)
 
     def brokers(self, text: str) -> None:
         """A problem in files only the broker writes (compaction/, its topic attributes):
@@ -180,7 +187,10 @@ def _in_damage(damages: list[Damage], commitlog_offset: int) -> Damage | None:
 
 def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo],
                   damages: list[Damage], fillers: set[int], report: VerifyReport,
-                  advance: Callable[[int], None], found: Features) -> int:
+                  advance: Callable[[int], None], found: Features,
+                  ends: dict[tuple[str, int], int]) -> int:
+    """Every ConsumeQueue unit against its record; `ends` gets each queue's end as its
+    units give it."""
     if features.ROCKSDB_CQ in found:
         report.lines.append("note: consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs "
                             "cannot read: not checked (its queues are served from the CommitLog)")
@@ -233,6 +243,7 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
             valid = (arr["offset"] >= 0) & (arr["size"] > 0)
             n = int(np.argmin(valid)) if not valid.all() else len(arr)
             arr = arr[:n]
+            ends[key] = first + n
             want = set(expected.get(key, []))
             live = (arr["size"] != PRE_BLANK[1]) & (arr["offset"] >= min_commitlog_offset)
             rows = np.flatnonzero(live)  # columns as lists: no numpy scalar per field
@@ -274,6 +285,21 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     return checked
 
 
+
+
+def _record_ends(records: dict[int, _RecordInfo], ends: dict[tuple[str, int], int],
+                 batch: frozenset[str]) -> dict[tuple[str, int], int]:
+    """Each queue's end: past its last unit or its last record, the further (after a crash
+    the units may lag the records). BatchCQ topics are left out (a record there holds
+    several offsets)."""
+    out = {k: v for k, v in ends.items() if k[0] not in batch}
+    for r in records.values():
+        if r.in_queue and r.topic not in batch:
+            key = (r.topic, r.queue_id)
+            out[key] = max(out.get(key, 0), r.queue_offset + 1)
+        for topic, queue_id, queue_offset in r.dispatched:
+            out[(topic, queue_id)] = max(out.get((topic, queue_id), 0), queue_offset + 1)
+    return out
 
 
 def _reachable(f: IndexFile, raw: np.ndarray) -> list[bool]:
@@ -423,8 +449,11 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
                 lambda offset: cl.read(offset, check_crc=True), report.problem)
         finally:
             cl.close()
+        ends: dict[tuple[str, int], int] = {}
         cq_checked = _check_queues(root, cfg.consume_queue_units, flavor, records, damages,
-                                   fillers, report, bar.advance, used)
+                                   fillers, report, bar.advance, used, ends)
+        committed.past_end(root, _record_ends(records, ends, features.topics_of(used, features.BATCH_CQ)),
+                           report.finding)
         ix_checked = _check_index(root, cfg.index_slots, cfg.index_entries, flavor, records,
                                   damages, report, bar.advance)
         compacted = check_compaction(root, flavor, used, records, report.brokers,
@@ -445,7 +474,11 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
                            f"{ix_checked} IndexFile entries"
                            + (f", {compacted} compactionCq units" if compacted else "")
                            + f" checked ({flavor.name} flavor)")
-    report.lines.append("OK" if report.ok else
+    if report.findings > MAX_LISTED:
+        report.lines.append(f"... and {report.findings - MAX_LISTED} more findings")
+    findings = f": no damage, but {report.findings} finding{'s' if report.findings != 1 else ''} " \
+        "above" if report.findings else ""
+    report.lines.append(f"OK{findings}" if report.ok else
                         f"{report.problems} problems: `mqfs repair {root}` shows what it would do")
     return report
 
