@@ -22,7 +22,8 @@ from tests import REPO, progress
 # 10.6 s; 12 reads of 20,000 messages: 24.0 -> 17.4 s). What the JVM computes is the same.
 # A value the caller set is kept.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
-for _name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+JVM_OPTIONS_VARS = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")
+for _name in JVM_OPTIONS_VARS:
     os.environ.setdefault(_name, TEST_JVM_OPTIONS)
 
 
@@ -37,6 +38,26 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory):
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_jvm_temp(tmp_path_factory: pytest.TempPathFactory):
+    """Every JVM the tests start keeps its temporary files in this run's temporary directory:
+    Java takes /tmp whatever TMPDIR says, and a JVM that ends without its shutdown hooks (as
+    a test session's does when Python exits, or a killed driver's) left Spark's spark-* and
+    artifacts-* directories and lz4-java's library there, five or so a Spark test module,
+    even under scripts/test. A java.io.tmpdir the caller set is kept."""
+    flag = f"-Djava.io.tmpdir={tmp_path_factory.mktemp('jvm')}"
+    old = {name: os.environ.get(name) for name in JVM_OPTIONS_VARS}
+    for name, value in old.items():
+        if "-Djava.io.tmpdir=" not in (value or ""):
+            os.environ[name] = f"{value or ''} {flag}".strip()
+    yield
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -131,13 +134,25 @@ def commitlogs(draw):
     return flavor, bytes(buf[:FILE]).ljust(FILE, b"\0")
 
 
-def commitlog_store(flavor, data: bytes) -> str:
-    root = tempfile.mkdtemp(prefix="mqfs-jvm-")
+def commitlog_store(base: str | os.PathLike, flavor, data: bytes) -> str:
+    """A store in a new directory under `base` whose one CommitLog file holds `data`."""
+    root = tempfile.mkdtemp(prefix="jvm-", dir=base)
     write_manifest(root, StoreConfig(flavor=flavor.name, record_crc=flavor.record_crc, commitlog_file_size=FILE), None)
     os.makedirs(os.path.join(root, "commitlog"))
     with open(os.path.join(root, "commitlog", "0" * 20), "wb") as f:
         f.write(data)
     return root
+
+
+@contextmanager
+def commitlog_stores(factory: pytest.TempPathFactory, logs) -> Iterator[list[str]]:
+    """A generated example's CommitLogs as stores, removed after the example: a run makes
+    hundreds, and pytest keeps its temporary directories of the last three runs."""
+    work = factory.mktemp("jvm")
+    try:
+        yield [commitlog_store(work, *log) for log in logs]
+    finally:
+        shutil.rmtree(work)
 
 
 # up to 10 CommitLogs per example, by design (one Spark query per reader reads them all): draws
@@ -147,14 +162,14 @@ def commitlog_store(flavor, data: bytes) -> str:
                                                                   HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(logs=st.lists(commitlogs(), min_size=1, max_size=10), shape=st.sampled_from(SHAPES))
-def test_generated_commitlogs_read_the_same_both_ways(spark, logs, shape):
+def test_generated_commitlogs_read_the_same_both_ways(spark, tmp_path_factory, logs, shape):
     """Damaged records are skipped by both at the same places (the walk, the resync), and every
     other record is the same row, whatever the columns (header-only reads check headers only).
     The CommitLogs of an example are read as several stores (each alone, with its own flavor):
     one Spark query per reader for many CommitLogs."""
-    roots = [commitlog_store(*log) for log in logs]
     options, columns = shape
-    same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
+    with commitlog_stores(tmp_path_factory, logs) as roots:
+        same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
 
 
 @pytest.fixture(scope="module")

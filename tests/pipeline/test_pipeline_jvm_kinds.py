@@ -23,7 +23,7 @@ from mqfs.store.format import codec  # noqa: E402
 from mqfs.store.format.batch import INNER_BATCH_FLAG, NEED_UNWRAP_FLAG, encode_inner  # noqa: E402
 from mqfs.store.format.codec import Encoder  # noqa: E402
 from mqfs.store.format.compression import compression_flags, deflate  # noqa: E402
-from tests.pipeline.test_pipeline_jvm import FILE, SHAPES, T0, both, commitlog_store, same_rows  # noqa: E402
+from tests.pipeline.test_pipeline_jvm import FILE, SHAPES, T0, both, commitlog_store, commitlog_stores, same_rows  # noqa: E402
 from tests.store.broker_guard_layouts import layout_batch_cq, layout_compaction  # noqa: E402
 from tests.store.test_layout import _FLAVORS, _HOSTS  # noqa: E402
 
@@ -132,12 +132,12 @@ def batch_commitlogs(draw):
                                                                   HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(logs=st.lists(batch_commitlogs(), min_size=1, max_size=8), shape=st.sampled_from(SHAPES))
-def test_generated_inner_batches_read_the_same_both_ways(spark, logs, shape):
+def test_generated_inner_batches_read_the_same_both_ways(spark, tmp_path_factory, logs, shape):
     """Damaged batches are skipped by both (the same ones), and every message of the others
     is the same row, whatever the columns."""
-    roots = [commitlog_store(*log) for log in logs]
     options, columns = shape
-    same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
+    with commitlog_stores(tmp_path_factory, logs) as roots:
+        same_rows(spark, roots, {"damagedRecords": "skip", **options}, columns)
 
 
 def _one_batch(body: bytes, num: str, stamped: int = T0, sys_flag: int = INNER) -> tuple[object, bytes]:
@@ -162,8 +162,8 @@ def _one_batch(body: bytes, num: str, stamped: int = T0, sys_flag: int = INNER) 
     (encode_inner([(0, b"a", {})]), "one", "has INNER_NUM 'one'"),
 ])
 def test_a_batch_that_does_not_unwrap_fails_both_the_same_way_and_is_skipped_the_same_way(
-        spark, body, num, reason):
-    root = commitlog_store(*_one_batch(body, num))
+        spark, tmp_path, body, num, reason):
+    root = commitlog_store(tmp_path, *_one_batch(body, num))
     errors = []
     for reader in ("jvm", "python"):
         with pytest.raises(Exception) as err:
@@ -176,23 +176,23 @@ def test_a_batch_that_does_not_unwrap_fails_both_the_same_way_and_is_skipped_the
 
 
 @pytest.mark.parametrize("kind", ["zlib", "lz4", "zstd"])
-def test_a_compressed_inner_batch_is_inflated_then_unwrapped_both_ways(spark, kind):
+def test_a_compressed_inner_batch_is_inflated_then_unwrapped_both_ways(spark, tmp_path, kind):
     """A consumer inflates a compressed batch before it unwraps it (docs/format.md, "BatchCQ");
     the JVM reader unwrapped the stored bytes instead, so a good one failed the read."""
     msgs = [(1, b"first", {"KEYS": "k"}), (2, b"second" * 50, {})]
-    root = commitlog_store(*_one_batch(deflate(encode_inner(msgs), kind), "2",
-                                       sys_flag=INNER | compression_flags(kind)))
+    root = commitlog_store(tmp_path, *_one_batch(deflate(encode_inner(msgs), kind), "2",
+                                                 sys_flag=INNER | compression_flags(kind)))
     assert same_rows(spark, root, {}) == 3  # the batch's two messages and the plain record
     rows = spark.read.format("mqfs").option("reader", "jvm").load(root).select("topic", "body").collect()
     assert {bytes(r.body) for r in rows if r.topic == "Batched"} == {b"first", b"second" * 50}
 
 
-def test_a_compressed_inner_batch_that_does_not_inflate_is_damaged_both_ways(spark):
+def test_a_compressed_inner_batch_that_does_not_inflate_is_damaged_both_ways(spark, tmp_path):
     """A batch flagged zlib whose stored body is a plain batch (as guard's full run generated:
     SYSFLAG 0xC1, INNER_NUM 1) does not inflate: a damaged record to both readers, never the
     row the JVM reader gave by unwrapping the stored bytes."""
-    root = commitlog_store(*_one_batch(encode_inner([(0, b"a", {})]), "1",
-                                       sys_flag=INNER | compression_flags("zlib")))
+    root = commitlog_store(tmp_path, *_one_batch(encode_inner([(0, b"a", {})]), "1",
+                                                 sys_flag=INNER | compression_flags("zlib")))
     errors = []
     for reader in ("jvm", "python"):
         with pytest.raises(Exception) as err:
@@ -206,12 +206,12 @@ def test_a_compressed_inner_batch_that_does_not_inflate_is_damaged_both_ways(spa
     assert same_rows(spark, root, {"damagedRecords": "skip"}) == 1  # the plain record after it
 
 
-def test_an_inner_batch_with_a_time_past_a_long_of_microseconds_reads_the_same_both_ways(spark):
+def test_an_inner_batch_with_a_time_past_a_long_of_microseconds_reads_the_same_both_ways(spark, tmp_path):
     """A damaged store time (its ms x 1000 past 2**63 microseconds) wraps as the JVM's longs
     and the plain rows' numpy columns do; the Python reader failed the read with pyarrow's
     OverflowError instead (found by the generated batches above)."""
     body = encode_inner([(0, b"a", {}), (0, b"b", {})])
-    root = commitlog_store(*_one_batch(body, "2", stamped=1 << 62))
+    root = commitlog_store(tmp_path, *_one_batch(body, "2", stamped=1 << 62))
     assert same_rows(spark, root, {}) == 3  # the batch's two messages and the plain record
 
 
