@@ -29,7 +29,8 @@ from .files.mapped_file import MappedFile, load_files, offset_to_name
 from .format import codec, layout
 from .format.flavor import flavor_named
 from .format.message import validate_stored_topic
-from .integrity import repair_journal, salvage
+from .integrity import broker_cut, repair_journal, salvage
+from .integrity.broker_cut import BrokerCut
 from .integrity.index_points import IndexPoints
 from .integrity.salvage import Damage, Progress
 from .meta.features import recognise
@@ -58,11 +59,12 @@ class RepairPlan:
     # rebuild moves them to quarantine/ with the other derived files
     uncovered: list[Damage] = field(default_factory=list)  # damage its journal does not
     # cover (found since it was planned): apply adds it to the journal first
+    cut: BrokerCut | None = None  # records past where the broker's own recovery cut the log
 
     @property
     def needed(self) -> bool:
         return bool(self.rewrite_manifest or self.renames or self.damages or self.foreign or
-                    self.accept_head_from is not None or self.interrupted)
+                    self.accept_head_from is not None or self.interrupted or self.cut)
 
     def lines(self) -> list[str]:
         out = list(self.finished)
@@ -81,6 +83,8 @@ class RepairPlan:
         if self.accept_head_from is not None:
             out.append(f"accept the loss of the missing oldest CommitLog bytes (the log will "
                        f"start at {self.accept_head_from})")
+        if self.cut is not None:
+            out.extend(self.cut.lines())
         for d in self.damages:
             out.append(f"quarantine and replace {d}")
         damaged = sum(d.end - d.start for d in self.damages)
@@ -88,8 +92,9 @@ class RepairPlan:
         lost = (f"; {count} message{'' if count == 1 else 's'} the ConsumeQueues name lost in "
                 f"{len(self.damages)} damaged range{'' if len(self.damages) == 1 else 's'} "
                 f"({damaged} bytes, copied to quarantine/)") if self.damages else ""
-        out.append(f"keep {self.kept} records{lost}; rebuild every ConsumeQueue and IndexFile "
-                   "from the CommitLog")
+        out.append(f"keep {self.kept} records{lost}; " + (
+            "cut the ConsumeQueues and IndexFiles to end with the CommitLog" if self.cut else
+            "rebuild every ConsumeQueue and IndexFile from the CommitLog"))
         out.extend(f"lose {topic}/{queue} {_offsets(offsets)}"
                    for (topic, queue), offsets in sorted(self.lost.items()))
         return out
@@ -239,14 +244,26 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
     queue_ends: dict[tuple[str, int], int] = {}
     flushed = Checkpoint.load(os.path.join(plan.root, "checkpoint")).commitlog_flushed_offset
     points = IndexPoints(plan.root, plan.config.index_slots)  # where a lost header's walk goes on
+    kept_by_broker = broker_cut.broker_end(plan.root, cl)  # where its recovery cut, if it did
+    past: BrokerCut | None = None  # the records past that cut, when the first damage is there
     for item in salvage.walk(files, flavor, cl.file_size, progress, flushed, points):
         if isinstance(item, Damage):
+            if not plan.damages and kept_by_broker and item.start == kept_by_broker[0]:
+                past = BrokerCut(*kept_by_broker)
             plan.damages.append(item)
         elif not codec.is_filler(item.topic, item.sys_flag):
             plan.kept += 1
             key = (item.topic, item.queue_id)
             if layout.in_queue(item.sys_flag):
                 queue_ends[key] = max(queue_ends.get(key, 0), item.queue_offset + 1)
+            if past is not None:
+                past.records += 1
+                if layout.in_queue(item.sys_flag):
+                    past.queues.setdefault(key, (0, []))[1].append(item.queue_offset)
+    if past is not None and past.records and _broker_dropped(plan, past):
+        plan.cut, plan.damages, plan.kept = past, [], plan.kept - past.records
+        plan.queue_ends = {}  # the cut's read-write open finds them as the broker serves them
+        return
     plan.lost, old_ends = _old_queues(plan.root, plan.config, plan.damages)
     try:  # the counts of the last clean close: offsets given out, even if a queue lost units
         for key, count in dispatch_state.read(plan.root)[0].items():
@@ -257,6 +274,18 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
         if key in queue_ends or end:
             queue_ends[key] = max(queue_ends.get(key, 0), end)
     plan.queue_ends = queue_ends
+
+
+def _broker_dropped(plan: RepairPlan, past: BrokerCut) -> bool:
+    """Whether every record past the broker's cut has a queue offset at or past its queue's
+    end as the broker serves it (else the broker did not simply drop them: keep them);
+    fills in those ends."""
+    for key, (_, offsets) in past.queues.items():
+        end = broker_cut.served_end(plan.root, *key, plan.config.consume_queue_units, past.at)
+        if min(offsets) < end:
+            return False
+        past.queues[key] = (end, offsets)
+    return True
 
 
 def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
@@ -311,13 +340,12 @@ def apply_repair(plan: RepairPlan) -> list[str]:
     refusal = recognise(root).refusal()  # a broker layout the rebuild would break
     if refusal is not None:
         raise UnsupportedFeature(refusal)
+    if plan.cut is not None:
+        return _apply_cut(plan)
     lock = StoreLock(root)
     lock.acquire()
     try:
-        if repair_journal.pending(root) or fingerprint(root) != plan.fingerprint:
-            raise StoreError(f"{root} changed since this repair was planned (written to, "
-                             "mounted or repaired meanwhile); nothing was changed: run "
-                             "repair again to see a new plan")
+        _check_unchanged(plan)
         for d in plan.damages:  # a range no filler fits is refused before the journal exists
             repair_journal.filler_bytes(cfg, d, d.start % cfg.commitlog_file_size)
         journal = repair_journal.Journal(
@@ -335,3 +363,39 @@ def apply_repair(plan: RepairPlan) -> list[str]:
         done.append(f"rebuilt {len(store.consume_queues)} ConsumeQueues and the IndexFiles; "
                     f"the CommitLog ends at {store.commitlog.max_offset}")
     return done
+
+
+def _check_unchanged(plan: RepairPlan) -> None:
+    if repair_journal.pending(plan.root) or fingerprint(plan.root) != plan.fingerprint:
+        raise StoreError(f"{plan.root} changed since this repair was planned (written to, "
+                         "mounted or repaired meanwhile); nothing was changed: run repair "
+                         "again to see a new plan")
+
+
+def _apply_cut(plan: RepairPlan) -> list[str]:
+    """Cut the log where the broker's recovery did (`broker_cut`), then let a read-write
+    open make the ConsumeQueues and IndexFiles end there; then whatever else the store needs,
+    planned again."""
+    from .message_store import MessageStore
+
+    assert plan.cut is not None
+    root, cfg = plan.root, plan.config
+    lock = StoreLock(root)
+    lock.acquire()
+    cl = CommitLog(root, cfg.commitlog_file_size, flavor_named(cfg.flavor, cfg.record_crc),
+                   read_only=True)  # the cut writes through its own descriptor
+    try:
+        _check_unchanged(plan)
+        cl.load()
+        saved = broker_cut.apply_cut(root, cl, plan.cut.at)
+    finally:
+        cl.close()
+        lock.release()
+    done = [f"cut the CommitLog at {plan.cut.at}, where the broker's recovery cut it: "
+            f"{plan.cut.records} records past it and every byte after them are in "
+            f"{', '.join(saved)}"]
+    with MessageStore(root, cfg.replace(read_only=False), create=False) as store:
+        done.append(f"the ConsumeQueues and IndexFiles end with the CommitLog, at "
+                    f"{store.commitlog.max_offset}")
+    rest = plan_repair(root)
+    return done + (apply_repair(rest) if rest.needed else [])

@@ -200,11 +200,14 @@ def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]] | None,
     close need not wait for a walk of the whole log (Halted)."""
     found: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {k: [] for k in keys or ()}
     tags = TagsCodes(parts.flavor, parse_delay_levels(parts.config.message_delay_level))
+    # a record past the log's end is never read (a broker's recovery cut before it: it left
+    # the bytes, and a read there finds no data): its queue offset is not served either
+    end = parts.commitlog.queue.max_offset
     for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
         if stop is not None and stop():
             raise Halted
         if isinstance(item, salvage.Damage) or not layout.in_queue(item.sys_flag) \
-                or codec.is_filler(item.topic, item.sys_flag):
+                or codec.is_filler(item.topic, item.sys_flag) or item.commitlog_offset >= end:
             continue
         units = [(item.topic, item.queue_id, item.queue_offset),  # its own, and any LMQ queue's
                  *dispatched(item.topic, item.queue_id, item.properties)]

@@ -6,7 +6,9 @@ store. `clean` was shut down cleanly; `killed` halted after dispatch, abort file
 `rocksdb-killed` were written by RocksDBMessageStore (storeType=defaultRocksDB): the ConsumeQueue
 and the topics are RocksDB databases (consumequeue/, config/topics/) and topics.json is an old
 export lacking most topics; `rocksdb-killed`'s broker deleted its oldest CommitLog file (and
-with it the head of most queues) before it halted."""
+with it the head of most queues) before it halted. `truncated` is `writable` killed with a record
+torn in its CommitLog's tail, after a restarting broker's recovery cut the log there (leaving
+the valid records after it: tests/store/test_broker_cut.py)."""
 
 from __future__ import annotations
 

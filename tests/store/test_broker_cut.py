@@ -1,0 +1,125 @@
+"""A store RocketMQ itself cut (tests/store/java_stores/truncated: the writable store, killed
+with a record torn in its CommitLog's tail, loaded by a restarting broker whose recovery
+stopped at the torn record and left the valid records after it). A read-only open serves what
+the broker served; `mqfs repair` offers to cut the log where the broker did
+(store/integrity/broker_cut.py), changes nothing until a person confirms, and keeps every
+byte it cuts in quarantine/."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.repair import plan_repair
+from tests.fusefs.helpers import mqfs
+from tests.store.java_stores import DELAY_LEVELS, answers, snapshot, unpack
+
+CUT = 65873  # the torn record: where RocketMQ's recovery stopped
+LAST_KEPT = 65536  # the checkpoint's confirmPhyOffset: the last record it kept
+NEWEST = os.path.join("commitlog", "00000000000000065536")
+FILE_SIZE = 65536
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    return unpack("truncated", str(tmp_path))
+
+
+def served(root: str) -> dict[tuple[str, int], list[int]]:
+    """Every queue's messages as mqfs serves them read-only: queue -> CommitLog offsets."""
+    out = {}
+    with MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS),
+                      create=False) as s:
+        for q in answers("truncated")["queues"]:
+            key = (q["topic"], q["queue"])
+            assert (s.min_offset(*key), s.max_offset(*key)) == (q["min"], q["max"]), key
+            out[key] = [s.get(*key, o).commitlog_offset for o in range(q["min"], q["max"])]
+    return out
+
+
+def brokers() -> dict[tuple[str, int], list[int]]:
+    return {(q["topic"], q["queue"]): [m["commitlog"] for m in q["messages"]]
+            for q in answers("truncated")["queues"]}
+
+
+def test_the_fixture_is_a_store_the_broker_cut(root):
+    """Valid records lie past the broker's end: its answers stop before them."""
+    assert max(c for offsets in brokers().values() for c in offsets) == LAST_KEPT
+    with open(os.path.join(root, "checkpoint"), "rb") as f:
+        assert struct.unpack_from(">q", f.read(), 32)[0] == LAST_KEPT
+    assert "abort" not in os.listdir(root)  # the broker shut down cleanly after recovering
+
+
+def test_a_read_only_open_serves_what_the_broker_served(root):
+    before = snapshot(root)
+    assert served(root) == brokers()
+    assert snapshot(root) == before
+
+
+def test_repair_changes_nothing_without_a_persons_confirmation(root):
+    before = snapshot(root)
+    plan = plan_repair(root)
+    assert plan.cut is not None and (plan.cut.at, plan.cut.last_kept) == (CUT, LAST_KEPT)
+    assert plan.cut.records == 2 and not plan.damages
+    assert {k: v[0] for k, v in plan.cut.queues.items()} == {("Orders", 0): 40, ("Timed", 0): 1}
+    done = mqfs("repair", root, check=False)  # no --yes, no terminal to answer
+    assert done.returncode == 1
+    assert "nothing changed; run again with --yes" in done.stderr
+    assert f"  cut the CommitLog at {CUT}, where the broker's own recovery cut it" in done.stdout
+    assert "  Timed/0 ends at 1, as the broker serves it: its offsets 1-2 past the cut go" \
+        in done.stdout
+    assert snapshot(root) == before
+
+
+def test_repair_quarantines_every_byte_it_cuts_and_the_store_is_what_the_broker_serves(root):
+    with open(os.path.join(root, NEWEST), "rb") as f:
+        old = f.read()
+    cut_from = CUT - FILE_SIZE
+    data_end = int(np.flatnonzero(np.frombuffer(old, dtype=np.uint8))[-1]) + 1
+    done = mqfs("repair", "--yes", root)
+    assert "OK" in done.stdout.splitlines()
+    saved = os.listdir(os.path.join(root, "quarantine"))
+    cut = [n for n in saved if n.endswith(f"-commitlog-{CUT:020d}-past-broker-end")]
+    assert len(cut) == 1, saved
+    with open(os.path.join(root, "quarantine", cut[0]), "rb") as f:
+        assert f.read() == old[cut_from:data_end]  # every byte cut, and only those
+    with open(os.path.join(root, NEWEST), "rb") as f:
+        new = f.read()
+    assert new == old[:cut_from] + bytes(FILE_SIZE - cut_from)
+    assert served(root) == brokers()
+    # a read-write open goes on from the broker's end, giving the offsets the broker would
+    with MessageStore(root, StoreConfig(message_delay_level=DELAY_LEVELS), create=False) as s:
+        put = s.put(Message(topic="Orders", body=b"after the cut", queue_id=0))
+        assert (put.queue_offset, put.commitlog_offset) == (40, CUT)
+    assert mqfs("verify", root).stdout.splitlines()[-2] == "OK"
+
+
+def set_confirm(root: str, offset: int) -> None:
+    with open(os.path.join(root, "checkpoint"), "r+b") as f:
+        f.seek(32)
+        f.write(struct.pack(">q", offset))
+
+
+@pytest.mark.parametrize("confirm", [0, 65073, CUT + 337])
+def test_no_cut_is_offered_without_the_brokers_word_for_it(root, confirm):
+    """The checkpoint names no record, or one that does not end where the damage starts: the
+    records past the damage are kept, as for any damage (a filler replaces it)."""
+    set_confirm(root, confirm)
+    plan = plan_repair(root)
+    assert plan.cut is None
+    assert [(d.start, d.end) for d in plan.damages] == [(CUT, CUT + 337)]
+    assert plan.kept == 191
+
+
+def test_no_cut_is_offered_when_the_broker_gave_a_cut_records_offset_to_another(root):
+    """Orders/0's unit 40 names a record before the cut (the broker wrote over the offset of
+    the record at 66547 past it): not records the broker simply dropped, so nothing is cut."""
+    path = os.path.join(root, "consumequeue", "Orders", "0", "00000000000000000000")
+    with open(path, "r+b") as f:
+        f.seek(40 * 20)
+        f.write(struct.pack(">qiq", LAST_KEPT, 337, 0))
+    assert plan_repair(root).cut is None
