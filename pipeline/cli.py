@@ -111,12 +111,15 @@ def check_inputs(args: argparse.Namespace) -> str | None:
     Spark start-up, or leave an output directory behind); None when nothing is."""
     import os
 
+    from mqfs.store.meta.features import unreadable
     from mqfs.store.meta.manifest import is_store
 
     for store in [p.strip() for p in args.store.split(",") if p.strip()] or [args.store]:
         try:
             if not is_store(store):
                 return f"{store} holds no store (no mqfs.json and no commitlog/)"
+            if (why := unreadable(os.path.realpath(store))) is not None:
+                return why
         except PermissionError as exc:
             return f"{store}: {exc.strerror}"
     out = getattr(args, "out", None)

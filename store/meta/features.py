@@ -18,6 +18,7 @@ CommitLog file (`RECORDS_LOOKED_AT`, at most `BYTES_LOOKED_AT`); never a whole-s
 | `timer`                  | `timerwheel`, `timerlog/`, `consumequeue/rmq_sys_wheel_timer` | allowed |
 | `pop-kv-store`           | `kvStore/` (the broker's pop consumer records)          | allowed    |
 | `ha-epoch`               | `epochFileCheckpoint` (controller-mode HA)              | refused    |
+| `dledger-commitlog`      | `dledger-<selfId>/` (enableDLegerCommitLog)             | refused (and not read) |
 | `unknown`                | any other entry of the store root                       | refused    |
 
 "refused": a read-write open (mount, `repair --yes`, MessageStore) refuses with one line
@@ -27,7 +28,9 @@ topic would not reach the broker. "allowed": mqfs's writes (CommitLog, ConsumeQu
 its config files) leave the feature's files whole; they are never touched (`Features.foreign`).
 A compaction topic's queues are served from compaction/ (store/files/compaction_log.py) and
 refuse puts, as do a topic whose cleanup.policy the broker cannot read (its reads fail there).
-Where in doubt, refuse: `-o ro` always works.
+Where in doubt, refuse: `-o ro` always works, but for `dledger-commitlog`: its CommitLog is
+DLedger's entry log (docs/format.md, "DLedger CommitLog"), which mqfs does not read yet, so
+every open, read-only ones too, refuses it in one line (`unreadable`) and changes nothing.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ BAD_POLICY = "unknown-cleanup-policy"
 TIMER = "timer"
 POP_KV = "pop-kv-store"
 HA_EPOCH = "ha-epoch"
+DLEDGER = "dledger-commitlog"
 UNKNOWN = "unknown"
 
 LMQ_PREFIX = "%LMQ%"  # RocketMQ's MixAll.LMQ_PREFIX
@@ -75,6 +79,8 @@ _WHY_NOT_WRITABLE = {
                     "a commit would not reach it",
     HA_EPOCH: "the broker's HA epochs say which master wrote each CommitLog range: records "
               "mqfs adds would belong to no epoch, and replication would cut them",
+    DLEDGER: "the broker's CommitLog is DLedger's (Raft) entry log: records mqfs would append "
+             "would be no DLedger entries, and no replica of the group would have them",
     UNKNOWN: "mqfs does not know what it is, so it cannot tell that writing keeps it whole",
 }
 
@@ -85,6 +91,7 @@ _BASE = frozenset({"commitlog", "consumequeue", "index", "checkpoint", "abort", 
 _FEATURE_ROOTS = {"batchconsumequeue": BATCH_CQ, "consumequeue_ext": CQ_EXT,
                   "compaction": COMPACTION, "timerwheel": TIMER, "timerlog": TIMER,
                   "kvStore": POP_KV, "epochFileCheckpoint": HA_EPOCH}
+DLEDGER_PREFIX = "dledger-"  # DLedgerConfig.getDefaultPath: <storeBaseDir>/dledger-<selfId>
 _ROCKSDB_CONFIG_DIRS = ("topics", "consumerOffsets", "subscriptionGroups", "rdb")
 _ROCKSDB_NAMES = ("CURRENT", "IDENTITY", "LOCK", "LOG")
 _ROCKSDB_PREFIXES = ("MANIFEST-", "OPTIONS-", "LOG.old")
@@ -136,9 +143,10 @@ class Features(Frozen):
         """One line for a read-write open of a store that writing would break, else None."""
         for f in self.found:
             if not f.writable:
+                advice = ("and mqfs does not read it yet either" if f.name == DLEDGER
+                          else "mount it read-only (-o ro)")
                 return (f"{self.root} uses the RocketMQ feature {f.name} ({f.seen}): "
-                        f"{_WHY_NOT_WRITABLE[f.name]}; nothing was changed: mount it "
-                        f"read-only (-o ro)")
+                        f"{_WHY_NOT_WRITABLE[f.name]}; nothing was changed: {advice}")
         return None
 
 
@@ -188,6 +196,26 @@ def _entries(path: str) -> dict[str, str]:
             return out
     except (OSError, StoreError):  # absent, or a link (never followed: an open refuses it)
         return {}
+
+
+def dledger_dirs(root: str) -> tuple[str, ...]:
+    """The store root's DLedger directories (`dledger-<selfId>`): a broker with
+    enableDLegerCommitLog keeps its CommitLog in their `data/` (or in storePathDLedgerCommitLog,
+    elsewhere), each record inside a DLedger entry, and DLedger's index and checkpoint there."""
+    return tuple(name for name, kind in sorted(_entries(root).items())
+                 if kind == "dir" and name.startswith(DLEDGER_PREFIX))
+
+
+def unreadable(root: str) -> str | None:
+    """One line for any open, a read-only one too, of a store mqfs cannot read as its
+    consumers do, else None: a DLedger CommitLog (its records are read at positions inside
+    DLedger's entries, which no reader here follows yet)."""
+    found = dledger_dirs(root)
+    if not found:
+        return None
+    return (f"{root} is a RocketMQ broker's store whose CommitLog is on DLedger ({found[0]}/, "
+            "enableDLegerCommitLog: each record inside a DLedger entry, docs/format.md): mqfs "
+            "does not read a DLedger CommitLog yet; nothing was changed")
 
 
 def _is_rocksdb_file(name: str) -> bool:
@@ -262,7 +290,9 @@ def recognise(root: str) -> Features:
     top = _entries(root)
     for name, kind in sorted(top.items()):
         feature = _FEATURE_ROOTS.get(_base_name(name))
-        if feature is not None:
+        if kind == "dir" and name.startswith(DLEDGER_PREFIX):
+            found.append(Feature(DLEDGER, name + "/", (name,)))
+        elif feature is not None:
             found.append(Feature(feature, name + ("/" if kind == "dir" else ""), (name,)))
         elif _base_name(name) not in _BASE:
             found.append(Feature(UNKNOWN, f"{name} in the store directory", (name,)))

@@ -16,10 +16,11 @@ import os
 import stat
 
 from ..config import StoreConfig
-from ..errors import StoreFormatError
+from ..errors import StoreFormatError, UnsupportedFeature
 from ..files.index_layout import index_file_size
 from ..files.json_file import read_json, write_json
 from ..slotted import Slotted
+from . import features
 from .flavor_probe import probe
 
 FORMAT_VERSION = 1
@@ -33,9 +34,10 @@ def manifest_path(root: str) -> str:
 
 
 def is_store(root: str) -> bool:
-    """Whether `root` holds a store: mqfs.json, or a commitlog/ directory (a broker's).
-    PermissionError when this user may not look inside `root`: a store another user keeps
-    is not "no store" (whose advice, `mqfs init`, would be wrong)."""
+    """Whether `root` holds a store: mqfs.json, or a commitlog/ directory (a broker's), or a
+    DLedger directory (a broker's with enableDLegerCommitLog, which `inspect`
+    refuses to read). PermissionError when this user may not look inside `root`: a store
+    another user keeps is not "no store" (whose advice, `mqfs init`, would be wrong)."""
     for path, want_dir in ((manifest_path(root), False), (os.path.join(root, "commitlog"), True)):
         try:
             st = os.stat(path)
@@ -46,7 +48,7 @@ def is_store(root: str) -> bool:
             continue
         if not want_dir or stat.S_ISDIR(st.st_mode):
             return True
-    return False
+    return bool(features.dledger_dirs(root))
 
 
 class StoreFormat(Slotted):
@@ -109,7 +111,11 @@ def _parse_manifest(path: str, config: StoreConfig) -> tuple[StoreConfig, str | 
 
 def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
     """How to read `root`: the manifest's format fields over `config`, checked against what
-    the records show. Never writes."""
+    the records show. Never writes. A store no reader here reads as its consumers do
+    (`features.unreadable`) is refused: UnsupportedFeature."""
+    why = features.unreadable(root)
+    if why is not None:
+        raise UnsupportedFeature(why)
     config = config or StoreConfig()
     path = manifest_path(root)
     found = probe(root)

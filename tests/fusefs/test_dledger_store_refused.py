@@ -1,0 +1,38 @@
+"""A store RocketMQ's DLedgerCommitLog wrote (tests/store/java_stores.py), met with the CLI and
+a real mount as a user would: mqfs reads no DLedger CommitLog yet, so every command says so in
+one line (never "no store", whose advice was `mqfs init`), no mount is left, the mountpoint
+stays empty to `ls`, and `sha256sum` of every file of the broker's is what it was."""
+
+import pytest
+
+from tests.fusefs.helpers import mqfs, needs_fuse, sh
+from tests.store.java_stores import snapshot, unpack
+
+DLEDGER_KINDS = ("dledger", "dledger-killed")
+
+
+def commands(root: str, mnt: str) -> list[tuple[str, ...]]:
+    return [("mount", "-o", "ro", root, mnt), ("mount", root, mnt), ("info", root),
+            ("info", "--json", root), ("verify", root), ("dump", "-f", "json", root),
+            ("repair", "--yes", root), ("group", "show", root),
+            ("pipeline", "export", root, f"{mnt}-out")]
+
+
+@needs_fuse
+@pytest.mark.parametrize("kind", DLEDGER_KINDS)
+def test_every_command_refuses_in_one_line_and_changes_nothing(tmp_path, kind):
+    root, mnt = unpack(kind, str(tmp_path)), str(tmp_path / "mnt")
+    sh(f"mkdir {mnt}")
+    before = snapshot(root)
+    sums = sh(f"cd {root} && find . -type f -print0 | sort -z | xargs -0 sha256sum").stdout
+    for args in commands(root, mnt):
+        proc = mqfs(*args, check=False)
+        assert proc.returncode != 0, args
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "DLedger" in lines[0] and "mqfs init" not in lines[0], (args, proc.stderr)
+        assert sh(f"mountpoint -q {mnt}", check=False).returncode != 0, args
+        assert sh(f"ls -A {mnt}").stdout == b"", args
+    assert not (tmp_path / "mnt-out").exists()
+    assert sh(f"cd {root} && find . -type f -print0 | sort -z | xargs -0 sha256sum").stdout == sums
+    assert snapshot(root) == before
+    assert "already holds a store" in mqfs("init", root, check=False).stderr

@@ -1,0 +1,119 @@
+"""Stores RocketMQ's own DLedgerCommitLog wrote (tests/store/java_stores.py: `dledger`, a clean
+shutdown, and `dledger-killed`, halted with DLedger's checkpoint stale): the CommitLog is
+DLedger's entry log in dledger-n0/data/, each record inside an entry (docs/format.md, "DLedger
+CommitLog"). mqfs recognises the layout and, reading none of it yet, refuses every open in one
+line through the store API, read-only ones too, leaving every file as it was."""
+
+import os
+import shutil
+import struct
+
+import pytest
+
+from mqfs.store import MessageStore, StoreConfig, UnsupportedFeature
+from mqfs.store.integrity.verify import verify_store
+from mqfs.store.meta import features
+from mqfs.store.meta.manifest import inspect, is_store
+from mqfs.store.offline.store_files import store_layout
+from mqfs.store.repair import plan_repair
+from tests.store.java_stores import DELAY_LEVELS, answers, snapshot, unpack
+
+DLEDGER_KINDS = ("dledger", "dledger-killed")
+ENTRY_HEADER = 48  # DLedgerEntry.BODY_OFFSET
+
+
+def opens(root: str):
+    """Every way the store API opens a store: read-only, read-write, the offline readers'
+    layout and `inspect`, repair's plan, verify."""
+    cfg = StoreConfig(message_delay_level=DELAY_LEVELS)
+    yield "read-only", lambda: MessageStore(root, cfg.replace(read_only=True), create=False).open()
+    yield "read-write", lambda: MessageStore(root, cfg, create=False).open()
+    yield "layout", lambda: store_layout(root)
+    yield "inspect", lambda: inspect(root)
+    yield "repair plan", lambda: plan_repair(root)
+    yield "verify", lambda: verify_store(root)
+
+
+@pytest.mark.parametrize("kind", DLEDGER_KINDS)
+def test_the_fixture_is_dledgers_layout_as_docs_format_says(tmp_path, kind):
+    """What the refusal rests on, checked on the broker's bytes: no commitlog/, entries of a
+    48-byte header whose POS is their offset, the record whole after it, and every offset
+    Java's getMessage answered is an entry's POS + 48 (the record itself)."""
+    root = unpack(kind, str(tmp_path))
+    assert not os.path.exists(os.path.join(root, "commitlog"))
+    data = os.path.join(root, "dledger-n0", "data")
+    starts = set()
+    for name in sorted(os.listdir(data)):
+        with open(os.path.join(data, name), "rb") as f:
+            buf = f.read()
+        pos = 0
+        while pos + 8 <= len(buf):
+            magic, size = struct.unpack_from(">ii", buf, pos)
+            if magic != 1:
+                assert (magic, size) in ((-1, len(buf) - pos), (0, 0)), (name, pos)
+                break
+            index, term, entry_pos, channel, chain_crc, body_crc, body_len = \
+                struct.unpack_from(">qqqiiii", buf, pos + 8)
+            assert (index, term) == (len(starts), 0)  # one term: the group of one elected itself once
+            assert entry_pos == int(name) + pos and size == ENTRY_HEADER + body_len
+            assert (channel, chain_crc, body_crc) == (0, 0, 0)  # DLedger 0.3.1.2 computes no CRC
+            total, = struct.unpack_from(">i", buf, pos + ENTRY_HEADER)
+            physical, = struct.unpack_from(">q", buf, pos + ENTRY_HEADER + 28)
+            assert total == body_len and physical == entry_pos + ENTRY_HEADER
+            starts.add(physical)
+            pos += size
+    served = {a["commitlog"] for q in answers(kind)["queues"] for a in q["messages"]}
+    assert served and served <= starts
+
+
+@pytest.mark.parametrize("kind", DLEDGER_KINDS)
+def test_the_layout_is_recognised(tmp_path, kind):
+    root = unpack(kind, str(tmp_path))
+    assert is_store(root)
+    found = features.recognise(root)
+    assert features.DLEDGER in found and features.UNKNOWN not in found
+    assert found.named(features.DLEDGER).paths == ("dledger-n0",)
+    assert "dledger-n0" in found.foreign
+    assert features.dledger_dirs(root) == ("dledger-n0",)
+    refusal = found.refusal()
+    assert refusal is not None and "no DLedger entries" in refusal and "-o ro" not in refusal
+
+
+@pytest.mark.parametrize("kind", DLEDGER_KINDS)
+def test_every_open_refuses_in_one_line_and_changes_nothing(tmp_path, kind):
+    root = unpack(kind, str(tmp_path))
+    before = snapshot(root)
+    for how, open_it in opens(root):
+        with pytest.raises(UnsupportedFeature, match="DLedger") as refused:
+            open_it()
+        assert "\n" not in str(refused.value), how
+    assert snapshot(root) == before
+
+
+def test_a_store_moved_onto_dledger_is_refused_too(tmp_path):
+    """A broker that moved an older store onto DLedger keeps commitlog/ below the entries'
+    offsets (DLedgerCommitLog's dividedCommitlogOffset): built here from two fixtures (the
+    `writable` store's commitlog/ beside the `dledger` store's dledger-n0/). Reading commitlog/
+    alone would serve a ConsumeQueue unit pointing into the entry log from the wrong bytes."""
+    root = unpack("writable", str(tmp_path))
+    (tmp_path / "other").mkdir()
+    shutil.move(os.path.join(unpack("dledger", str(tmp_path / "other")), "dledger-n0"), root)
+    before = snapshot(root)
+    for _, open_it in opens(root):
+        with pytest.raises(UnsupportedFeature, match="DLedger"):
+            open_it()
+    assert snapshot(root) == before
+
+
+def test_a_dledger_directory_whose_data_lies_elsewhere_is_refused_too(tmp_path):
+    """storePathDLedgerCommitLog may put the entry files outside the store root: what is left
+    there (DLedger's index/, checkpoint, currterm, the ConsumeQueues) is still no store to
+    read as a plain one. Made here by moving the `dledger` fixture's data/ away."""
+    root = unpack("dledger", str(tmp_path))
+    shutil.move(os.path.join(root, "dledger-n0", "data"), str(tmp_path / "data-elsewhere"))
+    before = snapshot(root)
+    assert is_store(root)
+    for _, open_it in opens(root):
+        with pytest.raises(UnsupportedFeature, match="DLedger"):
+            open_it()
+    assert snapshot(root) == before
