@@ -208,9 +208,17 @@ MESSAGE_XATTRS: dict[bytes, Callable[[StoredMessage], object]] = {
     b"user.properties": lambda m: json.dumps(m.stored_properties, sort_keys=True, ensure_ascii=False),
     b"user.keys": lambda m: " ".join(m.keys) or None,
     b"user.tags": lambda m: m.tags or None,
-    b"user.compression": lambda m: compression_of(m.sys_flag),  # lz4, zstd, zlib: cat inflates
-    b"user.stored_size": lambda m: len(m.stored_body) if compression_of(m.sys_flag) else None,
+    b"user.compression": lambda m: inflated(m),  # lz4, zstd, zlib: cat inflates
+    # the record's own values where they differ from what a consumer sees (an inflated body)
+    b"user.stored_size": lambda m: len(m.stored_body) if inflated(m) else None,
+    b"user.stored_sys_flag": lambda m: m.stored_sys_flag if inflated(m) else None,
 }
+
+
+def inflated(m: StoredMessage) -> str | None:
+    """How the body a consumer gets was inflated from the stored one (lz4, zstd, zlib), or
+    None: the consumer's SYSFLAG lost COMPRESSED in the inflating."""
+    return compression_of(m.stored_sys_flag) if m.sys_flag != m.stored_sys_flag else None
 
 
 XATTR_SIZE_MAX = 65536  # the kernel's limit on one xattr value
@@ -231,7 +239,7 @@ def stored_body(m: StoredMessage) -> bytes | None:
     """A compressed message's body as stored (what its checksum covers): read by name only
     (`getfattr -n user.stored_body`), never listed, so `getfattr -d` does not dump it;
     E2BIG past the kernel's xattr limit (the store API's `stored_body` has it whole)."""
-    if not compression_of(m.sys_flag):
+    if not inflated(m):
         return None
     if len(m.stored_body) > XATTR_SIZE_MAX:
         raise FsError(errno.E2BIG, f"the stored body is {len(m.stored_body)} bytes, more than an "

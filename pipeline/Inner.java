@@ -15,7 +15,6 @@ import java.util.List;
  */
 final class Inner {
     static final int FLAGS = 0x40 | 0x80;  // NEED_UNWRAP | INNER_BATCH (record_layout.py)
-    static final int COMPRESSION = 0x1 | 0x700;  // cleared from the messages' SYSFLAG
     private static final int HEAD = 20;  // size, magic, body crc, flag, body length
     private static final byte[] INNER_NUM = "INNER_NUM".getBytes(StandardCharsets.US_ASCII);
 

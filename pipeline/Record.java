@@ -129,6 +129,13 @@ final class Record {
         return !sum.recordCrc && sum.of(b, bodyPos, bodyPos + bodyLen) == bodyCrc;
     }
 
+    /** The SYSFLAG a consumer's message shows (compression.consumer_sys_flag): COMPRESSED
+     * cleared once the body is inflated (an empty one is not), the type bits kept; an inner
+     * batch's messages show the record's. */
+    int consumerSysFlag() {
+        return bodyLen > 0 ? sysFlag & ~0x1 : sysFlag;
+    }
+
     /** Queued: no transaction or a committed one (layout.in_queue); prepared/rolled back not. */
     boolean inQueue() {
         return (sysFlag & 0x4) == 0;

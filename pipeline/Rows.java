@@ -158,7 +158,7 @@ final class Rows {
                 case STORE_HOST -> v.putByteArray(row, storeHosts.text(b, r.storeHostPos(), r.storeLen));
                 case MSG_ID -> v.putByteArray(row, Text.msgId(b, r.storeHostPos(), r.storeLen, offset));
                 case FLAG -> v.putInt(row, inner != null ? inner.flag() : r.flag);
-                case SYS_FLAG -> v.putInt(row, inner != null ? r.sysFlag & ~Inner.COMPRESSION : r.sysFlag);
+                case SYS_FLAG -> v.putInt(row, r.consumerSysFlag());
                 case BODY -> {
                     if (inner != null) {
                         bodies[c].put(row, inner.raw(), inner.bodyAt(), inner.bodyLen());

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from mqfs.store.errors import CodecError, CorruptionError
 from mqfs.store.format.columns import fillers
-from mqfs.store.format.compression import COMPRESSED_FLAG, inflate
+from mqfs.store.format.compression import COMPRESSED_FLAG, consumer_sys_flag, inflate
 from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import (
     BORN_HOST_POS,
@@ -416,7 +416,7 @@ class FileBatcher:
             "store_timestamp": lambda: pa.array(f["store_ts"] * 1000, _TYPES["store_timestamp"]),
             "born_timestamp": lambda: pa.array(f["born_ts"] * 1000, _TYPES["born_timestamp"]),
             "flag": lambda: pa.array(f["flag"].astype(np.int32)),
-            "sys_flag": lambda: pa.array(f["sys_flag"].astype(np.int32)),
+            "sys_flag": lambda: pa.array(consumer_sys_flag(f["sys_flag"], f["body_len"]).astype(np.int32)),
         }
         schema = arrow_schema(wanted)
         return pa.RecordBatch.from_arrays(

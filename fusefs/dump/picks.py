@@ -66,7 +66,7 @@ def served(msg: StoredMessage, sel: Selection, queue: tuple[str, int, int] | Non
             msg = served_as(msg, topic, q, offset)
         if not sel.holds(msg):
             return
-        if msg.sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated
+        if msg.stored_sys_flag & COMPRESSED_FLAG:  # the body a consumer gets: inflated
             body = msg.body  # (a stream that does not inflate: damage)
             if sel.body is not None and sel.body.search(body) is None:
                 return

@@ -67,7 +67,7 @@ def _kept(msg: StoredMessage, sel: Selection, literals: list[list[bytes]]) -> bo
                 break
         else:
             return False
-    if sel.body is not None and not msg.sys_flag & COMPRESSED_FLAG:
+    if sel.body is not None and not msg.stored_sys_flag & COMPRESSED_FLAG:
         return sel.body.search(msg.stored_body) is not None
     return True
 
@@ -135,7 +135,7 @@ def messages(layout: StoreLayout, picked: list[tuple[Span, list[tuple[int, int]]
                 except (CodecError, CorruptionError) as exc:
                     damage(at, str(exc))
                     continue
-                if (not msg.sys_flag & _OWN_HANDLING and msg.queue_offset == qo
+                if (not msg.stored_sys_flag & _OWN_HANDLING and msg.queue_offset == qo
                         and msg.queue_id == q and msg.topic == topic):
                     if holds(msg):
                         yield msg

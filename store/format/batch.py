@@ -9,7 +9,9 @@ QUEUEOFFSET = INNER_BASE) holds INNER_NUM messages in its body, each
 `int32 size, int32 magic (0), int32 body crc (0), int32 flag, int32 body length, body,
 int16 properties length, properties` (MessageDecoder.encodeMessage); a consumer gets message
 *i* at queue offset INNER_BASE + i with its own flag, body and properties and the record's
-topic, queue, hosts, times, size and CommitLog offset (MessageDecoder.decodeMessage).
+topic, queue, hosts, times, size, SYSFLAG (as the consumer shows it: COMPRESSED cleared once
+the body is inflated) and CommitLog offset; RECONSUMETIMES and the prepared-transaction offset
+are 0, as MessageDecoder.decodeMessage leaves them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import struct
 import numpy as np
 
 from ..errors import CorruptionError
-from .compression import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
 from .layout import INNER_BATCH_FLAG as INNER_BATCH_FLAG  # published here first
 from .layout import NEED_UNWRAP_FLAG as NEED_UNWRAP_FLAG
 from .message import StoredMessage, encode_properties
@@ -121,11 +122,9 @@ def unwrap(msg: StoredMessage) -> list[StoredMessage]:
     n = inner_num(msg)
     if len(parts) != n:
         raise CorruptionError(f"{where} holds {len(parts)} messages, INNER_NUM says {n}")
-    sys_flag = msg.sys_flag & ~(COMPRESSED_FLAG | COMPRESSION_TYPE_MASK)  # the body is inflated
     return [StoredMessage(msg.total_size, msg.magic, 0, msg.queue_id, flag, msg.queue_offset + i,
-                          msg.commitlog_offset, sys_flag, msg.born_timestamp, msg.born_host_raw,
-                          msg.store_timestamp, msg.store_host_raw, msg.reconsume_times,
-                          msg.prepared_transaction_offset, body, msg.topic, props)
+                          msg.commitlog_offset, msg.sys_flag, msg.born_timestamp, msg.born_host_raw,
+                          msg.store_timestamp, msg.store_host_raw, 0, 0, body, msg.topic, props)
             for i, (_, flag, body, props) in enumerate(parts)]
 
 

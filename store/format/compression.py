@@ -46,6 +46,13 @@ def compression_of(sys_flag: int) -> str | None:
     return _NAMES.get(kind, f"type {kind >> 8}")
 
 
+def consumer_sys_flag(sys_flag, body_len):
+    """The SYSFLAG a consumer's message shows for a record's SYSFLAG and BODYLEN (ints or
+    numpy arrays): RocketMQ's decode clears COMPRESSED once it has inflated a body (it
+    inflates no empty one) and keeps the compression type bits."""
+    return sys_flag & ~((body_len > 0) * COMPRESSED_FLAG)
+
+
 def compression_flags(kind: str) -> int:
     """The SYSFLAG bits a producer sets for a body compressed with `kind`."""
     return COMPRESSED_FLAG | _FLAGS[kind]
@@ -53,10 +60,10 @@ def compression_flags(kind: str) -> int:
 
 def inflate(stored, sys_flag: int, where: int) -> bytes:
     """The body a consumer gets from a record's stored body: inflated when SYSFLAG says it is
-    compressed, else the bytes as they are. CorruptionError naming the record at CommitLog
+    compressed and it is not empty, else the bytes as they are. CorruptionError naming the record at CommitLog
     offset `where` for a stream that is damaged, cut short or too large: never garbage."""
     kind = compression_of(sys_flag)
-    if kind is None:
+    if kind is None or not len(stored):  # RocketMQ's decode inflates no empty body
         return bytes(stored)
     try:
         if kind == "zlib":

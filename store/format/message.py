@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from ..errors import CodecError, InvalidMessage
 from ..slotted import Slotted
-from .compression import COMPRESSED_FLAG, inflate
+from .compression import COMPRESSED_FLAG, consumer_sys_flag, inflate
 from .layout import (
     decode_host,
 )
@@ -299,11 +299,13 @@ class Message(_WellKnownProperties, Slotted):
 
 
 class StoredMessage(_WellKnownProperties):
-    """A record decoded from the CommitLog. Hosts and properties are decoded on first use:
-    most reads (cat of a message, a ConsumeQueue check) never look at them."""
+    """A record decoded from the CommitLog, shown as a consumer sees it (`body`, `sys_flag`,
+    `properties`), with the record's own values beside (`stored_body`, `stored_sys_flag`,
+    `stored_properties`). Hosts and properties are decoded on first use: most reads (cat of
+    a message, a ConsumeQueue check) never look at them."""
 
     __slots__ = ("total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
-                 "commitlog_offset", "sys_flag", "born_timestamp", "store_timestamp",
+                 "commitlog_offset", "sys_flag", "stored_sys_flag", "born_timestamp", "store_timestamp",
                  "reconsume_times", "prepared_transaction_offset", "stored_body", "topic",
                  "born_host_raw", "store_host_raw", "_props_raw", "_props", "_body")
 
@@ -319,7 +321,14 @@ class StoredMessage(_WellKnownProperties):
         self.flag = flag
         self.queue_offset = queue_offset
         self.commitlog_offset = commitlog_offset
-        self.sys_flag = sys_flag
+        # as a consumer's decode shows it (docs/format.md, "Compressed bodies")
+        self.stored_sys_flag = sys_flag
+        if sys_flag & COMPRESSED_FLAG:
+            self.sys_flag = consumer_sys_flag(sys_flag, len(stored_body))
+            self._body: bytes | memoryview | None = None
+        else:
+            self.sys_flag = sys_flag
+            self._body = stored_body
         self.born_timestamp = born_timestamp
         self.born_host_raw = born_host_raw
         self.store_timestamp = store_timestamp
@@ -330,7 +339,6 @@ class StoredMessage(_WellKnownProperties):
         self.topic = topic
         self._props_raw = props_raw
         self._props: dict[str, str] | None = None
-        self._body: bytes | memoryview | None = None if sys_flag & COMPRESSED_FLAG else stored_body
 
     def __repr__(self) -> str:
         return (f"StoredMessage({self.topic}/{self.queue_id}/{self.queue_offset} "
@@ -342,7 +350,7 @@ class StoredMessage(_WellKnownProperties):
         cover) inflated when the producer compressed it (compression.inflate;
         CorruptionError when it does not inflate)."""
         if self._body is None:
-            self._body = inflate(self.stored_body, self.sys_flag, self.commitlog_offset)
+            self._body = inflate(self.stored_body, self.stored_sys_flag, self.commitlog_offset)
         return self._body
 
     @property

@@ -64,8 +64,26 @@ def check_dump(java: dict, lines: list[str]) -> None:
         assert d["msgid"] == seen["offsetmsgid"] or (seen["offsetmsgid"] is None and d["msgid"].endswith(
             f"{seen['commitlog']:016X}")), where
         assert d["tags"] == seen["tags"] and d["keys"] == (seen["keys"].split(" ") if seen["keys"] else []), where
-        # the record's SYSFLAG: Java's decode clears COMPRESSED once it has inflated the body
-        assert d["sys_flag"] == seen["sysflag"] | (COMPRESSED if seen["sysflag"] & COMPRESSION_TYPE else 0), where
+        # as a consumer's: Java's decode clears COMPRESSED once it has inflated the body
+        assert (d["sys_flag"], d["reconsume_times"]) == (seen["sysflag"], seen["reconsume"]), where
+        assert d["properties"].get("UNIQ_KEY", d["msgid"]) == seen["msgid"], where  # getMsgId()
+
+
+def check_xattrs(java: dict, mnt: str) -> int:
+    """A compressed message's xattrs: SYSFLAG as a consumer's (COMPRESSED cleared), the
+    record's own in user.stored_sys_flag; a plain one has no stored_* attributes. Returns how
+    many compressed messages were checked."""
+    checked = 0
+    for q in java["queues"]:
+        for a in q["messages"]:
+            path = f"{mnt}/topics/{q['topic']}/{q['queue']}/{a['at']}"
+            xattrs = {k: os.getxattr(path, k).decode() for k in os.listxattr(path)}
+            assert xattrs["user.sys_flag"] == str(a["sysflag"]), path
+            compressed = bool(a["sysflag"] & COMPRESSION_TYPE)
+            assert xattrs.get("user.stored_sys_flag") == (str(a["sysflag"] | COMPRESSED) if compressed else None), path
+            assert ("user.stored_size" in xattrs) == compressed, path
+            checked += compressed
+    return checked
 
 
 def check_at(top: str, q: dict) -> None:
@@ -100,6 +118,7 @@ def test_a_read_only_mount_serves_every_offset_as_the_broker_did(tmp_path, kind)
             listing = sh(f"ls {shlex.quote(f'{mnt}/keys/{key}')}", check=False)
             assert set(listing.stdout.decode().split()) == expected_key_listing(java, key), key
         check_dump(java, mqfs("dump", "-f", "json", mnt).stdout.splitlines())
+        assert check_xattrs(java, mnt) == 6  # two bodies each of lz4, zstd and zlib
     check_dump(java, mqfs("dump", "-f", "json", root).stdout.splitlines())
     info = json.loads(mqfs("info", "--json", root).stdout)
     assert info["damage"] is None and info["clean_close"] == (kind in ("clean", "rocksdb"))

@@ -250,19 +250,26 @@ def _compressed_and_bad(s) -> None:
     for flag in (0x101, 0x201, 0x301, 0x501, 0x1):  # cut short, and a type RocketMQ does not know
         good = deflate(json_body(1), {0x101: "lz4", 0x201: "zstd"}.get(flag, "zlib"))
         s.put(Message.create("Bad", good[:-4], sys_flag=flag))
-    s.put(Message.create("Bad", b"", sys_flag=0x101))
+    s.put(Message.create("Empty", b"", sys_flag=0x101))
     s.put(Message.create("Bad", deflate(b"fine" * 2000, "lz4"), sys_flag=0x101))
 
 
 def test_compressed_bodies_inflate_the_same_both_ways(spark, tmp_path):
-    """Every compression as the Java producers write it inflates to the same body; a stream
-    that does not inflate is a damaged record to both (skipped), and a read without the body
-    does not inflate at all."""
+    """Every compression as the Java producers write it inflates to the same body, and its
+    row's sys_flag is a consumer's (COMPRESSED cleared, the type kept); an empty body is not
+    inflated (RocketMQ's decode skips it: flag kept); a stream that does not inflate is a
+    damaged record to both (skipped), and a read without the body does not inflate at all."""
     root = str(tmp_path / "packed")
     layouts.broker_store(root, _compressed_and_bad)
-    assert same_rows(spark, root, {"damagedRecords": "skip"}) == 16 + 1
-    assert same_rows(spark, root, {"damagedRecords": "skip", "shape": "kafka"}, ["value", "offset"]) == 17
+    assert same_rows(spark, root, {"damagedRecords": "skip"}) == 16 + 2
+    assert same_rows(spark, root, {"damagedRecords": "skip", "shape": "kafka"}, ["value", "offset"]) == 18
     assert same_rows(spark, root, {}, ["topic", "queue_offset", "size"]) == 16 + 7
+    for reader in ("jvm", "python"):
+        rows = (spark.read.format("mqfs").options(reader=reader, damagedRecords="skip").load(root)
+                .select("topic", "queue_id", "sys_flag", "body").collect())
+        flags = {(r.topic, r.queue_id, r.sys_flag) for r in rows if len(r.body) > 100 or r.topic == "Empty"}
+        assert flags == {("Packed", 0, 0x100), ("Packed", 1, 0x200), ("Packed", 2, 0x300), ("Packed", 3, 0),
+                         ("Bad", 0, 0x100), ("Empty", 0, 0x101)}, reader
     assert same_rows(spark, root, {"damagedRecords": "skip", "subscribe": "Packed", "queue": "1"}) == 4
 
 

@@ -178,13 +178,16 @@ def test_a_batch_that_does_not_unwrap_fails_both_the_same_way_and_is_skipped_the
 @pytest.mark.parametrize("kind", ["zlib", "lz4", "zstd"])
 def test_a_compressed_inner_batch_is_inflated_then_unwrapped_both_ways(spark, tmp_path, kind):
     """A consumer inflates a compressed batch before it unwraps it (docs/format.md, "BatchCQ");
-    the JVM reader unwrapped the stored bytes instead, so a good one failed the read."""
+    the JVM reader unwrapped the stored bytes instead, so a good one failed the read. Its
+    messages show the batch's SYSFLAG as a consumer's decode leaves it: COMPRESSED cleared,
+    the compression type kept (MessageDecoder.decodeMessage copies the record's)."""
     msgs = [(1, b"first", {"KEYS": "k"}), (2, b"second" * 50, {})]
-    root = commitlog_store(tmp_path, *_one_batch(deflate(encode_inner(msgs), kind), "2",
-                                                 sys_flag=INNER | compression_flags(kind)))
+    flags = compression_flags(kind)
+    root = commitlog_store(tmp_path, *_one_batch(deflate(encode_inner(msgs), kind), "2", sys_flag=INNER | flags))
     assert same_rows(spark, root, {}) == 3  # the batch's two messages and the plain record
-    rows = spark.read.format("mqfs").option("reader", "jvm").load(root).select("topic", "body").collect()
-    assert {bytes(r.body) for r in rows if r.topic == "Batched"} == {b"first", b"second" * 50}
+    rows = spark.read.format("mqfs").option("reader", "jvm").load(root).select("topic", "body", "sys_flag").collect()
+    assert {(bytes(r.body), r.sys_flag) for r in rows if r.topic == "Batched"} == {
+        (b"first", INNER | flags & ~1), (b"second" * 50, INNER | flags & ~1)}
 
 
 def test_a_compressed_inner_batch_that_does_not_inflate_is_damaged_both_ways(spark, tmp_path):

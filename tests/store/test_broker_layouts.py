@@ -63,8 +63,10 @@ def test_the_store_api_gives_inflated_bodies_and_keeps_the_stored_ones(tmp_path,
                for q in range(len(COMPRESSIONS)) for m in s.get_range("Packed", q, 0, 10)}
         assert got == served
         lz4 = s.get("Packed", 0, 0)
-        assert lz4.sys_flag == 0x101 and bytes(lz4.stored_body) == deflate(json_body(0), "lz4")
-        assert s.get("Packed", 3, 0).sys_flag == 0x1  # a 4.x producer: zlib, no type bits
+        assert lz4.stored_sys_flag == 0x101 and bytes(lz4.stored_body) == deflate(json_body(0), "lz4")
+        assert lz4.sys_flag == 0x100  # as a consumer's decode shows it: COMPRESSED cleared
+        zlib4 = s.get("Packed", 3, 0)  # a 4.x producer: zlib, no type bits
+        assert (zlib4.stored_sys_flag, zlib4.sys_flag) == (0x1, 0)
         assert s.get("Packed", 1, 1).stored_body == s.get("Packed", 1, 1).body == b"small 1"
         # keys find the compressed messages; a listing gives the size a consumer gets
         assert [bytes(m.body) for m in s.query_key("zstd-2", "Packed")] == [json_body(2)]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqfs.store.errors import CodecError, InvalidMessage
-from mqfs.store.format import codec, message
+from mqfs.store.format import codec, compression, message
 from mqfs.store.format.codec import Encoder
 from mqfs.store.format.flavor import ROCKETMQ, XXHASH, java_string_hash
 from mqfs.store.format.message import Message
@@ -129,7 +129,20 @@ def test_properties_decoding_drops_empty_keys_and_values():
 def test_compression_flag_is_carried_through():
     enc = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20)
     rec, _ = enc.encode(Message(topic="t", body=zlib.compress(b"hello"), sys_flag=0x1 | (3 << 8)))
-    assert codec.decode(bytes(rec), 0, XXHASH).sys_flag == 0x1 | (3 << 8)
+    m = codec.decode(bytes(rec), 0, XXHASH)
+    assert m.stored_sys_flag == 0x1 | (3 << 8)  # the record's
+    assert m.sys_flag == 3 << 8  # a consumer's: COMPRESSED cleared, the type kept
+    assert bytes(m.body) == b"hello"
+
+
+def test_an_empty_compressed_body_is_served_empty_with_its_flag_kept():
+    """RocketMQ's decode inflates no empty body (BODYLEN 0): the consumer gets no body and
+    SYSFLAG as stored. mqfs does not fail the read."""
+    enc = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20)
+    for flag in (0x1, 0x101, 0x201, 0x301):
+        rec, _ = enc.encode(Message(topic="t", body=b"", sys_flag=flag))
+        m = codec.decode(bytes(rec), 0, XXHASH)
+        assert (m.sys_flag, m.stored_sys_flag, bytes(m.body)) == (flag, flag, b"")
 
 
 def test_msg_id_round_trip_and_malformed_ids():
@@ -184,7 +197,8 @@ def test_encode_decode_round_trip(msg, flavor, store_host, qoff, commitlog_offse
     assert (m.queue_offset, m.commitlog_offset, m.store_timestamp) == (qoff, commitlog_offset, ts)
     assert (m.born_timestamp, m.born_host, m.store_host) == (msg.born_timestamp, msg.born_host, store_host)
     assert (m.reconsume_times, m.prepared_transaction_offset) == (msg.reconsume_times, msg.prepared_transaction_offset)
-    assert m.sys_flag & ~0x30 == msg.sys_flag
+    assert m.stored_sys_flag & ~0x30 == msg.sys_flag
+    assert m.sys_flag == compression.consumer_sys_flag(m.stored_sys_flag, len(msg.body))
     assert m.magic == (codec.MAGIC_V2 if len(msg.topic) > 127 else codec.MAGIC_V1)
 
 
