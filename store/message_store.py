@@ -115,6 +115,7 @@ class MessageStore(StoreReads, StoreWrites):
         safefs.check_store(self.root, write=not read_only or self._writers_out)
         self.features = features.recognise(self.root)  # what of the store is the broker's alone
         refusal = None if read_only or fresh else self.features.refusal()
+        refusal = refusal or features.unreadable(self.root)  # before the lock: no file made
         if refusal is not None:
             raise UnsupportedFeature(refusal)
         self._lock_file = StoreLock(self.root)

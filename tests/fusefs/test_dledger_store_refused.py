@@ -14,7 +14,7 @@ DLEDGER_KINDS = ("dledger", "dledger-killed")
 def commands(root: str, mnt: str) -> list[tuple[str, ...]]:
     return [("mount", "-o", "ro", root, mnt), ("mount", root, mnt), ("info", root),
             ("info", "--json", root), ("verify", root), ("dump", "-f", "json", root),
-            ("repair", "--yes", root), ("group", "show", root),
+            ("repair", "--yes", root), ("group", "show", root), ("group", "reset", root, "g1", "Orders", "--to", "0"),
             ("pipeline", "export", root, f"{mnt}-out")]
 
 

@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from mqfs.store import MessageStore, StoreConfig, UnsupportedFeature
+from mqfs.store.group_offsets import OfflineOffsets
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta import features
 from mqfs.store.meta.manifest import inspect, is_store
@@ -24,7 +25,7 @@ ENTRY_HEADER = 48  # DLedgerEntry.BODY_OFFSET
 
 def opens(root: str):
     """Every way the store API opens a store: read-only, read-write, the offline readers'
-    layout and `inspect`, repair's plan, verify."""
+    layout and `inspect`, repair's plan, verify, `mqfs group`'s."""
     cfg = StoreConfig(message_delay_level=DELAY_LEVELS)
     yield "read-only", lambda: MessageStore(root, cfg.replace(read_only=True), create=False).open()
     yield "read-write", lambda: MessageStore(root, cfg, create=False).open()
@@ -32,6 +33,7 @@ def opens(root: str):
     yield "inspect", lambda: inspect(root)
     yield "repair plan", lambda: plan_repair(root)
     yield "verify", lambda: verify_store(root)
+    yield "group offsets", lambda: OfflineOffsets(root).__enter__()  # keeps writers out: a lock file
 
 
 @pytest.mark.parametrize("kind", DLEDGER_KINDS)
