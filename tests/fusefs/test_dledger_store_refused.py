@@ -3,12 +3,8 @@ a real mount as a user would: mqfs reads no DLedger CommitLog yet, so every comm
 one line (never "no store", whose advice was `mqfs init`), no mount is left, the mountpoint
 stays empty to `ls`, and `sha256sum` of every file of the broker's is what it was."""
 
-import pytest
-
 from tests.fusefs.helpers import mqfs, needs_fuse, sh
 from tests.store.java_stores import snapshot, unpack
-
-DLEDGER_KINDS = ("dledger", "dledger-killed")
 
 
 def commands(root: str, mnt: str) -> list[tuple[str, ...]]:
@@ -19,9 +15,11 @@ def commands(root: str, mnt: str) -> list[tuple[str, ...]]:
 
 
 @needs_fuse
-@pytest.mark.parametrize("kind", DLEDGER_KINDS)
-def test_every_command_refuses_in_one_line_and_changes_nothing(tmp_path, kind):
-    root, mnt = unpack(kind, str(tmp_path)), str(tmp_path / "mnt")
+def test_every_command_refuses_in_one_line_and_changes_nothing(tmp_path):
+    """On the killed broker's store (abort file left, DLedger's checkpoint stale), where a
+    read-only open would otherwise recover in memory; the clean one takes the same path
+    (tests/store/test_dledger_store.py opens both through the store API)."""
+    root, mnt = unpack("dledger-killed", str(tmp_path)), str(tmp_path / "mnt")
     sh(f"mkdir {mnt}")
     before = snapshot(root)
     sums = sh(f"cd {root} && find . -type f -print0 | sort -z | xargs -0 sha256sum").stdout
