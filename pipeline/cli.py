@@ -201,6 +201,8 @@ def main(argv: list[str]) -> int:
                 r = audit.run(spark, args.store)
                 for line in r["shown"]:
                     print(line)
+                for note in r["notes"]:
+                    print(f"audit: note: {note}")
                 if r["live"]:
                     print("audit: the store is open (or was not closed cleanly): its ConsumeQueues and "
                           "IndexFiles are checked as far as they have reached")

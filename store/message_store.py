@@ -331,7 +331,8 @@ class MessageStore(StoreReads, StoreWrites):
         """Map every file read-only and find the ends in memory; nothing on disk changes."""
         self.index.load(True, 0, timestamp_at=self.commitlog.record_time_at)
         self.recovery = open_read_only(self.parts, crashed,
-                                       None if trusted else self.checkpoint.cq_flushed_offset)
+                                       None if trusted else self.checkpoint.cq_flushed_offset,
+                                       queues_from_log=features.ROCKSDB_CQ in self.features)
         self._broker_held_read_only()
         if not self._ends_vouched and features.ROCKSDB_CQ not in self.features and \
                 self.commitlog.max_offset > self.commitlog.min_offset:

@@ -13,7 +13,8 @@ An IndexFile entry must point at a record one of whose index keys (UNIQ_KEY, KEY
 hashes to the entry's hash, with a timeDiff that
 matches its store time and a chain link to an older entry in the same slot; every slot must
 head its newest entry. Totals: each queue holds one unit per queued record, the IndexFiles one
-entry per indexed key.
+entry per indexed key. A broker's RocksDB ConsumeQueue (storeType=defaultRocksDB) has no unit
+files to check: said in a note, as verify says it, and no queue is short of units.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from mqfs.store.format.message import PROPERTY_UNIQ_KEY
 from mqfs.store.format.multi_dispatch import describes
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.verify import store_problems
+from mqfs.store.meta.features import ROCKSDB_CQ
 from mqfs.store.offline.views import (
     UNIT_SIZE,
     QueueReader,
@@ -60,6 +62,7 @@ from mqfs.store.offline.views import (
 
 from ..batch_cq import batch_topics
 from ..inner_batches import INNER_BATCHES
+from ..recognised import recognised
 from ..scan import Checks, FileBatcher
 from ..source import RangePartition, plan_partitions, read_range
 
@@ -76,6 +79,7 @@ class Finding:
     count: int = 0
     unreadable: int = 0  # units/entries pointing at damaged records (reported by the CommitLog task)
     lost: int = 0  # units pointing at a filler record: messages repair lost, offsets kept taken
+    deleted: int = 0  # units/entries pointing below the CommitLog's first file: retention deleted them
     present: list[tuple[int, int]] = field(default_factory=list)  # runs [a, b) of queue offsets
     last_offset: int = -1  # the largest CommitLog offset an IndexFile entry points at
 
@@ -96,13 +100,17 @@ class Records:
 
     def rows(self, commitlog_offset: np.ndarray, sizes: np.ndarray | None, f: Finding) -> dict[int, dict]:
         """offset -> decoded row, for offsets holding a whole record (of `sizes` when given);
-        records that fail their checks count as `unreadable`, not as problems of `f`."""
+        records that fail their checks count as `unreadable`, not as problems of `f`, and
+        offsets below the CommitLog's first file as `deleted` (retention deleted their records
+        and the broker keeps the units and entries until their own files go: verify's rule)."""
         out: dict[int, dict] = {}
         which = np.searchsorted(self.starts, commitlog_offset, side="right") - 1
         for i in np.unique(which):
             sel = np.flatnonzero(which == i)
             if i < 0:
-                for k in sel:
+                below = commitlog_offset[sel] >= 0
+                f.deleted += int(below.sum())
+                for k in sel[~below]:
                     f.bad(f"offset {commitlog_offset[k]} is below the CommitLog")
                 continue
             file_from, path = self.files[i]
@@ -283,16 +291,21 @@ def run(spark: SparkSession, store: str) -> dict:
                 if tasks else [])
     findings.append(_commitlog_gaps(layout))
     findings.append(_whole_store(layout.root))
-    totals = _totals(spark, layout, findings, live)
+    rocksdb_cq = recognised(layout.root).named(ROCKSDB_CQ) is not None
+    totals = _totals(spark, layout, findings, live, rocksdb_cq)
     findings.append(totals)
     problems = [p for f in findings for p in f.problems]
+    notes = ["consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs cannot read: not checked "
+             "(its queues are served from the CommitLog)"] if rocksdb_cq else []
     return {"cq_units": sum(f.checked for f in findings if f.what.startswith("consumequeue")),
             "index_entries": sum(f.checked for f in findings if f.what.startswith("index")),
-            "problems": sum(f.count for f in findings), "shown": problems, "live": live}
+            "problems": sum(f.count for f in findings), "shown": problems, "live": live, "notes": notes}
 
 
-def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], live: bool) -> Finding:
-    """Each queue has one unit per queued record; the IndexFiles one entry per indexed key.
+def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], live: bool,
+            rocksdb_cq: bool) -> Finding:
+    """Each queue has one unit per queued record (not counted in a RocksDB ConsumeQueue, which
+    has no unit files); the IndexFiles one entry per indexed key.
     Of a live store, only the records its derived files have reached are counted: per queue
     those before its last unit, for the IndexFiles those up to the last entry they count."""
     f = Finding("totals")
@@ -309,10 +322,10 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
         .agg(F.count("*").alias("n"), F.max("queue_offset").alias("top")).collect())}
     queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
                       if f_.what.startswith("consumequeue")}
-    units = {name: f_.checked - f_.unreadable - f_.lost for name, f_ in queue_findings.items()}
+    units = {name: f_.checked - f_.unreadable - f_.lost - f_.deleted for name, f_ in queue_findings.items()}
     batch = batch_topics(layout.root)  # units in batchconsumequeue/: verify checks them
     for (t, q), (n, top) in sorted(per_queue.items()):
-        if not has_queue_dir(t) or t in batch:  # no directory name holds the topic: served by key only
+        if rocksdb_cq or not has_queue_dir(t) or t in batch:  # no directory name holds the topic: served by key only
             continue
         have = units.get(f"{t}/{q}", 0)
         found = queue_findings.get(f"{t}/{q}")
@@ -336,7 +349,7 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).collect()[0][0] or 0
     expected += _batch_record_keys(layout, indexed.filter(packed))
-    have = sum(f_.checked - f_.unreadable for f_ in findings if f_.what.startswith("index"))
+    have = sum(f_.checked - f_.unreadable - f_.deleted for f_ in findings if f_.what.startswith("index"))
     if have != expected:
         f.bad(f"the IndexFiles hold {have} entries, the CommitLog's records have {expected} keys")
     return f
@@ -359,7 +372,7 @@ def _without_units(df, topic: str, queue_id: int, present: list[tuple[int, int]]
     covered = np.zeros(len(offsets), bool)
     for a, b in present:
         covered |= (offsets >= a) & (offsets < b)
-    runs = _runs(offsets[~covered])
+    runs = _runs(np.unique(offsets[~covered]))  # a prepared record repeats the queue offset it names
     if not runs:
         return ""
     shown = ", ".join(f"{a}..{b - 1}" for a, b in runs[:5]) + (", ..." if len(runs) > 5 else "")

@@ -25,13 +25,15 @@ def _newest_begun(parts: StoreParts) -> int:
     return found.file_from_offset if found is not None else 0
 
 
-def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = None) -> RecoveryReport:
+def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = None,
+                   queues_from_log: bool = False) -> RecoveryReport:
     """Damage inside flushed data does not stop it (reads of damaged records fail, every
     intact one is served); after a crash, what a read-write open would do is reported, and
     records no ConsumeQueue holds yet are not shown. `unsure_from`: the counts the queues
     were registered with hold for records below this CommitLog offset (the checkpoint's,
     config/queueEnds.log's); a queue with a record past it has its count found at its
-    first use instead."""
+    first use instead. `queues_from_log`: every queue is served from the records (a broker's
+    RocksDB ConsumeQueue), so none lags the CommitLog and no open would index them."""
     report = RecoveryReport(crashed, 0, 0)
     queue = parts.commitlog.queue
     if not queue.files:
@@ -60,7 +62,7 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
         if why is not None:
             report.notes.append(f"a read-write open would refuse: {why}")
     lowest = parts.checkpoint.cq_flushed_offset
-    if crashed and lowest < end:
+    if crashed and lowest < end and not queues_from_log:
         report.notes.append(f"a read-write open would index records from CommitLog offset "
                             f"about {lowest} to {end}; until then those no queue holds are "
                             "not listed")
