@@ -130,7 +130,7 @@ class MessageStore(StoreReads, StoreWrites):
             else:
                 self.config, repair_ends = repair_journal.settle_for_open(self.root, self._requested)
         except BaseException:
-            self._lock_file.release()
+            self._lock_file.refused()
             raise
         cfg = self.config
         # the store's identity, which the records it writes carry (store/meta/manifest.py):
@@ -159,7 +159,7 @@ class MessageStore(StoreReads, StoreWrites):
             self._release_files(as_found=True)  # a refused open writes nothing
             if last_exit_ok and os.path.lexists(self.abort_path):
                 safefs.unlink(self.abort_path)  # refused to open: the files are as we found them
-            self._lock_file.release()
+            self._lock_file.refused()
             if repair_ends is not None and isinstance(exc, StoreError):
                 raise _after_journal(self.root, exc, repair_ends) from None
             raise

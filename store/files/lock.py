@@ -9,7 +9,8 @@
    FileChannel.tryLock(0, 1) takes it, so mqfs and a real broker exclude each other.
 
 A refused writer removes the `config/mqfs.lock` (and `config/`) it created, by the inode it
-made and while it still holds the flock; so that an opener that opened that file just before
+made and while it still holds the flock (one the lock let in, whose open then refuses, too:
+`refused`); so that an opener that opened that file just before
 cannot take a lock nobody else sees, a flock on `config/mqfs.lock` counts only while the name
 still stands for the file locked.
 
@@ -123,7 +124,6 @@ class StoreLock:
                 self._remove_made()
                 self.release()
                 raise
-        self._made = []
         self.held = True
         _HELD_HERE.add(self.key)
 
@@ -277,7 +277,15 @@ class StoreLock:
             return
         self.replacement_fd = fd
 
+    def refused(self) -> None:
+        """Release after an open refused (before its first change): what acquire made goes
+        too (`config/mqfs.lock`, and `config/` when it made it), so the refusal leaves the
+        store as it found it."""
+        self._remove_made()
+        self.release()
+
     def release(self) -> None:
+        self._made = []
         for name in ("fd", "private_fd", "dir_fd", "replacement_fd"):
             fd = getattr(self, name)
             if fd >= 0:

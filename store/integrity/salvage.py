@@ -317,15 +317,30 @@ def walk_runs(files: list[MappedFile], flavor: Flavor, file_size: int,
 
 
 def misnamed(files: list[MappedFile], flavor: Flavor) -> dict[str, int]:
-    """Files whose first record says it belongs at another file's start: path -> the start
-    offset its records name (a botched restore that swapped or renamed files)."""
-    out = {}
+    """Files whose records say they belong at another file's start: path -> the start offset
+    they name (a botched restore that swapped or renamed files). A rename among the files
+    there goes no further than one file size per file past the newest; and where a second
+    record follows the first, it must name the same start: a flipped bit in the first
+    record's PHYSICALOFFSET is damage, not a file misnamed (taken for one, repair planned a
+    rename to 2^46 and walked a billion missing files)."""
+    out: dict[str, int] = {}
+    if not files:
+        return out
+    size = files[0].file_size
+    limit = files[-1].file_from_offset + size * (len(files) + 1)
     for mf in files:
         try:
             msg = codec.decode(mf.buffer(), 0, flavor)
         except CodecError:
             continue
-        if msg.commitlog_offset != mf.file_from_offset and \
-                msg.commitlog_offset % mf.file_size == 0:
-            out[mf.path] = msg.commitlog_offset
+        at = msg.commitlog_offset
+        if at == mf.file_from_offset or at % size or not 0 <= at < limit:
+            continue
+        second = msg.total_size
+        try:
+            after = codec.decode(mf.buffer(), second, flavor) if second <= size - 8 else None
+        except CodecError:
+            after = None  # a BLANK, zeros or damage: the first record alone says
+        if after is None or after.commitlog_offset == at + second:
+            out[mf.path] = at
     return out

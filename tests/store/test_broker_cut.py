@@ -13,7 +13,7 @@ import struct
 import numpy as np
 import pytest
 
-from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store import CorruptionError, Message, MessageStore, StoreConfig
 from mqfs.store.repair import plan_repair
 from tests.fusefs.helpers import mqfs
 from tests.store.java_stores import DELAY_LEVELS, answers, snapshot, unpack
@@ -57,6 +57,17 @@ def test_the_fixture_is_a_store_the_broker_cut(root):
 def test_a_read_only_open_serves_what_the_broker_served(root):
     before = snapshot(root)
     assert served(root) == brokers()
+    assert snapshot(root) == before
+
+
+def test_a_read_write_open_refuses_and_leaves_no_file_behind(root):
+    """The refusal comes after the writer's lock was taken: the config/mqfs.lock it made
+    goes again (it was left in the broker's config/)."""
+    before = snapshot(root)
+    with pytest.raises(CorruptionError, match=f"damaged record at CommitLog offset {CUT} .*"
+                                              "a valid record follows at 66210"), \
+            MessageStore(root, StoreConfig(message_delay_level=DELAY_LEVELS), create=False):
+        pass
     assert snapshot(root) == before
 
 
@@ -123,3 +134,19 @@ def test_no_cut_is_offered_when_the_broker_gave_a_cut_records_offset_to_another(
         f.seek(40 * 20)
         f.write(struct.pack(">qiq", LAST_KEPT, 337, 0))
     assert plan_repair(root).cut is None
+
+
+def test_a_flipped_bit_in_the_first_records_position_is_damage_not_a_misnamed_file(root):
+    """PHYSICALOFFSET's bit 46 flipped names 2^46, a multiple of the file size: taken for a
+    misnamed file, repair planned a rename there and walked the 2^30 files missing between
+    (it never returned). The record after it names the file's true start: damage."""
+    path = os.path.join(root, "commitlog", "00000000000000000000")
+    with open(path, "r+b") as f:
+        f.seek(28 + 2)  # PHYSICALOFFSET, big-endian: its third byte holds bits 40..47
+        f.write(b"\x40")
+    plan = plan_repair(root)
+    assert not plan.renames
+    assert (plan.damages[0].start, plan.damages[0].reason) == (0, "the record says it is at "
+                                                                  f"{1 << 46}")
+    verified = mqfs("verify", root, check=False).stdout
+    assert "files swapped or misnamed" not in verified and "damaged CommitLog bytes 0.." in verified
