@@ -387,13 +387,14 @@ def _apply_cut(plan: RepairPlan) -> list[str]:
     try:
         _check_unchanged(plan)
         cl.load()
-        saved = broker_cut.apply_cut(root, cl, plan.cut.at)
+        saved, derived = broker_cut.apply_cut(root, cl, plan.cut.at, cfg.consume_queue_units)
     finally:
         cl.close()
         lock.release()
     done = [f"cut the CommitLog at {plan.cut.at}, where the broker's recovery cut it: "
             f"{plan.cut.records} records past it and every byte after them are in "
-            f"{', '.join(saved)}"]
+            f"{', '.join(saved)}" + (f"; the ConsumeQueue and IndexFiles the cut changes in "
+                                     f"{', '.join(derived)}" if derived else "")]
     with MessageStore(root, cfg.replace(read_only=False), create=False) as store:
         done.append(f"the ConsumeQueues and IndexFiles end with the CommitLog, at "
                     f"{store.commitlog.max_offset}")

@@ -27,6 +27,7 @@ from ..files import quarantine, safefs
 from ..files.checkpoint import Checkpoint
 from ..files.commitlog import CommitLog
 from ..files.consume_queue import UNIT_DTYPE, UNIT_SIZE
+from ..files.index_file import HEADER_DTYPE
 from ..files.mapped_file import load_files, offset_to_name
 from . import salvage
 
@@ -88,10 +89,37 @@ def served_end(root: str, topic: str, queue_id: int, units: int, cut: int) -> in
     return end
 
 
-def apply_cut(root: str, cl: CommitLog, at: int) -> list[str]:
-    """Copy every non-zero CommitLog byte past `at` into quarantine/ (synced), then zero them
-    (synced). Interrupted, the next plan finds the same cut (or a log ending in zeros at
-    `at`): every byte is in quarantine/ before any is zeroed."""
+def derived_past(root: str, units: int, at: int) -> list[tuple[str, str]]:
+    """(path, name in quarantine/) of the broker's ConsumeQueue files holding a unit that
+    points at or past `at` and of its IndexFiles reaching there: the open after the cut zeroes
+    those units and rebuilds those IndexFiles, so they are kept as evidence first."""
+    out = []
+    base = os.path.join(root, "consumequeue")
+    for topic in sorted(safefs.listdir(base)) if safefs.is_dir(base) else []:
+        tdir = os.path.join(base, topic)
+        for qname in sorted(safefs.listdir(tdir)) if safefs.is_dir(tdir) else []:
+            if not qname.isdigit():
+                continue
+            for _, path in load_files(os.path.join(tdir, qname), units * UNIT_SIZE,
+                                      read_only=True):
+                arr = np.fromfile(path, dtype=UNIT_DTYPE)
+                if ((arr["size"] > 0) & (arr["offset"] >= at)).any():
+                    out.append((path, f"consumequeue-{topic}-{qname}-{os.path.basename(path)}"))
+    index = os.path.join(root, "index")
+    for name in sorted(safefs.listdir(index)) if safefs.is_dir(index) else []:
+        path = os.path.join(index, name)
+        head = np.fromfile(path, dtype=HEADER_DTYPE, count=1)
+        if len(head) and int(head["end_phy"][0]) >= at:
+            out.append((path, f"index-{name}"))
+    return out
+
+
+def apply_cut(root: str, cl: CommitLog, at: int, units: int) -> tuple[list[str], list[str]]:
+    """Copy every non-zero CommitLog byte past `at` into quarantine/ (synced), and the
+    ConsumeQueue and IndexFiles the open after the cut will change there, then zero those
+    CommitLog bytes (synced); the copies' paths, of the CommitLog's bytes and of the others.
+    Interrupted, the next plan finds the same cut (or a log ending in zeros at `at`): every
+    byte is in quarantine/ before any is zeroed."""
     spans = []
     for mf in cl.queue.files:
         lo = max(at - mf.file_from_offset, 0)
@@ -102,6 +130,7 @@ def apply_cut(root: str, cl: CommitLog, at: int) -> list[str]:
     saved = [quarantine.save_bytes(root, f"commitlog-{offset_to_name(mf.file_from_offset + lo)}"
                                          "-past-broker-end", mf.buffer()[lo:hi])
              for mf, lo, hi in spans]
+    derived = [quarantine.copy_file(root, path, name) for path, name in derived_past(root, units, at)]
     for mf, lo, hi in spans:
         fd = safefs.open_file(mf.path, os.O_WRONLY)
         try:
@@ -112,4 +141,4 @@ def apply_cut(root: str, cl: CommitLog, at: int) -> list[str]:
             os.fsync(fd)
         finally:
             os.close(fd)
-    return saved
+    return saved, derived

@@ -89,6 +89,11 @@ def test_repair_changes_nothing_without_a_persons_confirmation(root):
 def test_repair_quarantines_every_byte_it_cuts_and_the_store_is_what_the_broker_serves(root):
     with open(os.path.join(root, NEWEST), "rb") as f:
         old = f.read()
+    changed = {}  # the broker's files the open after the cut changes: kept as they were
+    for rel in ("consumequeue/Orders/0/00000000000000000000", "consumequeue/Timed/0/00000000000000000000",
+                *(f"index/{n}" for n in os.listdir(os.path.join(root, "index")))):
+        with open(os.path.join(root, rel), "rb") as f:
+            changed[rel] = f.read()
     cut_from = CUT - FILE_SIZE
     data_end = int(np.flatnonzero(np.frombuffer(old, dtype=np.uint8))[-1]) + 1
     done = mqfs("repair", "--yes", root)
@@ -98,6 +103,17 @@ def test_repair_quarantines_every_byte_it_cuts_and_the_store_is_what_the_broker_
     assert len(cut) == 1, saved
     with open(os.path.join(root, "quarantine", cut[0]), "rb") as f:
         assert f.read() == old[cut_from:data_end]  # every byte cut, and only those
+    for rel, data in changed.items():
+        name = ("consumequeue-" + "-".join(rel.split("/")[1:]) if rel.startswith("consumequeue/")
+                else "index-" + os.path.basename(rel))
+        copies = [n for n in saved if n.endswith(f"-{name}")]
+        if not copies:  # an IndexFile ending before the cut (the broker's recovery rebuilt it)
+            with open(os.path.join(root, rel), "rb") as f:
+                assert f.read() == data and rel.startswith("index/"), rel  # is left as it is
+            continue
+        assert len(copies) == 1, (rel, saved)
+        with open(os.path.join(root, "quarantine", copies[0]), "rb") as f:
+            assert f.read() == data, rel
     with open(os.path.join(root, NEWEST), "rb") as f:
         new = f.read()
     assert new == old[:cut_from] + bytes(FILE_SIZE - cut_from)
