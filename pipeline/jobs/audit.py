@@ -46,6 +46,7 @@ from mqfs.store.format.multi_dispatch import describes
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.verify import store_problems
 from mqfs.store.meta.features import ROCKSDB_CQ
+from mqfs.store.meta.log_start import recorded_min_offset
 from mqfs.store.offline.views import (
     UNIT_SIZE,
     QueueReader,
@@ -177,8 +178,14 @@ def check_commitlog(layout: StoreLayout, part: RangePartition) -> Finding:
 
 
 def _commitlog_gaps(layout: StoreLayout) -> Finding:
+    """Files missing between CommitLog files, and an oldest file gone that retention never
+    deleted (verify's rule: units and entries below the first file are otherwise retention's)."""
     f = Finding("commitlog")
     files = commitlog_files(layout.root)
+    recorded = recorded_min_offset(layout.root)
+    if files and recorded is not None and files[0][0] > recorded:
+        f.bad(f"CommitLog bytes {recorded}..{files[0][0]} are missing: the oldest file(s) went, "
+              "but retention never deleted them")
     for (a, path), (b, _) in zip(files, files[1:]):
         end = a + os.path.getsize(path)
         if end < b:

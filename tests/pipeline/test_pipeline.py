@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 
 import pytest
 
@@ -13,10 +14,12 @@ pytest.importorskip("pyspark")
 from mqfs.pipeline import cli  # noqa: E402
 from mqfs.pipeline.jobs import audit, rebuild  # noqa: E402
 from mqfs.pipeline.writer import MqfsWriter  # noqa: E402
-from mqfs.store import MessageStore  # noqa: E402
+from mqfs.store import Message, MessageStore  # noqa: E402
 from mqfs.store.offline.views import commitlog_files, index_files, read_index_file, store_layout  # noqa: E402
+from tests.fusefs.helpers import MQFS  # noqa: E402
 from tests.pipeline.helpers import build_store, expected_rows, make_messages, read_rows  # noqa: E402
 from tests.store.broker_layouts import lmq_store  # noqa: E402
+from tests.store.helpers import small_config  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -185,6 +188,32 @@ def test_audit_catches_a_corrupted_consume_queue_entry(spark, store, tmp_path):
     assert any("Orders/1" in p and "999" in p for p in r["shown"])
     assert cli.main(["audit", bad]) == 1
     assert cli.main(["audit", store]) == 0
+
+
+@pytest.mark.allow_logs(r"^retention: deleted CommitLog file")
+def test_audit_passes_what_retention_deleted_and_names_an_oldest_file_it_did_not(spark, tmp_path):
+    """Units and IndexFile entries pointing below the CommitLog's first file are what
+    retention (or a broker's file deletion) leaves: no problem. An oldest file gone without
+    retention is one, as verify says (before, each entry pointing there was a problem, and the
+    missing file none)."""
+    root, copy = str(tmp_path / "s"), str(tmp_path / "copy")
+    with MessageStore(root, small_config()) as s:
+        for i in range(200):
+            s.put(Message.create("t", os.urandom(500), keys=[f"k{i}"]))
+    shutil.copytree(root, copy)
+    with MessageStore(root, small_config(retention_bytes=1)) as s:
+        s.flush_services.stop()
+        assert s.retention.run_once() >= 1
+    first = sorted(os.listdir(os.path.join(root, "commitlog")))[0]
+    assert int(first) > 0
+    r = audit.run(spark, root)
+    assert (r["problems"], r["shown"]) == (0, [])
+    os.remove(os.path.join(copy, "commitlog", "0" * 20))
+    r = audit.run(spark, copy)
+    assert r["shown"] == [f"commitlog: CommitLog bytes 0..{int(first)} are missing: the oldest file(s) went, "
+                          "but retention never deleted them"], r["shown"]
+    verified = subprocess.run([*MQFS, "verify", copy], capture_output=True, text=True, timeout=300)
+    assert f"CommitLog bytes 0..{int(first)} are missing" in verified.stdout
 
 
 def test_export_and_stats_jobs_write_what_they_report(spark, store, tmp_path):
