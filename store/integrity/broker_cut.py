@@ -29,6 +29,7 @@ from ..files.commitlog import CommitLog
 from ..files.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from ..files.index_file import HEADER_DTYPE
 from ..files.mapped_file import load_files, offset_to_name
+from ..meta.manifest import manifest_path
 from . import salvage
 
 
@@ -59,10 +60,12 @@ class BrokerCut:
 
 def broker_end(root: str, cl: CommitLog) -> tuple[int, int] | None:
     """(the end of the last record the broker's recovery kept, its start) from the
-    checkpoint's confirmPhyOffset, when that is RocketMQ's (mqfs's own checksum fails) and a
-    record that checks out starts there; else None."""
+    checkpoint's confirmPhyOffset, when that is RocketMQ's (a broker's store: no mqfs.json,
+    and mqfs's own checksum in the checkpoint fails) and a record that checks out starts
+    there; else None. (mqfs writes an end there, which a record may start at: a store mqfs
+    made, with its checkpoint torn, must not pass for one a broker cut.)"""
     cp = Checkpoint.load(os.path.join(root, "checkpoint"))
-    if cp.checked or cp.confirm_phy_offset <= 0:
+    if os.path.lexists(manifest_path(root)) or cp.checked or cp.confirm_phy_offset <= 0:
         return None
     try:
         msg = cl.read(cp.confirm_phy_offset, check_crc=True)

@@ -16,6 +16,7 @@ import pytest
 from mqfs.store import CorruptionError, Message, MessageStore, StoreConfig
 from mqfs.store.repair import plan_repair
 from tests.fusefs.helpers import mqfs
+from tests.store.helpers import flip, small_config
 from tests.store.java_stores import DELAY_LEVELS, answers, snapshot, unpack
 
 CUT = 65873  # the torn record: where RocketMQ's recovery stopped
@@ -166,3 +167,19 @@ def test_a_flipped_bit_in_the_first_records_position_is_damage_not_a_misnamed_fi
                                                                   f"{1 << 46}")
     verified = mqfs("verify", root, check=False).stdout
     assert "files swapped or misnamed" not in verified and "damaged CommitLog bytes 0.." in verified
+
+
+def test_a_store_mqfs_made_never_passes_for_one_a_broker_cut(tmp_path):
+    """mqfs writes an end into confirmPhyOffset, which a record may start at: with its own
+    checksum torn, its checkpoint looks like a broker's. A store with mqfs.json is not one."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, small_config()) as s:
+        puts = [s.put(Message(topic="T", body=b"m%d" % i)) for i in range(6)]
+    with open(os.path.join(root, "checkpoint"), "r+b") as f:
+        f.seek(32)
+        f.write(struct.pack(">qq", puts[2].commitlog_offset, 0))  # and the flushed offset's
+        # checksum no longer holds
+    flip(os.path.join(root, "commitlog", "00000000000000000000"), puts[3].commitlog_offset + 60)
+    plan = plan_repair(root)
+    assert plan.cut is None and plan.damages and plan.damages[0].start == puts[3].commitlog_offset
+    assert plan.kept == 5
