@@ -23,11 +23,8 @@ from mqfs.pipeline.jobs import audit  # noqa: E402
 from mqfs.store import MessageStore  # noqa: E402
 from tests.fusefs.helpers import MQFS  # noqa: E402
 from tests.pipeline.helpers import host  # noqa: E402
-from tests.store.java_stores import KINDS, ROCKSDB, answers, consumer_view, snapshot, unpack  # noqa: E402
+from tests.store.java_stores import READ, ROCKSDB, answers, consumer_view, snapshot, unpack  # noqa: E402
 from tests.store.test_java_stores import expected, read_only  # noqa: E402
-
-# every Java fixture: the RocksDB ConsumeQueue's are served from the CommitLog's records
-SPARK_KINDS = (*KINDS, "writable", *ROCKSDB)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +32,7 @@ def stores(tmp_path_factory):
     """{kind: (root, its snapshot, {(topic, queue, offset): (Java's answer in mqfs's terms,
     the StoredMessage)})}, unpacked once: the pipeline only reads them."""
     out = {}
-    for kind in SPARK_KINDS:
+    for kind in READ:
         root = unpack(kind, str(tmp_path_factory.mktemp(kind)))
         before = snapshot(root)
         want = {}
@@ -62,7 +59,7 @@ def as_java(r) -> dict:
 
 
 @pytest.mark.parametrize("reader", ["jvm", "python"])
-@pytest.mark.parametrize("kind", SPARK_KINDS)
+@pytest.mark.parametrize("kind", READ)
 def test_every_message_is_a_row_as_the_broker_served_it(spark, stores, kind, reader):
     root, before, want = stores[kind]
     df = spark.read.format("mqfs").option("reader", reader).load(root)

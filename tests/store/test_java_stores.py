@@ -9,6 +9,7 @@ from mqfs.store.errors import NotFound, UnsupportedFeature
 from tests.store.java_stores import (
     DELAY_LEVELS,
     KINDS,
+    READ,
     ROCKSDB,
     answers,
     consumer_view,
@@ -49,7 +50,7 @@ def expected(queue: dict, answer: dict, m) -> dict:
     return {k: seen[k] for k in seen_by_mqfs(m)}
 
 
-@pytest.mark.parametrize("kind", KINDS + ROCKSDB)
+@pytest.mark.parametrize("kind", READ)
 def test_every_offset_reads_as_the_broker_served_it(tmp_path, kind):
     root = unpack(kind, str(tmp_path))
     before = snapshot(root)
@@ -84,7 +85,7 @@ def inner_num(java: dict, commitlog_offset: int) -> int:
                 for a in q["messages"] if a["commitlog"] == commitlog_offset}))
 
 
-@pytest.mark.parametrize("kind", KINDS + ROCKSDB)
+@pytest.mark.parametrize("kind", READ)
 def test_every_key_finds_what_the_brokers_query_found(tmp_path, kind):
     """queryMessage's hits by topic and key (a delayed or half message is indexed under its
     record's topic, so its real topic finds nothing in either)."""
@@ -112,7 +113,7 @@ def test_a_read_write_open_of_a_brokers_store_refuses_and_changes_nothing(tmp_pa
     assert snapshot(root) == before
 
 
-@pytest.mark.parametrize("kind", KINDS + ROCKSDB)
+@pytest.mark.parametrize("kind", READ)
 def test_offset_by_time_answers_as_the_brokers_search(tmp_path, kind):
     """getOffsetInQueueByTime (LOWER, UPPER) either side of and at every store time a queue
     holds. A BatchCQ queue differs on purpose: the broker's BatchConsumeQueue answers a batch's
