@@ -76,7 +76,7 @@ def _python(buf: bytes, pos: int, at: int, unit: tuple[str, int, int], sel: Sele
         verify(buf, pos, msg, flavor)
     except (CodecError, CorruptionError):
         return "damage"
-    if msg.sys_flag & records._OWN_HANDLING or (msg.topic, msg.queue_id, msg.queue_offset) != (topic, q, qo):
+    if msg.stored_sys_flag & records._OWN_HANDLING or (msg.topic, msg.queue_id, msg.queue_offset) != (topic, q, qo):
         return "served"
     if not sel.holds(msg):
         return False

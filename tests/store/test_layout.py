@@ -114,7 +114,7 @@ def test_walker_agrees_with_the_scalar_decoder(store, max_records):
         assert (r.total[i], r.magic[i], r.body_crc[i], r.queue_id[i], r.flag[i]) == (
             m.total_size, m.magic, m.body_crc, m.queue_id, m.flag)
         assert (r.queue_offset[i], r.commitlog_offset[i], r.sys_flag[i], r.born_ts[i], r.store_ts[i]) == (
-            m.queue_offset, m.commitlog_offset, m.sys_flag, m.born_timestamp, m.store_timestamp)
+            m.queue_offset, m.commitlog_offset, m.stored_sys_flag, m.born_timestamp, m.store_timestamp)
         assert buf[r.body_pos[i]:r.body_pos[i] + r.body_len[i]] == bytes(m.stored_body)
         assert buf[r.topic_pos[i]:r.topic_pos[i] + r.topic_len[i]].decode() == m.topic
         assert buf[r.props_pos[i]:r.props_pos[i] + r.props_len[i]] == m._props_raw
