@@ -131,13 +131,6 @@ def test_a_read_only_mount_serves_every_offset_as_the_broker_did(tmp_path, kind)
     assert snapshot(root) == before
 
 
-def test_dump_prints_every_field_of_the_writable_store_as_the_brokers_consumers_got_it(tmp_path):
-    """`dump -f json` of the fixture without LMQ or BatchCQ, not mounted: one line per queue
-    offset, every field as Java's answer holds it (the others: the mounted test above)."""
-    root = unpack("writable", str(tmp_path))
-    check_dump(answers("writable"), mqfs("dump", "-f", "json", root).stdout.splitlines())
-
-
 @needs_fuse
 @pytest.mark.parametrize("kind", KINDS + ROCKSDB)
 def test_a_read_write_mount_refuses_in_one_line_and_changes_nothing(tmp_path, kind):
