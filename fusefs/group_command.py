@@ -81,11 +81,13 @@ def cmd_group(a: argparse.Namespace, mounted_on: Callable[[str], str | None]) ->
     if a.action == "show":
         try:
             with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
-                lines = _shown(s, a.group, a.topic)
+                lines, past = _shown(s, a.group, a.topic)
         except FsError as exc:
             print(f"mqfs: {exc}", file=sys.stderr)
             return USAGE
         print("\n".join(lines), end="\n" if lines else "")
+        for text in past:
+            print(f"mqfs: {text}", file=sys.stderr)
         return 0
     try:
         if a.dry_run:  # changes nothing: no lock, as info and dump
@@ -150,9 +152,11 @@ def _refuse_mounted(root: str, mnt: str | None, a: argparse.Namespace) -> None:
                          f"`mqfs umount {mnt}` first; nothing was changed")
 
 
-def _shown(s: MessageStore, group: str | None, topic: str | None) -> list[str]:
+def _shown(s: MessageStore, group: str | None, topic: str | None) -> tuple[list[str], list[str]]:
     """GROUP TOPIC QUEUE OFFSET LAG lines: committed queues, or every queue of a named
-    group's topic (an uncommitted one at its first offset, where a new consumer starts)."""
+    group's topic (an uncommitted one at its first offset, where a new consumer starts);
+    and a warning for each offset committed past its queue's end (its lag reads 0: the
+    offsets between were lost in a crash, which `mqfs verify` reports as a finding)."""
     from .errors import FsError
 
     rows: list[tuple[str, str, int, int]] = []
@@ -167,9 +171,12 @@ def _shown(s: MessageStore, group: str | None, topic: str | None) -> list[str]:
             if group is None or g == group:
                 rows += [(g, t, q, o) for t, queues in sorted(per_topic.items())
                          for q, o in sorted(queues.items())]
-    out = []
+    out, past = [], []
     for g, t, q, o in rows:
         known = q in s.queue_ids(t)
         lag = max(0, s.max_offset(t, q) - max(o, s.min_offset(t, q))) if known else 0
         out.append(f"{g} {t} {q} {o} {lag}")
-    return out
+        if known and o > s.max_offset(t, q):
+            past.append(f"group {g} committed offset {o} on {t}/{q}, past the queue's end "
+                        f"{s.max_offset(t, q)}: offsets lost in a crash (`mqfs verify` says more)")
+    return out, past

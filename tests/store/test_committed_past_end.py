@@ -59,3 +59,12 @@ def test_commits_at_or_below_the_end_are_no_finding(killed):
     commit(killed, {"Orders@billing": {"0": 41, "1": 0, "2": 40}})
     report = verify_store(killed)
     assert report.findings == 0 and report.lines[-1] == "OK", report.lines
+
+
+def test_group_show_warns_where_it_says_lag_0(killed):
+    commit(killed, {"Orders@billing": {"0": 45, "1": 40}})
+    shown = mqfs("group", "show", killed)
+    assert shown.stdout.splitlines() == ["billing Orders 0 45 0", "billing Orders 1 40 0"]
+    assert shown.stderr.splitlines() == [
+        "mqfs: group billing committed offset 45 on Orders/0, past the queue's end 41: offsets "
+        "lost in a crash (`mqfs verify` says more)"]
