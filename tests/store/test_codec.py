@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqfs.store.errors import CodecError, InvalidMessage
-from mqfs.store.format import codec, compression, message
+from mqfs.store.format import batch, codec, compression, message
 from mqfs.store.format.codec import Encoder
 from mqfs.store.format.flavor import ROCKETMQ, XXHASH, java_string_hash
 from mqfs.store.format.message import Message
@@ -276,3 +276,18 @@ def test_the_smallest_filler_is_the_fewest_bytes_a_filler_takes(flavor, host):
     assert codec.is_filler(m.topic, m.sys_flag)
     with pytest.raises(InvalidMessage):
         codec.filler_record(n - 1, 0, 1, raw, flavor)
+
+
+@pytest.mark.parametrize("kind", ["lz4", "zstd", "zlib"])
+def test_an_inner_batchs_messages_are_as_a_consumers_unwrap_gives_them(kind):
+    """MessageDecoder.decodeMessage: each message takes the batch's SYSFLAG as the decode left
+    it (COMPRESSED cleared, the compression type kept) and no RECONSUMETIMES or prepared
+    offset of its own (0), whatever the record holds."""
+    packed = batch.encode_inner([(1, b"first", {"KEYS": "k"}), (2, b"second", {})])
+    flags = batch.NEED_UNWRAP_FLAG | batch.INNER_BATCH_FLAG | compression.compression_flags(kind)
+    rec, _ = Encoder(XXHASH, ("127.0.0.1", 1), 4 << 20).encode(Message(
+        "Batched", compression.deflate(packed, kind), 0, {"INNER_NUM": "2", "INNER_BASE": "0"},
+        sys_flag=flags, reconsume_times=5, prepared_transaction_offset=7))
+    got = batch.unwrap(codec.decode(bytes(rec), 0, XXHASH))
+    assert [(bytes(m.body), m.flag, m.sys_flag, m.stored_sys_flag, m.reconsume_times, m.prepared_transaction_offset)
+            for m in got] == [(b"first", 1, flags & ~1, flags & ~1, 0, 0), (b"second", 2, flags & ~1, flags & ~1, 0, 0)]
