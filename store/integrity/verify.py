@@ -34,7 +34,7 @@ from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import cuts as queue_cuts
 from ..queues import dispatch_state, ownership
-from . import batch_check, committed, repair_journal, salvage
+from . import batch_check, broker_cut, committed, repair_journal, salvage
 from .compaction_check import check_compaction
 from .index_points import IndexPoints
 from .salvage import Damage
@@ -443,6 +443,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
             bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
             records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
                                                         torn_from, IndexPoints(root, cfg.index_slots))
+            _note_broker_cut(root, cl, records, damages, report)
             batch_checked = batch_check.check(
                 root, features.topics_of(used, features.BATCH_CQ), records,
                 lambda offset: _in_damage(damages, offset) is not None,
@@ -513,6 +514,22 @@ def _whole_store(root: str, manifest_problem: str | None, file_size: int) -> lis
             out.append(str(exc))
     out.extend(ownership.foreign_records(root, file_size))  # another store's queue counts
     return out
+
+
+def _note_broker_cut(root: str, cl: CommitLog, records: dict[int, _RecordInfo],
+                     damages: list[Damage], report: VerifyReport) -> None:
+    """Say so when the first damage is where the broker's own recovery cut the log
+    (`broker_cut`): what lies past it is what the broker dropped, not its data."""
+    kept = broker_cut.broker_end(root, cl) if damages else None
+    if kept is None or damages[0].start != kept[0]:
+        return
+    past = sum(1 for offset in records if offset > kept[0])
+    if past:
+        report.lines.append(
+            f"note: the broker's own recovery cut the CommitLog at {kept[0]} (its checkpoint "
+            f"names the record at {kept[1]} as the last it kept): the {past} record"
+            f"{'' if past == 1 else 's'} past the damage there {'is one' if past == 1 else 'are ones'} it "
+            "no longer serves; `mqfs repair` shows whether it can cut them as the broker did")
 
 
 def _check_names(root: str, cl: CommitLog, flavor, report: VerifyReport) -> None:

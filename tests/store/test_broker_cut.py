@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from mqfs.store import CorruptionError, Message, MessageStore, StoreConfig
-from mqfs.store.repair import plan_repair
+from mqfs.store.repair import apply_repair, plan_repair
 from tests.fusefs.helpers import mqfs
 from tests.store.helpers import flip, small_config
 from tests.store.java_stores import DELAY_LEVELS, answers, snapshot, unpack
@@ -126,6 +126,14 @@ def test_repair_quarantines_every_byte_it_cuts_and_the_store_is_what_the_broker_
     assert mqfs("verify", root).stdout.splitlines()[-2] == "OK"
 
 
+def test_verify_says_the_damage_is_where_the_brokers_recovery_cut(root):
+    lines = mqfs("verify", root, check=False).stdout.splitlines()
+    assert f"note: the broker's own recovery cut the CommitLog at {CUT} (its checkpoint names " \
+        f"the record at {LAST_KEPT} as the last it kept): the 2 records past the damage there " \
+        "are ones it no longer serves; `mqfs repair` shows whether it can cut them as the " \
+        "broker did" in lines
+
+
 def set_confirm(root: str, offset: int) -> None:
     with open(os.path.join(root, "checkpoint"), "r+b") as f:
         f.seek(32)
@@ -183,3 +191,28 @@ def test_a_store_mqfs_made_never_passes_for_one_a_broker_cut(tmp_path):
     plan = plan_repair(root)
     assert plan.cut is None and plan.damages and plan.damages[0].start == puts[3].commitlog_offset
     assert plan.kept == 5
+
+
+def test_a_cut_interrupted_before_it_zeroes_is_planned_again_and_finished(root, monkeypatch):
+    """Killed (here: a failed write) after the copy went to quarantine/ and before a byte was
+    zeroed: the store is as it was, the next repair plans the same cut and finishes it; the
+    bytes are in quarantine/ (twice)."""
+    with open(os.path.join(root, NEWEST), "rb") as f:
+        old = f.read()
+    plan = plan_repair(root)
+
+    def fails(*_):
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", fails)
+        with pytest.raises(OSError):
+            apply_repair(plan)
+    with open(os.path.join(root, NEWEST), "rb") as f:
+        assert f.read() == old
+    again = plan_repair(root)
+    assert again.cut is not None and again.cut.at == CUT
+    mqfs("repair", "--yes", root)
+    copies = [n for n in os.listdir(os.path.join(root, "quarantine")) if n.endswith("-past-broker-end")]
+    assert len(copies) == 2
+    assert served(root) == brokers()
