@@ -15,7 +15,8 @@ import pytest
 from mqfs.store import Message, MessageStore
 from mqfs.store.errors import CorruptionError, NotFound
 from mqfs.store.format import batch
-from mqfs.store.format.compression import deflate
+from mqfs.store.format.compression import COMPRESSION_TYPE_MASK, deflate
+from mqfs.store.format.jsonl import decode_line
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.repair import plan_repair
 from tests.fusefs.helpers import mounted, mqfs, needs_fuse, sh
@@ -73,6 +74,25 @@ def test_the_store_api_gives_inflated_bodies_and_keeps_the_stored_ones(tmp_path,
         lengths = s.list_entries("Packed", 2, 0, 10)[1].tolist()
         assert lengths == [len(served[("Packed", 2, i)]) for i in range(4)]
     _unchanged_by_verify_and_repair(root)
+
+
+def test_a_replayed_compressed_message_is_its_inflated_body_with_the_flag_a_consumer_saw(tmp_path):
+    """`dump -f replay` lines, put as a mount's append.jsonl puts them, into a store of
+    mqfs's: each new record holds the inflated body with no compression bits, so its
+    consumer sees the same body and the flag `dump -f json` showed for the first one, bar
+    the compression type a new record has no reason to carry."""
+    root, copy = str(tmp_path / "broker"), str(tmp_path / "copy")
+    served = _compressed(root)
+    shown = [json.loads(line) for line in mqfs("dump", "-f", "json", "-t", "Packed", root).stdout.splitlines()]
+    lines = mqfs("dump", "-f", "replay", "-t", "Packed", root).stdout.splitlines()
+    assert len(lines) == len(shown) == len(served)
+    with MessageStore(copy, small_config()) as s:
+        for line, first in zip(lines, shown):
+            r = s.put(decode_line(line.encode(), "Copy", 0, 1 << 20))
+            m = s.get("Copy", 0, r.queue_offset)
+            assert bytes(m.body) == bytes(m.stored_body) == served[("Packed", first["queue_id"], first["queue_offset"])]
+            assert m.sys_flag == m.stored_sys_flag == first["sys_flag"] & ~COMPRESSION_TYPE_MASK == 0
+            assert m.keys == first["keys"] and m.tags == first["tags"]
 
 
 def test_a_body_that_does_not_inflate_is_an_error_never_garbage(tmp_path):
