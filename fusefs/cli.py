@@ -315,7 +315,9 @@ def cmd_info(a: argparse.Namespace) -> int:
         if rec is not None and rec.corruption:
             print(f"damage       {rec.corruption}")
         for part in ("commitlog", "consumequeue", "index", "quarantine"):
-            n, size = _count_files(os.path.join(root, part))
+            # a DLedger CommitLog's files are its entry files (`CommitLog.queue.directory`)
+            n, size = _count_files(s.commitlog.queue.directory if part == "commitlog"
+                                   else os.path.join(root, part))
             if n or part != "quarantine":
                 print(f"{part:<13}{_plural(n, 'file')}, {size} bytes")
         topics = s.topics()

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from mqfs.store import MessageStore
-from mqfs.store.offline.views import QueueReader, store_layout
+from mqfs.store.offline.views import QueueReader
 
 CHUNK = 1 << 16  # units summed at a time: memory bounded whatever a queue holds
 
@@ -41,12 +41,11 @@ def _record_bytes(reader: QueueReader | None, lo: int, hi: int) -> int | None:
 def store_state(s: MessageStore, mounted_on: str | None) -> dict:
     """Everything `mqfs info` says, as one JSON-ready dict."""
     root, cfg, rec = s.root, s.config, s.recovery
-    layout = store_layout(root)
     queues = []
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     for topic in sorted(s.topics()):
         for q in s.queue_ids(topic):
-            reader = QueueReader(root, topic, q, layout.consume_queue_units)
+            reader = QueueReader(root, topic, q, cfg.consume_queue_units)
             state = queue_state(s, reader, topic, q)
             ends[(topic, q)] = (state["min_offset"], state["max_offset"])
             queues.append(state)
@@ -61,7 +60,9 @@ def store_state(s: MessageStore, mounted_on: str | None) -> dict:
     files = {}
     for part in ("commitlog", "consumequeue", "index", "quarantine"):
         n = size = 0
-        for dirpath, _, names in os.walk(os.path.join(root, part)):
+        # a DLedger CommitLog's files are its entry files
+        where = s.commitlog.queue.directory if part == "commitlog" else os.path.join(root, part)
+        for dirpath, _, names in os.walk(where):
             for name in names:
                 n += 1
                 size += os.lstat(os.path.join(dirpath, name)).st_size

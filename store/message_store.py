@@ -115,7 +115,8 @@ class MessageStore(StoreReads, StoreWrites):
         safefs.check_store(self.root, write=not read_only or self._writers_out)
         self.features = features.recognise(self.root)  # what of the store is the broker's alone
         refusal = None if read_only or fresh else self.features.refusal()
-        refusal = refusal or features.unreadable(self.root)  # before the lock: no file made
+        # before the lock: no file made; a DLedger CommitLog is read by a plain read-only open
+        refusal = refusal or features.unreadable(self.root, read_only and not self._writers_out)
         if refusal is not None:
             raise UnsupportedFeature(refusal)
         self._lock_file = StoreLock(self.root)
@@ -125,7 +126,7 @@ class MessageStore(StoreReads, StoreWrites):
         try:  # every refusal it can make before its first change, then a repair's file steps
             if read_only:
                 repair_journal.refuse_read_only(self.root)
-                self.config, repair_ends = inspect(self.root, self._requested).config, None
+                self.config, repair_ends = inspect(self.root, self._requested, True).config, None
                 self.config.validate()
             else:
                 self.config, repair_ends = repair_journal.settle_for_open(self.root, self._requested)
@@ -210,7 +211,8 @@ class MessageStore(StoreReads, StoreWrites):
         self.commitlog = CommitLog(root, cfg.commitlog_file_size, self.flavor, read_only=read_only,
                                    transient=cfg.transient_pool and not read_only,
                                    zero_ahead=cfg.flush_mode == "sync",
-                                   place=None if self.encoder.compiled is None else self.encoder.compiled.place)
+                                   place=None if self.encoder.compiled is None else self.encoder.compiled.place,
+                                   dledger_data=features.dledger_data(root) if read_only else None)
         self.commitlog.load()
         self.consume_queues = QueueRegistry(self._open_recorded, self._queue_object)
         self._fillers: list[tuple[int, int]] = []  # (offset, size) of filler records dispatched
@@ -298,7 +300,7 @@ class MessageStore(StoreReads, StoreWrites):
                                 cfg.scrub_interval_hours * 3600)
         if self._log_proof is not None:
             self._log_proof.start()
-        if read_only and cfg.live_refresh_ms > 0:
+        if read_only and cfg.live_refresh_ms > 0 and not self.commitlog.dledger:  # not followed yet
             self.live = LiveReader(parts, self.put_lock, self.tags_codes, self.topic_table.add_found,
                                    features.ROCKSDB_CQ in self.features, cfg.live_refresh_ms,
                                    features.topics_of(self.features, features.BATCH_CQ))

@@ -117,7 +117,7 @@ def cmd_dump(a: argparse.Namespace) -> int:
 
     try:
         sel = selection_of(a)
-        layout = layout_at(a.store)
+        layout = layout_at(a.store, dledger=True)  # its walk follows a DLedger CommitLog's entries
         # its own buffer: with PYTHONUNBUFFERED (common in containers) every message would
         # be a write(2) of its own, a third of a selection's time at 5,000 messages
         out = io.BufferedWriter(io.FileIO(sys.stdout.fileno(), "wb", closefd=False), OUT_BUFFER)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mqfs.store.format.layout import Records, fields, walk
+from mqfs.store.integrity.dledger_walk import blank_after, entries
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.selection import Selection
@@ -82,6 +83,8 @@ class CommitLog(Files):
         with status 0). The walk stops there, so what is
         written while it runs (a replay into the store it reads) is never read: a dump is a
         snapshot, as a DataFrame of the pipeline is, and cannot feed on its own output."""
+        if self._end is None and self.layout.dledger:
+            self._end = self._entries_end()
         if self._end is None:
             vouched = self.vouched()
             i = max(int(np.searchsorted(self.starts, vouched, side="right")) - 1, 0)
@@ -106,6 +109,41 @@ class CommitLog(Files):
             self._end = end
         return self._end
 
+    def _entries_end(self) -> int:
+        """A DLedger CommitLog's end: after its last whole entry (the records in them are
+        checked as the walk reads them)."""
+        end = 0
+        for i, (base, _) in enumerate(self.files):
+            buf = self.mapped(i)
+            _, stop, reason = entries(buf, base)
+            end = base + stop
+            if reason is not None or not blank_after(buf, stop):
+                break
+            end = base + len(buf)
+        return end
+
+    def _entry_runs(self, damage: Damage) -> Iterator[Run]:
+        """`walk` of a DLedger CommitLog: the records of its whole entries, one run a file;
+        an entry whose bytes are no record that checks out goes to `damage`, as does where
+        the entries stop short of the end (`end`: never where they end in zeros)."""
+        stop_at = self.end()
+        for i, (base, _) in enumerate(self.files):
+            if base >= stop_at:
+                return
+            buf = self.mapped(i)
+            found, stop, reason = entries(buf, base)
+            at = np.array([pos for pos, _ in found], dtype=np.int64)
+            sizes = np.array([size for _, size in found], dtype=np.int64)
+            recs = fields(np.frombuffer(buf, np.uint8), at)
+            ok = recs.well_formed & (recs.commitlog_offset == base + at) & (recs.total == sizes)
+            for off in (base + at[~ok]).tolist():
+                damage(off, "the DLedger entry there holds no whole record")
+            if ok.any():
+                yield Run(buf, base, recs.take(ok))
+            if reason is not None:
+                damage(base + stop, reason)
+                return
+
     def _past_damage(self, buf: mmap.mmap, base: int, pos: int) -> int | None:
         """Where the resync puts the next record after bytes at `pos` that are no record and
         no zeros (None: none, as after a torn tail, or zeros: the file's end)."""
@@ -126,6 +164,9 @@ class CommitLog(Files):
         file's records stop, with no record after them, are its end: the last file's is where
         a writer's next record goes, an earlier one's a file a live writer left before its
         BLANK. The walk ends where the records ended when it began (`end`)."""
+        if self.layout.dledger:
+            yield from self._entry_runs(damage)
+            return
         vouched = self.vouched()  # before any record is read: what a unit vouched for then
         stop_at = self.end()
         for i, (base, _) in enumerate(self.files):

@@ -29,14 +29,19 @@ _BLANK = struct.Struct(">ii")
 class CommitLog:
     def __init__(self, root: str, file_size: int, flavor: Flavor, *, transient: bool = False,
                  read_only: bool = False, zero_ahead: bool = False,
-                 place: Callable[[bytearray, int, int, int, int], None] | None = None):
+                 place: Callable[[bytearray, int, int, int, int], None] | None = None,
+                 dledger_data: str | None = None):
         """`zero_ahead`: for sync flush, see MappedFile._zero_ahead. `place`: stamps and
-        seals a record as codec.place does (the compiled encoder's), or None for codec.place."""
+        seals a record as codec.place does (the compiled encoder's), or None for codec.place.
+        `dledger_data`: a broker's DLedger entry files (docs/format.md, "DLedger CommitLog"),
+        read only: a record sits at its offset as in commitlog/, each after a 48-byte entry
+        header, so reads by offset are the same and walks use store/integrity/dledger_walk.py."""
         self.file_size = file_size
+        self.dledger = dledger_data is not None
         self.flavor = flavor
         self._record_crc = flavor.crc_unmasked if flavor.record_crc else None
         self.place: Callable[[bytearray, int, int, int, int], None] | None = place
-        self.queue = MappedFileQueue(os.path.join(root, "commitlog"), file_size,
+        self.queue = MappedFileQueue(dledger_data or os.path.join(root, "commitlog"), file_size,
                                      transient=transient, read_only=read_only,
                                      zero_ahead=zero_ahead)
 

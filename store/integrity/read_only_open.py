@@ -11,10 +11,11 @@ import numpy as np
 from ..format import layout
 from ..format.columns import RecordRun
 from ..offline.store_files import newest_begun
+from .dledger_walk import end_scan
 from .log_tail import bytes_past, refusal
 from .parts import StoreParts
 from .recovery import RecoveryReport
-from .scanner import NOWHERE, file_start, scan_end
+from .scanner import NOWHERE, file_start
 
 
 def _newest_begun(parts: StoreParts) -> int:
@@ -47,7 +48,7 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
         rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
         touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
 
-    end, _, reason = scan_end(parts.commitlog, parts.scan_flavor, start,
+    end, _, reason = end_scan(parts.commitlog)(parts.commitlog, parts.scan_flavor, start,
                               NOWHERE if unsure_from is None else unsure_from, note)
     parts.consume_queues.mark_inexact(touched)
     reason = reason or bytes_past(parts, end)
@@ -62,7 +63,7 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
         if why is not None:
             report.notes.append(f"a read-write open would refuse: {why}")
     lowest = parts.checkpoint.cq_flushed_offset
-    if crashed and lowest < end and not queues_from_log:
+    if crashed and lowest < end and not queues_from_log and not parts.commitlog.dledger:
         report.notes.append(f"a read-write open would index records from CommitLog offset "
                             f"about {lowest} to {end}; until then those no queue holds are "
                             "not listed")

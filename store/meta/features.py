@@ -18,7 +18,7 @@ CommitLog file (`RECORDS_LOOKED_AT`, at most `BYTES_LOOKED_AT`); never a whole-s
 | `timer`                  | `timerwheel`, `timerlog/`, `consumequeue/rmq_sys_wheel_timer` | allowed |
 | `pop-kv-store`           | `kvStore/` (the broker's pop consumer records)          | allowed    |
 | `ha-epoch`               | `epochFileCheckpoint` (controller-mode HA)              | refused    |
-| `dledger-commitlog`      | `dledger-<selfId>/` (enableDLegerCommitLog)             | refused (and not read) |
+| `dledger-commitlog`      | `dledger-<selfId>/` (enableDLegerCommitLog)             | refused (read-only: read) |
 | `unknown`                | any other entry of the store root                       | refused    |
 
 "refused": a read-write open (mount, `repair --yes`, MessageStore) refuses with one line
@@ -29,8 +29,10 @@ its config files) leave the feature's files whole; they are never touched (`Feat
 A compaction topic's queues are served from compaction/ (store/files/compaction_log.py) and
 refuse puts, as do a topic whose cleanup.policy the broker cannot read (its reads fail there).
 Where in doubt, refuse: `-o ro` always works, but for `dledger-commitlog`: its CommitLog is
-DLedger's entry log (docs/format.md, "DLedger CommitLog"), which mqfs does not read yet, so
-every open, read-only ones too, refuses it in one line (`unreadable`) and changes nothing.
+DLedger's entry log (docs/format.md, "DLedger CommitLog"), which a plain read-only open reads
+through the entries (`dledger_data`: one `dledger-<selfId>/data/`, no `commitlog/` beside it);
+the readers that walk `commitlog/` themselves, and any other layout of it, refuse it in one
+line (`unreadable`) and change nothing.
 """
 
 from __future__ import annotations
@@ -143,7 +145,8 @@ class Features(Frozen):
         """One line for a read-write open of a store that writing would break, else None."""
         for f in self.found:
             if not f.writable:
-                advice = ("and mqfs does not read it yet either" if f.name == DLEDGER
+                advice = ("and mqfs does not read this layout of it yet either"
+                          if f.name == DLEDGER and dledger_data(self.root) is None
                           else "mount it read-only (-o ro)")
                 return (f"{self.root} uses the RocketMQ feature {f.name} ({f.seen}): "
                         f"{_WHY_NOT_WRITABLE[f.name]}; nothing was changed: {advice}")
@@ -206,16 +209,28 @@ def dledger_dirs(root: str) -> tuple[str, ...]:
                  if kind == "dir" and name.startswith(DLEDGER_PREFIX))
 
 
-def unreadable(root: str) -> str | None:
-    """One line for any open, a read-only one too, of a store mqfs cannot read as its
-    consumers do, else None: a DLedger CommitLog (its records are read at positions inside
-    DLedger's entries, which no reader here follows yet)."""
+def dledger_data(root: str) -> str | None:
+    """The entry files' directory of a DLedger CommitLog mqfs reads (read-only): the one
+    `dledger-<selfId>/data/` of a store with no `commitlog/` beside it. None for any other
+    layout: no DLedger directory, several, a store moved onto DLedger (its older records in
+    commitlog/, below the entries: not read yet), or data/ elsewhere (storePathDLedgerCommitLog)."""
     found = dledger_dirs(root)
-    if not found:
+    if len(found) != 1 or "commitlog" in _entries(root):
+        return None
+    data = os.path.join(root, found[0], "data")
+    return data if _entries(os.path.join(root, found[0])).get("data") == "dir" else None
+
+
+def unreadable(root: str, dledger: bool = False) -> str | None:
+    """One line for any open, a read-only one too, of a store mqfs cannot read as its
+    consumers do, else None: a DLedger CommitLog, unless `dledger` (the caller reads its
+    records through the entries, `dledger_data`) and it is one layout mqfs reads."""
+    found = dledger_dirs(root)
+    if not found or (dledger and dledger_data(root) is not None):
         return None
     return (f"{root} is a RocketMQ broker's store whose CommitLog is on DLedger ({found[0]}/, "
             "enableDLegerCommitLog: each record inside a DLedger entry, docs/format.md): mqfs "
-            "does not read a DLedger CommitLog yet; nothing was changed")
+            "does not read this DLedger CommitLog yet; nothing was changed")
 
 
 def _is_rocksdb_file(name: str) -> bool:

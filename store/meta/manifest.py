@@ -109,11 +109,12 @@ def _parse_manifest(path: str, config: StoreConfig) -> tuple[StoreConfig, str | 
     return config.replace(flavor=flavor, record_crc=record_crc, **fields), found_id
 
 
-def inspect(root: str, config: StoreConfig | None = None) -> StoreFormat:
+def inspect(root: str, config: StoreConfig | None = None, dledger: bool = False) -> StoreFormat:
     """How to read `root`: the manifest's format fields over `config`, checked against what
     the records show. Never writes. A store no reader here reads as its consumers do
-    (`features.unreadable`) is refused: UnsupportedFeature."""
-    why = features.unreadable(root)
+    (`features.unreadable`; `dledger`: the caller reads a DLedger CommitLog) is refused:
+    UnsupportedFeature."""
+    why = features.unreadable(root, dledger)
     if why is not None:
         raise UnsupportedFeature(why)
     config = config or StoreConfig()
@@ -149,9 +150,10 @@ def file_sizes(config: StoreConfig) -> dict[str, int]:
             "consume_queue": config.consume_queue_units * UNIT_SIZE}
 
 
-def read_manifest(root: str, config: StoreConfig | None = None) -> StoreConfig:
-    """The config to read `root` with (readers: the records' flavor wins over a bad manifest)."""
-    return inspect(root, config).config
+def read_manifest(root: str, config: StoreConfig | None = None, dledger: bool = False) -> StoreConfig:
+    """The config to read `root` with (readers: the records' flavor wins over a bad manifest);
+    `dledger`: the reader reads a DLedger CommitLog (`inspect`)."""
+    return inspect(root, config, dledger).config
 
 
 def _file_sizes(directory: str, name_len: int) -> set[int]:
@@ -174,7 +176,7 @@ def _infer_broker_config(root: str, config: StoreConfig, flavor: str | None,
     """Sizes of a store a RocketMQ broker wrote, read off its files (the broker keeps them in
     its own config), and the flavor its records show (rocketmq when they tell nothing).
     IndexFiles are assumed to keep RocketMQ's 4 entries per slot."""
-    commitlog = _one_size(os.path.join(root, "commitlog"), 20)
+    commitlog = _one_size(features.dledger_data(root) or os.path.join(root, "commitlog"), 20)
     if commitlog is None:
         return config
     found: dict = {"flavor": flavor or "rocketmq", "record_crc": record_crc,

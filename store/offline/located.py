@@ -28,9 +28,9 @@ def store_root(path: str) -> str:
     return root
 
 
-def layout_at(path: str) -> StoreLayout:
+def layout_at(path: str, dledger: bool = False) -> StoreLayout:
     """`store_layout` of the store `path` names (store_root)."""
-    return store_layout(store_root(path))
+    return store_layout(store_root(path), dledger)
 
 
 def _mount_of(path: str) -> str | None:

@@ -13,6 +13,7 @@ import os
 from ..errors import StoreFormatError, UntrustedStore
 from ..files import safefs
 from ..format.flavor import Flavor, flavor_named
+from ..meta.features import dledger_data
 from ..meta.manifest import is_store, read_manifest
 from ..slotted import Frozen
 
@@ -28,7 +29,7 @@ class StoreLayout(Frozen):
     """What a reader needs to know about a store: where it is, its flavor and file sizes."""
 
     __slots__ = __match_args__ = ("root", "flavor", "commitlog_file_size", "consume_queue_units",
-                                  "index_slots", "index_entries", "record_crc")
+                                  "index_slots", "index_entries", "record_crc", "dledger")
     root: str
     flavor: str
     commitlog_file_size: int
@@ -36,12 +37,14 @@ class StoreLayout(Frozen):
     index_slots: int
     index_entries: int
     record_crc: bool  # every record carries the whole-record checksum
+    dledger: bool  # the CommitLog is a broker's DLedger entry log (`commitlog_files`), read only
 
     def __init__(self, root: str, flavor: str, commitlog_file_size: int, consume_queue_units: int,
-                 index_slots: int, index_entries: int, record_crc: bool = False) -> None:
+                 index_slots: int, index_entries: int, record_crc: bool = False,
+                 dledger: bool = False) -> None:
         self._set(root=root, flavor=flavor, commitlog_file_size=commitlog_file_size,
                   consume_queue_units=consume_queue_units, index_slots=index_slots,
-                  index_entries=index_entries, record_crc=record_crc)
+                  index_entries=index_entries, record_crc=record_crc, dledger=dledger)
 
     @property
     def checked_flavor(self) -> Flavor:
@@ -49,17 +52,19 @@ class StoreLayout(Frozen):
         return flavor_named(self.flavor, self.record_crc)
 
 
-def store_layout(root: str) -> StoreLayout:
+def store_layout(root: str, dledger: bool = False) -> StoreLayout:
     """mqfs.json when present; a directory without it is a RocketMQ broker's store. The root
     is resolved first (a link to the store is the administrator's); a link inside it is
-    refused (UntrustedStore) before any file is read."""
+    refused (UntrustedStore) before any file is read. `dledger`: the reader walks a DLedger
+    CommitLog's entries (`StoreLayout.dledger`); others refuse one (UnsupportedFeature)."""
     root = os.path.realpath(root)
     if not is_store(root):
         raise StoreFormatError(f"{root} is not a store (no mqfs.json and no commitlog/)")
     safefs.refuse_links(root)
-    cfg = read_manifest(root)
+    cfg = read_manifest(root, dledger=dledger)
     return StoreLayout(root, cfg.flavor, cfg.commitlog_file_size, cfg.consume_queue_units,
-                       cfg.index_slots, cfg.index_entries, cfg.record_crc)
+                       cfg.index_slots, cfg.index_entries, cfg.record_crc,
+                       dledger and dledger_data(root) is not None)
 
 
 def numbered_files(directory: str, name_len: int = 20) -> list[tuple[int, str]]:
@@ -85,7 +90,12 @@ def numbered_files(directory: str, name_len: int = 20) -> list[tuple[int, str]]:
 
 
 def commitlog_files(root: str) -> list[tuple[int, str]]:
-    return numbered_files(os.path.join(root, "commitlog"))
+    """The CommitLog's files: commitlog/'s, or a DLedger CommitLog's entry files (a store with
+    no commitlog/: only a reader that walks entries gets a layout of one, `store_layout`)."""
+    directory = os.path.join(root, "commitlog")
+    if not os.path.lexists(directory):
+        directory = dledger_data(root) or directory
+    return numbered_files(directory)
 
 
 def newest_begun(files: Sequence[F], head: Callable[[F], bytes]) -> F | None:

@@ -17,7 +17,7 @@ from ..files.consume_queue import PRE_BLANK, UNIT_SIZE, ConsumeQueue, RebuiltQue
 from ..files.dispatcher import TagsCodes
 from ..format import codec, layout
 from ..format.multi_dispatch import dispatched
-from ..integrity import salvage
+from ..integrity import dledger_walk, salvage
 
 if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
@@ -203,7 +203,9 @@ def queues_from_log(parts: StoreParts, keys: set[tuple[str, int]] | None,
     # a record past the log's end is never read (a broker's recovery cut before it: it left
     # the bytes, and a read there finds no data): its queue offset is not served either
     end = parts.commitlog.queue.max_offset
-    for item in salvage.walk(parts.commitlog.queue.files, parts.flavor, parts.commitlog.file_size):
+    cl = parts.commitlog
+    items = dledger_walk.walk(cl) if cl.dledger else salvage.walk(cl.queue.files, parts.flavor, cl.file_size)
+    for item in items:
         if stop is not None and stop():
             raise Halted
         if isinstance(item, salvage.Damage) or not layout.in_queue(item.sys_flag) \

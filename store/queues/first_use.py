@@ -24,8 +24,9 @@ from ..files.consume_queue import ConsumeQueue, RebuiltQueue
 from ..files.dispatcher import TagsCodes
 from ..format import layout
 from ..format.columns import RecordRun
+from ..integrity.dledger_walk import end_scan
 from ..integrity.parts import StoreParts
-from ..integrity.scanner import NOWHERE, scan_end
+from ..integrity.scanner import NOWHERE
 from . import check, kept_ends
 from .registry import Key, Recorded
 from .swap import Units
@@ -181,7 +182,7 @@ def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int,
                 cols[key][i].append(col[rows].astype(np.int64))
 
     start = parts.commitlog.queue.min_offset
-    end, _, _ = scan_end(parts.commitlog, parts.scan_flavor, start, start, take)
+    end, _, _ = end_scan(parts.commitlog)(parts.commitlog, parts.scan_flavor, start, start, take)
     if end < limit:
         return {}
     out: dict[Key, Units] = {}

@@ -48,7 +48,7 @@ from ..files.consume_queue import PRE_BLANK, ConsumeQueue
 from ..files.dispatcher import TagsCodes, has_queue_dir
 from ..files.json_file import write_json
 from ..format import layout
-from ..integrity import salvage
+from ..integrity import dledger_walk, salvage
 from . import check
 from .first_use import units_of
 from .registry import Key
@@ -160,7 +160,8 @@ class LogProof:
         mf = self.files[self._next]
         found: dict[Key, tuple[int, int]] = {}
         last = self._next == len(self.files) - 1
-        for item in salvage.walk_runs_of_file(mf, self.parts.flavor, last):
+        walk = dledger_walk.runs_of_file if self.parts.commitlog.dledger else salvage.walk_runs_of_file
+        for item in walk(mf, self.parts.flavor, last):
             if self._stop:  # closing: this file is walked again by the next open's proof
                 return 0
             if isinstance(item, salvage.Run):

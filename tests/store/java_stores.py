@@ -24,6 +24,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "java_stores")
 KINDS = ("clean", "killed")
 ROCKSDB = ("rocksdb", "rocksdb-killed")
 READ = (*KINDS, "writable", *ROCKSDB)  # every fixture, for the tests that only read
+DLEDGER = ("dledger", "dledger-killed")  # read only: the CommitLog is DLedger's entry log
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # the writer's
 
 

@@ -1,8 +1,8 @@
 """Stores RocketMQ's own DLedgerCommitLog wrote (tests/store/java_stores.py: `dledger`, a clean
 shutdown, and `dledger-killed`, halted with DLedger's checkpoint stale): the CommitLog is
 DLedger's entry log in dledger-n0/data/, each record inside an entry (docs/format.md, "DLedger
-CommitLog"). mqfs recognises the layout and, reading none of it yet, refuses every open in one
-line through the store API, read-only ones too, leaving every file as it was."""
+CommitLog"). mqfs recognises the layout, reads it read-only through the entries and refuses
+every other open in one line through the store API, leaving every file as it was."""
 
 import os
 import shutil
@@ -78,20 +78,75 @@ def test_the_layout_is_recognised(tmp_path, kind):
     assert "dledger-n0" in found.foreign
     assert features.dledger_dirs(root) == ("dledger-n0",)
     refusal = found.refusal()
-    assert refusal is not None and "no DLedger entries" in refusal and "-o ro" not in refusal
+    assert refusal is not None and "no DLedger entries" in refusal and "(-o ro)" in refusal
 
 
 @pytest.mark.parametrize("kind", DLEDGER_KINDS)
-def test_every_open_refuses_in_one_line_and_changes_nothing(tmp_path, kind):
+def test_a_read_only_open_reads_it_and_every_other_open_refuses_in_one_line(tmp_path, kind):
+    """A read-only open reads the records through the entries (every offset and key as Java
+    served them: tests/store/test_java_stores.py); the other opens, which would walk commitlog/
+    or write, refuse in one line. Nothing changes either way."""
     root = unpack(kind, str(tmp_path))
     before = snapshot(root)
     for how, open_it in opens(root):
+        if how == "read-only":
+            s = open_it()
+            try:
+                assert s.commitlog.queue.directory == os.path.join(root, "dledger-n0", "data")
+                assert s.live is None  # a broker still writing is not followed yet
+            finally:
+                s.close()
+            continue
         with pytest.raises(UnsupportedFeature, match="DLedger") as refused:
             open_it()
         assert "\n" not in str(refused.value), how
     assert snapshot(root) == before
 
 
+def entry_starts(root: str) -> list[int]:
+    """Offsets of every DLedger entry of the store, in order."""
+    data = os.path.join(root, "dledger-n0", "data")
+    out = []
+    for name in sorted(os.listdir(data)):
+        with open(os.path.join(data, name), "rb") as f:
+            buf = f.read()
+        pos = 0
+        while pos + 8 <= len(buf) and struct.unpack_from(">i", buf, pos)[0] == 1:
+            out.append(int(name) + pos)
+            pos += struct.unpack_from(">i", buf, pos + 4)[0]
+    return out
+
+
+def read_only(root: str) -> MessageStore:
+    return MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS), create=False)
+
+
+@pytest.mark.parametrize("torn", ["record", "entry header"])
+def test_the_log_ends_after_the_last_whole_entry(tmp_path, torn):
+    """A broker killed mid-write leaves its last entry torn; restarted, it serves every whole
+    entry before it. Here the last entry's record loses its tail (or its entry header its
+    size): the read-only open ends where that entry starts, serves every message before it,
+    and the queue whose unit points at the torn record ends before it."""
+    root = unpack("dledger-killed", str(tmp_path))
+    last = entry_starts(root)[-1]
+    data = os.path.join(root, "dledger-n0", "data")
+    name = max(n for n in os.listdir(data) if int(n) <= last)
+    with read_only(root) as s:
+        whole = s.commitlog.read(last + ENTRY_HEADER)
+        topic, q, at = whole.topic, whole.queue_id, whole.queue_offset
+        assert s.max_offset(topic, q) == at + 1
+        end = s.commitlog.max_offset
+    with open(os.path.join(data, name), "r+b") as f:
+        if torn == "record":
+            f.seek(end - int(name) - 8)
+            f.write(bytes(8))
+        else:
+            f.seek(last - int(name) + 4)
+            f.write(struct.pack(">i", 1 << 20))
+    with read_only(root) as s:
+        assert s.commitlog.max_offset == last
+        assert s.max_offset(topic, q) == at
+        assert s.get(topic, q, at - 1).commitlog_offset < last
 def test_a_store_moved_onto_dledger_is_refused_too(tmp_path):
     """A broker that moved an older store onto DLedger keeps commitlog/ below the entries'
     offsets (DLedgerCommitLog's dividedCommitlogOffset): built here from two fixtures (the

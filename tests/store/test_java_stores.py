@@ -8,6 +8,7 @@ from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.errors import NotFound, UnsupportedFeature
 from tests.store.java_stores import (
     DELAY_LEVELS,
+    DLEDGER,
     KINDS,
     READ,
     ROCKSDB,
@@ -50,7 +51,7 @@ def expected(queue: dict, answer: dict, m) -> dict:
     return {k: seen[k] for k in seen_by_mqfs(m)}
 
 
-@pytest.mark.parametrize("kind", READ)
+@pytest.mark.parametrize("kind", READ + DLEDGER)
 def test_every_offset_reads_as_the_broker_served_it(tmp_path, kind):
     root = unpack(kind, str(tmp_path))
     before = snapshot(root)
@@ -100,7 +101,7 @@ def inner_num(java: dict, commitlog_offset: int) -> int:
                 for a in q["messages"] if a["commitlog"] == commitlog_offset}))
 
 
-@pytest.mark.parametrize("kind", READ)
+@pytest.mark.parametrize("kind", READ + DLEDGER)
 def test_every_key_finds_what_the_brokers_query_found(tmp_path, kind):
     """queryMessage's hits by topic and key (a delayed or half message is indexed under its
     record's topic, so its real topic finds nothing in either)."""
@@ -114,13 +115,14 @@ def test_every_key_finds_what_the_brokers_query_found(tmp_path, kind):
             assert len(found) == sum(inner_num(java, offset) for offset in key["commitlog"]), key
 
 
-@pytest.mark.parametrize("kind", KINDS + ROCKSDB)
+@pytest.mark.parametrize("kind", KINDS + ROCKSDB + DLEDGER)
 def test_a_read_write_open_of_a_brokers_store_refuses_and_changes_nothing(tmp_path, kind):
     """The store has a BatchCQ topic, which mqfs cannot keep whole when writing, or its
     ConsumeQueue in RocksDB, which mqfs would write queue files inside: refused."""
     root = unpack(kind, str(tmp_path))
     before = snapshot(root)
-    feature = "rocksdb-consumequeue" if kind in ROCKSDB else "batch-cq"
+    feature = "rocksdb-consumequeue" if kind in ROCKSDB else "dledger-commitlog" if kind in DLEDGER \
+        else "batch-cq"
     with pytest.raises(UnsupportedFeature, match=feature) as refused, \
             MessageStore(root, StoreConfig(message_delay_level=DELAY_LEVELS), create=False):
         pass
@@ -128,7 +130,7 @@ def test_a_read_write_open_of_a_brokers_store_refuses_and_changes_nothing(tmp_pa
     assert snapshot(root) == before
 
 
-@pytest.mark.parametrize("kind", READ)
+@pytest.mark.parametrize("kind", READ + DLEDGER)
 def test_offset_by_time_answers_as_the_brokers_search(tmp_path, kind):
     """getOffsetInQueueByTime (LOWER, UPPER) either side of and at every store time a queue
     holds. A BatchCQ queue differs on purpose: the broker's BatchConsumeQueue answers a batch's
