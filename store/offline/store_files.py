@@ -116,7 +116,12 @@ def newest_begun_file(root: str) -> tuple[int, str] | None:
 
 
 def _head(path: str) -> bytes:
-    fd = safefs.open_file(path)
+    """A file's first 8 bytes; none for one gone since it was listed (a restarting broker
+    deletes its made-ahead file: no record was begun in it)."""
+    try:
+        fd = safefs.open_file(path)
+    except FileNotFoundError:
+        return b""
     try:
         return os.pread(fd, 8, 0)
     finally:

@@ -17,6 +17,7 @@ from mqfs.store import Message, MessageStore
 from mqfs.store.files.checkpoint import Checkpoint
 from mqfs.store.format.layout import MAGIC_V1
 from mqfs.store.integrity.verify import verify_store
+from mqfs.store.offline import store_files
 from mqfs.store.offline.store_files import commitlog_files, newest_begun, newest_begun_file
 from mqfs.store.queues import clean_open
 from tests.fusefs.helpers import mounted, needs_fuse, sh
@@ -204,7 +205,7 @@ def test_verify_takes_the_file_a_broker_made_ahead_for_no_damage(tmp_path):
     assert any("without a BLANK" in line for line in report.lines), report.lines
 
 
-def test_the_log_ends_in_the_newest_file_begun_for_every_reader_that_asks(tmp_path):
+def test_the_log_ends_in_the_newest_file_begun_for_every_reader_that_asks(tmp_path, monkeypatch):
     """One rule (store_files.newest_begun) for where the CommitLog ends by its files: the
     newest file whose first 8 bytes are not all zero. A broker's made-ahead file of zeros is
     not it, whichever reader asks (the read-only open, the pipeline's locality); once a
@@ -221,3 +222,7 @@ def test_the_log_ends_in_the_newest_file_begun_for_every_reader_that_asks(tmp_pa
     with open(ahead, "r+b") as f:  # a record begun in it: its TOTALSIZE and MAGIC
         f.write(struct.pack(">ii", 200, MAGIC_V1))
     assert newest_begun_file(root) == (ahead_start, ahead)
+    listed = commitlog_files(root)
+    os.unlink(ahead)  # deleted between the listing and the look (a broker's restart)
+    monkeypatch.setattr(store_files, "commitlog_files", lambda _: listed)
+    assert newest_begun_file(root) == (before, os.path.join(root, "commitlog", f"{before:020d}"))
