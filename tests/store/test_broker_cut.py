@@ -1,4 +1,4 @@
-"""A store RocketMQ itself cut (tests/store/java_stores/truncated: the writable store, killed
+"""A store RocketMQ itself cut (tests/store/java_stores/truncated.tar.gz: the writable store, killed
 with a record torn in its CommitLog's tail, loaded by a restarting broker whose recovery
 stopped at the torn record and left the valid records after it). A read-only open serves what
 the broker served; `mqfs repair` offers to cut the log where the broker did
