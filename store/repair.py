@@ -248,8 +248,8 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
     past: BrokerCut | None = None  # the records past that cut, when the first damage is there
     for item in salvage.walk(files, flavor, cl.file_size, progress, flushed, points):
         if isinstance(item, Damage):
-            if not plan.damages and kept_by_broker and item.start == kept_by_broker[0]:
-                past = BrokerCut(*kept_by_broker)
+            if not plan.damages and kept_by_broker and item.start >= kept_by_broker[0]:
+                past = BrokerCut(*kept_by_broker, at=item.start)
             plan.damages.append(item)
         elif not codec.is_filler(item.topic, item.sys_flag):
             plan.kept += 1
@@ -260,7 +260,7 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
                 past.records += 1
                 if layout.in_queue(item.sys_flag):
                     past.queues.setdefault(key, (0, []))[1].append(item.queue_offset)
-    if past is not None and past.records and _broker_dropped(plan, past):
+    if past is not None and past.records and _broker_dropped(plan, cl, past):
         plan.cut, plan.damages, plan.kept = past, [], plan.kept - past.records
         plan.queue_ends = {}  # the cut's read-write open finds them as the broker serves them
         return
@@ -276,16 +276,18 @@ def _walk_into(plan: RepairPlan, cl: CommitLog, flavor, progress: Progress | Non
     plan.queue_ends = queue_ends
 
 
-def _broker_dropped(plan: RepairPlan, past: BrokerCut) -> bool:
-    """Whether every record past the broker's cut has a queue offset at or past its queue's
-    end as the broker serves it (else the broker did not simply drop them: keep them);
-    fills in those ends."""
+def _broker_dropped(plan: RepairPlan, cl: CommitLog, past: BrokerCut) -> bool:
+    """Whether the broker dropped the records past the first damage: its recovery cut the
+    log exactly there, or it gave a queue offset of one of them to a message it wrote after
+    its recovery (`broker_cut`); fills in each queue's end as the broker serves it."""
     for key, (_, offsets) in past.queues.items():
-        end = broker_cut.served_end(plan.root, *key, plan.config.consume_queue_units, past.at)
-        if min(offsets) < end:
-            return False
+        end, _ = broker_cut.queue_units(plan.root, cl, *key, plan.config.consume_queue_units,
+                                        past.recovered_at, past.at)
         past.queues[key] = (end, offsets)
-    return True
+    if past.at == past.recovered_at or past.given_again():
+        past.stale = broker_cut.stale_units(plan.root, cl, past, plan.config.consume_queue_units)
+        return True
+    return False
 
 
 def _old_queues(root: str, cfg: StoreConfig, damages: list[Damage]
@@ -387,14 +389,17 @@ def _apply_cut(plan: RepairPlan) -> list[str]:
     try:
         _check_unchanged(plan)
         cl.load()
-        saved, derived = broker_cut.apply_cut(root, cl, plan.cut.at, cfg.consume_queue_units)
+        saved, derived = broker_cut.apply_cut(root, cl, plan.cut, cfg.consume_queue_units)
     finally:
         cl.close()
         lock.release()
-    done = [f"cut the CommitLog at {plan.cut.at}, where the broker's recovery cut it: "
-            f"{plan.cut.records} records past it and every byte after them are in "
+    done = [f"cut the CommitLog at {plan.cut.at}: the {plan.cut.records} records past it, "
+            "which the broker dropped, and every byte after them are in "
             f"{', '.join(saved)}" + (f"; the ConsumeQueue and IndexFiles the cut changes in "
                                      f"{', '.join(derived)}" if derived else "")]
+    if plan.cut.stale:
+        done.append(f"zeroed {len(plan.cut.stale)} ConsumeQueue units the broker's recovery "
+                    "dropped")
     with MessageStore(root, cfg.replace(read_only=False), create=False) as store:
         done.append(f"the ConsumeQueues and IndexFiles end with the CommitLog, at "
                     f"{store.commitlog.max_offset}")

@@ -3,7 +3,7 @@
  * and prints what the store's getMessage (and queryMessage) answered, as JSON, so tests can
  * compare mqfs's reading of the files with the broker's own. Built by scripts/java-broker-store.
  *
- * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|rocksdb|rocksdb-killed|dledger|dledger-killed|read> <answers.json>
+ * Usage: BrokerStoreWriter <storeDir> <clean|killed|writable|rocksdb|rocksdb-killed|dledger|dledger-killed|read|resume> <answers.json>
  *   clean: the broker shuts down cleanly (no abort file);
  *   killed: the JVM halts after dispatch, as after a kill -9 (abort file left, checkpoint stale);
  *   writable: as clean, without the features mqfs refuses to write beside (LMQ, BatchCQ);
@@ -14,7 +14,8 @@
  *   dledger, dledger-killed: as writable and as killed, the CommitLog on DLedger
  *     (enableDLegerCommitLog, a one-node Raft group that elects itself);
  *   read: writes nothing: loads the store as a restarting broker does and answers for every
- *     queue on disk (what the broker makes of a store mqfs wrote to).
+ *     queue on disk (what the broker makes of a store mqfs wrote to);
+ *   resume: as read, after putting one message to Orders/0 (a broker going on after its recovery).
  * What the broker itself does before the store (delay and timer topics, transaction half and op
  * topics, inner batches, the producer's compression) is done here the way the broker's and the
  * client's code do it, since only the store module is compiled.
@@ -172,6 +173,9 @@ public final class BrokerStoreWriter {
         try {
             if ("read".equals(mode)) {
                 w.queuesOnDisk(root);
+            } else if ("resume".equals(mode)) {
+                w.queuesOnDisk(root);
+                w.put(w.message("Orders", 0, "after recovery".getBytes(StandardCharsets.UTF_8), "R", "resumed"));
             } else {
                 w.write();
                 if (rocks) {

@@ -8,7 +8,8 @@ and the topics are RocksDB databases (consumequeue/, config/topics/) and topics.
 export lacking most topics; `rocksdb-killed`'s broker deleted its oldest CommitLog file (and
 with it the head of most queues) before it halted. `truncated` is `writable` killed with a record
 torn in its CommitLog's tail, after a restarting broker's recovery cut the log there (leaving
-the valid records after it: tests/store/test_broker_cut.py)."""
+the valid records after it: tests/store/test_broker_cut.py); `resumed` is `truncated` after the
+broker put one message to Orders/0 over the torn record."""
 
 from __future__ import annotations
 

@@ -30,21 +30,21 @@ def root(tmp_path) -> str:
     return unpack("truncated", str(tmp_path))
 
 
-def served(root: str) -> dict[tuple[str, int], list[int]]:
+def served(root: str, kind: str = "truncated") -> dict[tuple[str, int], list[int]]:
     """Every queue's messages as mqfs serves them read-only: queue -> CommitLog offsets."""
     out = {}
     with MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS),
                       create=False) as s:
-        for q in answers("truncated")["queues"]:
+        for q in answers(kind)["queues"]:
             key = (q["topic"], q["queue"])
             assert (s.min_offset(*key), s.max_offset(*key)) == (q["min"], q["max"]), key
             out[key] = [s.get(*key, o).commitlog_offset for o in range(q["min"], q["max"])]
     return out
 
 
-def brokers() -> dict[tuple[str, int], list[int]]:
+def brokers(kind: str = "truncated") -> dict[tuple[str, int], list[int]]:
     return {(q["topic"], q["queue"]): [m["commitlog"] for m in q["messages"]]
-            for q in answers("truncated")["queues"]}
+            for q in answers(kind)["queues"]}
 
 
 def test_the_fixture_is_a_store_the_broker_cut(root):
@@ -55,9 +55,11 @@ def test_the_fixture_is_a_store_the_broker_cut(root):
     assert "abort" not in os.listdir(root)  # the broker shut down cleanly after recovering
 
 
-def test_a_read_only_open_serves_what_the_broker_served(root):
+@pytest.mark.parametrize("kind", ["truncated", "resumed"])
+def test_a_read_only_open_serves_what_the_broker_served(tmp_path, kind):
+    root = unpack(kind, str(tmp_path))
     before = snapshot(root)
-    assert served(root) == brokers()
+    assert served(root, kind) == brokers(kind)
     assert snapshot(root) == before
 
 
@@ -151,16 +153,6 @@ def test_no_cut_is_offered_without_the_brokers_word_for_it(root, confirm):
     assert plan.kept == 191
 
 
-def test_no_cut_is_offered_when_the_broker_gave_a_cut_records_offset_to_another(root):
-    """Orders/0's unit 40 names a record before the cut (the broker wrote over the offset of
-    the record at 66547 past it): not records the broker simply dropped, so nothing is cut."""
-    path = os.path.join(root, "consumequeue", "Orders", "0", "00000000000000000000")
-    with open(path, "r+b") as f:
-        f.seek(40 * 20)
-        f.write(struct.pack(">qiq", LAST_KEPT, 337, 0))
-    assert plan_repair(root).cut is None
-
-
 def test_a_flipped_bit_in_the_first_records_position_is_damage_not_a_misnamed_file(root):
     """PHYSICALOFFSET's bit 46 flipped names 2^46, a multiple of the file size: taken for a
     misnamed file, repair planned a rename there and walked the 2^30 files missing between
@@ -213,6 +205,30 @@ def test_a_cut_interrupted_before_it_zeroes_is_planned_again_and_finished(root, 
     again = plan_repair(root)
     assert again.cut is not None and again.cut.at == CUT
     mqfs("repair", "--yes", root)
-    copies = [n for n in os.listdir(os.path.join(root, "quarantine")) if n.endswith("-past-broker-end")]
+    copies = [n for n in os.listdir(os.path.join(root, "quarantine")) if "-past-broker-end" in n]
     assert len(copies) == 2
     assert served(root) == brokers()
+
+
+def test_a_cut_where_what_the_broker_wrote_after_its_recovery_ends(tmp_path):
+    """`resumed`: the broker went on after its recovery and put Orders/0 offset 40 at 65873,
+    over part of the torn record. The older Orders/0 offset 40 (66547) and Timed/0 offset 2
+    past what it wrote are records it dropped (kept, Orders/0 would hold offset 40 twice),
+    and Timed/0's unit 1 still points at 65873, at the new Orders message (RocketMQ drops
+    it in memory only)."""
+    root = unpack("resumed", str(tmp_path))
+    plan = plan_repair(root)
+    wrote_to = CUT + 197
+    assert plan.cut is not None and (plan.cut.recovered_at, plan.cut.at) == (CUT, wrote_to)
+    assert [(t, q, o) for t, q, o, _, _ in plan.cut.stale] == [("Timed", 0, 1), ("Timed", 0, 2)]
+    lines = plan.lines()
+    assert lines[0].startswith(f"cut the CommitLog at {wrote_to}, where what the broker wrote "
+                               f"after its recovery (which cut the log at {CUT}) ends: the 2 ")
+    assert "Orders/0 ends at 41, as the broker serves it; the broker gave offset 40 of the " \
+        "records past the cut to messages it wrote after its recovery" in lines
+    mqfs("repair", "--yes", root)
+    assert served(root, "resumed") == brokers("resumed")
+    assert mqfs("verify", root).stdout.splitlines()[-2] == "OK"
+    with MessageStore(root, StoreConfig(message_delay_level=DELAY_LEVELS), create=False) as s:
+        assert s.put(Message(topic="Timed", body=b"next", queue_id=0)).queue_offset == 1
+        assert s.put(Message(topic="Orders", body=b"next", queue_id=0)).queue_offset == 41
