@@ -4,7 +4,8 @@ its position in the entry files as in commitlog/, but the next record starts 48 
 last one ends. These walkers follow the entries and check each record as the plain walkers do
 (`scanner.check_run`, `salvage`'s runs); the plain store's walks never come here, so they pay
 nothing for it. The log ends after the last whole entry whose record checks out: what a broker
-restarted serves (it commits every whole entry again after a kill).
+restarted serves (it commits every whole entry again after a kill); a whole entry whose record
+does not check out is damage the walk passes (reading that record fails).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..format import codec, layout
 from ..format.message import StoredMessage
 from . import scanner
 from .salvage import Damage, Run
-from .scanner import Take, step_record
+from .scanner import Take
 
 if TYPE_CHECKING:
     from ..files.commitlog import CommitLog
@@ -65,9 +66,9 @@ def blank_after(buf, pos: int) -> bool:
 def scan_end(commitlog: CommitLog, flavor: Flavor | None, start: int, dispatch_from: int,
              take: Take) -> tuple[int, int, str | None]:
     """`scanner.scan_end` over entries: walk the files from the one holding `start` (from its
-    first entry), hand the records at or after `dispatch_from` to `take`; (end, records handed
-    over, why the walk stopped early or None). The end is where the last whole entry whose
-    record checks out ends."""
+    first entry), hand the records at or after `dispatch_from` that check out to `take`; (end,
+    records handed over, why the walk stopped early or None). The end is where the last whole
+    entry ends, as the broker's recovery keeps it (it checks the entries, not their records)."""
     handed = 0
     end = start
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
@@ -79,13 +80,12 @@ def scan_end(commitlog: CommitLog, flavor: Flavor | None, start: int, dispatch_f
         end = base
         for pos, size in found:
             got, run, _ = scanner.check_run(buf, u8, pos, pos + size, base, flavor, dispatch_from, (0, 0))
-            if got != pos + size:
-                _, why = step_record(buf, pos, pos + size, base, flavor)
-                return end, handed, why or f"no record in the DLedger entry at {base + pos - HEADER}"
+            end = base + pos + size
+            if got != pos + size:  # a damaged record in a whole entry: the broker serves the
+                continue  # entries after it, and a read of this one fails (verify reports it)
             if run is not None:
                 take(run)
                 handed += len(run)
-            end = base + pos + size
         if reason is not None or not blank_after(buf, stop):
             return end, handed, reason
         end = base + mf.file_size
@@ -93,8 +93,9 @@ def scan_end(commitlog: CommitLog, flavor: Flavor | None, start: int, dispatch_f
 
 
 def runs_of_file(mf: MappedFile, flavor: Flavor, last: bool) -> Iterator[Run | Damage]:
-    """`salvage.walk_runs_of_file` over entries: one run per record that checks out, then the
-    damage where the entries or their records stop, if any (zeros end only the newest file)."""
+    """`salvage.walk_runs_of_file` over entries: one run per record that checks out, the damage
+    of each whole entry whose record does not, then where the entries stop short of the file's
+    end, if they do (zeros end only the newest file)."""
     buf = mf.buffer()
     u8 = np.frombuffer(buf, dtype=np.uint8)
     base, name = mf.file_from_offset, os.path.basename(mf.path)
@@ -103,9 +104,9 @@ def runs_of_file(mf: MappedFile, flavor: Flavor, last: bool) -> Iterator[Run | D
     for pos, size in found:
         r = layout.walk(buf, pos, pos + size, 1, flavor, u8).records
         if len(r) != 1 or int(r.ends[0]) != pos + size or int(r.commitlog_offset[0]) != base + pos:
-            yield Damage(base + pos, base + mf.file_size, "no whole record in its DLedger entry",
-                         name, True, store_ts)
-            return
+            yield Damage(base + pos, base + pos + size, "the DLedger entry holds no record that "
+                         "checks out", name, False, store_ts)
+            continue
         run = Run(r, u8, base)
         store_ts = run.store_ts
         yield run

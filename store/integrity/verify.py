@@ -34,7 +34,7 @@ from ..meta.manifest import inspect, is_store
 from ..meta.metadata import ConsumerOffsets, TopicTable
 from ..queues import cuts as queue_cuts
 from ..queues import dispatch_state, ownership
-from . import batch_check, broker_cut, committed, repair_journal, salvage
+from . import batch_check, broker_cut, committed, dledger_walk, repair_journal, salvage
 from .compaction_check import check_compaction
 from .index_points import IndexPoints
 from .salvage import Damage
@@ -126,11 +126,17 @@ def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, 
     fillers: set[int] = set()
     flushed = Checkpoint.load(os.path.join(cl.queue.directory, os.pardir, "checkpoint")
                               ).commitlog_flushed_offset
-    for item in salvage.walk_runs(cl.queue.files, tags_codes.flavor, cl.file_size, progress, flushed,
-                                  points):
+    newest = cl.queue.files[-1].file_from_offset if cl.queue.files else 0
+    items = dledger_walk.walk_runs(cl) if cl.dledger else \
+        salvage.walk_runs(cl.queue.files, tags_codes.flavor, cl.file_size, progress, flushed, points)
+    for item in items:
         if isinstance(item, Damage):
             damages.append(item)
-            if torn_from is not None and item.start >= torn_from and item.to_file_end:
+            if cl.dledger and item.to_file_end and item.start >= newest:
+                report.lines.append(f"note: {item}: the DLedger entries end there; the broker "
+                                    "serves the records before it (after a restart, every whole "
+                                    "entry), and so does mqfs")
+            elif torn_from is not None and item.start >= torn_from and item.to_file_end:
                 report.lines.append(f"note: {item}: a torn tail past the flushed offset; the "
                                     "next read-write open cuts it, keeping a copy in quarantine/")
             else:
@@ -415,7 +421,7 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         report.problem(f"{root} holds no store (no mqfs.json and no commitlog/)")
         return report
     try:
-        found = inspect(root, config)
+        found = inspect(root, config, dledger=True)  # its entries are walked (dledger_walk)
     except StoreFormatError as exc:
         report.problem(str(exc))
         return report
@@ -434,12 +440,16 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         if os.path.exists(os.path.join(root, "abort")):
             report.crashed = True
             torn_from = Checkpoint.load(os.path.join(root, "checkpoint")).commitlog_flushed_offset
-            report.lines.append("note: the store was not closed cleanly (abort file present); "
-                                "opening it for writing runs recovery")
-        cl = CommitLog(root, cfg.commitlog_file_size, flavor, read_only=True)
+            report.lines.append("note: the store was not closed cleanly (abort file present); " +
+                                ("the broker's restart keeps every whole DLedger entry"
+                                 if used.named(features.DLEDGER) else
+                                 "opening it for writing runs recovery"))
+        cl = CommitLog(root, cfg.commitlog_file_size, flavor, read_only=True,
+                       dledger_data=features.dledger_data(root))
         try:
             cl.load()
-            _check_names(root, cl, flavor, report)
+            if not cl.dledger:  # a DLedger entry names its own offset: its walk checks it
+                _check_names(root, cl, flavor, report)
             bar = _Bar(progress, len(cl.queue.files) * cl.file_size, root)
             records, damages, fillers = _scan_commitlog(cl, tags_codes, report, bar.commitlog,
                                                         torn_from, IndexPoints(root, cfg.index_slots))
@@ -479,8 +489,9 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
         report.lines.append(f"... and {report.findings - MAX_LISTED} more findings")
     findings = f": no damage, but {report.findings} finding{'s' if report.findings != 1 else ''} " \
         "above" if report.findings else ""
-    report.lines.append(f"OK{findings}" if report.ok else
-                        f"{report.problems} problems: `mqfs repair {root}` shows what it would do")
+    fix = ("mqfs does not repair a DLedger CommitLog (its group's replicas hold the entries)"
+           if used.named(features.DLEDGER) else f"`mqfs repair {root}` shows what it would do")
+    report.lines.append(f"OK{findings}" if report.ok else f"{report.problems} problems: {fix}")
     return report
 
 
@@ -520,7 +531,7 @@ def _note_broker_cut(root: str, cl: CommitLog, records: dict[int, _RecordInfo],
                      damages: list[Damage], report: VerifyReport) -> None:
     """Say so when the first damage is where the broker's own recovery cut the log
     (`broker_cut`): what lies past it is what the broker dropped, not its data."""
-    kept = broker_cut.broker_end(root, cl) if damages else None
+    kept = broker_cut.broker_end(root, cl) if damages and not cl.dledger else None
     if kept is None or damages[0].start != kept[0]:
         return
     past = sum(1 for offset in records if offset > kept[0])

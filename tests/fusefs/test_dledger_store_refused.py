@@ -8,9 +8,9 @@ from tests.store.java_stores import snapshot, unpack
 
 
 def commands(root: str, mnt: str) -> list[tuple[str, ...]]:
-    """Those that do not read a DLedger CommitLog (a read-only mount, info, dump and `group
-    show` do: tests/fusefs/test_java_store_mount.py)."""
-    return [("mount", root, mnt), ("verify", root), ("repair", "--yes", root),
+    """Those that do not read a DLedger CommitLog (a read-only mount, info, dump, verify and
+    `group show` do: tests/fusefs/test_java_store_mount.py)."""
+    return [("mount", root, mnt), ("repair", "--yes", root),
             ("group", "reset", root, "g1", "Orders", "--to", "0"), ("pipeline", "export", root, f"{mnt}-out")]
 
 

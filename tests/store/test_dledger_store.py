@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from mqfs.store import MessageStore, StoreConfig, UnsupportedFeature
+from mqfs.store.errors import CorruptionError
 from mqfs.store.group_offsets import OfflineOffsets
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta import features
@@ -82,10 +83,10 @@ def test_the_layout_is_recognised(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", DLEDGER_KINDS)
-def test_a_read_only_open_reads_it_and_every_other_open_refuses_in_one_line(tmp_path, kind):
-    """A read-only open reads the records through the entries (every offset and key as Java
-    served them: tests/store/test_java_stores.py); the other opens, which would walk commitlog/
-    or write, refuse in one line. Nothing changes either way."""
+def test_a_read_only_open_and_verify_read_it_and_every_other_open_refuses_in_one_line(tmp_path, kind):
+    """A read-only open and verify read the records through the entries (every offset and key
+    as Java served them: tests/store/test_java_stores.py); the other opens, which would walk
+    commitlog/ or write, refuse in one line. Nothing changes either way."""
     root = unpack(kind, str(tmp_path))
     before = snapshot(root)
     for how, open_it in opens(root):
@@ -96,6 +97,10 @@ def test_a_read_only_open_reads_it_and_every_other_open_refuses_in_one_line(tmp_
                 assert s.live is None  # a broker still writing is not followed yet
             finally:
                 s.close()
+            continue
+        if how == "verify":  # every record through the entries, every unit and index entry
+            report = open_it()
+            assert report.ok and report.lines[0].startswith("192 CommitLog records, 191 ConsumeQueue"), report.lines
             continue
         with pytest.raises(UnsupportedFeature, match="DLedger") as refused:
             open_it()
@@ -121,12 +126,12 @@ def read_only(root: str) -> MessageStore:
     return MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS), create=False)
 
 
-@pytest.mark.parametrize("torn", ["record", "entry header"])
-def test_the_log_ends_after_the_last_whole_entry(tmp_path, torn):
-    """A broker killed mid-write leaves its last entry torn; restarted, it serves every whole
-    entry before it. Here the last entry's record loses its tail (or its entry header its
-    size): the read-only open ends where that entry starts, serves every message before it,
-    and the queue whose unit points at the torn record ends before it."""
+def test_the_log_ends_after_the_last_whole_entry(tmp_path):
+    """A broker's entry torn by a power cut (its header says it runs past the file): restarted,
+    the broker serves every whole entry before it. The read-only open ends where that entry
+    starts and serves every message before it, the queue whose unit points at the torn
+    record ends before it, and verify notes where the entries end. (A whole entry whose
+    record is damaged does not end the log: test_a_damaged_record_in_a_whole_entry_fails_alone.)"""
     root = unpack("dledger-killed", str(tmp_path))
     last = entry_starts(root)[-1]
     data = os.path.join(root, "dledger-n0", "data")
@@ -135,18 +140,44 @@ def test_the_log_ends_after_the_last_whole_entry(tmp_path, torn):
         whole = s.commitlog.read(last + ENTRY_HEADER)
         topic, q, at = whole.topic, whole.queue_id, whole.queue_offset
         assert s.max_offset(topic, q) == at + 1
-        end = s.commitlog.max_offset
     with open(os.path.join(data, name), "r+b") as f:
-        if torn == "record":
-            f.seek(end - int(name) - 8)
-            f.write(bytes(8))
-        else:
-            f.seek(last - int(name) + 4)
-            f.write(struct.pack(">i", 1 << 20))
+        f.seek(last - int(name) + 4)
+        f.write(struct.pack(">i", 1 << 20))
     with read_only(root) as s:
         assert s.commitlog.max_offset == last
         assert s.max_offset(topic, q) == at
         assert s.get(topic, q, at - 1).commitlog_offset < last
+    report = verify_store(root, config=StoreConfig(message_delay_level=DELAY_LEVELS))
+    assert report.ok and any(line.startswith(f"note: damaged CommitLog bytes {last}..") and
+                             "the DLedger entries end there" in line for line in report.lines), report.lines
+
+
+def test_a_damaged_record_in_a_whole_entry_fails_alone(tmp_path):
+    """A bit flipped in a record's body inside a whole entry (the broker's recovery checks the
+    entries, not their records, and keeps every one after it): the record's read fails, its
+    neighbours and every entry after it are served, and verify reports that one record."""
+    root = unpack("dledger", str(tmp_path))
+    victim = entry_starts(root)[60]
+    with read_only(root) as s:
+        m = s.commitlog.read(victim + ENTRY_HEADER)
+        topic, q, at, body = m.topic, m.queue_id, m.queue_offset, bytes(m.body)
+        end, last = s.commitlog.max_offset, s.max_offset(topic, q)
+    data = os.path.join(root, "dledger-n0", "data")
+    name = max(n for n in os.listdir(data) if int(n) <= victim)
+    with open(os.path.join(data, name), "r+b") as f:
+        raw = f.read()
+        pos = raw.index(body, victim - int(name))
+        f.seek(pos)
+        f.write(bytes([raw[pos] ^ 0x20]))
+    with read_only(root) as s:
+        assert (s.commitlog.max_offset, s.max_offset(topic, q)) == (end, last)
+        with pytest.raises(CorruptionError, match="checksum"):
+            s.get(topic, q, at)
+        assert [s.get(topic, q, o).queue_offset for o in (at - 1, at + 1)] == [at - 1, at + 1]
+    report = verify_store(root, config=StoreConfig(message_delay_level=DELAY_LEVELS))
+    assert report.problems == 1 and any(line.startswith(f"PROBLEM damaged CommitLog bytes {victim + ENTRY_HEADER}..")
+                                        for line in report.lines), report.lines
+    assert "does not repair a DLedger CommitLog" in report.lines[-1]
 def test_a_store_moved_onto_dledger_is_refused_too(tmp_path):
     """A broker that moved an older store onto DLedger keeps commitlog/ below the entries'
     offsets (DLedgerCommitLog's dividedCommitlogOffset): built here from two fixtures (the
