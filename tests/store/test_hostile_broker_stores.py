@@ -7,11 +7,13 @@ nothing either."""
 from __future__ import annotations
 
 import os
+import struct
 
 import pytest
 
 from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.errors import StoreError
+from mqfs.store.integrity import dledger_walk
 from mqfs.store.repair import plan_repair
 from tests.store.java_stores import DELAY_LEVELS, snapshot, unpack
 
@@ -64,4 +66,31 @@ def test_a_read_write_open_refuses_in_one_line_and_changes_nothing(tmp_path, kin
         plan_repair(root)
     except StoreError as exc:  # a refusal is fine; a plan must change nothing either way
         assert "\n" not in str(exc)
+    assert snapshot(root) == before
+
+
+def test_a_dledger_record_that_lies_about_its_size_costs_that_record_only(tmp_path):
+    """The fourth entry of the oldest DLedger file is whole, its record's TOTALSIZE says 20:
+    a queue served from the log lost every record after it in the file (the walk gave up on
+    the file's rest); the entries chain by their headers, so the walk goes on at the next."""
+    root = unpack("dledger-killed", str(tmp_path))
+    path = commitlog_files(root)[0]
+    with open(path, "rb") as f:
+        found, _, _ = dledger_walk.entries(f.read(), 0)
+    torn = found[3][0]  # the record's position, 48 bytes into its entry
+    with open(path, "r+b") as f:
+        f.seek(torn)
+        f.write(struct.pack(">i", 20))
+    before = snapshot(root)
+    failed = []
+    with MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS),
+                      create=False) as s:
+        for topic in s.topics():
+            for q in s.queue_ids(topic):
+                for o in range(s.min_offset(topic, q), s.max_offset(topic, q)):
+                    try:
+                        s.get(topic, q, o)
+                    except StoreError:
+                        failed.append((topic, q, o))
+    assert failed == [("Orders", 0, 1)]
     assert snapshot(root) == before
