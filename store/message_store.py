@@ -48,7 +48,7 @@ from .meta.manifest import inspect, is_store, manifest_path, new_store_id, store
 from .meta.metadata import ConsumerOffsets, TopicTable
 from .queues import check as queue_check
 from .queues import cuts as queue_cuts
-from .queues import dispatch_state, ends_log, first_use, kept_ends, log_proof, registration
+from .queues import dispatch_state, ends_log, first_use, kept_ends, log_proof, registration, rocksdb_queues
 from .queues.registry import QueueRegistry, Recorded
 from .reads import StoreReads
 from .services.flush import FlushServices
@@ -141,6 +141,7 @@ class MessageStore(StoreReads, StoreWrites):
                      not os.path.lexists(manifest_path(self.root)))  # a broker's has none
         self.store_id = new_store_id() if fresh or stamp else found_id
         self.recovery, self._log_proof, self._scrub, self.live = None, None, None, None
+        self._rocksdb: rocksdb_queues.RocksDB | None = None  # a broker's RocksDB ConsumeQueue
         self.flavor = flavor_named(cfg.flavor, cfg.record_crc)
         self.compaction = CompactionViews(
             self.root, frozenset() if cfg.all_versions else
@@ -342,11 +343,10 @@ class MessageStore(StoreReads, StoreWrites):
         self._last_store_ts = self._newest_store_time()
 
     def _broker_held_read_only(self) -> None:
-        """What a broker keeps in RocksDB, which mqfs cannot read (no RocksDB library): its
-        ConsumeQueue is served from the CommitLog's records (their topic, queue and queue
-        offset; one walk of the log at open, the only index there is), and the topics and
-        consumer offsets it keeps in RocksDB are those the records show and none (topics.json
-        and consumerOffset.json would be old copies)."""
+        """What a broker keeps in RocksDB: its ConsumeQueue is read from RocksDB
+        (`_rocksdb_queues`); the topics and consumer offsets it keeps there are not read
+        (those the records show, and none: topics.json and consumerOffset.json would be old
+        copies)."""
         notes = self.recovery.notes if self.recovery is not None else []
         if features.ROCKSDB_CONFIG in self.features:  # topics.json, consumerOffset.json: old copies
             self.topic_table.queues.clear()
@@ -359,12 +359,21 @@ class MessageStore(StoreReads, StoreWrites):
             self.batch = BatchReads(self.root, batch_topics, self._read, lambda: self.commitlog.queue.max_offset)
             self.topic_table.add_found((t, q) for t in batch_topics for q in self.batch.queue_ids(t))
         if features.ROCKSDB_CQ in self.features:
+            self._rocksdb_queues(notes)
+
+    def _rocksdb_queues(self, notes: list[str]) -> None:
+        """The broker's RocksDB ConsumeQueue served from RocksDB (store/queues/rocksdb_queues.py),
+        or, where it cannot be read, from one walk of the CommitLog's records."""
+        opened = rocksdb_queues.open_queues(self.parts)
+        if isinstance(opened, str):
             found = queue_check.queues_from_log(self.parts, None)
-            for key, rebuilt in found.items():
-                self.consume_queues.replace(key, rebuilt)  # type: ignore[arg-type]
-            self.topic_table.add_found(key for key in found if has_queue_dir(key[0]))
-            notes.append("consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs cannot "
-                         "read: queues are served from the CommitLog's records")
+            notes.append(f"consumequeue/ is the broker's RocksDB ConsumeQueue, not read ({opened}): "
+                         "queues are served from the CommitLog's records")
+        else:
+            self._rocksdb, found = opened
+        for key, queue in found.items():
+            self.consume_queues.replace(key, queue)  # type: ignore[arg-type]
+        self.topic_table.add_found(key for key in found if has_queue_dir(key[0]))
 
     def _load_and_recover(self, last_exit_ok: bool) -> None:
         cp = self.checkpoint
@@ -529,6 +538,10 @@ class MessageStore(StoreReads, StoreWrites):
         if queues is not None:
             queues.close()
             close_under(os.path.join(self.root, "consumequeue"))  # queues dropped unclosed
+        rocksdb = getattr(self, "_rocksdb", None)
+        if rocksdb is not None:
+            rocksdb.close()
+            self._rocksdb = None
 
     def _replaced(self) -> bool:
         """Whether the store directory was replaced under this process (moved away and a

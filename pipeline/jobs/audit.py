@@ -302,8 +302,8 @@ def run(spark: SparkSession, store: str) -> dict:
     totals = _totals(spark, layout, findings, live, rocksdb_cq)
     findings.append(totals)
     problems = [p for f in findings for p in f.problems]
-    notes = ["consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs cannot read: not checked "
-             "(its queues are served from the CommitLog)"] if rocksdb_cq else []
+    notes = ["consumequeue/ is the broker's RocksDB ConsumeQueue, whose units are not checked "
+             "(a read checks each against its record)"] if rocksdb_cq else []
     return {"cq_units": sum(f.checked for f in findings if f.what.startswith("consumequeue")),
             "index_entries": sum(f.checked for f in findings if f.what.startswith("index")),
             "problems": sum(f.count for f in findings), "shown": problems, "live": live, "notes": notes}

@@ -198,8 +198,8 @@ def _check_queues(root: str, units: int, flavor, records: dict[int, _RecordInfo]
     """Every ConsumeQueue unit against its record; `ends` gets each queue's end as its
     units give it."""
     if features.ROCKSDB_CQ in found:
-        report.lines.append("note: consumequeue/ is the broker's RocksDB ConsumeQueue, which mqfs "
-                            "cannot read: not checked (its queues are served from the CommitLog)")
+        report.lines.append("note: consumequeue/ is the broker's RocksDB ConsumeQueue, whose units are "
+                            "not checked here (a read checks each against its record)")
         return 0
     batch = features.topics_of(found, features.BATCH_CQ)  # checked by batch_check
     ext = features.CQ_EXT in found  # a unit's tagsCode may address consumequeue_ext/

@@ -47,7 +47,9 @@ def is_lmq(topic: str) -> bool:
 
 def lost_with_its_records(kind: str, queue: dict) -> bool:
     """A queue whose every record the broker deleted with its CommitLog files: only RocksDB
-    remembers it (empty, at its last offset); mqfs reads no RocksDB, so it has no such queue."""
+    remembers it (empty, at its last offset). `rocksdb-killed`'s database holds nothing (the
+    broker writes units without a WAL and was killed before a flush), so mqfs has no such
+    queue there."""
     return kind in ROCKSDB and queue["min"] == queue["max"] and queue["min"] > 0
 
 
