@@ -532,15 +532,21 @@ def _note_broker_cut(root: str, cl: CommitLog, records: dict[int, _RecordInfo],
     """Say so when the first damage is where the broker's own recovery cut the log
     (`broker_cut`): what lies past it is what the broker dropped, not its data."""
     kept = broker_cut.broker_end(root, cl) if damages and not cl.dledger else None
-    if kept is None or damages[0].start != kept[0]:
+    if kept is None or damages[0].start < kept[0]:
         return
-    past = sum(1 for offset in records if offset > kept[0])
-    if past:
-        report.lines.append(
-            f"note: the broker's own recovery cut the CommitLog at {kept[0]} (its checkpoint "
-            f"names the record at {kept[1]} as the last it kept): the {past} record"
-            f"{'' if past == 1 else 's'} past the damage there {'is one' if past == 1 else 'are ones'} it "
-            "no longer serves; `mqfs repair` shows whether it can cut them as the broker did")
+    at = damages[0].start
+    past = sum(1 for offset in records if offset > at)
+    one = past == 1
+    if not past:
+        return
+    since = "" if at == kept[0] else f"; it wrote up to {at} since"
+    what = ("are ones it no longer serves" if not one else "is one it no longer serves") \
+        if at == kept[0] else ("may be ones it dropped" if not one else "may be one it dropped")
+    report.lines.append(
+        f"note: the broker's own recovery cut the CommitLog at {kept[0]} (its checkpoint names "
+        f"the record at {kept[1]} as the last it kept){since}: the {past} record"
+        f"{'' if one else 's'} past the damage at {at} {what}; `mqfs repair` shows whether it "
+        "can cut them as the broker did")
 
 
 def _check_names(root: str, cl: CommitLog, flavor, report: VerifyReport) -> None:

@@ -131,9 +131,9 @@ def test_repair_quarantines_every_byte_it_cuts_and_the_store_is_what_the_broker_
 def test_verify_says_the_damage_is_where_the_brokers_recovery_cut(root):
     lines = mqfs("verify", root, check=False).stdout.splitlines()
     assert f"note: the broker's own recovery cut the CommitLog at {CUT} (its checkpoint names " \
-        f"the record at {LAST_KEPT} as the last it kept): the 2 records past the damage there " \
-        "are ones it no longer serves; `mqfs repair` shows whether it can cut them as the " \
-        "broker did" in lines
+        f"the record at {LAST_KEPT} as the last it kept): the 2 records past the damage at " \
+        f"{CUT} are ones it no longer serves; `mqfs repair` shows whether it can cut them as " \
+        "the broker did" in lines
 
 
 def set_confirm(root: str, offset: int) -> None:
@@ -226,6 +226,10 @@ def test_a_cut_where_what_the_broker_wrote_after_its_recovery_ends(tmp_path):
                                f"after its recovery (which cut the log at {CUT}) ends: the 2 ")
     assert "Orders/0 ends at 41, as the broker serves it; the broker gave offset 40 of the " \
         "records past the cut to messages it wrote after its recovery" in lines
+    assert f"note: the broker's own recovery cut the CommitLog at {CUT} (its checkpoint names " \
+        f"the record at {LAST_KEPT} as the last it kept); it wrote up to {wrote_to} since: the " \
+        f"2 records past the damage at {wrote_to} may be ones it dropped; `mqfs repair` shows " \
+        "whether it can cut them as the broker did" in mqfs("verify", root, check=False).stdout
     mqfs("repair", "--yes", root)
     assert served(root, "resumed") == brokers("resumed")
     assert mqfs("verify", root).stdout.splitlines()[-2] == "OK"
