@@ -15,7 +15,7 @@ import pytest
 from mqfs.store import MessageStore
 from mqfs.store.errors import CorruptionError, UntrustedStore
 from mqfs.store.queues import rocksdb_queues
-from tests.store.java_stores import answers, unpack
+from tests.store.java_stores import answers, consumer_view, unpack
 from tests.store.test_java_stores import expected, read_only, seen_by_mqfs
 
 rocksdict = pytest.importorskip("rocksdict")  # scripts/setup installs it
@@ -170,3 +170,21 @@ def test_a_max_no_unit_bears_out_is_refused_in_one_line(tmp_path):
         said = [n for n in notes(s) if "RocksDB ConsumeQueue" in n]
         assert len(said) == 1 and "max of Orders/0" in said[0], said
         check_answers(s, "rocksdb")  # from the CommitLog walk
+
+
+def test_a_queue_only_rocksdb_remembers_is_served_empty_at_its_last_offset(tmp_path):
+    """The clean fixture with its oldest CommitLog file deleted, as the broker deleted it in
+    `rocksdb-killed` (same writes, same offsets): each min moves past the deleted records
+    (RocksDB's min lags: RocketMQ's correctMinOffset), and Orders/1 and Orders/2, whose every
+    record went, are empty at 40, as the broker answered; the rest read as it served them."""
+    root = unpack("rocksdb", str(tmp_path))
+    os.unlink(os.path.join(root, "commitlog", "00000000000000000000"))
+    with MessageStore(root, read_only(), create=False) as s:
+        assert not [n for n in notes(s) if "RocksDB ConsumeQueue" in n]
+        for queue in answers("rocksdb-killed")["queues"]:
+            topic, q = queue["topic"], queue["queue"]
+            assert (s.min_offset(topic, q), s.max_offset(topic, q)) == (queue["min"], queue["max"]), (topic, q)
+            got = s.get_range(topic, q, queue["min"], queue["max"] - queue["min"])
+            assert [(m.queue_offset, bytes(m.body)) for m in got] == [
+                (a["offset"], consumer_view(queue, a)["body"]) for a in queue["messages"]], (topic, q)
+        assert s.max_offset("Orders", 1) == s.min_offset("Orders", 1) == 40
