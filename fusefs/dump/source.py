@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mqfs.store.format.layout import Records, fields, walk
-from mqfs.store.integrity.dledger_walk import blank_after, entries
+from mqfs.store.integrity.dledger_walk import spans
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
 from mqfs.store.offline.selection import Selection
@@ -114,35 +114,36 @@ class CommitLog(Files):
         checked as the walk reads them)."""
         end = 0
         for i, (base, _) in enumerate(self.files):
-            buf = self.mapped(i)
-            _, stop, reason = entries(buf, base)
-            end = base + stop
-            if reason is not None or not blank_after(buf, stop):
-                break
-            end = base + len(buf)
+            for _, hi, why in spans(self.mapped(i), base, i == len(self.files) - 1):
+                if why is None:
+                    end = base + hi
         return end
 
     def _entry_runs(self, damage: Damage) -> Iterator[Run]:
         """`walk` of a DLedger CommitLog: the records of its whole entries, one run a file;
-        an entry whose bytes are no record that checks out goes to `damage`, as does where
-        the entries stop short of the end (`end`: never where they end in zeros)."""
+        bytes that hold no whole entry, and an entry whose record is damaged, go to `damage`
+        and the walk goes on at the next entry (`dledger_walk.spans`); it ends where the last
+        whole entry ended when it began (`end`)."""
         stop_at = self.end()
         for i, (base, _) in enumerate(self.files):
-            if base >= stop_at:
-                return
             buf = self.mapped(i)
-            found, stop, reason = entries(buf, base)
-            at = np.array([pos for pos, _ in found], dtype=np.int64)
-            sizes = np.array([size for _, size in found], dtype=np.int64)
-            recs = fields(np.frombuffer(buf, np.uint8), at)
-            ok = recs.well_formed & (recs.commitlog_offset == base + at) & (recs.total == sizes)
-            for off in (base + at[~ok]).tolist():
+            at = []
+            newest = i == len(self.files) - 1
+            for lo, hi, why in spans(buf, base, newest):
+                if newest and base + lo >= stop_at:  # what a broker writes meanwhile: not read
+                    break
+                if why is not None:
+                    damage(base + lo, f"{why} (damaged bytes up to {base + hi})")
+                else:
+                    at.append((lo, hi))
+            starts = np.array([lo for lo, _ in at], dtype=np.int64)
+            ends = np.array([hi for _, hi in at], dtype=np.int64)
+            recs = fields(np.frombuffer(buf, np.uint8), starts)
+            ok = recs.well_formed & (recs.commitlog_offset == base + starts) & (recs.ends == ends)
+            for off in (base + starts[~ok]).tolist():
                 damage(off, "the DLedger entry there holds no whole record")
             if ok.any():
                 yield Run(buf, base, recs.take(ok))
-            if reason is not None:
-                damage(base + stop, reason)
-                return
 
     def _past_damage(self, buf: mmap.mmap, base: int, pos: int) -> int | None:
         """Where the resync puts the next record after bytes at `pos` that are no record and

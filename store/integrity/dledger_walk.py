@@ -32,87 +32,112 @@ HEADER = 48  # DLedgerEntry.BODY_OFFSET: the record starts here
 _ENTRY = struct.Struct(">iiqqqiiii")  # magic, size, index, term, pos, channel, chain crc, body crc, body size
 MAGIC = 1  # DLedgerMmapFileStore.MAGIC_1
 BLANK = -1  # BLANK_MAGIC_CODE: the rest of the file holds no entry
+_MAGIC = struct.pack(">i", MAGIC)
 
 
-def entries(buf, base: int) -> tuple[list[tuple[int, int]], int, str | None]:
-    """The whole entries of one file (its bytes `buf`, its first offset `base`) as (record
-    position, record size), in order; where the last one ends (a position in the file); and
-    why the entries stop there: None for zeros or a blank filling the file's rest, else what
-    the header shows."""
-    size = len(buf)
-    out: list[tuple[int, int]] = []
+def _entry_at(buf, base: int, pos: int) -> tuple[int, str | None]:
+    """The body size of the whole entry at `pos` (its header checks out: magic, sizes, its own
+    position), or (0, why not)."""
+    if pos + HEADER > len(buf):
+        return 0, f"no room for a DLedger entry at {base + pos}"
+    magic, total, _, _, entry_pos, _, _, _, body = _ENTRY.unpack_from(buf, pos)
+    if magic != MAGIC:
+        return 0, f"no DLedger entry at {base + pos} (magic {magic})"
+    if total != HEADER + body or body < layout.MIN_RECORD_SIZE or pos + total > len(buf):
+        return 0, f"DLedger entry at {base + pos} of {total} bytes is not whole"
+    if entry_pos != base + pos:
+        return 0, f"DLedger entry at {base + pos} says it is at {entry_pos}"
+    return body, None
+
+
+def _next_entry(buf, base: int, pos: int) -> int | None:
+    """The first position after `pos` where a whole entry naming that very position starts
+    (a resync after damage: the header's own position makes a false match unlikely). `buf`
+    has find() (an mmap, bytes)."""
+    at = buf.find(_MAGIC, pos + 1)
+    while at >= 0:
+        if _entry_at(buf, base, at)[1] is None:
+            return at
+        at = buf.find(_MAGIC, at + 1)
+    return None
+
+
+def spans(buf, base: int, last: bool) -> Iterator[tuple[int, int, str | None]]:
+    """One file's entries (its bytes `buf`, its first offset `base`) in order, as positions
+    in the file: (start, end, None) for each whole entry's record, (start, end, why) for
+    bytes that hold no whole entry, after which the walk goes on at the next entry that checks
+    out (`_next_entry`). A blank ends the file's entries; so do zeros with no entry after them,
+    which are damage unless the file is the newest (`last`: where the broker writes next)."""
     pos = 0
-    while pos + 8 <= size:
+    while True:
+        if pos + 8 > len(buf):
+            return
         magic, total = struct.unpack_from(">ii", buf, pos)
-        if (magic == BLANK and total == size - pos) or (magic == 0 and total == 0):
-            return out, pos, None
-        if magic != MAGIC or pos + HEADER > size:
-            return out, pos, f"no DLedger entry at {base + pos} (magic {magic})"
-        *_, entry_pos, _, _, _, body = _ENTRY.unpack_from(buf, pos)
-        if total != HEADER + body or body < layout.MIN_RECORD_SIZE or pos + total > size:
-            return out, pos, f"DLedger entry at {base + pos} of {total} bytes is not whole"
-        if entry_pos != base + pos:
-            return out, pos, f"DLedger entry at {base + pos} says it is at {entry_pos}"
-        out.append((pos + HEADER, body))
-        pos += total
-    return out, pos, None
-
-
-def blank_after(buf, pos: int) -> bool:
-    """Whether a blank fills the file from `pos`: the entries go on in the next file."""
-    return pos + 8 <= len(buf) and struct.unpack_from(">ii", buf, pos) == (BLANK, len(buf) - pos)
+        if magic == BLANK and total == len(buf) - pos:
+            return
+        body, why = _entry_at(buf, base, pos)
+        if why is None:
+            yield pos + HEADER, pos + HEADER + body, None
+            pos += HEADER + body
+            continue
+        if magic == 0 and total == 0 and not np.count_nonzero(np.frombuffer(buf, np.uint8)[pos:]):
+            if not last:
+                yield pos, len(buf), "the file ends without a blank"
+            return
+        nxt = _next_entry(buf, base, pos)
+        yield pos, len(buf) if nxt is None else nxt, why
+        if nxt is None:
+            return
+        pos = nxt
 
 
 def scan_end(commitlog: CommitLog, flavor: Flavor | None, start: int, dispatch_from: int,
              take: Take) -> tuple[int, int, str | None]:
     """`scanner.scan_end` over entries: walk the files from the one holding `start` (from its
     first entry), hand the records at or after `dispatch_from` that check out to `take`; (end,
-    records handed over, why the walk stopped early or None). The end is where the last whole
-    entry ends, as the broker's recovery keeps it (it checks the entries, not their records)."""
+    records handed over, why the last file's entries stop short, or None). The end is where
+    the last whole entry ends, as the broker's recovery keeps it (it checks the entries, not
+    their records); damage before it is passed, as the plain read-only open passes damage
+    inside the log (reads of damaged records fail, every intact one is served)."""
     handed = 0
     end = start
+    reason = None
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
-    for mf in files:
+    for i, mf in enumerate(files):
         buf = memoryview(mf.buffer())
         u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
         base = mf.file_from_offset
-        found, stop, reason = entries(buf, base)
-        end = base
-        for pos, size in found:
-            got, run, _ = scanner.check_run(buf, u8, pos, pos + size, base, flavor, dispatch_from, (0, 0))
-            end = base + pos + size
-            if got != pos + size:  # a damaged record in a whole entry: the broker serves the
-                continue  # entries after it, and a read of this one fails (verify reports it)
-            if run is not None:
+        for lo, hi, why in spans(mf.buffer(), base, i == len(files) - 1):
+            if why is not None:
+                reason = why
+                continue
+            end, reason = base + hi, None
+            got, run, _ = scanner.check_run(buf, u8, lo, hi, base, flavor, dispatch_from, (0, 0))
+            if got == hi and run is not None:  # a damaged record in a whole entry: its read fails
                 take(run)
                 handed += len(run)
-        if reason is not None or not blank_after(buf, stop):
-            return end, handed, reason
-        end = base + mf.file_size
-    return end, handed, None
+    return end, handed, reason
 
 
 def runs_of_file(mf: MappedFile, flavor: Flavor, last: bool) -> Iterator[Run | Damage]:
     """`salvage.walk_runs_of_file` over entries: one run per record that checks out, the damage
-    of each whole entry whose record does not, then where the entries stop short of the file's
-    end, if they do (zeros end only the newest file)."""
+    of each whole entry whose record does not, and of bytes that hold no whole entry."""
     buf = mf.buffer()
     u8 = np.frombuffer(buf, dtype=np.uint8)
     base, name = mf.file_from_offset, os.path.basename(mf.path)
-    found, stop, reason = entries(buf, base)
     store_ts = 0
-    for pos, size in found:
-        r = layout.walk(buf, pos, pos + size, 1, flavor, u8).records
-        if len(r) != 1 or int(r.ends[0]) != pos + size or int(r.commitlog_offset[0]) != base + pos:
-            yield Damage(base + pos, base + pos + size, "the DLedger entry holds no record that "
-                         "checks out", name, False, store_ts)
+    for lo, hi, why in spans(buf, base, last):
+        if why is not None:
+            yield Damage(base + lo, base + hi, why, name, hi == len(buf), store_ts)
+            continue
+        r = layout.walk(buf, lo, hi, 1, flavor, u8).records
+        if len(r) != 1 or int(r.ends[0]) != hi or int(r.commitlog_offset[0]) != base + lo:
+            yield Damage(base + lo, base + hi, "the DLedger entry holds no record that checks out",
+                         name, False, store_ts)
             continue
         run = Run(r, u8, base)
         store_ts = run.store_ts
         yield run
-    if reason is not None or not (last or blank_after(buf, stop)):
-        yield Damage(base + stop, base + mf.file_size, reason or "the file ends without a blank",
-                     name, True, store_ts)
 
 
 def walk_runs(commitlog: CommitLog) -> Iterator[Run | Damage]:

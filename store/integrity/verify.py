@@ -48,6 +48,7 @@ class VerifyReport:
     lines: list[str] = field(default_factory=list)
     problems: int = 0
     crashed: bool = False  # the abort file is there: recovery has yet to run
+    rebuilder: str = "the next read-write open"  # who rebuilds derived files after a crash
     pending: int = 0  # ConsumeQueue/IndexFile mismatches recovery will rebuild (crashed)
     brokers_problems: int = 0  # of `problems`: in files only the broker writes
     findings: int = 0  # evidence of what a crash lost that no repair can mend (committed.py):
@@ -63,7 +64,7 @@ class VerifyReport:
         if self.crashed:
             self.pending += 1
             if self.pending <= MAX_LISTED:
-                self.lines.append(f"note: {text} (the next read-write open rebuilds it)")
+                self.lines.append(f"note: {text} ({self.rebuilder} rebuilds it)")
         else:
             self.problem(text)
 
@@ -136,7 +137,7 @@ def _scan_commitlog(cl: CommitLog, tags_codes: TagsCodes, report: VerifyReport, 
                 report.lines.append(f"note: {item}: the DLedger entries end there; the broker "
                                     "serves the records before it (after a restart, every whole "
                                     "entry), and so does mqfs")
-            elif torn_from is not None and item.start >= torn_from and item.to_file_end:
+            elif not cl.dledger and torn_from is not None and item.start >= torn_from and item.to_file_end:
                 report.lines.append(f"note: {item}: a torn tail past the flushed offset; the "
                                     "next read-write open cuts it, keeping a copy in quarantine/")
             else:
@@ -428,6 +429,8 @@ def verify_store(root: str, progress: Progress | None = None, config: StoreConfi
     for text in _whole_store(root, found.problem, found.config.commitlog_file_size):
         report.problem(text)
     used = features.recognise(root)  # layouts of the broker's own: never taken for damage
+    if used.named(features.DLEDGER):  # no read-write open: the broker's recovery re-dispatches
+        report.rebuilder = "the broker's restart"
     cfg = found.config
     flavor = flavor_named(cfg.flavor, cfg.record_crc)
     tags_codes = TagsCodes(flavor, parse_delay_levels(cfg.message_delay_level))

@@ -7,20 +7,23 @@ every other open in one line through the store API, leaving every file as it was
 import os
 import shutil
 import struct
+import subprocess
+import sys
 
 import pytest
 
 from mqfs.store import MessageStore, StoreConfig, UnsupportedFeature
-from mqfs.store.errors import CorruptionError
+from mqfs.store.errors import CorruptionError, StoreError
 from mqfs.store.group_offsets import OfflineOffsets
 from mqfs.store.integrity.verify import verify_store
 from mqfs.store.meta import features
 from mqfs.store.meta.manifest import inspect, is_store
 from mqfs.store.offline.store_files import store_layout
 from mqfs.store.repair import plan_repair
-from tests.store.java_stores import DELAY_LEVELS, answers, snapshot, unpack
+from tests.store.java_stores import DELAY_LEVELS, answers, consumer_view, snapshot, unpack
 
 DLEDGER_KINDS = ("dledger", "dledger-killed")
+MQFS = (sys.executable, "-m", "mqfs.fusefs")  # the CLI, as tests/fusefs/helpers.py runs it
 ENTRY_HEADER = 48  # DLedgerEntry.BODY_OFFSET
 
 
@@ -204,4 +207,63 @@ def test_a_dledger_directory_whose_data_lies_elsewhere_is_refused_too(tmp_path):
     for _, open_it in opens(root):
         with pytest.raises(UnsupportedFeature, match="DLedger"):
             open_it()
+    assert snapshot(root) == before
+
+
+def _header_field(root: str, entry: int, at: int, value: int) -> None:
+    """Write an int32 into the header of the entry-th entry (of the first file)."""
+    with open(os.path.join(root, "dledger-n0", "data", f"{0:020d}"), "r+b") as f:
+        f.seek(entry_starts(root)[entry] + at)
+        f.write(struct.pack(">i", value))
+
+
+def _swap_files(root: str) -> None:
+    data = os.path.join(root, "dledger-n0", "data")
+    a, b = (os.path.join(data, n) for n in sorted(os.listdir(data)))
+    os.rename(a, a + ".x")
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+
+
+HOSTILE = {  # what was done to the store, and how many entries' records verify then misses
+    "negative entry size": (lambda root: _header_field(root, 50, 4, -100), 1),
+    "entry size short of its record": (lambda root: _header_field(root, 50, 4, 60), 1),
+    "entry naming another position": (lambda root: _header_field(root, 50, 28, 7), 1),
+    "first header zeroed": (lambda root: _header_field(root, 0, 0, 0), 1),
+    "record size disagreeing with its entry": (lambda root: _header_field(root, 50, 48, 300), 1),
+    "files swapped": (_swap_files, None),
+}
+
+
+@pytest.mark.parametrize("hostile", list(HOSTILE), ids=lambda h: h.replace(" ", "-"))
+def test_hostile_entries_give_no_wrong_message(tmp_path, hostile):
+    """Damage in a DLedger entry header, a record disagreeing with its entry, the entry files
+    swapped: every message read is Java's at that offset or the read fails, no key finds
+    another record, verify reports the damage as a problem (never a torn tail: it is not in
+    the newest file's end), `mqfs dump` says what it skipped and lists every record it could
+    walk past it, and nothing changes."""
+    make, lost = HOSTILE[hostile]
+    root = unpack("dledger-killed", str(tmp_path))
+    make(root)
+    before = snapshot(root)
+    java = answers("dledger-killed")
+    served = 0
+    with read_only(root) as s:
+        for queue in java["queues"]:
+            for answer in queue["messages"]:
+                try:
+                    m = s.get(queue["topic"], queue["queue"], answer["at"])
+                except StoreError:
+                    continue
+                assert (m.commitlog_offset, m.queue_offset) == (answer["commitlog"], answer["at"])
+                assert bytes(m.body) == consumer_view(queue, answer)["body"]
+                served += 1
+        for key in java["keys"]:
+            assert {m.commitlog_offset for m in s.query_key(key["key"], topic=key["topic"])} <= set(key["commitlog"])
+    report = verify_store(root, config=StoreConfig(message_delay_level=DELAY_LEVELS))
+    assert report.problems >= 1 and any(line.startswith("PROBLEM damaged CommitLog bytes") for line in report.lines)
+    dump = subprocess.run([*MQFS, "dump", "-f", "json", root], capture_output=True, text=True)
+    assert "mqfs: dump: skipped" in dump.stderr and dump.returncode == 2, dump.stderr
+    if lost is not None:
+        assert served >= 190 and len(dump.stdout.splitlines()) == 191 - lost
     assert snapshot(root) == before
