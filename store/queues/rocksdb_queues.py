@@ -41,6 +41,7 @@ Key = tuple[str, int]
 Unit = tuple[int, int, int, int]  # queue offset, CommitLog offset, size, tagsCode
 CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"  # the offset family's key of the dispatched CommitLog end
 _VALUE = struct.Struct(">qiqq")  # CommitLog offset, size, tagsCode, store time
+_VALUE_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8"), ("time", ">i8")])
 _MIN_MAX = struct.Struct(">qq")  # CommitLog offset, queue offset
 _CTRL_1 = b"\x01"
 
@@ -96,7 +97,8 @@ class RocksDB:
     """The broker's database opened read-only through a `Shadow`; units read on demand."""
 
     def __init__(self, db_dir: str):
-        from rocksdict import AccessType, Options, Rdict  # optional: the caller falls back
+        from rocksdict import AccessType, Options, Rdict, ReadOptions  # optional: the caller falls back
+        self._read_options = ReadOptions
         self.shadow = Shadow(db_dir)
         try:
             opts = Options(raw_mode=True)
@@ -116,22 +118,21 @@ class RocksDB:
             if parsed is not None:
                 yield parsed, value
 
-    def units(self, topic: bytes, queue_id: int, start: int, stop: int) -> list[tuple[int, bytes]]:
-        """(queue offset, value) of the queue's units in [start, stop), in order."""
-        prefix = unit_key(topic, queue_id, 0)[:-8]
-        out = []
-        it = self.db.iter()
-        it.seek(prefix + struct.pack(">q", start))
-        while it.valid():
-            key = it.key()
-            if not key.startswith(prefix) or len(key) != len(prefix) + 8:
-                break
-            (at,) = struct.unpack_from(">q", key, len(prefix))
-            if at >= stop:
-                break
-            out.append((at, it.value()))
-            it.next()
-        return out
+    def units(self, topic: bytes, queue_id: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(queue offsets, values) of the queue's units in [start, stop), in order: RocksDB
+        bounds the iteration, numpy parses it (a listing of a big queue)."""
+        if start >= stop:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=_VALUE_DTYPE)
+        read = self._read_options()
+        read.set_iterate_upper_bound(unit_key(topic, queue_id, stop))
+        keys, values = [], []
+        for key, value in self.db.items(from_key=unit_key(topic, queue_id, start), read_opt=read):
+            if len(value) == _VALUE.size and len(key) == len(topic) + 19:  # else no unit's
+                keys.append(key)
+                values.append(value)
+        offsets = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, len(topic) + 19)[:, -8:]
+        return (np.ascontiguousarray(offsets).view(">i8").ravel().astype(np.int64),
+                np.frombuffer(b"".join(values), dtype=_VALUE_DTYPE))
 
     def close(self) -> None:
         del self.offsets
@@ -175,10 +176,9 @@ class RocksQueue(RebuiltQueue):
         hi = max(lo, min(queue_offset + n, self.max_offset))
         out = np.zeros(hi - lo, dtype=UNIT_DTYPE)
         out["offset"] = -1  # an offset no unit holds reads as missing
-        for at, value in self._db.units(self._name, self.queue_id, lo, min(hi, self.rocks_max)):
-            if len(value) == _VALUE.size:
-                phy, size, tags, _ = _VALUE.unpack(value)
-                out[at - lo] = (phy, size, tags)
+        at, values = self._db.units(self._name, self.queue_id, lo, min(hi, self.rocks_max))
+        for field in ("offset", "size", "tags"):
+            out[field][at - lo] = values[field]
         if hi > self.rocks_max and len(self._units):
             start = max(lo, self.rocks_max)
             out[start - lo:] = self._units[start - self.rocks_max:hi - self.rocks_max]
@@ -229,7 +229,7 @@ def _queues(db: RocksDB, parts: StoreParts) -> dict[Key, RebuiltQueue] | str:
             continue
         top = kinds["max"][1] + 1
         low = min(kinds["min"][1], top) if "min" in kinds else 0
-        if not 0 <= low < top or not db.units(key[0].encode(), key[1], top - 1, top):
+        if not 0 <= low < top or not len(db.units(key[0].encode(), key[1], top - 1, top)[0]):
             return f"the RocksDB ConsumeQueue's max of {key[0]}/{key[1]} ({top - 1}) names no unit"
         queue = RocksQueue(db, key[0], key[1], low, top)
         if "min" in kinds and kinds["min"][0] < log.min_offset:  # retention deleted its head
