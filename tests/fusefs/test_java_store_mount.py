@@ -97,6 +97,14 @@ def check_at(top: str, q: dict) -> None:
     assert got == [f"../{lower}" if lower < q["max"] else "none" for _, lower, _ in q["bytime"]], top
 
 
+def check_tags(top: str, q: dict) -> None:
+    """`ls tags/<tag>` for every tag the queue's messages carry: the offsets Java served with it."""
+    tags = sorted({a["tags"] for a in q["messages"] if a["tags"]})
+    script = "; ".join(f"echo; ls {shlex.quote(f'{top}/tags/{t}')} | tr '\\n' ' '" for t in tags)
+    got = [sorted(map(int, line.split())) for line in sh(script).stdout.decode().split("\n")[1:]]
+    assert got == [[a["at"] for a in q["messages"] if a["tags"] == t] for t in tags], top
+
+
 @needs_fuse
 @pytest.mark.parametrize("kind", READ + DLEDGER)
 def test_a_read_only_mount_serves_every_offset_as_the_broker_did(tmp_path, kind):
@@ -116,6 +124,7 @@ def test_a_read_only_mount_serves_every_offset_as_the_broker_did(tmp_path, kind)
             assert sums == [hashlib.sha256(consumer_view(q, a)["body"]).hexdigest() for a in q["messages"]], top
             if q["topic"] != "Batched":  # BatchCQ: the broker answers a batch's first offset
                 check_at(top, q)
+            check_tags(top, q)
         for key in sorted({k["key"] for k in java["keys"]}):
             listing = sh(f"ls {shlex.quote(f'{mnt}/keys/{key}')}", check=False)
             assert set(listing.stdout.decode().split()) == expected_key_listing(java, key), key
