@@ -42,7 +42,7 @@ class LiveReader:
     store's parts, the lock a refresh takes (the put lock, which a read-only store's puts
     never take), the tagsCodes of units it makes, how to show queues the topics do not list
     (`TopicTable.add_found`), and whether units come from the log: a broker's RocksDB
-    ConsumeQueue is not read, new records are their queues' units."""
+    ConsumeQueue is read as it was at open, so new records are their queues' units."""
 
     def __init__(self, parts: StoreParts, lock: threading.Lock, tags: TagsCodes,
                  show_queues: Callable[[Iterable[tuple[str, int]]], None], units_from_log: bool,

@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from mqfs.store import MessageStore
+from mqfs.store import MessageStore, StoreConfig
 from mqfs.store.errors import CorruptionError, UntrustedStore
 from mqfs.store.queues import rocksdb_queues
-from tests.store.java_stores import answers, consumer_view, unpack
+from tests.store.java_stores import DELAY_LEVELS, answers, consumer_view, unpack
 from tests.store.test_java_stores import expected, read_only, seen_by_mqfs
 
 rocksdict = pytest.importorskip("rocksdict")  # scripts/setup installs it
@@ -188,3 +188,29 @@ def test_a_queue_only_rocksdb_remembers_is_served_empty_at_its_last_offset(tmp_p
             assert [(m.queue_offset, bytes(m.body)) for m in got] == [
                 (a["offset"], consumer_view(queue, a)["body"]) for a in queue["messages"]], (topic, q)
         assert s.max_offset("Orders", 1) == s.min_offset("Orders", 1) == 40
+
+
+def test_a_live_read_only_store_adds_what_the_broker_writes_after_rocksdbs_units(tmp_path):
+    """A live -o ro store: RocksDB as it was at open, then the records the broker appends, read
+    from the CommitLog by the follower (RocksQueue.extend), as its queues' units."""
+    root = unpack("rocksdb", str(tmp_path))
+    cut = 58931  # Packed 0's first record: RocksDB flushed what was dispatched before it
+    lag(os.path.join(root, "consumequeue"), cut)
+    written = {}
+    for name in sorted(os.listdir(os.path.join(root, "commitlog"))):
+        path, start = os.path.join(root, "commitlog", name), int(name)
+        with open(path, "r+b") as f:
+            data = f.read()
+            if start + len(data) > cut:  # the broker had not written these bytes yet
+                written[path] = data
+                f.seek(max(cut - start, 0))
+                f.write(bytes(len(data) - max(cut - start, 0)))
+    with MessageStore(root, StoreConfig(read_only=True, live_refresh_ms=3_600_000,
+                                        message_delay_level=DELAY_LEVELS), create=False) as s:
+        assert not [n for n in notes(s) if "RocksDB ConsumeQueue" in n]
+        assert s.max_offset("Orders", 0) == 40 and not s.has_topic("Bulk")
+        for path, data in written.items():
+            with open(path, "r+b") as f:
+                f.write(data)  # what the broker appended
+        s.live.refresh()
+        check_answers(s, "rocksdb")
