@@ -76,8 +76,10 @@ class Shadow:
         self.path = tempfile.mkdtemp(prefix="mqfs_rocksdb_")  # 0700: ours alone
         self._fds: list[int] = []
         try:
+            subdirs = set(safefs.subdirs(db_dir))  # (a link among them refused)
             for name in sorted(safefs.listdir(db_dir)):
-                if name == "LOCK" or name.startswith("LOG"):  # the writer's lock; its info logs
+                # the writer's lock, its info logs; a double-writing broker's ConsumeQueue files
+                if name == "LOCK" or name.startswith("LOG") or name in subdirs:
                     continue
                 fd = safefs.open_file(os.path.join(db_dir, name))
                 self._fds.append(fd)

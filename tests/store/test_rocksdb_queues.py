@@ -214,3 +214,13 @@ def test_a_live_read_only_store_adds_what_the_broker_writes_after_rocksdbs_units
                 f.write(data)  # what the broker appended
         s.live.refresh()
         check_answers(s, "rocksdb")
+
+
+def test_a_double_writing_brokers_queue_directories_beside_the_database_are_no_obstacle(tmp_path):
+    """rocksdbCQDoubleWriteEnable: RocketMQ's CombineConsumeQueueStore keeps ConsumeQueue files
+    in consumequeue/<topic>/<queue>/ beside the database in consumequeue/."""
+    root = unpack("rocksdb", str(tmp_path))
+    os.makedirs(os.path.join(root, "consumequeue", "Orders", "0"))
+    with MessageStore(root, read_only(), create=False) as s:
+        assert not [n for n in notes(s) if "RocksDB ConsumeQueue" in n]
+        check_answers(s, "rocksdb")
