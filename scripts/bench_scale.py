@@ -17,6 +17,9 @@ figure next to a baseline measured in the same run, as a ratio (issue 19's "Must
 4. Queue ends without a record (`--only proof`): the open of a store whose record of queues
    was deleted with one queue's directory, and the first puts after it (store/queues/
    log_proof.py), against the clean open of the same store.
+5. A broker's RocksDB ConsumeQueue (`--only rocksdb`, scripts/bench_rocksdb.py): its read-only
+   open from RocksDB and by the CommitLog walk, against a ConsumeQueue store's (1 M messages;
+   --quick: 250,000).
 
 Full scale (the default): 1 GB and 8 GB stores, 20,000 topics x 4 queues; --quick: 128 MB
 and 1 GB, 2,000 x 4. Stores use the rocketmq flavor (1 GiB CommitLog files, 300,000-unit
@@ -41,6 +44,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from bench_dropped import bench_dropped  # noqa: E402
+from bench_rocksdb import bench_rocksdb  # noqa: E402
 
 from mqfs.store import Message, MessageStore, StoreConfig  # noqa: E402
 
@@ -434,7 +438,7 @@ def main() -> int:
     p.add_argument("--flavor", default="rocketmq", choices=("rocketmq", "xxhash"))
     p.add_argument("--dir", help="work directory, kept: its filled stores are reused by the next "
                    "run (default: a new one under /tmp, removed)")
-    p.add_argument("--only", choices=("opens", "queues", "dropped", "proof"))
+    p.add_argument("--only", choices=("opens", "queues", "dropped", "proof", "rocksdb"))
     p.add_argument("--crash-writer", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("--put-run", nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -460,6 +464,8 @@ def main() -> int:
             rows += bench_proof(work, a.flavor, small, big, queues=1_000)
         if a.only in (None, "dropped"):
             rows += bench_dropped(os.path.join(work, "dropped"), a.flavor, topics, per_topic=4)
+        if a.only in (None, "rocksdb"):
+            rows += bench_rocksdb(work, a.flavor, 250_000 if a.quick else 1_000_000)
     finally:
         if not a.dir:
             shutil.rmtree(work, ignore_errors=True)
