@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..format import codec, layout
+from ..format.columns import RecordRun
 from ..format.message import StoredMessage
 from . import scanner
 from .salvage import Damage, Run
@@ -98,46 +99,124 @@ def scan_end(commitlog: CommitLog, flavor: Flavor | None, start: int, dispatch_f
     records handed over, why the last file's entries stop short, or None). The end is where
     the last whole entry ends, as the broker's recovery keeps it (it checks the entries, not
     their records); damage before it is passed, as the plain read-only open passes damage
-    inside the log (reads of damaged records fail, every intact one is served)."""
+    inside the log (reads of damaged records fail, every intact one is served). The records
+    of a file's entries are checked together, _RUN at a time (`_checked_runs`)."""
     handed = 0
     end = start
     reason = None
     files = [mf for mf in commitlog.queue.files if mf.file_from_offset + mf.file_size > start]
     for i, mf in enumerate(files):
-        buf = memoryview(mf.buffer())
-        u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
         base = mf.file_from_offset
+        found: list[tuple[int, int]] = []
         for lo, hi, why in spans(mf.buffer(), base, i == len(files) - 1):
-            if why is not None:
+            if why is None:
+                found.append((lo, hi))
+                end, reason = base + hi, None
+            else:
                 reason = why
-                continue
-            end, reason = base + hi, None
-            got, run, _ = scanner.check_run(buf, u8, lo, hi, base, flavor, dispatch_from, (0, 0))
-            if got == hi and run is not None:  # a damaged record in a whole entry: its read fails
+        for at in range(0, len(found), _RUN):
+            for run in _checked_runs(mf, found[at:at + _RUN], flavor, dispatch_from):
                 take(run)
                 handed += len(run)
     return end, handed, reason
 
 
+_RUN = 4096  # entries whose records are checked together: numpy's per-call cost stays small
+
+
+def _checked_runs(mf: MappedFile, found: list[tuple[int, int]], flavor: Flavor | None,
+                  dispatch_from: int) -> Iterator[RecordRun]:
+    """The records of these whole entries of one file that check out (decode's checks,
+    checksums with a flavor, then `scanner.run_of`'s), as runs; one that does not is passed
+    (a damaged record in a whole entry: its read fails)."""
+    view = memoryview(mf.buffer())
+    u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
+    base = mf.file_from_offset
+    los = np.array([lo for lo, _ in found], dtype=np.int64)
+    his = np.array([hi for _, hi in found], dtype=np.int64)
+    recs, ok = _check(mf, los, his, flavor)
+    good = recs.take(ok)
+    while len(good):
+        stop, run, _ = scanner.run_of(layout.Walk(good, len(view), "limit", view, u8), u8, base, dispatch_from)
+        if run is not None:
+            yield run
+        n = int(np.searchsorted(good.starts, stop))  # the records run_of accepted
+        good = good.take(slice(n + 1, None))  # the one after them it refused is passed
+
+
 def runs_of_file(mf: MappedFile, flavor: Flavor, last: bool) -> Iterator[Run | Damage]:
-    """`salvage.walk_runs_of_file` over entries: one run per record that checks out, the damage
-    of each whole entry whose record does not, and of bytes that hold no whole entry."""
-    buf = mf.buffer()
-    u8 = np.frombuffer(buf, dtype=np.uint8)
+    """`salvage.walk_runs_of_file` over entries, in order: runs of the records that check out,
+    the damage of each whole entry whose record does not, and of bytes that hold no whole
+    entry. Records are checked _RUN entries at a time."""
     base, name = mf.file_from_offset, os.path.basename(mf.path)
-    store_ts = 0
-    for lo, hi, why in spans(buf, base, last):
-        if why is not None:
-            yield Damage(base + lo, base + hi, why, name, hi == len(buf), store_ts)
+    batch: list[tuple[int, int]] = []
+    store_ts = [0]
+
+    def flush() -> Iterator[Run | Damage]:
+        for item in _checked_batch(mf, batch, flavor, name, store_ts[0]):
+            if isinstance(item, Run):
+                store_ts[0] = item.store_ts
+            yield item
+        batch.clear()
+
+    for lo, hi, why in spans(mf.buffer(), base, last):
+        if why is None:
+            batch.append((lo, hi))
+            if len(batch) == _RUN:
+                yield from flush()
             continue
-        r = layout.walk(buf, lo, hi, 1, flavor, u8).records
-        if len(r) != 1 or int(r.ends[0]) != hi or int(r.commitlog_offset[0]) != base + lo:
-            yield Damage(base + lo, base + hi, "the DLedger entry holds no record that checks out",
-                         name, False, store_ts)
-            continue
-        run = Run(r, u8, base)
-        store_ts = run.store_ts
-        yield run
+        yield from flush()
+        yield Damage(base + lo, base + hi, why, name, hi == mf.file_size, store_ts[0])
+    yield from flush()
+
+
+def _checked_batch(mf: MappedFile, found: list[tuple[int, int]], flavor: Flavor, name: str,
+                   store_ts: int) -> Iterator[Run | Damage]:
+    """The records of these whole entries (in order) as runs of those that check out, with the
+    damage of each that does not between them."""
+    if not found:
+        return
+    u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
+    base = mf.file_from_offset
+    los = np.array([lo for lo, _ in found], dtype=np.int64)
+    his = np.array([hi for _, hi in found], dtype=np.int64)
+    recs, ok = _check(mf, los, his, flavor)
+    bad = np.flatnonzero(~ok).tolist()
+    first = 0
+    for row in [*bad, len(found)]:
+        if row > first:
+            run = Run(recs.take(slice(first, row)), u8, base)
+            store_ts = run.store_ts
+            yield run
+        if row < len(found):
+            yield Damage(base + found[row][0], base + found[row][1],
+                         "the DLedger entry holds no record that checks out", name, False, store_ts)
+        first = row + 1
+
+
+def _check(mf: MappedFile, los: np.ndarray, his: np.ndarray, flavor: Flavor | None
+           ) -> tuple[layout.Records, np.ndarray]:
+    """The records at `los` of one file, and which of them decode would accept whole in their
+    entry ([lo, hi): its checks, the position they name, checksums with a flavor)."""
+    view = memoryview(mf.buffer())
+    u8 = np.frombuffer(mf.buffer(), dtype=np.uint8)
+    recs = layout.fields(u8, los)
+    ok = recs.well_formed & (recs.ends == his) & (recs.commitlog_offset == mf.file_from_offset + los)
+    rows = np.flatnonzero(ok)
+    if flavor is not None and rows.size:
+        ok[rows] = layout.checksums_hold(view, u8, recs.starts[rows], recs.ends[rows], recs.body_pos[rows],
+                                         recs.body_pos[rows] + recs.body_len[rows], recs.body_crc[rows],
+                                         flavor)
+    if flavor is not None and ok.any():  # decode checks properties are UTF-8 with a flavor
+        good = recs.take(ok)
+        data, at = layout.joined(u8, good.props_pos, good.props_len)
+        n = layout.utf8_prefix(data, at)
+        if n < len(good):  # rare: the rest are checked one by one
+            rows = np.flatnonzero(ok)
+            for row in rows[n:].tolist():
+                one = recs.take(slice(row, row + 1))
+                ok[row] = layout.utf8_prefix(*layout.joined(u8, one.props_pos, one.props_len)) == 1
+    return recs, ok
 
 
 def walk_runs(commitlog: CommitLog) -> Iterator[Run | Damage]:

@@ -37,6 +37,14 @@ def check_run(buf, u8: np.ndarray, pos: int, limit: int, base: int, flavor,
     `step_record`, which decides and says why (it never accepts less). Checksums of records in
     `checked` (CommitLog offsets) are not computed again."""
     w = layout.walk(buf, pos, limit, _RUN, flavor, u8, (checked[0] - base, checked[1] - base))
+    return run_of(w, u8, base, dispatch_from)
+
+
+def run_of(w: layout.Walk, u8: np.ndarray, base: int, dispatch_from: int
+           ) -> tuple[int, RecordRun | None, bool]:
+    """`check_run` after its walk: the leading records of `w` that pass recovery's own checks,
+    as a run from dispatch_from on; where they end and whether the walk only stopped for its
+    size limit. (A DLedger CommitLog's walk gives it records gathered entry by entry.)"""
     r = w.records
     # only the body has a checksum in a store without trailers: properties ending in NUL
     # are a torn write (see `step_record`)
