@@ -76,8 +76,8 @@ def test_a_dledger_record_that_lies_about_its_size_costs_that_record_only(tmp_pa
     root = unpack("dledger-killed", str(tmp_path))
     path = commitlog_files(root)[0]
     with open(path, "rb") as f:
-        found, _, _ = dledger_walk.entries(f.read(), 0)
-    torn = found[3][0]  # the record's position, 48 bytes into its entry
+        found = [lo for lo, _, why in dledger_walk.spans(f.read(), 0, False) if why is None]
+    torn = found[3]  # the record's position, 48 bytes into its entry
     with open(path, "r+b") as f:
         f.seek(torn)
         f.write(struct.pack(">i", 20))
