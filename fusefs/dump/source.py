@@ -34,6 +34,29 @@ class Run:
     queue: tuple[str, int, np.ndarray] | None = None
 
 
+ENTRY_CHUNK = CHUNK  # a DLedger file's entries whose records are read at once
+
+
+def _entry_records(buf: mmap.mmap, u8: np.ndarray, base: int, at: list[tuple[int, int]],
+                   damage: Damage) -> Iterator[Run]:
+    """The records of these whole entries of one file ([lo, hi) each, in order) as runs of
+    those that are whole and name their own position; each that is not goes to `damage`
+    between them, in order."""
+    if not at:
+        return
+    starts = np.array([lo for lo, _ in at], dtype=np.int64)
+    ends = np.array([hi for _, hi in at], dtype=np.int64)
+    recs = fields(u8, starts)
+    ok = recs.well_formed & (recs.commitlog_offset == base + starts) & (recs.ends == ends)
+    first = 0
+    for row in [*np.flatnonzero(~ok).tolist(), len(at)]:
+        if row > first:
+            yield Run(buf, base, recs.take(slice(first, row)))
+        if row < len(at):
+            damage(base + at[row][0], "the DLedger entry there holds no whole record")
+        first = row + 1
+
+
 class CommitLog(Files):
     """The store's CommitLog files, mapped read-only when first needed, read in runs."""
 
@@ -120,30 +143,29 @@ class CommitLog(Files):
         return end
 
     def _entry_runs(self, damage: Damage) -> Iterator[Run]:
-        """`walk` of a DLedger CommitLog: the records of its whole entries, one run a file;
-        bytes that hold no whole entry, and an entry whose record is damaged, go to `damage`
-        and the walk goes on at the next entry (`dledger_walk.spans`); it ends where the last
-        whole entry ended when it began (`end`)."""
+        """`walk` of a DLedger CommitLog: the records of its whole entries, ENTRY_CHUNK entries
+        at a time (memory stays bounded whatever a file's size: a broker's are 1 GiB); bytes
+        that hold no whole entry, and an entry whose record is damaged, go to `damage` in
+        store order and the walk goes on at the next entry (`dledger_walk.spans`); it ends
+        where the last whole entry ended when it began (`end`)."""
         stop_at = self.end()
         for i, (base, _) in enumerate(self.files):
             buf = self.mapped(i)
-            at = []
+            u8 = np.frombuffer(buf, np.uint8)
+            at: list[tuple[int, int]] = []
             newest = i == len(self.files) - 1
             for lo, hi, why in spans(buf, base, newest):
                 if newest and base + lo >= stop_at:  # what a broker writes meanwhile: not read
                     break
+                if why is None:
+                    at.append((lo, hi))
+                    if len(at) < ENTRY_CHUNK:
+                        continue
+                yield from _entry_records(buf, u8, base, at, damage)
+                at = []
                 if why is not None:
                     damage(base + lo, f"{why} (damaged bytes up to {base + hi})")
-                else:
-                    at.append((lo, hi))
-            starts = np.array([lo for lo, _ in at], dtype=np.int64)
-            ends = np.array([hi for _, hi in at], dtype=np.int64)
-            recs = fields(np.frombuffer(buf, np.uint8), starts)
-            ok = recs.well_formed & (recs.commitlog_offset == base + starts) & (recs.ends == ends)
-            for off in (base + starts[~ok]).tolist():
-                damage(off, "the DLedger entry there holds no whole record")
-            if ok.any():
-                yield Run(buf, base, recs.take(ok))
+            yield from _entry_records(buf, u8, base, at, damage)
 
     def _past_damage(self, buf: mmap.mmap, base: int, pos: int) -> int | None:
         """Where the resync puts the next record after bytes at `pos` that are no record and

@@ -267,3 +267,38 @@ def test_hostile_entries_give_no_wrong_message(tmp_path, hostile):
     if lost is not None:
         assert served >= 190 and len(dump.stdout.splitlines()) == 191 - lost
     assert snapshot(root) == before
+
+
+def _dump_walk(root: str) -> list[tuple[str, int]]:
+    """What `mqfs dump`'s walk of the CommitLog gives, in order: ("record", offset) for each
+    record, ("damage", offset) for each skip, ("run", 0) where a run starts."""
+    from mqfs.fusefs.dump.source import CommitLog
+    from mqfs.store.offline.located import layout_at
+    out: list[tuple[str, int]] = []
+    for run in CommitLog(layout_at(root, dledger=True)).walk(lambda off, _: out.append(("damage", off))):
+        out.append(("run", 0))
+        out.extend(("record", run.base + s) for s in run.records.starts.tolist())
+    return out
+
+
+def test_dumps_walk_reads_entries_in_bounded_chunks_keeping_damage_in_order(tmp_path, monkeypatch):
+    """dump's DLedger walk reads a file's entries ENTRY_CHUNK at a time (a broker's data file
+    is 1 GiB: its memory must not grow with it). With the bound at 7, a store whose records
+    span many chunks, with a record disagreeing with its entry (entry 30) before an entry
+    header that holds no entry (entry 50), gives the same records and skips, in store order,
+    as one chunk does."""
+    from mqfs.fusefs.dump import source
+    root = unpack("dledger-killed", str(tmp_path))
+    starts = entry_starts(root)
+    _header_field(root, 30, 48, 300)
+    _header_field(root, 50, 4, -100)
+    monkeypatch.setattr(source, "ENTRY_CHUNK", 1 << 30)
+    whole = _dump_walk(root)
+    monkeypatch.setattr(source, "ENTRY_CHUNK", 7)
+    chunked = _dump_walk(root)
+    assert [e for e in chunked if e[0] != "run"] == [e for e in whole if e[0] != "run"]
+    assert chunked.count(("run", 0)) > len(starts) // 7
+    damage = [off for kind, off in chunked if kind == "damage"]
+    assert damage == [starts[30] + ENTRY_HEADER, starts[50]]
+    records = [off for kind, off in chunked if kind == "record"]
+    assert records == [s + ENTRY_HEADER for i, s in enumerate(starts) if i not in (30, 50)]
