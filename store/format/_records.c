@@ -22,6 +22,7 @@
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
 #define HOST_V6_FLAGS 0x30
+#define COMPRESSED_FLAG 0x1  /* a body a put must see inflate: declined to Python */
 #define QUEUE_OFFSET_POS 20
 #define BORN_HOST_POS 48
 #define CRC_MASK 0x7FFFFFFFu
@@ -414,6 +415,8 @@ static int read_parts(Codec *c, PyObject *msg, Parts *p, Saved *saved, Py_ssize_
             saved_int(saved, f, F_FLAG, 32, &p->flag) || saved_int(saved, f, F_SYS_FLAG, 32, &p->sys_flag) ||
             saved_int(saved, f, F_BORN_TS, 64, &p->born_ts) || saved_int(saved, f, F_RECONSUME, 32, &p->reconsume) ||
             saved_int(saved, f, F_PREPARED, 64, &p->prepared))
+        goto done;
+    if (p->sys_flag & COMPRESSED_FLAG)  /* Python checks that the body inflates */
         goto done;
     if (!PyDict_CheckExact(f[F_PROPERTIES]))
         goto done;

@@ -18,6 +18,7 @@ from operator import attrgetter, itemgetter
 from ..errors import CodecError, InvalidMessage
 from ..slotted import Slotted
 from .compiled import records as compiled_records
+from .compression import COMPRESSED_FLAG, put_refusal
 from .flavor import CRC_MASK, Flavor
 from .layout import (
     BORN_HOST_POS,
@@ -212,6 +213,8 @@ class Encoder:
         except (struct.error, TypeError):
             raise InvalidMessage(_bad_field(msg)) from None
         rec += body
+        if msg.sys_flag & COMPRESSED_FLAG:  # checked on the bytes the record holds
+            _check_inflates(rec[head.size:], msg.sys_flag)
         rec += tail
         return rec, ts_pos
 
@@ -271,6 +274,8 @@ class Encoder:
         head["queue_id"] = queue_id
         sys_flag = _int_column(sys_flags, "sysflag", 32) & ~HOST_V6_FLAGS
         head["sys_flag"] = sys_flag
+        for i in np.flatnonzero(sys_flag & COMPRESSED_FLAG).tolist():
+            _check_inflates(bodies[i], int(sys_flag[i]))
         born = _int_column(born_ts, "born timestamp")
         if not all(born_ts):
             born[born == 0] = time.time_ns() // 1_000_000
@@ -334,6 +339,14 @@ _CRC_ITEM = (PROPERTY_SEP + PROPERTY_CRC32 + NAME_VALUE_SEP).encode()  # the res
 def _reserved_name() -> InvalidMessage:
     """The one refusal of a message that names the record's checksum property itself."""
     return InvalidMessage(f"property {PROPERTY_CRC32!r} is reserved for the checksum")
+
+
+def _check_inflates(body, sys_flag: int) -> None:
+    """InvalidMessage for a body SYSFLAG calls compressed that does not inflate (the C
+    encoders decline every compressed message, so this is the one check on every put path)."""
+    refusal = put_refusal(body, sys_flag)
+    if refusal is not None:
+        raise InvalidMessage(refusal)
 
 
 def _bad_queue_id(queue_id: int) -> str:

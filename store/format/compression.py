@@ -66,19 +66,40 @@ def inflate(stored, sys_flag: int, where: int) -> bytes:
     if kind is None or not len(stored):  # RocketMQ's decode inflates no empty body
         return bytes(stored)
     try:
-        if kind == "zlib":
-            return _inflate_zlib(bytes(stored))
-        if kind == "lz4":
-            return _inflate_lz4(bytes(stored))
-        if kind == "zstd":
-            return _inflate_zstd(bytes(stored))
+        return _inflated(bytes(stored), kind, sys_flag)
     except CorruptionError as exc:
         raise CorruptionError(f"the {kind} body of the record at CommitLog offset {where} {exc}") from None
+
+
+def put_refusal(body, sys_flag: int) -> str | None:
+    """Why a put refuses a message whose SYSFLAG says its body is compressed when the body
+    does not inflate (every read of the record would fail: a store keeps nothing it cannot
+    give back), else None. Puts run it on what they are about to write, before any byte is."""
+    kind = compression_of(sys_flag)
+    if kind is None or not len(body):
+        return None
+    try:
+        _inflated(bytes(body), kind, sys_flag)
+    except CorruptionError as exc:
+        return (f"the message's SYSFLAG {sys_flag:#x} says its body is {kind}-compressed, but "
+                f"the body {exc}: no read could give it back")
+    return None
+
+
+def _inflated(data: bytes, kind: str, sys_flag: int) -> bytes:
+    """`data` inflated as `kind`; CorruptionError saying what is wrong with the stream."""
+    try:
+        if kind == "zlib":
+            return _inflate_zlib(data)
+        if kind == "lz4":
+            return _inflate_lz4(data)
+        if kind == "zstd":
+            return _inflate_zstd(data)
+    except CorruptionError:
+        raise
     except Exception as exc:  # each codec has its own error classes
-        raise CorruptionError(f"the {kind} body of the record at CommitLog offset {where} does not "
-                              f"inflate: {exc}") from None
-    raise CorruptionError(f"the {kind} body of the record at CommitLog offset {where} has a "
-                          f"compression RocketMQ does not know (SYSFLAG {sys_flag:#x})")
+        raise CorruptionError(f"does not inflate: {exc}") from None
+    raise CorruptionError(f"has a compression RocketMQ does not know (SYSFLAG {sys_flag:#x})")
 
 
 def deflate(body: bytes, kind: str, level: int = 5) -> bytes:

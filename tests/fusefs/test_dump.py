@@ -20,7 +20,7 @@ import pytest
 from mqfs.store import Message, MessageStore, StoreConfig
 from mqfs.store.format.layout import MAGIC_POS, host_text
 from tests.fusefs.helpers import MQFS, mounted, needs_fuse, sh
-from tests.store.helpers import REPO, file_hashes, small_config
+from tests.store.helpers import REPO, file_hashes, small_config, unchecked_bodies
 from tests.store.test_broker_stores import SCHEDULE, _broker_workload, broker_store
 from tests.store.test_resync import _flip, _planted_store
 
@@ -349,7 +349,8 @@ def test_compressed_bodies_are_printed_and_searched_inflated(tmp_path):
         s.put(Message.create("T", b"plain refund"))
         s.put(Message.create("T", deflate(text, "zlib"), keys=["z"],
                              sys_flag=COMPRESSED_FLAG | compression_flags("zlib")))
-        s.put(Message.create("T", b"not a zlib stream", sys_flag=COMPRESSED_FLAG))
+        with unchecked_bodies():  # a stream a broker may hold; mqfs's puts refuse it
+            s.put(Message.create("T", b"not a zlib stream", sys_flag=COMPRESSED_FLAG))
     proc = _dump(root, "-e", "refund note", check=2)  # the bad stream is named, and skipped
     assert [json.loads(x)["body"].encode() for x in proc.stdout.splitlines()] == [text]
     assert b"CommitLog offset" in proc.stderr and proc.stderr.count(b"\n") == 1

@@ -6,9 +6,12 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from unittest import mock
 
 from mqfs.store import Message, MessageStore, StoreConfig
+from mqfs.store.format import codec
 from mqfs.store.format.message import StoredMessage
 from mqfs.store.integrity.salvage import Damage, walk
 from tests import REPO
@@ -154,3 +157,12 @@ def use_codec(monkeypatch, which: str) -> None:
         assert compiled.records is not None, "the C record encoder is not built: run scripts/setup"
         assert compiled.dispatch is not None, "the C dispatch is not built: run scripts/setup"
         assert compiled.jsonl is not None, "the C JSON-lines decoder is not built: run scripts/setup"
+
+
+@contextmanager
+def unchecked_bodies() -> Iterator[None]:
+    """Puts and encodes that keep a body SYSFLAG calls compressed though it does not inflate,
+    as a broker's store may hold one (a Java producer's bad stream, a damaged record): mqfs's
+    own puts refuse it (compression.put_refusal), so tests that build such stores lift it."""
+    with mock.patch.object(codec, "put_refusal", lambda body, sys_flag: None):
+        yield

@@ -128,3 +128,59 @@ def test_a_bool_queue_id_is_refused_not_stored_as_queue_true(tmp_path, monkeypat
         s.flush()
         assert _data(root) == before
     assert not os.path.exists(os.path.join(root, "consumequeue", "T", "True"))
+
+
+def _poison() -> list[tuple[Message, str]]:
+    """Bodies SYSFLAG calls compressed that do not inflate, and the words each is refused with."""
+    from mqfs.store.format.compression import compression_flags, deflate
+
+    good = deflate(b"a refund note " * 400, "zstd")
+    return [(_m(body=b"not a zlib stream", sys_flag=1), "zlib-compressed, but the body does not inflate"),
+            (_m(body=deflate(b"x" * 5000, "lz4")[:-3], sys_flag=compression_flags("lz4")),
+             "lz4-compressed, but the body is cut short"),
+            (_m(body=good[:-5], sys_flag=compression_flags("zstd")), "zstd-compressed, but the body is cut short"),
+            (_m(body=good, sys_flag=compression_flags("lz4")), "lz4-compressed, but the body does not inflate"),
+            (_m(body=good, sys_flag=0x501), "type 5-compressed, but the body has a compression RocketMQ "
+                                           "does not know (SYSFLAG 0x501)")]
+
+
+def _ways(s: MessageStore, msg: Message) -> dict:
+    """Every put path with `msg`: alone, without waiting, in a small batch (puts under one
+    lock), a large one (the columnar encoders) and a large one from an IPv6 host (encoded
+    one by one)."""
+    many = [_m(body=b"%d" % i) for i in range(80)]
+    v6 = [m.replace(born_host=("::1", 5)) for m in many]
+    return {"put": lambda: s.put(msg), "put_nowait": lambda: s.put_nowait(msg),
+            "small batch": lambda: s.put_batch([_m(), msg, _m()]),
+            "large batch": lambda: s.put_batch(many[:40] + [msg] + many[40:]),
+            "large IPv6 batch": lambda: s.put_batch(v6 + [msg.replace(born_host=("::1", 5))])}
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_a_compressed_body_that_does_not_inflate_is_refused_on_every_put_path(tmp_path, monkeypatch, way):
+    """Every read of such a record would fail (a poison message only the API could make): each
+    put path refuses it, with the same words in both codecs, before any byte is written; the
+    next put lands where it would have. A body that inflates, and an empty one, are taken."""
+    from mqfs.store.format.compression import compression_flags, deflate
+
+    use_codec(monkeypatch, way)
+    root = str(tmp_path)
+    with MessageStore(root, small_config()) as s:
+        s.put(_m())
+        for msg, words in _poison():
+            for name, put in _ways(s, msg).items():
+                s.flush()
+                before, ends = _data(root), (s.max_offset("T", 0), s.commitlog.max_offset)
+                with pytest.raises(ValueError) as err:
+                    put()
+                assert str(err.value) == (f"the message's SYSFLAG {msg.sys_flag:#x} says its body is "
+                                          f"{words}" + str(err.value).partition(words)[2]), (name, err.value)
+                assert str(err.value).endswith(": no read could give it back"), name
+                s.flush()
+                assert _data(root) == before and (s.max_offset("T", 0), s.commitlog.max_offset) == ends, name
+        text = b"a refund note " * 400
+        taken = [s.put(_m(body=deflate(text, kind), sys_flag=compression_flags(kind))) for kind in ("lz4", "zlib")]
+        taken += s.put_batch([_m(body=b"", sys_flag=1)] + [_m(body=deflate(text, "zstd"), sys_flag=0x201)] * 40)
+        assert [r.queue_offset for r in taken] == list(range(1, 44))
+        got = s.get_range("T", 0, 1, 43)
+        assert [m.body for m in got] == [text, text, b""] + [text] * 40
