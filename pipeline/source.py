@@ -47,6 +47,7 @@ from mqfs.store.format.flavor import Flavor
 from mqfs.store.format.layout import chain, walk
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
+from mqfs.store.integrity.served_end import served_end
 from mqfs.store.meta.features import Features, recognise
 from mqfs.store.offline.views import (
     StoreLayout,
@@ -221,7 +222,15 @@ def commitlog_end(layout: StoreLayout) -> int:
     """The CommitLog offset where records end now (0 for an empty log): in the newest file
     that holds any, as a broker makes its next file ahead (zeros; a killed RocketMQ leaves
     it), and then the log ends in the file before it. Not `newest_begun`'s first bytes alone:
-    a ConsumeQueue unit vouches for records past a newest file's lost (zeroed) first header."""
+    a ConsumeQueue unit vouches for records past a newest file's lost (zeroed) first header.
+    On a store a broker's recovery cut, no further than where it serves its log (`served_end`)."""
+    cut = served_end(layout)
+    end = _records_end(layout)
+    return end if cut is None else min(end, cut)
+
+
+def _records_end(layout: StoreLayout) -> int:
+    """`commitlog_end` before a broker's cut."""
     files = commitlog_files(layout.root)
     known = last_unit_offsets(layout) if files else np.zeros(0, np.int64)
 

@@ -11,6 +11,7 @@ from itertools import chain
 from mqfs.store import StoredMessage
 from mqfs.store.errors import StoreError
 from mqfs.store.format.jsonl import envelope_hosts
+from mqfs.store.integrity.served_end import served_end
 from mqfs.store.meta.features import BATCH_CQ, ROCKSDB_CQ, Features, recognise, topics_of
 from mqfs.store.offline.dump_lines import envelope_lines
 from mqfs.store.offline.keys import key_candidates
@@ -69,7 +70,8 @@ def _selected(layout: StoreLayout, features: Features, sel: Selection, damage: D
     # a RocksDB ConsumeQueue store has no queue directories to read, nor topics to look keys up in
     walk = walk or features.named(ROCKSDB_CQ) is not None
     if sel.keys and not walk:  # a hit that is no record, or a damaged one, is no hit (as keys/ says)
-        return messages_at(layout, key_candidates(layout, sel), sel)
+        end = served_end(layout)  # a broker-cut store's records past its end are no hit
+        return messages_at(layout, [o for o in key_candidates(layout, sel) if end is None or o < end], sel)
     flavor = layout.checked_flavor
     found = spans(layout, sel, each) if sel.by_queue and not walk else None
     if found is not None:

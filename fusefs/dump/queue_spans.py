@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mqfs.store.format.message import SCHEDULE_TOPIC
+from mqfs.store.integrity.served_end import served_end, served_units
 from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.store_files import StoreLayout, commitlog_files, queues
 from mqfs.store.offline.units import StoreTimes, Units, time_offset
@@ -31,14 +32,17 @@ class Span:
 def spans(layout: StoreLayout, sel: Selection, each: int | None = None) -> list[Span]:
     """The selected queues' ranges, every one found before any unit is read (units written
     while the dump runs are not read): offsets and times bound each; with `each` and
-    nothing only a record can say, a queue's first `each` units are all it needs."""
+    nothing only a record can say, a queue's first `each` units are all it needs. On a store
+    a broker's recovery cut, a queue ends before its first unit past the log's end (`served_end`)."""
     found = []
     times = StoreTimes(commitlog_files(layout.root))
+    end = served_end(layout)
     for topic, q in queues(layout.root):
         if (sel.topics and topic not in sel.topics) or (sel.queues and q not in sel.queues):
             continue
         units = Units(layout.root, topic, q, layout.consume_queue_units)
         lo, hi = units.bounds()
+        hi = served_units(end, hi, units.offset_at, lo)
         if sel.first_offset is not None:
             lo = max(lo, sel.first_offset)
         if sel.last_offset is not None:

@@ -14,6 +14,7 @@ from mqfs.store.format.layout import Records, fields, walk
 from mqfs.store.integrity.dledger_walk import spans
 from mqfs.store.integrity.index_points import IndexPoints
 from mqfs.store.integrity.salvage import resync_in
+from mqfs.store.integrity.served_end import served_end
 from mqfs.store.offline.selection import Selection
 from mqfs.store.offline.views import QueueReader, StoreLayout, last_unit_offsets
 
@@ -105,7 +106,8 @@ class CommitLog(Files):
         a record after it (with consumequeue/ deleted a dump used to end at the first damage
         with status 0). The walk stops there, so what is
         written while it runs (a replay into the store it reads) is never read: a dump is a
-        snapshot, as a DataFrame of the pipeline is, and cannot feed on its own output."""
+        snapshot, as a DataFrame of the pipeline is, and cannot feed on its own output. On a
+        store a broker's recovery cut, no further than where it serves its log (`served_end`)."""
         if self._end is None and self.layout.dledger:
             self._end = self._entries_end()
         if self._end is None:
@@ -129,7 +131,8 @@ class CommitLog(Files):
                 if i == len(self.files) - 1:
                     break
                 i, pos = i + 1, 0
-            self._end = end
+            cut = served_end(self.layout)
+            self._end = end if cut is None else min(end, cut)
         return self._end
 
     def _entries_end(self) -> int:

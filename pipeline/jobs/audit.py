@@ -44,6 +44,7 @@ from mqfs.store.format.layout import (
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
 from mqfs.store.format.multi_dispatch import describes
 from mqfs.store.integrity.index_points import IndexPoints
+from mqfs.store.integrity.served_end import served_end
 from mqfs.store.integrity.verify import store_problems
 from mqfs.store.meta.features import ROCKSDB_CQ
 from mqfs.store.meta.log_start import recorded_min_offset
@@ -81,6 +82,8 @@ class Finding:
     unreadable: int = 0  # units/entries pointing at damaged records (reported by the CommitLog task)
     lost: int = 0  # units pointing at a filler record: messages repair lost, offsets kept taken
     deleted: int = 0  # units/entries pointing below the CommitLog's first file: retention deleted them
+    past: int = 0  # units/entries pointing past where a broker's recovery cut the log (`served_end`)
+    again: int = 0  # IndexFile entries the file before holds too (`_indexed_again`)
     present: list[tuple[int, int]] = field(default_factory=list)  # runs [a, b) of queue offsets
     last_offset: int = -1  # the largest CommitLog offset an IndexFile entry points at
 
@@ -93,7 +96,8 @@ class Finding:
 class Records:
     """Records at arbitrary CommitLog offsets: header check, then decoded rows."""
 
-    def __init__(self, root: str, flavor: Flavor):
+    def __init__(self, root: str, flavor: Flavor, end: int | None = None):
+        self.end = end  # where a broker's recovery cut the log (`served_end`), if it did
         self.files = commitlog_files(root)
         self.starts = np.array([s for s, _ in self.files], np.int64)
         self.batchers: dict[int, FileBatcher] = {}
@@ -103,8 +107,15 @@ class Records:
         """offset -> decoded row, for offsets holding a whole record (of `sizes` when given);
         records that fail their checks count as `unreadable`, not as problems of `f`, and
         offsets below the CommitLog's first file as `deleted` (retention deleted their records
-        and the broker keeps the units and entries until their own files go: verify's rule)."""
+        and the broker keeps the units and entries until their own files go: verify's rule),
+        and offsets at or past where a broker's recovery cut the log as `past` (it no longer
+        serves them, and a read-only open ends there)."""
         out: dict[int, dict] = {}
+        if self.end is not None:
+            beyond = commitlog_offset >= self.end
+            f.past += int(beyond.sum())
+            commitlog_offset = commitlog_offset[~beyond]
+            sizes = None if sizes is None else sizes[~beyond]
         which = np.searchsorted(self.starts, commitlog_offset, side="right") - 1
         for i in np.unique(which):
             sel = np.flatnonzero(which == i)
@@ -194,7 +205,7 @@ def _commitlog_gaps(layout: StoreLayout) -> Finding:
     return f
 
 
-def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
+def check_queue(layout: StoreLayout, topic: str, queue_id: int, end: int | None = None) -> Finding:
     f = Finding(f"consumequeue {topic}/{queue_id}")
     # the broker's rule (delay-topic units hold delivery times), with the default delay levels
     codes = TagsCodes(layout.checked_flavor, parse_delay_levels(StoreConfig().message_delay_level))
@@ -204,7 +215,7 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int) -> Finding:
     f.checked = len(units)
     f.present = _runs(qoffs)
     commitlog_offset = units["offset"].astype(np.int64)
-    rows = Records(layout.root, layout.checked_flavor).rows(commitlog_offset, units["size"].astype(np.int64), f)
+    rows = Records(layout.root, layout.checked_flavor, end).rows(commitlog_offset, units["size"].astype(np.int64), f)
     for qo, off, tags_code in zip(qoffs.tolist(), commitlog_offset.tolist(), units["tags"].astype(np.int64).tolist()):
         r = rows.get(off)
         if r is None:
@@ -228,7 +239,7 @@ def _whole_store(root: str) -> Finding:
     return f
 
 
-def check_index(layout: StoreLayout, path: str, live: bool = False) -> Finding:
+def check_index(layout: StoreLayout, path: str, live: bool = False, end: int | None = None) -> Finding:
     f = Finding(f"index {path.rsplit('/', 1)[-1]}")
     size = index_file_size(layout.index_slots, layout.index_entries)
     if os.path.getsize(path) != size:  # as verify: another store's, or sizes the manifest lost
@@ -254,7 +265,8 @@ def check_index(layout: StoreLayout, path: str, live: bool = False) -> Finding:
     # a live writer's slots may already head entries its header does not count yet
     for s in np.flatnonzero((newest != view.slots) & ~(live & (view.slots > n))):
         f.bad(f"slot {s} heads entry {view.slots[s]}, its newest entry is {newest[s]}")
-    rows = Records(layout.root, layout.checked_flavor).rows(commitlog_offset, None, f)
+    f.again = _indexed_again(layout, path, e)
+    rows = Records(layout.root, layout.checked_flavor, end).rows(commitlog_offset, None, f)
     begin = int(view.header["begin_ts"])
     for k in range(n):
         r = rows.get(int(commitlog_offset[k]))
@@ -272,6 +284,20 @@ def check_index(layout: StoreLayout, path: str, live: bool = False) -> Finding:
     return f
 
 
+def _indexed_again(layout: StoreLayout, path: str, e: np.ndarray) -> int:
+    """Entries of an IndexFile that the one before holds too: a restarting broker indexes
+    the record at that file's endPhyOffset again (IndexService skips only records below
+    it), so its keys are in both (the truncated fixture's record at 21726)."""
+    files = index_files(layout.root)
+    i = files.index(path) if path in files else 0
+    if i == 0:
+        return 0
+    before = read_index_file(files[i - 1], layout.index_slots)
+    end = int(before.header["end_phy"])
+    theirs = set(before.entries["hash"][before.entries["phy"] == end].tolist())
+    return sum(h in theirs for h in e["hash"][e["phy"] == end].tolist())
+
+
 def is_live(layout: StoreLayout) -> bool:
     """Whether the store is open now (a mount or a broker holds it) or was not closed cleanly:
     its `abort` file exists. ConsumeQueues and IndexFiles may then lag the CommitLog (the
@@ -283,6 +309,7 @@ def run(spark: SparkSession, store: str) -> dict:
     layout = store_layout(store)
     live = is_live(layout)
     ranges = plan_partitions(layout, None, fail_on_data_loss=False)
+    end = served_end(layout)  # where a broker's recovery cut the log, if it did
     tasks: list[tuple[str, object, int]] = ([("cq", t, q) for t, q in queues(layout.root)]
                                             + [("index", p, 0) for p in index_files(layout.root)]
                                             + [("commitlog", r, 0) for r in ranges])
@@ -292,7 +319,7 @@ def run(spark: SparkSession, store: str) -> dict:
         if isinstance(what, RangePartition):
             return check_commitlog(layout, what)
         assert isinstance(what, str)
-        return check_queue(layout, what, q) if kind == "cq" else check_index(layout, what, live)
+        return check_queue(layout, what, q, end) if kind == "cq" else check_index(layout, what, live, end)
 
     findings = (spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(check).collect()
                 if tasks else [])
@@ -304,9 +331,21 @@ def run(spark: SparkSession, store: str) -> dict:
     problems = [p for f in findings for p in f.problems]
     notes = ["consumequeue/ is the broker's RocksDB ConsumeQueue, whose units are not checked "
              "(a read checks each against its record)"] if rocksdb_cq else []
+    units = sum(f_.past for f_ in findings if f_.what.startswith("consumequeue"))
+    entries = sum(f_.past for f_ in findings if f_.what.startswith("index"))
+    if units or entries:
+        said = " and ".join(x for x in (_counted(units, "ConsumeQueue unit", "s"),
+                                        _counted(entries, "IndexFile entr", "ies", "y")) if x)
+        notes.append(f"{said} at or past CommitLog offset {end}, where the broker's recovery cut "
+                     "the log: it no longer serves their records (`mqfs repair` offers to cut there)")
     return {"cq_units": sum(f.checked for f in findings if f.what.startswith("consumequeue")),
             "index_entries": sum(f.checked for f in findings if f.what.startswith("index")),
             "problems": sum(f.count for f in findings), "shown": problems, "live": live, "notes": notes}
+
+
+def _counted(n: int, word: str, plural: str, single: str = "") -> str:
+    """"3 ConsumeQueue units" ("" for none)."""
+    return f"{n} {word}{single if n == 1 else plural}" if n else ""
 
 
 def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], live: bool,
@@ -329,7 +368,8 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
         .agg(F.count("*").alias("n"), F.max("queue_offset").alias("top")).collect())}
     queue_findings = {f_.what.removeprefix("consumequeue "): f_ for f_ in findings
                       if f_.what.startswith("consumequeue")}
-    units = {name: f_.checked - f_.unreadable - f_.lost - f_.deleted for name, f_ in queue_findings.items()}
+    units = {name: f_.checked - f_.unreadable - f_.lost - f_.deleted - f_.past
+             for name, f_ in queue_findings.items()}
     batch = batch_topics(layout.root)  # units in batchconsumequeue/: verify checks them
     for (t, q), (n, top) in sorted(per_queue.items()):
         if rocksdb_cq or not has_queue_dir(t) or t in batch:  # no directory name holds the topic: served by key only
@@ -356,7 +396,8 @@ def _totals(spark: SparkSession, layout: StoreLayout, findings: list[Finding], l
         (F.size("keys") + F.when(F.col("properties")[PROPERTY_UNIQ_KEY].isNotNull(), 1).otherwise(0))
         .alias("n")).agg(F.sum("n")).collect()[0][0] or 0
     expected += _batch_record_keys(layout, indexed.filter(packed))
-    have = sum(f_.checked - f_.unreadable - f_.deleted for f_ in findings if f_.what.startswith("index"))
+    have = sum(f_.checked - f_.unreadable - f_.deleted - f_.past - f_.again
+               for f_ in findings if f_.what.startswith("index"))
     if have != expected:
         f.bad(f"the IndexFiles hold {have} entries, the CommitLog's records have {expected} keys")
     return f

@@ -138,6 +138,11 @@ class Units:
         unit = UNIT.unpack_from(mm, at * UNIT_SIZE)
         return None if unit[1] == PRE_BLANK_SIZE else unit
 
+    def offset_at(self, offset: int) -> int:
+        """The CommitLog offset the unit at a queue offset points at (-1: none, or pre-blank)."""
+        unit = self.unit_at(offset)
+        return -1 if unit is None else unit[0]
+
     def _parts(self, start: int, end: int) -> list[tuple[int, mmap.mmap, int, int]]:
         """(base, mapping, first, last) of each file's written units in [start, end)."""
         parts = []
