@@ -1,11 +1,12 @@
 """A consumer group's offsets committed in a store no process has open (`mqfs group reset`).
 
 The store is opened read-only (its queues are read as they are: a broker's LMQ, BatchCQ or
-RocksDB ConsumeQueue too, which a read-write open refuses) under the writer's lock, so no
-broker, mount or other reset writes it meanwhile; the one file written is
-config/consumerOffset.json, kept as `ConsumerOffsets` keeps it (every other field and entry as
-read, the broker's .bak left alone), besides config/mqfs.lock, the writer's lock a mount
-makes too. A store whose offsets the broker keeps in RocksDB is refused before any of it.
+RocksDB ConsumeQueue too, or its DLedger CommitLog, which a read-write open refuses) under
+the writer's lock, so no broker, mount or other reset writes it meanwhile; the one file
+written is config/consumerOffset.json, kept as `ConsumerOffsets` keeps it (every other field
+and entry as read, the broker's .bak left alone), besides config/mqfs.lock, the writer's lock
+a mount makes too. A store whose offsets the broker keeps in RocksDB is refused before any
+of it.
 """
 
 from __future__ import annotations

@@ -115,8 +115,9 @@ class MessageStore(StoreReads, StoreWrites):
         safefs.check_store(self.root, write=not read_only or self._writers_out)
         self.features = features.recognise(self.root)  # what of the store is the broker's alone
         refusal = None if read_only or fresh else self.features.refusal()
-        # before the lock: no file made; a DLedger CommitLog is read by a plain read-only open
-        refusal = refusal or features.unreadable(self.root, read_only and not self._writers_out)
+        # before the lock: no file made; a DLedger CommitLog is read by a read-only open (one
+        # keeping writers out too: `mqfs group reset` writes the offsets file alone)
+        refusal = refusal or features.unreadable(self.root, read_only)
         if refusal is not None:
             raise UnsupportedFeature(refusal)
         self._lock_file = StoreLock(self.root)

@@ -29,10 +29,10 @@ its config files) leave the feature's files whole; they are never touched (`Feat
 A compaction topic's queues are served from compaction/ (store/files/compaction_log.py) and
 refuse puts, as do a topic whose cleanup.policy the broker cannot read (its reads fail there).
 Where in doubt, refuse: `-o ro` always works, but for `dledger-commitlog`: its CommitLog is
-DLedger's entry log (docs/format.md, "DLedger CommitLog"), which a plain read-only open reads
-through the entries (`dledger_data`: one `dledger-<selfId>/data/`, no `commitlog/` beside it);
-the readers that walk `commitlog/` themselves, and any other layout of it, refuse it in one
-line (`unreadable`) and change nothing.
+DLedger's entry log (docs/format.md, "DLedger CommitLog"), which a read-only open (`mqfs group
+reset`'s too) reads through the entries (`dledger_data`: one `dledger-<selfId>/data/`, no
+`commitlog/` beside it); the readers that walk `commitlog/` themselves, and any other layout
+of it, refuse it in one line (`unreadable`) and change nothing.
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ from tests.fusefs.helpers import SMALL, fuse_usable, mounted, mqfs, needs_fuse, 
 from tests.fusefs.test_dump import _broker_kinds
 from tests.store import broker_guard_layouts
 from tests.store.helpers import REPO, file_hashes
+from tests.store.java_stores import answers, unpack
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 OFFSETS = os.path.join("config", "consumerOffset.json")
+DLEDGER_KINDS = ("dledger", "dledger-killed")  # RocketMQ's DLedgerCommitLog wrote them
 
 
 def _store(root: str) -> None:
@@ -169,10 +171,19 @@ def _rocksdb_cq_json_config(root: str) -> None:
         shutil.rmtree(os.path.join(root, "config", name))
 
 
+def _java_store(kind: str):
+    """A builder of the store RocketMQ's own broker wrote (tests/store/java_stores.py) at root."""
+    def build(root: str) -> None:
+        os.rename(unpack(kind, os.path.dirname(root)), root)
+    return build
+
+
 def _kinds() -> dict:
     kinds = _broker_kinds()
     kinds["plain"] = broker_guard_layouts.broker_store  # the broker's config files, nothing else
     kinds["rocksdb_cq_json_config"] = _rocksdb_cq_json_config
+    for kind in DLEDGER_KINDS:  # read through the entries (a read-write mount refuses them)
+        kinds[kind] = _java_store(kind)
     return kinds
 
 
@@ -247,3 +258,37 @@ def _document(path: str) -> dict | None:
         return None
     with open(path) as f:
         return parse_text(f.read())
+
+
+@pytest.mark.parametrize("kind", DLEDGER_KINDS)
+def test_a_dledger_store_resets_to_a_time_and_its_broker_lock_is_checked(tmp_path, kind):
+    """A store on DLedger (its records inside DLedger entries, read by the read-only open):
+    while a process holds its broker's lock the reset is refused in one line naming it, and
+    no byte changes; once released, `--to` a time moves every queue of Orders to the first
+    message the broker stored at or after it (Java's answers), and consumerOffset.json and
+    mqfs's lock file are the only files that change."""
+    root = unpack(kind, str(tmp_path))
+    orders = [q for q in answers(kind)["queues"] if q["topic"] == "Orders"]
+    when = orders[1]["messages"][20]["stored"]
+    want = {q["queue"]: next((m["at"] for m in q["messages"] if m["stored"] >= when), q["max"])
+            for q in orders}
+    assert all(0 < want[q["queue"]] < q["max"] for q in orders)  # neither end: a time's own
+    before = file_hashes(root)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, os.path.join(root, "lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        proc = mqfs("group", "reset", root, "ops", "Orders", "--to", f"@{when}", check=False)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+        assert f"held by pid {holder.pid}" in proc.stderr
+        assert file_hashes(root) == before
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    done = mqfs("group", "reset", root, "ops", "Orders", "--to", f"@{when}")
+    assert done.stdout == "".join(f"Orders/{q}: none -> {o}\n" for q, o in sorted(want.items()))
+    with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
+        assert {q: s.committed_offset("ops", "Orders", q) for q in want} == want
+    after = file_hashes(root)
+    assert {f for f in set(before) | set(after) if before.get(f) != after.get(f)} == \
+        {OFFSETS, os.path.join("config", "mqfs.lock")}
