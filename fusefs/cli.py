@@ -411,7 +411,7 @@ def cmd_dump(a: argparse.Namespace) -> int:
 def cmd_group(a: argparse.Namespace) -> int:
     from .group_command import cmd_group as run
 
-    return run(a, mounted_on)
+    return run(a, mount_of)
 
 
 def _trust(owners: list[str]) -> None:
@@ -460,6 +460,12 @@ def _dispatch(argv: list[str]) -> int:
 
 def mounted_on(store: str) -> str | None:
     """Where the store is mounted (an mqfs mount names its store as the source), if it is."""
+    found = mount_of(store)
+    return None if found is None else found[0]
+
+
+def mount_of(store: str) -> tuple[str, bool] | None:
+    """`mounted_on`'s mount point and whether the mount is read-only, if it is mounted."""
     root = os.path.realpath(store)
     try:
         with open("/proc/self/mounts") as f:
@@ -467,9 +473,9 @@ def mounted_on(store: str) -> str | None:
     except OSError:
         return None
     for line in lines:
-        source, target, fstype = (_unescape(f) for f in line.split()[:3])
+        source, target, fstype, options = (_unescape(f) for f in line.split()[:4])
         if fstype == "fuse.mqfs" and source == root:
-            return target
+            return target, "ro" in options.split(",")
     return None
 
 

@@ -65,8 +65,9 @@ def glued(argv: list[str]) -> list[str]:
     return out
 
 
-def cmd_group(a: argparse.Namespace, mounted_on: Callable[[str], str | None]) -> int:
-    """`mounted_on`: cli's (the mount a store is on), passed in as cli imports this module."""
+def cmd_group(a: argparse.Namespace, mount_of: Callable[[str], tuple[str, bool] | None]) -> int:
+    """`mount_of`: cli's (the mount a store is on, and whether it is read-only), passed in as
+    cli imports this module."""
     from mqfs.store import MessageStore, StoreConfig
     from mqfs.store.errors import StoreFormatError
     from mqfs.store.group_offsets import OfflineOffsets
@@ -94,7 +95,7 @@ def cmd_group(a: argparse.Namespace, mounted_on: Callable[[str], str | None]) ->
             with MessageStore(root, StoreConfig(read_only=True), create=False) as s:
                 moves = _moves(s, a)
         else:
-            _refuse_mounted(root, mounted_on(root), a)
+            _refuse_mounted(root, mount_of(root), a)
             with OfflineOffsets(root) as held:
                 moves = _moves(held.store, a)
                 held.commit(a.group, a.topic, {q: new for q, _, new in moves})
@@ -141,15 +142,22 @@ def _moves(s: MessageStore, a: argparse.Namespace) -> list[tuple[int, int | None
             for q in wanted]
 
 
-def _refuse_mounted(root: str, mnt: str | None, a: argparse.Namespace) -> None:
-    """A mounted store's daemon holds its offsets: the reset is one write in its tree."""
+def _refuse_mounted(root: str, mount: tuple[str, bool] | None, a: argparse.Namespace) -> None:
+    """A mounted store's daemon holds its offsets: the reset is one write in its tree, or,
+    the mount being read-only (which takes no writes: a DLedger store's, `-o ro`), after
+    `mqfs umount`."""
     from mqfs.store import StoreError
 
-    if mnt is not None:
-        target = "all" if a.queue is None or len(a.queue) > 1 else str(a.queue[0])
-        raise StoreError(f"{root} is mounted on {mnt}: reset through the mount, `echo "
-                         f"{_text(a.to)} > {mnt}/groups/{a.group}/{a.topic}/{target}`, or "
-                         f"`mqfs umount {mnt}` first; nothing was changed")
+    if mount is None:
+        return
+    mnt, read_only = mount
+    if read_only:
+        raise StoreError(f"{root} is mounted read-only on {mnt}, whose groups/ takes no "
+                         f"write: `mqfs umount {mnt}` first; nothing was changed")
+    target = "all" if a.queue is None or len(a.queue) > 1 else str(a.queue[0])
+    raise StoreError(f"{root} is mounted on {mnt}: reset through the mount, `echo "
+                     f"{_text(a.to)} > {mnt}/groups/{a.group}/{a.topic}/{target}`, or "
+                     f"`mqfs umount {mnt}` first; nothing was changed")
 
 
 def _shown(s: MessageStore, group: str | None, topic: str | None) -> tuple[list[str], list[str]]:

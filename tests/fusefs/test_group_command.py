@@ -292,3 +292,20 @@ def test_a_dledger_store_resets_to_a_time_and_its_broker_lock_is_checked(tmp_pat
     after = file_hashes(root)
     assert {f for f in set(before) | set(after) if before.get(f) != after.get(f)} == \
         {OFFSETS, os.path.join("config", "mqfs.lock")}
+
+
+@needs_fuse
+def test_a_read_only_mount_is_refused_naming_the_umount_not_a_write_it_refuses(tmp_path):
+    """A DLedger store mounts read-only alone (as does any store with `-o ro`): its groups/
+    takes no write (EROFS), so the reset is refused in one line naming `mqfs umount`, not an
+    `echo` into the tree, and no byte changes."""
+    root, mnt = unpack("dledger", str(tmp_path)), str(tmp_path / "mnt")
+    with mounted(root, mnt, "-o", "ro"):
+        before = file_hashes(root)
+        written = sh(f"echo latest > {mnt}/groups/g/Orders/all", check=False)
+        assert written.returncode != 0 and b"Read-only file system" in written.stderr
+        proc = mqfs("group", "reset", root, "g", "Orders", "--to", "latest", check=False)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"is mounted read-only on {mnt}" in proc.stderr and f"`mqfs umount {mnt}`" in proc.stderr
+        assert "echo" not in proc.stderr
+        assert file_hashes(root) == before
