@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..format import codec, layout
+from ..format import layout
 from ..format.columns import RecordRun
 from ..format.message import StoredMessage
 from . import scanner
-from .salvage import Damage, Run
+from .salvage import Damage, Run, decoded
 from .scanner import Take
 
 if TYPE_CHECKING:
@@ -229,14 +229,7 @@ def walk_runs(commitlog: CommitLog) -> Iterator[Run | Damage]:
 
 def walk(commitlog: CommitLog) -> Iterator[StoredMessage | Damage]:
     """`salvage.walk` over entries: every record decoded, and the damage."""
-    views = {mf.file_from_offset: memoryview(mf.buffer()) for mf in commitlog.queue.files}
-    for item in walk_runs(commitlog):
-        if isinstance(item, Damage):
-            yield item
-            continue
-        view = views[item.base]
-        for at in item.records.starts.tolist():
-            yield codec.decode(view, at)  # checked by the run, checksums included
+    return decoded(commitlog.queue.files, walk_runs(commitlog))
 
 
 def end_scan(commitlog: CommitLog) -> Callable[[CommitLog, Flavor | None, int, int, Take],

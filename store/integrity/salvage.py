@@ -259,8 +259,13 @@ def walk(files: list[MappedFile], flavor: Flavor, file_size: int,
          progress: Progress | None = None, flushed: int = 0,
          points: IndexPoints | None = None) -> Iterator[StoredMessage | Damage]:
     """Every record and damaged range of the CommitLog (`walk_runs`, records decoded)."""
+    return decoded(files, walk_runs(files, flavor, file_size, progress, flushed, points))
+
+
+def decoded(files: list[MappedFile], items: Iterator[Run | Damage]) -> Iterator[StoredMessage | Damage]:
+    """The records of the runs among `items` (of `files`) decoded, and the damage, in order."""
     views = {mf.file_from_offset: memoryview(mf.buffer()) for mf in files}
-    for item in walk_runs(files, flavor, file_size, progress, flushed, points):
+    for item in items:
         if isinstance(item, Damage):
             yield item
             continue
