@@ -44,7 +44,7 @@ from mqfs.store.format.layout import (
 from mqfs.store.format.message import PROPERTY_UNIQ_KEY
 from mqfs.store.format.multi_dispatch import describes
 from mqfs.store.integrity.index_points import IndexPoints
-from mqfs.store.integrity.served_end import served_end
+from mqfs.store.integrity.served_end import served_cut
 from mqfs.store.integrity.verify import store_problems
 from mqfs.store.meta.features import ROCKSDB_CQ
 from mqfs.store.meta.log_start import recorded_min_offset
@@ -82,7 +82,7 @@ class Finding:
     unreadable: int = 0  # units/entries pointing at damaged records (reported by the CommitLog task)
     lost: int = 0  # units pointing at a filler record: messages repair lost, offsets kept taken
     deleted: int = 0  # units/entries pointing below the CommitLog's first file: retention deleted them
-    past: int = 0  # units/entries pointing past where a broker's recovery cut the log (`served_end`)
+    past: int = 0  # units/entries pointing past where a broker's recovery cut the log (`served_cut`)
     again: int = 0  # IndexFile entries the file before holds too (`_indexed_again`)
     present: list[tuple[int, int]] = field(default_factory=list)  # runs [a, b) of queue offsets
     last_offset: int = -1  # the largest CommitLog offset an IndexFile entry points at
@@ -96,8 +96,8 @@ class Finding:
 class Records:
     """Records at arbitrary CommitLog offsets: header check, then decoded rows."""
 
-    def __init__(self, root: str, flavor: Flavor, end: int | None = None):
-        self.end = end  # where a broker's recovery cut the log (`served_end`), if it did
+    def __init__(self, root: str, flavor: Flavor, cut: tuple[int, int] | None = None):
+        self.cut = cut  # where a broker's recovery cut the log and where it serves it to (`served_cut`)
         self.files = commitlog_files(root)
         self.starts = np.array([s for s, _ in self.files], np.int64)
         self.batchers: dict[int, FileBatcher] = {}
@@ -108,11 +108,12 @@ class Records:
         records that fail their checks count as `unreadable`, not as problems of `f`, and
         offsets below the CommitLog's first file as `deleted` (retention deleted their records
         and the broker keeps the units and entries until their own files go: verify's rule),
-        and offsets at or past where a broker's recovery cut the log as `past` (it no longer
-        serves them, and a read-only open ends there)."""
+        and offsets at or past where a broker serves its cut log to as `past` (it no longer
+        serves them, and a read-only open ends there), as are units from where it cut on that
+        no longer describe their record (`dropped`)."""
         out: dict[int, dict] = {}
-        if self.end is not None:
-            beyond = commitlog_offset >= self.end
+        if self.cut is not None:
+            beyond = commitlog_offset >= self.cut[1]
             f.past += int(beyond.sum())
             commitlog_offset = commitlog_offset[~beyond]
             sizes = None if sizes is None else sizes[~beyond]
@@ -205,7 +206,7 @@ def _commitlog_gaps(layout: StoreLayout) -> Finding:
     return f
 
 
-def check_queue(layout: StoreLayout, topic: str, queue_id: int, end: int | None = None) -> Finding:
+def check_queue(layout: StoreLayout, topic: str, queue_id: int, cut: tuple[int, int] | None = None) -> Finding:
     f = Finding(f"consumequeue {topic}/{queue_id}")
     # the broker's rule (delay-topic units hold delivery times), with the default delay levels
     codes = TagsCodes(layout.checked_flavor, parse_delay_levels(StoreConfig().message_delay_level))
@@ -215,7 +216,12 @@ def check_queue(layout: StoreLayout, topic: str, queue_id: int, end: int | None 
     f.checked = len(units)
     f.present = _runs(qoffs)
     commitlog_offset = units["offset"].astype(np.int64)
-    rows = Records(layout.root, layout.checked_flavor, end).rows(commitlog_offset, units["size"].astype(np.int64), f)
+    sizes = units["size"].astype(np.int64)
+    if cut is not None:  # units the broker's recovery dropped that point into what it wrote since
+        gone = dropped(layout, topic, queue_id, qoffs, commitlog_offset, sizes, cut)
+        f.past += int(gone.sum())
+        qoffs, commitlog_offset, sizes, units = qoffs[~gone], commitlog_offset[~gone], sizes[~gone], units[~gone]
+    rows = Records(layout.root, layout.checked_flavor, cut).rows(commitlog_offset, sizes, f)
     for qo, off, tags_code in zip(qoffs.tolist(), commitlog_offset.tolist(), units["tags"].astype(np.int64).tolist()):
         r = rows.get(off)
         if r is None:
@@ -239,7 +245,7 @@ def _whole_store(root: str) -> Finding:
     return f
 
 
-def check_index(layout: StoreLayout, path: str, live: bool = False, end: int | None = None) -> Finding:
+def check_index(layout: StoreLayout, path: str, live: bool = False, cut: tuple[int, int] | None = None) -> Finding:
     f = Finding(f"index {path.rsplit('/', 1)[-1]}")
     size = index_file_size(layout.index_slots, layout.index_entries)
     if os.path.getsize(path) != size:  # as verify: another store's, or sizes the manifest lost
@@ -266,7 +272,7 @@ def check_index(layout: StoreLayout, path: str, live: bool = False, end: int | N
     for s in np.flatnonzero((newest != view.slots) & ~(live & (view.slots > n))):
         f.bad(f"slot {s} heads entry {view.slots[s]}, its newest entry is {newest[s]}")
     f.again = _indexed_again(layout, path, e)
-    rows = Records(layout.root, layout.checked_flavor, end).rows(commitlog_offset, None, f)
+    rows = Records(layout.root, layout.checked_flavor, cut).rows(commitlog_offset, None, f)
     begin = int(view.header["begin_ts"])
     for k in range(n):
         r = rows.get(int(commitlog_offset[k]))
@@ -282,6 +288,23 @@ def check_index(layout: StoreLayout, path: str, live: bool = False, end: int | N
         if k > 0 and begin > 0 and diffs[k] != min(max((ts - begin) // 1000, 0), 0x7FFFFFFF):
             f.bad(f"entry {k + 1} timeDiff {diffs[k]} s does not match store time {ts}")
     return f
+
+
+def dropped(layout: StoreLayout, topic: str, queue_id: int, qoffs: np.ndarray, offsets: np.ndarray,
+            sizes: np.ndarray, cut: tuple[int, int]) -> np.ndarray:
+    """A mask of the units from where the broker's recovery cut the log (`served_cut`) to
+    where it serves it that do not describe the record there (broker_cut.queue_units: it
+    dropped them in memory and wrote over their records since), and every unit after the
+    first such one."""
+    out = np.zeros(len(offsets), bool)
+    records = Records(layout.root, layout.checked_flavor)
+    for k in np.flatnonzero((offsets >= cut[0]) & (offsets < cut[1])).tolist():
+        r = records.rows(offsets[k:k + 1], sizes[k:k + 1], Finding("dropped")).get(int(offsets[k]))
+        if r is None or not describes(r["topic"], r["queue_id"], r["queue_offset"],
+                                      partial(dict, r["properties"]), topic, queue_id, int(qoffs[k])):
+            out[k:] = True
+            break
+    return out
 
 
 def _indexed_again(layout: StoreLayout, path: str, e: np.ndarray) -> int:
@@ -309,7 +332,7 @@ def run(spark: SparkSession, store: str) -> dict:
     layout = store_layout(store)
     live = is_live(layout)
     ranges = plan_partitions(layout, None, fail_on_data_loss=False)
-    end = served_end(layout)  # where a broker's recovery cut the log, if it did
+    cut = served_cut(layout)  # where a broker's recovery cut the log, if it did
     tasks: list[tuple[str, object, int]] = ([("cq", t, q) for t, q in queues(layout.root)]
                                             + [("index", p, 0) for p in index_files(layout.root)]
                                             + [("commitlog", r, 0) for r in ranges])
@@ -319,7 +342,7 @@ def run(spark: SparkSession, store: str) -> dict:
         if isinstance(what, RangePartition):
             return check_commitlog(layout, what)
         assert isinstance(what, str)
-        return check_queue(layout, what, q, end) if kind == "cq" else check_index(layout, what, live, end)
+        return check_queue(layout, what, q, cut) if kind == "cq" else check_index(layout, what, live, cut)
 
     findings = (spark.sparkContext.parallelize(tasks, max(1, len(tasks))).map(check).collect()
                 if tasks else [])
@@ -336,8 +359,10 @@ def run(spark: SparkSession, store: str) -> dict:
     if units or entries:
         said = " and ".join(x for x in (_counted(units, "ConsumeQueue unit", "s"),
                                         _counted(entries, "IndexFile entr", "ies", "y")) if x)
-        notes.append(f"{said} at or past CommitLog offset {end}, where the broker's recovery cut "
-                     "the log: it no longer serves their records (`mqfs repair` offers to cut there)")
+        assert cut is not None
+        notes.append(f"{said} past where the broker's recovery cut the log (CommitLog offset "
+                     f"{cut[0]}; it serves it to {cut[1]}): it no longer serves their records "
+                     "(`mqfs repair` offers to cut there)")
     return {"cq_units": sum(f.checked for f in findings if f.what.startswith("consumequeue")),
             "index_entries": sum(f.checked for f in findings if f.what.startswith("index")),
             "problems": sum(f.count for f in findings), "shown": problems, "live": live, "notes": notes}

@@ -26,6 +26,14 @@ if TYPE_CHECKING:
 def served_end(layout: StoreLayout) -> int | None:
     """The CommitLog offset where a broker-cut store's log ends as the read-only open serves
     it, or None for any other store (a DLedger one included: its walk is its entries')."""
+    cut = served_cut(layout)
+    return None if cut is None else cut[1]
+
+
+def served_cut(layout: StoreLayout) -> tuple[int, int] | None:
+    """(where the broker's recovery cut the log, `served_end`) of a broker-cut store: a unit
+    between the two that does not describe its record is one its recovery dropped (the
+    broker wrote over its record since: `broker_cut.queue_units`); None for any other store."""
     root = layout.root
     if layout.dledger or os.path.lexists(manifest_path(root)):
         return None
@@ -49,7 +57,7 @@ def served_end(layout: StoreLayout) -> int | None:
         later = file_start(cl, newest.file_from_offset - 1) if newest is not None else 0
         end, _, _ = scan_end(cl, flavor, max(file_start(cl, kept[1]), later), NOWHERE,
                              lambda run: None)
-        return end
+        return kept[0], end
     finally:
         cl.close()
 
