@@ -10,8 +10,11 @@ import json
 
 import pytest
 
+from mqfs.store import MessageStore, StoreConfig
+from mqfs.store.integrity.served_end import served_end
+from mqfs.store.offline.views import store_layout
 from tests.fusefs.helpers import mqfs
-from tests.store.java_stores import answers, consumer_view, snapshot, unpack
+from tests.store.java_stores import DELAY_LEVELS, answers, consumer_view, snapshot, unpack
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +89,14 @@ def test_the_store_the_broker_wrote_on_is_what_it_served(tmp_path, args):
     for key, j in got.items():
         assert j["commitlog_offset"] == want[key]["commitlog"], (args, key)
     assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("kind, end", [("truncated", 65873), ("resumed", 66070), ("clean", None)])
+def test_the_walks_end_is_the_read_only_opens(tmp_path, kind, end):
+    """One rule: where the walking readers stop (`served_end`) is where the read-only open
+    ends the log (after the broker's recovery cut, or where its later writes end); no end is
+    imposed on a store no broker cut."""
+    root = unpack(kind, str(tmp_path))
+    assert served_end(store_layout(root)) == end
+    with MessageStore(root, StoreConfig(read_only=True, message_delay_level=DELAY_LEVELS), create=False) as s:
+        assert end is None or s.commitlog.max_offset == end
