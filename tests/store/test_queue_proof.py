@@ -360,7 +360,7 @@ def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, r
         walk = salvage.walk
         monkeypatch.setattr(salvage, "walk", lambda *a, **k: held(walk(*a, **k), lambda _: 1))
     else:
-        scan_end = first_use.scan_end
+        end_scan = first_use.end_scan
 
         def counted(cl, flavor, start, dispatch_from, take, *rest):
             def each(run):
@@ -370,9 +370,9 @@ def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, r
                     assert eventually(lambda: proofs[0]._stop, "close asking the proof to stop",
                                       interval=0.01)
                 take(run)
-            return scan_end(cl, flavor, start, dispatch_from, each, *rest)
+            return end_scan(cl)(cl, flavor, start, dispatch_from, each, *rest)
 
-        monkeypatch.setattr(first_use, "scan_end", counted)
+        monkeypatch.setattr(first_use, "end_scan", lambda cl: counted)
     s = MessageStore(root, small_config(read_only=read_only, **BROKER), create=False).open()
     assert inside.wait(180), "the proof never began its walk of the whole log"
     thread = proof_thread(s)
