@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -232,8 +232,9 @@ def walk(commitlog: CommitLog) -> Iterator[StoredMessage | Damage]:
     return decoded(commitlog.queue.files, walk_runs(commitlog))
 
 
-def end_scan(commitlog: CommitLog) -> Callable[[CommitLog, Flavor | None, int, int, Take],
-                                               tuple[int, int, str | None]]:
+def end_scan(commitlog: CommitLog, flavor: Flavor | None, start: int, dispatch_from: int,
+             take: Take) -> tuple[int, int, str | None]:
     """The walk that finds a CommitLog's end and hands its records over: `scan_end` above for
-    a DLedger one, `scanner.scan_end` for any other (the caller asks once per walk)."""
-    return scan_end if commitlog.dledger else scanner.scan_end
+    a DLedger one, `scanner.scan_end` for any other."""
+    walk = scan_end if commitlog.dledger else scanner.scan_end
+    return walk(commitlog, flavor, start, dispatch_from, take)

@@ -48,7 +48,7 @@ def open_read_only(parts: StoreParts, crashed: bool, unsure_from: int | None = N
         rows = np.flatnonzero(layout.in_queue(run.sys_flag)).tolist()
         touched.update(zip(map(run.topics.__getitem__, rows), run.queue_id[rows].tolist()))
 
-    end, _, reason = end_scan(parts.commitlog)(parts.commitlog, parts.scan_flavor, start,
+    end, _, reason = end_scan(parts.commitlog, parts.scan_flavor, start,
                               NOWHERE if unsure_from is None else unsure_from, note)
     parts.consume_queues.mark_inexact(touched)
     reason = reason or bytes_past(parts, end)

@@ -182,7 +182,7 @@ def units_of(parts: StoreParts, tags: TagsCodes, keys: set[Key], limit: int,
                 cols[key][i].append(col[rows].astype(np.int64))
 
     start = parts.commitlog.queue.min_offset
-    end, _, _ = end_scan(parts.commitlog)(parts.commitlog, parts.scan_flavor, start, start, take)
+    end, _, _ = end_scan(parts.commitlog, parts.scan_flavor, start, start, take)
     if end < limit:
         return {}
     out: dict[Key, Units] = {}

@@ -370,9 +370,9 @@ def test_a_close_stops_the_proofs_walk_of_the_whole_log(tmp_path, monkeypatch, r
                     assert eventually(lambda: proofs[0]._stop, "close asking the proof to stop",
                                       interval=0.01)
                 take(run)
-            return end_scan(cl)(cl, flavor, start, dispatch_from, each, *rest)
+            return end_scan(cl, flavor, start, dispatch_from, each, *rest)
 
-        monkeypatch.setattr(first_use, "end_scan", lambda cl: counted)
+        monkeypatch.setattr(first_use, "end_scan", counted)
     s = MessageStore(root, small_config(read_only=read_only, **BROKER), create=False).open()
     assert inside.wait(180), "the proof never began its walk of the whole log"
     thread = proof_thread(s)
